@@ -1,0 +1,76 @@
+#include "apps/cli/cli.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.hpp"
+#include "foresight/config.hpp"
+
+namespace foresight::cli {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> list = {describe_command(), simulate_command(), plan_command(),
+                                            validate_command(), calibrate_command(), report_command()};
+  return list;
+}
+
+int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{
+      "Foresight: how fast will this transformer train on that cluster, with which parallel plan, "
+      "and will it fit?\nScenario names (e.g. mt-nlg-530b-selene-280) are looked up in the bundled "
+      "scenarios/ folder (or $FORESIGHT_SCENARIOS); paths work too.",
+      "foresight"};
+  app.set_version_flag("--version", std::string(config::kVersion));
+  app.require_subcommand(1);
+  std::function<int(std::ostream&)> action;
+  for (const auto& c : commands()) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    auto run = c.setup(*sub);
+    sub->callback([&action, run] { action = run; });
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return kExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return kExitOk;
+  } catch (const CLI::Success& e) {
+    // --help of a subcommand or --version: CLI11 writes it through exit().
+    std::ostringstream o, e2;
+    app.exit(e, o, e2);
+    out << o.str() << e2.str();
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream o, e2;
+    app.exit(e, o, e2);
+    err << o.str() << e2.str();
+    return kExitUserError;
+  } catch (const SpecError& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitUserError;
+  }
+  if (!action) return kExitUserError;
+  try {
+    return action(out);
+  } catch (const SpecError& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitUserError;
+  } catch (const InternalError& e) {
+    err << "internal error (a bug in foresight, please report): " << e.what() << "\n";
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    err << "internal error: " << e.what() << "\n";
+    return kExitInternal;
+  }
+}
+
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> storage{"foresight"};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  return run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+}
+
+}  // namespace foresight::cli

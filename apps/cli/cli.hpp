@@ -1,0 +1,44 @@
+// The subcommand registry of `foresight`. Exit codes: 0 success, 2 bad input (scenario file, plan,
+// command line), 1 internal error. Libraries never print; only these command functions do.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace foresight::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInternal = 1;
+inline constexpr int kExitUserError = 2;
+
+/// One subcommand: `setup` adds its options to `sub` and returns the action to run after parsing.
+struct Command {
+  std::string name;
+  std::string help;
+  std::function<std::function<int(std::ostream& out)>(CLI::App& sub)> setup;
+};
+
+/// Every registered subcommand, in --help order.
+const std::vector<Command>& commands();
+
+/// Parses argv, runs the chosen subcommand, maps errors to exit codes and messages on `err`.
+int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err);
+
+/// Convenience for tests: run_cli with a vector of arguments (argv[0] added).
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// Subcommand definitions, one file each in apps/cli/.
+Command describe_command();
+Command simulate_command();
+Command plan_command();
+Command validate_command();
+Command calibrate_command();
+Command report_command();
+
+}  // namespace foresight::cli

@@ -1,0 +1,75 @@
+// Subcommands whose engines land in later issues. Their options are declared now, so --help shows
+// the interface; running one says plainly that it is not available yet and exits 1.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "apps/cli/cli.hpp"
+
+namespace foresight::cli {
+
+namespace {
+std::function<int(std::ostream&)> not_yet(const std::string& what) {
+  return [what](std::ostream&) {
+    std::cerr << "foresight: " << what << " is not available in this build yet\n";
+    return kExitInternal;
+  };
+}
+}  // namespace
+
+Command simulate_command() {
+  return {"simulate", "Simulate one iteration of an experiment and print time, throughput, breakdown, memory",
+          [](CLI::App& sub) {
+            auto exp = std::make_shared<std::string>();
+            sub.add_option("experiment", *exp, "Experiment file or bundled name")->required();
+            sub.add_option("--engine", "analytic (fast, no contention) or simgrid (flows contend)")
+                ->check(CLI::IsMember({"analytic", "simgrid"}));
+            sub.add_flag("--json")->description("Print machine-readable JSON");
+            sub.add_option("--trace", "Write a Chrome/Perfetto trace to this file");
+            return not_yet("simulate (the simulator)");
+          }};
+}
+
+Command plan_command() {
+  return {"plan", "Search parallel plans for a model on a cluster, rank them, write plan.json",
+          [](CLI::App& sub) {
+            sub.add_option("--model", "Model file or bundled name");
+            sub.add_option("--cluster", "Cluster file or bundled name");
+            sub.add_option("--gpus", "GPUs to use (default: the whole cluster)");
+            sub.add_option("--global-batch", "Sequences per iteration");
+            sub.add_option("--top", "How many ranked plans to print");
+            sub.add_flag("--json")->description("Print machine-readable JSON");
+            sub.add_option("--out", "Directory for plan.json and the launch script");
+            return not_yet("plan (the planner)");
+          }};
+}
+
+Command validate_command() {
+  return {"validate", "Compare predictions with every published measurement in the scenario library",
+          [](CLI::App& sub) {
+            sub.add_option("--engine", "analytic or simgrid")->check(CLI::IsMember({"analytic", "simgrid"}));
+            sub.add_flag("--json")->description("Print machine-readable JSON");
+            sub.add_flag("--local")->description("Closed loop on the local GPUs: predict, run the trainer, compare");
+            return not_yet("validate");
+          }};
+}
+
+Command calibrate_command() {
+  return {"calibrate", "Measure kernels and collectives on the local GPUs and write a calibration profile",
+          [](CLI::App& sub) {
+            sub.add_option("--model", "Model whose shapes to measure");
+            sub.add_option("--out", "Profile file to write (default profile.json)");
+            sub.add_flag("--json")->description("Print machine-readable JSON");
+            return not_yet("calibrate (needs the CUDA kernels and a GPU)");
+          }};
+}
+
+Command report_command() {
+  return {"report", "Write the HTML and markdown report (validation, closed loop, timelines, Pareto front)",
+          [](CLI::App& sub) {
+            sub.add_option("--out", "Output directory (default reports/)");
+            sub.add_flag("--json")->description("Print machine-readable JSON");
+            return not_yet("report");
+          }};
+}
+
+}  // namespace foresight::cli

@@ -1,0 +1,50 @@
+// Parameter and FLOP counts of a decoder-only transformer, per Narayanan et al. 2021 (SC21,
+// "Efficient Large-Scale Language Model Training on GPU Clusters", sec. 5.1 and appendix eq. 3),
+// generalised to any ffn_hidden, grouped-query attention and MoE FFNs. Conventions: a multiply-add
+// is 2 FLOPs; attention scores count the full s^2 (no causal halving), as eq. 3 does; backward
+// costs twice the forward. What is left out: layernorm, softmax, GeLU and bias FLOPs (<1%).
+#pragma once
+
+#include "core/enums.hpp"
+#include "core/model.hpp"
+#include "core/units.hpp"
+
+namespace foresight {
+
+/// Parameters of one dense transformer layer: QKV, output projection, two FFN GEMMs, their biases
+/// and two layernorms (Megatron: 12h^2 + 13h when ffn = 4h and kv_heads = heads).
+double dense_layer_parameters(const ModelSpec& m);
+
+/// Parameters of one MoE layer's FFN part across all experts plus the router (experts x FFN).
+double moe_ffn_parameters(const ModelSpec& m);
+
+/// All parameters: layers, token and position embeddings (tied output), final layernorm.
+double parameter_count(const ModelSpec& m);
+
+/// Parameters a token actually touches (MoE: top_k experts instead of all).
+double active_parameter_count(const ModelSpec& m);
+
+/// Forward FLOPs of one transformer layer for `tokens` tokens with context length `seq`:
+/// GEMMs 2*tokens*(QKV + proj + FFN weights) plus attention 4*tokens*seq*h (QK^T and AV).
+/// MoE layers count top_k experts per token and the router.
+Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool moe_layer);
+
+/// Forward FLOPs of the attention core alone (QK^T, AV): 4*tokens*seq*h.
+Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq);
+
+/// Forward FLOPs of the LM head (logits): 2*tokens*h*V.
+Flops logits_forward_flops(const ModelSpec& m, double tokens);
+
+/// Model FLOPs of one iteration (forward + backward = 3x forward; no recompute), for `batch`
+/// sequences. For a dense model with ffn = 4h this is Korthikanti 2022 eq. (model FLOPs):
+/// 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)).
+Flops model_flops_per_iteration(const ModelSpec& m, double batch);
+
+/// Hardware FLOPs: model FLOPs plus what recompute adds (full: one more forward of every layer,
+/// Narayanan eq. 3 = 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)); selective: the attention core again).
+Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute recompute);
+
+/// Narayanan et al. 2021 eq. 3 written literally (dense, ffn = 4h, full recompute): a cross-check.
+Flops narayanan_eq3_flops(double batch, double seq, double layers, double hidden, double vocab);
+
+}  // namespace foresight

@@ -1,0 +1,59 @@
+// GPUs, nodes and the network between them, as the scenario files describe them. Bandwidths are
+// per direction unless the name says otherwise; each GPU file cites where its numbers come from.
+#pragma once
+
+#include <string>
+
+#include "core/enums.hpp"
+#include "core/units.hpp"
+
+namespace foresight {
+
+struct GpuSpec {
+  std::string name;
+  int sms = 0;
+  double clock_MHz = 0;                 // boost clock the peaks assume
+  Bytes hbm;                            // device memory capacity
+  BytesPerSecond hbm_bandwidth;         // peak DRAM bandwidth
+  BytesPerSecond nvlink_bandwidth;      // per GPU, per direction (A100: 300 GB/s)
+  FlopsPerSecond peak_bf16, peak_fp16, peak_tf32, peak_fp32;  // dense tensor-core peaks
+  std::string source;
+
+  /// Dense peak for a compute dtype (tf32 and fp32 are distinct; fp8 falls back to 2x fp16 only
+  /// where the GPU file gives it).
+  FlopsPerSecond peak(Dtype dt) const;
+};
+
+struct IntraNodeSpec {
+  IntraFabric kind = IntraFabric::nvswitch;
+  BytesPerSecond bandwidth;  // per GPU, per direction, through the fabric
+  Seconds latency;           // one small message between two GPUs of a node
+};
+
+struct InterNodeSpec {
+  int nics_per_node = 0;
+  BytesPerSecond nic_bandwidth;   // per NIC, per direction
+  Seconds latency;                // one small message between two nodes
+  NetworkTopology topology = NetworkTopology::fat_tree;
+  double oversubscription = 1.0;  // 1 = full bisection
+};
+
+struct HostSpec {
+  BytesPerSecond pcie_bandwidth;  // host <-> one GPU, per direction
+  Bytes memory;                   // host memory per node
+};
+
+struct ClusterSpec {
+  std::string name;
+  int nodes = 0;
+  int gpus_per_node = 0;
+  GpuSpec gpu;
+  IntraNodeSpec intra;
+  InterNodeSpec inter;
+  HostSpec host;
+  std::string source;
+
+  int total_gpus() const { return nodes * gpus_per_node; }
+};
+
+}  // namespace foresight

@@ -1,0 +1,35 @@
+// A decoder-only transformer as the scenario files describe it (GPT-style: learned positions,
+// pre-LayerNorm, GeLU MLP, tied input/output embeddings), optionally with Mixture-of-Experts FFNs.
+// Parameter and FLOP counts for it live in core/flops.hpp.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace foresight {
+
+/// Mixture-of-Experts FFN layers (Switch/GShard style, as in DeepSpeed-MoE).
+struct MoeSpec {
+  int experts = 0;               // experts per MoE layer
+  int top_k = 1;                 // experts each token is routed to
+  double capacity_factor = 1.0;  // expert capacity = factor * tokens * top_k / experts
+  int every = 1;                 // every N-th layer's FFN is an MoE layer (2 = every other)
+};
+
+struct ModelSpec {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int seq_len = 0;
+  int vocab = 0;
+  int ffn_hidden = 0;  // defaults to 4 * hidden
+  int kv_heads = 0;    // defaults to heads (multi-head attention); fewer = grouped-query
+  std::optional<MoeSpec> moe;
+
+  int head_dim() const { return hidden / heads; }
+  /// Number of layers whose FFN is a Mixture-of-Experts layer.
+  int moe_layers() const { return moe ? layers / moe->every : 0; }
+};
+
+}  // namespace foresight

@@ -1,0 +1,110 @@
+#include "core/plan.hpp"
+
+#include <numeric>
+
+namespace foresight {
+
+namespace {
+std::string str(long long v) { return std::to_string(v); }
+std::string str(double v) {
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+std::optional<PlanViolation> fail(std::string field, std::string value, std::string rule) {
+  return PlanViolation{std::move(field), std::move(value), std::move(rule)};
+}
+}  // namespace
+
+std::optional<PlanViolation> check_model(const ModelSpec& m) {
+  if (m.hidden % m.heads != 0)
+    return fail("model.heads", str((long long)m.heads),
+                "must divide model.hidden = " + str((long long)m.hidden));
+  if (m.kv_heads <= 0 || m.heads % m.kv_heads != 0)
+    return fail("model.kv_heads", str((long long)m.kv_heads),
+                "must divide model.heads = " + str((long long)m.heads));
+  if (m.moe) {
+    if (m.moe->top_k > m.moe->experts)
+      return fail("model.moe.top_k", str((long long)m.moe->top_k),
+                  "must not exceed model.moe.experts = " + str((long long)m.moe->experts));
+    if (m.moe->every > m.layers)
+      return fail("model.moe.every", str((long long)m.moe->every),
+                  "must not exceed model.layers = " + str((long long)m.layers));
+  }
+  return std::nullopt;
+}
+
+std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c,
+                                        const TrainingSpec& t, const PlanSpec& p, int gpus_used) {
+  if (auto v = check_model(m)) return v;
+  const long long world = (long long)p.tp * p.pp * p.dp;
+  if (world != gpus_used)
+    return fail("plan", "tp*pp*dp = " + str((long long)p.tp) + "*" + str((long long)p.pp) + "*" +
+                            str((long long)p.dp) + " = " + str(world),
+                "must equal the GPUs used = " + str((long long)gpus_used));
+  if (gpus_used > c.total_gpus())
+    return fail("experiment.gpus", str((long long)gpus_used),
+                "must not exceed the cluster's " + str((long long)c.total_gpus()) + " GPUs (" +
+                    str((long long)c.nodes) + " nodes x " + str((long long)c.gpus_per_node) + ")");
+  if (m.layers % p.pp != 0)
+    return fail("plan.pp", str((long long)p.pp), "must divide model.layers = " + str((long long)m.layers));
+  if (m.heads % p.tp != 0)
+    return fail("plan.tp", str((long long)p.tp), "must divide model.heads = " + str((long long)m.heads));
+  if (m.ffn_hidden % p.tp != 0)
+    return fail("plan.tp", str((long long)p.tp),
+                "must divide model.ffn_hidden = " + str((long long)m.ffn_hidden));
+  if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
+    return fail("plan.tp", str((long long)p.tp),
+                "must divide model.kv_heads = " + str((long long)m.kv_heads) + " or be a multiple of it");
+  if (t.global_batch % (p.dp * p.micro_batch) != 0)
+    return fail("training.global_batch", str((long long)t.global_batch),
+                "must be a multiple of plan.dp * plan.micro_batch = " + str((long long)p.dp) + " * " +
+                    str((long long)p.micro_batch) + " = " + str((long long)p.dp * p.micro_batch));
+  if (p.zero < 0 || p.zero > 3) return fail("plan.zero", str((long long)p.zero), "must be 0, 1, 2 or 3");
+  if (p.offload.activations < 0.0 || p.offload.activations > 1.0)
+    return fail("plan.offload.activations", str(p.offload.activations), "must lie in [0, 1]");
+  if (p.virtual_stages > 1 && p.schedule != Schedule::interleaved)
+    return fail("plan.virtual_stages", str((long long)p.virtual_stages),
+                "greater than 1 needs plan.schedule = interleaved (it is " +
+                    std::string(to_string(p.schedule)) + ")");
+  if (p.schedule == Schedule::interleaved) {
+    if (p.pp < 2)
+      return fail("plan.schedule", "interleaved", "needs plan.pp >= 2 (it is " + str((long long)p.pp) + ")");
+    if (m.layers % (p.pp * p.virtual_stages) != 0)
+      return fail("plan.virtual_stages", str((long long)p.virtual_stages),
+                  "plan.pp * plan.virtual_stages = " + str((long long)p.pp * p.virtual_stages) +
+                      " must divide model.layers = " + str((long long)m.layers));
+    // Megatron-LM's interleaved schedule runs micro-batches in groups of pp.
+    if (p.micro_batches(t) % p.pp != 0)
+      return fail("plan.schedule", "interleaved",
+                  "needs the micro-batches per pipeline (" + str((long long)p.micro_batches(t)) +
+                      ") to be a multiple of plan.pp = " + str((long long)p.pp));
+  }
+  if (!p.token_slices.empty() && p.schedule != Schedule::terapipe)
+    return fail("plan.token_slices", "[" + str((long long)p.token_slices.size()) + " slices]",
+                "needs plan.schedule = terapipe (it is " + std::string(to_string(p.schedule)) + ")");
+  if (p.schedule == Schedule::terapipe && !p.token_slices.empty()) {
+    long long sum = 0;
+    for (int s : p.token_slices) {
+      if (s <= 0) return fail("plan.token_slices", str((long long)s), "every slice must be positive");
+      sum += s;
+    }
+    if (sum != m.seq_len)
+      return fail("plan.token_slices", "sum " + str(sum),
+                  "must sum to model.seq_len = " + str((long long)m.seq_len));
+  }
+  if (p.ep > 1 && !m.moe)
+    return fail("plan.ep", str((long long)p.ep), "greater than 1 needs a model with moe");
+  if (m.moe) {
+    if (m.moe->experts % p.ep != 0)
+      return fail("plan.ep", str((long long)p.ep),
+                  "must divide model.moe.experts = " + str((long long)m.moe->experts));
+    if (p.dp % p.ep != 0)
+      return fail("plan.ep", str((long long)p.ep),
+                  "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
+  }
+  return std::nullopt;
+}
+
+}  // namespace foresight

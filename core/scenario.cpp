@@ -1,0 +1,340 @@
+#include "core/scenario.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/config_paths.hpp"
+#include "core/yaml_reader.hpp"
+
+namespace fs = std::filesystem;
+
+namespace foresight {
+
+std::string scenarios_dir() {
+  if (const char* env = std::getenv("FORESIGHT_SCENARIOS"); env && *env) return env;
+  return default_scenarios_dir();
+}
+
+std::string resolve_scenario(const std::string& kind, const std::string& name_or_path) {
+  if (fs::exists(name_or_path) && fs::is_regular_file(name_or_path)) return name_or_path;
+  const fs::path lib = fs::path(scenarios_dir()) / kind / (name_or_path + ".yaml");
+  if (fs::exists(lib)) return lib.string();
+  throw SpecError(SourceLocation{"<command line>", 0, 0}, kind, name_or_path,
+                  "is neither a file nor a name in " + (fs::path(scenarios_dir()) / kind).string());
+}
+
+namespace {
+
+/// Parses one YAML file, turning yaml-cpp's exceptions into SpecErrors with a location.
+YAML::Node parse_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
+  try {
+    YAML::Node root = YAML::Load(in);
+    return root;
+  } catch (const YAML::Exception& e) {
+    const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
+    const int col = e.mark.is_null() ? 0 : e.mark.column + 1;
+    throw SpecError(SourceLocation{path, line, col}, "", "", "is not valid YAML: " + e.msg);
+  }
+}
+
+struct Section {
+  YAML::Node node;
+  std::string file;
+};
+
+/// Follows `parent[key]` to its mapping: inline, or through a chain of file references whose
+/// top-level key is `top_key`. `kind_dir` is where bare names live ("models", "gpus").
+class Resolver {
+ public:
+  Section resolve(MapReader& parent, const std::string& key, const std::string& top_key,
+                  const std::string& kind_dir) {
+    YAML::Node n = parent.child(key, true);
+    std::vector<std::string> chain{canonical(parent.file())};
+    std::string file = parent.file();
+    SourceLocation at = parent.where(key);
+    std::string field = parent.path(key);
+    while (n.IsScalar()) {
+      const std::string ref = n.Scalar();
+      const std::string target = locate(ref, file, kind_dir);
+      if (target.empty())
+        throw SpecError(at, field, ref,
+                        "refers to a file that does not exist (looked in " + looked_in(ref, file, kind_dir) + ")");
+      const std::string canon = canonical(target);
+      for (const auto& c : chain)
+        if (c == canon) {
+          std::string cyc;
+          for (const auto& x : chain) cyc += x + " -> ";
+          throw SpecError(at, field, ref, "makes a cyclic reference: " + cyc + canon);
+        }
+      chain.push_back(canon);
+      YAML::Node root = parse_file(target);
+      if (!root.IsMap() || root.size() != 1 || !root[top_key])
+        throw SpecError(location_of(root, target), top_key, "",
+                        "a referenced file must hold exactly one top-level key '" + top_key + "'");
+      file = target;
+      for (auto it = root.begin(); it != root.end(); ++it) {
+        at = location_of(it->second, target);
+        n = it->second;
+      }
+      field = top_key;
+    }
+    if (!n.IsMap())
+      throw SpecError(at, field, "", "must be a mapping or a reference to a file");
+    return Section{n, file};
+  }
+
+ private:
+  static std::string canonical(const std::string& p) {
+    std::error_code ec;
+    auto c = fs::weakly_canonical(p, ec);
+    return ec ? p : c.string();
+  }
+  static bool is_path(const std::string& ref) {
+    return ref.find('/') != std::string::npos || ref.ends_with(".yaml") || ref.ends_with(".yml");
+  }
+  static std::vector<fs::path> candidates(const std::string& ref, const std::string& from,
+                                          const std::string& kind_dir) {
+    const fs::path dir = fs::path(from).parent_path();
+    if (is_path(ref)) return {dir / ref};
+    // A bare name: the referring file's own scenario tree first, then the bundled library.
+    return {dir.parent_path() / kind_dir / (ref + ".yaml"), dir / (ref + ".yaml"),
+            fs::path(scenarios_dir()) / kind_dir / (ref + ".yaml")};
+  }
+  static std::string locate(const std::string& ref, const std::string& from, const std::string& kind_dir) {
+    for (const auto& c : candidates(ref, from, kind_dir))
+      if (fs::is_regular_file(c)) return c.string();
+    return "";
+  }
+  static std::string looked_in(const std::string& ref, const std::string& from, const std::string& kind_dir) {
+    std::string s;
+    for (const auto& c : candidates(ref, from, kind_dir)) s += (s.empty() ? "" : ", ") + c.string();
+    return s;
+  }
+};
+
+GpuSpec read_gpu(const Section& s) {
+  MapReader r(s.node, s.file, "gpu");
+  GpuSpec g;
+  g.name = r.get_string("name", std::nullopt);
+  g.sms = r.get_int("sms", std::nullopt, 1);
+  g.clock_MHz = r.get_double("clock_MHz", 0.0, 0.0);
+  g.hbm = gibibytes(r.get_double("hbm_GiB", std::nullopt, 0.0, true));
+  g.hbm_bandwidth = gigabytes_per_s(r.get_double("hbm_bandwidth_GBps", std::nullopt, 0.0, true));
+  g.nvlink_bandwidth = gigabytes_per_s(r.get_double("nvlink_GBps", 0.0, 0.0));
+  MapReader peaks(r.child("peak_TFLOPs", true), s.file, "gpu.peak_TFLOPs");
+  g.peak_bf16 = teraflops_per_s(peaks.get_double("bf16", 0.0, 0.0));
+  g.peak_fp16 = teraflops_per_s(peaks.get_double("fp16", std::nullopt, 0.0, true));
+  g.peak_tf32 = teraflops_per_s(peaks.get_double("tf32", std::nullopt, 0.0, true));
+  g.peak_fp32 = teraflops_per_s(peaks.get_double("fp32", std::nullopt, 0.0, true));
+  peaks.finish();
+  g.source = r.get_string("source", std::nullopt);
+  r.get_string("notes", "");
+  r.finish();
+  return g;
+}
+
+ClusterSpec read_cluster(const Section& s, Resolver& res) {
+  MapReader r(s.node, s.file, "cluster");
+  ClusterSpec c;
+  c.name = r.get_string("name", std::nullopt);
+  c.nodes = r.get_int("nodes", std::nullopt, 1);
+  c.gpus_per_node = r.get_int("gpus_per_node", std::nullopt, 1);
+  c.gpu = read_gpu(res.resolve(r, "gpu", "gpu", "gpus"));
+  {
+    MapReader in(r.child("intra_node", true), s.file, "cluster.intra_node");
+    c.intra.kind = in.get_enum<IntraFabric>("kind", std::nullopt);
+    c.intra.bandwidth = gigabytes_per_s(in.get_double("bandwidth_GBps", std::nullopt, 0.0, true));
+    c.intra.latency = microseconds(in.get_double("latency_us", std::nullopt, 0.0));
+    in.finish();
+  }
+  {
+    MapReader out(r.child("inter_node", true), s.file, "cluster.inter_node");
+    c.inter.nics_per_node = out.get_int("nics_per_node", std::nullopt, 0);
+    c.inter.nic_bandwidth = gigabits_per_s(out.get_double("nic_Gbps", std::nullopt, 0.0));
+    c.inter.latency = microseconds(out.get_double("latency_us", std::nullopt, 0.0));
+    c.inter.topology = out.get_enum<NetworkTopology>("topology", NetworkTopology::fat_tree);
+    c.inter.oversubscription = out.get_double("oversubscription", 1.0, 1.0);
+    out.finish();
+  }
+  {
+    MapReader h(r.child("host", true), s.file, "cluster.host");
+    c.host.pcie_bandwidth = gigabytes_per_s(h.get_double("pcie_GBps", std::nullopt, 0.0, true));
+    c.host.memory = gigabytes(h.get_double("memory_GB", std::nullopt, 0.0, true));
+    h.finish();
+  }
+  c.source = r.get_string("source", "");
+  r.get_string("notes", "");
+  r.finish();
+  if (c.nodes > 1 && c.inter.nics_per_node == 0)
+    throw SpecError(r.where("inter_node"), "cluster.inter_node.nics_per_node", "0",
+                    "must be at least 1 when the cluster has more than one node");
+  return c;
+}
+
+ModelSpec read_model(const Section& s) {
+  MapReader r(s.node, s.file, "model");
+  ModelSpec m;
+  m.name = r.get_string("name", std::nullopt);
+  m.layers = r.get_int("layers", std::nullopt, 1);
+  m.hidden = r.get_int("hidden", std::nullopt, 1);
+  m.heads = r.get_int("heads", std::nullopt, 1);
+  m.seq_len = r.get_int("seq_len", std::nullopt, 1);
+  m.vocab = r.get_int("vocab", std::nullopt, 1);
+  m.ffn_hidden = r.get_int("ffn_hidden", 0, 1);
+  if (m.ffn_hidden == 0) m.ffn_hidden = 4 * m.hidden;
+  m.kv_heads = r.get_int("kv_heads", m.heads, 1);
+  if (r.has("moe")) {
+    MapReader mr(r.child("moe", true), s.file, "model.moe");
+    MoeSpec moe;
+    moe.experts = mr.get_int("experts", std::nullopt, 1);
+    moe.top_k = mr.get_int("top_k", 1, 1);
+    moe.capacity_factor = mr.get_double("capacity_factor", 1.0, 0.0, true);
+    moe.every = mr.get_int("every", 1, 1);
+    mr.finish();
+    m.moe = moe;
+  }
+  r.get_string("source", "");
+  r.get_string("notes", "");
+  r.finish();
+  if (auto v = check_model(m)) {
+    const std::string key = v->field.substr(v->field.find('.') + 1);
+    throw SpecError(r.where(key.substr(0, key.find('.'))), v->field, v->value, v->rule);
+  }
+  return m;
+}
+
+void record(Experiment& e, const MapReader& r, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (r.node()[k]) e.locations[r.path(k)] = r.where(k);
+}
+
+}  // namespace
+
+GpuSpec load_gpu(const std::string& path) {
+  YAML::Node root = parse_file(path);
+  MapReader top(root, path, "");
+  Resolver res;
+  GpuSpec g = read_gpu(res.resolve(top, "gpu", "gpu", "gpus"));
+  top.finish();
+  return g;
+}
+
+ClusterSpec load_cluster(const std::string& path) {
+  YAML::Node root = parse_file(path);
+  MapReader top(root, path, "");
+  Resolver res;
+  ClusterSpec c = read_cluster(res.resolve(top, "cluster", "cluster", "clusters"), res);
+  top.finish();
+  return c;
+}
+
+ModelSpec load_model(const std::string& path) {
+  YAML::Node root = parse_file(path);
+  MapReader top(root, path, "");
+  Resolver res;
+  ModelSpec m = read_model(res.resolve(top, "model", "model", "models"));
+  top.finish();
+  return m;
+}
+
+Experiment load_experiment(const std::string& path) {
+  YAML::Node root = parse_file(path);
+  MapReader top(root, path, "");
+  Resolver res;
+  const Section sec = res.resolve(top, "experiment", "experiment", "experiments");
+  top.finish();
+
+  Experiment e;
+  e.file = path;
+  e.name = fs::path(path).stem().string();
+  MapReader r(sec.node, sec.file, "experiment");
+  e.model = read_model(res.resolve(r, "model", "model", "models"));
+  e.cluster = read_cluster(res.resolve(r, "cluster", "cluster", "clusters"), res);
+  {
+    MapReader t(r.child("training", true), sec.file, "training");
+    e.training.global_batch = t.get_int("global_batch", std::nullopt, 1);
+    e.training.dtype = t.get_enum<Dtype>("dtype", Dtype::bf16);
+    e.training.optimizer = t.get_enum<Optimizer>("optimizer", Optimizer::adam);
+    record(e, t, {"global_batch", "dtype", "optimizer"});
+    t.finish();
+  }
+  {
+    MapReader p(r.child("plan", true), sec.file, "plan");
+    PlanSpec& pl = e.plan;
+    pl.tp = p.get_int("tp", std::nullopt, 1);
+    pl.pp = p.get_int("pp", std::nullopt, 1);
+    pl.dp = p.get_int("dp", std::nullopt, 1);
+    pl.micro_batch = p.get_int("micro_batch", std::nullopt, 1);
+    pl.schedule = p.get_enum<Schedule>("schedule", Schedule::one_f_one_b);
+    pl.virtual_stages = p.get_int("virtual_stages", 1, 1);
+    pl.sequence_parallel = p.get_bool("sequence_parallel", false);
+    pl.recompute = p.get_enum<Recompute>("recompute", Recompute::none);
+    pl.zero = p.get_int("zero", 0, 0);
+    if (p.has("offload")) {
+      MapReader o(p.child("offload", true), sec.file, "plan.offload");
+      pl.offload.optimizer = o.get_bool("optimizer", false);
+      pl.offload.activations = o.get_double("activations", 0.0, 0.0);
+      e.locations["plan.offload.activations"] = o.where("activations");
+      o.finish();
+    }
+    pl.ep = p.get_int("ep", 1, 1);
+    pl.token_slices = p.get_int_list("token_slices", 1);
+    pl.framework = p.get_enum<Framework>("framework", Framework::megatron);
+    pl.placement = p.get_enum<Placement>("placement", Placement::tp_dp_pp);
+    e.locations["plan"] = location_of(p.node(), sec.file);
+    record(e, p, {"tp", "pp", "dp", "micro_batch", "schedule", "virtual_stages", "sequence_parallel",
+                  "recompute", "zero", "offload", "ep", "token_slices", "framework", "placement"});
+    p.finish();
+  }
+  if (r.has("nodes") && r.has("gpus"))
+    throw SpecError(r.where("gpus"), "experiment.gpus", "", "give either experiment.nodes or experiment.gpus, not both");
+  if (r.has("gpus")) {
+    e.gpus = r.get_int("gpus", std::nullopt, 1);
+    e.locations["experiment.gpus"] = r.where("gpus");
+  } else {
+    const int nodes = r.get_int("nodes", e.cluster.nodes, 1);
+    if (nodes > e.cluster.nodes)
+      throw SpecError(r.where("nodes"), "experiment.nodes", std::to_string(nodes),
+                      "must not exceed the cluster's " + std::to_string(e.cluster.nodes) + " nodes");
+    e.gpus = nodes * e.cluster.gpus_per_node;
+    e.locations["experiment.gpus"] = r.where("nodes");
+  }
+  if (r.has("measured")) {
+    MapReader mr(r.child("measured", true), sec.file, "measured");
+    Measured m;
+    auto opt = [&](const char* k) -> std::optional<double> {
+      if (!mr.has(k)) return std::nullopt;
+      return mr.get_double(k, std::nullopt, 0.0, true);
+    };
+    m.iteration_s = opt("iteration_s");
+    m.tflops_per_gpu = opt("tflops_per_gpu");
+    m.tokens_per_s = opt("tokens_per_s");
+    m.samples_per_s = opt("samples_per_s");
+    m.forward_ms = opt("forward_ms");
+    m.backward_ms = opt("backward_ms");
+    m.speedup = opt("speedup");
+    m.baseline = mr.get_string("baseline", "");
+    if (m.speedup && m.baseline.empty())
+      throw SpecError(mr.where("speedup"), "measured.baseline", "", "is required when measured.speedup is given");
+    m.flops_definition = mr.get_enum<FlopsDefinition>("flops_definition", FlopsDefinition::hardware);
+    m.source = mr.get_string("source", std::nullopt);
+    m.datapoint = mr.get_string("datapoint", "");
+    mr.finish();
+    e.measured = m;
+  }
+  e.notes = r.get_string("notes", "");
+  r.finish();
+  validate_experiment(e);
+  return e;
+}
+
+void validate_experiment(const Experiment& e) {
+  if (auto v = check_plan(e.model, e.cluster, e.training, e.plan, e.gpus))
+    throw SpecError(e.location_of(v->field), v->field, v->value, v->rule);
+}
+
+}  // namespace foresight

@@ -1,0 +1,61 @@
+// Reads one YAML mapping field by field with types, ranges and locations, and rejects keys nobody
+// asked for. Every value parsed from a scenario file passes through here, so every bad value gets
+// the same kind of message: file:line:col, the dotted field name, the value, the rule.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "core/enums.hpp"
+#include "core/error.hpp"
+
+namespace foresight {
+
+/// Location of a node (yaml-cpp marks are 0-based; ours are 1-based).
+SourceLocation location_of(const YAML::Node& node, const std::string& file);
+
+class MapReader {
+ public:
+  /// `node` must be a mapping; `prefix` is its dotted path ("plan", "cluster.inter_node").
+  MapReader(const YAML::Node& node, std::string file, std::string prefix);
+
+  bool has(const std::string& key) const;
+  const YAML::Node& node() const { return node_; }
+  const std::string& file() const { return file_; }
+  std::string path(const std::string& key) const;
+  SourceLocation where(const std::string& key) const;
+
+  /// The raw child (marks the key as known). Throws when required and missing.
+  YAML::Node child(const std::string& key, bool required);
+
+  int get_int(const std::string& key, std::optional<int> fallback, long long min_value);
+  double get_double(const std::string& key, std::optional<double> fallback, double min_value,
+                    bool min_exclusive = false);
+  bool get_bool(const std::string& key, std::optional<bool> fallback);
+  std::string get_string(const std::string& key, std::optional<std::string> fallback);
+  std::vector<int> get_int_list(const std::string& key, long long min_value);
+
+  template <class E>
+  E get_enum(const std::string& key, std::optional<E> fallback) {
+    std::optional<std::string> fb;
+    if (fallback) fb = to_string(*fallback);
+    std::string s = get_string(key, fb);
+    if (auto e = parse_enum<E>(s)) return *e;
+    throw SpecError(where(key), path(key), s, "must be one of: " + allowed_values<E>());
+  }
+
+  /// Throws on any key that was never asked for, listing the keys this mapping knows.
+  void finish() const;
+
+ private:
+  YAML::Node scalar(const std::string& key, bool required);
+  YAML::Node node_;
+  std::string file_, prefix_;
+  mutable std::set<std::string> known_;
+};
+
+}  // namespace foresight
