@@ -74,7 +74,8 @@ class Resolver {
       YAML::Node root = parse_file(target);
       if (!root.IsMap() || root.size() != 1 || !root[top_key])
         throw SpecError(location_of(root, target), top_key, "",
-                        "a referenced file must hold exactly one top-level key '" + top_key + "'");
+                        "a file referenced as " + field + " (at " + at.to_string() +
+                            ") must hold exactly one top-level key '" + top_key + "'");
       file = target;
       for (auto it = root.begin(); it != root.end(); ++it) {
         at = location_of(it->second, target);
@@ -208,8 +209,9 @@ ModelSpec read_model(const Section& s) {
 }
 
 void record(Experiment& e, const MapReader& r, std::initializer_list<const char*> keys) {
+  const YAML::Node& n = r.node();
   for (const char* k : keys)
-    if (r.node()[k]) e.locations[r.path(k)] = r.where(k);
+    if (n[k].IsDefined()) e.locations[r.path(k)] = r.where(k);
 }
 
 }  // namespace

@@ -11,6 +11,9 @@ SourceLocation location_of(const YAML::Node& node, const std::string& file) {
   return SourceLocation{file, m.line + 1, m.column + 1};
 }
 
+// yaml-cpp's default Node() is a defined null, so "absent" means undefined or null.
+static bool missing(const YAML::Node& n) { return !n.IsDefined() || n.IsNull(); }
+
 static std::string describe(const YAML::Node& n) {
   if (n.IsScalar()) return n.Scalar();
   if (n.IsSequence()) return "[a list]";
@@ -26,7 +29,8 @@ MapReader::MapReader(const YAML::Node& node, std::string file, std::string prefi
 
 bool MapReader::has(const std::string& key) const {
   known_.insert(key);
-  return static_cast<bool>(node_[key]);
+  const YAML::Node& cn = node_;
+  return !missing(cn[key]);
 }
 
 std::string MapReader::path(const std::string& key) const {
@@ -41,8 +45,9 @@ SourceLocation MapReader::where(const std::string& key) const {
 
 YAML::Node MapReader::child(const std::string& key, bool required) {
   known_.insert(key);
-  YAML::Node n = node_[key];
-  if (!n || n.IsNull()) {
+  const YAML::Node& cn = node_;
+  YAML::Node n = cn[key];
+  if (missing(n)) {
     if (required) throw SpecError(location_of(node_, file_), path(key), "", "is required but missing");
     return YAML::Node();
   }
@@ -51,14 +56,14 @@ YAML::Node MapReader::child(const std::string& key, bool required) {
 
 YAML::Node MapReader::scalar(const std::string& key, bool required) {
   YAML::Node n = child(key, required);
-  if (n && !n.IsScalar())
+  if (!missing(n) && !n.IsScalar())
     throw SpecError(where(key), path(key), describe(n), "must be a single value, not a list or mapping");
   return n;
 }
 
 int MapReader::get_int(const std::string& key, std::optional<int> fallback, long long min_value) {
   YAML::Node n = scalar(key, !fallback.has_value());
-  if (!n) return *fallback;
+  if (missing(n)) return *fallback;
   const std::string& s = n.Scalar();
   long long v = 0;
   std::size_t used = 0;
@@ -78,7 +83,7 @@ int MapReader::get_int(const std::string& key, std::optional<int> fallback, long
 double MapReader::get_double(const std::string& key, std::optional<double> fallback, double min_value,
                              bool min_exclusive) {
   YAML::Node n = scalar(key, !fallback.has_value());
-  if (!n) return *fallback;
+  if (missing(n)) return *fallback;
   const std::string& s = n.Scalar();
   double v = 0;
   std::size_t used = 0;
@@ -99,7 +104,7 @@ double MapReader::get_double(const std::string& key, std::optional<double> fallb
 
 bool MapReader::get_bool(const std::string& key, std::optional<bool> fallback) {
   YAML::Node n = scalar(key, !fallback.has_value());
-  if (!n) return *fallback;
+  if (missing(n)) return *fallback;
   const std::string& s = n.Scalar();
   if (s == "true") return true;
   if (s == "false") return false;
@@ -108,14 +113,14 @@ bool MapReader::get_bool(const std::string& key, std::optional<bool> fallback) {
 
 std::string MapReader::get_string(const std::string& key, std::optional<std::string> fallback) {
   YAML::Node n = scalar(key, !fallback.has_value());
-  if (!n) return *fallback;
+  if (missing(n)) return *fallback;
   return n.Scalar();
 }
 
 std::vector<int> MapReader::get_int_list(const std::string& key, long long min_value) {
   YAML::Node n = child(key, false);
   std::vector<int> out;
-  if (!n) return out;
+  if (missing(n)) return out;
   if (!n.IsSequence()) throw SpecError(where(key), path(key), describe(n), "must be a list of integers");
   if (n.size() > 1000000)
     throw SpecError(where(key), path(key), std::to_string(n.size()) + " entries", "must have at most 1000000 entries");

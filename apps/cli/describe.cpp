@@ -19,7 +19,7 @@ std::vector<Section> describe_sections(const Experiment& e) {
   const double peak_total = e.gpus * e.cluster.gpu.peak(e.training.dtype).value();
   std::vector<Section> s;
   s.push_back({"Model", "",
-               {{"parameters", parameter_count(e.model), "", "Parameters", 0},
+               {{"parameters", parameter_count(e.model), "", "Parameters (exact count)", 0},
                 {"parameters_B", parameter_count(e.model) / 1e9, "billion", "Parameters", 2},
                 {"active_parameters_B", active_parameter_count(e.model) / 1e9, "billion",
                  "Active parameters per token", 2}}});

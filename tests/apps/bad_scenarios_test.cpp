@@ -1,0 +1,94 @@
+// Malformed scenario files: each must be refused through the user-error channel with the file,
+// line, field, value and rule in the message, exit code 2, and nothing written to stdout.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/cli/cli.hpp"
+
+namespace {
+
+struct BadCase {
+  const char* file;                   // tests/data/bad/<file>.yaml
+  std::vector<std::string> expected;  // substrings the error message must contain
+};
+
+const std::vector<BadCase> kCases = {
+    {"pp_not_dividing_layers", {"plan.pp = 10", "must divide model.layers = 105", ":8:"}},
+    {"tp_not_dividing_heads", {"plan.tp = 5", "must divide model.heads = 128"}},
+    {"world_mismatch", {"tp*pp*dp = 8*35*9 = 2520", "must equal the GPUs used = 2240"}},
+    {"batch_not_divisible", {"training.global_batch = 1921", "multiple of plan.dp * plan.micro_batch"}},
+    {"negative_tp", {"plan.tp = -8", "must be at least 1"}},
+    {"zero_micro_batch", {"plan.micro_batch = 0", "must be at least 1"}},
+    {"string_for_int", {"plan.pp = thirty-five", "must be an integer"}},
+    {"float_for_int", {"plan.dp = 8.5", "must be an integer"}},
+    {"unknown_plan_key", {"plan.pipeline_chunks", "is not a known key"}},
+    {"unknown_top_key", {"experiment.gpu_count", "is not a known key"}},
+    {"bad_schedule", {"plan.schedule = 2f2b", "gpipe | 1f1b | interleaved | terapipe"}},
+    {"bad_recompute", {"plan.recompute = partial", "none | selective | full"}},
+    {"zero_out_of_range", {"plan.zero = 4", "must be 0, 1, 2 or 3"}},
+    {"missing_plan_field", {"plan.tp", "is required but missing"}},
+    {"missing_training", {"training", "is required but missing"}},
+    {"missing_model_file", {"experiment.model = ../good/no-such-model.yaml", "does not exist"}},
+    {"too_many_nodes", {"experiment.nodes = 600", "must not exceed the cluster's 560 nodes"}},
+    {"virtual_stages_without_interleaved", {"plan.virtual_stages = 3", "needs plan.schedule = interleaved"}},
+    {"interleaved_layers", {"plan.virtual_stages = 2", "must divide model.layers = 105"}},
+    {"token_slices_without_terapipe", {"plan.token_slices", "needs plan.schedule = terapipe"}},
+    {"token_slices_bad_sum", {"plan.token_slices = sum 2024", "must sum to model.seq_len = 2048"}},
+    {"offload_fraction_range", {"plan.offload.activations = 1.5", "must lie in [0, 1]"}},
+    {"ep_without_moe", {"plan.ep = 2", "needs a model with moe"}},
+    {"bool_type", {"plan.sequence_parallel = maybe", "must be true or false"}},
+    {"plan_is_list", {"plan", "must be a mapping"}},
+    {"negative_measured", {"measured.iteration_s = -60.1", "must be greater than 0"}},
+    {"invalid_yaml", {"is not valid YAML", "invalid_yaml.yaml:"}},
+    {"cyclic_a", {"cyclic reference"}},
+    {"moe_experts_not_divisible", {"plan.ep = 4", "must divide model.moe.experts = 6"}},
+    {"hidden_not_divisible_by_heads", {"model.heads = 3", "must divide model.hidden = 100"}},
+    {"bad_gpu_name", {"cluster.gpu = no-such-gpu", "does not exist"}},
+    {"bad_fabric", {"cluster.intra_node.kind = infiniband", "nvswitch | nvlink-mesh | pcie"}},
+    {"wrong_top_key_in_ref", {"exactly one top-level key 'model'"}},
+    {"negative_bandwidth", {"cluster.intra_node.bandwidth_GBps = -300", "must be greater than 0"}}
+};
+
+class BadScenario : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadScenario, RefusedWithLocatedMessageAndExitCode2) {
+  const BadCase& c = GetParam();
+  const std::string path = std::string(FORESIGHT_TEST_DATA) + "/bad/" + c.file + ".yaml";
+  std::ostringstream out, err;
+  const int rc = foresight::cli::run_cli({"describe", path}, out, err);
+  EXPECT_EQ(rc, 2) << err.str();
+  EXPECT_TRUE(out.str().empty()) << "stdout must stay empty on error, got: " << out.str();
+  const std::string msg = err.str();
+  EXPECT_NE(msg.find(c.file), std::string::npos) << "message must name the file: " << msg;
+  for (const auto& e : c.expected) EXPECT_NE(msg.find(e), std::string::npos) << "missing '" << e << "' in: " << msg;
+  // A location with a line number: "<file>.yaml:<line>" (cyclic and missing-file errors point at the referring line).
+  EXPECT_NE(msg.find(".yaml:"), std::string::npos) << "message must carry file:line: " << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(Malformed, BadScenario, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<BadCase>& i) { return std::string(i.param.file); });
+
+TEST(BadScenario, AtLeastTwentyCases) { EXPECT_GE(kCases.size(), 20u); }
+
+TEST(GoodScenario, FixtureLoadsAndDescribes) {
+  std::ostringstream out, err;
+  const int rc = foresight::cli::run_cli({"describe", std::string(FORESIGHT_TEST_DATA) + "/good/experiment.yaml"}, out, err);
+  EXPECT_EQ(rc, 0) << err.str();
+  EXPECT_NE(out.str().find("GPUs used"), std::string::npos);
+}
+
+TEST(CommandLine, UnknownOptionIsExit2) {
+  std::ostringstream out, err;
+  EXPECT_EQ(foresight::cli::run_cli({"describe", "--no-such-flag", "x"}, out, err), 2);
+}
+
+TEST(CommandLine, UnknownScenarioNameIsExit2) {
+  std::ostringstream out, err;
+  EXPECT_EQ(foresight::cli::run_cli({"describe", "no-such-experiment-name"}, out, err), 2);
+  EXPECT_NE(err.str().find("no-such-experiment-name"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,100 @@
+// Parameter and FLOP counts against Narayanan et al. 2021 (SC21) and hand computations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/flops.hpp"
+#include "core/scenario.hpp"
+
+using namespace foresight;
+
+namespace {
+ModelSpec gpt(int layers, int hidden, int heads, int vocab = 51200, int seq = 2048) {
+  ModelSpec m;
+  m.name = "gpt";
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.seq_len = seq;
+  m.vocab = vocab;
+  m.ffn_hidden = 4 * hidden;
+  m.kv_heads = heads;
+  return m;
+}
+}  // namespace
+
+TEST(Parameters, MegatronLayerIs12hSquaredPlus13h) {
+  // Narayanan 2021 sec. 5.1: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)); one layer = 12h^2 + 13h.
+  const ModelSpec m = gpt(1, 1024, 16);
+  EXPECT_DOUBLE_EQ(dense_layer_parameters(m), 12.0 * 1024 * 1024 + 13.0 * 1024);
+}
+
+TEST(Parameters, TotalMatchesNarayananClosedForm) {
+  const ModelSpec m = gpt(105, 20480, 128);
+  const double l = 105, h = 20480, V = 51200, s = 2048;
+  const double closed = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
+  // Closed form omits the final layernorm (2h): tiny.
+  EXPECT_NEAR(parameter_count(m), closed + 2 * h, 1.0);
+}
+
+TEST(Parameters, Gpt2SmallIs124M) {
+  // GPT-2 small: 12 layers, 768 hidden, vocab 50257, 1024 positions: 124.4M parameters (tied).
+  const ModelSpec m = gpt(12, 768, 12, 50257, 1024);
+  EXPECT_NEAR(parameter_count(m) / 1e6, 124.44, 0.01);
+}
+
+TEST(Parameters, Sc21TableModelsWithinTwoPercentOfPublishedSizes) {
+  // Narayanan et al. 2021, Table 1 (published parameter counts, billions), bundled model files.
+  struct Row { const char* model; double published_b; };
+  const Row rows[] = {{"sc21-1.7b", 1.7},  {"sc21-3.6b", 3.6},  {"sc21-7.5b", 7.5}, {"sc21-18b", 18.4},
+                      {"sc21-39b", 39.1},  {"sc21-76b", 76.1},  {"sc21-145b", 145.6},
+                      {"sc21-310b", 310.1}, {"sc21-530b", 529.6}, {"sc21-1t", 1008.0}};
+  for (const auto& r : rows) {
+    const ModelSpec m = load_model(resolve_scenario("models", r.model));
+    const double b = parameter_count(m) / 1e9;
+    EXPECT_NEAR(b / r.published_b, 1.0, 0.02) << r.model << ": " << b << " B vs published " << r.published_b << " B";
+  }
+}
+
+TEST(Flops, HardwareFlopsWithFullRecomputeIsNarayananEq3) {
+  const ModelSpec m = gpt(96, 12288, 96);
+  const Flops ours = hardware_flops_per_iteration(m, 1536, Recompute::full);
+  const Flops eq3 = narayanan_eq3_flops(1536, 2048, 96, 12288, 51200);
+  EXPECT_NEAR(ours / eq3, 1.0, 1e-12);
+}
+
+TEST(Flops, ModelFlopsIsKorthikantiFormula) {
+  // Korthikanti 2022 sec. 6.3: model FLOPs = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+  const ModelSpec m = gpt(105, 20480, 128);
+  const double B = 1920, s = 2048, l = 105, h = 20480, V = 51200;
+  const double expected = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+  EXPECT_NEAR(model_flops_per_iteration(m, B).value() / expected, 1.0, 1e-12);
+}
+
+TEST(Flops, MtNlgHardwareFlopsMatchPublishedThroughput) {
+  // Smith et al. 2022 sec. 2.4: 126 TFLOP/s per GPU x 2240 GPUs x 60.1 s per iteration.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-280"));
+  const double published = 126e12 * 2240 * 60.1;
+  const double ours = hardware_flops_per_iteration(e.model, e.training.global_batch, e.plan.recompute).value();
+  EXPECT_NEAR(ours / published, 1.0, 0.03);
+  EXPECT_NEAR(parameter_count(e.model) / 530e9, 1.0, 0.01);
+}
+
+TEST(Flops, SelectiveRecomputeAddsOnlyTheAttentionCore) {
+  const ModelSpec m = gpt(2, 256, 4, 1000, 128);
+  const double B = 2, s = 128, h = 256, l = 2;
+  const Flops diff = hardware_flops_per_iteration(m, B, Recompute::selective) - model_flops_per_iteration(m, B);
+  EXPECT_DOUBLE_EQ(diff.value(), 4 * B * s * s * h * l);  // QK^T and AV once more per layer
+}
+
+TEST(Flops, MoeCountsTopKExperts) {
+  ModelSpec m = gpt(2, 256, 4, 1000, 128);
+  const double dense = model_flops_per_iteration(m, 1).value();
+  m.moe = MoeSpec{.experts = 8, .top_k = 2, .capacity_factor = 1.0, .every = 2};
+  // Layer 2 of 2 is MoE: its FFN runs twice (top-2) plus the router (h x experts GEMM).
+  const double tokens = 128, h = 256, ffn = 1024;
+  const double extra = 3 * (2 * tokens * (2 * h * ffn) + 2 * tokens * h * 8);
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(m, 1).value(), dense + extra);
+  EXPECT_DOUBLE_EQ(parameter_count(m) - parameter_count(gpt(2, 256, 4, 1000, 128)),
+                   7 * (2 * h * ffn + ffn + h) + h * 8);
+}

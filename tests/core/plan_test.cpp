@@ -1,0 +1,62 @@
+// check_plan: each rule by itself, on a plan that is otherwise valid.
+#include <gtest/gtest.h>
+
+#include "core/plan.hpp"
+
+using namespace foresight;
+
+namespace {
+struct Fixture {
+  ModelSpec m{.name = "m", .layers = 24, .hidden = 2048, .heads = 16, .seq_len = 2048, .vocab = 51200,
+              .ffn_hidden = 8192, .kv_heads = 16, .moe = std::nullopt};
+  ClusterSpec c;
+  TrainingSpec t{.global_batch = 512, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  PlanSpec p;
+  Fixture() {
+    c.nodes = 4;
+    c.gpus_per_node = 8;
+    p.tp = 2;
+    p.pp = 4;
+    p.dp = 4;
+    p.micro_batch = 2;
+  }
+  std::optional<PlanViolation> check() const { return check_plan(m, c, t, p, 32); }
+};
+}  // namespace
+
+TEST(CheckPlan, ValidPlanPasses) { EXPECT_FALSE(Fixture().check().has_value()); }
+
+TEST(CheckPlan, EachRuleNamesItsField) {
+  struct Case { std::function<void(Fixture&)> edit; const char* field; };
+  const std::vector<Case> cases = {
+      {[](Fixture& f) { f.p.dp = 2; }, "plan"},
+      {[](Fixture& f) { f.p.pp = 16; f.p.dp = 1; }, "plan.pp"},  // 24 % 16
+      {[](Fixture& f) { f.p.tp = 32; f.p.pp = 1; f.p.dp = 1; }, "plan.tp"},
+      {[](Fixture& f) { f.t.global_batch = 100; }, "training.global_batch"},
+      {[](Fixture& f) { f.p.zero = 5; }, "plan.zero"},
+      {[](Fixture& f) { f.p.virtual_stages = 2; }, "plan.virtual_stages"},
+      {[](Fixture& f) { f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 4; }, "plan.virtual_stages"},
+      {[](Fixture& f) { f.p.token_slices = {1024, 1024}; }, "plan.token_slices"},
+      {[](Fixture& f) { f.p.schedule = Schedule::terapipe; f.p.token_slices = {1024, 1023}; }, "plan.token_slices"},
+      {[](Fixture& f) { f.p.ep = 2; }, "plan.ep"},
+      {[](Fixture& f) { f.p.offload.activations = -0.1; }, "plan.offload.activations"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    Fixture f;
+    cases[i].edit(f);
+    auto v = f.check();
+    ASSERT_TRUE(v.has_value()) << "case " << i;
+    EXPECT_EQ(v->field, cases[i].field) << "case " << i << ": " << v->rule;
+  }
+}
+
+TEST(CheckPlan, InterleavedNeedsMicroBatchesInGroupsOfPp) {
+  Fixture f;
+  f.p.schedule = Schedule::interleaved;
+  f.p.virtual_stages = 2;  // 24 layers / (4*2) = 3 per chunk
+  EXPECT_FALSE(f.check().has_value());  // 512 / (4*2) = 64 micro-batches, a multiple of 4
+  f.t.global_batch = 8 * 6;            // 6 micro-batches: not a multiple of pp = 4
+  auto v = f.check();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->field, "plan.schedule");
+}
