@@ -1,0 +1,105 @@
+#include "sim/analytic_engine.hpp"
+
+#include <optional>
+#include <queue>
+
+#include "core/error.hpp"
+
+namespace foresight::sim {
+
+Seconds StageBreakdown::total() const {
+  Seconds t = idle;
+  for (const auto& b : busy) t += b;
+  return t;
+}
+
+SimResult run_analytic(const Workload& w) {
+  const Graph& g = w.graph;
+  const std::size_t n = boost::num_vertices(g);
+  SimResult r;
+  r.timings.assign(n, {});
+  std::vector<int> waiting(n, 0);
+  std::vector<Seconds> ready(n, Seconds(0));
+  for (std::size_t v = 0; v < n; ++v) waiting[v] = int(boost::in_degree(v, g));
+  std::vector<Seconds> free_at(w.resources.size(), Seconds(0));
+
+  using Item = std::pair<double, std::size_t>;  // (ready time, creation id): earliest first
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> q;
+  for (std::size_t v = 0; v < n; ++v)
+    if (waiting[v] == 0) q.push({0.0, v});
+  std::size_t done = 0;
+  while (!q.empty()) {
+    const auto [rt, v] = q.top();
+    q.pop();
+    const Task& t = g[v];
+    Seconds start = Seconds(rt);
+    for (int res : t.resources) start = max(start, free_at[res]);
+    const Seconds finish = start + t.duration;
+    for (int res : t.resources) free_at[res] = finish;
+    r.timings[v] = {start, finish};
+    r.iteration = max(r.iteration, finish);
+    ++done;
+    for (auto [e, end] = boost::out_edges(v, g); e != end; ++e) {
+      const std::size_t u = boost::target(*e, g);
+      ready[u] = max(ready[u], finish);
+      if (--waiting[u] == 0) q.push({ready[u].value(), u});
+    }
+  }
+  FORESIGHT_CHECK(done == n) << "workload graph has a cycle: scheduled " << done << " of " << n << " tasks";
+
+  // Breakdown per stage from its compute stream: busy time by category, the rest idle.
+  const int p = w.shape.stages;
+  r.stages.resize(p);
+  for (int s = 0; s < p; ++s) r.stages[s].stage = s;
+  for (std::size_t v = 0; v < n; ++v) {
+    const Task& t = g[v];
+    const bool on_compute = !t.resources.empty() && t.resources.front() == w.compute_resource(t.stage);
+    if (on_compute) r.stages[t.stage].busy[int(t.category)] += t.duration;
+  }
+  // Exposed data-parallel synchronisation: the gap on the compute stream between the last
+  // backward and the optimizer step is counted as dp_comm, not idle.
+  for (std::size_t v = 0; v < n; ++v) {
+    const Task& t = g[v];
+    if (t.category != Category::optimizer) continue;
+    Seconds latest_compute_pred;
+    Seconds latest_pred;
+    for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) {
+      const std::size_t u = boost::source(*e, g);
+      latest_pred = max(latest_pred, r.timings[u].finish);
+      if (g[u].category != Category::dp_comm) latest_compute_pred = max(latest_compute_pred, r.timings[u].finish);
+    }
+    if (latest_pred > latest_compute_pred) r.stages[t.stage].busy[int(Category::dp_comm)] += latest_pred - latest_compute_pred;
+  }
+  // Waiting for transfers: when a compute-stream task was held back by a transfer from another
+  // stage, the part of the wait during which that transfer was running is exposed pipeline
+  // communication; the rest of the idle time is pipeline bubble.
+  for (std::size_t v = 0; v < n; ++v) {
+    const Task& t = g[v];
+    if (t.resources.empty() || t.resources.front() != w.compute_resource(t.stage)) continue;
+    Seconds others_ready;
+    std::optional<TaskTiming> transfer;
+    for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) {
+      const std::size_t u = boost::source(*e, g);
+      if (g[u].category == Category::pp_comm && g[u].stage != t.stage) {
+        if (!transfer || r.timings[u].finish > transfer->finish) transfer = r.timings[u];
+      } else {
+        others_ready = max(others_ready, r.timings[u].finish);
+      }
+    }
+    if (transfer && transfer->finish > others_ready)
+      r.stages[t.stage].pp_wait += transfer->finish - max(others_ready, transfer->start);
+  }
+  int best = 0;
+  for (int s = 0; s < p; ++s) {
+    Seconds busy;
+    for (const auto& b : r.stages[s].busy) busy += b;
+    r.stages[s].idle = r.iteration - busy;
+    Seconds best_busy;
+    for (const auto& b : r.stages[best].busy) best_busy += b;
+    if (busy > best_busy) best = s;
+  }
+  r.critical_stage = best;
+  return r;
+}
+
+}  // namespace foresight::sim

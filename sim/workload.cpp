@@ -1,0 +1,246 @@
+#include "sim/workload.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "core/error.hpp"
+
+namespace foresight::sim {
+
+const char* to_string(Category c) {
+  switch (c) {
+    case Category::forward: return "forward";
+    case Category::backward: return "backward";
+    case Category::recompute: return "recompute";
+    case Category::tp_comm: return "tp_comm";
+    case Category::ep_comm: return "ep_comm";
+    case Category::pp_comm: return "pp_comm";
+    case Category::dp_comm: return "dp_comm";
+    case Category::optimizer: return "optimizer";
+    case Category::offload: return "offload";
+  }
+  return "?";
+}
+
+namespace {
+
+class Builder {
+ public:
+  explicit Builder(const WorkloadCosts& c) : c_(c) {
+    w_.shape = c.shape;
+    const int p = c.shape.stages;
+    FORESIGHT_CHECK(int(c.chunk.size()) == p) << "costs for " << c.chunk.size() << " stages, expected " << p;
+    for (int s = 0; s < p; ++s) w_.resources.push_back({ResourceKind::compute, s, "stage" + std::to_string(s) + ".compute"});
+    for (int s = 0; s < p; ++s) w_.resources.push_back({ResourceKind::dp_comm, s, "stage" + std::to_string(s) + ".dp"});
+    for (int s = 0; s < p; ++s) w_.resources.push_back({ResourceKind::offload, s, "stage" + std::to_string(s) + ".offload"});
+    for (int s = 0; s + 1 < p; ++s) {
+      w_.resources.push_back({ResourceKind::link_forward, s, "link" + std::to_string(s) + "->" + std::to_string(s + 1)});
+      w_.resources.push_back({ResourceKind::link_backward, s, "link" + std::to_string(s + 1) + "->" + std::to_string(s)});
+    }
+  }
+
+  Workload build() {
+    const ScheduleShape& sh = c_.shape;
+    const int p = sh.stages, v = sh.virtual_stages;
+    const int segments = p * v;
+    std::vector<std::vector<ScheduledOp>> orders(p);
+    for (int s = 0; s < p; ++s) orders[s] = stage_schedule(sh, s);
+
+    // Pass 1: the compute tasks of every op, chained per stage in schedule order.
+    for (int s = 0; s < p; ++s)
+      for (const auto& op : orders[s]) add_op(s, op);
+
+    // Pass 2: cross-stage dependencies: the producer's transfer task precedes the consumer.
+    for (int s = 0; s < p; ++s) {
+      for (const auto& op : orders[s]) {
+        const int g = op.chunk * p + s;
+        const auto key = std::make_tuple(op.pass, op.microbatch, g, op.slice);
+        if (op.pass == Pass::forward && g > 0)
+          edge(lookup(send_, std::make_tuple(Pass::forward, op.microbatch, g - 1, op.slice)), lookup(seg_first_, key));
+        if (op.pass == Pass::backward) {
+          if (g + 1 < segments)
+            edge(lookup(send_, std::make_tuple(Pass::backward, op.microbatch, g + 1, op.slice)), lookup(seg_first_, key));
+          // The backward of a segment needs its own forward (stashed activations).
+          edge(lookup(seg_last_, std::make_tuple(Pass::forward, op.microbatch, g, op.slice)), lookup(seg_first_, key));
+        }
+      }
+    }
+
+    // Pass 3: data-parallel gradient synchronisation and the optimizer step per stage.
+    for (int s = 0; s < p; ++s) {
+      const Seconds sync = at(c_.dp_grad_sync, s);
+      TaskId after_backward = last_on_compute_[s];
+      TaskId sync_task = after_backward;
+      if (sync > Seconds(0)) {
+        Task t = base(Category::dp_comm, s, "dp_grad_sync");
+        t.duration = sync;
+        t.resources = {p + s};
+        sync_task = add(t);
+        if (c_.overlap_dp_with_backward) {
+          // Starts when the last backward of chunk 0 (the earliest-finishing layers) completes;
+          // approximated by the stage's last backward op of any chunk minus nothing: conservative.
+          edge(after_backward, sync_task);
+        } else {
+          edge(after_backward, sync_task);
+        }
+      }
+      Task opt = base(Category::optimizer, s, "optimizer_step");
+      opt.duration = at(c_.optimizer, s);
+      opt.resources = {s};
+      TaskId opt_id = add(opt);
+      edge(sync_task, opt_id);
+      if (after_backward != sync_task) edge(after_backward, opt_id);
+      const Seconds gather = at(c_.dp_param_gather, s);
+      if (gather > Seconds(0)) {
+        Task g = base(Category::dp_comm, s, "dp_param_gather");
+        g.duration = gather;
+        g.resources = {p + s};
+        edge(opt_id, add(g));
+      }
+    }
+    return std::move(w_);
+  }
+
+ private:
+  static Seconds at(const std::vector<Seconds>& v, int i) { return i < int(v.size()) ? v[i] : Seconds(0); }
+
+  Task base(Category cat, int stage, std::string name) {
+    Task t;
+    t.category = cat;
+    t.stage = stage;
+    t.name = std::move(name);
+    return t;
+  }
+
+  TaskId add(const Task& t) { return boost::add_vertex(t, w_.graph); }
+  void edge(TaskId a, TaskId b) {
+    if (a != b) boost::add_edge(a, b, w_.graph);
+  }
+
+  /// Appends a task to stage s's compute stream, after the previous one.
+  TaskId append_compute(Task t, int s) {
+    t.resources.insert(t.resources.begin(), s);
+    const TaskId id = add(t);
+    if (auto it = last_on_compute_.find(s); it != last_on_compute_.end()) edge(it->second, id);
+    last_on_compute_[s] = id;
+    return id;
+  }
+
+  void add_op(int s, const ScheduledOp& op) {
+    const ChunkCosts& cc = c_.chunk.at(s).at(op.chunk).at(op.slice);
+    const int g = op.chunk * c_.shape.stages + s;
+    const auto key = std::make_tuple(op.pass, op.microbatch, g, op.slice);
+    auto piece = [&](Category cat, Seconds d, const char* what) -> std::optional<TaskId> {
+      if (d <= Seconds(0)) return std::nullopt;
+      Task t = base(cat, s, std::string(what) + " mb" + std::to_string(op.microbatch) + " c" +
+                                std::to_string(op.chunk) + (c_.shape.slices > 1 ? " s" + std::to_string(op.slice) : ""));
+      t.pass = op.pass;
+      t.chunk = op.chunk;
+      t.microbatch = op.microbatch;
+      t.slice = op.slice;
+      t.duration = d;
+      return append_compute(t, s);
+    };
+    std::vector<std::optional<TaskId>> ids;
+    if (op.pass == Pass::forward) {
+      ids.push_back(piece(Category::forward, cc.forward, "fwd"));
+      ids.push_back(piece(Category::tp_comm, cc.forward_tp_comm, "fwd_tp"));
+      ids.push_back(piece(Category::ep_comm, cc.forward_ep_comm, "fwd_ep"));
+    } else {
+      ids.push_back(piece(Category::recompute, cc.recompute, "recompute"));
+      ids.push_back(piece(Category::tp_comm, cc.recompute_tp_comm, "recompute_tp"));
+      ids.push_back(piece(Category::backward, cc.backward, "bwd"));
+      ids.push_back(piece(Category::tp_comm, cc.backward_tp_comm, "bwd_tp"));
+      ids.push_back(piece(Category::ep_comm, cc.backward_ep_comm, "bwd_ep"));
+    }
+    std::optional<TaskId> first, last;
+    for (auto& i : ids)
+      if (i) {
+        if (!first) first = i;
+        last = i;
+      }
+    if (!first) {  // a zero-cost op still needs a node to hang dependencies on
+      first = last = piece(op.pass == Pass::forward ? Category::forward : Category::backward, Seconds(1e-12), "empty");
+    }
+    seg_first_[key] = *first;
+    seg_last_[key] = *last;
+    add_send(s, op, key, *last);
+    // Offloaded activations: copied out after the forward, prefetched before the backward, on a
+    // side stream; the backward waits for its prefetch.
+    const int off_res = 2 * c_.shape.stages + s;
+    if (op.pass == Pass::forward && cc.offload_out > Seconds(0)) {
+      Task t = base(Category::offload, s, "offload_out mb" + std::to_string(op.microbatch));
+      t.duration = cc.offload_out;
+      t.resources = {off_res};
+      const TaskId id = add(t);
+      edge(*last, id);
+      offload_out_[key] = id;
+    }
+    if (op.pass == Pass::backward && cc.offload_in > Seconds(0)) {
+      Task t = base(Category::offload, s, "offload_in mb" + std::to_string(op.microbatch));
+      t.duration = cc.offload_in;
+      t.resources = {off_res};
+      const TaskId id = add(t);
+      const auto fkey = std::make_tuple(Pass::forward, op.microbatch, g, op.slice);
+      if (auto it = offload_out_.find(fkey); it != offload_out_.end()) edge(it->second, id);
+      edge(id, *first);
+    }
+  }
+
+  using Key = std::tuple<Pass, int, int, int>;
+  static TaskId lookup(const std::map<Key, TaskId>& m, const Key& k) {
+    auto it = m.find(k);
+    FORESIGHT_CHECK(it != m.end()) << "no task for pass " << int(std::get<0>(k)) << " mb " << std::get<1>(k)
+                                   << " segment " << std::get<2>(k) << " slice " << std::get<3>(k);
+    return it->second;
+  }
+
+  /// The transfer of a segment's output to the stage holding the next (forward) or previous
+  /// (backward) segment: on the link between them and, when sends block, on the sender's stream.
+  void add_send(int src, const ScheduledOp& op, const Key& key, TaskId after) {
+    const int p = c_.shape.stages, segments = p * c_.shape.virtual_stages;
+    const int g = op.chunk * p + src;
+    const bool forward = op.pass == Pass::forward;
+    const int target = forward ? g + 1 : g - 1;
+    if (target < 0 || target >= segments) return;
+    const int dst = target % p;
+    if (dst == src) {  // consecutive segments on one stage (p == 1): no transfer
+      send_[key] = after;
+      return;
+    }
+    Task t = base(Category::pp_comm, src, std::string(forward ? "send_fwd" : "send_bwd") + " mb" +
+                                              std::to_string(op.microbatch) + " c" + std::to_string(op.chunk));
+    t.pass = op.pass;
+    t.microbatch = op.microbatch;
+    t.chunk = op.chunk;
+    t.slice = op.slice;
+    t.duration = forward ? at(c_.p2p_forward, op.slice) : at(c_.p2p_backward, op.slice);
+    t.bytes = c_.p2p_bytes_per_slice;
+    t.src_stage = src;
+    t.dst_stage = dst;
+    const int lo = std::min(src, dst);
+    if (std::abs(src - dst) == 1) t.resources = {3 * p + 2 * lo + (forward ? 0 : 1)};
+    TaskId id;
+    if (c_.p2p_blocks_sender) {
+      id = append_compute(t, src);
+    } else {
+      id = add(t);
+      edge(after, id);
+    }
+    send_[key] = id;
+  }
+
+  const WorkloadCosts& c_;
+  Workload w_;
+  std::map<int, TaskId> last_on_compute_;
+  std::map<Key, TaskId> seg_first_, seg_last_, offload_out_, send_;
+};
+
+}  // namespace
+
+Workload build_workload(const WorkloadCosts& costs) { return Builder(costs).build(); }
+
+}  // namespace foresight::sim

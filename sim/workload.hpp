@@ -1,0 +1,84 @@
+// One iteration's workload as a DAG (Boost.Graph): compute, tensor/expert-parallel communication,
+// pipeline transfers, data-parallel gradient synchronisation and the optimizer step, for one
+// data-parallel replica's pipeline (replicas are symmetric; their collectives are costed per group).
+// Tasks occupy resources (a stage's compute stream, its DP-communication stream, the link between
+// two stages) and the engines run each resource's tasks in creation order.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <boost/graph/adjacency_list.hpp>
+
+#include "core/units.hpp"
+#include "sim/schedule.hpp"
+
+namespace foresight::sim {
+
+/// What a task's time counts as in the breakdown.
+enum class Category { forward, backward, recompute, tp_comm, ep_comm, pp_comm, dp_comm, optimizer, offload };
+inline constexpr int kCategories = 9;
+const char* to_string(Category c);
+
+enum class ResourceKind { compute, dp_comm, link_forward, link_backward, offload };
+
+struct Resource {
+  ResourceKind kind;
+  int stage;  // owning stage; for links, the sending stage of the forward direction
+  std::string name;
+};
+
+struct Task {
+  Category category = Category::forward;
+  Pass pass = Pass::forward;
+  int stage = 0;
+  int chunk = 0;
+  int microbatch = -1;
+  int slice = 0;
+  Seconds duration;
+  std::vector<int> resources;  // indices into Workload::resources, all held for the whole task
+  // Network transfers (for the SimGrid engine): bytes from src_stage to dst_stage, or a collective.
+  Bytes bytes;
+  int src_stage = -1, dst_stage = -1;
+  std::string name;
+};
+
+using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Task>;
+using TaskId = Graph::vertex_descriptor;
+
+/// Costs of one micro-batch (one token slice under TeraPipe) through one model chunk on one GPU.
+struct ChunkCosts {
+  Seconds forward, backward;                    // computation (backward: data and weight gradients)
+  Seconds forward_tp_comm, backward_tp_comm;    // blocking tensor/sequence-parallel collectives
+  Seconds recompute, recompute_tp_comm;         // recompute before backward (0 without)
+  Seconds forward_ep_comm, backward_ep_comm;    // MoE all-to-all dispatch and combine
+  Seconds offload_out, offload_in;              // activation copies to/from host on a side stream
+};
+
+/// Everything the graph builder needs, already costed by the cost models.
+struct WorkloadCosts {
+  ScheduleShape shape;
+  /// chunk[stage][chunk][slice]
+  std::vector<std::vector<std::vector<ChunkCosts>>> chunk;
+  std::vector<Seconds> p2p_forward;   // per slice: activation transfer to the next stage
+  std::vector<Seconds> p2p_backward;  // per slice: gradient transfer to the previous stage
+  Bytes p2p_bytes_per_slice;          // (for SimGrid)
+  bool p2p_blocks_sender = true;      // the sender's compute stream waits for the transfer
+  std::vector<Seconds> dp_grad_sync;      // per stage: gradient all-reduce / reduce-scatter
+  std::vector<Seconds> dp_param_gather;   // per stage: parameter all-gather after the step (ZeRO)
+  std::vector<Seconds> optimizer;         // per stage: the optimizer step
+  bool overlap_dp_with_backward = false;  // grad sync of a chunk starts at its last backward
+};
+
+struct Workload {
+  Graph graph;
+  std::vector<Resource> resources;
+  ScheduleShape shape;
+  int compute_resource(int stage) const { return stage; }  // resources [0, p) are compute streams
+};
+
+/// Builds the DAG: per-stage schedule order, cross-stage dependencies through transfer tasks,
+/// data-parallel synchronisation and the optimizer step.
+Workload build_workload(const WorkloadCosts& costs);
+
+}  // namespace foresight::sim

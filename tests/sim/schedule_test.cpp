@@ -1,0 +1,93 @@
+// Pipeline schedules against the closed forms of Narayanan et al. 2021 sec. 2.2: with equal
+// forward time tf and backward time tb per micro-batch and stage and free transfers, 1F1B and
+// GPipe take (m + p - 1)(tf + tb); the bubble fraction (p-1)/m; interleaving with v chunks
+// (each chunk tf/v, tb/v) divides the bubble by v.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "sim/analytic_engine.hpp"
+#include "sim/schedule.hpp"
+
+using namespace foresight;
+using namespace foresight::sim;
+
+namespace {
+WorkloadCosts uniform(Schedule sched, int p, int m, int v, double tf, double tb) {
+  WorkloadCosts c;
+  c.shape = ScheduleShape{sched, p, m, v, 1};
+  ChunkCosts cc;
+  cc.forward = Seconds(tf / v);
+  cc.backward = Seconds(tb / v);
+  c.chunk.assign(p, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(1, cc)));
+  c.p2p_forward = {Seconds(0)};
+  c.p2p_backward = {Seconds(0)};
+  return c;
+}
+double iteration(const WorkloadCosts& c) { return run_analytic(build_workload(c)).iteration.value(); }
+}  // namespace
+
+TEST(Schedule, EveryOpExactlyOnce) {
+  for (auto sched : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved}) {
+    const int p = 4, m = 8, v = sched == Schedule::interleaved ? 3 : 1;
+    for (int s = 0; s < p; ++s) {
+      auto ops = stage_schedule({sched, p, m, v, 1}, s);
+      std::set<std::tuple<int, int, int>> seen;
+      for (const auto& o : ops) seen.insert({int(o.pass), o.microbatch, o.chunk});
+      EXPECT_EQ(ops.size(), std::size_t(2 * m * v));
+      EXPECT_EQ(seen.size(), ops.size());
+    }
+  }
+}
+
+TEST(Schedule, OneFOneBWarmupIsPMinusStageMinusOne) {
+  const auto ops = stage_schedule({Schedule::one_f_one_b, 4, 8, 1, 1}, 1);
+  // Stage 1 of 4: 2 warm-up forwards, then F B alternating.
+  EXPECT_EQ(ops[0].pass, Pass::forward);
+  EXPECT_EQ(ops[1].pass, Pass::forward);
+  EXPECT_EQ(ops[2].pass, Pass::forward);
+  EXPECT_EQ(ops[3].pass, Pass::backward);
+  EXPECT_EQ(ops[3].microbatch, 0);
+}
+
+TEST(Schedule, BubbleFractionIsPMinusOneOverM) {
+  const double tf = 1.0, tb = 2.0;
+  for (auto sched : {Schedule::one_f_one_b, Schedule::gpipe}) {
+    for (auto [p, m] : {std::pair{4, 8}, {8, 32}, {2, 3}, {6, 6}}) {
+      const double t = iteration(uniform(sched, p, m, 1, tf, tb));
+      const double ideal = m * (tf + tb);
+      EXPECT_NEAR((t - ideal) / ideal, double(p - 1) / m, 1e-9) << "p=" << p << " m=" << m;
+    }
+  }
+}
+
+TEST(Schedule, InterleavingDividesTheBubbleByV) {
+  const double tf = 1.0, tb = 2.0;
+  for (auto [p, m, v] : {std::tuple{4, 8, 2}, {4, 16, 4}, {8, 16, 3}}) {
+    const double t = iteration(uniform(Schedule::interleaved, p, m, v, tf, tb));
+    const double ideal = m * (tf + tb);
+    EXPECT_NEAR((t - ideal) / ideal, double(p - 1) / (double(m) * v), 1e-9) << "p=" << p << " m=" << m << " v=" << v;
+  }
+}
+
+TEST(Schedule, SingleStageHasNoBubble) {
+  EXPECT_NEAR(iteration(uniform(Schedule::one_f_one_b, 1, 5, 1, 1.0, 2.0)), 15.0, 1e-12);
+}
+
+TEST(Schedule, TransfersAddToTheCriticalPath) {
+  // 2 stages, 1 micro-batch: F0, send, F1, B1, send, B0 = 1 + 0.5 + 1 + 2 + 0.5 + 2.
+  auto c = uniform(Schedule::one_f_one_b, 2, 1, 1, 1.0, 2.0);
+  c.p2p_forward = {Seconds(0.5)};
+  c.p2p_backward = {Seconds(0.5)};
+  EXPECT_NEAR(iteration(c), 7.0, 1e-12);
+}
+
+TEST(Schedule, DataParallelSyncAndOptimizerFollowTheLastBackward) {
+  auto c = uniform(Schedule::one_f_one_b, 1, 2, 1, 1.0, 2.0);
+  c.dp_grad_sync = {Seconds(0.25)};
+  c.optimizer = {Seconds(0.5)};
+  const auto r = run_analytic(build_workload(c));
+  EXPECT_NEAR(r.iteration.value(), 6.0 + 0.25 + 0.5, 1e-12);
+  EXPECT_NEAR(r.stages[0].busy[int(Category::dp_comm)].value(), 0.25, 1e-12);
+  EXPECT_NEAR(r.stages[0].total().value(), r.iteration.value(), 1e-12);
+}
