@@ -47,6 +47,15 @@ SimResult run_analytic(const Workload& w) {
   }
   FORESIGHT_CHECK(done == n) << "workload graph has a cycle: scheduled " << done << " of " << n << " tasks";
 
+  return summarize(w, std::move(r.timings));
+}
+
+SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
+  const Graph& g = w.graph;
+  const std::size_t n = boost::num_vertices(g);
+  SimResult r;
+  r.timings = std::move(timings);
+  for (const auto& t : r.timings) r.iteration = max(r.iteration, t.finish);
   // Breakdown per stage from its compute stream: busy time by category, the rest idle.
   const int p = w.shape.stages;
   r.stages.resize(p);

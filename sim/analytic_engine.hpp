@@ -33,4 +33,7 @@ struct SimResult {
 
 SimResult run_analytic(const Workload& w);
 
+/// The iteration time and per-stage breakdown from task timings (any engine's).
+SimResult summarize(const Workload& w, std::vector<TaskTiming> timings);
+
 }  // namespace foresight::sim

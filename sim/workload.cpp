@@ -77,15 +77,11 @@ class Builder {
       if (sync > Seconds(0)) {
         Task t = base(Category::dp_comm, s, "dp_grad_sync");
         t.duration = sync;
+        t.bytes = s < int(c_.dp_grad_sync_bytes.size()) ? c_.dp_grad_sync_bytes[s] : Bytes(0);
+        t.latency = c_.dp_latency;
         t.resources = {p + s};
         sync_task = add(t);
-        if (c_.overlap_dp_with_backward) {
-          // Starts when the last backward of chunk 0 (the earliest-finishing layers) completes;
-          // approximated by the stage's last backward op of any chunk minus nothing: conservative.
-          edge(after_backward, sync_task);
-        } else {
-          edge(after_backward, sync_task);
-        }
+        edge(after_backward, sync_task);
       }
       Task opt = base(Category::optimizer, s, "optimizer_step");
       opt.duration = at(c_.optimizer, s);
@@ -97,6 +93,8 @@ class Builder {
       if (gather > Seconds(0)) {
         Task g = base(Category::dp_comm, s, "dp_param_gather");
         g.duration = gather;
+        g.bytes = s < int(c_.dp_param_gather_bytes.size()) ? c_.dp_param_gather_bytes[s] : Bytes(0);
+        g.latency = c_.dp_latency;
         g.resources = {p + s};
         edge(opt_id, add(g));
       }
@@ -117,7 +115,7 @@ class Builder {
 
   TaskId add(const Task& t) { return boost::add_vertex(t, w_.graph); }
   void edge(TaskId a, TaskId b) {
-    if (a != b) boost::add_edge(a, b, w_.graph);
+    if (a != b && !boost::edge(a, b, w_.graph).second) boost::add_edge(a, b, w_.graph);
   }
 
   /// Appends a task to stage s's compute stream, after the previous one.

@@ -38,7 +38,8 @@ struct Task {
   Seconds duration;
   std::vector<int> resources;  // indices into Workload::resources, all held for the whole task
   // Network transfers (for the SimGrid engine): bytes from src_stage to dst_stage, or a collective.
-  Bytes bytes;
+  Bytes bytes;                // pp_comm: bytes crossing per transfer; dp_comm: bytes each rank sends
+  Seconds latency;            // dp_comm: the collective's latency term (added to the flows' time)
   int src_stage = -1, dst_stage = -1;
   std::string name;
 };
@@ -65,9 +66,11 @@ struct WorkloadCosts {
   Bytes p2p_bytes_per_slice;          // (for SimGrid)
   bool p2p_blocks_sender = true;      // the sender's compute stream waits for the transfer
   std::vector<Seconds> dp_grad_sync;      // per stage: gradient all-reduce / reduce-scatter
+  std::vector<Bytes> dp_grad_sync_bytes;  // per stage: bytes each DP rank sends in it (coarse ring)
+  std::vector<Bytes> dp_param_gather_bytes;
+  Seconds dp_latency;                     // latency term of one DP collective
   std::vector<Seconds> dp_param_gather;   // per stage: parameter all-gather after the step (ZeRO)
   std::vector<Seconds> optimizer;         // per stage: the optimizer step
-  bool overlap_dp_with_backward = false;  // grad sync of a chunk starts at its last backward
 };
 
 struct Workload {

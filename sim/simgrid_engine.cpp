@@ -1,0 +1,230 @@
+#include "sim/simgrid_engine.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "foresight/config.hpp"
+
+#if FORESIGHT_HAVE_SIMGRID
+#include <simgrid/s4u.hpp>
+#include <xbt/log.h>
+namespace sg4 = simgrid::s4u;
+#endif
+
+namespace foresight::sim {
+
+bool simgrid_available() { return config::kHaveSimgrid; }
+
+#if FORESIGHT_HAVE_SIMGRID
+namespace {
+
+constexpr double kHostSpeed = 1e9;  // flop/s of a simulated host: delays are replayed as flops
+
+/// An Exec or a Comm: SimGrid exposes add_successor and vetoable_start on the typed pointers only.
+struct Act {
+  sg4::ExecPtr exec;
+  sg4::CommPtr comm;
+  sg4::ActivityPtr base() const { return exec ? sg4::ActivityPtr(exec) : sg4::ActivityPtr(comm); }
+  void precede(const Act& next) const {
+    if (exec) exec->add_successor(next.base());
+    else comm->add_successor(next.base());
+  }
+  void start() const {
+    if (exec) exec->vetoable_start();
+    else comm->vetoable_start();
+  }
+};
+
+/// Which node hosts the tensor-parallel group of (replica, stage).
+int node_of(const SimgridPlatform& pf, int stages, int replica, int stage) {
+  const int group = pf.placement == Placement::tp_dp_pp ? replica + pf.dp * stage : stage + stages * replica;
+  const long long first_gpu = (long long)group * pf.tp;
+  return int(first_gpu / pf.gpus_per_node);
+}
+
+/// Runs in the child: builds the platform and the activities, runs, returns replica 0's timings.
+std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
+  xbt_log_control_set("root.thresh:critical");
+  sg4::Engine e("foresight-simgrid");
+  sg4::Engine::set_config("network/model:CM02");
+  sg4::Engine::set_config("network/TCP-gamma:0");
+  sg4::Engine::set_config("network/crosstraffic:0");
+
+  const int p = w.shape.stages, R = pf.dp;
+  auto* zone = sg4::create_star_zone("fabric");
+  int nodes = 0;
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < p; ++s) nodes = std::max(nodes, node_of(pf, p, r, s) + 1);
+  std::vector<sg4::SplitDuplexLink*> nic(nodes);
+  for (int n = 0; n < nodes; ++n) {
+    nic[n] = zone->create_split_duplex_link("node" + std::to_string(n) + ".nics", pf.node_injection.value());
+    nic[n]->set_latency(pf.network_latency.value() / 2)->seal();
+  }
+  sg4::Link* core = nullptr;
+  if (pf.oversubscription > 1.0) {
+    core = zone->create_link("core", nodes * pf.node_injection.value() / pf.oversubscription);
+    core->set_sharing_policy(sg4::Link::SharingPolicy::SHARED)->seal();
+  }
+  std::vector<std::vector<sg4::Host*>> host(R, std::vector<sg4::Host*>(p));
+  std::vector<std::vector<int>> node(R, std::vector<int>(p));
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < p; ++s) {
+      node[r][s] = node_of(pf, p, r, s);
+      host[r][s] = zone->create_host("r" + std::to_string(r) + "s" + std::to_string(s), kHostSpeed);
+      host[r][s]->set_core_count(8)->seal();
+      std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(nic[node[r][s]], sg4::LinkInRoute::Direction::UP)};
+      if (core) up.emplace_back(core);
+      zone->add_route(host[r][s]->get_netpoint(), nullptr, nullptr, nullptr, up, true);
+    }
+  zone->seal();
+
+  const Graph& g = w.graph;
+  const std::size_t n = boost::num_vertices(g);
+  // entry/exit activity of each task in each replica (a DP collective is several activities).
+  std::vector<std::vector<Act>> entry(R, std::vector<Act>(n));
+  std::vector<std::vector<Act>> exit(R, std::vector<Act>(n));
+  std::vector<Act> all;
+  auto delay = [&](sg4::Host* h, Seconds d) {
+    Act a{sg4::Exec::init()->set_host(h)->set_flops_amount(std::max(d.value(), 0.0) * kHostSpeed), nullptr};
+    all.push_back(a);
+    return a;
+  };
+  auto flow = [&](sg4::Host* from, sg4::Host* to, Bytes b) {
+    Act a{nullptr, sg4::Comm::sendto_init(from, to)->set_payload_size(uint64_t(b.value()))};
+    all.push_back(a);
+    return a;
+  };
+  for (std::size_t v = 0; v < n; ++v) {
+    const Task& t = g[v];
+    const int s = t.stage;
+    const bool dp_flows = t.category == Category::dp_comm && R > 1 && t.bytes > Bytes(0) &&
+                          node[0][s] != node[1 % R][s];
+    if (dp_flows) {
+      // Coarse ring: latency term per rank, then one flow per rank to its neighbour, all at once.
+      const Act start_barrier = delay(host[0][s], Seconds(0));
+      const Act end_barrier = delay(host[0][s], Seconds(0));
+      for (int r = 0; r < R; ++r) {
+        entry[r][v] = delay(host[r][s], t.latency);
+        entry[r][v].precede(start_barrier);
+        const Act f = flow(host[r][s], host[(r + 1) % R][s], t.bytes);
+        start_barrier.precede(f);
+        f.precede(end_barrier);
+        exit[r][v] = end_barrier;
+      }
+      continue;
+    }
+    for (int r = 0; r < R; ++r) {
+      Act a;
+      if (t.category == Category::pp_comm && t.src_stage >= 0 && node[r][t.src_stage] != node[r][t.dst_stage]) {
+        a = flow(host[r][t.src_stage], host[r][t.dst_stage], t.bytes);
+      } else {
+        a = delay(host[r][s], t.duration);
+      }
+      entry[r][v] = exit[r][v] = a;
+    }
+  }
+  for (std::size_t v = 0; v < n; ++v)
+    for (auto [ei, ee] = boost::out_edges(v, g); ei != ee; ++ei) {
+      const std::size_t u = boost::target(*ei, g);
+      for (int r = 0; r < R; ++r) exit[r][v].precede(entry[r][u]);
+    }
+  for (auto& a : all) a.start();
+  e.run();
+  std::vector<TaskTiming> out(n);
+  for (std::size_t v = 0; v < n; ++v)
+    out[v] = {Seconds(entry[0][v].base()->get_start_time()), Seconds(exit[0][v].base()->get_finish_time())};
+  return out;
+}
+
+bool write_all(int fd, const void* buf, std::size_t len) {
+  const char* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    const ssize_t k = ::write(fd, p, len);
+    if (k <= 0) return false;
+    p += k;
+    len -= std::size_t(k);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* buf, std::size_t len) {
+  char* p = static_cast<char*>(buf);
+  while (len > 0) {
+    const ssize_t k = ::read(fd, p, len);
+    if (k <= 0) return false;
+    p += k;
+    len -= std::size_t(k);
+  }
+  return true;
+}
+
+}  // namespace
+
+SimResult run_simgrid(const Workload& w, const SimgridPlatform& pf) {
+  FORESIGHT_CHECK(pf.dp >= 1 && pf.tp >= 1 && pf.gpus_per_node >= 1);
+  const std::size_t n = boost::num_vertices(w.graph);
+  int fds[2];
+  FORESIGHT_CHECK(::pipe(fds) == 0) << "pipe: " << std::strerror(errno);
+  const pid_t pid = ::fork();
+  FORESIGHT_CHECK(pid >= 0) << "fork: " << std::strerror(errno);
+  if (pid == 0) {
+    ::close(fds[0]);
+    int status = 0;
+    std::vector<double> flat;
+    std::string err;
+    try {
+      const auto t = replay(w, pf);
+      for (const auto& x : t) {
+        flat.push_back(x.start.value());
+        flat.push_back(x.finish.value());
+      }
+    } catch (const std::exception& ex) {
+      status = 1;
+      err = ex.what();
+    }
+    const std::size_t len = status == 0 ? flat.size() * sizeof(double) : err.size();
+    write_all(fds[1], &status, sizeof status);
+    write_all(fds[1], &len, sizeof len);
+    write_all(fds[1], status == 0 ? static_cast<const void*>(flat.data()) : err.data(), len);
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  int status = -1;
+  std::size_t len = 0;
+  std::vector<double> flat;
+  std::string err;
+  bool ok = read_all(fds[0], &status, sizeof status) && read_all(fds[0], &len, sizeof len);
+  if (ok && status == 0) {
+    flat.resize(len / sizeof(double));
+    ok = read_all(fds[0], flat.data(), len);
+  } else if (ok) {
+    err.resize(len);
+    ok = read_all(fds[0], err.data(), len);
+  }
+  ::close(fds[0]);
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  FORESIGHT_CHECK(ok) << "the SimGrid child process died (wait status " << wstatus << ")";
+  FORESIGHT_CHECK(status == 0) << "SimGrid replay failed: " << err;
+  FORESIGHT_CHECK(flat.size() == 2 * n) << "SimGrid returned " << flat.size() / 2 << " timings for " << n << " tasks";
+  std::vector<TaskTiming> timings(n);
+  for (std::size_t v = 0; v < n; ++v) timings[v] = {Seconds(flat[2 * v]), Seconds(flat[2 * v + 1])};
+  return summarize(w, std::move(timings));
+}
+
+#else
+
+SimResult run_simgrid(const Workload&, const SimgridPlatform&) {
+  throw SpecError(SourceLocation{"<command line>", 0, 0}, "--engine", "simgrid",
+                  "this build has no SimGrid (install libsimgrid-dev and rebuild)");
+}
+
+#endif
+
+}  // namespace foresight::sim

@@ -1,0 +1,33 @@
+// The SimGrid engine: replays the workload graph on a simulated platform so that flows contend.
+// One host per tensor-parallel group (its NVSwitch collectives are costed by the comm model and
+// replayed as delays); every transfer that crosses nodes is a real flow through the node's NICs
+// (and the fat tree's core when it is oversubscribed). All data-parallel replicas are instantiated,
+// so pipeline and data-parallel traffic share NICs. Data-parallel collectives are coarse: one flow
+// per rank to its ring neighbour plus the collective's latency term (DESIGN.md fidelity rules).
+// Network model CM02 with TCP-gamma 0 and no cross-traffic, as GPU fabrics need.
+// SimGrid's engine is a process-wide singleton, so each run happens in a forked child process.
+#pragma once
+
+#include "core/enums.hpp"
+#include "sim/analytic_engine.hpp"
+
+namespace foresight::sim {
+
+struct SimgridPlatform {
+  int dp = 1;  // data-parallel replicas to instantiate
+  int tp = 1;
+  int gpus_per_node = 8;
+  Placement placement = Placement::tp_dp_pp;
+  BytesPerSecond node_injection;  // what one node's NICs carry per direction, achievable
+  Seconds network_latency;        // one-way, node to node
+  double oversubscription = 1.0;  // fat-tree core: 1 = full bisection
+};
+
+/// True when this build has SimGrid.
+bool simgrid_available();
+
+/// Replays `w` (one replica's graph) for all replicas; timings are those of replica 0.
+/// Throws SpecError when SimGrid is not in this build.
+SimResult run_simgrid(const Workload& w, const SimgridPlatform& platform);
+
+}  // namespace foresight::sim
