@@ -47,6 +47,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("experiment.gpus", str((long long)gpus_used),
                 "must not exceed the cluster's " + str((long long)c.total_gpus()) + " GPUs (" +
                     str((long long)c.nodes) + " nodes x " + str((long long)c.gpus_per_node) + ")");
+  if (!(c.gpu.peak(t.dtype) > FlopsPerSecond(0)))
+    return fail("training.dtype", to_string(t.dtype),
+                "the cluster's GPU " + c.gpu.name + " has no " + std::string(to_string(t.dtype)) +
+                    " peak in its GPU file (unsupported precision)");
   if (m.layers % p.pp != 0)
     return fail("plan.pp", str((long long)p.pp), "must divide model.layers = " + str((long long)m.layers));
   if (m.heads % p.tp != 0)

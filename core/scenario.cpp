@@ -329,6 +329,7 @@ Experiment load_experiment(const std::string& path) {
     e.measured = m;
   }
   e.notes = r.get_string("notes", "");
+  r.get_string("source", "");
   r.finish();
   validate_experiment(e);
   return e;

@@ -16,6 +16,7 @@ struct BadCase {
 };
 
 const std::vector<BadCase> kCases = {
+    {"dtype_unsupported", {"training.dtype = bf16", "has no bf16 peak"}},
     {"pp_not_dividing_layers", {"plan.pp = 10", "must divide model.layers = 105", ":8:"}},
     {"tp_not_dividing_heads", {"plan.tp = 5", "must divide model.heads = 128"}},
     {"world_mismatch", {"tp*pp*dp = 8*35*9 = 2520", "must equal the GPUs used = 2240"}},

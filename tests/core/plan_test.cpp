@@ -15,6 +15,7 @@ struct Fixture {
   Fixture() {
     c.nodes = 4;
     c.gpus_per_node = 8;
+    c.gpu.peak_bf16 = FlopsPerSecond(312e12);
     p.tp = 2;
     p.pp = 4;
     p.dp = 4;
@@ -40,6 +41,7 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.schedule = Schedule::terapipe; f.p.token_slices = {1024, 1023}; }, "plan.token_slices"},
       {[](Fixture& f) { f.p.ep = 2; }, "plan.ep"},
       {[](Fixture& f) { f.p.offload.activations = -0.1; }, "plan.offload.activations"},
+      {[](Fixture& f) { f.t.dtype = Dtype::fp16; }, "training.dtype"},  // fixture GPU has no fp16 peak
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;
