@@ -1,6 +1,7 @@
 // Parameter and FLOP counts against Narayanan et al. 2021 (SC21) and hand computations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/flops.hpp"
@@ -45,14 +46,20 @@ TEST(Parameters, Gpt2SmallIs124M) {
 
 TEST(Parameters, Sc21TableModelsWithinTwoPercentOfPublishedSizes) {
   // Narayanan et al. 2021, Table 1 (published parameter counts, billions), bundled model files.
-  struct Row { const char* model; double published_b; };
-  const Row rows[] = {{"sc21-1.7b", 1.7},  {"sc21-3.6b", 3.6},  {"sc21-7.5b", 7.5}, {"sc21-18b", 18.4},
-                      {"sc21-39b", 39.1},  {"sc21-76b", 76.1},  {"sc21-145b", 145.6},
-                      {"sc21-310b", 310.1}, {"sc21-530b", 529.6}, {"sc21-1t", 1008.0}};
+  // The table prints sizes rounded (1.7, 3.6, ...): a printed value stands for anything within
+  // half its last digit, so the tolerance is 2% or that rounding, whichever is larger. (1.7B is
+  // 1.652B by the paper's own formula, sec. 5.1; it rounds to 1.7.)
+  struct Row { const char* model; double published_b; double last_digit; };
+  const Row rows[] = {{"sc21-1.7b", 1.7, 0.1},   {"sc21-3.6b", 3.6, 0.1},   {"sc21-7.5b", 7.5, 0.1},
+                      {"sc21-18b", 18.4, 0.1},   {"sc21-39b", 39.1, 0.1},   {"sc21-76b", 76.1, 0.1},
+                      {"sc21-145b", 145.6, 0.1}, {"sc21-310b", 310.1, 0.1}, {"sc21-530b", 529.6, 0.1},
+                      {"sc21-1t", 1008.0, 1.0}};
   for (const auto& r : rows) {
     const ModelSpec m = load_model(resolve_scenario("models", r.model));
     const double b = parameter_count(m) / 1e9;
-    EXPECT_NEAR(b / r.published_b, 1.0, 0.02) << r.model << ": " << b << " B vs published " << r.published_b << " B";
+    const double tolerance = std::max(0.02 * r.published_b, 0.5 * r.last_digit);
+    EXPECT_NEAR(b, r.published_b, tolerance) << r.model << ": " << b << " B vs published " << r.published_b << " B";
+    EXPECT_NEAR(b / r.published_b, 1.0, 0.03) << r.model;
   }
 }
 
