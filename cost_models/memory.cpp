@@ -1,0 +1,372 @@
+#include "cost_models/memory.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/flops.hpp"
+
+namespace foresight::cost_models {
+
+namespace {
+
+double ffn_hidden(const ModelSpec& m) { return m.ffn_hidden > 0 ? m.ffn_hidden : 4.0 * m.hidden; }
+
+/// Width of the keys (and of the values): kv_heads * head_dim, = h for multi-head attention.
+double kv_width(const ModelSpec& m) {
+  const int kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
+  return double(kv_heads) * m.head_dim();
+}
+
+/// One expert's (or the dense) FFN parameters: h -> f -> h with biases (as core/flops.cpp).
+double ffn_parameters(const ModelSpec& m) {
+  return 2.0 * m.hidden * ffn_hidden(m) + ffn_hidden(m) + m.hidden;
+}
+
+bool sequence_parallel(const PlanSpec& p) { return p.sequence_parallel && p.tp > 1; }
+
+/// Bytes per element of the model's weights: 4 for fp32/tf32 training, else 2.
+double weight_bytes(Dtype dt) { return (dt == Dtype::fp32 || dt == Dtype::tf32) ? 4.0 : 2.0; }
+
+/// One layer, one micro-batch: the linear-in-tokens part for `tokens` tokens per sequence and the
+/// attention core over `attention_area` query-key pairs per sequence and head (s*s for a whole
+/// sequence, sum l_i c_i for TeraPipe slices). See activation_bytes_per_layer for the terms.
+Bytes layer_bytes(const ModelSpec& m, const PlanSpec& p, int micro_batch, double tokens,
+                  double attention_area, bool moe_layer) {
+  const double b = micro_batch, h = m.hidden, a = m.heads, t = p.tp;
+  const double sbh = tokens * b * h;
+  const double replicated_div = sequence_parallel(p) ? t : 1.0;
+  if (p.recompute == Recompute::full) return Bytes(2.0 * sbh / replicated_div);  // layer input only
+
+  const double f = ffn_hidden(m), k = kv_width(m);
+  // In units of sbh bytes. Replicated across the TP group unless sequence parallel:
+  // QKV input 2, FFN input 2, two layernorm inputs 4, attention and FFN dropout masks 1 + 1.
+  double replicated = 10.0;
+  // Divided by t: Q 2, K and V 2k/h each, projection input 2, FC2 input and GeLU input 2f/h each.
+  double sharded = 2.0 + 4.0 * k / h + 2.0 + 4.0 * f / h;
+  if (moe_layer && m.moe) {
+    const double r = m.moe->capacity_factor * m.moe->top_k;  // tokens an expert pass sees, per token
+    sharded += 2.0 * r + (r - 1.0) * 4.0 * f / h;  // dispatched expert inputs; FFN on r x tokens
+    replicated += 4.0 * m.moe->experts / h;         // fp32 router logits, 4 * tokens * experts
+  }
+  Bytes bytes(sbh * (replicated / replicated_div + sharded / t));
+  // Attention core: softmax output 2, softmax dropout mask 1, dropout output 2 per a*area*b.
+  if (p.recompute == Recompute::none) bytes += Bytes(5.0 * a * attention_area * b / t);
+  return bytes;
+}
+
+Bytes layer_bytes_for_plan(const ModelSpec& m, const PlanSpec& p, int layer) {
+  const bool moe = is_moe_layer(m, layer);
+  if (p.schedule == Schedule::terapipe && !p.token_slices.empty())
+    return terapipe_activation_bytes_per_layer(m, p, p.micro_batch, p.token_slices, moe);
+  return activation_bytes_per_layer(m, p, p.micro_batch, m.seq_len, moe);
+}
+
+bool is_last_stage(const PlanSpec& p, int stage) { return stage == p.pp - 1; }
+
+}  // namespace
+
+// ---- Korthikanti 2022, literally ----------------------------------------------------------------
+
+Bytes activations_no_parallelism(double s, double b, double h, double a) {
+  return Bytes(s * b * h * (34.0 + 5.0 * a * s / h));
+}
+
+Bytes activations_tensor_parallel(double s, double b, double h, double a, double t) {
+  return Bytes(s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t)));
+}
+
+Bytes activations_tensor_sequence_parallel(double s, double b, double h, double a, double t) {
+  return Bytes(s * b * h * (34.0 / t + 5.0 * a * s / (h * t)));
+}
+
+Bytes activations_tensor_parallel_selective(double s, double b, double h, double t) {
+  return Bytes(s * b * h * (10.0 + 24.0 / t));
+}
+
+Bytes activations_tensor_sequence_parallel_selective(double s, double b, double h, double t) {
+  return Bytes(s * b * h * (34.0 / t));
+}
+
+Bytes activations_full_recompute(double s, double b, double h) { return Bytes(s * b * h * 2.0); }
+
+Bytes first_stage_activations_eq5(double s, double b, double h, double a, double t, double L) {
+  return Bytes(s * b * h * L / t * (34.0 + 5.0 * a * s / h));
+}
+
+double interleaved_activation_factor(int p, int v) {
+  return 1.0 + double(p - 1) / (double(p) * v);
+}
+
+Bytes embedding_and_output_activations_sec43(double s, double b, double h, double v, double t,
+                                             int p) {
+  const double dropout = s * b * h * p / t;                                     // sbhp/t
+  const double output = (p == 1) ? 4.0 * s * b * h / t * (1.0 + v / h) : 0.0;  // 4sbh/t(1+v/h)
+  return Bytes(dropout + output);
+}
+
+// ---- Generalised per-layer activations ----------------------------------------------------------
+
+Bytes activation_bytes_per_layer(const ModelSpec& model, const PlanSpec& plan, int micro_batch,
+                                 int seq, bool moe_layer) {
+  return layer_bytes(model, plan, micro_batch, seq, double(seq) * seq, moe_layer);
+}
+
+Bytes terapipe_activation_bytes_per_layer(const ModelSpec& model, const PlanSpec& plan,
+                                          int micro_batch, const std::vector<int>& slices,
+                                          bool moe_layer) {
+  Bytes sum;
+  double context = 0;
+  for (int l : slices) {
+    FORESIGHT_CHECK(l > 0) << "token slice of length " << l;
+    context += l;  // slice i attends to every token up to and including its own
+    sum += layer_bytes(model, plan, micro_batch, l, double(l) * context, moe_layer);
+  }
+  return sum;
+}
+
+Bytes recompute_working_bytes(const ModelSpec& model, const PlanSpec& plan, int micro_batch,
+                              int seq) {
+  switch (plan.recompute) {
+    case Recompute::none: return Bytes(0);
+    case Recompute::selective:
+      return Bytes(5.0 * model.heads * double(seq) * seq * micro_batch / plan.tp);
+    case Recompute::full: {
+      PlanSpec stored = plan;
+      stored.recompute = Recompute::none;
+      const bool has_moe = model.moe_layers() > 0;
+      return max(activation_bytes_per_layer(model, stored, micro_batch, seq, false),
+                 activation_bytes_per_layer(model, stored, micro_batch, seq, has_moe));
+    }
+  }
+  return Bytes(0);
+}
+
+// ---- Pipeline schedules -------------------------------------------------------------------------
+
+int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
+  FORESIGHT_CHECK(stage >= 0 && stage < plan.pp) << "stage " << stage << " of pp " << plan.pp;
+  FORESIGHT_CHECK(micro_batches >= 1) << "micro_batches " << micro_batches;
+  const int p = plan.pp, m = micro_batches;
+  switch (plan.schedule) {
+    case Schedule::gpipe:
+    case Schedule::terapipe: return m;
+    case Schedule::one_f_one_b: return std::min(p - stage, m);
+    case Schedule::interleaved: {
+      const int v = std::max(1, plan.virtual_stages);
+      const int warmup = (p - stage - 1) * 2 + (v - 1) * p;
+      return std::min(warmup + 1, m * v);
+    }
+  }
+  return m;
+}
+
+double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan) {
+  const double per_stage = double(model.layers) / plan.pp;
+  return plan.schedule == Schedule::interleaved ? per_stage / std::max(1, plan.virtual_stages)
+                                                : per_stage;
+}
+
+std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int stage) {
+  const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
+  const int per_chunk = model.layers / (plan.pp * v);
+  std::vector<int> layers;
+  for (int c = 0; c < v; ++c) {
+    const int first = (c * plan.pp + stage) * per_chunk;
+    for (int l = first; l < first + per_chunk; ++l) layers.push_back(l);
+  }
+  return layers;
+}
+
+bool is_moe_layer(const ModelSpec& model, int layer) {
+  return model.moe && model.moe->every > 0 && (layer + 1) % model.moe->every == 0;
+}
+
+Bytes input_embedding_activation_bytes(const ModelSpec& model, const PlanSpec& plan,
+                                       int micro_batch, int seq, int in_flight) {
+  const double div = sequence_parallel(plan) ? plan.tp : 1.0;
+  return Bytes(double(seq) * micro_batch * model.hidden * in_flight / div);  // 1-byte masks
+}
+
+Bytes output_layer_activation_bytes(const ModelSpec& model, const PlanSpec& plan, int micro_batch,
+                                    int seq) {
+  const double sb = double(seq) * micro_batch;
+  const double div = sequence_parallel(plan) ? plan.tp : 1.0;
+  const double norm_and_projection_inputs = (2.0 + 2.0) * sb * model.hidden / div;
+  const double fp32_logits = 4.0 * sb * model.vocab / plan.tp;
+  return Bytes(norm_and_projection_inputs + fp32_logits);
+}
+
+// ---- Parameters and model state -----------------------------------------------------------------
+
+StageParameters parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, int stage) {
+  FORESIGHT_CHECK(stage >= 0 && stage < plan.pp) << "stage " << stage << " of pp " << plan.pp;
+  const double t = plan.tp, h = model.hidden;
+  StageParameters p;
+  for (int layer : stage_layers(model, plan, stage)) {
+    if (is_moe_layer(model, layer)) {
+      const double experts = model.moe->experts * ffn_parameters(model);
+      const double router = h * model.moe->experts;
+      p.dense += (dense_layer_parameters(model) - ffn_parameters(model)) / t + router;
+      p.expert += experts / (double(plan.ep) * t);
+    } else {
+      p.dense += dense_layer_parameters(model) / t;
+    }
+  }
+  const double word_embedding = double(model.vocab) * h / t;
+  if (stage == 0) p.dense += word_embedding + double(model.seq_len) * h;
+  if (is_last_stage(plan, stage)) {
+    if (plan.pp > 1) p.dense += word_embedding;  // Megatron's copy of the tied embedding
+    p.dense += 2.0 * h;                            // final layernorm
+  }
+  return p;
+}
+
+StateBytesPerParam state_bytes_per_param(Dtype dtype, Optimizer optimizer, Framework framework,
+                                         int zero, double shard_ways) {
+  FORESIGHT_CHECK(zero >= 0 && zero <= 3) << "zero " << zero;
+  FORESIGHT_CHECK(shard_ways >= 1) << "shard_ways " << shard_ways;
+  const double w = weight_bytes(dtype);
+  const double master = (w < 4.0) ? 4.0 : 0.0;  // fp32 master copy of 16-bit weights
+  const double moments = optimizer == Optimizer::adam ? 8.0 : 4.0;  // Adam m, v; SGD momentum
+  double grads = w, main_grad_copy = 0.0;
+  if (framework == Framework::megatron) {
+    // Megatron-LM: bf16 (and fp8, whose weights are bf16) accumulates into an fp32 main-grad
+    // buffer; fp16 keeps fp16 grads and the optimizer an fp32 copy (distrib_optimizer.md table).
+    if (dtype == Dtype::fp16) main_grad_copy = 4.0;
+    else grads = 4.0;
+  }
+  StateBytesPerParam s{.weights = w, .grads = grads, .optimizer = master + main_grad_copy + moments};
+  if (zero >= 1) s.optimizer /= shard_ways;
+  if (zero >= 2) s.grads /= shard_ways;
+  if (zero >= 3) s.weights /= shard_ways;
+  return s;
+}
+
+// ---- Activations, buffers and the total ---------------------------------------------------------
+
+Bytes layer_activation_bytes_per_unit(const ModelSpec& model, const PlanSpec& plan, int stage) {
+  Bytes all_layers;
+  for (int layer : stage_layers(model, plan, stage)) all_layers += layer_bytes_for_plan(model, plan, layer);
+  const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
+  return all_layers / double(v);
+}
+
+Bytes stashed_layer_activation_bytes(const ModelSpec& model, const TrainingSpec& training,
+                                     const PlanSpec& plan, int stage) {
+  const int m = plan.micro_batches(training);
+  return layer_activation_bytes_per_unit(model, plan, stage) *
+         double(microbatches_in_flight(plan, m, stage));
+}
+
+Bytes stage_activation_bytes(const ModelSpec& model, const TrainingSpec& training,
+                             const PlanSpec& plan, int stage) {
+  const int m = plan.micro_batches(training), b = plan.micro_batch, s = model.seq_len;
+  const double offloaded = std::clamp(plan.offload.activations, 0.0, 1.0);
+  Bytes bytes = stashed_layer_activation_bytes(model, training, plan, stage) * (1.0 - offloaded);
+  // With activation offload, one unit is staged on the device while it streams in or out.
+  if (offloaded > 0) bytes += layer_activation_bytes_per_unit(model, plan, stage) * offloaded;
+
+  const bool all_forwards_first = plan.schedule == Schedule::gpipe || plan.schedule == Schedule::terapipe;
+  if (stage == 0) {
+    // Micro-batches whose embedding output is alive: as many as stage 0 holds (Korthikanti's p);
+    // interleaved: those in the first model chunk, at most min(m, pp) at the peak.
+    const int in_flight = plan.schedule == Schedule::interleaved ? std::min(m, plan.pp)
+                                                                  : microbatches_in_flight(plan, m, 0);
+    bytes += input_embedding_activation_bytes(model, plan, b, s, in_flight);
+  }
+  if (is_last_stage(plan, stage))
+    bytes += output_layer_activation_bytes(model, plan, b, s) * double(all_forwards_first ? m : 1);
+  bytes += recompute_working_bytes(model, plan, b, s);
+  return bytes;
+}
+
+Bytes buffer_bytes(const ModelSpec& model, const TrainingSpec& training, const PlanSpec& plan,
+                   int stage, const MemoryOptions& options) {
+  const double sbh = double(model.seq_len) * plan.micro_batch * model.hidden;
+  const double sp_div = sequence_parallel(plan) ? plan.tp : 1.0;
+  const std::vector<int> layers = stage_layers(model, plan, stage);
+  const bool has_moe = std::any_of(layers.begin(), layers.end(),
+                                   [&](int l) { return is_moe_layer(model, l); });
+  const bool embedding_group = plan.pp > 1 && (stage == 0 || is_last_stage(plan, stage));
+
+  Bytes bytes = options.cuda_context;
+  const int communicators = (plan.tp > 1) + (plan.dp > 1) + (plan.pp > 1 ? 2 : 0) +
+                            (plan.ep > 1) + (embedding_group ? 1 : 0);
+  bytes += options.nccl_per_communicator * double(communicators);
+
+  if (plan.dp > 1) {
+    const StageParameters params = parameters_on_gpu(model, plan, stage);
+    const double grad_elem = weight_bytes(training.dtype);
+    const Bytes all_grads(params.total() * grad_elem);
+    switch (plan.framework) {
+      case Framework::megatron: break;  // reduces the contiguous grad buffer in place
+      case Framework::deepspeed:
+        bytes += min(Bytes(options.deepspeed_reduce_bucket_elements * grad_elem), all_grads);
+        break;
+      case Framework::terapipe:
+      case Framework::generic: bytes += min(options.ddp_bucket, all_grads); break;
+    }
+  }
+  if (plan.pp > 1) bytes += Bytes(2.0 * 2.0 * sbh / sp_div);  // activation and gradient receives
+  if (has_moe)
+    bytes += Bytes(2.0 * model.moe->capacity_factor * model.moe->top_k * 2.0 * sbh / sp_div);
+  if (plan.zero >= 3) {
+    double largest_layer = 0;
+    for (int l : layers) {
+      double full = dense_layer_parameters(model) / plan.tp;
+      if (is_moe_layer(model, l))
+        full += (model.moe->experts * ffn_parameters(model) / plan.ep - ffn_parameters(model)) / plan.tp;
+      largest_layer = std::max(largest_layer, full);
+    }
+    bytes += Bytes(2.0 * largest_layer * weight_bytes(training.dtype));  // current + prefetched
+  }
+  return bytes;
+}
+
+MemoryBreakdown memory_per_gpu(const ModelSpec& model, const TrainingSpec& training,
+                               const PlanSpec& plan, const ClusterSpec& /*cluster*/, int stage,
+                               const MemoryOptions& options) {
+  const StageParameters params = parameters_on_gpu(model, plan, stage);
+  const double expert_dp = std::max(1.0, double(plan.dp) / plan.ep);
+  const StateBytesPerParam dense =
+      state_bytes_per_param(training.dtype, training.optimizer, plan.framework, plan.zero, plan.dp);
+  const StateBytesPerParam expert =
+      state_bytes_per_param(training.dtype, training.optimizer, plan.framework, plan.zero, expert_dp);
+
+  MemoryBreakdown mem;
+  mem.weights = Bytes(params.dense * dense.weights + params.expert * expert.weights);
+  mem.grads = Bytes(params.dense * dense.grads + params.expert * expert.grads);
+  mem.optimizer = plan.offload.optimizer
+                      ? Bytes(0)
+                      : Bytes(params.dense * dense.optimizer + params.expert * expert.optimizer);
+  mem.activations = stage_activation_bytes(model, training, plan, stage);
+  mem.buffers = buffer_bytes(model, training, plan, stage, options);
+  mem.headroom = (mem.weights + mem.grads + mem.optimizer + mem.activations + mem.buffers) *
+                 options.allocator_fragmentation;
+  return mem;
+}
+
+std::vector<MemoryBreakdown> memory_per_stage(const ModelSpec& model, const TrainingSpec& training,
+                                              const PlanSpec& plan, const ClusterSpec& cluster,
+                                              const MemoryOptions& options) {
+  std::vector<MemoryBreakdown> out;
+  out.reserve(plan.pp);
+  for (int s = 0; s < plan.pp; ++s) out.push_back(memory_per_gpu(model, training, plan, cluster, s, options));
+  return out;
+}
+
+int most_loaded_stage(const std::vector<MemoryBreakdown>& stages) {
+  FORESIGHT_CHECK(!stages.empty()) << "no stages";
+  int best = 0;
+  for (int s = 1; s < int(stages.size()); ++s)
+    if (stages[s].total() > stages[best].total()) best = s;
+  return best;
+}
+
+Bytes memory_shortfall(const MemoryBreakdown& memory, const GpuSpec& gpu) {
+  return max(memory.total() - gpu.hbm, Bytes(0));
+}
+
+bool fits(const MemoryBreakdown& memory, const GpuSpec& gpu) { return memory.total() <= gpu.hbm; }
+
+}  // namespace foresight::cost_models

@@ -1,0 +1,52 @@
+// Offload to host memory: what a plan moves from GPU memory to the host, the PCIe traffic that
+// costs per iteration and the raw transfer time at the host link's bandwidth, and the host memory
+// it needs. Optimizer offload follows ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840, sec. 4):
+// the optimizer state and step live on the CPU; gradients go down and updated 16-bit weights come
+// back once per iteration. Activation offload moves a fraction of every stashed micro-batch out
+// after its forward and back before its backward. Left out: whether the transfers overlap compute
+// (the simulator decides), CPU Adam time, NVMe tiers, pinned-memory registration limits.
+#pragma once
+
+#include "core/hardware.hpp"
+#include "core/model.hpp"
+#include "core/plan.hpp"
+#include "core/units.hpp"
+
+namespace foresight::cost_models {
+
+/// PCIe traffic of one GPU per iteration, the time it takes, and the host memory it needs.
+struct OffloadCost {
+  Bytes optimizer_to_host;      // gradients of the parameters this GPU updates on the host
+  Bytes optimizer_to_device;    // the updated model-dtype weights coming back
+  Bytes activations_to_host;    // offloaded fraction of every micro-batch's stashed activations
+  Bytes activations_to_device;  // the same bytes prefetched back for the backward pass
+  Seconds to_host_time;         // to_host() / host.pcie_bandwidth
+  Seconds to_device_time;       // to_device() / host.pcie_bandwidth
+  Bytes host_memory_per_gpu;    // optimizer state + gradient staging + offloaded activations
+  Bytes host_memory_per_node;   // host_memory_per_gpu x gpus_per_node
+
+  Bytes to_host() const { return optimizer_to_host + activations_to_host; }
+  Bytes to_device() const { return optimizer_to_device + activations_to_device; }
+  /// PCIe is full duplex: the two directions overlap, so the link is busy for the longer one.
+  Seconds time() const { return max(to_host_time, to_device_time); }
+};
+
+/// Offload cost of one GPU of pipeline stage `stage` (0-based) per iteration.
+/// Optimizer (plan.offload.optimizer): the GPU owns P parameters' updates, its ZeRO shard
+/// (params/dp, experts/(dp/ep)) when zero >= 1, else all it holds (ZeRO-Offload needs each
+/// replica to step its own copy then). It sends P gradients in the gradient dtype and receives P
+/// weights in the model dtype; the host keeps P x the optimizer bytes/param (fp32 master, m, v,
+/// Megatron's fp32 main-grad copy) plus P gradients it received.
+/// Activations (plan.offload.activations = f): per iteration every unit (micro-batch, or
+/// micro-batch x model chunk when interleaved) sends f x its stage activations out and back;
+/// the host holds f x the peak stash.
+OffloadCost offload_cost(const ModelSpec& model, const TrainingSpec& training, const PlanSpec& plan,
+                         const ClusterSpec& cluster, int stage);
+
+/// By how much the offload's host memory per node exceeds the node's memory; zero when it fits.
+Bytes host_memory_shortfall(const OffloadCost& cost, const HostSpec& host);
+
+/// Whether the offload's host memory per node fits in the node's memory.
+bool host_memory_fits(const OffloadCost& cost, const HostSpec& host);
+
+}  // namespace foresight::cost_models

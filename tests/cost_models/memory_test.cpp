@@ -1,0 +1,431 @@
+// Memory per GPU against independent references: Korthikanti et al. 2022 (arXiv:2205.05198)
+// Table 2 and eqs. 1-6, Megatron-LM's docs/distrib_optimizer.md bytes/param table, the ZeRO paper
+// (Rajbhandari et al. 2020) Fig. 1 example, and hand computations written out beside each check.
+#include "cost_models/memory.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "core/flops.hpp"
+
+namespace foresight::cost_models {
+namespace {
+
+using namespace foresight::literals;
+
+// GPT-3 175B as Korthikanti sec. 5 uses it: a = 96, s = 2048, h = 12288 (5as/h = 80).
+ModelSpec gpt3_175b() {
+  return ModelSpec{.name = "gpt3-175b", .layers = 96, .hidden = 12288, .heads = 96, .seq_len = 2048,
+                   .vocab = 51200, .ffn_hidden = 4 * 12288, .kv_heads = 96, .moe = std::nullopt};
+}
+
+// MT-NLG 530B (Smith et al. 2022): 105 layers, h 20480, 128 heads, s 2048, vocab 51200.
+ModelSpec mt_nlg_530b() {
+  return ModelSpec{.name = "mt-nlg-530b", .layers = 105, .hidden = 20480, .heads = 128, .seq_len = 2048,
+                   .vocab = 51200, .ffn_hidden = 4 * 20480, .kv_heads = 128, .moe = std::nullopt};
+}
+
+// SC21 1T (Narayanan et al. 2021 Table 1): 128 layers, h 25600, 160 heads, s 2048, vocab 51200.
+ModelSpec sc21_1t() {
+  return ModelSpec{.name = "sc21-1t", .layers = 128, .hidden = 25600, .heads = 160, .seq_len = 2048,
+                   .vocab = 51200, .ffn_hidden = 4 * 25600, .kv_heads = 160, .moe = std::nullopt};
+}
+
+// Selene: DGX A100 80GB nodes, PCIe Gen4 25 GB/s per direction, 2 TB host memory.
+ClusterSpec selene() {
+  ClusterSpec c;
+  c.name = "selene";
+  c.nodes = 560;
+  c.gpus_per_node = 8;
+  c.gpu.name = "a100-sxm4-80gb";
+  c.gpu.hbm = 80_GiB;
+  c.host = HostSpec{.pcie_bandwidth = 25_GBps, .memory = 2000_GB};
+  return c;
+}
+
+PlanSpec plan_with(int tp, bool sp, Recompute rc) {
+  PlanSpec p;
+  p.tp = tp;
+  p.sequence_parallel = sp;
+  p.recompute = rc;
+  return p;
+}
+
+// ---- Korthikanti Table 2, literally, for GPT-3 (s=2048, b=1, h=12288, a=96, t=8) --------------
+// sbh = 2048 * 12288 = 25,165,824 and 5as/h = 5*96*2048/12288 = 80.
+
+TEST(KorthikantiTable2, NoParallelism) {
+  // sbh (34 + 80) = 25,165,824 * 114
+  EXPECT_DOUBLE_EQ(activations_no_parallelism(2048, 1, 12288, 96).value(), 2868903936.0);
+}
+
+TEST(KorthikantiTable2, TensorParallel) {
+  // sbh (10 + 24/8 + 80/8) = 25,165,824 * 23
+  EXPECT_DOUBLE_EQ(activations_tensor_parallel(2048, 1, 12288, 96, 8).value(), 578813952.0);
+}
+
+TEST(KorthikantiTable2, TensorSequenceParallel) {
+  // sbh (34/8 + 80/8) = 25,165,824 * 14.25
+  EXPECT_DOUBLE_EQ(activations_tensor_sequence_parallel(2048, 1, 12288, 96, 8).value(), 358612992.0);
+}
+
+TEST(KorthikantiTable2, TensorParallelSelective) {
+  // sbh (10 + 24/8) = 25,165,824 * 13
+  EXPECT_DOUBLE_EQ(activations_tensor_parallel_selective(2048, 1, 12288, 8).value(), 327155712.0);
+}
+
+TEST(KorthikantiTable2, TensorSequenceParallelSelective) {
+  // sbh (34/8) = 25,165,824 * 4.25
+  EXPECT_DOUBLE_EQ(activations_tensor_sequence_parallel_selective(2048, 1, 12288, 8).value(), 106954752.0);
+}
+
+TEST(KorthikantiTable2, FullRecompute) {
+  // sbh * 2
+  EXPECT_DOUBLE_EQ(activations_full_recompute(2048, 1, 12288).value(), 50331648.0);
+}
+
+TEST(KorthikantiTable2, SelectiveSavesSeventyPercentForGpt3) {
+  // Sec. 5: "selective activation recomputation ... save 70% and 65% of the required memory for
+  // activations for the GPT-3 and MT-NLG models": 80/114 = 0.70, 64/98 = 0.65.
+  const double gpt3 = 1 - activations_tensor_sequence_parallel_selective(2048, 1, 12288, 8) /
+                              activations_tensor_sequence_parallel(2048, 1, 12288, 96, 8);
+  const double mtnlg = 1 - activations_tensor_sequence_parallel_selective(2048, 1, 20480, 8) /
+                               activations_tensor_sequence_parallel(2048, 1, 20480, 128, 8);
+  EXPECT_NEAR(gpt3, 0.70, 0.005);
+  EXPECT_NEAR(mtnlg, 0.65, 0.005);
+}
+
+TEST(KorthikantiEquations, Eq5FirstStageAndInterleavingFactor) {
+  // Eq. 5: sbhL/t (34 + 5as/h) = 25,165,824 * 96 / 8 * 114
+  EXPECT_DOUBLE_EQ(first_stage_activations_eq5(2048, 1, 12288, 96, 8, 96).value(), 34426847232.0);
+  // Sec. 4.2.3: 1 + (p-1)/(pm) with p = 8, m = 3 (sec. 6 uses m = 3 for 175B): 1 + 7/24
+  EXPECT_DOUBLE_EQ(interleaved_activation_factor(8, 3), 31.0 / 24.0);
+  EXPECT_DOUBLE_EQ(interleaved_activation_factor(8, 1), 1.0 + 7.0 / 8.0);
+}
+
+TEST(KorthikantiEquations, Sec43EmbeddingAndOutput) {
+  // p = 1: sbh/8 + 4sbh/8 (1 + 51200/12288) = 3,145,728 + 12,582,912 + 52,428,800 (4sbv/t)
+  EXPECT_DOUBLE_EQ(embedding_and_output_activations_sec43(2048, 1, 12288, 51200, 8, 1).value(), 68157440.0);
+  // p = 8: only the embedding dropout masks of 8 micro-batches, sbhp/t = sbh
+  EXPECT_DOUBLE_EQ(embedding_and_output_activations_sec43(2048, 1, 12288, 51200, 8, 8).value(), 25165824.0);
+}
+
+// ---- The generalised model reproduces each Table 2 row for Megatron's GPT -----------------------
+
+TEST(ActivationBytesPerLayer, ReducesToEveryTable2Row) {
+  const ModelSpec m = gpt3_175b();
+  const double s = 2048, b = 1, h = 12288, a = 96, t = 8;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(1, false, Recompute::none), 1, 2048).value(),
+                   activations_no_parallelism(s, b, h, a).value());
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, false, Recompute::none), 1, 2048).value(),
+                   activations_tensor_parallel(s, b, h, a, t).value());
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, true, Recompute::none), 1, 2048).value(),
+                   activations_tensor_sequence_parallel(s, b, h, a, t).value());
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, false, Recompute::selective), 1, 2048).value(),
+                   activations_tensor_parallel_selective(s, b, h, t).value());
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, true, Recompute::selective), 1, 2048).value(),
+                   activations_tensor_sequence_parallel_selective(s, b, h, t).value());
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, false, Recompute::full), 1, 2048).value(),
+                   activations_full_recompute(s, b, h).value());
+  // With sequence parallelism the stored layer input is the sequence-sharded one: 2sbh/t.
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, true, Recompute::full), 1, 2048).value(),
+                   activations_full_recompute(s, b, h).value() / 8);
+  // Linear in the micro-batch size.
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, false, Recompute::none), 4, 2048).value(),
+                   4 * activations_tensor_parallel(s, b, h, a, t).value());
+}
+
+TEST(ActivationBytesPerLayer, GroupedQueryAttentionAndWideFfn) {
+  // h = 4096, 32 heads, 8 KV heads (k = 1024), ffn 11008, s = 2048, b = 1, t = 1:
+  // replicated 10; sharded 4 + 4*1024/4096 + 4*11008/4096 = 15.75; 5as/h = 5*32*2048/4096 = 80.
+  // sbh = 8,388,608; (10 + 15.75 + 80) * sbh = 887,095,296.
+  const ModelSpec m{.name = "gqa", .layers = 32, .hidden = 4096, .heads = 32, .seq_len = 2048,
+                    .vocab = 32000, .ffn_hidden = 11008, .kv_heads = 8, .moe = std::nullopt};
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(1, false, Recompute::none), 1, 2048).value(),
+                   887095296.0);
+}
+
+TEST(ActivationBytesPerLayer, TerapipeSlices) {
+  const ModelSpec m = gpt3_175b();
+  const PlanSpec p = plan_with(8, false, Recompute::none);
+  // One slice is the whole sequence.
+  EXPECT_DOUBLE_EQ(terapipe_activation_bytes_per_layer(m, p, 1, {2048}).value(),
+                   activation_bytes_per_layer(m, p, 1, 2048).value());
+  // Two slices of 1024: linear part unchanged, sbh*13 = 327,155,712; attention over
+  // 1024*1024 + 1024*2048 = 3,145,728 pairs: 5*96*3,145,728/8 = 188,743,680. Sum 515,899,392.
+  EXPECT_DOUBLE_EQ(terapipe_activation_bytes_per_layer(m, p, 1, {1024, 1024}).value(), 515899392.0);
+}
+
+TEST(RecomputeWorkingBytes, OneLayerRematerialised) {
+  const ModelSpec m = gpt3_175b();
+  EXPECT_DOUBLE_EQ(recompute_working_bytes(m, plan_with(8, false, Recompute::none), 1, 2048).value(), 0.0);
+  // Full: the TP row of Table 2 for one layer.
+  EXPECT_DOUBLE_EQ(recompute_working_bytes(m, plan_with(8, false, Recompute::full), 1, 2048).value(), 578813952.0);
+  // Selective: the attention core 5as^2b/t = 5*96*2048^2/8 = 251,658,240.
+  EXPECT_DOUBLE_EQ(recompute_working_bytes(m, plan_with(8, true, Recompute::selective), 1, 2048).value(), 251658240.0);
+}
+
+// ---- Pipeline schedules -------------------------------------------------------------------------
+
+TEST(MicrobatchesInFlight, PerSchedule) {
+  PlanSpec p;
+  p.pp = 4;
+  p.schedule = Schedule::one_f_one_b;
+  EXPECT_EQ(microbatches_in_flight(p, 8, 0), 4);
+  EXPECT_EQ(microbatches_in_flight(p, 8, 1), 3);
+  EXPECT_EQ(microbatches_in_flight(p, 8, 3), 1);
+  EXPECT_EQ(microbatches_in_flight(p, 2, 0), 2);  // fewer micro-batches than stages
+  EXPECT_EQ(microbatches_in_flight(p, 2, 3), 1);
+
+  p.schedule = Schedule::gpipe;
+  EXPECT_EQ(microbatches_in_flight(p, 8, 0), 8);
+  EXPECT_EQ(microbatches_in_flight(p, 8, 3), 8);
+  p.schedule = Schedule::terapipe;
+  EXPECT_EQ(microbatches_in_flight(p, 8, 2), 8);
+
+  // Interleaved, p = 4, v = 2: Megatron's warm-up (p - s - 1)*2 + (v - 1)*p, plus one:
+  // stage 0: 6 + 4 + 1 = 11 chunk forwards; stage 3: 0 + 4 + 1 = 5.
+  p.schedule = Schedule::interleaved;
+  p.virtual_stages = 2;
+  EXPECT_EQ(microbatches_in_flight(p, 8, 0), 11);
+  EXPECT_EQ(microbatches_in_flight(p, 8, 3), 5);
+  EXPECT_EQ(microbatches_in_flight(p, 4, 0), 8);  // capped at m * v
+}
+
+TEST(StageActivations, OneFOneBFirstStageIsEq5) {
+  // 1F1B with tp 8 + SP, no recompute, pp 8: stage 0 stashes 8 micro-batches x 12 layers = eq. 5.
+  const ModelSpec m = gpt3_175b();
+  PlanSpec p = plan_with(8, true, Recompute::none);
+  p.pp = 8;
+  p.dp = 1;
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(m, tr, p, 0).value(),
+                   first_stage_activations_eq5(2048, 1, 12288, 96, 8, 96).value());
+  // The last stage holds one micro-batch: 12 layers' worth.
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(m, tr, p, 7).value(),
+                   12 * activations_tensor_sequence_parallel(2048, 1, 12288, 96, 8).value());
+  // Sec. 4.3 for p > 1: the embedding dropout masks, sbhp/t.
+  EXPECT_DOUBLE_EQ(input_embedding_activation_bytes(m, p, 1, 2048, 8).value(),
+                   embedding_and_output_activations_sec43(2048, 1, 12288, 51200, 8, 8).value());
+}
+
+TEST(StageActivations, InterleavedFirstStageIsEq5TimesFactor) {
+  // Korthikanti sec. 6: 175B with m = 3 interleaving stages, p = 8: 96/(8*3) = 4 layers a chunk;
+  // stage 0 holds (7*2 + 2*8 + 1) = 31 chunks = 124 layers = 96 (1 + 7/24).
+  const ModelSpec m = gpt3_175b();
+  PlanSpec p = plan_with(8, true, Recompute::selective);
+  p.pp = 8;
+  p.schedule = Schedule::interleaved;
+  p.virtual_stages = 3;
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  // Eq. 6 (34 sbhL/t) scaled by the factor.
+  const double eq6 = 34.0 * 2048 * 12288 * 96 / 8;
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(m, tr, p, 0).value(),
+                   eq6 * interleaved_activation_factor(8, 3));
+}
+
+TEST(StageActivations, SinglestageIncludesSec43OutputLayer) {
+  // p = 1 with tp 8 + SP: embedding + final layernorm + output layer = Korthikanti sec. 4.3.
+  const ModelSpec m = gpt3_175b();
+  const PlanSpec p = plan_with(8, true, Recompute::none);
+  EXPECT_DOUBLE_EQ((input_embedding_activation_bytes(m, p, 1, 2048, 1) +
+                    output_layer_activation_bytes(m, p, 1, 2048)).value(),
+                   embedding_and_output_activations_sec43(2048, 1, 12288, 51200, 8, 1).value());
+}
+
+TEST(StageActivations, MtNlgFirstStageByHand) {
+  // MT-NLG 530B, tp 8, pp 35, 1F1B, full recompute, no SP, m = 1920/8 = 240.
+  // sbh = 2048 * 20480 = 41,943,040.
+  // stash: 35 micro-batches x 3 layers x 2sbh = 105 * 83,886,080 = 8,808,038,400
+  // embedding dropout masks: 35 * sbh = 1,468,006,400
+  // recompute working set: sbh (10 + 24/8 + 5*128*2048/(20480*8)) = 21 sbh = 880,803,840
+  // total 11,156,848,640
+  const ModelSpec m = mt_nlg_530b();
+  PlanSpec p = plan_with(8, false, Recompute::full);
+  p.pp = 35;
+  p.dp = 8;
+  const TrainingSpec tr{.global_batch = 1920, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(m, tr, p, 0).value(), 11156848640.0);
+}
+
+// ---- Parameters and bytes per parameter ---------------------------------------------------------
+
+TEST(ParametersOnGpu, StagesAddUpToTheModel) {
+  // Summed over stages and tp ranks: every layer once, the word embedding twice (Megatron's copy
+  // on the last stage), positions and the final layernorm on each of the tp ranks.
+  const ModelSpec m = gpt3_175b();
+  PlanSpec p;
+  p.tp = 8;
+  p.pp = 8;
+  double sum = 0;
+  for (int s = 0; s < p.pp; ++s) sum += parameters_on_gpu(m, p, s).total() * p.tp;
+  const double h = m.hidden;
+  const double expected = parameter_count(m) + double(m.vocab) * h + (p.tp - 1) * (m.seq_len * h + 2 * h);
+  EXPECT_NEAR(sum, expected, expected * 1e-12);
+  // A middle stage: 12 layers x (12h^2 + 13h) / 8.
+  EXPECT_DOUBLE_EQ(parameters_on_gpu(m, p, 3).dense, 12 * (12.0 * h * h + 13 * h) / 8);
+}
+
+TEST(StateBytesPerParam, MegatronDistribOptimizerTable) {
+  // Megatron-LM docs/distrib_optimizer.md: bytes/param, non-distributed and distributed (d = 8).
+  const auto bytes = [](Dtype dt, int zero) {
+    return state_bytes_per_param(dt, Optimizer::adam, Framework::megatron, zero, 8).total();
+  };
+  EXPECT_DOUBLE_EQ(bytes(Dtype::fp16, 0), 20.0);            // float16 param, float16 grads
+  EXPECT_DOUBLE_EQ(bytes(Dtype::fp16, 1), 4.0 + 16.0 / 8);  // 4 + 16/d
+  EXPECT_DOUBLE_EQ(bytes(Dtype::bf16, 0), 18.0);            // 16-bit param, fp32 grads
+  EXPECT_DOUBLE_EQ(bytes(Dtype::bf16, 1), 6.0 + 12.0 / 8);  // 6 + 12/d
+  EXPECT_DOUBLE_EQ(bytes(Dtype::fp32, 0), 16.0);            // fp32 param, fp32 grads
+  EXPECT_DOUBLE_EQ(bytes(Dtype::fp32, 1), 8.0 + 8.0 / 8);   // 8 + 8/d
+}
+
+TEST(StateBytesPerParam, ZeroPaperFigure1) {
+  // Rajbhandari et al. 2020 Fig. 1: Psi = 7.5B, N_d = 64, K = 12: baseline (2+2+K)Psi = 120 GB,
+  // P_os (4 + K/N_d)Psi = 31.4 GB, P_os+g (2 + 14/N_d)Psi = 16.6 GB, P_os+g+p 16Psi/N_d = 1.9 GB.
+  const double psi = 7.5e9;
+  const auto gb = [&](int zero) {
+    return psi * state_bytes_per_param(Dtype::fp16, Optimizer::adam, Framework::deepspeed, zero, 64).total() / 1e9;
+  };
+  EXPECT_DOUBLE_EQ(gb(0), 120.0);
+  EXPECT_NEAR(gb(1), 31.4, 0.05);
+  EXPECT_NEAR(gb(2), 16.6, 0.05);
+  EXPECT_NEAR(gb(3), 1.9, 0.05);
+  const StateBytesPerParam z2 = state_bytes_per_param(Dtype::bf16, Optimizer::adam, Framework::deepspeed, 2, 64);
+  EXPECT_DOUBLE_EQ(z2.weights, 2.0);
+  EXPECT_DOUBLE_EQ(z2.grads, 2.0 / 64);
+  EXPECT_DOUBLE_EQ(z2.optimizer, 12.0 / 64);
+}
+
+// ---- The acceptance plans -----------------------------------------------------------------------
+
+void print_stage(const char* what, int stage, const MemoryBreakdown& b) {
+  std::printf("%s stage %d: weights %.2f grads %.2f optimizer %.2f activations %.2f buffers %.2f "
+              "headroom %.2f total %.2f GiB\n",
+              what, stage, in_GiB(b.weights), in_GiB(b.grads), in_GiB(b.optimizer), in_GiB(b.activations),
+              in_GiB(b.buffers), in_GiB(b.headroom), in_GiB(b.total()));
+}
+
+struct Plan530 {
+  ModelSpec model = mt_nlg_530b();
+  TrainingSpec training{.global_batch = 1920, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  PlanSpec plan;
+  Plan530(Recompute rc) {
+    plan.tp = 8;
+    plan.pp = 35;
+    plan.dp = 8;
+    plan.micro_batch = 1;
+    plan.schedule = Schedule::one_f_one_b;
+    plan.recompute = rc;
+    plan.zero = 1;
+    plan.framework = Framework::megatron;  // the conservative 6 + 12/d of the distributed optimizer
+  }
+};
+
+TEST(AcceptancePlans, MtNlg530bOn280NodesFits) {
+  const Plan530 x(Recompute::full);
+  const auto stages = memory_per_stage(x.model, x.training, x.plan, selene());
+  const int worst = most_loaded_stage(stages);
+  print_stage("MT-NLG 530B full recompute, most loaded", worst, stages[worst]);
+  print_stage("MT-NLG 530B full recompute", 17, stages[17]);
+  print_stage("MT-NLG 530B full recompute", 34, stages[34]);
+  EXPECT_EQ(worst, 0);
+  EXPECT_TRUE(fits(stages[worst], selene().gpu));
+  EXPECT_EQ(memory_shortfall(stages[worst], selene().gpu).value(), 0.0);
+  // Weights by hand: stage 0 holds 3 layers (12h^2 + 13h)/8 + 51200*20480/8 + 2048*20480
+  // = 1,887,536,640 + 131,072,000 + 41,943,040 = 2,060,551,680 params, 2 bytes each.
+  EXPECT_DOUBLE_EQ(stages[0].weights.value(), 2.0 * 2060551680.0);
+  // Optimizer: 12/8 bytes per param with the distributed optimizer over dp = 8.
+  EXPECT_DOUBLE_EQ(stages[0].optimizer.value(), 1.5 * 2060551680.0);
+  // The parts add up.
+  const MemoryBreakdown& b = stages[worst];
+  EXPECT_DOUBLE_EQ(b.total().value(),
+                   (b.weights + b.grads + b.optimizer + b.activations + b.buffers + b.headroom).value());
+}
+
+TEST(AcceptancePlans, MtNlg530bAsDeepSpeedRanItFits) {
+  // The scenario file's framework: DeepSpeed ZeRO-1 (2 + 2 + 12/8 bytes/param, ZeRO paper) with its
+  // 5e8-element reduce bucket.
+  Plan530 x(Recompute::full);
+  x.plan.framework = Framework::deepspeed;
+  const auto stages = memory_per_stage(x.model, x.training, x.plan, selene());
+  const int worst = most_loaded_stage(stages);
+  print_stage("MT-NLG 530B (DeepSpeed ZeRO-1) full recompute, most loaded", worst, stages[worst]);
+  EXPECT_TRUE(fits(stages[worst], selene().gpu));
+  EXPECT_DOUBLE_EQ(stages[0].grads.value(), 2.0 * 2060551680.0);
+}
+
+TEST(AcceptancePlans, MtNlg530bWithoutRecomputeDoesNotFit) {
+  const Plan530 x(Recompute::none);
+  const auto stages = memory_per_stage(x.model, x.training, x.plan, selene());
+  const int worst = most_loaded_stage(stages);
+  print_stage("MT-NLG 530B no recompute, most loaded", worst, stages[worst]);
+  EXPECT_EQ(worst, 0);
+  EXPECT_FALSE(fits(stages[worst], selene().gpu));
+  // Eq. 2 x 105 layers' worth alone is 21 sbh x 105 = 92.5 GB > 80 GiB.
+  EXPECT_GT(stages[0].activations.value(), 105 * activations_tensor_parallel(2048, 1, 20480, 128, 8).value());
+  EXPECT_GT(in_GiB(memory_shortfall(stages[worst], selene().gpu)), 10.0);
+}
+
+TEST(AcceptancePlans, Sc21OneTrillionFits) {
+  const ModelSpec m = sc21_1t();
+  const TrainingSpec tr{.global_batch = 3072, .dtype = Dtype::fp16, .optimizer = Optimizer::adam};
+  PlanSpec p;
+  p.tp = 8;
+  p.pp = 64;
+  p.dp = 6;
+  p.micro_batch = 1;
+  p.schedule = Schedule::one_f_one_b;
+  p.recompute = Recompute::full;
+  p.zero = 0;
+  p.framework = Framework::megatron;
+  const auto stages = memory_per_stage(m, tr, p, selene());
+  const int worst = most_loaded_stage(stages);
+  print_stage("SC21 1T, most loaded", worst, stages[worst]);
+  print_stage("SC21 1T", 63, stages[63]);
+  EXPECT_TRUE(fits(stages[worst], selene().gpu));
+  // Model state by hand, stage 1 (2 layers, nothing else): 2 (12h^2 + 13h)/8 params x 20 bytes
+  // (Megatron fp16: 2 + 2 + 4 master + 4 main grad + 8 Adam) = 1,966,163,200 x 20.
+  const double params = 2 * (12.0 * 25600 * 25600 + 13 * 25600) / 8;
+  EXPECT_DOUBLE_EQ(params, 1966163200.0);
+  EXPECT_DOUBLE_EQ((stages[1].weights + stages[1].grads + stages[1].optimizer).value(), 20 * params);
+}
+
+TEST(AcceptancePlans, OneTrillionOnEightGpusDoesNotFit) {
+  // The message the planner prints: "needs X GiB, device has 80 GiB".
+  const ModelSpec m = sc21_1t();
+  const TrainingSpec tr{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  PlanSpec p;
+  p.tp = 8;
+  p.recompute = Recompute::full;
+  const MemoryBreakdown b = memory_per_gpu(m, tr, p, selene(), 0);
+  EXPECT_FALSE(fits(b, selene().gpu));
+  // At least the 18 bytes/param of ~1T/8 params: > 2,000 GiB.
+  EXPECT_GT(in_GiB(memory_shortfall(b, selene().gpu)), 2000.0);
+}
+
+TEST(MemoryPerGpu, OptimizerOffloadEmptiesTheOptimizerState) {
+  Plan530 x(Recompute::full);
+  x.plan.offload.optimizer = true;
+  const MemoryBreakdown b = memory_per_gpu(x.model, x.training, x.plan, selene(), 0);
+  EXPECT_EQ(b.optimizer.value(), 0.0);
+}
+
+TEST(MemoryPerGpu, MoeExpertsShardOverExpertParallelism) {
+  // 2 layers, the second an MoE layer with 8 experts; ep 4 holds 2 experts per GPU.
+  ModelSpec m{.name = "moe", .layers = 2, .hidden = 1024, .heads = 16, .seq_len = 1024, .vocab = 50000,
+              .ffn_hidden = 4096, .kv_heads = 16, .moe = MoeSpec{.experts = 8, .top_k = 1, .capacity_factor = 1.0, .every = 2}};
+  PlanSpec p;
+  p.dp = 4;
+  p.ep = 4;
+  const StageParameters sp = parameters_on_gpu(m, p, 0);
+  // Expert FFN: 2*1024*4096 + 4096 + 1024 = 8,393,728 params each; 2 on this GPU.
+  EXPECT_DOUBLE_EQ(sp.expert, 2 * 8393728.0);
+  EXPECT_TRUE(is_moe_layer(m, 1));
+  EXPECT_FALSE(is_moe_layer(m, 0));
+  // The MoE layer stores more activations than the dense one (router logits, dispatched tokens).
+  EXPECT_GT(activation_bytes_per_layer(m, p, 1, 1024, true), activation_bytes_per_layer(m, p, 1, 1024, false));
+}
+
+}  // namespace
+}  // namespace foresight::cost_models
