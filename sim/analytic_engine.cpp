@@ -80,23 +80,31 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
     if (latest_pred > latest_compute_pred) r.stages[t.stage].busy[int(Category::dp_comm)] += latest_pred - latest_compute_pred;
   }
   // Waiting for transfers: when a compute-stream task was held back by a transfer from another
-  // stage, the part of the wait during which that transfer was running is exposed pipeline
-  // communication; the rest of the idle time is pipeline bubble.
+  // stage (or a prefetch from host memory), the part of the wait during which that transfer was
+  // running is exposed communication (an offload stall); the rest of the idle time is bubble.
   for (std::size_t v = 0; v < n; ++v) {
     const Task& t = g[v];
     if (t.resources.empty() || t.resources.front() != w.compute_resource(t.stage)) continue;
     Seconds others_ready;
     std::optional<TaskTiming> transfer;
+    bool from_host = false;
     for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) {
       const std::size_t u = boost::source(*e, g);
-      if (g[u].category == Category::pp_comm && g[u].stage != t.stage) {
-        if (!transfer || r.timings[u].finish > transfer->finish) transfer = r.timings[u];
+      const bool remote = g[u].category == Category::pp_comm && g[u].stage != t.stage;
+      const bool prefetch = g[u].category == Category::offload;
+      if (remote || prefetch) {
+        if (!transfer || r.timings[u].finish > transfer->finish) {
+          transfer = r.timings[u];
+          from_host = prefetch;
+        }
       } else {
         others_ready = max(others_ready, r.timings[u].finish);
       }
     }
-    if (transfer && transfer->finish > others_ready)
-      r.stages[t.stage].pp_wait += transfer->finish - max(others_ready, transfer->start);
+    if (transfer && transfer->finish > others_ready) {
+      const Seconds wait = transfer->finish - max(others_ready, transfer->start);
+      (from_host ? r.stages[t.stage].offload_wait : r.stages[t.stage].pp_wait) += wait;
+    }
   }
   int best = 0;
   for (int s = 0; s < p; ++s) {

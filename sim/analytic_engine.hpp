@@ -21,6 +21,7 @@ struct StageBreakdown {
   std::array<Seconds, kCategories> busy{};  // compute-stream time by category (dp_comm: exposed only)
   Seconds idle;                             // compute stream waiting: pipeline bubble and exposed transfers
   Seconds pp_wait;                          // part of idle spent waiting for a transfer that was running
+  Seconds offload_wait;                     // part of idle spent waiting for a prefetch from host memory
   Seconds total() const;
 };
 

@@ -16,19 +16,6 @@ std::function<int(std::ostream&)> not_yet(const std::string& what) {
 }
 }  // namespace
 
-Command simulate_command() {
-  return {"simulate", "Simulate one iteration of an experiment and print time, throughput, breakdown, memory",
-          [](CLI::App& sub) {
-            auto exp = std::make_shared<std::string>();
-            sub.add_option("experiment", *exp, "Experiment file or bundled name")->required();
-            sub.add_option("--engine", "analytic (fast, no contention) or simgrid (flows contend)")
-                ->check(CLI::IsMember({"analytic", "simgrid"}));
-            sub.add_flag("--json")->description("Print machine-readable JSON");
-            sub.add_option("--trace", "Write a Chrome/Perfetto trace to this file");
-            return not_yet("simulate (the simulator)");
-          }};
-}
-
 Command plan_command() {
   return {"plan", "Search parallel plans for a model on a cluster, rank them, write plan.json",
           [](CLI::App& sub) {

@@ -1,0 +1,84 @@
+// foresight simulate EXPERIMENT: one iteration simulated with the analytic or the SimGrid engine;
+// time, throughput, MFU/HFU, the breakdown of the critical stage and memory per GPU.
+#include <CLI/CLI.hpp>
+#include <fstream>
+
+#include "apps/cli/cli.hpp"
+#include "core/scenario.hpp"
+#include "sim/costing.hpp"
+
+namespace foresight::cli {
+
+Command simulate_command() {
+  struct Opts {
+    std::string experiment, engine = "analytic", trace;
+    bool json = false, check = false;
+  };
+  return Command{
+      "simulate", "Simulate one iteration of an experiment and print time, throughput, breakdown, memory",
+      [](CLI::App& sub) {
+        auto o = std::make_shared<Opts>();
+        sub.add_option("experiment", o->experiment, "Experiment file or bundled name (e.g. mt-nlg-530b-selene-280)")
+            ->required();
+        sub.add_option("--engine", o->engine, "analytic (fast, no contention) or simgrid (flows contend on NICs)")
+            ->check(CLI::IsMember({"analytic", "simgrid"}));
+        sub.add_flag("--json", o->json, "Print machine-readable JSON");
+        sub.add_option("--trace", o->trace, "Write a Chrome/Perfetto trace (JSON) of the iteration to this file");
+        sub.add_flag("--check", o->check, "Fail (exit 1) when a sanity check of the result breaks");
+        return [o](std::ostream& out) {
+          const Experiment e = load_experiment(resolve_scenario("experiments", o->experiment));
+          const auto engine = *parse_enum<sim::EngineKind>(o->engine);
+          const sim::ComputeCosts compute = sim::compute_costs_for(e);
+          const CommModel comm(e.cluster);
+          nlohmann::json trace;
+          const sim::Prediction p = sim::predict(e, engine, compute, comm, o->trace.empty() ? nullptr : &trace);
+          const auto broken = sim::check_prediction(p);
+          if (!o->trace.empty()) {
+            // Written whole to a temporary name, then renamed: never a half-written trace.
+            const std::string tmp = o->trace + ".partial";
+            {
+              std::ofstream f(tmp);
+              if (!f) throw SpecError(SourceLocation{"<command line>", 0, 0}, "--trace", o->trace, "cannot be written");
+              f << trace.dump() << "\n";
+            }
+            std::rename(tmp.c_str(), o->trace.c_str());
+          }
+          const auto sections = sim::prediction_sections(p);
+          if (o->json) {
+            nlohmann::ordered_json j{{"experiment", e.name}, {"engine", o->engine}};
+            j.update(to_json(sections));
+            j["critical_stage"] = p.critical_stage;
+            j["most_loaded_stage"] = p.most_loaded_stage;
+            nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+            for (const auto& m : p.memory_per_stage)
+              stages.push_back({{"weights", in_GB(m.weights)}, {"grads", in_GB(m.grads)},
+                                {"optimizer", in_GB(m.optimizer)}, {"activations", in_GB(m.activations)},
+                                {"buffers", in_GB(m.buffers)}, {"headroom", in_GB(m.headroom)},
+                                {"total", in_GB(m.total())}});
+            j["memory_per_stage_GB"] = stages;
+            j["checks_failed"] = broken;
+            out << j.dump(2) << "\n";
+          } else {
+            out << "Experiment " << e.name << " on " << e.gpus << " GPUs (" << e.cluster.gpu.name << "), engine "
+                << o->engine << "\n  plan: tp " << e.plan.tp << " x pp " << e.plan.pp << " x dp " << e.plan.dp
+                << ", micro-batch " << e.plan.micro_batch << ", " << to_string(e.plan.schedule)
+                << (e.plan.virtual_stages > 1 ? " v" + std::to_string(e.plan.virtual_stages) : "") << ", recompute "
+                << to_string(e.plan.recompute) << ", zero " << e.plan.zero << ", " << to_string(e.plan.framework)
+                << "\n\n"
+                << format_console(sections);
+            out << "Memory per GPU by stage (GB):";
+            for (std::size_t s = 0; s < p.memory_per_stage.size(); ++s) {
+              if (s % 10 == 0) out << "\n ";
+              out << " " << format_number(in_GB(p.memory_per_stage[s].total()), 1);
+            }
+            out << "\n";
+            if (e.measured && e.measured->iteration_s)
+              out << "Published: " << *e.measured->iteration_s << " s per iteration (" << e.measured->source << ")\n";
+            for (const auto& b : broken) out << "CHECK FAILED: " << b << "\n";
+          }
+          return (o->check && !broken.empty()) ? kExitInternal : kExitOk;
+        };
+      }};
+}
+
+}  // namespace foresight::cli

@@ -1,0 +1,298 @@
+#include "sim/costing.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/flops.hpp"
+#include "cost_models/memory.hpp"
+#include "cost_models/offload.hpp"
+#include "sim/trace.hpp"
+
+namespace foresight::sim {
+
+namespace {
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/// Bytes of one 16-bit activation tensor (b, tokens, h).
+Bytes activation_tensor(double micro_batch, double tokens, double hidden) { return Bytes(2.0 * micro_batch * tokens * hidden); }
+
+/// Rank strides of the plan's layout (innermost first).
+struct Strides {
+  long long tp = 1, dp = 1, pp = 1;
+};
+Strides strides(const PlanSpec& p) {
+  Strides s;
+  s.tp = 1;
+  if (p.placement == Placement::tp_dp_pp) {
+    s.dp = p.tp;
+    s.pp = (long long)p.tp * p.dp;
+  } else {
+    s.pp = p.tp;
+    s.dp = (long long)p.tp * p.pp;
+  }
+  return s;
+}
+
+/// A communicator of `ranks` ranks spaced `stride` apart in a layout with `gpn` GPUs per node.
+CommGroup group_of(int ranks, long long stride, int gpn) {
+  CommGroup g;
+  g.ranks = ranks;
+  if (ranks <= 1) return g;
+  if (stride >= gpn) {
+    // One rank per node; the node's other GPUs belong to sibling groups (same collective, same
+    // moment) that share its NICs.
+    g.ranks_per_node = 1;
+    g.nodes = ranks;
+    g.concurrent_groups = int(std::min<long long>(gpn, stride));
+  } else {
+    const int per_node = int(std::min<long long>(ranks, std::max<long long>(1, gpn / stride)));
+    g.ranks_per_node = per_node;
+    g.nodes = ceil_div(ranks, per_node);
+    if (g.ranks_per_node * g.nodes != ranks) {  // uneven split: treat as one rank per node (conservative)
+      g.ranks_per_node = 1;
+      g.nodes = ranks;
+    }
+    g.concurrent_groups = int(std::max<long long>(1, stride));
+  }
+  return g;
+}
+
+}  // namespace
+
+PlanGroups plan_groups(const PlanSpec& p, const ClusterSpec& c) {
+  const int gpn = c.gpus_per_node;
+  const Strides st = strides(p);
+  PlanGroups g;
+  g.tp = group_of(p.tp, st.tp, gpn);
+  g.tp.concurrent_groups = 1;
+  g.dp = group_of(p.dp, st.dp, gpn);
+  g.ep = group_of(p.ep, st.dp, gpn);
+  // A pipeline transfer: two ranks `pp stride` apart; each rank of the TP group sends at once.
+  g.pp = group_of(p.pp > 1 ? 2 : 1, st.pp, gpn);
+  if (p.pp > 1) g.pp.concurrent_groups = int(std::min<long long>(gpn, std::max<long long>(1, st.pp)));
+  g.pp_crosses_nodes = p.pp > 1 && g.pp.nodes > 1;
+  return g;
+}
+
+WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, const CommModel& comm) {
+  const ModelSpec& m = e.model;
+  const PlanSpec& p = e.plan;
+  const int v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  std::vector<int> slices = p.token_slices;
+  if (slices.empty()) slices = {m.seq_len};
+  const int n_slices = int(slices.size());
+  const PlanGroups groups = plan_groups(p, e.cluster);
+  const double b = p.micro_batch, h = m.hidden;
+
+  WorkloadCosts c;
+  c.shape = ScheduleShape{p.schedule, p.pp, p.micro_batches(e.training), v, n_slices};
+  c.chunk.assign(p.pp, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(n_slices)));
+
+  // Tensor-parallel collectives per layer (Korthikanti 2022 sec. 4.2): without sequence
+  // parallelism 2 all-reduces forward and 2 backward of the (b, s, h) activation; with it 2
+  // all-gathers + 2 reduce-scatters each way, which move the same bytes in two halves.
+  auto tp_layer_comm = [&](int tokens) {
+    if (p.tp == 1) return Seconds(0);
+    const Bytes act = activation_tensor(b, tokens, h);
+    if (p.sequence_parallel)
+      return 2.0 * (comm.time(Collective::all_gather, act, groups.tp) + comm.time(Collective::reduce_scatter, act, groups.tp));
+    return 2.0 * comm.time(Collective::all_reduce, act, groups.tp);
+  };
+  // MoE: dispatch and combine all-to-alls of capacity_factor * top_k tokens per GPU.
+  auto ep_layer_comm = [&](int tokens) {
+    if (!m.moe || p.ep == 1) return Seconds(0);
+    const Bytes routed = activation_tensor(b, tokens, h) * (m.moe->capacity_factor * m.moe->top_k);
+    return 2.0 * comm.time(Collective::all_to_all, routed, groups.ep);
+  };
+
+  for (int s = 0; s < p.pp; ++s) {
+    const std::vector<int> layers = cost_models::stage_layers(m, p, s);
+    const int per_chunk = int(layers.size()) / v;
+    for (int ch = 0; ch < v; ++ch) {
+      int context = 0;
+      for (int k = 0; k < n_slices; ++k) {
+        const int tokens = slices[k];
+        context += tokens;
+        ChunkCosts cc;
+        for (int i = 0; i < per_chunk; ++i) {
+          const int layer = layers[ch * per_chunk + i];
+          const bool moe = cost_models::is_moe_layer(m, layer);
+          const LayerCompute lc = compute.layer(tokens, context, moe);
+          cc.forward += lc.forward;
+          cc.backward += lc.backward;
+          cc.recompute += lc.recompute;
+          const Seconds tp = tp_layer_comm(tokens);
+          cc.forward_tp_comm += tp;
+          cc.backward_tp_comm += tp;
+          if (p.recompute == Recompute::full) cc.recompute_tp_comm += tp;
+          if (moe) {
+            const Seconds ep = ep_layer_comm(tokens);
+            cc.forward_ep_comm += ep;
+            cc.backward_ep_comm += ep;
+            if (p.recompute == Recompute::full) cc.recompute_tp_comm += ep;
+          }
+        }
+        const EdgeCompute ec = compute.edges(tokens);
+        const bool first_segment = s == 0 && ch == 0;
+        const bool last_segment = s == p.pp - 1 && ch == v - 1;
+        if (first_segment) {
+          cc.forward += ec.embedding_forward;
+          cc.backward += ec.embedding_backward;
+          // Vocab-parallel embedding: an all-reduce of its output (Megatron VocabParallelEmbedding).
+          if (p.tp > 1) cc.forward_tp_comm += comm.time(Collective::all_reduce, activation_tensor(b, tokens, h), groups.tp);
+        }
+        if (last_segment) {
+          cc.forward += ec.head_forward;
+          cc.backward += ec.head_backward;
+          // Column-parallel LM head: its input gradient is all-reduced in the backward.
+          if (p.tp > 1) cc.backward_tp_comm += comm.time(Collective::all_reduce, activation_tensor(b, tokens, h), groups.tp);
+        }
+        c.chunk[s][ch][k] = cc;
+      }
+    }
+  }
+
+  // Activation offload: each chunk's offloaded share goes out after its forward and comes back
+  // before its backward, over the GPU's PCIe link (Ren et al. 2021, ZeRO-Offload, sec. 4).
+  if (p.offload.activations > 0) {
+    for (int s = 0; s < p.pp; ++s)
+      for (int ch = 0; ch < v; ++ch)
+        for (int k = 0; k < n_slices; ++k) {
+          const int layers_in_chunk = int(cost_models::stage_layers(m, p, s).size()) / v;
+          const Bytes per_layer = cost_models::activation_bytes_per_layer(m, p, p.micro_batch, slices[k]);
+          const Bytes moved = per_layer * (layers_in_chunk * p.offload.activations);
+          c.chunk[s][ch][k].offload_out = moved / e.cluster.host.pcie_bandwidth;
+          c.chunk[s][ch][k].offload_in = moved / e.cluster.host.pcie_bandwidth;
+        }
+  }
+
+  // Pipeline transfers. Megatron-LM splits the activation over the TP ranks before sending and
+  // all-gathers it over NVLink after (Narayanan et al. 2021 sec. 4.1, scatter/gather); with
+  // sequence parallelism it is already split. DeepSpeed's pipeline engine sends the whole tensor
+  // from every TP rank (deepspeed/runtime/pipe/engine.py, p2p.send of the full activation).
+  const bool split = p.tp > 1 && (p.sequence_parallel || p.framework == Framework::megatron);
+  for (int k = 0; k < n_slices; ++k) {
+    const Bytes act = activation_tensor(b, slices[k], h);
+    const Bytes per_rank = split ? act / double(p.tp) : act;
+    Seconds t;
+    if (p.pp > 1) {
+      t = comm.time(Collective::send_recv, per_rank, groups.pp);
+      if (split && !p.sequence_parallel) t += comm.time(Collective::all_gather, act, groups.tp);
+    }
+    c.p2p_forward.push_back(t);
+    c.p2p_backward.push_back(t);
+    if (k == 0) c.p2p_bytes_per_slice = per_rank * double(std::min(p.tp, e.cluster.gpus_per_node));
+  }
+  c.p2p_blocks_sender = true;
+
+  // Data-parallel gradient synchronisation and the optimizer step per stage.
+  c.dp_latency = Seconds(0);
+  for (int s = 0; s < p.pp; ++s) {
+    const cost_models::StageParameters sp = cost_models::parameters_on_gpu(m, p, s);
+    const auto unsharded = cost_models::state_bytes_per_param(e.training.dtype, e.training.optimizer, p.framework, 0, 1);
+    const Bytes grads = Bytes(sp.dense * unsharded.grads);
+    const Bytes expert_grads = Bytes(sp.expert * unsharded.grads);
+    const Bytes weights16 = Bytes(sp.total() * unsharded.weights);
+    Seconds sync, gather;
+    Bytes sync_bytes, gather_bytes;
+    const int n = p.dp;
+    const double host_ranks = std::min(p.tp, e.cluster.gpus_per_node);
+    if (n > 1) {
+      if (p.zero >= 1) {
+        // Distributed optimizer / ZeRO: reduce-scatter the gradients, all-gather the updated weights.
+        sync = comm.time(Collective::reduce_scatter, grads, groups.dp);
+        gather = comm.time(Collective::all_gather, weights16, groups.dp);
+        sync_bytes = grads * ((n - 1.0) / n) * host_ranks;
+        gather_bytes = weights16 * ((n - 1.0) / n) * host_ranks;
+      } else {
+        sync = comm.time(Collective::all_reduce, grads, groups.dp);
+        sync_bytes = grads * (2.0 * (n - 1.0) / n) * host_ranks;
+      }
+      c.dp_latency = comm.estimate(Collective::all_reduce, Bytes(8), groups.dp).latency;
+    }
+    const int dp_over_ep = p.dp / p.ep;
+    if (expert_grads > Bytes(0) && dp_over_ep > 1) {
+      PlanSpec ep_plan = p;
+      CommGroup eg = plan_groups(ep_plan, e.cluster).dp;
+      eg.ranks = dp_over_ep;
+      eg.nodes = std::max(1, eg.nodes * dp_over_ep / std::max(1, p.dp));
+      eg.ranks_per_node = std::max(1, dp_over_ep / eg.nodes);
+      eg.nodes = dp_over_ep / eg.ranks_per_node;
+      sync += comm.time(Collective::all_reduce, expert_grads, eg);
+    }
+    c.dp_grad_sync.push_back(sync);
+    c.dp_grad_sync_bytes.push_back(sync_bytes);
+    c.dp_param_gather.push_back(gather);
+    c.dp_param_gather_bytes.push_back(gather_bytes);
+    const double shard = p.zero >= 1 ? double(p.dp) : 1.0;
+    Seconds opt = compute.optimizer(sp.dense / shard + sp.expert / std::max(1.0, shard / p.ep));
+    if (p.offload.optimizer) {
+      // Optimizer state on the host: gradients go down and weights come back over PCIe.
+      const cost_models::OffloadCost oc = cost_models::offload_cost(m, e.training, p, e.cluster, s);
+      opt = oc.optimizer_to_host / e.cluster.host.pcie_bandwidth + oc.optimizer_to_device / e.cluster.host.pcie_bandwidth;
+    }
+    c.optimizer.push_back(opt);
+  }
+  return c;
+}
+
+SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
+  SimgridPlatform pf;
+  pf.dp = e.plan.dp;
+  pf.tp = e.plan.tp;
+  pf.gpus_per_node = e.cluster.gpus_per_node;
+  pf.placement = e.plan.placement;
+  pf.node_injection = e.cluster.inter.nic_bandwidth * (e.cluster.inter.nics_per_node * comm.params().nic_efficiency);
+  if (!(pf.node_injection > BytesPerSecond(0))) pf.node_injection = BytesPerSecond(1e18);
+  pf.network_latency = e.cluster.inter.latency;
+  pf.oversubscription = e.cluster.inter.oversubscription;
+  return pf;
+}
+
+Prediction predict(const Experiment& e, EngineKind engine, const ComputeCosts& compute, const CommModel& comm,
+                   nlohmann::json* trace) {
+  const WorkloadCosts costs = cost_workload(e, compute, comm);
+  const Workload w = build_workload(costs);
+  const SimResult r = engine == EngineKind::analytic ? run_analytic(w) : run_simgrid(w, simgrid_platform(e, comm));
+  if (trace) *trace = chrome_trace(w, r);
+
+  Prediction out;
+  out.experiment = e.name;
+  out.engine = engine;
+  out.iteration = r.iteration;
+  out.tp = e.plan.tp;
+  out.pp = e.plan.pp;
+  out.dp = e.plan.dp;
+  const double gpus = e.gpus;
+  const double it = in_s(r.iteration);
+  const double peak = e.cluster.gpu.peak(e.training.dtype).value();
+  const Flops model = model_flops_per_iteration(e.model, e.training.global_batch);
+  const Flops hw = hardware_flops_per_iteration(e.model, e.training.global_batch, e.plan.recompute);
+  out.tokens_per_s = double(e.training.global_batch) * e.model.seq_len / it;
+  out.tflops_per_gpu = model.value() / (it * gpus) / 1e12;
+  out.hw_tflops_per_gpu = hw.value() / (it * gpus) / 1e12;
+  out.mfu = model.value() / (it * gpus * peak);
+  out.hfu = hw.value() / (it * gpus * peak);
+
+  out.critical_stage = r.critical_stage;
+  const StageBreakdown& sb = r.stages[r.critical_stage];
+  auto busy = [&](Category c) { return sb.busy[int(c)]; };
+  TimeBreakdown& b = out.breakdown;
+  b.compute = busy(Category::forward) + busy(Category::backward);
+  b.recompute = busy(Category::recompute);
+  b.tp_comm = busy(Category::tp_comm);
+  b.ep_comm = busy(Category::ep_comm);
+  b.pp_comm_exposed = busy(Category::pp_comm) + sb.pp_wait;
+  b.dp_comm_exposed = busy(Category::dp_comm);
+  b.optimizer = busy(Category::optimizer);
+  b.offload_stall = busy(Category::offload) + sb.offload_wait;
+  b.bubble = sb.idle - sb.pp_wait - sb.offload_wait;
+
+  out.memory_per_stage = cost_models::memory_per_stage(e.model, e.training, e.plan, e.cluster);
+  out.most_loaded_stage = cost_models::most_loaded_stage(out.memory_per_stage);
+  out.device_memory = e.cluster.gpu.hbm;
+  return out;
+}
+
+}  // namespace foresight::sim

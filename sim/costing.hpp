@@ -1,0 +1,63 @@
+// From an experiment to a costed workload: every task's duration from the cost models (compute,
+// communication, memory/offload), the communicator placements the plan's rank layout creates, and
+// the implementation choices of the framework that ran it (how pipeline activations cross nodes,
+// which gradients are reduced how). Then predict(): simulate and summarise.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/experiment.hpp"
+#include "cost_models/comm.hpp"
+#include "sim/prediction.hpp"
+#include "sim/simgrid_engine.hpp"
+#include "sim/workload.hpp"
+
+namespace foresight::sim {
+
+/// Compute time of one transformer layer on one GPU for one micro-batch (or token slice): the
+/// plan's tp and sequence parallelism applied, communication excluded.
+struct LayerCompute {
+  Seconds forward, backward;       // backward: data and weight gradients
+  Seconds recompute;               // what the plan's recompute mode re-runs before the backward
+};
+
+/// Compute time of the pieces outside the transformer layers, per micro-batch (or slice).
+struct EdgeCompute {
+  Seconds embedding_forward, embedding_backward;  // first stage
+  Seconds head_forward, head_backward;            // last stage: final norm, logits, cross-entropy
+};
+
+/// The compute side of costing, so that sim/ needs no knowledge of how kernels are timed.
+struct ComputeCosts {
+  /// (tokens in the slice, attention context length, is it an MoE layer) -> times.
+  std::function<LayerCompute(int tokens, int context, bool moe_layer)> layer;
+  std::function<EdgeCompute(int tokens)> edges;
+  /// One optimizer step over `params` parameters held (after sharding) by one GPU.
+  std::function<Seconds(double params)> optimizer;
+};
+
+/// The compute costs of an experiment from the default source for its GPU: a calibration profile
+/// when one is bundled for it, else the GPU's spec with the published efficiency parameters.
+ComputeCosts compute_costs_for(const Experiment& e);
+
+/// Communicator placements of a plan (CommModel vocabulary).
+struct PlanGroups {
+  CommGroup tp, dp, pp, ep;
+  bool pp_crosses_nodes = false;
+};
+PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);
+
+/// Durations of every task of one iteration.
+WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, const CommModel& comm);
+
+/// The SimGrid platform for an experiment (one host per TP group, NICs per node).
+SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm);
+
+/// Simulates one iteration with the chosen engine; fills `trace` (Chrome trace JSON) when given.
+Prediction predict(const Experiment& e, EngineKind engine, const ComputeCosts& compute, const CommModel& comm,
+                   nlohmann::json* trace = nullptr);
+
+}  // namespace foresight::sim

@@ -1,0 +1,63 @@
+// What a simulation predicts for one experiment: iteration time, throughput, MFU/HFU, where the
+// time went (on the stage that sets the pace) and memory per GPU per stage. Its field list is
+// written once (prediction_sections) and drives both the console table and the JSON.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/enums.hpp"
+#include "core/report.hpp"
+#include "core/units.hpp"
+#include "cost_models/memory.hpp"
+
+namespace foresight::sim {
+
+enum class EngineKind { analytic, simgrid };
+
+/// Where one iteration's time went on the critical stage; the parts sum to the iteration time.
+struct TimeBreakdown {
+  Seconds compute;           // forward and backward passes (model FLOPs)
+  Seconds recompute;         // activation recomputation
+  Seconds tp_comm;           // tensor/sequence-parallel collectives (blocking)
+  Seconds ep_comm;           // MoE all-to-all
+  Seconds pp_comm_exposed;   // pipeline transfers the compute stream waited for or was blocked by
+  Seconds dp_comm_exposed;   // data-parallel gradient sync not hidden behind compute
+  Seconds optimizer;         // the optimizer step
+  Seconds offload_stall;     // waiting for activations prefetched from host memory
+  Seconds bubble;            // pipeline fill and drain
+  Seconds total() const;
+};
+
+struct Prediction {
+  std::string experiment;
+  EngineKind engine = EngineKind::analytic;
+  Seconds iteration;
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;     // model FLOPs (no recompute) per second per GPU, in TFLOP/s
+  double hw_tflops_per_gpu = 0;  // hardware FLOPs (with recompute), TFLOP/s
+  double mfu = 0;                // model FLOPs utilisation of the dtype's dense peak, 0..1
+  double hfu = 0;                // hardware FLOPs utilisation
+  int critical_stage = 0;
+  TimeBreakdown breakdown;
+  std::vector<cost_models::MemoryBreakdown> memory_per_stage;
+  int most_loaded_stage = 0;
+  Bytes device_memory;  // what one GPU has
+  int tp = 1, pp = 1, dp = 1;
+};
+
+/// The console/JSON field table of a prediction.
+std::vector<Section> prediction_sections(const Prediction& p);
+
+/// Sanity checks after every simulation (STYLE.md item 7); returns the broken ones, empty if sound.
+std::vector<std::string> check_prediction(const Prediction& p);
+
+}  // namespace foresight::sim
+
+namespace foresight {
+template <>
+struct EnumNames<sim::EngineKind> {
+  static constexpr auto kList = std::to_array<std::pair<sim::EngineKind, const char*>>(
+      {{sim::EngineKind::analytic, "analytic"}, {sim::EngineKind::simgrid, "simgrid"}});
+};
+}  // namespace foresight
