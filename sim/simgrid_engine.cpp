@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.hpp"
@@ -25,19 +26,77 @@ namespace {
 
 constexpr double kHostSpeed = 1e9;  // flop/s of a simulated host: delays are replayed as flops
 
-/// An Exec or a Comm: SimGrid exposes add_successor and vetoable_start on the typed pointers only.
-struct Act {
-  sg4::ExecPtr exec;
-  sg4::CommPtr comm;
-  sg4::ActivityPtr base() const { return exec ? sg4::ActivityPtr(exec) : sg4::ActivityPtr(comm); }
-  void precede(const Act& next) const {
-    if (exec) exec->add_successor(next.base());
-    else comm->add_successor(next.base());
+/// What to create when a task becomes ready: a delay on a host, or a flow between two hosts.
+struct Recipe {
+  sg4::Host* host = nullptr;  // delay: where; flow: source
+  sg4::Host* to = nullptr;    // flow: destination (nullptr for a delay)
+  double amount = 0;          // delay: flops; flow: bytes
+};
+
+/// Creates and starts each SimGrid activity only once all its predecessors have completed, and
+/// records its start and finish. (SimGrid 3.32 keeps every created activity in a list that each
+/// completion scans linearly, so creating the whole graph up front is quadratic in its size;
+/// creating activities when ready keeps that list to the few that run.)
+class Launcher {
+ public:
+  int add(const Recipe& r) {
+    recipes_.push_back(r);
+    succ_.emplace_back();
+    pending_.push_back(0);
+    return int(recipes_.size()) - 1;
   }
-  void start() const {
-    if (exec) exec->vetoable_start();
-    else comm->vetoable_start();
+  void precede(int a, int b) {
+    succ_[a].push_back(b);
+    ++pending_[b];
   }
+  double start_time(int i) const { return start_[i]; }
+  double finish_time(int i) const { return finish_[i]; }
+
+  void run(sg4::Engine& e) {
+    start_.assign(recipes_.size(), -1.0);
+    finish_.assign(recipes_.size(), -1.0);
+    sg4::Activity::on_completion_cb([this](const sg4::Activity& a) {
+      auto it = running_.find(&a);
+      if (it == running_.end()) return;
+      const int i = it->second.index;
+      start_[i] = a.get_start_time();
+      finish_[i] = a.get_finish_time();
+      // SimGrid still uses the activity after this callback: keep it alive until the run ends.
+      finished_.push_back(std::move(it->second.keep));
+      running_.erase(it);
+      for (int s : succ_[i])
+        if (--pending_[s] == 0) launch(s);
+    });
+    for (std::size_t i = 0; i < recipes_.size(); ++i)
+      if (pending_[i] == 0) launch(int(i));
+    e.run();
+    for (std::size_t i = 0; i < recipes_.size(); ++i)
+      FORESIGHT_CHECK(finish_[i] >= 0) << "activity " << i << " never ran";
+  }
+
+ private:
+  struct Live {
+    int index;
+    sg4::ActivityPtr keep;  // holds the activity until it completes
+  };
+  void launch(int i) {
+    const Recipe& r = recipes_[i];
+    if (r.to == nullptr) {
+      sg4::ExecPtr x = sg4::Exec::init()->set_host(r.host)->set_flops_amount(r.amount);
+      running_[x.get()] = Live{i, x};
+      x->start();
+    } else {
+      sg4::CommPtr c = sg4::Comm::sendto_init(r.host, r.to)->set_payload_size(uint64_t(r.amount));
+      running_[c.get()] = Live{i, c};
+      c->start();
+    }
+  }
+  std::vector<Recipe> recipes_;
+  std::vector<std::vector<int>> succ_;
+  std::vector<int> pending_;
+  std::vector<double> start_, finish_;
+  std::unordered_map<const sg4::Activity*, Live> running_;
+  std::vector<sg4::ActivityPtr> finished_;
 };
 
 /// Which node hosts the tensor-parallel group of (replica, stage).
@@ -86,19 +145,11 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
   const Graph& g = w.graph;
   const std::size_t n = boost::num_vertices(g);
   // entry/exit activity of each task in each replica (a DP collective is several activities).
-  std::vector<std::vector<Act>> entry(R, std::vector<Act>(n));
-  std::vector<std::vector<Act>> exit(R, std::vector<Act>(n));
-  std::vector<Act> all;
-  auto delay = [&](sg4::Host* h, Seconds d) {
-    Act a{sg4::Exec::init()->set_host(h)->set_flops_amount(std::max(d.value(), 0.0) * kHostSpeed), nullptr};
-    all.push_back(a);
-    return a;
-  };
-  auto flow = [&](sg4::Host* from, sg4::Host* to, Bytes b) {
-    Act a{nullptr, sg4::Comm::sendto_init(from, to)->set_payload_size(uint64_t(b.value()))};
-    all.push_back(a);
-    return a;
-  };
+  Launcher L;
+  std::vector<std::vector<int>> entry(R, std::vector<int>(n, -1));
+  std::vector<std::vector<int>> exit(R, std::vector<int>(n, -1));
+  auto delay = [&](sg4::Host* h, Seconds d) { return L.add(Recipe{h, nullptr, std::max(d.value(), 0.0) * kHostSpeed}); };
+  auto flow = [&](sg4::Host* from, sg4::Host* to, Bytes b) { return L.add(Recipe{from, to, b.value()}); };
   for (std::size_t v = 0; v < n; ++v) {
     const Task& t = g[v];
     const int s = t.stage;
@@ -106,20 +157,20 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
                           node[0][s] != node[1 % R][s];
     if (dp_flows) {
       // Coarse ring: latency term per rank, then one flow per rank to its neighbour, all at once.
-      const Act start_barrier = delay(host[0][s], Seconds(0));
-      const Act end_barrier = delay(host[0][s], Seconds(0));
+      const int start_barrier = delay(host[0][s], Seconds(0));
+      const int end_barrier = delay(host[0][s], Seconds(0));
       for (int r = 0; r < R; ++r) {
         entry[r][v] = delay(host[r][s], t.latency);
-        entry[r][v].precede(start_barrier);
-        const Act f = flow(host[r][s], host[(r + 1) % R][s], t.bytes);
-        start_barrier.precede(f);
-        f.precede(end_barrier);
+        L.precede(entry[r][v], start_barrier);
+        const int f = flow(host[r][s], host[(r + 1) % R][s], t.bytes);
+        L.precede(start_barrier, f);
+        L.precede(f, end_barrier);
         exit[r][v] = end_barrier;
       }
       continue;
     }
     for (int r = 0; r < R; ++r) {
-      Act a;
+      int a;
       if (t.category == Category::pp_comm && t.src_stage >= 0 && node[r][t.src_stage] != node[r][t.dst_stage]) {
         a = flow(host[r][t.src_stage], host[r][t.dst_stage], t.bytes);
       } else {
@@ -131,13 +182,12 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
   for (std::size_t v = 0; v < n; ++v)
     for (auto [ei, ee] = boost::out_edges(v, g); ei != ee; ++ei) {
       const std::size_t u = boost::target(*ei, g);
-      for (int r = 0; r < R; ++r) exit[r][v].precede(entry[r][u]);
+      for (int r = 0; r < R; ++r) L.precede(exit[r][v], entry[r][u]);
     }
-  for (auto& a : all) a.start();
-  e.run();
+  L.run(e);
   std::vector<TaskTiming> out(n);
   for (std::size_t v = 0; v < n; ++v)
-    out[v] = {Seconds(entry[0][v].base()->get_start_time()), Seconds(exit[0][v].base()->get_finish_time())};
+    out[v] = {Seconds(L.start_time(entry[0][v])), Seconds(L.finish_time(exit[0][v]))};
   return out;
 }
 

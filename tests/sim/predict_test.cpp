@@ -1,0 +1,109 @@
+// predict() end to end with a compute source of known, hand-checkable times: engine agreement
+// without contention, the invariant checks, and the trace's schema.
+#include <gtest/gtest.h>
+
+#include "core/scenario.hpp"
+#include "sim/costing.hpp"
+
+using namespace foresight;
+using namespace foresight::sim;
+
+namespace {
+// 50 ms forward, 100 ms backward, 50 ms recompute per layer per 2048 tokens (slow enough to stay
+// under an A100's peak: HFU must be <= 1); 10 us per 1e6 optimizer parameters.
+ComputeCosts fixed_compute() {
+  ComputeCosts c;
+  c.layer = [](int tokens, int, bool) {
+    const double scale = tokens / 2048.0;
+    return LayerCompute{Seconds(50e-3 * scale), Seconds(100e-3 * scale), Seconds(50e-3 * scale)};
+  };
+  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
+  c.optimizer = [](double params) { return Seconds(params * 1e-11); };
+  return c;
+}
+
+Experiment single_node() {
+  // GPT-3 1.3B on one DGX A100 node: tp 2 x pp 4 x dp 1 — one replica, every transfer inside the node.
+  Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
+  e.model = load_model(resolve_scenario("models", "gpt3-1.3b"));
+  e.gpus = 8;
+  e.plan.tp = 2;
+  e.plan.pp = 4;
+  e.plan.dp = 1;
+  e.plan.micro_batch = 2;
+  e.plan.schedule = Schedule::one_f_one_b;
+  e.plan.virtual_stages = 1;
+  e.training.global_batch = 32;
+  validate_experiment(e);
+  return e;
+}
+}  // namespace
+
+TEST(Predict, EnginesAgreeWithinOnePercentWithoutContention) {
+  if (!simgrid_available()) GTEST_SKIP() << "SimGrid not in this build";
+  const Experiment e = single_node();
+  const CommModel comm(e.cluster);
+  const Prediction a = predict(e, EngineKind::analytic, fixed_compute(), comm);
+  const Prediction s = predict(e, EngineKind::simgrid, fixed_compute(), comm);
+  EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << "analytic " << a.iteration.value() << " s, simgrid "
+                                                   << s.iteration.value() << " s";
+  EXPECT_TRUE(check_prediction(a).empty());
+  EXPECT_TRUE(check_prediction(s).empty());
+}
+
+TEST(Predict, OneFOneBIterationMatchesHandComputation) {
+  // tp = 1 and pp = 1 and dp = 1 leave no communication: m micro-batches of (layers x 4 ms) with
+  // full recompute, plus embedding/head and the optimizer.
+  Experiment e = single_node();
+  e.gpus = 1;
+  e.plan.tp = 1;
+  e.plan.pp = 1;
+  e.plan.dp = 1;
+  e.plan.recompute = Recompute::full;
+  e.training.global_batch = 4;
+  e.plan.micro_batch = 2;
+  const CommModel comm(e.cluster);
+  const Prediction p = predict(e, EngineKind::analytic, fixed_compute(), comm);
+  const double params = cost_models::parameters_on_gpu(e.model, e.plan, 0).total();
+  const double per_mb = 24 * (50e-3 + 100e-3 + 50e-3) + 1e-4 + 2e-4 + 5e-4 + 1e-3;  // times are per micro-batch
+  EXPECT_NEAR(p.iteration.value(), 2 * per_mb + params * 1e-11, 1e-9);
+  EXPECT_NEAR(p.breakdown.bubble.value(), 0.0, 1e-12);
+  EXPECT_DOUBLE_EQ(p.breakdown.tp_comm.value(), 0.0);
+  for (const auto& b : check_prediction(p)) ADD_FAILURE() << b;
+}
+
+TEST(Predict, InvariantsCatchAnInconsistentResult) {
+  Prediction p;
+  p.iteration = Seconds(1.0);
+  p.breakdown.compute = Seconds(0.7);
+  p.breakdown.tp_comm = Seconds(0.2);  // tp = 1: must be zero
+  p.tp = 1;
+  const auto broken = check_prediction(p);
+  ASSERT_EQ(broken.size(), 2u);  // the sum (0.9 != 1.0) and the TP rule
+}
+
+TEST(Trace, ChromeTraceSchema) {
+  const Experiment e = single_node();
+  const CommModel comm(e.cluster);
+  nlohmann::json trace;
+  predict(e, EngineKind::analytic, fixed_compute(), comm, &trace);
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  ASSERT_TRUE(trace["traceEvents"].is_array());
+  int complete = 0, names = 0;
+  for (const auto& ev : trace["traceEvents"]) {
+    ASSERT_TRUE(ev.contains("ph") && ev.contains("pid") && ev.contains("tid") && ev.contains("name"));
+    if (ev["ph"] == "X") {
+      ++complete;
+      ASSERT_TRUE(ev["ts"].is_number() && ev["dur"].is_number());
+      EXPECT_GE(ev["ts"].get<double>(), 0.0);
+      EXPECT_GT(ev["dur"].get<double>(), 0.0);
+    } else if (ev["ph"] == "M") {
+      ++names;
+      EXPECT_TRUE(ev["name"] == "process_name" || ev["name"] == "thread_name");
+    } else {
+      ADD_FAILURE() << "unexpected phase " << ev["ph"];
+    }
+  }
+  EXPECT_GT(complete, 4 * 2 * 16);  // 4 stages x (16 forwards + 16 backwards) at least
+  EXPECT_GE(names, 4);
+}
