@@ -6,6 +6,7 @@
 #include "core/flops.hpp"
 #include "cost_models/memory.hpp"
 #include "cost_models/offload.hpp"
+#include "sim/fast_engine.hpp"
 #include "sim/trace.hpp"
 
 namespace foresight::sim {
@@ -253,9 +254,14 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
 Prediction predict(const Experiment& e, EngineKind engine, const ComputeCosts& compute, const CommModel& comm,
                    nlohmann::json* trace) {
   const WorkloadCosts costs = cost_workload(e, compute, comm);
-  const Workload w = build_workload(costs);
-  const SimResult r = engine == EngineKind::analytic ? run_analytic(w) : run_simgrid(w, simgrid_platform(e, comm));
-  if (trace) *trace = chrome_trace(w, r);
+  SimResult r;
+  if (engine == EngineKind::analytic && !trace && fast_engine_applies(costs)) {
+    r = run_fast(costs);  // the same schedule as the graph engine, without building the graph
+  } else {
+    const Workload w = build_workload(costs);
+    r = engine == EngineKind::analytic ? run_analytic(w) : run_simgrid(w, simgrid_platform(e, comm));
+    if (trace) *trace = chrome_trace(w, r);
+  }
 
   Prediction out;
   out.experiment = e.name;

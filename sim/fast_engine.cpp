@@ -1,0 +1,150 @@
+#include "sim/fast_engine.hpp"
+
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace foresight::sim {
+
+bool fast_engine_applies(const WorkloadCosts& c) {
+  if (!c.p2p_blocks_sender) return false;
+  for (const auto& stage : c.chunk)
+    for (const auto& chunk : stage)
+      for (const auto& cc : chunk)
+        if (cc.offload_out > Seconds(0) || cc.offload_in > Seconds(0)) return false;
+  return true;
+}
+
+namespace {
+
+struct OpState {
+  double ready_after_chain = 0;  // when the op's first piece may start (set once computed)
+  double done = -1;              // when its compute pieces finish
+  double send_done = -1;         // when its outgoing transfer finishes (== done without one)
+};
+
+}  // namespace
+
+SimResult run_fast(const WorkloadCosts& c) {
+  FORESIGHT_CHECK(fast_engine_applies(c)) << "run_fast needs blocking sends and no offload";
+  const ScheduleShape& sh = c.shape;
+  const int p = sh.stages, v = sh.virtual_stages, m = sh.microbatches, S = sh.slices;
+  const int segments = p * v;
+  std::vector<std::vector<ScheduledOp>> order(p);
+  for (int s = 0; s < p; ++s) order[s] = stage_schedule(sh, s);
+  // position[pass][mb][chunk][slice] on its stage, flattened.
+  auto key = [&](Pass pass, int mb, int chunk, int slice) {
+    return ((int(pass) * m + mb) * v + chunk) * S + slice;
+  };
+  std::vector<std::vector<int>> pos(p, std::vector<int>(2 * m * v * S, -1));
+  for (int s = 0; s < p; ++s)
+    for (int i = 0; i < int(order[s].size()); ++i) {
+      const auto& o = order[s][i];
+      pos[s][key(o.pass, o.microbatch, o.chunk, o.slice)] = i;
+    }
+  std::vector<std::vector<OpState>> st(p);
+  for (int s = 0; s < p; ++s) st[s].resize(order[s].size());
+
+  SimResult r;
+  r.stages.resize(p);
+  for (int s = 0; s < p; ++s) r.stages[s].stage = s;
+  auto add = [&](int s, Category cat, double d) {
+    if (d > 0) r.stages[s].busy[int(cat)] += Seconds(d);
+  };
+
+  // Process ops in waves: each stage advances while its next op's producer has been computed.
+  std::vector<int> next(p, 0);
+  std::vector<double> stream(p, 0.0);
+  int remaining = 0;
+  for (int s = 0; s < p; ++s) remaining += int(order[s].size());
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < int(order[s].size())) {
+        const ScheduledOp& o = order[s][next[s]];
+        const int g = o.chunk * p + s;
+        // The producer: previous segment's forward, or next segment's backward, on its stage.
+        double dep = 0;
+        bool ready = true;
+        bool remote = false;
+        const int src_g = o.pass == Pass::forward ? g - 1 : g + 1;
+        if (src_g >= 0 && src_g < segments) {
+          const int ss = src_g % p, sc = src_g / p;
+          const int i = pos[ss][key(o.pass, o.microbatch, sc, o.slice)];
+          if (st[ss][i].send_done < 0) ready = false;
+          else {
+            dep = st[ss][i].send_done;
+            remote = ss != s;
+          }
+        }
+        if (!ready) break;
+        if (o.pass == Pass::backward) {  // its own forward, on this stage (already computed: same chain)
+          const int i = pos[s][key(Pass::forward, o.microbatch, o.chunk, o.slice)];
+          dep = std::max(dep, st[s][i].done);
+        }
+        const ChunkCosts& cc = c.chunk[s][o.chunk][o.slice];
+        const double start = std::max(stream[s], dep);
+        // Exposed wait on a remote transfer: the part of the wait while that transfer ran.
+        if (remote && dep > stream[s]) {
+          const double send_dur = (o.pass == Pass::forward ? c.p2p_forward : c.p2p_backward)[o.slice].value();
+          const double send_start = dep - send_dur;
+          r.stages[s].pp_wait += Seconds(dep - std::max(stream[s], send_start));
+        }
+        double t = start;
+        if (o.pass == Pass::forward) {
+          t += cc.forward.value() + cc.forward_tp_comm.value() + cc.forward_ep_comm.value();
+          add(s, Category::forward, cc.forward.value());
+          add(s, Category::tp_comm, cc.forward_tp_comm.value());
+          add(s, Category::ep_comm, cc.forward_ep_comm.value());
+        } else {
+          t += cc.recompute.value() + cc.recompute_tp_comm.value() + cc.backward.value() +
+               cc.backward_tp_comm.value() + cc.backward_ep_comm.value();
+          add(s, Category::recompute, cc.recompute.value());
+          add(s, Category::tp_comm, cc.recompute_tp_comm.value() + cc.backward_tp_comm.value());
+          add(s, Category::backward, cc.backward.value());
+          add(s, Category::ep_comm, cc.backward_ep_comm.value());
+        }
+        OpState& os = st[s][next[s]];
+        os.done = t;
+        // The outgoing transfer (blocking: on this stream) when the consumer is another segment.
+        const int dst_g = o.pass == Pass::forward ? g + 1 : g - 1;
+        if (dst_g >= 0 && dst_g < segments && dst_g % p != s) {
+          const double d = (o.pass == Pass::forward ? c.p2p_forward : c.p2p_backward)[o.slice].value();
+          t += d;
+          add(s, Category::pp_comm, d);
+        }
+        os.send_done = t;
+        stream[s] = t;
+        ++next[s];
+        --remaining;
+        progressed = true;
+      }
+    }
+    FORESIGHT_CHECK(progressed) << "fast engine: no stage can advance (schedule deadlock)";
+  }
+
+  // Data-parallel sync, optimizer, parameter gather (as build_workload's pass 3).
+  for (int s = 0; s < p; ++s) {
+    const double last = stream[s];
+    const double sync = s < int(c.dp_grad_sync.size()) ? c.dp_grad_sync[s].value() : 0.0;
+    const double opt = s < int(c.optimizer.size()) ? c.optimizer[s].value() : 0.0;
+    const double gather = s < int(c.dp_param_gather.size()) ? c.dp_param_gather[s].value() : 0.0;
+    add(s, Category::dp_comm, sync);  // exposed: the optimizer waits for it
+    add(s, Category::optimizer, opt);
+    const double end_compute = last + sync + opt;
+    r.iteration = max(r.iteration, Seconds(end_compute + gather));
+  }
+  int best = 0;
+  for (int s = 0; s < p; ++s) {
+    Seconds busy;
+    for (const auto& b : r.stages[s].busy) busy += b;
+    r.stages[s].idle = r.iteration - busy;
+    Seconds best_busy;
+    for (const auto& b : r.stages[best].busy) best_busy += b;
+    if (busy > best_busy) best = s;
+  }
+  r.critical_stage = best;
+  return r;
+}
+
+}  // namespace foresight::sim

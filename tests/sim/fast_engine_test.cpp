@@ -1,0 +1,65 @@
+// The fast path must reproduce the graph engine exactly (same list schedule): iteration time and
+// every stage's breakdown, over schedules, shapes and random costs.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "sim/fast_engine.hpp"
+
+using namespace foresight;
+using namespace foresight::sim;
+
+namespace {
+WorkloadCosts random_costs(std::mt19937& rng, Schedule sched, int p, int m, int v, int slices) {
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  WorkloadCosts c;
+  c.shape = ScheduleShape{sched, p, m, v, slices};
+  c.chunk.assign(p, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(slices)));
+  for (auto& st : c.chunk)
+    for (auto& ch : st)
+      for (auto& cc : ch) {
+        cc.forward = Seconds(u(rng));
+        cc.backward = Seconds(2 * u(rng));
+        cc.forward_tp_comm = Seconds(0.1 * u(rng));
+        cc.backward_tp_comm = Seconds(0.1 * u(rng));
+        cc.recompute = Seconds(0.5 * u(rng));
+        cc.recompute_tp_comm = Seconds(0.05 * u(rng));
+      }
+  for (int k = 0; k < slices; ++k) {
+    c.p2p_forward.push_back(Seconds(0.2 * u(rng)));
+    c.p2p_backward.push_back(Seconds(0.2 * u(rng)));
+  }
+  for (int s = 0; s < p; ++s) {
+    c.dp_grad_sync.push_back(Seconds(u(rng)));
+    c.optimizer.push_back(Seconds(0.3 * u(rng)));
+    c.dp_param_gather.push_back(Seconds(0.2 * u(rng)));
+  }
+  return c;
+}
+}  // namespace
+
+TEST(FastEngine, EqualsGraphEngine) {
+  std::mt19937 rng(7);
+  struct Case { Schedule s; int p, m, v, slices; };
+  const Case cases[] = {{Schedule::one_f_one_b, 1, 4, 1, 1},  {Schedule::one_f_one_b, 4, 8, 1, 1},
+                        {Schedule::one_f_one_b, 8, 3, 1, 1},  {Schedule::gpipe, 4, 6, 1, 1},
+                        {Schedule::interleaved, 4, 8, 2, 1},  {Schedule::interleaved, 3, 9, 3, 1},
+                        {Schedule::terapipe, 4, 2, 1, 5},     {Schedule::terapipe, 6, 1, 1, 8}};
+  for (const auto& k : cases) {
+    for (int trial = 0; trial < 5; ++trial) {
+      const WorkloadCosts c = random_costs(rng, k.s, k.p, k.m, k.v, k.slices);
+      ASSERT_TRUE(fast_engine_applies(c));
+      const SimResult g = run_analytic(build_workload(c));
+      const SimResult f = run_fast(c);
+      EXPECT_NEAR(f.iteration.value(), g.iteration.value(), 1e-9 * g.iteration.value())
+          << to_string(k.s) << " p" << k.p << " m" << k.m << " v" << k.v << " slices " << k.slices;
+      for (int s = 0; s < k.p; ++s) {
+        for (int cat = 0; cat < kCategories; ++cat)
+          EXPECT_NEAR(f.stages[s].busy[cat].value(), g.stages[s].busy[cat].value(), 1e-9)
+              << "stage " << s << " " << to_string(Category(cat));
+        EXPECT_NEAR(f.stages[s].pp_wait.value(), g.stages[s].pp_wait.value(), 1e-9) << "stage " << s;
+      }
+      EXPECT_EQ(f.critical_stage, g.critical_stage);
+    }
+  }
+}
