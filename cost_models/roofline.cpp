@@ -1,0 +1,127 @@
+#include "cost_models/roofline.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace foresight::cost_models {
+
+RooflineCompute::RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams params)
+    : gpu_(gpu), peak_(gpu.peak(dtype)), p_(params) {
+  FORESIGHT_CHECK(peak_ > FlopsPerSecond(0)) << gpu.name << " has no peak for " << to_string(dtype);
+  FORESIGHT_CHECK(gpu.sms > 0 && gpu.hbm_bandwidth > BytesPerSecond(0));
+}
+
+Seconds RooflineCompute::gemm(const GemmShape& s) const {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return Seconds(0);
+  const double flops = 2.0 * s.m * s.n * s.k * s.batch;
+  const double tiles = std::ceil(s.m / p_.tile_m) * std::ceil(s.n / p_.tile_n) * s.batch;
+  const double waves = std::ceil(tiles / gpu_.sms);
+  const double wave_efficiency = tiles / (waves * gpu_.sms);
+  // Tile quantization: partial tiles at the m and n edges compute padding.
+  const double tile_efficiency = (s.m * s.n) / (std::ceil(s.m / p_.tile_m) * p_.tile_m * std::ceil(s.n / p_.tile_n) * p_.tile_n);
+  const double compute_s = flops / (peak_.value() * p_.gemm_efficiency * wave_efficiency * tile_efficiency);
+  const double bytes = 2.0 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n);
+  const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
+  return Seconds(std::max(compute_s, memory_s)) + p_.launch_overhead;
+}
+
+Seconds RooflineCompute::memory_bound(Bytes bytes, int launches) const {
+  return bytes / (gpu_.hbm_bandwidth * p_.memory_efficiency) + p_.launch_overhead * double(launches);
+}
+
+Seconds RooflineCompute::flash_forward(double bh, double tokens, double context, double d, bool causal) const {
+  // QK^T and AV over the visible part of the (tokens x context) score matrix.
+  double visible = tokens * context;
+  if (causal) visible -= tokens * (tokens - 1) / 2.0;  // a slice sees its prefix plus its own causal triangle
+  const double flops = 4.0 * bh * visible * d;
+  return Seconds(flops / (peak_.value() * p_.flash_efficiency)) + p_.launch_overhead;
+}
+
+Seconds LayerOpTimes::forward() const {
+  return layernorms + qkv + attention_core + projection + dropout_residual + fc1 + gelu + fc2 + moe_router + moe_permute;
+}
+
+LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
+                       bool moe_layer, AttentionImpl attention) {
+  const double t = p.tp, b = p.micro_batch, h = m.hidden, T = b * tokens, d = m.head_dim();
+  const double a_local = double(m.heads) / t;
+  const double kv_dim = double(m.kv_heads) * d;
+  const double f = m.ffn_hidden;
+  // Elementwise work on the (T, h) stream is split over t with sequence parallelism.
+  const double sp = p.sequence_parallel ? t : 1.0;
+  LayerTimes L;
+  LayerOpTimes& F = L.forward_ops;
+  LayerOpTimes& B = L.backward_ops;
+
+  // Two layernorms: read and write (T, h) in 16 bits each.
+  F.layernorms = rc.memory_bound(Bytes(2 * 4.0 * T * h / sp), 2);
+  B.layernorms = rc.memory_bound(Bytes(2 * 8.0 * T * h / sp), 2);  // reads input and grad, writes grad
+  // Dense GEMMs; backward = data gradient + weight gradient, each of the forward's FLOPs.
+  auto fwd_bwd = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
+    fw = rc.gemm({mm, nn, kk, 1});
+    bw = rc.gemm({mm, kk, nn, 1}) + rc.gemm({kk, nn, mm, 1});
+  };
+  fwd_bwd(T, (h + 2 * kv_dim) / t, h, F.qkv, B.qkv);
+  fwd_bwd(T, h, h / t, F.projection, B.projection);
+  // Dropout + residual after attention and after the MLP: read x and residual, write out + mask.
+  F.dropout_residual = rc.memory_bound(Bytes(2 * 7.0 * T * h / sp), 2);
+  B.dropout_residual = rc.memory_bound(Bytes(2 * 7.0 * T * h / sp), 2);
+
+  // FFN, or for MoE layers the experts on this GPU processing their share of routed tokens.
+  double ffn_tokens = T;
+  if (moe_layer && m.moe) {
+    ffn_tokens = T * m.moe->top_k * m.moe->capacity_factor;  // balanced: each GPU's experts get this many
+    F.moe_router = rc.gemm({T, double(m.moe->experts), h, 1}) + rc.memory_bound(Bytes(4.0 * T * m.moe->experts * 3), 2);
+    B.moe_router = 2.0 * F.moe_router;
+    // Permute before and unpermute after the experts: read and write the routed (tokens, h).
+    F.moe_permute = rc.memory_bound(Bytes(2 * 4.0 * ffn_tokens * h), 2);
+    B.moe_permute = F.moe_permute;
+  }
+  fwd_bwd(ffn_tokens, f / t, h, F.fc1, B.fc1);
+  F.gelu = rc.memory_bound(Bytes(4.0 * ffn_tokens * f / t));
+  B.gelu = rc.memory_bound(Bytes(6.0 * ffn_tokens * f / t));
+  fwd_bwd(ffn_tokens, h, f / t, F.fc2, B.fc2);
+
+  // Attention core.
+  const bool causal = true;
+  if (attention == AttentionImpl::flash) {
+    F.attention_core = rc.flash_forward(b * a_local, tokens, context, d, causal);
+    B.attention_core = 2.5 * (F.attention_core - rc.params().launch_overhead) + rc.params().launch_overhead;
+  } else {
+    // Megatron-LM 2021-22: baddbmm QK^T, fused scale-mask-softmax, dropout, bmm AV, all over the
+    // full (b, a/t, tokens, context) scores (2 bytes each; dropout mask 1 byte).
+    const double scores = b * a_local * tokens * context;
+    const Seconds qk = rc.gemm({double(tokens), double(context), d, b * a_local});
+    const Seconds av = rc.gemm({double(tokens), d, double(context), b * a_local});
+    const Seconds softmax = rc.memory_bound(Bytes(4.0 * scores));
+    const Seconds dropout = rc.memory_bound(Bytes(5.0 * scores));
+    F.attention_core = qk + softmax + dropout + av;
+    // Backward: two GEMMs each for QK^T and AV, softmax backward (reads y and dy, writes dx) and
+    // dropout backward (reads dy and mask, writes dx).
+    B.attention_core = 2.0 * (qk + av) + rc.memory_bound(Bytes(6.0 * scores)) + rc.memory_bound(Bytes(5.0 * scores));
+  }
+  return L;
+}
+
+EdgeTimes edge_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& p, int tokens) {
+  const double t = p.tp, T = double(p.micro_batch) * tokens, h = m.hidden, V = m.vocab;
+  EdgeTimes e;
+  // Embedding: gather rows and add positions; backward scatter-adds into the word-embedding grad.
+  e.embedding_forward = rc.memory_bound(Bytes(3 * 2.0 * T * h), 2);
+  e.embedding_backward = rc.memory_bound(Bytes(3 * 2.0 * T * h), 2);
+  // Final layernorm, LM head over the local vocabulary shard, fused cross-entropy on fp32 logits.
+  const Seconds ln = rc.memory_bound(Bytes(4.0 * T * h));
+  const Seconds head = rc.gemm({T, V / t, h, 1});
+  const Seconds xent = rc.memory_bound(Bytes(3 * 4.0 * T * V / t), 2);
+  e.head_forward = ln + head + xent;
+  e.head_backward = 2.0 * ln + rc.gemm({T, h, V / t, 1}) + rc.gemm({h, V / t, T, 1}) + xent;
+  return e;
+}
+
+Seconds optimizer_time(const RooflineCompute& rc, double params) {
+  return rc.memory_bound(Bytes(30.0 * params), 1);
+}
+
+}  // namespace foresight::cost_models
