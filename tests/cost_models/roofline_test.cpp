@@ -1,0 +1,74 @@
+// Roofline compute model: hand-worked kernel times, and Korthikanti et al. 2022 Table 4 (one layer
+// of the 22B model on 8 A100s, forward and backward) as an end check. The A100 parameters are not
+// fitted to Table 4 (see cost_models/roofline.hpp for their sources).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "core/scenario.hpp"
+#include "cost_models/comm.hpp"
+#include "cost_models/roofline.hpp"
+
+using namespace foresight;
+using namespace foresight::cost_models;
+
+namespace {
+GpuSpec a100() { return load_gpu(resolve_scenario("gpus", "a100-sxm4-80gb")); }
+}  // namespace
+
+TEST(Roofline, LargeGemmIsPeakTimesEfficiency) {
+  // 8192^3 bf16 on an A100: 2*8192^3 FLOPs; 32 x 64 = 2048 tiles over 108 SMs = 19 waves,
+  // wave efficiency 2048 / (19*108) = 0.99805.
+  const RooflineCompute rc(a100(), Dtype::bf16);
+  const double flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+  const double expected = flops / (312e12 * (800.0 / 989.0) * (2048.0 / (19.0 * 108.0))) + 4e-6;
+  EXPECT_NEAR(rc.gemm({8192, 8192, 8192, 1}).value(), expected, 1e-12);
+}
+
+TEST(Roofline, WaveQuantizationOneTileTooMany) {
+  // 109 tiles on 108 SMs take two waves, twice the time of 108 tiles (compute-bound shapes:
+  // 256 x 128*N x 8192 has 5.8e10 FLOPs against 2.3e8 bytes).
+  const RooflineCompute rc(a100(), Dtype::bf16);
+  const double t108 = rc.gemm({256, 128.0 * 108, 8192, 1}).value() - 4e-6;
+  const double t109 = rc.gemm({256, 128.0 * 109, 8192, 1}).value() - 4e-6;
+  EXPECT_NEAR(t109 / t108, 2.0, 1e-9);
+}
+
+TEST(Roofline, MemoryBoundKernelIsBytesOverBandwidth) {
+  const RooflineCompute rc(a100(), Dtype::bf16);
+  // 1 GB at 0.9 x 2039 GB/s plus one launch.
+  EXPECT_NEAR(rc.memory_bound(Bytes(1e9)).value(), 1e9 / (0.9 * 2039e9) + 4e-6, 1e-12);
+}
+
+TEST(Roofline, KorthikantiTable4WithinTenPercent) {
+  // Korthikanti et al. 2022 Table 4: 22B model (h 6144, 64 heads, seq 2048), micro-batch 4, TP 8,
+  // one layer, A100; times include the layer's tensor-parallel communication (costed by the comm
+  // model on one DGX A100 node). Rows: forward ms, backward ms (recompute included).
+  struct Row { const char* experiment; double fwd_ms, bwd_ms; };
+  const Row rows[] = {{"korthikanti-table4-no-recompute", 7.7, 11.9},
+                      {"korthikanti-table4-sequence-parallel", 7.2, 11.8},
+                      {"korthikanti-table4-full-recompute", 7.7, 19.5},
+                      {"korthikanti-table4-selective-recompute", 7.7, 13.2},
+                      {"korthikanti-table4-selective-sequence-parallel", 7.2, 13.1}};
+  for (const auto& r : rows) {
+    const Experiment e = load_experiment(resolve_scenario("experiments", r.experiment));
+    const RooflineCompute rc(e.cluster.gpu, e.training.dtype);
+    const CommModel comm(e.cluster);
+    const PlanSpec& p = e.plan;
+    const LayerTimes t = layer_times(rc, e.model, p, e.model.seq_len, e.model.seq_len, false, AttentionImpl::unfused);
+    const Bytes act(2.0 * p.micro_batch * e.model.seq_len * e.model.hidden);
+    const CommGroup tp{.ranks = p.tp, .ranks_per_node = p.tp, .nodes = 1};
+    const Seconds tp_comm = p.sequence_parallel ? 2.0 * (comm.time(Collective::all_gather, act, tp) +
+                                                         comm.time(Collective::reduce_scatter, act, tp))
+                                                : 2.0 * comm.time(Collective::all_reduce, act, tp);
+    Seconds recompute;
+    if (p.recompute == Recompute::full) recompute = t.recompute_full() + tp_comm;
+    if (p.recompute == Recompute::selective) recompute = t.recompute_selective();
+    const double fwd = in_ms(t.forward() + tp_comm);
+    const double bwd = in_ms(t.backward() + tp_comm + recompute);
+    std::printf("%-48s forward %5.2f ms (published %4.1f, %+5.1f%%)  backward %5.2f ms (published %4.1f, %+5.1f%%)\n",
+                r.experiment, fwd, r.fwd_ms, 100 * (fwd / r.fwd_ms - 1), bwd, r.bwd_ms, 100 * (bwd / r.bwd_ms - 1));
+    EXPECT_NEAR(fwd / r.fwd_ms, 1.0, 0.10) << r.experiment << " forward";
+    EXPECT_NEAR(bwd / r.bwd_ms, 1.0, 0.10) << r.experiment << " backward";
+  }
+}
