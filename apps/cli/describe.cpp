@@ -1,12 +1,14 @@
 // foresight describe EXPERIMENT: what the experiment is, before any simulation: parameters, FLOPs
 // per iteration (model and hardware, Narayanan et al. 2021 eq. 3 convention), tokens, GPUs.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "apps/cli/cli.hpp"
 #include "core/flops.hpp"
 #include "core/report.hpp"
 #include "core/scenario.hpp"
 #include "core/spec_json.hpp"
+#include "cost_models/memory.hpp"
 
 namespace foresight::cli {
 
@@ -57,6 +59,8 @@ Command describe_command() {
         return [o](std::ostream& out) {
           const Experiment e = load_experiment(resolve_scenario("experiments", o->experiment));
           const auto sections = describe_sections(e);
+          const auto memory = cost_models::memory_per_stage(e.model, e.training, e.plan, e.cluster);
+          const int worst = cost_models::most_loaded_stage(memory);
           if (o->json) {
             nlohmann::ordered_json j{{"experiment", e.name}, {"file", e.file}};
             j.update(to_json(sections));
@@ -64,6 +68,16 @@ Command describe_command() {
             j["cluster"] = to_json(e.cluster);
             j["training"] = to_json(e.training);
             j["plan"] = to_json(e.plan);
+            nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+            for (const auto& m : memory)
+              stages.push_back({{"weights", in_GB(m.weights)}, {"grads", in_GB(m.grads)},
+                                {"optimizer", in_GB(m.optimizer)}, {"activations", in_GB(m.activations)},
+                                {"buffers", in_GB(m.buffers)}, {"headroom", in_GB(m.headroom)},
+                                {"total", in_GB(m.total())}});
+            j["memory_per_stage_GB"] = stages;
+            j["most_loaded_stage"] = worst;
+            j["device_memory_GB"] = in_GB(e.cluster.gpu.hbm);
+            j["fits"] = cost_models::fits(memory[worst], e.cluster.gpu);
             out << j.dump(2) << "\n";
           } else {
             out << "Experiment " << e.name << " (" << e.file << ")\n"
@@ -74,6 +88,27 @@ Command describe_command() {
                 << ", " << to_string(e.plan.schedule) << ", recompute " << to_string(e.plan.recompute)
                 << "\n\n"
                 << format_console(sections);
+            out << "Memory per GPU by pipeline stage (GB; device " << format_number(in_GB(e.cluster.gpu.hbm), 1)
+                << " GB)\n  stage   weights    grads  optimizer  activations  buffers  headroom    total\n";
+            auto row = [&](std::size_t s) {
+              const auto& m = memory[s];
+              char buf[160];
+              std::snprintf(buf, sizeof buf, "  %5zu  %8.2f %8.2f %10.2f %12.2f %8.2f %9.2f %8.2f%s\n", s, in_GB(m.weights),
+                            in_GB(m.grads), in_GB(m.optimizer), in_GB(m.activations), in_GB(m.buffers),
+                            in_GB(m.headroom), in_GB(m.total()), int(s) == worst ? "  <- most loaded" : "");
+              out << buf;
+            };
+            // Long pipelines: the first three, the most loaded, the last (the rest look alike).
+            for (std::size_t st = 0; st < memory.size(); ++st)
+              if (memory.size() <= 8 || st < 3 || int(st) == worst || st + 1 == memory.size()) row(st);
+              else if (st == 3) out << "    ...\n";
+            const Bytes short_by = cost_models::memory_shortfall(memory[worst], e.cluster.gpu);
+            if (short_by > Bytes(0))
+              out << "Does NOT fit: stage " << worst << " needs " << format_number(in_GB(memory[worst].total()), 1)
+                  << " GB, " << format_number(in_GB(short_by), 1) << " GB more than the device has\n";
+            else
+              out << "Fits: the most loaded stage uses " << format_number(in_GB(memory[worst].total()), 1) << " of "
+                  << format_number(in_GB(e.cluster.gpu.hbm), 1) << " GB\n";
           }
           return kExitOk;
         };
