@@ -1,7 +1,6 @@
 // Simulator benchmarks (issue: simulator targets): how many MT-NLG-size iterations the analytic
 // engine evaluates per second on one core, and the wall time and peak memory of one SimGrid
-// iteration of MT-NLG 530B on 420 Selene nodes. Costs come from a fixed per-layer compute source
-// (the engines' speed does not depend on the values) and the real communication model.
+// iteration of MT-NLG 530B on 420 Selene nodes, with the default cost models.
 // Usage: bench_sim [--repeat N] [--json]; prints medians of N runs.
 #include <sys/resource.h>
 
@@ -20,16 +19,6 @@ using namespace foresight;
 using namespace foresight::sim;
 
 namespace {
-ComputeCosts fixed_compute() {
-  ComputeCosts c;
-  c.layer = [](int tokens, int, bool) {
-    const double k = tokens / 2048.0;
-    return LayerCompute{Seconds(17e-3 * k), Seconds(35e-3 * k), Seconds(17e-3 * k)};
-  };
-  c.edges = [](int) { return EdgeCompute{Seconds(1e-3), Seconds(2e-3), Seconds(5e-3), Seconds(1e-2)}; };
-  c.optimizer = [](double params) { return Seconds(params * 16.0 / 1.5e12); };
-  return c;
-}
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -46,16 +35,16 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--json")) json = true;
   }
-  const ComputeCosts compute = fixed_compute();
   nlohmann::ordered_json out;
 
   // Analytic engine: full predict() (costing + graph + schedule) per evaluation.
   {
     const Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-280"));
     const CommModel comm(e.cluster);
+    const ComputeCosts compute = compute_costs_for(e);
     std::vector<double> rates;
     for (int r = 0; r < repeat; ++r) {
-      const int n = 20;
+      const int n = 200;
       const double t0 = now_s();
       for (int i = 0; i < n; ++i) predict(e, EngineKind::analytic, compute, comm);
       rates.push_back(n / (now_s() - t0));
@@ -66,6 +55,7 @@ int main(int argc, char** argv) {
   if (simgrid_available()) {
     const Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-420"));
     const CommModel comm(e.cluster);
+    const ComputeCosts compute = compute_costs_for(e);
     std::vector<double> walls;
     Prediction p;
     for (int r = 0; r < std::min(repeat, 3); ++r) {

@@ -1,7 +1,9 @@
 #include "sim/costing.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <tuple>
 
 #include "core/flops.hpp"
 #include "cost_models/memory.hpp"
@@ -107,6 +109,15 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
     return 2.0 * comm.time(Collective::all_to_all, routed, groups.ep);
   };
 
+  // Every layer of a kind costs the same: compute each (tokens, context, moe) once.
+  std::map<std::tuple<int, int, bool>, LayerCompute> layer_cache;
+  auto layer_compute = [&](int tokens, int context, bool moe) {
+    const auto key = std::make_tuple(tokens, context, moe);
+    auto it = layer_cache.find(key);
+    if (it == layer_cache.end()) it = layer_cache.emplace(key, compute.layer(tokens, context, moe)).first;
+    return it->second;
+  };
+  const Seconds tp_full = tp_layer_comm(m.seq_len);
   for (int s = 0; s < p.pp; ++s) {
     const std::vector<int> layers = cost_models::stage_layers(m, p, s);
     const int per_chunk = int(layers.size()) / v;
@@ -119,11 +130,11 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
         for (int i = 0; i < per_chunk; ++i) {
           const int layer = layers[ch * per_chunk + i];
           const bool moe = cost_models::is_moe_layer(m, layer);
-          const LayerCompute lc = compute.layer(tokens, context, moe);
+          const LayerCompute lc = layer_compute(tokens, context, moe);
           cc.forward += lc.forward;
           cc.backward += lc.backward;
           cc.recompute += lc.recompute;
-          const Seconds tp = tp_layer_comm(tokens);
+          const Seconds tp = tokens == m.seq_len ? tp_full : tp_layer_comm(tokens);
           cc.forward_tp_comm += tp;
           cc.backward_tp_comm += tp;
           if (p.recompute == Recompute::full) cc.recompute_tp_comm += tp;

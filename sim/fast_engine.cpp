@@ -30,20 +30,27 @@ SimResult run_fast(const WorkloadCosts& c) {
   const ScheduleShape& sh = c.shape;
   const int p = sh.stages, v = sh.virtual_stages, m = sh.microbatches, S = sh.slices;
   const int segments = p * v;
-  std::vector<std::vector<ScheduledOp>> order(p);
+  // Scratch reused across calls (the planner evaluates thousands of plans; fresh allocations of
+  // this size would be mapped and faulted in anew every time).
+  thread_local std::vector<std::vector<ScheduledOp>> order;
+  thread_local std::vector<std::vector<int>> pos;
+  thread_local std::vector<std::vector<OpState>> st;
+  order.resize(p);
+  pos.resize(p);
+  st.resize(p);
   for (int s = 0; s < p; ++s) order[s] = stage_schedule(sh, s);
   // position[pass][mb][chunk][slice] on its stage, flattened.
   auto key = [&](Pass pass, int mb, int chunk, int slice) {
     return ((int(pass) * m + mb) * v + chunk) * S + slice;
   };
-  std::vector<std::vector<int>> pos(p, std::vector<int>(2 * m * v * S, -1));
-  for (int s = 0; s < p; ++s)
+  for (int s = 0; s < p; ++s) {
+    pos[s].assign(std::size_t(2) * m * v * S, -1);
     for (int i = 0; i < int(order[s].size()); ++i) {
       const auto& o = order[s][i];
       pos[s][key(o.pass, o.microbatch, o.chunk, o.slice)] = i;
     }
-  std::vector<std::vector<OpState>> st(p);
-  for (int s = 0; s < p; ++s) st[s].resize(order[s].size());
+    st[s].assign(order[s].size(), OpState{});
+  }
 
   SimResult r;
   r.stages.resize(p);

@@ -34,6 +34,7 @@ std::vector<ScheduledOp> interleaved(const ScheduleShape& s, int stage) {
     return ScheduledOp{Pass::backward, group * p + in_group % p, v - 1 - in_group / p, 0};
   };
   std::vector<ScheduledOp> ops;
+  ops.reserve(std::size_t(2) * total);
   int f = 0, b = 0;
   for (; f < warmup; ++f) ops.push_back(fwd(f));
   while (f < total) {
