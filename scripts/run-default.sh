@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The main job on its built-in default: install, build, then show MT-NLG 530B on 280 Selene nodes.
-# (Becomes "plan MT-NLG 530B on Selene" once the planner lands.)
+# The main job on its built-in default: install, build, then plan MT-NLG 530B on 280 Selene nodes
+# (global batch 1920) and print the ranked plans and where the published plan ranks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-./build/apps/foresight describe mt-nlg-530b-selene-280
+./build/apps/foresight plan

@@ -16,20 +16,6 @@ std::function<int(std::ostream&)> not_yet(const std::string& what) {
 }
 }  // namespace
 
-Command plan_command() {
-  return {"plan", "Search parallel plans for a model on a cluster, rank them, write plan.json",
-          [](CLI::App& sub) {
-            sub.add_option("--model", "Model file or bundled name");
-            sub.add_option("--cluster", "Cluster file or bundled name");
-            sub.add_option("--gpus", "GPUs to use (default: the whole cluster)");
-            sub.add_option("--global-batch", "Sequences per iteration");
-            sub.add_option("--top", "How many ranked plans to print");
-            sub.add_flag("--json")->description("Print machine-readable JSON");
-            sub.add_option("--out", "Directory for plan.json and the launch script");
-            return not_yet("plan (the planner)");
-          }};
-}
-
 Command validate_command() {
   return {"validate", "Compare predictions with every published measurement in the scenario library",
           [](CLI::App& sub) {

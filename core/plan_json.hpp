@@ -1,0 +1,51 @@
+// plan.json: the executable plan the planner writes and the trainer reads (DESIGN.md "The
+// executable plan"). One schema, one writer and one reader, both here in core/ so the planner and
+// the trainer cannot drift apart. The reader checks every field (SpecError naming the field).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/experiment.hpp"
+
+namespace foresight {
+
+inline constexpr int kPlanJsonSchemaVersion = 1;
+
+/// The prediction that came with a plan, so the trainer's summary can print predicted vs measured.
+struct PlanPrediction {
+  double iteration_s = 0;
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;  // model FLOPs
+  double memory_GB = 0;       // most loaded GPU
+  std::string engine;
+};
+
+struct ExecutablePlan {
+  ModelSpec model;
+  std::string cluster;  // name, for the record
+  int gpus_per_node = 8;
+  TrainingSpec training;
+  PlanSpec plan;
+  int gpus = 0;
+  std::string data = "synthetic";  // "synthetic" or a path to a text file
+  int steps = 20;
+  std::string checkpoint_dir = "checkpoints";
+  std::optional<PlanPrediction> prediction;
+};
+
+nlohmann::ordered_json to_json(const ExecutablePlan& p);
+
+/// Parses and validates plan.json text; `source` names it in errors.
+ExecutablePlan parse_plan_json(const std::string& text, const std::string& source);
+
+/// The launch lines for a plan: mpirun and Slurm srun, one rank per GPU.
+std::string launch_script(const ExecutablePlan& p, const std::string& plan_path);
+
+/// The equivalent Megatron-LM pretrain_gpt.py arguments, where the plan maps onto them (empty
+/// with the reason when it does not, e.g. TeraPipe slicing).
+std::string megatron_arguments(const ExecutablePlan& p);
+
+}  // namespace foresight

@@ -1,0 +1,195 @@
+#include "planner/search.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "cost_models/memory.hpp"
+#include "sim/costing.hpp"
+
+namespace foresight::planner {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+bool fits(const SearchRequest& r, const PlanSpec& p, Bytes* need) {
+  const auto mem = cost_models::memory_per_stage(r.model, r.training, p, r.cluster);
+  const auto& worst = mem[cost_models::most_loaded_stage(mem)];
+  if (need) *need = worst.total();
+  return cost_models::fits(worst, r.cluster.gpu);
+}
+
+}  // namespace
+
+Experiment experiment_for(const SearchRequest& r, const PlanSpec& plan) {
+  Experiment e;
+  e.name = r.model.name + "-on-" + r.cluster.name;
+  e.file = "<planner>";
+  e.model = r.model;
+  e.cluster = r.cluster;
+  e.training = r.training;
+  e.plan = plan;
+  e.gpus = r.gpus;
+  return e;
+}
+
+std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
+  std::vector<PlanSpec> out;
+  const ModelSpec& m = r.model;
+  for (int tp = 1; tp <= std::min(r.gpus, r.cluster.gpus_per_node); tp *= 2) {
+    if (r.gpus % tp != 0) continue;
+    for (int pp : divisors(m.layers)) {
+      if ((r.gpus / tp) % pp != 0) continue;
+      const int dp = r.gpus / tp / pp;
+      std::vector<int> eps{1};
+      if (m.moe) {
+        eps.clear();
+        for (int ep : divisors(m.moe->experts))
+          if (dp % ep == 0) eps.push_back(ep);
+      }
+      for (int mb : r.micro_batches) {
+        if (r.training.global_batch % (dp * mb) != 0) continue;
+        std::vector<std::pair<Schedule, int>> schedules{{Schedule::one_f_one_b, 1}};
+        if (pp > 1) {
+          schedules.push_back({Schedule::gpipe, 1});
+          for (int v : r.virtual_stages) schedules.push_back({Schedule::interleaved, v});
+        }
+        for (auto [sched, v] : schedules)
+          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
+            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
+              for (int zero : {0, 1})
+                for (int ep : eps) {
+                  PlanSpec p;
+                  p.tp = tp;
+                  p.pp = pp;
+                  p.dp = dp;
+                  p.micro_batch = mb;
+                  p.schedule = sched;
+                  p.virtual_stages = v;
+                  p.sequence_parallel = sp == 1;
+                  p.recompute = rc;
+                  p.zero = dp > 1 ? zero : 0;
+                  if (dp == 1 && zero == 1) continue;
+                  p.ep = ep;
+                  p.framework = r.framework;
+                  if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
+                  out.push_back(p);
+                }
+      }
+    }
+  }
+  return out;
+}
+
+SearchResult search_plans(const SearchRequest& r, const std::function<void(long, long)>& progress) {
+  SearchResult res;
+  const std::vector<PlanSpec> plans = enumerate_plans(r);
+  res.enumerated = long(plans.size());
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = r.threads > 0 ? unsigned(r.threads) : hw;
+
+  std::mutex mu;
+  std::vector<Candidate> fitting;
+  std::atomic<long> next{0}, done{0}, pruned{0};
+  Bytes best_need(1e300);
+  std::optional<PlanSpec> closest;
+  auto worker = [&] {
+    std::vector<Candidate> local;
+    Bytes local_best(1e300);
+    std::optional<PlanSpec> local_closest;
+    for (long i; (i = next++) < long(plans.size());) {
+      PlanSpec p = plans[i];
+      Bytes need;
+      bool ok = fits(r, p, &need);
+      if (!ok) {
+        // Offload what does not fit on the device: optimizer state first, then activations.
+        PlanSpec q = p;
+        q.offload.optimizer = true;
+        Bytes need2;
+        if (fits(r, q, &need2)) {
+          p = q;
+          ok = true;
+        } else {
+          q.offload.activations = 1.0;
+          if (fits(r, q, &need2)) {
+            p = q;
+            ok = true;
+          }
+        }
+        if (!ok && need < local_best) {
+          local_best = need;
+          local_closest = p;
+        }
+      }
+      if (ok) {
+        const Experiment e = experiment_for(r, p);
+        const CommModel comm(e.cluster);
+        Candidate c;
+        c.plan = p;
+        c.analytic = sim::predict(e, sim::EngineKind::analytic, sim::compute_costs_for(e), comm);
+        const auto& mem = c.analytic.memory_per_stage[c.analytic.most_loaded_stage];
+        c.peak_memory = mem.total();
+        local.push_back(std::move(c));
+      } else {
+        ++pruned;
+      }
+      const long d = ++done;
+      if (progress && (d % 256 == 0 || d == long(plans.size()))) progress(d, long(plans.size()));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& c : local) fitting.push_back(std::move(c));
+    if (local_closest && local_best < best_need) {
+      best_need = local_best;
+      closest = local_closest;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+
+  res.pruned_memory = pruned;
+  res.evaluated = long(fitting.size());
+  // Deterministic order whatever the threads: by iteration time, then by the plan's fields.
+  auto key = [](const Candidate& c) {
+    const PlanSpec& p = c.plan;
+    return std::make_tuple(c.analytic.iteration.value(), p.tp, p.pp, p.micro_batch, int(p.schedule), p.virtual_stages,
+                           int(p.sequence_parallel), int(p.recompute), p.zero, p.ep, int(p.offload.optimizer),
+                           p.offload.activations);
+  };
+  std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
+  for (const auto& c : fitting) res.fitting_iterations_s.push_back(c.analytic.iteration.value());
+  if (int(fitting.size()) > r.top_k) fitting.resize(r.top_k);
+  if (r.simgrid_top && sim::simgrid_available())
+    for (auto& c : fitting) {
+      const Experiment e = experiment_for(r, c.plan);
+      c.simgrid = sim::predict(e, sim::EngineKind::simgrid, sim::compute_costs_for(e), CommModel(e.cluster));
+    }
+  res.ranked = std::move(fitting);
+  if (res.ranked.empty() && closest) {
+    res.closest = closest;
+    res.closest_need = best_need;
+    res.closest_shortfall = best_need - r.cluster.gpu.hbm;
+  }
+  return res;
+}
+
+PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const PlanSpec& plan) {
+  PlanStanding s;
+  const Experiment e = experiment_for(r, plan);
+  s.prediction = sim::predict(e, sim::EngineKind::analytic, sim::compute_costs_for(e), CommModel(e.cluster));
+  s.fits = fits(r, plan, nullptr);
+  s.of = long(result.fitting_iterations_s.size());
+  if (!s.fits) return s;
+  const auto& v = result.fitting_iterations_s;
+  s.rank = long(std::lower_bound(v.begin(), v.end(), s.prediction.iteration.value() * (1 - 1e-12)) - v.begin()) + 1;
+  return s;
+}
+
+}  // namespace foresight::planner

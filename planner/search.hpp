@@ -1,0 +1,70 @@
+// Plan search: enumerate parallel plans for a model on a cluster (tensor, pipeline and data
+// parallel degrees, micro-batch, schedule with virtual stages, sequence parallelism, recompute,
+// ZeRO, offload when nothing fits without it, expert parallelism for MoE), prune by the memory
+// model, rank every survivor with the analytic engine, re-simulate the best with SimGrid.
+// Left out for now: TeraPipe slicing in the search (planner/terapipe_slicing.hpp has the optimiser),
+// capacity-factor choice, ZeRO-2/3 with pipelines (DeepSpeed does not support them).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/experiment.hpp"
+#include "sim/prediction.hpp"
+
+namespace foresight::planner {
+
+struct SearchRequest {
+  ModelSpec model;
+  ClusterSpec cluster;
+  TrainingSpec training;
+  int gpus = 0;                              // GPUs to use
+  Framework framework = Framework::megatron; // whose implementation will run the plan
+  int top_k = 10;                            // ranked plans kept (and re-simulated with SimGrid)
+  bool simgrid_top = true;
+  int threads = 0;                           // 0: all cores
+  std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32};
+  std::vector<int> virtual_stages = {2, 3, 4, 6, 8};
+};
+
+struct Candidate {
+  PlanSpec plan;
+  sim::Prediction analytic;
+  std::optional<sim::Prediction> simgrid;
+  Bytes peak_memory;  // most loaded GPU
+};
+
+struct SearchResult {
+  std::vector<Candidate> ranked;  // fastest first (analytic), at most top_k
+  long enumerated = 0;            // plans generated (all passed check_plan)
+  long pruned_memory = 0;         // did not fit in device memory
+  long evaluated = 0;             // simulated with the analytic engine
+  std::vector<double> fitting_iterations_s;  // every fitting plan's analytic iteration time, sorted
+  /// When nothing fits: the plan that came closest, and by how much it overflows.
+  std::optional<PlanSpec> closest;
+  Bytes closest_shortfall;
+  Bytes closest_need;
+};
+
+/// Every runnable plan of the request's space (each passes check_plan).
+std::vector<PlanSpec> enumerate_plans(const SearchRequest& r);
+
+/// The search; `progress(done, total)` is called from worker threads now and then.
+SearchResult search_plans(const SearchRequest& r, const std::function<void(long, long)>& progress = {});
+
+/// Where `plan` ranks among the search's fitting plans by analytic iteration time (1 = best),
+/// and its prediction; no rank when it does not fit.
+struct PlanStanding {
+  std::optional<long> rank;
+  long of = 0;
+  bool fits = false;
+  sim::Prediction prediction;
+};
+PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const PlanSpec& plan);
+
+/// An experiment for one plan of the request (the simulator's input).
+Experiment experiment_for(const SearchRequest& r, const PlanSpec& plan);
+
+}  // namespace foresight::planner

@@ -1,0 +1,81 @@
+// plan.json: what the planner writes, the trainer's reader accepts unchanged; malformed plans are
+// refused naming the field.
+#include <gtest/gtest.h>
+
+#include "core/plan_json.hpp"
+
+using namespace foresight;
+
+namespace {
+ExecutablePlan sample() {
+  ExecutablePlan p;
+  p.model = ModelSpec{.name = "tiny", .layers = 4, .hidden = 64, .heads = 4, .seq_len = 32, .vocab = 100,
+                      .ffn_hidden = 256, .kv_heads = 4, .moe = std::nullopt};
+  p.cluster = "local";
+  p.gpus_per_node = 8;
+  p.training = TrainingSpec{.global_batch = 16, .dtype = Dtype::fp32, .optimizer = Optimizer::adam};
+  p.plan.tp = 2;
+  p.plan.pp = 2;
+  p.plan.dp = 2;
+  p.plan.micro_batch = 2;
+  p.plan.recompute = Recompute::full;
+  p.plan.zero = 1;
+  p.gpus = 8;
+  p.steps = 20;
+  p.prediction = PlanPrediction{1.5, 100.0, 3.0, 2.0, "analytic"};
+  return p;
+}
+void expect_refused(const std::string& text, const std::string& field) {
+  try {
+    parse_plan_json(text, "plan.json");
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), field) << e.what();
+    EXPECT_NE(std::string(e.what()).find("plan.json"), std::string::npos);
+  }
+}
+}  // namespace
+
+TEST(PlanJson, RoundTrip) {
+  const ExecutablePlan p = sample();
+  const ExecutablePlan q = parse_plan_json(to_json(p).dump(), "plan.json");
+  EXPECT_EQ(to_json(q).dump(), to_json(p).dump());
+  EXPECT_EQ(q.plan.tp, 2);
+  EXPECT_EQ(q.plan.recompute, Recompute::full);
+  ASSERT_TRUE(q.prediction.has_value());
+  EXPECT_DOUBLE_EQ(q.prediction->iteration_s, 1.5);
+}
+
+TEST(PlanJson, RefusesMalformedPlans) {
+  auto j = to_json(sample());
+  auto with = [&](auto edit) {
+    auto k = j;
+    edit(k);
+    return k.dump();
+  };
+  expect_refused("{not json", "");
+  expect_refused(with([](auto& k) { k["schema_version"] = 2; }), "schema_version");
+  expect_refused(with([](auto& k) { k["plan"]["tp"] = "two"; }), "plan.tp");
+  expect_refused(with([](auto& k) { k["plan"]["dp"] = 3; }), "plan");  // 2*2*3 != 8 GPUs
+  expect_refused(with([](auto& k) { k["plan"]["schedule"] = "2f2b"; }), "plan.schedule");
+  expect_refused(with([](auto& k) { k["plan"]["nonsense"] = 1; }), "plan.nonsense");
+  expect_refused(with([](auto& k) { k.erase("model"); }), "model");
+  expect_refused(with([](auto& k) { k["model"]["layers"] = -4; }), "model.layers");
+  expect_refused(with([](auto& k) { k["plan"]["token_slices"] = {16, -16}; }), "plan.token_slices");
+  expect_refused(with([](auto& k) { k["training"]["global_batch"] = 15; }), "training.global_batch");
+}
+
+TEST(PlanJson, LaunchLinesAndMegatronArguments) {
+  const ExecutablePlan p = sample();
+  const std::string launch = launch_script(p, "plan.json");
+  EXPECT_NE(launch.find("mpirun -np 8 --map-by ppr:8:node"), std::string::npos);
+  EXPECT_NE(launch.find("srun --nodes=1 --ntasks=8"), std::string::npos);
+  const std::string args = megatron_arguments(p);
+  EXPECT_NE(args.find("--tensor-model-parallel-size 2"), std::string::npos);
+  EXPECT_NE(args.find("--pipeline-model-parallel-size 2"), std::string::npos);
+  EXPECT_NE(args.find("--recompute-granularity full"), std::string::npos);
+  EXPECT_NE(args.find("--use-distributed-optimizer"), std::string::npos);
+  ExecutablePlan t = p;
+  t.plan.schedule = Schedule::terapipe;
+  EXPECT_TRUE(megatron_arguments(t).empty());  // no Megatron-LM equivalent
+}

@@ -1,0 +1,72 @@
+// Plan search: every enumerated plan is runnable, pruning keeps only plans the memory model fits,
+// the ranking is sorted and independent of the thread count, impossible requests say by how much.
+#include <gtest/gtest.h>
+
+#include "core/scenario.hpp"
+#include "cost_models/memory.hpp"
+#include "planner/search.hpp"
+
+using namespace foresight;
+using namespace foresight::planner;
+
+namespace {
+SearchRequest small_request() {
+  SearchRequest r;
+  r.model = load_model(resolve_scenario("models", "gpt3-1.3b"));
+  r.cluster = load_cluster(resolve_scenario("clusters", "selene"));
+  r.training = TrainingSpec{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  r.gpus = 16;
+  r.top_k = 1000;
+  r.simgrid_top = false;
+  return r;
+}
+}  // namespace
+
+TEST(Search, EveryEnumeratedPlanIsRunnable) {
+  const SearchRequest r = small_request();
+  const auto plans = enumerate_plans(r);
+  EXPECT_GT(plans.size(), 50u);
+  for (const auto& p : plans) EXPECT_FALSE(check_plan(r.model, r.cluster, r.training, p, r.gpus).has_value());
+}
+
+TEST(Search, KeepsOnlyPlansThatFitAndRanksThem) {
+  SearchRequest r = small_request();
+  r.cluster.gpu.hbm = gibibytes(16);  // tight memory so that pruning bites
+  const SearchResult res = search_plans(r);
+  EXPECT_GT(res.pruned_memory, 0);
+  ASSERT_FALSE(res.ranked.empty());
+  for (std::size_t i = 0; i < res.ranked.size(); ++i) {
+    const auto& c = res.ranked[i];
+    const auto mem = cost_models::memory_per_stage(r.model, r.training, c.plan, r.cluster);
+    EXPECT_LE(mem[cost_models::most_loaded_stage(mem)].total(), r.cluster.gpu.hbm) << i;
+    if (i) EXPECT_LE(res.ranked[i - 1].analytic.iteration, c.analytic.iteration);
+    EXPECT_TRUE(sim::check_prediction(c.analytic).empty());
+  }
+}
+
+TEST(Search, SameResultWhateverTheThreadCount) {
+  SearchRequest a = small_request();
+  a.threads = 1;
+  SearchRequest b = a;
+  b.threads = 3;
+  const SearchResult x = search_plans(a), y = search_plans(b);
+  ASSERT_EQ(x.ranked.size(), y.ranked.size());
+  for (std::size_t i = 0; i < x.ranked.size(); ++i) {
+    EXPECT_EQ(x.ranked[i].analytic.iteration.value(), y.ranked[i].analytic.iteration.value());
+    EXPECT_EQ(x.ranked[i].plan.tp, y.ranked[i].plan.tp);
+    EXPECT_EQ(x.ranked[i].plan.pp, y.ranked[i].plan.pp);
+    EXPECT_EQ(x.ranked[i].plan.micro_batch, y.ranked[i].plan.micro_batch);
+  }
+}
+
+TEST(Search, ImpossibleRequestReportsTheShortfall) {
+  SearchRequest r = small_request();
+  r.model = load_model(resolve_scenario("models", "sc21-1t"));
+  r.gpus = 8;
+  r.training.global_batch = 8;
+  const SearchResult res = search_plans(r);
+  EXPECT_TRUE(res.ranked.empty());
+  ASSERT_TRUE(res.closest.has_value());
+  // 1T parameters' weights alone are 2 TB in 16 bits: over 8 GPUs far beyond 80 GiB each.
+  EXPECT_GT(in_GiB(res.closest_shortfall), 100.0);
+}
