@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cost_models/memory.hpp"
+#include "planner/terapipe_slicing.hpp"
 #include "sim/costing.hpp"
 
 namespace foresight::planner {
@@ -59,6 +60,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
         std::vector<std::pair<Schedule, int>> schedules{{Schedule::one_f_one_b, 1}};
         if (pp > 1) {
           schedules.push_back({Schedule::gpipe, 1});
+          if (r.terapipe) schedules.push_back({Schedule::terapipe, 1});
           for (int v : r.virtual_stages) schedules.push_back({Schedule::interleaved, v});
         }
         for (auto [sched, v] : schedules)
@@ -106,6 +108,7 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
     std::optional<PlanSpec> local_closest;
     for (long i; (i = next++) < long(plans.size());) {
       PlanSpec p = plans[i];
+      if (p.schedule == Schedule::terapipe && p.token_slices.empty()) p.token_slices = terapipe_slices(r, p);
       Bytes need;
       bool ok = fits(r, p, &need);
       if (!ok) {
@@ -164,7 +167,11 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
                            p.offload.activations);
   };
   std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
-  for (const auto& c : fitting) res.fitting_iterations_s.push_back(c.analytic.iteration.value());
+  for (const auto& c : fitting) {
+    res.fitting_iterations_s.push_back(c.analytic.iteration.value());
+    auto& slot = c.plan.schedule == Schedule::terapipe ? res.best_terapipe : res.best_without_terapipe;
+    if (!slot) slot = c;
+  }
   if (int(fitting.size()) > r.top_k) fitting.resize(r.top_k);
   if (r.simgrid_top && sim::simgrid_available())
     for (auto& c : fitting) {
@@ -180,8 +187,20 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
   return res;
 }
 
-PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const PlanSpec& plan) {
+std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan) {
+  const Experiment e = experiment_for(r, plan);
+  const sim::ComputeCosts compute = sim::compute_costs_for(e);
+  const CommModel comm(e.cluster);
+  int g = std::max(1, std::min(r.slice_granularity, r.model.seq_len));
+  while (r.model.seq_len % g != 0) --g;
+  const SliceTime time = [&](int tokens, int end) { return sim::slice_stage_time(e, compute, comm, tokens, end); };
+  return optimal_token_slices(r.model.seq_len, plan.pp, time, g).slices;
+}
+
+PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const PlanSpec& given) {
   PlanStanding s;
+  PlanSpec plan = given;
+  if (plan.schedule == Schedule::terapipe && plan.token_slices.empty()) plan.token_slices = terapipe_slices(r, plan);
   const Experiment e = experiment_for(r, plan);
   s.prediction = sim::predict(e, sim::EngineKind::analytic, sim::compute_costs_for(e), CommModel(e.cluster));
   s.fits = fits(r, plan, nullptr);

@@ -2,8 +2,9 @@
 // parallel degrees, micro-batch, schedule with virtual stages, sequence parallelism, recompute,
 // ZeRO, offload when nothing fits without it, expert parallelism for MoE), prune by the memory
 // model, rank every survivor with the analytic engine, re-simulate the best with SimGrid.
-// Left out for now: TeraPipe slicing in the search (planner/terapipe_slicing.hpp has the optimiser),
-// capacity-factor choice, ZeRO-2/3 with pipelines (DeepSpeed does not support them).
+// TeraPipe plans (with request.terapipe) get their token slices from TeraPipe's dynamic program
+// over the same costs the simulator uses. Left out: capacity-factor choice, ZeRO-2/3 with
+// pipelines (DeepSpeed does not support them).
 #pragma once
 
 #include <functional>
@@ -27,6 +28,8 @@ struct SearchRequest {
   int threads = 0;                           // 0: all cores
   std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32};
   std::vector<int> virtual_stages = {2, 3, 4, 6, 8};
+  bool terapipe = false;        // also search TeraPipe token slicing (slices from its DP)
+  int slice_granularity = 64;   // TeraPipe slices are multiples of this many tokens
 };
 
 struct Candidate {
@@ -42,6 +45,8 @@ struct SearchResult {
   long pruned_memory = 0;         // did not fit in device memory
   long evaluated = 0;             // simulated with the analytic engine
   std::vector<double> fitting_iterations_s;  // every fitting plan's analytic iteration time, sorted
+  /// The fastest plan with TeraPipe slicing and the fastest without (analytic), when searched.
+  std::optional<Candidate> best_terapipe, best_without_terapipe;
   /// When nothing fits: the plan that came closest, and by how much it overflows.
   std::optional<PlanSpec> closest;
   Bytes closest_shortfall;
@@ -53,6 +58,9 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r);
 
 /// The search; `progress(done, total)` is called from worker threads now and then.
 SearchResult search_plans(const SearchRequest& r, const std::function<void(long, long)>& progress = {});
+
+/// TeraPipe's optimal slices for a plan (schedule terapipe), from planner/terapipe_slicing.hpp.
+std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan);
 
 /// Where `plan` ranks among the search's fitting plans by analytic iteration time (1 = best),
 /// and its prediction; no rank when it does not fit.

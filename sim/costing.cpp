@@ -249,6 +249,23 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
   return c;
 }
 
+Seconds slice_stage_time(const Experiment& e, const ComputeCosts& compute, const CommModel& comm, int tokens, int end) {
+  Experiment x = e;
+  x.plan.schedule = Schedule::terapipe;
+  x.plan.virtual_stages = 1;
+  x.plan.token_slices = end > tokens ? std::vector<int>{end - tokens, tokens} : std::vector<int>{tokens};
+  const WorkloadCosts c = cost_workload(x, compute, comm);
+  const int k = int(x.plan.token_slices.size()) - 1;
+  Seconds worst;
+  for (const auto& stage : c.chunk) {
+    const ChunkCosts& cc = stage[0][k];
+    const Seconds t = cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.recompute + cc.recompute_tp_comm +
+                      cc.backward + cc.backward_tp_comm + cc.backward_ep_comm;
+    worst = max(worst, t);
+  }
+  return worst + c.p2p_forward[k] + c.p2p_backward[k];
+}
+
 SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   SimgridPlatform pf;
   pf.dp = e.plan.dp;

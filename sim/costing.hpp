@@ -53,6 +53,11 @@ PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);
 /// Durations of every task of one iteration.
 WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, const CommModel& comm);
 
+/// Time of one TeraPipe token slice of `tokens` tokens ending at position `end`, forward plus
+/// backward (and recompute) on the slowest pipeline stage, with its tensor-parallel and pipeline
+/// communication: the t_i of TeraPipe's slicing objective (Li et al. 2021 sec. 3.3).
+Seconds slice_stage_time(const Experiment& e, const ComputeCosts& compute, const CommModel& comm, int tokens, int end);
+
 /// The SimGrid platform for an experiment (one host per TP group, NICs per node).
 SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm);
 

@@ -49,7 +49,7 @@ Command plan_command() {
   struct Opts {
     std::string experiment = "mt-nlg-530b-selene-280", model, cluster, out, framework;
     int gpus = 0, global_batch = 0, top = 10, threads = 0, pick = 1;
-    bool json = false, no_simgrid = false;
+    bool json = false, no_simgrid = false, terapipe = false;
   };
   return Command{
       "plan",
@@ -71,6 +71,9 @@ Command plan_command() {
             ->capture_default_str();
         sub.add_option("--threads", o->threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
         sub.add_flag("--no-simgrid", o->no_simgrid, "Rank with the analytic engine only");
+        sub.add_flag("--terapipe", o->terapipe,
+                     "Also search TeraPipe token-level pipelining (slices from TeraPipe's dynamic program) and "
+                     "report its speedup over the best plan without it");
         sub.add_flag("--json", o->json, "Print machine-readable JSON");
         sub.add_option("--out", o->out, "Directory to write plan.json, launch.sh and megatron_args.txt into");
         sub.add_option("--pick", o->pick, "Which ranked plan to write with --out (1 = best)")->check(CLI::PositiveNumber);
@@ -95,6 +98,7 @@ Command plan_command() {
           r.top_k = o->top;
           r.threads = o->threads;
           r.simgrid_top = !o->no_simgrid;
+          r.terapipe = o->terapipe || base.plan.schedule == Schedule::terapipe;
           const bool tty = ::isatty(STDERR_FILENO);
           const auto progress = [tty](long done, long total) {
             if (!tty) return;
@@ -173,6 +177,12 @@ Command plan_command() {
               plans.push_back(pj);
             }
             j["ranked"] = plans;
+            if (res.best_terapipe && res.best_without_terapipe) {
+              j["terapipe"] = {{"best_iteration_s", in_s(res.best_terapipe->analytic.iteration)},
+                               {"token_slices", res.best_terapipe->plan.token_slices},
+                               {"best_without_iteration_s", in_s(res.best_without_terapipe->analytic.iteration)},
+                               {"speedup", res.best_without_terapipe->analytic.iteration / res.best_terapipe->analytic.iteration}};
+            }
             if (standing) {
               j["published_plan"] = {{"plan", to_json(base.plan)},
                                      {"iteration_s", in_s(standing->prediction.iteration)},
@@ -200,6 +210,14 @@ Command plan_command() {
             out << buf;
           }
           out << "  (TFLOP/s per GPU and MFU count model FLOPs, without recompute)\n";
+          if (res.best_terapipe && res.best_without_terapipe) {
+            const auto& t = *res.best_terapipe;
+            out << "\nTeraPipe: best plan with token slicing (" << describe_plan(t.plan) << ", "
+                << t.plan.token_slices.size() << " slices) " << format_number(in_s(t.analytic.iteration), 3)
+                << " s; best without (" << describe_plan(res.best_without_terapipe->plan) << ") "
+                << format_number(in_s(res.best_without_terapipe->analytic.iteration), 3) << " s; speedup "
+                << format_number(res.best_without_terapipe->analytic.iteration / t.analytic.iteration, 2) << "x\n";
+          }
           if (standing) {
             out << "\nThe experiment's own plan (" << describe_plan(base.plan) << "): "
                 << format_number(in_s(standing->prediction.iteration), 3) << " s per iteration, ";

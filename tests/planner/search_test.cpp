@@ -6,6 +6,8 @@
 #include "cost_models/memory.hpp"
 #include "planner/search.hpp"
 
+#include <cstdio>
+
 using namespace foresight;
 using namespace foresight::planner;
 
@@ -69,4 +71,26 @@ TEST(Search, ImpossibleRequestReportsTheShortfall) {
   ASSERT_TRUE(res.closest.has_value());
   // 1T parameters' weights alone are 2 TB in 16 bits: over 8 GPUs far beyond 80 GiB each.
   EXPECT_GT(in_GiB(res.closest_shortfall), 100.0);
+}
+
+TEST(Search, TeraPipeSpeedupOnGpt3175bMatchesThePaper) {
+  // Li et al. 2021 (TeraPipe), abstract: 5.0x over the best plan without token slicing for
+  // GPT-3 175B on 48 p3.16xlarge (384 V100). Target: within 15%.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "terapipe-gpt3-175b-p3-terapipe"));
+  SearchRequest r;
+  r.model = e.model;
+  r.cluster = e.cluster;
+  r.training = e.training;
+  r.gpus = e.gpus;
+  r.framework = e.plan.framework;
+  r.terapipe = true;
+  r.simgrid_top = false;
+  const SearchResult res = search_plans(r);
+  ASSERT_TRUE(res.best_terapipe && res.best_without_terapipe);
+  const double speedup = res.best_without_terapipe->analytic.iteration / res.best_terapipe->analytic.iteration;
+  std::printf("TeraPipe speedup predicted %.2fx, published 5.0x\n", speedup);
+  EXPECT_NEAR(speedup / 5.0, 1.0, 0.15);
+  int sum = 0;
+  for (int l : res.best_terapipe->plan.token_slices) sum += l;
+  EXPECT_EQ(sum, e.model.seq_len);
 }
