@@ -13,8 +13,20 @@ RooflineCompute::RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams
   FORESIGHT_CHECK(gpu.sms > 0 && gpu.hbm_bandwidth > BytesPerSecond(0));
 }
 
+void RooflineCompute::use_profile(CalibrationProfile profile) {
+  if (profile.copy_GBps) p_.memory_efficiency = *profile.copy_GBps * 1e9 / gpu_.hbm_bandwidth.value();
+  if (profile.flash_efficiency) p_.flash_efficiency = *profile.flash_efficiency;
+  if (profile.launch_overhead_us) p_.launch_overhead = microseconds(*profile.launch_overhead_us);
+  if (!profile.gemm.empty()) profile_ = std::move(profile);
+}
+
 Seconds RooflineCompute::gemm(const GemmShape& s) const {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return Seconds(0);
+  if (profile_) {
+    const GemmEstimate e = profile_gemm(*profile_, s.m, s.n, s.k, s.batch);
+    if (e.extrapolated) ++extrapolated_;
+    return Seconds(e.time_s);  // measured kernel times include their launch
+  }
   const double flops = 2.0 * s.m * s.n * s.k * s.batch;
   const double tiles = std::ceil(s.m / p_.tile_m) * std::ceil(s.n / p_.tile_n) * s.batch;
   const double waves = std::ceil(tiles / gpu_.sms);

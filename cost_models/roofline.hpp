@@ -6,10 +6,13 @@
 // kernel fusion beyond what Megatron-LM (2021-22) and FlashAttention do.
 #pragma once
 
+#include <optional>
+
 #include "core/hardware.hpp"
 #include "core/model.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
+#include "cost_models/profile.hpp"
 
 namespace foresight::cost_models {
 
@@ -48,6 +51,12 @@ class RooflineCompute {
  public:
   RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams params = {});
 
+  /// Uses a measured calibration profile where it has data: GEMM times interpolated from its
+  /// shapes, its copy bandwidth, attention efficiency and launch overhead; the spec elsewhere.
+  void use_profile(CalibrationProfile profile);
+  /// GEMM queries answered outside the profile's measured range so far (0 without a profile).
+  long extrapolated_queries() const { return extrapolated_; }
+
   /// max(FLOPs / (peak * efficiency * wave efficiency), bytes / achievable bandwidth) + launch.
   Seconds gemm(const GemmShape& s) const;
   /// A memory-bound kernel moving `bytes` (read + written).
@@ -64,6 +73,8 @@ class RooflineCompute {
   GpuSpec gpu_;
   FlopsPerSecond peak_;
   RooflineParams p_;
+  std::optional<CalibrationProfile> profile_;
+  mutable long extrapolated_ = 0;
 };
 
 /// Per-op compute times of one transformer layer on one GPU for one micro-batch (or token slice),

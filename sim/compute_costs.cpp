@@ -1,7 +1,11 @@
-// compute_costs_for: the default compute source, the roofline model on the experiment's GPU.
+// compute_costs_for: the default compute source, the roofline model on the experiment's GPU,
+// driven by a bundled calibration profile (scenarios/profiles/<gpu name>.json) when one exists.
 // Attention follows the software that ran the experiment: Megatron-LM and DeepSpeed runs of
 // 2021-22 (SC21, MT-NLG, Korthikanti, DeepSpeed-MoE, TeraPipe) predate FlashAttention and used
 // the unfused path; the bundled trainer (framework generic) uses a fused kernel.
+#include <filesystem>
+
+#include "core/scenario.hpp"
 #include "cost_models/roofline.hpp"
 #include "sim/costing.hpp"
 
@@ -10,6 +14,8 @@ namespace foresight::sim {
 ComputeCosts compute_costs_for(const Experiment& e) {
   using namespace cost_models;
   const auto rc = std::make_shared<RooflineCompute>(e.cluster.gpu, e.training.dtype);
+  const std::filesystem::path profile = std::filesystem::path(scenarios_dir()) / "profiles" / (e.cluster.gpu.name + ".json");
+  if (std::filesystem::is_regular_file(profile)) rc->use_profile(load_profile(profile.string()));
   const AttentionImpl attn = e.plan.framework == Framework::generic ? AttentionImpl::flash : AttentionImpl::unfused;
   const ModelSpec model = e.model;
   const PlanSpec plan = e.plan;

@@ -1,0 +1,118 @@
+#include "cost_models/profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace foresight::cost_models {
+
+CalibrationProfile parse_profile(const std::string& text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw SpecError(SourceLocation{source, 0, 0}, "", "", std::string("is not valid JSON: ") + e.what());
+  }
+  auto fail = [&](const std::string& field, const std::string& value, const std::string& rule) {
+    throw SpecError(SourceLocation{source, 0, 0}, field, value, rule);
+  };
+  auto positive = [&](const nlohmann::json& o, const char* key, const std::string& where, bool required) -> std::optional<double> {
+    if (!o.contains(key)) {
+      if (required) fail(where + "." + key, "", "is required but missing");
+      return std::nullopt;
+    }
+    const auto& v = o.at(key);
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      fail(where + "." + key, v.dump(), "must be a positive number");
+    return v.get<double>();
+  };
+  if (!j.is_object()) fail("", "", "must be a JSON object");
+  CalibrationProfile p;
+  p.source = source;
+  if (!j.contains("device") || !j["device"].is_object()) fail("device", "", "is required and must be an object");
+  p.device = j["device"].value("name", "");
+  p.peak_tflops = *positive(j["device"], "peak_tflops", "device", true);
+  if (!j.contains("measurements") || !j["measurements"].is_array()) fail("measurements", "", "is required and must be a list");
+  const auto& ms = j["measurements"];
+  if (ms.size() > 1000000) fail("measurements", std::to_string(ms.size()), "must have at most 1000000 entries");
+  std::vector<double> copy_rates;
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    const auto& m = ms[i];
+    const std::string where = "measurements[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("kernel") || !m["kernel"].is_string())
+      fail(where + ".kernel", "", "each measurement is an object with a kernel name");
+    const std::string kernel = m["kernel"];
+    const double t = *positive(m, "time_s", where, true);
+    if (kernel == "gemm") {
+      GemmSample g{*positive(m, "m", where, true), *positive(m, "n", where, true), *positive(m, "k", where, true),
+                   positive(m, "batch", where, false).value_or(1.0), t};
+      if (2 * g.m * g.n * g.k * g.batch / t > p.peak_tflops * 1e12 * 1.05)
+        fail(where + ".time_s", std::to_string(t), "implies more than the device's peak");
+      p.gemm.push_back(g);
+    } else if (kernel == "copy") {
+      copy_rates.push_back(*positive(m, "bytes", where, true) / t / 1e9);
+    } else if (kernel == "attention") {
+      const double eff = *positive(m, "flops", where, true) / t / (p.peak_tflops * 1e12);
+      p.flash_efficiency = std::max(p.flash_efficiency.value_or(0.0), eff);
+    }
+  }
+  if (!copy_rates.empty()) {
+    std::sort(copy_rates.begin(), copy_rates.end());
+    p.copy_GBps = copy_rates.back();  // the large copies reach the streaming bandwidth
+  }
+  if (j.contains("fitted") && j["fitted"].is_object()) p.launch_overhead_us = positive(j["fitted"], "launch_overhead_us", "fitted", false);
+  return p;
+}
+
+CalibrationProfile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_profile(ss.str(), path);
+}
+
+GemmEstimate profile_gemm(const CalibrationProfile& p, double m, double n, double k, double batch) {
+  FORESIGHT_CHECK(!p.gemm.empty()) << "profile " << p.source << " has no GEMM measurements";
+  struct Near {
+    double d2, eff;
+  };
+  std::vector<Near> near;
+  double lo[3] = {1e300, 1e300, 1e300}, hi[3] = {0, 0, 0};
+  const double q[3] = {std::log(m), std::log(n), std::log(k)};
+  for (const auto& g : p.gemm) {
+    const double s[3] = {std::log(g.m), std::log(g.n), std::log(g.k)};
+    double d2 = 0;
+    for (int i = 0; i < 3; ++i) {
+      d2 += (s[i] - q[i]) * (s[i] - q[i]);
+      lo[i] = std::min(lo[i], s[i]);
+      hi[i] = std::max(hi[i], s[i]);
+    }
+    const double eff = 2 * g.m * g.n * g.k * g.batch / g.time_s / (p.peak_tflops * 1e12);
+    near.push_back({d2, eff});
+  }
+  std::sort(near.begin(), near.end(), [](const Near& a, const Near& b) { return a.d2 < b.d2; });
+  GemmEstimate e;
+  if (near.front().d2 < 1e-18) {
+    e.efficiency = near.front().eff;  // a measured shape: its own efficiency
+  } else {
+    double wsum = 0, esum = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(4, near.size()); ++i) {
+      const double w = 1.0 / near[i].d2;
+      wsum += w;
+      esum += w * near[i].eff;
+    }
+    e.efficiency = esum / wsum;
+  }
+  for (int i = 0; i < 3; ++i)
+    if (q[i] < lo[i] - 1e-12 || q[i] > hi[i] + 1e-12) e.extrapolated = true;
+  e.time_s = 2 * m * n * k * batch / (p.peak_tflops * 1e12 * e.efficiency);
+  return e;
+}
+
+}  // namespace foresight::cost_models
