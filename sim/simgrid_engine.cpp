@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -121,7 +122,9 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
     for (int s = 0; s < p; ++s) nodes = std::max(nodes, node_of(pf, p, r, s) + 1);
   std::vector<sg4::SplitDuplexLink*> nic(nodes);
   for (int n = 0; n < nodes; ++n) {
-    nic[n] = zone->create_split_duplex_link("node" + std::to_string(n) + ".nics", pf.node_injection.value());
+    char name[48];
+    std::snprintf(name, sizeof name, "node%d.nics", n);
+    nic[n] = zone->create_split_duplex_link(name, pf.node_injection.value());
     nic[n]->set_latency(pf.network_latency.value() / 2)->seal();
   }
   sg4::Link* core = nullptr;
@@ -134,7 +137,10 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
   for (int r = 0; r < R; ++r)
     for (int s = 0; s < p; ++s) {
       node[r][s] = node_of(pf, p, r, s);
-      host[r][s] = zone->create_host("r" + std::to_string(r) + "s" + std::to_string(s), kHostSpeed);
+      // (snprintf, not string concatenation: g++ 12 -Wrestrict misfires on "r" + std::to_string.)
+      char name[48];
+      std::snprintf(name, sizeof name, "r%ds%d", r, s);
+      host[r][s] = zone->create_host(name, kHostSpeed);
       host[r][s]->set_core_count(8)->seal();
       std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(nic[node[r][s]], sg4::LinkInRoute::Direction::UP)};
       if (core) up.emplace_back(core);

@@ -41,7 +41,9 @@ TEST(Search, KeepsOnlyPlansThatFitAndRanksThem) {
     const auto& c = res.ranked[i];
     const auto mem = cost_models::memory_per_stage(r.model, r.training, c.plan, r.cluster);
     EXPECT_LE(mem[cost_models::most_loaded_stage(mem)].total(), r.cluster.gpu.hbm) << i;
-    if (i) EXPECT_LE(res.ranked[i - 1].analytic.iteration, c.analytic.iteration);
+    if (i) {
+      EXPECT_LE(res.ranked[i - 1].analytic.iteration, c.analytic.iteration);
+    }
     EXPECT_TRUE(sim::check_prediction(c.analytic).empty());
   }
 }
