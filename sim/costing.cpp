@@ -78,6 +78,16 @@ PlanGroups plan_groups(const PlanSpec& p, const ClusterSpec& c) {
   return g;
 }
 
+Seconds tp_comm_per_layer(const Experiment& e, const CommModel& comm, int tokens) {
+  const PlanSpec& p = e.plan;
+  if (p.tp == 1) return Seconds(0);
+  const CommGroup tp = plan_groups(p, e.cluster).tp;
+  const Bytes act = activation_tensor(p.micro_batch, tokens, e.model.hidden);
+  if (p.sequence_parallel)
+    return 2.0 * (comm.time(Collective::all_gather, act, tp) + comm.time(Collective::reduce_scatter, act, tp));
+  return 2.0 * comm.time(Collective::all_reduce, act, tp);
+}
+
 WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, const CommModel& comm) {
   const ModelSpec& m = e.model;
   const PlanSpec& p = e.plan;
@@ -92,16 +102,7 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
   c.shape = ScheduleShape{p.schedule, p.pp, p.micro_batches(e.training), v, n_slices};
   c.chunk.assign(p.pp, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(n_slices)));
 
-  // Tensor-parallel collectives per layer (Korthikanti 2022 sec. 4.2): without sequence
-  // parallelism 2 all-reduces forward and 2 backward of the (b, s, h) activation; with it 2
-  // all-gathers + 2 reduce-scatters each way, which move the same bytes in two halves.
-  auto tp_layer_comm = [&](int tokens) {
-    if (p.tp == 1) return Seconds(0);
-    const Bytes act = activation_tensor(b, tokens, h);
-    if (p.sequence_parallel)
-      return 2.0 * (comm.time(Collective::all_gather, act, groups.tp) + comm.time(Collective::reduce_scatter, act, groups.tp));
-    return 2.0 * comm.time(Collective::all_reduce, act, groups.tp);
-  };
+  auto tp_layer_comm = [&](int tokens) { return tp_comm_per_layer(e, comm, tokens); };
   // MoE: dispatch and combine all-to-alls of capacity_factor * top_k tokens per GPU.
   auto ep_layer_comm = [&](int tokens) {
     if (!m.moe || p.ep == 1) return Seconds(0);

@@ -50,6 +50,11 @@ struct PlanGroups {
 };
 PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);
 
+/// Tensor-parallel communication of one transformer layer's forward (the backward costs the same):
+/// 2 all-reduces of the (b, tokens, h) activation, or with sequence parallelism 2 all-gathers and
+/// 2 reduce-scatters (Korthikanti 2022 sec. 4.2). Zero at tp = 1.
+Seconds tp_comm_per_layer(const Experiment& e, const CommModel& comm, int tokens);
+
 /// Durations of every task of one iteration.
 WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, const CommModel& comm);
 

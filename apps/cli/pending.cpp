@@ -16,16 +16,6 @@ std::function<int(std::ostream&)> not_yet(const std::string& what) {
 }
 }  // namespace
 
-Command validate_command() {
-  return {"validate", "Compare predictions with every published measurement in the scenario library",
-          [](CLI::App& sub) {
-            sub.add_option("--engine", "analytic or simgrid")->check(CLI::IsMember({"analytic", "simgrid"}));
-            sub.add_flag("--json")->description("Print machine-readable JSON");
-            sub.add_flag("--local")->description("Closed loop on the local GPUs: predict, run the trainer, compare");
-            return not_yet("validate");
-          }};
-}
-
 Command calibrate_command() {
   return {"calibrate", "Measure kernels and collectives on the local GPUs and write a calibration profile",
           [](CLI::App& sub) {

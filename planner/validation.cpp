@@ -1,0 +1,131 @@
+#include "planner/validation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "core/scenario.hpp"
+#include "planner/search.hpp"
+#include "sim/costing.hpp"
+
+namespace foresight::planner {
+
+namespace {
+
+std::string group_of(const Experiment& e) {
+  const std::string& n = e.name;
+  if (n.starts_with("mt-nlg")) return "MT-NLG (Smith et al. 2022)";
+  if (n.starts_with("sc21")) return "Megatron-LM SC21 Table 1";
+  if (n.starts_with("korthikanti")) return "Korthikanti 2022 Table 4";
+  if (n.starts_with("terapipe")) return "TeraPipe (Li et al. 2021)";
+  if (n.starts_with("deepspeed-moe")) return "DeepSpeed-MoE (Rajbhandari et al. 2022)";
+  return "other";
+}
+
+/// TeraPipe experiments leave their slices to the planner's dynamic program.
+Experiment with_slices(Experiment e) {
+  if (e.plan.schedule == Schedule::terapipe && e.plan.token_slices.empty()) {
+    SearchRequest r;
+    r.model = e.model;
+    r.cluster = e.cluster;
+    r.training = e.training;
+    r.gpus = e.gpus;
+    e.plan.token_slices = terapipe_slices(r, e.plan);
+  }
+  return e;
+}
+
+sim::Prediction run(const Experiment& e, sim::EngineKind engine) {
+  const CommModel comm(e.cluster);
+  return sim::predict(e, engine, sim::compute_costs_for(e), comm);
+}
+
+}  // namespace
+
+ValidationReport validate_all(const std::string& root, sim::EngineKind engine) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(root) / "experiments"))
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+
+  ValidationReport rep;
+  std::map<std::string, Seconds> predicted_iteration;  // for speedups against a baseline
+  std::vector<Experiment> with_speedup;
+  for (const auto& f : files) {
+    Experiment e = load_experiment(f);
+    if (!e.measured) continue;
+    const Measured& m = *e.measured;
+    const std::string group = group_of(e);
+    auto add = [&](std::string quantity, double published, double predicted) {
+      rep.cases.push_back({e.name, m.source, group, std::move(quantity), published, predicted});
+    };
+    if (m.forward_ms || m.backward_ms) {
+      // One transformer layer, forward and backward (recompute included), with its TP communication.
+      const sim::ComputeCosts compute = sim::compute_costs_for(e);
+      const CommModel comm(e.cluster);
+      const sim::LayerCompute lc = compute.layer(e.model.seq_len, e.model.seq_len, false);
+      const Seconds tp = sim::tp_comm_per_layer(e, comm, e.model.seq_len);
+      const Seconds recompute_tp = e.plan.recompute == Recompute::full ? tp : Seconds(0);
+      if (m.forward_ms) add("forward_ms", *m.forward_ms, in_ms(lc.forward + tp));
+      if (m.backward_ms) add("backward_ms", *m.backward_ms, in_ms(lc.backward + tp + lc.recompute + recompute_tp));
+      continue;
+    }
+    e = with_slices(e);
+    const sim::Prediction p = run(e, engine);
+    predicted_iteration[e.name] = p.iteration;
+    if (m.iteration_s) add("iteration_s", *m.iteration_s, in_s(p.iteration));
+    if (m.tflops_per_gpu)
+      add(m.flops_definition == FlopsDefinition::hardware ? "tflops_per_gpu (hardware)" : "tflops_per_gpu (model)",
+          *m.tflops_per_gpu, m.flops_definition == FlopsDefinition::hardware ? p.hw_tflops_per_gpu : p.tflops_per_gpu);
+    if (m.tokens_per_s) add("tokens_per_s", *m.tokens_per_s, p.tokens_per_s);
+    if (m.speedup) with_speedup.push_back(e);
+  }
+  for (const auto& e : with_speedup) {
+    auto it = predicted_iteration.find(e.measured->baseline);
+    if (it == predicted_iteration.end()) continue;
+    rep.cases.push_back({e.name, e.measured->source, group_of(e), "speedup", *e.measured->speedup,
+                         it->second / predicted_iteration[e.name]});
+  }
+
+  // MAPE over time-like quantities (TFLOP/s of the same run would count it twice).
+  std::map<std::string, ValidationSummary> groups;
+  ValidationSummary overall{"overall"};
+  for (const auto& c : rep.cases) {
+    if (c.quantity.starts_with("tflops")) continue;
+    for (ValidationSummary* s : {&groups[c.group], &overall}) {
+      s->cases += 1;
+      s->mape_pct += std::fabs(c.error_pct());
+      s->max_abs_pct = std::max(s->max_abs_pct, std::fabs(c.error_pct()));
+    }
+  }
+  for (auto& [name, s] : groups) {
+    s.group = name;
+    s.mape_pct /= std::max(1, s.cases);
+    rep.groups.push_back(s);
+  }
+  overall.mape_pct /= std::max(1, overall.cases);
+  rep.groups.push_back(overall);
+  return rep;
+}
+
+std::string validation_markdown(const ValidationReport& r, sim::EngineKind engine) {
+  std::string s = "| experiment | quantity | published | predicted | error |\n| --- | --- | --- | --- | --- |\n";
+  char buf[512];
+  for (const auto& c : r.cases) {
+    std::snprintf(buf, sizeof buf, "| %s | %s | %.4g | %.4g | %+.1f%% |\n", c.experiment.c_str(), c.quantity.c_str(),
+                  c.published, c.predicted, c.error_pct());
+    s += buf;
+  }
+  s += "\n| source | cases | MAPE | largest error |\n| --- | --- | --- | --- |\n";
+  for (const auto& g : r.groups) {
+    std::snprintf(buf, sizeof buf, "| %s | %d | %.1f%% | %.1f%% |\n", g.group.c_str(), g.cases, g.mape_pct, g.max_abs_pct);
+    s += buf;
+  }
+  s += std::string("\nEngine: ") + to_string(engine) + ". MAPE counts time-like quantities (iteration time, one layer's "
+       "forward/backward, tokens/s, speedup); TFLOP/s rows restate the iteration time under the source's FLOP definition.\n";
+  return s;
+}
+
+}  // namespace foresight::planner
