@@ -7,6 +7,20 @@
 
 namespace foresight::sim {
 
+Seconds StageBreakdown::busy_total() const {
+  Seconds t;
+  for (const auto& b : busy) t += b;
+  return t;
+}
+
+void settle_stages(SimResult& r) {
+  r.critical_stage = 0;
+  for (auto& st : r.stages) {
+    st.idle = r.iteration - st.busy_total();
+    if (st.busy_total() > r.stages[r.critical_stage].busy_total()) r.critical_stage = st.stage;
+  }
+}
+
 Seconds StageBreakdown::total() const {
   Seconds t = idle;
   for (const auto& b : busy) t += b;
@@ -106,16 +120,7 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
       (from_host ? r.stages[t.stage].offload_wait : r.stages[t.stage].pp_wait) += wait;
     }
   }
-  int best = 0;
-  for (int s = 0; s < p; ++s) {
-    Seconds busy;
-    for (const auto& b : r.stages[s].busy) busy += b;
-    r.stages[s].idle = r.iteration - busy;
-    Seconds best_busy;
-    for (const auto& b : r.stages[best].busy) best_busy += b;
-    if (busy > best_busy) best = s;
-  }
-  r.critical_stage = best;
+  settle_stages(r);
   return r;
 }
 

@@ -23,6 +23,7 @@ struct StageBreakdown {
   Seconds pp_wait;                          // part of idle spent waiting for a transfer that was running
   Seconds offload_wait;                     // part of idle spent waiting for a prefetch from host memory
   Seconds total() const;
+  Seconds busy_total() const;
 };
 
 struct SimResult {
@@ -33,6 +34,9 @@ struct SimResult {
 };
 
 SimResult run_analytic(const Workload& w);
+
+/// Sets each stage's idle time (iteration - busy) and the critical stage (most busy; first on ties).
+void settle_stages(SimResult& r);
 
 /// The iteration time and per-stage breakdown from task timings (any engine's).
 SimResult summarize(const Workload& w, std::vector<TaskTiming> timings);

@@ -141,16 +141,7 @@ SimResult run_fast(const WorkloadCosts& c) {
     const double end_compute = last + sync + opt;
     r.iteration = max(r.iteration, Seconds(end_compute + gather));
   }
-  int best = 0;
-  for (int s = 0; s < p; ++s) {
-    Seconds busy;
-    for (const auto& b : r.stages[s].busy) busy += b;
-    r.stages[s].idle = r.iteration - busy;
-    Seconds best_busy;
-    for (const auto& b : r.stages[best].busy) best_busy += b;
-    if (busy > best_busy) best = s;
-  }
-  r.critical_stage = best;
+  settle_stages(r);
   return r;
 }
 

@@ -45,6 +45,12 @@ std::vector<Section> prediction_sections(const Prediction& p) {
   return s;
 }
 
+nlohmann::ordered_json memory_json(const cost_models::MemoryBreakdown& m) {
+  return {{"weights", in_GB(m.weights)},         {"grads", in_GB(m.grads)},     {"optimizer", in_GB(m.optimizer)},
+          {"activations", in_GB(m.activations)}, {"buffers", in_GB(m.buffers)}, {"headroom", in_GB(m.headroom)},
+          {"total", in_GB(m.total())}};
+}
+
 std::vector<std::string> check_prediction(const Prediction& p) {
   std::vector<std::string> broken;
   auto fail = [&](const std::string& what) { broken.push_back(what); };

@@ -49,6 +49,9 @@ struct Prediction {
 /// The console/JSON field table of a prediction.
 std::vector<Section> prediction_sections(const Prediction& p);
 
+/// One GPU's memory as JSON, in GB: {weights, grads, optimizer, activations, buffers, headroom, total}.
+nlohmann::ordered_json memory_json(const cost_models::MemoryBreakdown& m);
+
 /// Sanity checks after every simulation (STYLE.md item 7); returns the broken ones, empty if sound.
 std::vector<std::string> check_prediction(const Prediction& p);
 

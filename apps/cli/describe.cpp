@@ -9,6 +9,7 @@
 #include "core/scenario.hpp"
 #include "core/spec_json.hpp"
 #include "cost_models/memory.hpp"
+#include "sim/prediction.hpp"
 
 namespace foresight::cli {
 
@@ -70,10 +71,7 @@ Command describe_command() {
             j["plan"] = to_json(e.plan);
             nlohmann::ordered_json stages = nlohmann::ordered_json::array();
             for (const auto& m : memory)
-              stages.push_back({{"weights", in_GB(m.weights)}, {"grads", in_GB(m.grads)},
-                                {"optimizer", in_GB(m.optimizer)}, {"activations", in_GB(m.activations)},
-                                {"buffers", in_GB(m.buffers)}, {"headroom", in_GB(m.headroom)},
-                                {"total", in_GB(m.total())}});
+              stages.push_back(sim::memory_json(m));
             j["memory_per_stage_GB"] = stages;
             j["most_loaded_stage"] = worst;
             j["device_memory_GB"] = in_GB(e.cluster.gpu.hbm);

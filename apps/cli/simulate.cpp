@@ -51,10 +51,7 @@ Command simulate_command() {
             j["most_loaded_stage"] = p.most_loaded_stage;
             nlohmann::ordered_json stages = nlohmann::ordered_json::array();
             for (const auto& m : p.memory_per_stage)
-              stages.push_back({{"weights", in_GB(m.weights)}, {"grads", in_GB(m.grads)},
-                                {"optimizer", in_GB(m.optimizer)}, {"activations", in_GB(m.activations)},
-                                {"buffers", in_GB(m.buffers)}, {"headroom", in_GB(m.headroom)},
-                                {"total", in_GB(m.total())}});
+              stages.push_back(sim::memory_json(m));
             j["memory_per_stage_GB"] = stages;
             j["checks_failed"] = broken;
             out << j.dump(2) << "\n";
