@@ -65,7 +65,9 @@ Command plan_command() {
         sub.add_option("--cluster", o->cluster, "Cluster file or bundled name (overrides the experiment's)");
         sub.add_option("--gpus", o->gpus, "GPUs to use (default: the experiment's)")->check(CLI::PositiveNumber);
         sub.add_option("--global-batch", o->global_batch, "Sequences per iteration")->check(CLI::PositiveNumber);
-        sub.add_option("--framework", o->framework, "Whose implementation runs the plan: megatron | deepspeed | generic");
+        sub.add_option("--framework", o->framework,
+                       "Whose implementation runs the plan: megatron | deepspeed | terapipe | generic (default: the "
+                       "experiment's; megatron when --model or --cluster is given)");
         sub.add_option("--top", o->top, "Ranked plans to print (and re-simulate with SimGrid)")
             ->check(CLI::Range(1, 1000))
             ->capture_default_str();
@@ -85,7 +87,9 @@ Command plan_command() {
           r.training = base.training;
           if (o->global_batch > 0) r.training.global_batch = o->global_batch;
           r.gpus = o->gpus > 0 ? o->gpus : std::min(base.gpus, r.cluster.total_gpus());
-          r.framework = base.plan.framework;
+          // The experiment's framework describes how *it* ran; a new model or cluster is planned
+          // for Megatron-LM unless --framework says otherwise.
+          r.framework = (o->model.empty() && o->cluster.empty()) ? base.plan.framework : Framework::megatron;
           if (!o->framework.empty()) {
             auto f = parse_enum<Framework>(o->framework);
             if (!f) throw SpecError(SourceLocation{"<command line>", 0, 0}, "--framework", o->framework,
