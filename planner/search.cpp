@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
+#include <numeric>
 #include <mutex>
 #include <thread>
 
@@ -167,11 +169,15 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
                            p.offload.activations);
   };
   std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
+  std::vector<std::pair<double, double>> points;
   for (const auto& c : fitting) {
     res.fitting_iterations_s.push_back(c.analytic.iteration.value());
+    res.fitting_memory_GB.push_back(in_GB(c.peak_memory));
+    points.emplace_back(c.analytic.iteration.value(), c.peak_memory.value());
     auto& slot = c.plan.schedule == Schedule::terapipe ? res.best_terapipe : res.best_without_terapipe;
     if (!slot) slot = c;
   }
+  for (std::size_t i : pareto_front(points)) res.pareto.push_back(fitting[i]);
   if (int(fitting.size()) > r.top_k) fitting.resize(r.top_k);
   if (r.simgrid_top && sim::simgrid_available())
     for (auto& c : fitting) {
@@ -185,6 +191,24 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
     res.closest_shortfall = best_need - r.cluster.gpu.hbm;
   }
   return res;
+}
+
+std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double>>& tm) {
+  std::vector<std::size_t> order(tm.size());
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  // By memory, then time: a point is on the front when it is strictly faster than every point
+  // before it (those use no more memory).
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return tm[a].second != tm[b].second ? tm[a].second < tm[b].second : tm[a].first < tm[b].first;
+  });
+  std::vector<std::size_t> front;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (std::size_t i : order)
+    if (tm[i].first < best_time) {
+      best_time = tm[i].first;
+      front.push_back(i);
+    }
+  return front;
 }
 
 std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan) {

@@ -45,6 +45,10 @@ struct SearchResult {
   long pruned_memory = 0;         // did not fit in device memory
   long evaluated = 0;             // simulated with the analytic engine
   std::vector<double> fitting_iterations_s;  // every fitting plan's analytic iteration time, sorted
+  std::vector<double> fitting_memory_GB;     // the same plans' most loaded GPU, same order
+  /// The fitting plans no other plan beats on both iteration time and memory per GPU (the
+  /// throughput-memory Pareto front), least memory first.
+  std::vector<Candidate> pareto;
   /// The fastest plan with TeraPipe slicing and the fastest without (analytic), when searched.
   std::optional<Candidate> best_terapipe, best_without_terapipe;
   /// When nothing fits: the plan that came closest, and by how much it overflows.
@@ -52,6 +56,10 @@ struct SearchResult {
   Bytes closest_shortfall;
   Bytes closest_need;
 };
+
+/// Indices of the points (iteration time, memory) not dominated by another point: none is at
+/// least as good in both and better in one. Ordered by memory, ascending; ties keep the first.
+std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double>>& time_memory);
 
 /// Every runnable plan of the request's space (each passes check_plan).
 std::vector<PlanSpec> enumerate_plans(const SearchRequest& r);

@@ -96,3 +96,38 @@ TEST(Search, TeraPipeSpeedupOnGpt3175bMatchesThePaper) {
   for (int l : res.best_terapipe->plan.token_slices) sum += l;
   EXPECT_EQ(sum, e.model.seq_len);
 }
+
+TEST(Pareto, HandWorkedFront) {
+  // (time, memory): c dominates d (faster, less memory); e ties a on memory but is slower; b and a
+  // trade time against memory; f is the fastest but uses the most memory.
+  const std::vector<std::pair<double, double>> pts = {
+      {10, 20},  // a: on the front
+      {20, 10},  // b: least memory, on the front
+      {8, 30},   // c: on the front
+      {9, 31},   // d: dominated by c
+      {11, 20},  // e: dominated by a
+      {5, 50},   // f: on the front
+  };
+  EXPECT_EQ(pareto_front(pts), (std::vector<std::size_t>{1, 0, 2, 5}));
+  EXPECT_TRUE(pareto_front({}).empty());
+}
+
+TEST(Pareto, SearchFrontIsUndominatedAndCoversEveryPlan) {
+  const SearchResult res = search_plans(small_request());
+  ASSERT_FALSE(res.pareto.empty());
+  ASSERT_EQ(res.fitting_iterations_s.size(), res.fitting_memory_GB.size());
+  // The fastest plan overall is on the front, and every fitting plan is matched or beaten on
+  // both axes by some front plan.
+  EXPECT_DOUBLE_EQ(res.pareto.back().analytic.iteration.value(), res.fitting_iterations_s.front());
+  for (std::size_t i = 0; i < res.fitting_iterations_s.size(); ++i) {
+    bool covered = false;
+    for (const auto& c : res.pareto)
+      covered |= c.analytic.iteration.value() <= res.fitting_iterations_s[i] &&
+                 in_GB(c.peak_memory) <= res.fitting_memory_GB[i] + 1e-9;
+    EXPECT_TRUE(covered) << i;
+  }
+  for (std::size_t i = 1; i < res.pareto.size(); ++i) {
+    EXPECT_LT(res.pareto[i - 1].peak_memory, res.pareto[i].peak_memory);
+    EXPECT_GT(res.pareto[i - 1].analytic.iteration, res.pareto[i].analytic.iteration);
+  }
+}
