@@ -128,4 +128,22 @@ std::string validation_markdown(const ValidationReport& r, sim::EngineKind engin
   return s;
 }
 
+nlohmann::ordered_json validation_json(const ValidationReport& r, sim::EngineKind engine) {
+  nlohmann::ordered_json j;
+  j["engine"] = to_string(engine);
+  nlohmann::ordered_json cases = nlohmann::ordered_json::array();
+  for (const auto& c : r.cases)
+    cases.push_back({{"experiment", c.experiment}, {"group", c.group}, {"quantity", c.quantity},
+                     {"published", c.published}, {"predicted", c.predicted}, {"error_pct", c.error_pct()},
+                     {"source", c.source}});
+  j["cases"] = cases;
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  for (const auto& g : r.groups)
+    groups.push_back({{"group", g.group}, {"cases", g.cases}, {"mape_pct", g.mape_pct}, {"max_abs_pct", g.max_abs_pct}});
+  j["groups"] = groups;
+  j["mape_pct"] = r.groups.empty() ? 0.0 : r.groups.back().mape_pct;
+  j["max_abs_pct"] = r.groups.empty() ? 0.0 : r.groups.back().max_abs_pct;
+  return j;
+}
+
 }  // namespace foresight::planner

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/prediction.hpp"
 
 namespace foresight::planner {
@@ -36,6 +38,9 @@ struct ValidationReport {
 /// Runs every experiment with a measured block under `scenarios_root`/experiments. Time-based
 /// quantities only enter the MAPE (TFLOP/s duplicates iteration time for the same run).
 ValidationReport validate_all(const std::string& scenarios_root, sim::EngineKind engine);
+
+/// The report as JSON: {engine, cases: [...], groups: [...], mape_pct, max_abs_pct} (overall).
+nlohmann::ordered_json validation_json(const ValidationReport& r, sim::EngineKind engine);
 
 /// The report as a markdown table with per-group MAPE.
 std::string validation_markdown(const ValidationReport& r, sim::EngineKind engine);

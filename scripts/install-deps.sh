@@ -9,6 +9,7 @@ packages=(
   libsimgrid-dev libeigen3-dev libboost-graph-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libopenmpi-dev openmpi-bin
   googletest libgtest-dev libgmock-dev
+  python3-matplotlib chromium   # foresight report draws its figures; its test renders the page
 )
 
 missing=()

@@ -1,11 +1,37 @@
 #include "apps/cli/cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <fstream>
 
 #include "core/error.hpp"
+#include "core/plan.hpp"
 #include "foresight/config.hpp"
 
 namespace foresight::cli {
+
+std::string describe_plan(const PlanSpec& p) {
+  std::string s = "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp) + " mb" +
+                  std::to_string(p.micro_batch) + " " + to_string(p.schedule);
+  if (p.schedule == Schedule::interleaved) s += "(v" + std::to_string(p.virtual_stages) + ")";
+  if (p.sequence_parallel) s += " sp";
+  s += std::string(" rc:") + to_string(p.recompute);
+  if (p.zero) s += " zero" + std::to_string(p.zero);
+  if (p.ep > 1) s += " ep" + std::to_string(p.ep);
+  if (p.offload.optimizer) s += " off:opt";
+  if (p.offload.activations > 0) s += " off:act";
+  return s;
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& text, const std::string& option) {
+  const std::filesystem::path tmp = path.string() + ".partial";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw SpecError(SourceLocation{"<command line>", 0, 0}, option, path.parent_path().string(), "cannot be written");
+    f << text;
+    if (!f) throw SpecError(SourceLocation{"<command line>", 0, 0}, option, path.string(), "write failed");
+  }
+  std::filesystem::rename(tmp, path);
+}
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {describe_command(), simulate_command(), plan_command(),

@@ -2,6 +2,7 @@
 // command line), 1 internal error. Libraries never print; only these command functions do.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -9,6 +10,10 @@
 
 namespace CLI {
 class App;
+}
+
+namespace foresight {
+struct PlanSpec;
 }
 
 namespace foresight::cli {
@@ -32,6 +37,13 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err);
 
 /// Convenience for tests: run_cli with a vector of arguments (argv[0] added).
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+/// A plan in one line: "tp8 pp35 dp8 mb1 1f1b rc:full zero1".
+std::string describe_plan(const PlanSpec& p);
+
+/// Writes `text` to `path` whole or not at all (a temporary file beside it, then a rename);
+/// SpecError naming `option` when the file cannot be written.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text, const std::string& option = "--out");
 
 // Subcommand definitions, one file each in apps/cli/.
 Command describe_command();

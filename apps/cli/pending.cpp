@@ -26,13 +26,4 @@ Command calibrate_command() {
           }};
 }
 
-Command report_command() {
-  return {"report", "Write the HTML and markdown report (validation, closed loop, timelines, Pareto front)",
-          [](CLI::App& sub) {
-            sub.add_option("--out", "Output directory (default reports/)");
-            sub.add_flag("--json")->description("Print machine-readable JSON");
-            return not_yet("report");
-          }};
-}
-
 }  // namespace foresight::cli

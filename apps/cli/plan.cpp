@@ -16,34 +16,6 @@
 
 namespace foresight::cli {
 
-namespace {
-
-std::string describe_plan(const PlanSpec& p) {
-  std::string s = "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp) + " mb" +
-                  std::to_string(p.micro_batch) + " " + to_string(p.schedule);
-  if (p.schedule == Schedule::interleaved) s += "(v" + std::to_string(p.virtual_stages) + ")";
-  if (p.sequence_parallel) s += " sp";
-  s += std::string(" rc:") + to_string(p.recompute);
-  if (p.zero) s += " zero" + std::to_string(p.zero);
-  if (p.ep > 1) s += " ep" + std::to_string(p.ep);
-  if (p.offload.optimizer) s += " off:opt";
-  if (p.offload.activations > 0) s += " off:act";
-  return s;
-}
-
-/// Writes `text` to `path` whole or not at all (temporary file, then rename).
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".partial";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw SpecError(SourceLocation{"<command line>", 0, 0}, "--out", path.parent_path().string(), "cannot be written");
-    f << text;
-    if (!f) throw SpecError(SourceLocation{"<command line>", 0, 0}, "--out", path.string(), "write failed");
-  }
-  std::filesystem::rename(tmp, path);
-}
-
-}  // namespace
 
 Command plan_command() {
   struct Opts {
@@ -150,11 +122,11 @@ Command plan_command() {
                                            to_string(pr.engine)};
             std::filesystem::create_directories(o->out);
             const std::filesystem::path dir(o->out);
-            write_file(dir / "plan.json", to_json(ep).dump(2) + "\n");
-            write_file(dir / "launch.sh", launch_script(ep, (dir / "plan.json").string()));
+            write_file_atomically(dir / "plan.json", to_json(ep).dump(2) + "\n");
+            write_file_atomically(dir / "launch.sh", launch_script(ep, (dir / "plan.json").string()));
             std::filesystem::permissions(dir / "launch.sh", std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
             const std::string margs = megatron_arguments(ep);
-            write_file(dir / "megatron_args.txt",
+            write_file_atomically(dir / "megatron_args.txt",
                        margs.empty() ? "# this plan (" + std::string(to_string(c.plan.schedule)) + ") has no Megatron-LM equivalent\n"
                                      : margs + "\n");
           }

@@ -41,21 +41,7 @@ Command validate_command() {
             std::rename(tmp.c_str(), o->markdown.c_str());
           }
           if (o->json) {
-            nlohmann::ordered_json j;
-            j["engine"] = o->engine;
-            nlohmann::ordered_json cases = nlohmann::ordered_json::array();
-            for (const auto& c : r.cases)
-              cases.push_back({{"experiment", c.experiment}, {"group", c.group}, {"quantity", c.quantity},
-                               {"published", c.published}, {"predicted", c.predicted}, {"error_pct", c.error_pct()},
-                               {"source", c.source}});
-            j["cases"] = cases;
-            nlohmann::ordered_json groups = nlohmann::ordered_json::array();
-            for (const auto& g : r.groups)
-              groups.push_back({{"group", g.group}, {"cases", g.cases}, {"mape_pct", g.mape_pct}, {"max_abs_pct", g.max_abs_pct}});
-            j["groups"] = groups;
-            j["mape_pct"] = r.groups.back().mape_pct;
-            j["max_abs_pct"] = r.groups.back().max_abs_pct;
-            out << j.dump(2) << "\n";
+            out << planner::validation_json(r, engine).dump(2) << "\n";
           } else {
             out << md;
           }

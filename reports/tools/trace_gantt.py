@@ -21,18 +21,12 @@ COLOURS = {
 }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace")
-    ap.add_argument("out")
-    ap.add_argument("--title", default="")
-    ap.add_argument("--max-rows", type=int, default=40)
-    a = ap.parse_args()
-    with open(a.trace) as f:
-        events = json.load(f)["traceEvents"]
+def draw(trace: dict, out: str, title: str = "", max_rows: int = 40) -> None:
+    """Writes the Gantt chart of a Chrome trace (already parsed) to the PNG file `out`."""
+    events = trace["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
     spans = [e for e in events if e.get("ph") == "X"]
-    rows = sorted({e["tid"] for e in spans})[: a.max_rows]
+    rows = sorted({e["tid"] for e in spans})[:max_rows]
     index = {tid: i for i, tid in enumerate(rows)}
     fig, ax = plt.subplots(figsize=(14, 0.35 * len(rows) + 1.5))
     for cat, colour in COLOURS.items():
@@ -45,10 +39,22 @@ def main() -> int:
     ax.set_yticklabels([names.get(t, str(t)) for t in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
-    ax.set_title(a.title, fontsize=10)
+    ax.set_title(title, fontsize=10)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=9, fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(a.out, dpi=110)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace")
+    ap.add_argument("out")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--max-rows", type=int, default=40)
+    a = ap.parse_args()
+    with open(a.trace) as f:
+        draw(json.load(f), a.out, a.title, a.max_rows)
     return 0
 
 

@@ -25,12 +25,8 @@ PANELS = [
 MARKERS = "osD^v<>pX*"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("validation", help="validate --json output, or - for standard input")
-    ap.add_argument("out")
-    a = ap.parse_args()
-    data = json.load(sys.stdin if a.validation == "-" else open(a.validation))
+def draw(data: dict, out: str) -> None:
+    """Writes the predicted-vs-published figure of `validate --json` output to the PNG `out`."""
     cases = data["cases"]
     groups = sorted({c["group"] for c in cases})
     style = {g: MARKERS[i % len(MARKERS)] for i, g in enumerate(groups)}
@@ -68,7 +64,16 @@ def main() -> int:
     fig.suptitle(f"Foresight ({data['engine']} engine) against published measurements: overall MAPE "
                  f"{data['mape_pct']:.1f}%", fontsize=11)
     fig.tight_layout(rect=(0, 0.1, 1, 0.95))
-    fig.savefig(a.out, dpi=120)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("validation", help="validate --json output, or - for standard input")
+    ap.add_argument("out")
+    a = ap.parse_args()
+    draw(json.load(sys.stdin if a.validation == "-" else open(a.validation)), a.out)
     return 0
 
 
