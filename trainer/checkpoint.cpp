@@ -19,6 +19,7 @@ constexpr std::array<char, 8> kMagic = {'F', 'S', 'T', 'R', 'A', 'I', 'N', '1'};
 struct Header {
   std::int64_t step, seed, tp, pp, dp, tp_rank, pp_rank, dp_rank;
   std::int64_t layers, hidden, heads, seq_len, vocab, ffn_hidden, elements;
+  std::int64_t state_first, state_elements;  // the optimizer shard (ZeRO-1), or 0 and elements
 };
 
 std::string step_dir(const std::string& dir, int step) {
@@ -35,7 +36,8 @@ std::string rank_file(const std::string& dir, int step, int rank) {
 
 Header make_header(int step, const RankLayout& l, const ModelSpec& m, std::uint64_t seed, const ParamStore& s) {
   return Header{step, std::int64_t(seed), l.tp, l.pp, l.dp, l.tp_rank, l.pp_rank, l.dp_rank,
-                m.layers, m.hidden, m.heads, m.seq_len, m.vocab, m.ffn_hidden, s.elements()};
+                m.layers, m.hidden, m.heads, m.seq_len, m.vocab, m.ffn_hidden, s.elements(),
+                s.state_first(), s.first_moments().numel()};
 }
 
 }  // namespace
@@ -53,8 +55,10 @@ void save_checkpoint(const std::string& dir, int step, const RankLayout& layout,
     const Header h = make_header(step, layout, model, seed, store);
     out.write(kMagic.data(), kMagic.size());
     out.write(reinterpret_cast<const char*>(&h), sizeof h);
-    std::vector<float> host(std::size_t(store.elements()));
-    for (const Tensor* t : {&store.values(), &store.first_moments(), &store.second_moments()}) {
+    const Tensor values = store.values();
+    std::vector<float> host;
+    for (const Tensor* t : {&values, &store.first_moments(), &store.second_moments()}) {
+      host.resize(std::size_t(t->numel()));
       be.copy_to_host(host, *t);
       out.write(reinterpret_cast<const char*>(host.data()), std::streamsize(host.size() * sizeof(float)));
     }
@@ -109,14 +113,18 @@ int load_checkpoint(const std::string& dir, const RankLayout& layout, const Mode
       {"layers", &Header::layers, "model.layers"},       {"hidden", &Header::hidden, "model.hidden"},
       {"heads", &Header::heads, "model.heads"},          {"seq_len", &Header::seq_len, "model.seq_len"},
       {"vocab", &Header::vocab, "model.vocab"},          {"ffn_hidden", &Header::ffn_hidden, "model.ffn_hidden"},
-      {"elements", &Header::elements, "the parameters of this rank"}};
+      {"elements", &Header::elements, "the parameters of this rank"},
+      {"state_first", &Header::state_first, "the optimizer shard of this rank (plan.zero)"},
+      {"state_elements", &Header::state_elements, "the optimizer shard of this rank (plan.zero)"}};
   for (const Field& f : kFields)
     if (h.*f.member != want.*f.member)
       throw SpecError(where, f.name, std::to_string(h.*f.member),
                       std::string("must equal ") + f.plan_field + " = " + std::to_string(want.*f.member) +
                           " of this run");
-  std::vector<float> host(std::size_t(store.elements()));
-  for (const Tensor* t : {&store.values(), &store.first_moments(), &store.second_moments()}) {
+  const Tensor values = store.values();
+  std::vector<float> host;
+  for (const Tensor* t : {&values, &store.first_moments(), &store.second_moments()}) {
+    host.resize(std::size_t(t->numel()));
     in.read(reinterpret_cast<char*>(host.data()), std::streamsize(host.size() * sizeof(float)));
     if (!in) throw SpecError(where, "size", "", "is truncated");
     be.copy_from_host(*t, host);

@@ -77,10 +77,10 @@ int run_trainer_cli(int argc, char** argv) {
     const int total = steps.value_or(plan.steps);
     if (rank == 0 && !quiet)
       std::printf("foresight-train: %s on %d rank(s): tp=%d pp=%d dp=%d (%s), %s schedule, %d micro-batches of %d, "
-                  "recompute %s, %d steps\n",
+                  "recompute %s, zero %d, %d steps\n",
                   plan.model.name.c_str(), world->size(), plan.plan.tp, plan.plan.pp, plan.plan.dp,
                   to_string(plan.plan.placement), to_string(plan.plan.schedule), plan.plan.micro_batches(plan.training),
-                  plan.plan.micro_batch, to_string(plan.plan.recompute), total);
+                  plan.plan.micro_batch, to_string(plan.plan.recompute), plan.plan.zero, total);
     const RunSummary s = train(plan, plan_path, opt, *world, [&](const StepRecord& r) {
       if (rank == 0 && !quiet) {
         std::printf("%s\n", format_step(r, total).c_str());

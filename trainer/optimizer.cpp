@@ -25,9 +25,16 @@ double global_grad_norm(Backend& be, const ParamStore& store, Communicator& worl
 void adamw_step(Backend& be, const ParamStore& store, const OptimizerConfig& c, int step, double grad_norm) {
   // Megatron-LM / PyTorch clip_grad_norm_: scale by clip / (norm + 1e-6) when the norm exceeds it.
   const double scale = (c.clip_norm > 0 && grad_norm > c.clip_norm) ? c.clip_norm / (grad_norm + 1e-6) : 1.0;
+  const std::int64_t lo = store.state_first(), hi = lo + store.first_moments().numel();
+  const Tensor values = store.values();
   for (int i = 0; i < store.size(); ++i) {
+    // The part of parameter i inside this rank's optimizer shard (a shard may cut a parameter).
     const Param& p = store[i];
-    be.adamw(p.value, p.grad, p.m, p.v,
+    const std::int64_t first = std::max(lo, p.offset), last = std::min(hi, p.offset + p.value.numel());
+    if (first >= last) continue;
+    be.adamw(values.row_slice(first, last - first), store.grads().row_slice(first, last - first),
+             store.first_moments().row_slice(first - lo, last - first),
+             store.second_moments().row_slice(first - lo, last - first),
              AdamWStep{.lr = float(learning_rate(c, step)),
                        .beta1 = float(c.beta1),
                        .beta2 = float(c.beta2),

@@ -28,7 +28,8 @@ double learning_rate(const OptimizerConfig& c, int step);
 /// over `world`.
 double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts);
 
-/// Clips by `grad_norm` and applies one AdamW step (1-based `step`) to every parameter.
+/// Clips by `grad_norm` and applies one AdamW step (1-based `step`) to the elements whose
+/// optimizer state this rank holds (all of them without ZeRO; its shard with ZeRO-1).
 void adamw_step(Backend& be, const ParamStore& store, const OptimizerConfig& c, int step, double grad_norm);
 
 }  // namespace foresight::trainer

@@ -1,5 +1,6 @@
 #include "trainer/params.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -58,18 +59,20 @@ float ParamStore::initial_value(std::uint64_t seed, const ParamDecl& d, std::int
   return float(d.stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 
-void ParamStore::allocate(Backend& backend, std::uint64_t seed) {
-  values_ = backend.zeros(elements_, 1);
+void ParamStore::allocate(Backend& backend, std::uint64_t seed, int shards, int shard) {
+  FORESIGHT_CHECK(shards >= 1 && shard >= 0 && shard < shards) << shard << " of " << shards;
+  shard_elements_ = (elements_ + shards - 1) / shards;
+  state_first_ = std::int64_t(shard) * shard_elements_;
+  values_ = backend.zeros(shard_elements_ * shards, 1);
   grads_ = backend.zeros(elements_, 1);
-  m_ = backend.zeros(elements_, 1);
-  v_ = backend.zeros(elements_, 1);
+  const std::int64_t state = std::max<std::int64_t>(0, std::min(shard_elements_, elements_ - state_first_));
+  m_ = backend.zeros(state, 1);
+  v_ = backend.zeros(state, 1);
   for (Param& p : params_) {
     const auto [r, c] = local_shape(p.decl);
     auto view = [&](const Tensor& flat) { return flat.row_slice(p.offset, r * c).reshaped(r, c); };
     p.value = view(values_);
     p.grad = view(grads_);
-    p.m = view(m_);
-    p.v = view(v_);
     std::vector<float> host(std::size_t(r * c));
     for (std::int64_t i = 0; i < r; ++i)
       for (std::int64_t j = 0; j < c; ++j) {

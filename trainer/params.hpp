@@ -3,6 +3,8 @@
 // contiguous ranges. Initialisation is counter-based: element (i, j) of the *full* tensor gets a
 // value that depends only on (seed, parameter name, i, j), so every tensor-parallel slice of every
 // layout holds exactly the numbers a single rank would, without generating the full tensor.
+// With ZeRO-1 (the distributed optimizer) the moments exist only for this data-parallel rank's
+// shard of the flat buffer (Rajbhandari et al. 2020 sec. 5.1).
 #pragma once
 
 #include <cstdint>
@@ -39,8 +41,8 @@ struct ParamDecl {
 
 struct Param {
   ParamDecl decl;
-  Tensor value, grad, m, v;  // local shape, views into the flat buffers
-  std::int64_t offset = 0;   // of this parameter in the flat buffers
+  Tensor value, grad;       // local shape, views into the flat buffers
+  std::int64_t offset = 0;  // of this parameter in the flat buffers
 };
 
 class ParamStore {
@@ -49,16 +51,25 @@ class ParamStore {
 
   /// Registers a parameter (before allocate()); returns its index. Order = order in the buffers.
   int declare(ParamDecl d);
-  /// Allocates the flat buffers and writes every parameter's initial values.
-  void allocate(Backend& backend, std::uint64_t seed);
+  /// Allocates the flat buffers and writes every parameter's initial values. The optimizer
+  /// state covers shard `shard` of `shards` equal shards of the buffer (1 shard: all of it); the
+  /// value buffer is padded to shards * shard size so shards can be all-gathered.
+  void allocate(Backend& backend, std::uint64_t seed, int shards = 1, int shard = 0);
 
   const Param& operator[](int i) const { return params_[std::size_t(i)]; }
   int size() const { return int(params_.size()); }
   std::int64_t elements() const { return elements_; }
-  const Tensor& values() const { return values_; }
+  /// Values and gradients of every parameter: (elements(), 1).
+  Tensor values() const { return values_.row_slice(0, elements_); }
   const Tensor& grads() const { return grads_; }
+  /// The padded value buffer, (shards * shard_elements(), 1), for all-gathering shards.
+  const Tensor& padded_values() const { return values_; }
+  /// The optimizer state: moments of elements [state_first(), state_first() + shard_elements())
+  /// of the flat buffer (clipped at elements()).
   const Tensor& first_moments() const { return m_; }
   const Tensor& second_moments() const { return v_; }
+  std::int64_t state_first() const { return state_first_; }
+  std::int64_t shard_elements() const { return shard_elements_; }
 
   /// Local (rows, cols) of a declared parameter on this rank.
   std::pair<std::int64_t, std::int64_t> local_shape(const ParamDecl& d) const;
@@ -69,6 +80,7 @@ class ParamStore {
   int tp_, tp_rank_;
   std::vector<Param> params_;
   std::int64_t elements_ = 0;
+  std::int64_t state_first_ = 0, shard_elements_ = 0;
   Tensor values_, grads_, m_, v_;
 };
 

@@ -67,7 +67,8 @@ nlohmann::ordered_json summary_json(const RunSummary& s, const ExecutablePlan& p
   j["layout"] = {{"tp", plan.plan.tp}, {"pp", plan.plan.pp}, {"dp", plan.plan.dp},
                  {"placement", to_string(plan.plan.placement)}, {"schedule", to_string(plan.plan.schedule)},
                  {"micro_batch", plan.plan.micro_batch}, {"micro_batches", plan.plan.micro_batches(plan.training)},
-                 {"recompute", to_string(plan.plan.recompute)}, {"dp_buckets", s.dp_buckets}};
+                 {"recompute", to_string(plan.plan.recompute)}, {"zero", plan.plan.zero},
+                 {"dp_buckets", s.dp_buckets}};
   j["data"] = s.data;
   j["first_step"] = s.first_step;
   j["last_step"] = s.last_step;

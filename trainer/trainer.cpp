@@ -49,7 +49,7 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     unsupported("plan.schedule", to_string(q.schedule), "this schedule (it runs 1f1b and gpipe)");
   if (q.sequence_parallel) unsupported("plan.sequence_parallel", "true", "sequence parallelism");
   if (q.recompute == Recompute::selective) unsupported("plan.recompute", "selective", "selective recompute");
-  if (q.zero != 0) unsupported("plan.zero", std::to_string(q.zero), "ZeRO / the distributed optimizer");
+  if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
   if (q.offload.activations > 0) unsupported("plan.offload.activations", std::to_string(q.offload.activations), "activation offload");
   if (p.model.moe) unsupported("model.moe", "", "Mixture-of-Experts layers");
@@ -115,7 +115,10 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   });
   ParamStore store(tp, layout.tp_rank);
   GptStage stage(plan.model, layout, plan.plan.micro_batch, plan.plan.recompute, store);
-  store.allocate(*be, opt.seed);
+  // ZeRO-1: each data-parallel rank keeps the AdamW moments of one shard of the parameters,
+  // updates that shard and all-gathers the parameters after the step.
+  const bool zero1 = plan.plan.zero == 1;
+  store.allocate(*be, opt.seed, zero1 ? dp : 1, zero1 ? layout.dp_rank : 0);
   GradientReducer reducer(store, *dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4));
 
   const int micro_batches = plan.plan.micro_batches(plan.training);
@@ -204,6 +207,11 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
       break;
     }
     adamw_step(*be, store, oc, step, r.grad_norm);
+    if (zero1) {
+      Tensor shard = be->zeros(store.shard_elements(), 1);
+      be->copy(shard, store.padded_values().row_slice(store.state_first(), store.shard_elements()));
+      dp_comm->all_gather(store.padded_values(), shard);
+    }
     double slowest[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), double(be->peak_bytes())};
     world.all_reduce(slowest, ReduceOp::max);
     r.step_s = slowest[0];

@@ -1,8 +1,8 @@
 // Runs the training a plan.json describes, on this rank's share of the layout: builds the
 // communicator groups, this rank's model stage and parameters, walks the pipeline schedule for
 // each step, reduces gradients over data-parallel replicas (bucketed, overlapped with the last
-// backward) and the tied embedding over the first and last stage, clips, steps AdamW, and
-// checkpoints. Returns the run summary; never prints (main reports through `on_step`).
+// backward) and the tied embedding over the first and last stage, clips, steps AdamW (on its
+// shard with ZeRO-1, then all-gathers the parameters), and checkpoints. Returns the run summary; never prints (main reports through `on_step`).
 #pragma once
 
 #include <cstdint>
