@@ -1,0 +1,124 @@
+// The compute backend: tensor storage and every op the GPT model and its optimizer need. The model
+// and the schedule are written once against this interface; the CPU backend (cpu_backend.hpp) is
+// the reference that CI runs, and a CUDA backend (kernels/ + cuBLASLt, bf16 compute with fp32
+// master weights) implements the same calls. Shapes are given in comments as (rows, cols);
+// N = tokens in a micro-batch. Ops that write a gradient into a parameter's gradient accumulate
+// (+=) so micro-batches add up; ops that produce activations overwrite.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "trainer/tensor.hpp"
+
+namespace foresight::trainer {
+
+/// Hyper-parameters of one AdamW update (Loshchilov & Hutter 2019, decoupled weight decay).
+struct AdamWStep {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0;  // 0 for biases and LayerNorm parameters
+  float grad_scale = 1;    // applied to the gradient first (gradient clipping)
+  int step = 1;            // 1-based, for bias correction
+};
+
+/// Shapes of one causal self-attention call on a micro-batch.
+struct AttentionShape {
+  int batch = 0;     // sequences
+  int seq = 0;       // tokens per sequence
+  int heads = 0;     // heads held by this rank
+  int head_dim = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // --- storage ---
+  /// A new (rows, cols) tensor filled with zeros.
+  virtual Tensor zeros(std::int64_t rows, std::int64_t cols) = 0;
+  virtual void copy_from_host(Tensor dst, std::span<const float> src) = 0;
+  virtual void copy_to_host(std::span<float> dst, const Tensor& src) = 0;
+  virtual void fill(Tensor t, float value) = 0;
+  /// Bytes currently allocated by this backend, and the most ever at once.
+  virtual std::int64_t bytes_in_use() const = 0;
+  virtual std::int64_t peak_bytes() const = 0;
+
+  // --- elementwise and reductions ---
+  virtual void copy(Tensor dst, const Tensor& src) = 0;
+  /// y += x (same shape).
+  virtual void add(Tensor y, const Tensor& x) = 0;
+  /// Sum of squares of every element, accumulated in double.
+  virtual double sum_squares(const Tensor& x) = 0;
+  /// True when every element is finite.
+  virtual bool all_finite(const Tensor& x) = 0;
+
+  // --- GEMM ---
+  /// c (M,N) = op(a) op(b), or c += ... when `accumulate`; op transposes when asked.
+  virtual void matmul(Tensor c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                      bool accumulate) = 0;
+  /// y (N,C) += bias (1,C) broadcast over rows.
+  virtual void add_bias(Tensor y, const Tensor& bias) = 0;
+  /// dbias (1,C) += column sums of dy (N,C).
+  virtual void bias_backward(Tensor dbias, const Tensor& dy) = 0;
+
+  // --- layers ---
+  /// y (N,C) = LayerNorm(x) * gamma + beta; saves mean and rstd (N,1) for the backward.
+  virtual void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& gamma,
+                                 const Tensor& beta) = 0;
+  /// dx (N,C) = d/dx (overwrite); dgamma, dbeta (1,C) accumulate.
+  virtual void layernorm_backward(Tensor dx, Tensor dgamma, Tensor dbeta, const Tensor& dy, const Tensor& x,
+                                  const Tensor& mean, const Tensor& rstd, const Tensor& gamma) = 0;
+  /// y = GeLU(x), tanh approximation (GPT-2, Hendrycks & Gimpel 2016).
+  virtual void gelu_forward(Tensor y, const Tensor& x) = 0;
+  /// dx = dy * GeLU'(x) (overwrite).
+  virtual void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) = 0;
+  /// Causal multi-head attention. qkv (N, 3*H*D) laid out [q heads | k heads | v heads];
+  /// out (N, H*D); probs (batch*H*seq, seq) softmax(q k^T / sqrt(D)) saved for the backward.
+  virtual void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const AttentionShape& s) = 0;
+  /// dqkv (N, 3*H*D) overwritten from dout (N, H*D), the saved probs and qkv.
+  virtual void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
+                                  const AttentionShape& s) = 0;
+
+  // --- embeddings (vocabulary split over tensor-parallel ranks: this rank holds rows
+  //     [vocab_offset, vocab_offset + table.rows())) ---
+  /// x (N,C) = table[token - vocab_offset] for tokens in this rank's range, 0 elsewhere.
+  virtual void embedding_forward(Tensor x, const Tensor& table, std::span<const std::int32_t> tokens,
+                                 std::int64_t vocab_offset) = 0;
+  /// dtable[token - vocab_offset] += dx rows, in token order (deterministic).
+  virtual void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
+                                  std::int64_t vocab_offset) = 0;
+  /// x (N,C) += positions (seq,C) row n % seq.
+  virtual void add_positions(Tensor x, const Tensor& positions) = 0;
+  /// dpositions (seq,C) += dx rows folded by position.
+  virtual void positions_backward(Tensor dpositions, const Tensor& dx) = 0;
+
+  // --- vocabulary-parallel softmax cross-entropy (Megatron-LM), in three local passes around
+  //     the tensor-parallel all-reduces ---
+  /// row_max (N,1) = max over this rank's logits (N,V_local).
+  virtual void logits_row_max(Tensor row_max, const Tensor& logits) = 0;
+  /// stats (N,2): column 0 = sum exp(logit - row_max), column 1 = the target's logit when the
+  /// target lies in this rank's range (else 0).
+  virtual void logits_sum_exp_and_target(Tensor stats, const Tensor& logits, const Tensor& row_max,
+                                         std::span<const std::int32_t> targets, std::int64_t vocab_offset) = 0;
+  /// Sum over rows of (log(sum_exp) + row_max - target_logit), in double: the summed token loss.
+  virtual double cross_entropy_loss_sum(const Tensor& row_max, const Tensor& stats) = 0;
+  /// dlogits (N,V_local) = scale * (softmax - onehot(target)) (overwrite).
+  virtual void cross_entropy_backward(Tensor dlogits, const Tensor& logits, const Tensor& row_max,
+                                      const Tensor& stats, std::span<const std::int32_t> targets,
+                                      std::int64_t vocab_offset, float scale) = 0;
+
+  // --- optimizer ---
+  /// One AdamW update of param from grad with moments m, v (all the same shape).
+  virtual void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWStep& h) = 0;
+};
+
+/// The backends this build offers, by name ("cpu"; "cuda" once kernels/ provides it).
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+}  // namespace foresight::trainer

@@ -1,0 +1,366 @@
+#include "trainer/cpu_backend.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace foresight::trainer {
+
+namespace {
+
+/// Allocation counters shared by the backend and its buffers (a buffer may outlive a call).
+struct Usage {
+  std::atomic<std::int64_t> in_use{0};
+  std::atomic<std::int64_t> peak{0};
+};
+
+struct HostBuffer : Buffer {
+  std::vector<float> storage;
+  std::shared_ptr<Usage> usage;
+  HostBuffer(std::size_t n, std::shared_ptr<Usage> u) : storage(n, 0.0f), usage(std::move(u)) {
+    data = storage.data();
+    elements = n;
+    device = Device::host;
+    const std::int64_t now = usage->in_use += std::int64_t(n * sizeof(float));
+    std::int64_t peak = usage->peak.load();
+    while (now > peak && !usage->peak.compare_exchange_weak(peak, now)) {
+    }
+  }
+  ~HostBuffer() override { usage->in_use -= std::int64_t(elements * sizeof(float)); }
+};
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  FORESIGHT_CHECK(a.rows() == b.rows() && a.cols() == b.cols())
+      << op << ": (" << a.rows() << "," << a.cols() << ") vs (" << b.rows() << "," << b.cols() << ")";
+}
+
+constexpr double kLayerNormEps = 1e-5;
+const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  Tensor zeros(std::int64_t rows, std::int64_t cols) override {
+    FORESIGHT_CHECK(rows >= 0 && cols >= 0) << rows << "x" << cols;
+    return Tensor(std::make_shared<HostBuffer>(std::size_t(rows * cols), usage_), 0, rows, cols);
+  }
+  void copy_from_host(Tensor dst, std::span<const float> src) override {
+    FORESIGHT_CHECK(std::int64_t(src.size()) == dst.numel()) << src.size() << " vs " << dst.numel();
+    std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+  }
+  void copy_to_host(std::span<float> dst, const Tensor& src) override {
+    FORESIGHT_CHECK(std::int64_t(dst.size()) == src.numel()) << dst.size() << " vs " << src.numel();
+    std::memcpy(dst.data(), src.data(), dst.size() * sizeof(float));
+  }
+  void fill(Tensor t, float value) override { std::fill(t.data(), t.data() + t.numel(), value); }
+  std::int64_t bytes_in_use() const override { return usage_->in_use.load(); }
+  std::int64_t peak_bytes() const override { return usage_->peak.load(); }
+
+  void copy(Tensor dst, const Tensor& src) override {
+    check_same_shape(dst, src, "copy");
+    std::memcpy(dst.data(), src.data(), std::size_t(src.numel()) * sizeof(float));
+  }
+  void add(Tensor y, const Tensor& x) override {
+    check_same_shape(y, x, "add");
+    float* py = y.data();
+    const float* px = x.data();
+    for (std::int64_t i = 0; i < y.numel(); ++i) py[i] += px[i];
+  }
+  double sum_squares(const Tensor& x) override {
+    double s = 0;
+    const float* p = x.data();
+    for (std::int64_t i = 0; i < x.numel(); ++i) s += double(p[i]) * p[i];
+    return s;
+  }
+  bool all_finite(const Tensor& x) override {
+    const float* p = x.data();
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      if (!std::isfinite(p[i])) return false;
+    return true;
+  }
+
+  void matmul(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, bool accumulate) override {
+    const std::int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
+    const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
+    FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
+        << "matmul (" << M << "," << K << ")x(" << Kb << "," << N << ") into (" << c.rows() << "," << c.cols() << ")";
+    const float* pa = a.data();
+    const float* pb = b.data();
+    float* pc = c.data();
+    const std::int64_t lda = a.cols(), ldb = b.cols();
+    // One row of C at a time, summing over k in increasing order for every element.
+    std::vector<double> acc(static_cast<std::size_t>(N));
+    for (std::int64_t i = 0; i < M; ++i) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double aik = ta ? pa[k * lda + i] : pa[i * lda + k];
+        if (tb)
+          for (std::int64_t j = 0; j < N; ++j) acc[j] += aik * pb[j * ldb + k];
+        else
+          for (std::int64_t j = 0; j < N; ++j) acc[j] += aik * pb[k * ldb + j];
+      }
+      float* row = pc + i * N;
+      for (std::int64_t j = 0; j < N; ++j) row[j] = accumulate ? float(row[j] + acc[j]) : float(acc[j]);
+    }
+  }
+  void add_bias(Tensor y, const Tensor& bias) override {
+    FORESIGHT_CHECK(bias.numel() == y.cols()) << bias.numel() << " vs " << y.cols();
+    for (std::int64_t n = 0; n < y.rows(); ++n)
+      for (std::int64_t j = 0; j < y.cols(); ++j) y.data()[n * y.cols() + j] += bias.data()[j];
+  }
+  void bias_backward(Tensor dbias, const Tensor& dy) override {
+    FORESIGHT_CHECK(dbias.numel() == dy.cols()) << dbias.numel() << " vs " << dy.cols();
+    std::vector<double> s(std::size_t(dy.cols()), 0.0);
+    for (std::int64_t n = 0; n < dy.rows(); ++n)
+      for (std::int64_t j = 0; j < dy.cols(); ++j) s[j] += dy.data()[n * dy.cols() + j];
+    for (std::int64_t j = 0; j < dy.cols(); ++j) dbias.data()[j] = float(dbias.data()[j] + s[j]);
+  }
+
+  void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& gamma,
+                         const Tensor& beta) override {
+    check_same_shape(y, x, "layernorm_forward");
+    const std::int64_t C = x.cols();
+    for (std::int64_t n = 0; n < x.rows(); ++n) {
+      const float* xr = x.data() + n * C;
+      double mu = 0;
+      for (std::int64_t j = 0; j < C; ++j) mu += xr[j];
+      mu /= double(C);
+      double var = 0;
+      for (std::int64_t j = 0; j < C; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+      var /= double(C);
+      const double rs = 1.0 / std::sqrt(var + kLayerNormEps);
+      mean.data()[n] = float(mu);
+      rstd.data()[n] = float(rs);
+      for (std::int64_t j = 0; j < C; ++j)
+        y.data()[n * C + j] = float((xr[j] - mu) * rs * gamma.data()[j] + beta.data()[j]);
+    }
+  }
+  void layernorm_backward(Tensor dx, Tensor dgamma, Tensor dbeta, const Tensor& dy, const Tensor& x,
+                          const Tensor& mean, const Tensor& rstd, const Tensor& gamma) override {
+    check_same_shape(dx, x, "layernorm_backward");
+    const std::int64_t C = x.cols();
+    std::vector<double> dg(std::size_t(C), 0.0), db(std::size_t(C), 0.0), xhat(static_cast<std::size_t>(C));
+    for (std::int64_t n = 0; n < x.rows(); ++n) {
+      const float* xr = x.data() + n * C;
+      const float* dyr = dy.data() + n * C;
+      const double mu = mean.data()[n], rs = rstd.data()[n];
+      double mean_dxhat = 0, mean_dxhat_xhat = 0;
+      for (std::int64_t j = 0; j < C; ++j) {
+        xhat[j] = (xr[j] - mu) * rs;
+        const double dxhat = double(dyr[j]) * gamma.data()[j];
+        mean_dxhat += dxhat;
+        mean_dxhat_xhat += dxhat * xhat[j];
+        dg[j] += double(dyr[j]) * xhat[j];
+        db[j] += dyr[j];
+      }
+      mean_dxhat /= double(C);
+      mean_dxhat_xhat /= double(C);
+      for (std::int64_t j = 0; j < C; ++j) {
+        const double dxhat = double(dyr[j]) * gamma.data()[j];
+        dx.data()[n * C + j] = float(rs * (dxhat - mean_dxhat - xhat[j] * mean_dxhat_xhat));
+      }
+    }
+    for (std::int64_t j = 0; j < C; ++j) {
+      dgamma.data()[j] = float(dgamma.data()[j] + dg[j]);
+      dbeta.data()[j] = float(dbeta.data()[j] + db[j]);
+    }
+  }
+  void gelu_forward(Tensor y, const Tensor& x) override {
+    check_same_shape(y, x, "gelu_forward");
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const double v = x.data()[i];
+      y.data()[i] = float(0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))));
+    }
+  }
+  void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) override {
+    check_same_shape(dx, x, "gelu_backward");
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const double v = x.data()[i];
+      const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
+      const double d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
+      dx.data()[i] = float(dy.data()[i] * d);
+    }
+  }
+
+  void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const AttentionShape& s) override {
+    const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim;
+    FORESIGHT_CHECK(qkv.cols() == 3 * HD && out.cols() == HD && qkv.rows() == std::int64_t(s.batch) * S &&
+                    probs.rows() == std::int64_t(s.batch) * s.heads * S && probs.cols() == S)
+        << "attention_forward shapes";
+    const double scale = 1.0 / std::sqrt(double(D));
+    const std::int64_t ld = qkv.cols();
+    std::vector<double> row(static_cast<std::size_t>(S));
+    for (int b = 0; b < s.batch; ++b)
+      for (int h = 0; h < s.heads; ++h)
+        for (std::int64_t i = 0; i < S; ++i) {
+          const float* q = qkv.data() + (b * S + i) * ld + h * D;
+          double mx = -std::numeric_limits<double>::infinity();
+          for (std::int64_t j = 0; j <= i; ++j) {
+            const float* k = qkv.data() + (b * S + j) * ld + HD + h * D;
+            double dot = 0;
+            for (std::int64_t d = 0; d < D; ++d) dot += double(q[d]) * k[d];
+            row[j] = dot * scale;
+            mx = std::max(mx, row[j]);
+          }
+          double sum = 0;
+          for (std::int64_t j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - mx));
+          float* p = probs.data() + ((std::int64_t(b) * s.heads + h) * S + i) * S;
+          for (std::int64_t j = 0; j < S; ++j) p[j] = j <= i ? float(row[j] / sum) : 0.0f;
+          float* o = out.data() + (b * S + i) * HD + h * D;
+          for (std::int64_t d = 0; d < D; ++d) {
+            double acc = 0;
+            for (std::int64_t j = 0; j <= i; ++j) acc += double(p[j]) * qkv.data()[(b * S + j) * ld + 2 * HD + h * D + d];
+            o[d] = float(acc);
+          }
+        }
+  }
+  void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
+                          const AttentionShape& s) override {
+    const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim;
+    check_same_shape(dqkv, qkv, "attention_backward");
+    const double scale = 1.0 / std::sqrt(double(D));
+    const std::int64_t ld = qkv.cols();
+    std::vector<double> dq(static_cast<std::size_t>(S * D)), dk(static_cast<std::size_t>(S * D)), dv(static_cast<std::size_t>(S * D)), dp(static_cast<std::size_t>(S));
+    for (int b = 0; b < s.batch; ++b)
+      for (int h = 0; h < s.heads; ++h) {
+        std::fill(dq.begin(), dq.end(), 0.0);
+        std::fill(dk.begin(), dk.end(), 0.0);
+        std::fill(dv.begin(), dv.end(), 0.0);
+        auto q = [&](std::int64_t i, std::int64_t d) { return double(qkv.data()[(b * S + i) * ld + h * D + d]); };
+        auto k = [&](std::int64_t i, std::int64_t d) { return double(qkv.data()[(b * S + i) * ld + HD + h * D + d]); };
+        auto v = [&](std::int64_t i, std::int64_t d) { return double(qkv.data()[(b * S + i) * ld + 2 * HD + h * D + d]); };
+        for (std::int64_t i = 0; i < S; ++i) {
+          const float* p = probs.data() + ((std::int64_t(b) * s.heads + h) * S + i) * S;
+          const float* g = dout.data() + (b * S + i) * HD + h * D;
+          double pdp = 0;
+          for (std::int64_t j = 0; j <= i; ++j) {
+            double acc = 0;
+            for (std::int64_t d = 0; d < D; ++d) {
+              acc += double(g[d]) * v(j, d);
+              dv[j * D + d] += double(p[j]) * g[d];
+            }
+            dp[j] = acc;
+            pdp += double(p[j]) * acc;
+          }
+          for (std::int64_t j = 0; j <= i; ++j) {
+            const double ds = double(p[j]) * (dp[j] - pdp) * scale;
+            for (std::int64_t d = 0; d < D; ++d) {
+              dq[i * D + d] += ds * k(j, d);
+              dk[j * D + d] += ds * q(i, d);
+            }
+          }
+        }
+        for (std::int64_t i = 0; i < S; ++i)
+          for (std::int64_t d = 0; d < D; ++d) {
+            float* r = dqkv.data() + (b * S + i) * ld;
+            r[h * D + d] = float(dq[i * D + d]);
+            r[HD + h * D + d] = float(dk[i * D + d]);
+            r[2 * HD + h * D + d] = float(dv[i * D + d]);
+          }
+      }
+  }
+
+  void embedding_forward(Tensor x, const Tensor& table, std::span<const std::int32_t> tokens,
+                         std::int64_t vocab_offset) override {
+    FORESIGHT_CHECK(x.rows() == std::int64_t(tokens.size()) && x.cols() == table.cols()) << "embedding_forward shapes";
+    const std::int64_t C = x.cols();
+    for (std::int64_t n = 0; n < x.rows(); ++n) {
+      const std::int64_t r = tokens[n] - vocab_offset;
+      float* dst = x.data() + n * C;
+      if (r >= 0 && r < table.rows())
+        std::memcpy(dst, table.data() + r * C, std::size_t(C) * sizeof(float));
+      else
+        std::fill(dst, dst + C, 0.0f);
+    }
+  }
+  void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
+                          std::int64_t vocab_offset) override {
+    const std::int64_t C = dx.cols();
+    for (std::int64_t n = 0; n < dx.rows(); ++n) {
+      const std::int64_t r = tokens[n] - vocab_offset;
+      if (r < 0 || r >= dtable.rows()) continue;
+      for (std::int64_t j = 0; j < C; ++j) dtable.data()[r * C + j] += dx.data()[n * C + j];
+    }
+  }
+  void add_positions(Tensor x, const Tensor& positions) override {
+    const std::int64_t C = x.cols(), S = positions.rows();
+    for (std::int64_t n = 0; n < x.rows(); ++n)
+      for (std::int64_t j = 0; j < C; ++j) x.data()[n * C + j] += positions.data()[(n % S) * C + j];
+  }
+  void positions_backward(Tensor dpositions, const Tensor& dx) override {
+    const std::int64_t C = dx.cols(), S = dpositions.rows();
+    std::vector<double> acc(std::size_t(S * C), 0.0);
+    for (std::int64_t n = 0; n < dx.rows(); ++n)
+      for (std::int64_t j = 0; j < C; ++j) acc[(n % S) * C + j] += dx.data()[n * C + j];
+    for (std::int64_t i = 0; i < S * C; ++i) dpositions.data()[i] = float(dpositions.data()[i] + acc[i]);
+  }
+
+  void logits_row_max(Tensor row_max, const Tensor& logits) override {
+    const std::int64_t V = logits.cols();
+    for (std::int64_t n = 0; n < logits.rows(); ++n) {
+      const float* l = logits.data() + n * V;
+      row_max.data()[n] = *std::max_element(l, l + V);
+    }
+  }
+  void logits_sum_exp_and_target(Tensor stats, const Tensor& logits, const Tensor& row_max,
+                                 std::span<const std::int32_t> targets, std::int64_t vocab_offset) override {
+    const std::int64_t V = logits.cols();
+    for (std::int64_t n = 0; n < logits.rows(); ++n) {
+      const float* l = logits.data() + n * V;
+      double s = 0;
+      for (std::int64_t j = 0; j < V; ++j) s += std::exp(double(l[j]) - row_max.data()[n]);
+      const std::int64_t t = targets[n] - vocab_offset;
+      stats.data()[2 * n] = float(s);
+      stats.data()[2 * n + 1] = (t >= 0 && t < V) ? l[t] : 0.0f;
+    }
+  }
+  double cross_entropy_loss_sum(const Tensor& row_max, const Tensor& stats) override {
+    double loss = 0;
+    for (std::int64_t n = 0; n < row_max.rows(); ++n)
+      loss += std::log(double(stats.data()[2 * n])) + row_max.data()[n] - stats.data()[2 * n + 1];
+    return loss;
+  }
+  void cross_entropy_backward(Tensor dlogits, const Tensor& logits, const Tensor& row_max, const Tensor& stats,
+                              std::span<const std::int32_t> targets, std::int64_t vocab_offset,
+                              float scale) override {
+    check_same_shape(dlogits, logits, "cross_entropy_backward");
+    const std::int64_t V = logits.cols();
+    for (std::int64_t n = 0; n < logits.rows(); ++n) {
+      const double m = row_max.data()[n], inv = 1.0 / double(stats.data()[2 * n]);
+      const std::int64_t t = targets[n] - vocab_offset;
+      for (std::int64_t j = 0; j < V; ++j) {
+        const double p = std::exp(double(logits.data()[n * V + j]) - m) * inv;
+        dlogits.data()[n * V + j] = float(scale * (p - (j == t ? 1.0 : 0.0)));
+      }
+    }
+  }
+
+  void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWStep& h) override {
+    check_same_shape(param, grad, "adamw");
+    const double c1 = 1.0 - std::pow(double(h.beta1), h.step), c2 = 1.0 - std::pow(double(h.beta2), h.step);
+    for (std::int64_t i = 0; i < param.numel(); ++i) {
+      const double g = double(grad.data()[i]) * h.grad_scale;
+      const double mi = double(h.beta1) * m.data()[i] + (1.0 - h.beta1) * g;
+      const double vi = double(h.beta2) * v.data()[i] + (1.0 - h.beta2) * g * g;
+      m.data()[i] = float(mi);
+      v.data()[i] = float(vi);
+      const double p = param.data()[i];
+      param.data()[i] = float(p - double(h.lr) * ((mi / c1) / (std::sqrt(vi / c2) + h.eps) + double(h.weight_decay) * p));
+    }
+  }
+
+ private:
+  std::shared_ptr<Usage> usage_ = std::make_shared<Usage>();
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace foresight::trainer

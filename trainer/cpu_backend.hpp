@@ -1,0 +1,16 @@
+// The CPU backend: fp32 storage in host memory, every op written as plain loops that accumulate in
+// double in a fixed order. Why not Eigen's GEMM: its blocking (and so its summation order) depends
+// on the matrix shapes, which change with the tensor-parallel split; fixed-order double
+// accumulation keeps every layout within rounding of the single-rank run (the CI acceptance is
+// 1e-5 relative over 20 steps). It is the reference for the CUDA backend, not a fast path.
+#pragma once
+
+#include <memory>
+
+#include "trainer/backend.hpp"
+
+namespace foresight::trainer {
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace foresight::trainer

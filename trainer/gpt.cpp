@@ -1,0 +1,160 @@
+#include "trainer/gpt.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace foresight::trainer {
+
+namespace {
+constexpr int kLayerParams = 12;  // LayerTensors members, in declaration order
+constexpr float kInitStd = 0.02f;  // GPT-2 (Radford et al. 2019)
+}  // namespace
+
+GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, int micro_batch, Recompute recompute,
+                   ParamStore& store)
+    : model_(model), layout_(layout), recompute_(recompute), store_(store) {
+  const int tp = layout.tp;
+  dims_ = LayerDims{.batch = micro_batch,
+                    .seq = model.seq_len,
+                    .hidden = model.hidden,
+                    .heads = model.heads / tp,
+                    .head_dim = model.head_dim(),
+                    .ffn = model.ffn_hidden / tp};
+  vocab_offset_ = std::int64_t(model.vocab / tp) * layout.tp_rank;
+  const std::int64_t h = model.hidden, f = model.ffn_hidden, V = model.vocab;
+  const bool lead = layout.tp_rank == 0;  // counts tensor-parallel replicas in the gradient norm
+  // GPT-2 scales the residual-output projections by 1/sqrt(2 * layers).
+  const float out_std = kInitStd / std::sqrt(2.0f * float(model.layers));
+  auto declare = [&](std::string name, std::int64_t r, std::int64_t c, Split s, Init i, float stddev = 0,
+                     bool duplicate = false) {
+    return store.declare(ParamDecl{.name = std::move(name), .rows = r, .cols = c, .split = s, .init = i,
+                                   .stddev = stddev, .weight_decay = r > 1,  // matrices only
+                                   .in_grad_norm = !duplicate && (s != Split::none || lead)});
+  };
+  if (layout.first_stage()) {
+    wte_ = declare("wte", V, h, Split::rows, Init::normal, kInitStd);
+    wpe_ = declare("wpe", model.seq_len, h, Split::none, Init::normal, kInitStd / 2);
+  }
+  const int per_stage = model.layers / layout.pp;
+  for (int l = 0; l < per_stage; ++l) {
+    const std::string p = "layers." + std::to_string(layout.pp_rank * per_stage + l) + ".";
+    LayerIndex li;
+    li.first = declare(p + "ln1_g", 1, h, Split::none, Init::ones);
+    declare(p + "ln1_b", 1, h, Split::none, Init::zeros);
+    declare(p + "w_qkv", h, 3 * h, Split::qkv_heads, Init::normal, kInitStd);
+    declare(p + "b_qkv", 1, 3 * h, Split::qkv_heads, Init::zeros);
+    declare(p + "w_o", h, h, Split::rows, Init::normal, out_std);
+    declare(p + "b_o", 1, h, Split::none, Init::zeros);
+    declare(p + "ln2_g", 1, h, Split::none, Init::ones);
+    declare(p + "ln2_b", 1, h, Split::none, Init::zeros);
+    declare(p + "w_fc1", h, f, Split::columns, Init::normal, kInitStd);
+    declare(p + "b_fc1", 1, f, Split::columns, Init::zeros);
+    declare(p + "w_fc2", f, h, Split::rows, Init::normal, out_std);
+    declare(p + "b_fc2", 1, h, Split::none, Init::zeros);
+    layers_.push_back(li);
+  }
+  if (layout.last_stage()) {
+    lnf_g_ = declare("lnf_g", 1, h, Split::none, Init::ones);
+    lnf_b_ = declare("lnf_b", 1, h, Split::none, Init::zeros);
+    if (!layout.first_stage()) {
+      // The tied output layer's copy: same name, so the same initial values as the first stage's.
+      wte_ = declare("wte", V, h, Split::rows, Init::normal, kInitStd, /*duplicate=*/true);
+    }
+  }
+}
+
+LayerTensors GptStage::layer_tensors(int layer, bool grads) const {
+  const int i = layers_[std::size_t(layer)].first;
+  auto t = [&](int k) -> Tensor { return grads ? store_[i + k].grad : store_[i + k].value; };
+  return LayerTensors{t(0), t(1), t(2), t(3), t(4), t(5), t(6), t(7), t(8), t(9), t(10), t(11)};
+}
+
+Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch& data, const Tensor& input) {
+  FORESIGHT_CHECK(!stash_.count(id)) << "micro-batch " << id << " forwarded twice";
+  Stash& s = stash_[id];
+  const std::int64_t N = dims_.tokens();
+  Tensor x;
+  if (layout_.first_stage()) {
+    x = be.zeros(N, dims_.hidden);
+    be.embedding_forward(x, store_[wte_].value, data.inputs, vocab_offset_);
+    tp.all_reduce(x, ReduceOp::sum);  // each rank filled the rows of its vocabulary range
+    be.add_positions(x, store_[wpe_].value);
+  } else {
+    x = input;
+  }
+  s.layers.resize(layers_.size());
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    LayerActivations& a = s.layers[l];
+    a.x = x;
+    layer_forward(be, tp, dims_, layer_tensors(int(l), false), a);
+    x = a.out;
+    if (recompute_ == Recompute::full) a.keep_input_only();
+  }
+  if (!layout_.last_stage()) return x;
+  s.final_in = x;
+  head_forward(be, tp, data, s);
+  return Tensor{};
+}
+
+void GptStage::head_forward(Backend& be, Communicator& tp, const MicroBatch& data, Stash& s) {
+  const std::int64_t N = dims_.tokens();
+  s.xf = be.zeros(N, dims_.hidden);
+  s.meanf = be.zeros(N, 1);
+  s.rstdf = be.zeros(N, 1);
+  be.layernorm_forward(s.xf, s.meanf, s.rstdf, s.final_in, store_[lnf_g_].value, store_[lnf_b_].value);
+  const Tensor& wte = store_[wte_].value;  // (V/tp, h)
+  s.logits = be.zeros(N, wte.rows());
+  be.matmul(s.logits, s.xf, false, wte, true, false);
+  s.row_max = be.zeros(N, 1);
+  be.logits_row_max(s.row_max, s.logits);
+  tp.all_reduce(s.row_max, ReduceOp::max);
+  s.stats = be.zeros(N, 2);
+  be.logits_sum_exp_and_target(s.stats, s.logits, s.row_max, data.targets, vocab_offset_);
+  tp.all_reduce(s.stats, ReduceOp::sum);
+  s.loss_sum = be.cross_entropy_loss_sum(s.row_max, s.stats);
+}
+
+Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatch& data, const Tensor& grad_output,
+                          float loss_scale, const std::function<void(int)>& ready) {
+  auto it = stash_.find(id);
+  FORESIGHT_CHECK(it != stash_.end()) << "backward of micro-batch " << id << " before its forward";
+  Stash& s = it->second;
+  const std::int64_t N = dims_.tokens();
+  Tensor dx;
+  if (layout_.last_stage()) {
+    const Param& wte = store_[wte_];
+    Tensor dlogits = be.zeros(N, wte.value.rows());
+    be.cross_entropy_backward(dlogits, s.logits, s.row_max, s.stats, data.targets, vocab_offset_, loss_scale);
+    be.matmul(wte.grad, dlogits, true, s.xf, false, true);
+    Tensor dxf = be.zeros(N, dims_.hidden);
+    be.matmul(dxf, dlogits, false, wte.value, false, false);
+    tp.all_reduce(dxf, ReduceOp::sum);  // each rank saw its vocabulary range only
+    dx = be.zeros(N, dims_.hidden);
+    be.layernorm_backward(dx, store_[lnf_g_].grad, store_[lnf_b_].grad, dxf, s.final_in, s.meanf, s.rstdf,
+                          store_[lnf_g_].value);
+    if (!layout_.first_stage()) ready(wte_);
+    ready(lnf_b_);
+    ready(lnf_g_);
+  } else {
+    dx = grad_output;
+  }
+  for (int l = int(layers_.size()) - 1; l >= 0; --l) {
+    LayerActivations& a = s.layers[std::size_t(l)];
+    if (recompute_ == Recompute::full) layer_forward(be, tp, dims_, layer_tensors(l, false), a);
+    dx = layer_backward(be, tp, dims_, layer_tensors(l, false), layer_tensors(l, true), a, dx);
+    a = LayerActivations{};
+    for (int k = kLayerParams - 1; k >= 0; --k) ready(layers_[std::size_t(l)].first + k);
+  }
+  if (layout_.first_stage()) {
+    be.positions_backward(store_[wpe_].grad, dx);
+    be.embedding_backward(store_[wte_].grad, dx, data.inputs, vocab_offset_);
+    ready(wpe_);
+    ready(wte_);
+    dx = Tensor{};
+  }
+  stash_.erase(it);
+  return dx;
+}
+
+}  // namespace foresight::trainer

@@ -1,0 +1,78 @@
+// The part of a GPT model (GPT-2 style: learned positions, pre-LayerNorm, GeLU MLP, embedding tied
+// to the output layer) that one pipeline stage holds on one tensor-parallel rank, with forward and
+// backward of one micro-batch. The first stage embeds (vocabulary-parallel table, Megatron-LM),
+// the last stage applies the final LayerNorm, the tied output layer and a vocabulary-parallel
+// cross-entropy. With pp > 1 the last stage keeps its own copy of the embedding table; the trainer
+// all-reduces its gradient with the first stage's, so both copies stay equal.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "core/enums.hpp"
+#include "core/model.hpp"
+#include "trainer/layer.hpp"
+#include "trainer/layout.hpp"
+#include "trainer/params.hpp"
+
+namespace foresight::trainer {
+
+/// The tokens of one micro-batch: inputs and next-token targets, (batch*seq) each.
+struct MicroBatch {
+  std::vector<std::int32_t> inputs;
+  std::vector<std::int32_t> targets;
+};
+
+class GptStage {
+ public:
+  /// Declares this rank's parameters in `store` (which the caller then allocates).
+  GptStage(const ModelSpec& model, const RankLayout& layout, int micro_batch, Recompute recompute,
+           ParamStore& store);
+
+  /// Runs the forward of micro-batch `id`. `input` is the previous stage's output (unused on
+  /// the first stage, which embeds `data.inputs`). Returns the output to send on (not on the last
+  /// stage, which returns an undefined tensor and keeps the summed token loss for loss_sum()).
+  Tensor forward(Backend& be, Communicator& tp, int id, const MicroBatch& data, const Tensor& input);
+
+  /// Runs the backward of micro-batch `id`; `grad_output` comes from the next stage (unused on the
+  /// last stage, whose gradient is `loss_scale` * d(summed token loss)). Returns the gradient for
+  /// the previous stage (undefined on the first stage). `ready(i)` is called for each parameter
+  /// index once its gradient for this micro-batch is complete, in backward order.
+  Tensor backward(Backend& be, Communicator& tp, int id, const MicroBatch& data, const Tensor& grad_output,
+                  float loss_scale, const std::function<void(int)>& ready);
+
+  /// Summed (not averaged) token loss of micro-batch `id`'s forward, on the last stage.
+  double loss_sum(int id) const { return stash_.at(id).loss_sum; }
+  /// Index of the embedding table in the store (first stage, and last stage's tied copy), or -1.
+  int embedding_param() const { return wte_; }
+  /// The per-micro-batch activation shape passed between stages.
+  std::int64_t tokens() const { return dims_.tokens(); }
+  int hidden() const { return dims_.hidden; }
+
+ private:
+  struct LayerIndex {
+    int first = 0;  // index of ln1_g; the layer's 12 parameters follow in LayerTensors order
+  };
+  struct Stash {
+    std::vector<LayerActivations> layers;
+    Tensor final_in, xf, meanf, rstdf, logits, row_max, stats;  // last stage
+    double loss_sum = 0;
+  };
+  LayerTensors layer_tensors(int layer, bool grads) const;
+  void head_forward(Backend& be, Communicator& tp, const MicroBatch& data, Stash& s);
+
+  ModelSpec model_;
+  RankLayout layout_;
+  Recompute recompute_;
+  ParamStore& store_;
+  LayerDims dims_;
+  std::int64_t vocab_offset_ = 0;  // first vocabulary row this tensor-parallel rank holds
+  int wte_ = -1, wpe_ = -1, lnf_g_ = -1, lnf_b_ = -1;
+  std::vector<LayerIndex> layers_;
+  std::map<int, Stash> stash_;  // micro-batches in flight
+};
+
+}  // namespace foresight::trainer

@@ -1,0 +1,35 @@
+// AdamW with global gradient-norm clipping and a linear warm-up + cosine decay learning rate
+// (GPT-3, Brown et al. 2020 appendix B). The global norm is taken over the whole model: each
+// rank sums the squares of the gradients it owns (tensor-parallel replicas and the tied
+// embedding's second copy counted once), summed over every stage of data-parallel replica 0.
+#pragma once
+
+#include "trainer/backend.hpp"
+#include "trainer/communicator.hpp"
+#include "trainer/params.hpp"
+
+namespace foresight::trainer {
+
+struct OptimizerConfig {
+  double lr = 1e-3;          // peak learning rate
+  double min_lr = 1e-4;      // floor of the cosine decay
+  int warmup_steps = 2;      // linear warm-up from lr/warmup_steps to lr
+  int total_steps = 20;      // cosine decay reaches min_lr here
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1; // matrices only
+  double clip_norm = 1.0;    // 0 disables clipping
+};
+
+/// Learning rate of 1-based step `step`.
+double learning_rate(const OptimizerConfig& c, int step);
+
+/// The global L2 norm of the gradients in `store`; `counts` says whether this rank's
+/// contribution belongs in the sum (false on data-parallel replicas other than 0). Collective
+/// over `world`.
+double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts);
+
+/// Clips by `grad_norm` and applies one AdamW step (1-based `step`) to the elements whose
+/// optimizer state this rank holds (all of them without ZeRO; its shard with ZeRO-1).
+void adamw_step(Backend& be, const ParamStore& store, const OptimizerConfig& c, int step, double grad_norm);
+
+}  // namespace foresight::trainer

@@ -1,0 +1,243 @@
+#include "trainer/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/flops.hpp"
+#include "trainer/backend.hpp"
+#include "trainer/checkpoint.hpp"
+#include "trainer/data.hpp"
+#include "trainer/gpt.hpp"
+#include "trainer/grad_sync.hpp"
+#include "trainer/layout.hpp"
+#include "trainer/schedule.hpp"
+
+namespace foresight::trainer {
+
+void agree(Communicator& world, const std::function<void()>& fn) {
+  std::exception_ptr error;
+  try {
+    fn();
+  } catch (const SpecError&) {
+    error = std::current_exception();
+  }
+  // max over (size - rank) of the failing ranks identifies the lowest failing rank.
+  double v[1] = {error ? double(world.size() - world.rank()) : 0.0};
+  world.all_reduce(v, ReduceOp::max);
+  if (v[0] == 0) return;
+  const int first = world.size() - int(v[0]);
+  if (world.rank() == first) std::rethrow_exception(error);
+  throw PeerFailure(first);
+}
+
+void check_runnable(const ExecutablePlan& p, const std::string& file, int world_size) {
+  const SourceLocation where{file, 0, 0};
+  const PlanSpec& q = p.plan;
+  if (world_size != p.gpus)
+    throw SpecError(where, "gpus", std::to_string(p.gpus),
+                    "the plan needs " + std::to_string(p.gpus) + " ranks but " + std::to_string(world_size) +
+                        " were launched (mpirun -np " + std::to_string(p.gpus) + ")");
+  auto unsupported = [&](const std::string& field, const std::string& value, const std::string& what) {
+    throw SpecError(where, field, value, "foresight-train does not run " + what + " yet");
+  };
+  if (q.schedule != Schedule::one_f_one_b && q.schedule != Schedule::gpipe)
+    unsupported("plan.schedule", to_string(q.schedule), "this schedule (it runs 1f1b and gpipe)");
+  if (q.sequence_parallel) unsupported("plan.sequence_parallel", "true", "sequence parallelism");
+  if (q.recompute == Recompute::selective) unsupported("plan.recompute", "selective", "selective recompute");
+  if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
+  if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
+  if (q.offload.activations > 0) unsupported("plan.offload.activations", std::to_string(q.offload.activations), "activation offload");
+  if (p.model.moe) unsupported("model.moe", "", "Mixture-of-Experts layers");
+  if (p.model.kv_heads != p.model.heads)
+    unsupported("model.kv_heads", std::to_string(p.model.kv_heads), "grouped-query attention");
+  if (p.model.vocab % q.tp != 0)
+    throw SpecError(where, "model.vocab", std::to_string(p.model.vocab),
+                    "must be a multiple of plan.tp = " + std::to_string(q.tp) + " (vocabulary-parallel embedding)");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Tags of pipeline messages: activations and gradients of each micro-batch are distinct.
+int message_tag(int micro_batch, bool gradient) { return 2 * micro_batch + (gradient ? 1 : 0); }
+
+/// The tokens of micro-batch `mb` of data-parallel replica `dp_rank`: samples
+/// [dp_rank * G/dp + mb * micro_batch, ... + micro_batch) of the global batch, so every layout
+/// splits the same global batch.
+MicroBatch make_micro_batch(const TokenSource& source, const ExecutablePlan& p, int dp_rank, int step, int mb) {
+  const int S = p.model.seq_len, b = p.plan.micro_batch;
+  const std::int64_t first = std::int64_t(dp_rank) * (p.training.global_batch / p.plan.dp) + std::int64_t(mb) * b;
+  MicroBatch out;
+  out.inputs.resize(std::size_t(b) * S);
+  out.targets.resize(std::size_t(b) * S);
+  std::vector<std::int32_t> seq(std::size_t(S) + 1);
+  for (int i = 0; i < b; ++i) {
+    source.sample(step, first + i, seq);
+    std::copy(seq.begin(), seq.end() - 1, out.inputs.begin() + std::ptrdiff_t(i) * S);
+    std::copy(seq.begin() + 1, seq.end(), out.targets.begin() + std::ptrdiff_t(i) * S);
+  }
+  return out;
+}
+
+}  // namespace
+
+RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const TrainerOptions& opt,
+                 Communicator& world, const std::function<void(const StepRecord&)>& on_step) {
+  agree(world, [&] { check_runnable(plan, plan_file, world.size()); });
+  const RankLayout layout = make_layout(plan.plan, world.rank());
+  const int tp = layout.tp, pp = layout.pp, dp = layout.dp;
+  // Groups: ranks sharing (pp, dp) form a tensor-parallel group, those sharing (tp, pp) a
+  // data-parallel group; the first and last stage with the same (tp, dp) share the tied embedding
+  // (every other rank lands in a group of its own).
+  auto tp_comm = world.split(layout.pp_rank * dp + layout.dp_rank, layout.tp_rank);
+  auto dp_comm = world.split(layout.pp_rank * tp + layout.tp_rank, layout.dp_rank);
+  const bool holds_embedding = layout.first_stage() || layout.last_stage();
+  auto embedding_comm =
+      world.split(holds_embedding ? layout.tp_rank * dp + layout.dp_rank : tp * dp + world.rank(), layout.pp_rank);
+
+  const std::string data_name = opt.data.value_or(plan.data);
+  const std::string checkpoint_dir = opt.checkpoint_dir.value_or(plan.checkpoint_dir);
+  const int steps = opt.steps.value_or(plan.steps);
+  OptimizerConfig oc = opt.optimizer;
+  oc.total_steps = steps;
+
+  std::unique_ptr<TokenSource> source;
+  std::unique_ptr<Backend> be;
+  agree(world, [&] {
+    source = make_token_source(data_name, plan.model.vocab, plan.model.seq_len, opt.seed, plan_file);
+    be = make_backend(opt.backend);
+  });
+  ParamStore store(tp, layout.tp_rank);
+  GptStage stage(plan.model, layout, plan.plan.micro_batch, plan.plan.recompute, store);
+  // ZeRO-1: each data-parallel rank keeps the AdamW moments of one shard of the parameters,
+  // updates that shard and all-gathers the parameters after the step.
+  const bool zero1 = plan.plan.zero == 1;
+  store.allocate(*be, opt.seed, zero1 ? dp : 1, zero1 ? layout.dp_rank : 0);
+  GradientReducer reducer(store, *dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4));
+
+  const int micro_batches = plan.plan.micro_batches(plan.training);
+  const std::vector<PipelineOp> ops = pipeline_ops(plan.plan.schedule, pp, layout.pp_rank, micro_batches);
+  const double global_tokens = double(plan.training.global_batch) * plan.model.seq_len;
+  const float loss_scale = float(1.0 / global_tokens);  // token-mean over the global batch
+  const double model_flops = model_flops_per_iteration(plan.model, plan.training.global_batch).value();
+
+  RunSummary summary;
+  summary.ranks = world.size();
+  summary.backend = be->name();
+  summary.compute_dtype = "fp32";
+  summary.data = source->describe();
+  summary.dp_buckets = reducer.buckets();
+  int start = 0;
+  if (opt.resume) agree(world, [&] { start = load_checkpoint(checkpoint_dir, layout, plan.model, opt.seed, store, *be); });
+  summary.first_step = start + 1;
+  summary.last_step = start;
+
+  for (int step = start + 1; step <= steps; ++step) {
+    const auto t0 = Clock::now();
+    be->fill(store.grads(), 0.0f);
+    std::map<int, MicroBatch> batches;
+    std::map<int, Tensor> inbox, outbox;  // per micro-batch: received / to be sent
+    std::vector<std::unique_ptr<Request>> sends;
+    double loss_sum = 0;
+    auto batch = [&](int mb) -> const MicroBatch& {
+      auto it = batches.find(mb);
+      if (it == batches.end()) it = batches.emplace(mb, make_micro_batch(*source, plan, layout.dp_rank, step, mb)).first;
+      return it->second;
+    };
+    const std::function<void(int)> mark_ready = [&](int i) { reducer.mark_ready(i); };
+    const std::function<void(int)> not_yet = [](int) {};
+    for (const PipelineOp& op : ops) {
+      const int mb = op.micro_batch;
+      switch (op.kind) {
+        case PipelineOpKind::recv_activation:
+        case PipelineOpKind::recv_gradient: {
+          const bool grad = op.kind == PipelineOpKind::recv_gradient;
+          Tensor t = be->zeros(stage.tokens(), stage.hidden());
+          world.recv(t, grad ? layout.next_stage_rank() : layout.prev_stage_rank(), message_tag(mb, grad));
+          inbox[mb] = t;
+          break;
+        }
+        case PipelineOpKind::forward:
+          outbox[mb] = stage.forward(*be, *tp_comm, mb, batch(mb), inbox[mb]);
+          inbox.erase(mb);
+          if (layout.last_stage()) loss_sum += stage.loss_sum(mb);
+          break;
+        case PipelineOpKind::backward:
+          // Gradients are final only after the last micro-batch's backward: only then may
+          // buckets start their all-reduce.
+          outbox[mb] = stage.backward(*be, *tp_comm, mb, batch(mb), inbox[mb], loss_scale,
+                                      mb == micro_batches - 1 ? mark_ready : not_yet);
+          inbox.erase(mb);
+          batches.erase(mb);
+          break;
+        case PipelineOpKind::send_activation:
+        case PipelineOpKind::send_gradient: {
+          const bool grad = op.kind == PipelineOpKind::send_gradient;
+          sends.push_back(world.send(outbox[mb], grad ? layout.prev_stage_rank() : layout.next_stage_rank(),
+                                     message_tag(mb, grad)));
+          outbox.erase(mb);
+          break;
+        }
+      }
+    }
+    for (auto& s : sends) s->wait();
+    reducer.finish();
+    if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[stage.embedding_param()].grad, ReduceOp::sum);
+
+    // Every tensor-parallel rank of the last stage holds the same loss; count one per replica.
+    double loss[1] = {layout.last_stage() && layout.tp_rank == 0 ? loss_sum : 0.0};
+    world.all_reduce(loss, ReduceOp::sum);
+    StepRecord r;
+    r.step = step;
+    r.loss = loss[0] / global_tokens;
+    r.lr = learning_rate(oc, step);
+    r.grad_norm = global_grad_norm(*be, store, world, layout.dp_rank == 0);
+    if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+      summary.status = "non-finite " + std::string(std::isfinite(r.loss) ? "gradient norm" : "loss") + " at step " +
+                       std::to_string(step);
+      summary.steps.push_back(r);
+      summary.last_step = step;
+      on_step(r);
+      break;
+    }
+    adamw_step(*be, store, oc, step, r.grad_norm);
+    if (zero1) {
+      Tensor shard = be->zeros(store.shard_elements(), 1);
+      be->copy(shard, store.padded_values().row_slice(store.state_first(), store.shard_elements()));
+      dp_comm->all_gather(store.padded_values(), shard);
+    }
+    double slowest[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), double(be->peak_bytes())};
+    world.all_reduce(slowest, ReduceOp::max);
+    r.step_s = slowest[0];
+    r.tokens_per_s = global_tokens / r.step_s;
+    r.tflops_per_rank = model_flops / r.step_s / world.size() / 1e12;
+    if (opt.peak_tflops) r.mfu = r.tflops_per_rank / *opt.peak_tflops;
+    r.memory_MiB = slowest[1] / 1048576.0;
+    summary.steps.push_back(r);
+    summary.last_step = step;
+    on_step(r);
+
+    const bool stop = opt.stop_after > 0 && step == opt.stop_after;
+    if (step == steps || stop || (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0))
+    {
+      agree(world, [&] { save_checkpoint(checkpoint_dir, step, layout, plan.model, opt.seed, store, *be); });
+      // agree() returned on every rank, so every rank's file is in place.
+      agree(world, [&] {
+        if (world.rank() == 0) mark_latest_checkpoint(checkpoint_dir, step);
+      });
+    }
+    if (stop) {
+      summary.status = "stopped";
+      break;
+    }
+  }
+  return summary;
+}
+
+}  // namespace foresight::trainer
