@@ -31,6 +31,10 @@ struct CalibrateOptions {
 /// stage ("gemm", "attention", "nccl all_reduce x8", ...), points done, points in the stage.
 using ProgressFn = std::function<void(const std::string& stage, int done, int total)>;
 
+/// Why this process cannot calibrate ("no CUDA device (...)", "this build has no CUDA support"), or
+/// "" when a GPU is usable.
+std::string no_device_reason();
+
 /// Measures and fits. Throws NoDevice without a usable GPU, CudaError when a CUDA call fails.
 Profile run_calibration(const CalibrateOptions& options, const ProgressFn& progress);
 

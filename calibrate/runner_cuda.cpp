@@ -276,6 +276,8 @@ struct Runner {
 
 }  // namespace
 
+std::string no_device_reason() { return k::device_count().reason; }
+
 Profile run_calibration(const CalibrateOptions& opt, const ProgressFn& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto count = k::device_count();

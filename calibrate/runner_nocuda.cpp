@@ -3,8 +3,10 @@
 
 namespace foresight::calibrate {
 
-Profile run_calibration(const CalibrateOptions&, const ProgressFn&) {
-  throw NoDevice("this build of foresight has no CUDA support (no CUDA toolkit was found at configure time)");
+std::string no_device_reason() {
+  return "this build of foresight has no CUDA support (no CUDA toolkit was found at configure time)";
 }
+
+Profile run_calibration(const CalibrateOptions&, const ProgressFn&) { throw NoDevice(no_device_reason()); }
 
 }  // namespace foresight::calibrate

@@ -16,16 +16,6 @@ std::function<int(std::ostream&)> not_yet(const std::string& what) {
 }
 }  // namespace
 
-Command calibrate_command() {
-  return {"calibrate", "Measure kernels and collectives on the local GPUs and write a calibration profile",
-          [](CLI::App& sub) {
-            sub.add_option("--model", "Model whose shapes to measure");
-            sub.add_option("--out", "Profile file to write (default profile.json)");
-            sub.add_flag("--json")->description("Print machine-readable JSON");
-            return not_yet("calibrate (needs the CUDA kernels and a GPU)");
-          }};
-}
-
 Command report_command() {
   return {"report", "Write the HTML and markdown report (validation, closed loop, timelines, Pareto front)",
           [](CLI::App& sub) {

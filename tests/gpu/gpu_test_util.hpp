@@ -32,7 +32,7 @@ class Gpu : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto c = device_count();
-    if (c.count == 0) GTEST_SKIP() << "no CUDA device: " << c.reason;
+    if (c.count == 0) GTEST_SKIP() << c.reason;  // "no CUDA device (...)"
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   }
   void TearDown() override {
