@@ -41,6 +41,11 @@ struct RooflineParams {
   Seconds launch_overhead = Seconds(4e-6);
 };
 
+/// The published kernel-level parameter set for a GPU (by its scenario name), each number with its
+/// source in roofline.cpp; the H100-derived defaults above for GPUs without published data.
+/// Nothing here is fitted to an end-to-end training result.
+RooflineParams roofline_params_for(const GpuSpec& gpu);
+
 /// A GEMM C(m x n) = A(m x k) B(k x n), `batch` times, 2-byte inputs and outputs.
 struct GemmShape {
   double m = 0, n = 0, k = 0;

@@ -218,7 +218,7 @@ std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan) {
   int g = std::max(1, std::min(r.slice_granularity, r.model.seq_len));
   while (r.model.seq_len % g != 0) --g;
   const SliceTime time = [&](int tokens, int end) { return sim::slice_stage_time(e, compute, comm, tokens, end); };
-  return optimal_token_slices(r.model.seq_len, plan.pp, time, g).slices;
+  return optimal_token_slices(r.model.seq_len, plan.pp, time, g, plan.micro_batches(r.training)).slices;
 }
 
 PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const PlanSpec& given) {

@@ -13,7 +13,7 @@ namespace foresight::sim {
 
 ComputeCosts compute_costs_for(const Experiment& e) {
   using namespace cost_models;
-  const auto rc = std::make_shared<RooflineCompute>(e.cluster.gpu, e.training.dtype);
+  const auto rc = std::make_shared<RooflineCompute>(e.cluster.gpu, e.training.dtype, roofline_params_for(e.cluster.gpu));
   const std::filesystem::path profile = std::filesystem::path(scenarios_dir()) / "profiles" / (e.cluster.gpu.name + ".json");
   if (std::filesystem::is_regular_file(profile)) rc->use_profile(load_profile(profile.string()));
   const AttentionImpl attn = e.plan.framework == Framework::generic ? AttentionImpl::flash : AttentionImpl::unfused;
@@ -32,6 +32,7 @@ ComputeCosts compute_costs_for(const Experiment& e) {
     return EdgeCompute{t.embedding_forward, t.embedding_backward, t.head_forward, t.head_backward};
   };
   c.optimizer = [rc](double params) { return optimizer_time(*rc, params); };
+  c.memory_bound = [rc](Bytes bytes, int launches) { return rc->memory_bound(bytes, launches); };
   return c;
 }
 
