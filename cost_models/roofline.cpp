@@ -75,7 +75,7 @@ Seconds LayerOpTimes::forward() const {
 }
 
 LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
-                       bool moe_layer, AttentionImpl attention) {
+                       bool moe_layer, AttentionImpl attention, MoeDispatch dispatch) {
   const double t = p.tp, b = p.micro_batch, h = m.hidden, T = b * tokens, d = m.head_dim();
   const double a_local = double(m.heads) / t;
   const double kv_dim = double(m.kv_heads) * d;
@@ -106,9 +106,17 @@ LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const Plan
     ffn_tokens = T * m.moe->top_k * m.moe->capacity_factor;  // balanced: each GPU's experts get this many
     F.moe_router = rc.gemm({T, double(m.moe->experts), h, 1}) + rc.memory_bound(Bytes(4.0 * T * m.moe->experts * 3), 2);
     B.moe_router = 2.0 * F.moe_router;
-    // Permute before and unpermute after the experts: read and write the routed (tokens, h).
-    F.moe_permute = rc.memory_bound(Bytes(2 * 4.0 * ffn_tokens * h), 2);
-    B.moe_permute = F.moe_permute;
+    if (dispatch == MoeDispatch::einsum) {
+      // One-hot einsums: dispatch (E*C x h x T) and combine (T x h x E*C) forward; backward the
+      // input gradient of each and the gate gradient of combine: three GEMMs.
+      const Seconds one = rc.gemm({ffn_tokens, h, T, 1});
+      F.moe_permute = 2.0 * one;
+      B.moe_permute = 3.0 * one;
+    } else {
+      // Permute before and unpermute after the experts: read and write the routed (tokens, h).
+      F.moe_permute = rc.memory_bound(Bytes(2 * 4.0 * ffn_tokens * h), 2);
+      B.moe_permute = F.moe_permute;
+    }
   }
   fwd_bwd(ffn_tokens, f / t, h, F.fc1, B.fc1);
   F.gelu = rc.memory_bound(Bytes(4.0 * ffn_tokens * f / t));
