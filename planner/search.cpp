@@ -31,6 +31,30 @@ bool fits(const SearchRequest& r, const PlanSpec& p, Bytes* need) {
 
 }  // namespace
 
+bool framework_runs(Framework f, const PlanSpec& p) {
+  switch (f) {
+    case Framework::megatron:
+      // Megatron-LM has no token-level pipelining.
+      return p.schedule != Schedule::terapipe;
+    case Framework::deepspeed:
+      // DeepSpeed's pipeline engine (v0.5-0.6) runs one schedule, TrainSchedule = 1F1B
+      // (deepspeed/runtime/pipe/schedule.py); Megatron-DeepSpeed of that time had neither sequence
+      // parallelism nor selective recompute (both arrived with Korthikanti et al. 2022), and ZeRO-2/3
+      // are refused with pipelines (pipe/engine.py).
+      return p.schedule == Schedule::one_f_one_b && !p.sequence_parallel && p.recompute != Recompute::selective &&
+             p.zero <= 1;
+    case Framework::terapipe:
+      // TeraPipe's code: GPipe-order pipelining with or without token slices, Megatron tensor
+      // parallelism without sequence parallelism, optional checkpointing of the attention core
+      // only (--checkpoint-gradients), no sharded optimizer (zhuohan123/terapipe).
+      return (p.schedule == Schedule::gpipe || p.schedule == Schedule::terapipe || p.pp == 1) &&
+             !p.sequence_parallel && p.recompute != Recompute::full && p.zero == 0;
+    case Framework::generic:
+      return true;
+  }
+  return true;
+}
+
 Experiment experiment_for(const SearchRequest& r, const PlanSpec& plan) {
   Experiment e;
   e.name = r.model.name + "-on-" + r.cluster.name;
@@ -83,6 +107,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   if (dp == 1 && zero == 1) continue;
                   p.ep = ep;
                   p.framework = r.framework;
+                  if (!framework_runs(r.framework, p)) continue;
                   if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
                   out.push_back(p);
                 }

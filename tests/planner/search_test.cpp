@@ -136,3 +136,24 @@ TEST(Pareto, SearchFrontIsUndominatedAndCoversEveryPlan) {
     EXPECT_GT(res.pareto[i - 1].analytic.iteration, res.pareto[i].analytic.iteration);
   }
 }
+
+TEST(Search, OffersOnlyWhatTheFrameworkRuns) {
+  SearchRequest r = small_request();
+  r.framework = Framework::deepspeed;
+  for (const auto& p : enumerate_plans(r)) {
+    EXPECT_EQ(p.schedule, Schedule::one_f_one_b);  // DeepSpeed's TrainSchedule only
+    EXPECT_FALSE(p.sequence_parallel);
+    EXPECT_NE(p.recompute, Recompute::selective);
+  }
+  r.framework = Framework::terapipe;
+  r.terapipe = true;
+  bool saw_terapipe = false;
+  for (const auto& p : enumerate_plans(r)) {
+    EXPECT_TRUE(p.pp == 1 || p.schedule == Schedule::gpipe || p.schedule == Schedule::terapipe);
+    EXPECT_EQ(p.zero, 0);
+    saw_terapipe |= p.schedule == Schedule::terapipe;
+  }
+  EXPECT_TRUE(saw_terapipe);
+  r.framework = Framework::megatron;
+  for (const auto& p : enumerate_plans(r)) EXPECT_NE(p.schedule, Schedule::terapipe);
+}
