@@ -83,7 +83,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
   }
   EXPECT_EQ(seen, int(bounds.size()));
   // The TeraPipe 13B cases meet the 15% target; hold them to it.
-  for (const auto& c : j["cases"])
-    if (c["experiment"].get<std::string>().find("terapipe-gpt3-13b") == 0)
+  for (const auto& c : j["cases"]) {
+    if (c["experiment"].get<std::string>().find("terapipe-gpt3-13b") == 0) {
       EXPECT_LE(std::abs(c["error_pct"].get<double>()), 15.0) << c["experiment"] << " " << c["quantity"];
+    }
+  }
 }
