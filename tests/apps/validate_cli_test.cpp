@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "apps/cli/cli.hpp"
 
@@ -52,4 +53,14 @@ TEST(Determinism, PlanJsonIsIndependentOfThreads) {
     return run(a);
   };
   EXPECT_EQ(with("1"), with("2"));
+}
+
+TEST(Determinism, ValidateJsonIsByteIdenticalInAnyThread) {
+  // validate runs single-threaded, but the fast engine keeps per-thread scratch between plans: a run
+  // in a fresh thread (fresh scratch) must match a run here (scratch left by earlier runs).
+  const std::string here = run({"validate", "--json"});
+  std::string fresh;
+  std::thread([&] { fresh = run({"validate", "--json"}); }).join();
+  EXPECT_EQ(here, fresh);
+  EXPECT_EQ(here, run({"validate", "--json"}));
 }
