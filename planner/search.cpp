@@ -10,6 +10,7 @@
 #include "cost_models/memory.hpp"
 #include "planner/terapipe_slicing.hpp"
 #include "sim/costing.hpp"
+#include "sim/limits.hpp"
 
 namespace foresight::planner {
 
@@ -109,6 +110,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   p.framework = r.framework;
                   if (!framework_runs(r.framework, p)) continue;
                   if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
+                  // Too many micro-batches to simulate (an absurd batch on few pipelines).
+                  if (sim::simulation_size_violation(experiment_for(r, p), sim::SimulationSize::fast)) continue;
                   out.push_back(p);
                 }
       }
@@ -207,6 +210,7 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
   if (r.simgrid_top && sim::simgrid_available())
     for (auto& c : fitting) {
       const Experiment e = experiment_for(r, c.plan);
+      if (sim::simulation_size_violation(e, sim::SimulationSize::simgrid)) continue;  // left analytic-only
       c.simgrid = sim::predict(e, sim::EngineKind::simgrid, sim::compute_costs_for(e), CommModel(e.cluster));
     }
   res.ranked = std::move(fitting);

@@ -9,6 +9,7 @@
 #include "cost_models/memory.hpp"
 #include "cost_models/offload.hpp"
 #include "sim/fast_engine.hpp"
+#include "sim/limits.hpp"
 #include "sim/trace.hpp"
 
 namespace foresight::sim {
@@ -336,11 +337,14 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
 
 Prediction predict(const Experiment& e, EngineKind engine, const ComputeCosts& compute, const CommModel& comm,
                    nlohmann::json* trace) {
+  check_simulation_size(e, SimulationSize::fast);  // the costs already hold pp * v * slices chunks
   const WorkloadCosts costs = cost_workload(e, compute, comm);
   SimResult r;
   if (engine == EngineKind::analytic && !trace && fast_engine_applies(costs)) {
     r = run_fast(costs);  // the same schedule as the graph engine, without building the graph
   } else {
+    check_simulation_size(e, trace ? SimulationSize::traced_graph : SimulationSize::graph);
+    if (engine == EngineKind::simgrid) check_simulation_size(e, SimulationSize::simgrid);
     const Workload w = build_workload(costs);
     r = engine == EngineKind::analytic ? run_analytic(w) : run_simgrid(w, simgrid_platform(e, comm));
     if (trace) *trace = chrome_trace(w, r);
