@@ -34,6 +34,15 @@ struct AttentionShape {
   int head_dim = 0;
 };
 
+/// Which position row n of an activation (this rank's rows of a micro-batch, or of one TeraPipe
+/// slice of it) holds: offset + (first_row + n) % period. The plain case is {0, seq_len, 0}.
+struct TokenPositions {
+  std::int64_t first_row = 0;  // of these rows among the rows of every rank (sequence parallelism)
+  std::int64_t period = 0;     // tokens per sequence in the rows (seq_len, or a slice's length)
+  std::int64_t offset = 0;     // position of the first token of each sequence (a slice's start)
+  std::int64_t of(std::int64_t n) const { return offset + (first_row + n) % period; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -93,10 +102,10 @@ class Backend {
   /// dtable[token - vocab_offset] += dx rows, in token order (deterministic).
   virtual void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
                                   std::int64_t vocab_offset) = 0;
-  /// x (N,C) += positions (seq,C) row n % seq.
-  virtual void add_positions(Tensor x, const Tensor& positions) = 0;
-  /// dpositions (seq,C) += dx rows folded by position.
-  virtual void positions_backward(Tensor dpositions, const Tensor& dx) = 0;
+  /// x (N,C) += positions (seq,C) row p.of(n).
+  virtual void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) = 0;
+  /// dpositions (seq,C) += dx rows folded by position p.of(n).
+  virtual void positions_backward(Tensor dpositions, const Tensor& dx, const TokenPositions& p) = 0;
 
   // --- vocabulary-parallel softmax cross-entropy (Megatron-LM), in three local passes around
   //     the tensor-parallel all-reduces ---

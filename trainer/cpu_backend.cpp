@@ -288,16 +288,22 @@ class CpuBackend final : public Backend {
       for (std::int64_t j = 0; j < C; ++j) dtable.data()[r * C + j] += dx.data()[n * C + j];
     }
   }
-  void add_positions(Tensor x, const Tensor& positions) override {
-    const std::int64_t C = x.cols(), S = positions.rows();
-    for (std::int64_t n = 0; n < x.rows(); ++n)
-      for (std::int64_t j = 0; j < C; ++j) x.data()[n * C + j] += positions.data()[(n % S) * C + j];
+  void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) override {
+    const std::int64_t C = x.cols();
+    for (std::int64_t n = 0; n < x.rows(); ++n) {
+      const std::int64_t r = p.of(n);
+      FORESIGHT_CHECK(r >= 0 && r < positions.rows()) << "position " << r;
+      for (std::int64_t j = 0; j < C; ++j) x.data()[n * C + j] += positions.data()[r * C + j];
+    }
   }
-  void positions_backward(Tensor dpositions, const Tensor& dx) override {
+  void positions_backward(Tensor dpositions, const Tensor& dx, const TokenPositions& p) override {
     const std::int64_t C = dx.cols(), S = dpositions.rows();
     std::vector<double> acc(std::size_t(S * C), 0.0);
-    for (std::int64_t n = 0; n < dx.rows(); ++n)
-      for (std::int64_t j = 0; j < C; ++j) acc[(n % S) * C + j] += dx.data()[n * C + j];
+    for (std::int64_t n = 0; n < dx.rows(); ++n) {
+      const std::int64_t r = p.of(n);
+      FORESIGHT_CHECK(r >= 0 && r < S) << "position " << r;
+      for (std::int64_t j = 0; j < C; ++j) acc[r * C + j] += dx.data()[n * C + j];
+    }
     for (std::int64_t i = 0; i < S * C; ++i) dpositions.data()[i] = float(dpositions.data()[i] + acc[i]);
   }
 

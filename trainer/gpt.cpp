@@ -11,16 +11,23 @@ constexpr int kLayerParams = 12;  // LayerTensors members, in declaration order
 constexpr float kInitStd = 0.02f;  // GPT-2 (Radford et al. 2019)
 }  // namespace
 
-GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, int micro_batch, Recompute recompute,
-                   ParamStore& store)
-    : model_(model), layout_(layout), recompute_(recompute), store_(store) {
+GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const StageConfig& config, ParamStore& store)
+    : model_(model),
+      layout_(layout),
+      recompute_(config.recompute),
+      virtual_stage_(config.chunk * layout.pp + layout.pp_rank),
+      virtual_stages_(config.chunks * layout.pp),
+      store_(store) {
   const int tp = layout.tp;
-  dims_ = LayerDims{.batch = micro_batch,
+  dims_ = LayerDims{.batch = config.micro_batch,
                     .seq = model.seq_len,
                     .hidden = model.hidden,
                     .heads = model.heads / tp,
                     .head_dim = model.head_dim(),
-                    .ffn = model.ffn_hidden / tp};
+                    .ffn = model.ffn_hidden / tp,
+                    .tp = tp,
+                    .sequence_parallel = config.sequence_parallel && tp > 1};
+  FORESIGHT_CHECK(dims_.tokens() % tp == 0 || !dims_.sequence_parallel) << "tokens " << dims_.tokens() << " over tp " << tp;
   vocab_offset_ = std::int64_t(model.vocab / tp) * layout.tp_rank;
   const std::int64_t h = model.hidden, f = model.ffn_hidden, V = model.vocab;
   const bool lead = layout.tp_rank == 0;  // counts tensor-parallel replicas in the gradient norm
@@ -32,13 +39,13 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, int micro_b
                                    .stddev = stddev, .weight_decay = r > 1,  // matrices only
                                    .in_grad_norm = !duplicate && (s != Split::none || lead)});
   };
-  if (layout.first_stage()) {
+  if (embeds()) {
     wte_ = declare("wte", V, h, Split::rows, Init::normal, kInitStd);
     wpe_ = declare("wpe", model.seq_len, h, Split::none, Init::normal, kInitStd / 2);
   }
-  const int per_stage = model.layers / layout.pp;
+  const int per_stage = model.layers / virtual_stages_;
   for (int l = 0; l < per_stage; ++l) {
-    const std::string p = "layers." + std::to_string(layout.pp_rank * per_stage + l) + ".";
+    const std::string p = "layers." + std::to_string(virtual_stage_ * per_stage + l) + ".";
     LayerIndex li;
     li.first = declare(p + "ln1_g", 1, h, Split::none, Init::ones);
     declare(p + "ln1_b", 1, h, Split::none, Init::zeros);
@@ -54,10 +61,10 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, int micro_b
     declare(p + "b_fc2", 1, h, Split::none, Init::zeros);
     layers_.push_back(li);
   }
-  if (layout.last_stage()) {
+  if (has_head()) {
     lnf_g_ = declare("lnf_g", 1, h, Split::none, Init::ones);
     lnf_b_ = declare("lnf_b", 1, h, Split::none, Init::zeros);
-    if (!layout.first_stage()) {
+    if (!embeds()) {
       // The tied output layer's copy: same name, so the same initial values as the first stage's.
       wte_ = declare("wte", V, h, Split::rows, Init::normal, kInitStd, /*duplicate=*/true);
     }
@@ -70,16 +77,22 @@ LayerTensors GptStage::layer_tensors(int layer, bool grads) const {
   return LayerTensors{t(0), t(1), t(2), t(3), t(4), t(5), t(6), t(7), t(8), t(9), t(10), t(11)};
 }
 
+TokenPositions GptStage::positions() const {
+  return TokenPositions{.first_row = dims_.sequence_parallel ? dims_.local_tokens() * layout_.tp_rank : 0,
+                        .period = dims_.seq,
+                        .offset = 0};
+}
+
 Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch& data, const Tensor& input) {
   FORESIGHT_CHECK(!stash_.count(id)) << "micro-batch " << id << " forwarded twice";
   Stash& s = stash_[id];
   const std::int64_t N = dims_.tokens();
   Tensor x;
-  if (layout_.first_stage()) {
-    x = be.zeros(N, dims_.hidden);
-    be.embedding_forward(x, store_[wte_].value, data.inputs, vocab_offset_);
-    tp.all_reduce(x, ReduceOp::sum);  // each rank filled the rows of its vocabulary range
-    be.add_positions(x, store_[wpe_].value);
+  if (embeds()) {
+    Tensor e = be.zeros(N, dims_.hidden);
+    be.embedding_forward(e, store_[wte_].value, data.inputs, vocab_offset_);
+    x = reduce_tokens(be, tp, dims_, e);  // each rank filled the rows of its vocabulary range
+    be.add_positions(x, store_[wpe_].value, positions());
   } else {
     x = input;
   }
@@ -90,19 +103,21 @@ Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch
     layer_forward(be, tp, dims_, layer_tensors(int(l), false), a);
     x = a.out;
     if (recompute_ == Recompute::full) a.keep_input_only();
+    if (recompute_ == Recompute::selective) a.drop_attention_core();
   }
-  if (!layout_.last_stage()) return x;
+  if (!has_head()) return x;
   s.final_in = x;
   head_forward(be, tp, data, s);
   return Tensor{};
 }
 
 void GptStage::head_forward(Backend& be, Communicator& tp, const MicroBatch& data, Stash& s) {
-  const std::int64_t N = dims_.tokens();
-  s.xf = be.zeros(N, dims_.hidden);
-  s.meanf = be.zeros(N, 1);
-  s.rstdf = be.zeros(N, 1);
-  be.layernorm_forward(s.xf, s.meanf, s.rstdf, s.final_in, store_[lnf_g_].value, store_[lnf_b_].value);
+  const std::int64_t N = dims_.tokens(), n = dims_.local_tokens();
+  Tensor xf = be.zeros(n, dims_.hidden);
+  s.meanf = be.zeros(n, 1);
+  s.rstdf = be.zeros(n, 1);
+  be.layernorm_forward(xf, s.meanf, s.rstdf, s.final_in, store_[lnf_g_].value, store_[lnf_b_].value);
+  s.xf = gather_tokens(be, tp, dims_, xf);  // (N, h)
   const Tensor& wte = store_[wte_].value;  // (V/tp, h)
   s.logits = be.zeros(N, wte.rows());
   be.matmul(s.logits, s.xf, false, wte, true, false);
@@ -120,20 +135,30 @@ Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatc
   auto it = stash_.find(id);
   FORESIGHT_CHECK(it != stash_.end()) << "backward of micro-batch " << id << " before its forward";
   Stash& s = it->second;
-  const std::int64_t N = dims_.tokens();
+  const std::int64_t N = dims_.tokens(), n = dims_.local_tokens();
   Tensor dx;
-  if (layout_.last_stage()) {
+  if (has_head()) {
     const Param& wte = store_[wte_];
     Tensor dlogits = be.zeros(N, wte.value.rows());
     be.cross_entropy_backward(dlogits, s.logits, s.row_max, s.stats, data.targets, vocab_offset_, loss_scale);
     be.matmul(wte.grad, dlogits, true, s.xf, false, true);
-    Tensor dxf = be.zeros(N, dims_.hidden);
-    be.matmul(dxf, dlogits, false, wte.value, false, false);
-    tp.all_reduce(dxf, ReduceOp::sum);  // each rank saw its vocabulary range only
-    dx = be.zeros(N, dims_.hidden);
-    be.layernorm_backward(dx, store_[lnf_g_].grad, store_[lnf_b_].grad, dxf, s.final_in, s.meanf, s.rstdf,
-                          store_[lnf_g_].value);
-    if (!layout_.first_stage()) ready(wte_);
+    Tensor dxf_partial = be.zeros(N, dims_.hidden);
+    be.matmul(dxf_partial, dlogits, false, wte.value, false, false);
+    const Tensor dxf = reduce_tokens(be, tp, dims_, dxf_partial);  // each rank saw its vocabulary range only
+    dx = be.zeros(n, dims_.hidden);
+    if (dims_.sequence_parallel) {
+      // The final LayerNorm saw this rank's tokens only: sum its gradient over the group.
+      Tensor dlnf = be.zeros(2, dims_.hidden);
+      be.layernorm_backward(dx, dlnf.row_slice(0, 1), dlnf.row_slice(1, 1), dxf, s.final_in, s.meanf, s.rstdf,
+                            store_[lnf_g_].value);
+      tp.all_reduce(dlnf, ReduceOp::sum);
+      be.add(store_[lnf_g_].grad, dlnf.row_slice(0, 1));
+      be.add(store_[lnf_b_].grad, dlnf.row_slice(1, 1));
+    } else {
+      be.layernorm_backward(dx, store_[lnf_g_].grad, store_[lnf_b_].grad, dxf, s.final_in, s.meanf, s.rstdf,
+                            store_[lnf_g_].value);
+    }
+    if (!embeds()) ready(wte_);
     ready(lnf_b_);
     ready(lnf_g_);
   } else {
@@ -146,9 +171,10 @@ Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatc
     a = LayerActivations{};
     for (int k = kLayerParams - 1; k >= 0; --k) ready(layers_[std::size_t(l)].first + k);
   }
-  if (layout_.first_stage()) {
-    be.positions_backward(store_[wpe_].grad, dx);
-    be.embedding_backward(store_[wte_].grad, dx, data.inputs, vocab_offset_);
+  if (embeds()) {
+    const Tensor dx_full = gather_tokens(be, tp, dims_, dx);
+    be.positions_backward(store_[wpe_].grad, dx_full, TokenPositions{.first_row = 0, .period = dims_.seq, .offset = 0});
+    be.embedding_backward(store_[wte_].grad, dx_full, data.inputs, vocab_offset_);
     ready(wpe_);
     ready(wte_);
     dx = Tensor{};

@@ -3,7 +3,10 @@
 // backward of one micro-batch. The first stage embeds (vocabulary-parallel table, Megatron-LM),
 // the last stage applies the final LayerNorm, the tied output layer and a vocabulary-parallel
 // cross-entropy. With pp > 1 the last stage keeps its own copy of the embedding table; the trainer
-// all-reduces its gradient with the first stage's, so both copies stay equal.
+// all-reduces its gradient with the first stage's, so both copies stay equal. With the interleaved
+// schedule a rank holds several model chunks (virtual stages, one GptStage each): chunk c of
+// pipeline rank p is virtual stage c * pp + p, the embedding lives on virtual stage 0 and the head
+// on the last (Narayanan et al. 2021 sec. 2.2).
 #pragma once
 
 #include <cstdint>
@@ -26,11 +29,20 @@ struct MicroBatch {
   std::vector<std::int32_t> targets;
 };
 
+/// How a stage runs: micro-batch size, recompute, sequence parallelism, and which model chunk
+/// (virtual stage) of its pipeline rank it is.
+struct StageConfig {
+  int micro_batch = 1;
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;  // effective only with tp > 1
+  int chunk = 0;                   // model chunk of this pipeline rank
+  int chunks = 1;                  // plan.virtual_stages
+};
+
 class GptStage {
  public:
   /// Declares this rank's parameters in `store` (which the caller then allocates).
-  GptStage(const ModelSpec& model, const RankLayout& layout, int micro_batch, Recompute recompute,
-           ParamStore& store);
+  GptStage(const ModelSpec& model, const RankLayout& layout, const StageConfig& config, ParamStore& store);
 
   /// Runs the forward of micro-batch `id`. `input` is the previous stage's output (unused on
   /// the first stage, which embeds `data.inputs`). Returns the output to send on (not on the last
@@ -48,9 +60,14 @@ class GptStage {
   double loss_sum(int id) const { return stash_.at(id).loss_sum; }
   /// Index of the embedding table in the store (first stage, and last stage's tied copy), or -1.
   int embedding_param() const { return wte_; }
-  /// The per-micro-batch activation shape passed between stages.
-  std::int64_t tokens() const { return dims_.tokens(); }
+  /// The per-micro-batch activation shape passed between stages (this rank's tokens).
+  std::int64_t tokens() const { return dims_.local_tokens(); }
   int hidden() const { return dims_.hidden; }
+  /// Virtual stage (chunk * pp + pp rank) of the virtual_stages() in the pipeline.
+  int virtual_stage() const { return virtual_stage_; }
+  int virtual_stages() const { return virtual_stages_; }
+  bool embeds() const { return virtual_stage_ == 0; }
+  bool has_head() const { return virtual_stage_ == virtual_stages_ - 1; }
 
  private:
   struct LayerIndex {
@@ -63,10 +80,12 @@ class GptStage {
   };
   LayerTensors layer_tensors(int layer, bool grads) const;
   void head_forward(Backend& be, Communicator& tp, const MicroBatch& data, Stash& s);
+  TokenPositions positions() const;
 
   ModelSpec model_;
   RankLayout layout_;
   Recompute recompute_;
+  int virtual_stage_ = 0, virtual_stages_ = 1;
   ParamStore& store_;
   LayerDims dims_;
   std::int64_t vocab_offset_ = 0;  // first vocabulary row this tensor-parallel rank holds

@@ -2,10 +2,15 @@
 // sec. 3): the QKV and first MLP GEMMs are column-parallel (each rank holds its heads / its part of
 // the FFN), the attention output and second MLP GEMMs are row-parallel, followed by an all-reduce
 // over the tensor-parallel group; the backward all-reduces the input gradients of the
-// column-parallel GEMMs. Left out for now: sequence parallelism, dropout.
+// column-parallel GEMMs. With sequence parallelism (Korthikanti et al. 2022 sec. 4.2.2) the
+// LayerNorms, biases and residuals run on this rank's 1/tp of the tokens: an all-gather enters each
+// column-parallel GEMM and a reduce-scatter replaces each all-reduce (their roles swap in the
+// backward), and the gradients of the replicated parameters used there (LayerNorms, b_o, b_fc2),
+// computed on a share of the tokens, are summed over the tensor-parallel group. Left out: dropout.
 //
-//   a = LN1(x); qkv = a Wqkv + bqkv; o = causal_attention(qkv); x1 = x + allreduce(o Wo) + bo
-//   c = LN2(x1); g = GeLU(c W1 + b1); out = x1 + allreduce(g W2) + b2
+//   a = LN1(x); qkv = g(a) Wqkv + bqkv; o = causal_attention(qkv); x1 = x + r(o Wo) + bo
+//   c = LN2(x1); f = GeLU(g(c) W1 + b1); out = x1 + r(f W2) + b2
+//   g = identity (all-gather with sequence parallelism), r = all-reduce (reduce-scatter)
 #pragma once
 
 #include "trainer/backend.hpp"
@@ -21,7 +26,11 @@ struct LayerDims {
   int heads = 0;       // heads on this rank (model heads / tp)
   int head_dim = 0;
   int ffn = 0;         // FFN width on this rank (ffn_hidden / tp)
+  int tp = 1;          // tensor-parallel degree
+  bool sequence_parallel = false;  // LayerNorms and residuals on tokens()/tp tokens per rank
   std::int64_t tokens() const { return std::int64_t(batch) * seq; }
+  /// Tokens whose layer input and output this rank holds: all, or its 1/tp with sequence parallelism.
+  std::int64_t local_tokens() const { return sequence_parallel ? tokens() / tp : tokens(); }
 };
 
 /// The layer's parameters on this rank (values, or gradients with the same shapes).
@@ -35,24 +44,36 @@ struct LayerTensors {
 };
 
 /// What the forward keeps for the backward. With full recompute only `x` is kept between the
-/// forward and the backward, and the rest is rebuilt by running the forward again.
+/// forward and the backward, and the rest is rebuilt by running the forward again; with selective
+/// recompute the attention core (probs, attn) is dropped and rebuilt from qkv in the backward.
+/// n = local_tokens(), N = tokens().
 struct LayerActivations {
-  Tensor x;                          // input (N, h)
-  Tensor a, mean1, rstd1;            // LN1 output, its statistics (N,1)
+  Tensor x;                          // input (n, h)
+  Tensor a, mean1, rstd1;            // LN1 output (n, h), its statistics (n,1)
   Tensor qkv, probs, attn;           // (N, 3*heads*d), (batch*heads*seq, seq), (N, heads*d)
-  Tensor x1;                         // after the attention residual
-  Tensor c, mean2, rstd2;            // LN2
+  Tensor x1;                         // after the attention residual (n, h)
+  Tensor c, mean2, rstd2;            // LN2 (n, h)
   Tensor fc1, gelu;                  // pre-activation and GeLU output (N, ffn)
-  Tensor out;                        // layer output (N, h)
+  Tensor out;                        // layer output (n, h)
   /// Drops everything but the input (full activation recompute).
   void keep_input_only();
+  /// Drops the attention core's softmax and output (selective recompute, Korthikanti 2022 sec. 5).
+  void drop_attention_core();
 };
+
+/// g: this rank's tokens (n, c) -> every token (N, c): an all-gather with sequence parallelism,
+/// else the identity.
+Tensor gather_tokens(Backend& be, Communicator& tp, const LayerDims& dims, const Tensor& x);
+/// r: the sum over the tensor-parallel group of `partial` (N, c), for this rank's tokens (n, c): a
+/// reduce-scatter with sequence parallelism, else an in-place all-reduce.
+Tensor reduce_tokens(Backend& be, Communicator& tp, const LayerDims& dims, Tensor partial);
 
 /// Runs the forward on acts.x (set by the caller) and fills the rest of `acts`.
 void layer_forward(Backend& be, Communicator& tp, const LayerDims& dims, const LayerTensors& w,
                    LayerActivations& acts);
 
-/// Accumulates parameter gradients into `grads` and returns dL/dx (N, h) for dL/dout = dout.
+/// Accumulates parameter gradients into `grads` and returns dL/dx (n, h) for dL/dout = dout (n, h).
+/// Rebuilds the attention core first when it was dropped.
 Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& dims, const LayerTensors& w,
                       const LayerTensors& grads, const LayerActivations& acts, const Tensor& dout);
 

@@ -45,10 +45,11 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   auto unsupported = [&](const std::string& field, const std::string& value, const std::string& what) {
     throw SpecError(where, field, value, "foresight-train does not run " + what + " yet");
   };
-  if (q.schedule != Schedule::one_f_one_b && q.schedule != Schedule::gpipe)
-    unsupported("plan.schedule", to_string(q.schedule), "this schedule (it runs 1f1b and gpipe)");
-  if (q.sequence_parallel) unsupported("plan.sequence_parallel", "true", "sequence parallelism");
-  if (q.recompute == Recompute::selective) unsupported("plan.recompute", "selective", "selective recompute");
+  if (q.schedule == Schedule::terapipe) unsupported("plan.schedule", to_string(q.schedule), "TeraPipe token slicing");
+  if (q.sequence_parallel && q.tp > 1 && (std::int64_t(q.micro_batch) * p.model.seq_len) % q.tp != 0)
+    throw SpecError(where, "plan.sequence_parallel", "true",
+                    "needs plan.micro_batch * model.seq_len = " + std::to_string(q.micro_batch * p.model.seq_len) +
+                        " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
   if (q.offload.activations > 0) unsupported("plan.offload.activations", std::to_string(q.offload.activations), "activation offload");
@@ -63,9 +64,6 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-/// Tags of pipeline messages: activations and gradients of each micro-batch are distinct.
-int message_tag(int micro_batch, bool gradient) { return 2 * micro_batch + (gradient ? 1 : 0); }
 
 /// The tokens of micro-batch `mb` of data-parallel replica `dp_rank`: samples
 /// [dp_rank * G/dp + mb * micro_batch, ... + micro_batch) of the global batch, so every layout
@@ -114,7 +112,19 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     be = make_backend(opt.backend);
   });
   ParamStore store(tp, layout.tp_rank);
-  GptStage stage(plan.model, layout, plan.plan.micro_batch, plan.plan.recompute, store);
+  // One stage per model chunk (interleaved schedule: virtual stages), declared in chunk order.
+  const int chunks = plan.plan.schedule == Schedule::interleaved ? plan.plan.virtual_stages : 1;
+  std::vector<std::unique_ptr<GptStage>> stages;
+  for (int c = 0; c < chunks; ++c)
+    stages.push_back(std::make_unique<GptStage>(plan.model, layout,
+                                                StageConfig{.micro_batch = plan.plan.micro_batch,
+                                                            .recompute = plan.plan.recompute,
+                                                            .sequence_parallel = plan.plan.sequence_parallel,
+                                                            .chunk = c,
+                                                            .chunks = chunks},
+                                                store));
+  const int embedding_param =
+      layout.first_stage() ? stages.front()->embedding_param() : stages.back()->embedding_param();
   // ZeRO-1: each data-parallel rank keeps the AdamW moments of one shard of the parameters,
   // updates that shard and all-gathers the parameters after the step.
   const bool zero1 = plan.plan.zero == 1;
@@ -122,7 +132,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   GradientReducer reducer(store, *dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4));
 
   const int micro_batches = plan.plan.micro_batches(plan.training);
-  const std::vector<PipelineOp> ops = pipeline_ops(plan.plan.schedule, pp, layout.pp_rank, micro_batches);
+  const std::vector<PipelineOp> ops = pipeline_ops(plan.plan.schedule, pp, layout.pp_rank, micro_batches, chunks);
   const double global_tokens = double(plan.training.global_batch) * plan.model.seq_len;
   const float loss_scale = float(1.0 / global_tokens);  // token-mean over the global batch
   const double model_flops = model_flops_per_iteration(plan.model, plan.training.global_batch).value();
@@ -142,7 +152,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     const auto t0 = Clock::now();
     be->fill(store.grads(), 0.0f);
     std::map<int, MicroBatch> batches;
-    std::map<int, Tensor> inbox, outbox;  // per micro-batch: received / to be sent
+    std::map<std::pair<int, int>, Tensor> inbox, outbox;  // per (micro-batch, chunk): received / to be sent
     std::vector<std::unique_ptr<Request>> sends;
     double loss_sum = 0;
     auto batch = [&](int mb) -> const MicroBatch& {
@@ -154,41 +164,42 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     const std::function<void(int)> not_yet = [](int) {};
     for (const PipelineOp& op : ops) {
       const int mb = op.micro_batch;
+      const std::pair<int, int> key{mb, op.chunk};
+      GptStage& stage = *stages[std::size_t(op.chunk)];
       switch (op.kind) {
         case PipelineOpKind::recv_activation:
         case PipelineOpKind::recv_gradient: {
-          const bool grad = op.kind == PipelineOpKind::recv_gradient;
+          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
           Tensor t = be->zeros(stage.tokens(), stage.hidden());
-          world.recv(t, grad ? layout.next_stage_rank() : layout.prev_stage_rank(), message_tag(mb, grad));
-          inbox[mb] = t;
+          world.recv(t, layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag);
+          inbox[key] = t;
           break;
         }
         case PipelineOpKind::forward:
-          outbox[mb] = stage.forward(*be, *tp_comm, mb, batch(mb), inbox[mb]);
-          inbox.erase(mb);
-          if (layout.last_stage()) loss_sum += stage.loss_sum(mb);
+          outbox[key] = stage.forward(*be, *tp_comm, mb, batch(mb), inbox[key]);
+          inbox.erase(key);
+          if (stage.has_head()) loss_sum += stage.loss_sum(mb);
           break;
         case PipelineOpKind::backward:
-          // Gradients are final only after the last micro-batch's backward: only then may
-          // buckets start their all-reduce.
-          outbox[mb] = stage.backward(*be, *tp_comm, mb, batch(mb), inbox[mb], loss_scale,
-                                      mb == micro_batches - 1 ? mark_ready : not_yet);
-          inbox.erase(mb);
-          batches.erase(mb);
+          // Gradients are final only after the last micro-batch's backward (of each chunk): only
+          // then may buckets start their all-reduce.
+          outbox[key] = stage.backward(*be, *tp_comm, mb, batch(mb), inbox[key], loss_scale,
+                                       mb == micro_batches - 1 ? mark_ready : not_yet);
+          inbox.erase(key);
+          if (op.chunk == 0) batches.erase(mb);
           break;
         case PipelineOpKind::send_activation:
         case PipelineOpKind::send_gradient: {
-          const bool grad = op.kind == PipelineOpKind::send_gradient;
-          sends.push_back(world.send(outbox[mb], grad ? layout.prev_stage_rank() : layout.next_stage_rank(),
-                                     message_tag(mb, grad)));
-          outbox.erase(mb);
+          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
+          sends.push_back(world.send(outbox[key], layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag));
+          outbox.erase(key);
           break;
         }
       }
     }
     for (auto& s : sends) s->wait();
     reducer.finish();
-    if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[stage.embedding_param()].grad, ReduceOp::sum);
+    if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[embedding_param].grad, ReduceOp::sum);
 
     // Every tensor-parallel rank of the last stage holds the same loss; count one per replica.
     double loss[1] = {layout.last_stage() && layout.tp_rank == 0 ? loss_sum : 0.0};

@@ -152,7 +152,7 @@ TEST(LayerReference, WholeStageLossAndEmbeddingGradients) {
   auto be = make_cpu_backend();
   auto self = make_self_communicator();
   ParamStore store(1, 0);
-  GptStage stage(m, layout, kDims.batch, Recompute::full, store);
+  GptStage stage(m, layout, StageConfig{.micro_batch = kDims.batch, .recompute = Recompute::full}, store);
   store.allocate(*be, 1);
   ASSERT_EQ(store.size(), 2 + 12 + 2);  // wte, wpe, one layer, lnf_g, lnf_b
 
