@@ -43,6 +43,10 @@ struct HostSpec {
   Bytes memory;                   // host memory per node
 };
 
+/// The most GPUs a cluster may have: 2^24, far beyond any machine built, and small enough that GPU
+/// counts and products of parallel degrees stay exact in int arithmetic.
+inline constexpr int kMaxClusterGpus = 1 << 24;
+
 struct ClusterSpec {
   std::string name;
   int nodes = 0;
@@ -53,7 +57,7 @@ struct ClusterSpec {
   HostSpec host;
   std::string source;
 
-  int total_gpus() const { return nodes * gpus_per_node; }
+  int total_gpus() const { return nodes * gpus_per_node; }  // at most kMaxClusterGpus once loaded
 };
 
 }  // namespace foresight

@@ -61,7 +61,7 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
     return fail("plan.tp", str((long long)p.tp),
                 "must divide model.kv_heads = " + str((long long)m.kv_heads) + " or be a multiple of it");
-  if (t.global_batch % (p.dp * p.micro_batch) != 0)
+  if (t.global_batch % ((long long)p.dp * p.micro_batch) != 0)
     return fail("training.global_batch", str((long long)t.global_batch),
                 "must be a multiple of plan.dp * plan.micro_batch = " + str((long long)p.dp) + " * " +
                     str((long long)p.micro_batch) + " = " + str((long long)p.dp * p.micro_batch));
@@ -75,7 +75,7 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   if (p.schedule == Schedule::interleaved) {
     if (p.pp < 2)
       return fail("plan.schedule", "interleaved", "needs plan.pp >= 2 (it is " + str((long long)p.pp) + ")");
-    if (m.layers % (p.pp * p.virtual_stages) != 0)
+    if (m.layers % ((long long)p.pp * p.virtual_stages) != 0)
       return fail("plan.virtual_stages", str((long long)p.virtual_stages),
                   "plan.pp * plan.virtual_stages = " + str((long long)p.pp * p.virtual_stages) +
                       " must divide model.layers = " + str((long long)m.layers));

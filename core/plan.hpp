@@ -42,7 +42,7 @@ struct PlanSpec {
 
   int gpus() const { return tp * pp * dp; }
   /// Micro-batches per pipeline per iteration.
-  int micro_batches(const TrainingSpec& t) const { return t.global_batch / (dp * micro_batch); }
+  int micro_batches(const TrainingSpec& t) const { return int(t.global_batch / ((long long)dp * micro_batch)); }
   int layers_per_stage(const ModelSpec& m) const { return m.layers / pp; }
 };
 

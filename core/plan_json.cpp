@@ -34,7 +34,7 @@ class JsonReader {
  public:
   JsonReader(const nlohmann::json& j, std::string source, std::string prefix)
       : j_(j), source_(std::move(source)), prefix_(std::move(prefix)) {
-    if (!j_.is_object()) fail(prefix_, j_.dump(), "must be an object");
+    if (!j_.is_object()) fail(prefix_, brief(j_), "must be an object");
   }
   [[noreturn]] void fail(const std::string& field, const std::string& value, const std::string& rule) const {
     throw SpecError(SourceLocation{source_, 0, 0}, field, value, rule);
@@ -52,29 +52,32 @@ class JsonReader {
   int integer(const std::string& k, std::optional<int> fallback, long long min) {
     const auto& v = get(k, !fallback);
     if (v.is_null()) return *fallback;
-    if (!v.is_number_integer()) fail(path(k), v.dump(), "must be an integer");
+    if (!v.is_number_integer()) fail(path(k), brief(v), "must be an integer");
+    if (v.is_number_unsigned() && v.get<unsigned long long>() > 2147483647ULL)
+      fail(path(k), brief(v), "must be at most 2147483647");
     const long long x = v.get<long long>();
-    if (x < min || x > 2147483647LL) fail(path(k), v.dump(), "must be at least " + std::to_string(min));
+    if (x < min) fail(path(k), brief(v), "must be at least " + std::to_string(min));
+    if (x > 2147483647LL) fail(path(k), brief(v), "must be at most 2147483647");
     return int(x);
   }
   double number(const std::string& k, std::optional<double> fallback, double min) {
     const auto& v = get(k, !fallback);
     if (v.is_null()) return *fallback;
-    if (!v.is_number()) fail(path(k), v.dump(), "must be a number");
+    if (!v.is_number()) fail(path(k), brief(v), "must be a number");
     const double x = v.get<double>();
-    if (!(x >= min)) fail(path(k), v.dump(), "must be at least " + std::to_string(min));
+    if (!(x >= min)) fail(path(k), brief(v), "must be at least " + std::to_string(min));
     return x;
   }
   bool boolean(const std::string& k, std::optional<bool> fallback) {
     const auto& v = get(k, !fallback);
     if (v.is_null()) return *fallback;
-    if (!v.is_boolean()) fail(path(k), v.dump(), "must be true or false");
+    if (!v.is_boolean()) fail(path(k), brief(v), "must be true or false");
     return v.get<bool>();
   }
   std::string string(const std::string& k, std::optional<std::string> fallback) {
     const auto& v = get(k, !fallback);
     if (v.is_null()) return *fallback;
-    if (!v.is_string()) fail(path(k), v.dump(), "must be a string");
+    if (!v.is_string()) fail(path(k), brief(v), "must be a string");
     return v.get<std::string>();
   }
   template <class E>
@@ -103,7 +106,7 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     throw SpecError(SourceLocation{source, 0, 0}, "", "", std::string("is not valid JSON: ") + e.what());
   }
   JsonReader top(j, source, "");
@@ -119,6 +122,9 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
     p.model.heads = m.integer("heads", std::nullopt, 1);
     p.model.seq_len = m.integer("seq_len", std::nullopt, 1);
     p.model.vocab = m.integer("vocab", std::nullopt, 1);
+    if (m.get("ffn_hidden", false).is_null() && 4LL * p.model.hidden > 2147483647LL)
+      m.fail("model.ffn_hidden", std::to_string(4LL * p.model.hidden) + " (default: 4 * model.hidden)",
+             "must be at most 2147483647; give model.ffn_hidden explicitly");
     p.model.ffn_hidden = m.integer("ffn_hidden", 4 * p.model.hidden, 1);
     p.model.kv_heads = m.integer("kv_heads", p.model.heads, 1);
     if (!m.get("moe", false).is_null()) {
@@ -167,10 +173,10 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
     pl.ep = q.integer("ep", 1, 1);
     const auto& slices = q.get("token_slices", false);
     if (!slices.is_null()) {
-      if (!slices.is_array()) q.fail("plan.token_slices", slices.dump(), "must be a list of integers");
+      if (!slices.is_array()) q.fail("plan.token_slices", brief(slices), "must be a list of integers");
       for (const auto& s : slices) {
         if (!s.is_number_integer() || s.get<long long>() < 1 || s.get<long long>() > 2147483647LL)
-          q.fail("plan.token_slices", s.dump(), "every slice must be a positive integer");
+          q.fail("plan.token_slices", brief(s), "every slice must be a positive integer");
         pl.token_slices.push_back(s.get<int>());
       }
     }
@@ -179,6 +185,9 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
     q.finish();
   }
   p.gpus = top.integer("gpus", std::nullopt, 1);
+  if (p.gpus > kMaxClusterGpus) top.fail("gpus", std::to_string(p.gpus), "must be at most " + std::to_string(kMaxClusterGpus));
+  if (p.gpus_per_node > kMaxClusterGpus)
+    top.fail("cluster.gpus_per_node", std::to_string(p.gpus_per_node), "must be at most " + std::to_string(kMaxClusterGpus));
   p.data = top.string("data", "synthetic");
   p.steps = top.integer("steps", 20, 1);
   p.checkpoint_dir = top.string("checkpoint_dir", "checkpoints");

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "core/config_paths.hpp"
@@ -18,28 +19,36 @@ std::string scenarios_dir() {
 }
 
 std::string resolve_scenario(const std::string& kind, const std::string& name_or_path) {
-  if (fs::exists(name_or_path) && fs::is_regular_file(name_or_path)) return name_or_path;
+  std::error_code ec;  // a name the file system refuses (too long, bad characters) is simply not there
+  if (fs::is_regular_file(name_or_path, ec)) return name_or_path;
   const fs::path lib = fs::path(scenarios_dir()) / kind / (name_or_path + ".yaml");
-  if (fs::exists(lib)) return lib.string();
+  if (fs::is_regular_file(lib, ec)) return lib.string();
   throw SpecError(SourceLocation{"<command line>", 0, 0}, kind, name_or_path,
                   "is neither a file nor a name in " + (fs::path(scenarios_dir()) / kind).string());
 }
 
 namespace {
 
-/// Parses one YAML file, turning yaml-cpp's exceptions into SpecErrors with a location.
-YAML::Node parse_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
+/// Parses YAML text that `path` names, turning yaml-cpp's exceptions into SpecErrors with a location.
+YAML::Node parse_text(const std::string& text, const std::string& path) {
   try {
-    YAML::Node root = YAML::Load(in);
-    return root;
+    return YAML::Load(text);
   } catch (const YAML::Exception& e) {
     const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
     const int col = e.mark.is_null() ? 0 : e.mark.column + 1;
     throw SpecError(SourceLocation{path, line, col}, "", "", "is not valid YAML: " + e.msg);
   }
 }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+YAML::Node parse_file(const std::string& path) { return parse_text(read_file(path), path); }
 
 struct Section {
   YAML::Node node;
@@ -106,8 +115,9 @@ class Resolver {
             fs::path(scenarios_dir()) / kind_dir / (ref + ".yaml")};
   }
   static std::string locate(const std::string& ref, const std::string& from, const std::string& kind_dir) {
+    std::error_code ec;  // a name the file system refuses (too long, bad characters) is simply not there
     for (const auto& c : candidates(ref, from, kind_dir))
-      if (fs::is_regular_file(c)) return c.string();
+      if (fs::is_regular_file(c, ec)) return c.string();
     return "";
   }
   static std::string looked_in(const std::string& ref, const std::string& from, const std::string& kind_dir) {
@@ -144,6 +154,11 @@ ClusterSpec read_cluster(const Section& s, Resolver& res) {
   c.name = r.get_string("name", std::nullopt);
   c.nodes = r.get_int("nodes", std::nullopt, 1);
   c.gpus_per_node = r.get_int("gpus_per_node", std::nullopt, 1);
+  if ((long long)c.nodes * c.gpus_per_node > kMaxClusterGpus)
+    throw SpecError(r.where("nodes"), "cluster.nodes", std::to_string(c.nodes),
+                    "times cluster.gpus_per_node = " + std::to_string(c.gpus_per_node) + " gives " +
+                        std::to_string((long long)c.nodes * c.gpus_per_node) + " GPUs: must be at most " +
+                        std::to_string(kMaxClusterGpus));
   c.gpu = read_gpu(res.resolve(r, "gpu", "gpu", "gpus"));
   {
     MapReader in(r.child("intra_node", true), s.file, "cluster.intra_node");
@@ -186,7 +201,13 @@ ModelSpec read_model(const Section& s) {
   m.seq_len = r.get_int("seq_len", std::nullopt, 1);
   m.vocab = r.get_int("vocab", std::nullopt, 1);
   m.ffn_hidden = r.get_int("ffn_hidden", 0, 1);
-  if (m.ffn_hidden == 0) m.ffn_hidden = 4 * m.hidden;
+  if (m.ffn_hidden == 0) {
+    const long long ffn = 4LL * m.hidden;
+    if (ffn > 2147483647LL)
+      throw SpecError(r.where("hidden"), "model.ffn_hidden", std::to_string(ffn) + " (default: 4 * model.hidden)",
+                      "must be at most 2147483647; give model.ffn_hidden explicitly");
+    m.ffn_hidden = int(ffn);
+  }
   m.kv_heads = r.get_int("kv_heads", m.heads, 1);
   if (r.has("moe")) {
     MapReader mr(r.child("moe", true), s.file, "model.moe");
@@ -216,8 +237,8 @@ void record(Experiment& e, const MapReader& r, std::initializer_list<const char*
 
 }  // namespace
 
-GpuSpec load_gpu(const std::string& path) {
-  YAML::Node root = parse_file(path);
+GpuSpec parse_gpu(const std::string& yaml, const std::string& path) {
+  YAML::Node root = parse_text(yaml, path);
   MapReader top(root, path, "");
   Resolver res;
   GpuSpec g = read_gpu(res.resolve(top, "gpu", "gpu", "gpus"));
@@ -225,8 +246,8 @@ GpuSpec load_gpu(const std::string& path) {
   return g;
 }
 
-ClusterSpec load_cluster(const std::string& path) {
-  YAML::Node root = parse_file(path);
+ClusterSpec parse_cluster(const std::string& yaml, const std::string& path) {
+  YAML::Node root = parse_text(yaml, path);
   MapReader top(root, path, "");
   Resolver res;
   ClusterSpec c = read_cluster(res.resolve(top, "cluster", "cluster", "clusters"), res);
@@ -234,8 +255,8 @@ ClusterSpec load_cluster(const std::string& path) {
   return c;
 }
 
-ModelSpec load_model(const std::string& path) {
-  YAML::Node root = parse_file(path);
+ModelSpec parse_model(const std::string& yaml, const std::string& path) {
+  YAML::Node root = parse_text(yaml, path);
   MapReader top(root, path, "");
   Resolver res;
   ModelSpec m = read_model(res.resolve(top, "model", "model", "models"));
@@ -243,8 +264,8 @@ ModelSpec load_model(const std::string& path) {
   return m;
 }
 
-Experiment load_experiment(const std::string& path) {
-  YAML::Node root = parse_file(path);
+Experiment parse_experiment(const std::string& yaml, const std::string& path) {
+  YAML::Node root = parse_text(yaml, path);
   MapReader top(root, path, "");
   Resolver res;
   const Section sec = res.resolve(top, "experiment", "experiment", "experiments");
@@ -334,6 +355,11 @@ Experiment load_experiment(const std::string& path) {
   validate_experiment(e);
   return e;
 }
+
+GpuSpec load_gpu(const std::string& path) { return parse_gpu(read_file(path), path); }
+ClusterSpec load_cluster(const std::string& path) { return parse_cluster(read_file(path), path); }
+ModelSpec load_model(const std::string& path) { return parse_model(read_file(path), path); }
+Experiment load_experiment(const std::string& path) { return parse_experiment(read_file(path), path); }
 
 void validate_experiment(const Experiment& e) {
   if (auto v = check_plan(e.model, e.cluster, e.training, e.plan, e.gpus))

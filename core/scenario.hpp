@@ -23,6 +23,13 @@ ClusterSpec load_cluster(const std::string& path);
 ModelSpec load_model(const std::string& path);
 Experiment load_experiment(const std::string& path);
 
+/// The same from YAML text already in memory: `path` names it in errors and anchors its relative
+/// references, but is not read.
+GpuSpec parse_gpu(const std::string& yaml, const std::string& path);
+ClusterSpec parse_cluster(const std::string& yaml, const std::string& path);
+ModelSpec parse_model(const std::string& yaml, const std::string& path);
+Experiment parse_experiment(const std::string& yaml, const std::string& path);
+
 /// Checks an experiment's plan and throws SpecError at the offending field's location.
 void validate_experiment(const Experiment& e);
 

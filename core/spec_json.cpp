@@ -67,4 +67,11 @@ nlohmann::ordered_json to_json(const PlanSpec& p) {
           {"placement", to_string(p.placement)}};
 }
 
+std::string brief(const nlohmann::json& v) {
+  if (v.is_array()) return "[a list of " + std::to_string(v.size()) + "]";
+  if (v.is_object()) return "{an object}";
+  const std::string s = v.dump();
+  return s.size() <= 80 ? s : s.substr(0, 77) + "...";
+}
+
 }  // namespace foresight

@@ -14,4 +14,8 @@ nlohmann::ordered_json to_json(const ClusterSpec& c);
 nlohmann::ordered_json to_json(const TrainingSpec& t);
 nlohmann::ordered_json to_json(const PlanSpec& p);
 
+/// A JSON value as an error message shows it: scalars as written (long ones cut), lists and objects
+/// by kind only, so that a huge or deeply nested value neither floods the message nor recurses.
+std::string brief(const nlohmann::json& v);
+
 }  // namespace foresight

@@ -137,8 +137,9 @@ std::vector<int> MapReader::get_int_list(const std::string& key, long long min_v
     }
     if (used == 0 || used != e.Scalar().size())
       throw SpecError(location_of(e, file_), p, e.Scalar(), "must be an integer");
-    if (v < min_value || v > 2147483647LL)
+    if (v < min_value)
       throw SpecError(location_of(e, file_), p, e.Scalar(), "must be at least " + std::to_string(min_value));
+    if (v > 2147483647LL) throw SpecError(location_of(e, file_), p, e.Scalar(), "must be at most 2147483647");
     out.push_back(static_cast<int>(v));
   }
   return out;

@@ -212,6 +212,9 @@ StageParameters parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, 
       p.dense += dense_layer_parameters(model) / t;
     }
   }
+  // TeraPipe's evaluated model has no embedding or LM head (zhuohan123/terapipe
+  // transformer_models.py): its stages hold transformer layers only.
+  if (plan.framework == Framework::terapipe) return p;
   const double word_embedding = double(model.vocab) * h / t;
   if (stage == 0) p.dense += word_embedding + double(model.seq_len) * h;
   if (is_last_stage(plan, stage)) {
@@ -240,6 +243,12 @@ StateBytesPerParam state_bytes_per_param(Dtype dtype, Optimizer optimizer, Frame
   if (zero >= 2) s.grads /= shard_ways;
   if (zero >= 3) s.weights /= shard_ways;
   return s;
+}
+
+double grad_accumulation_bytes_per_param(Dtype dtype, Framework framework) {
+  const double w = weight_bytes(dtype);
+  if (framework == Framework::megatron) return w < 4.0 ? 4.0 + w + 4.0 : 3.0 * w;
+  return 3.0 * w;
 }
 
 // ---- Activations, buffers and the total ---------------------------------------------------------

@@ -172,6 +172,16 @@ struct StateBytesPerParam {
 StateBytesPerParam state_bytes_per_param(Dtype dtype, Optimizer optimizer, Framework framework,
                                          int zero, double shard_ways);
 
+/// HBM bytes moved per parameter each time one micro-batch's (or token slice's) weight gradients
+/// are added into the gradient buffer:
+///  - megatron: fp32 main-grad accumulation, `param.main_grad.add_(param.grad.data)` in the
+///    backward hook of Megatron-LM v2.x's local DDP (megatron/model/distributed.py): read the fp32
+///    main grad (4), read the 16-bit grad (2), write fp32 (4) = 10 bytes; fp32 training 12.
+///  - deepspeed, terapipe, generic: PyTorch's AccumulateGrad, `grad += new_grad` in the parameter
+///    dtype (DeepSpeed ZeRO-1 with the pipeline engine keeps 16-bit grads until ReduceGrads,
+///    deepspeed/runtime/zero/stage2.py @ v0.5.x): read both, write one = 3 x the grad bytes.
+double grad_accumulation_bytes_per_param(Dtype dtype, Framework framework);
+
 // ---------------------------------------------------------------------------------------------
 // Buffers and headroom, and the per-GPU total.
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/spec_json.hpp"
 
 namespace foresight::cost_models {
 
@@ -15,7 +16,7 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& sou
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     throw SpecError(SourceLocation{source, 0, 0}, "", "", std::string("is not valid JSON: ") + e.what());
   }
   auto fail = [&](const std::string& field, const std::string& value, const std::string& rule) {
@@ -28,13 +29,15 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& sou
     }
     const auto& v = o.at(key);
     if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
-      fail(where + "." + key, v.dump(), "must be a positive number");
+      fail(where + "." + key, brief(v), "must be a positive number");
     return v.get<double>();
   };
   if (!j.is_object()) fail("", "", "must be a JSON object");
   CalibrationProfile p;
   p.source = source;
   if (!j.contains("device") || !j["device"].is_object()) fail("device", "", "is required and must be an object");
+  if (j["device"].contains("name") && !j["device"]["name"].is_string())
+    fail("device.name", brief(j["device"]["name"]), "must be a string");
   p.device = j["device"].value("name", "");
   p.peak_tflops = *positive(j["device"], "peak_tflops", "device", true);
   if (!j.contains("measurements") || !j["measurements"].is_array()) fail("measurements", "", "is required and must be a list");

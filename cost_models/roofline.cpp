@@ -7,6 +7,25 @@
 
 namespace foresight::cost_models {
 
+RooflineParams roofline_params_for(const GpuSpec& gpu) {
+  RooflineParams p;
+  if (gpu.name.rfind("a100", 0) == 0) {
+    // GEMM: best cuBLAS bf16 throughput on an A100 SXM over a shape sweep, 271.2 of 312 TFLOP/s
+    // (stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS"
+    // table, shape 1024x10240x5120, torch 2.6 / CUDA 12.6); a ceiling that the wave and tile terms
+    // derate per shape.
+    p.gemm_efficiency = 271.2 / 312.0;
+    // Streaming: 1.80 of 2.04 TB/s read on an A100 80GB SXM, confirmed with Nsight Compute
+    // (NVIDIA Developer Forums, "Trouble to Reach Peak Bandwidth of A100").
+    p.memory_efficiency = 0.88;
+    // FlashAttention-2 forward+backward, causal, head dim 128, seq 2k, A100 80GB: 155 TFLOP/s
+    // (Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png, backward = 2.5x fwd).
+    p.flash_efficiency = 155.0 / 312.0;
+  }
+  // H100/H200 and others: the defaults (our H100 cuBLAS and SDPA measurements).
+  return p;
+}
+
 RooflineCompute::RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams params)
     : gpu_(gpu), peak_(gpu.peak(dtype)), p_(params) {
   FORESIGHT_CHECK(peak_ > FlopsPerSecond(0)) << gpu.name << " has no peak for " << to_string(dtype);
@@ -56,7 +75,7 @@ Seconds LayerOpTimes::forward() const {
 }
 
 LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
-                       bool moe_layer, AttentionImpl attention) {
+                       bool moe_layer, AttentionImpl attention, MoeDispatch dispatch) {
   const double t = p.tp, b = p.micro_batch, h = m.hidden, T = b * tokens, d = m.head_dim();
   const double a_local = double(m.heads) / t;
   const double kv_dim = double(m.kv_heads) * d;
@@ -87,9 +106,17 @@ LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const Plan
     ffn_tokens = T * m.moe->top_k * m.moe->capacity_factor;  // balanced: each GPU's experts get this many
     F.moe_router = rc.gemm({T, double(m.moe->experts), h, 1}) + rc.memory_bound(Bytes(4.0 * T * m.moe->experts * 3), 2);
     B.moe_router = 2.0 * F.moe_router;
-    // Permute before and unpermute after the experts: read and write the routed (tokens, h).
-    F.moe_permute = rc.memory_bound(Bytes(2 * 4.0 * ffn_tokens * h), 2);
-    B.moe_permute = F.moe_permute;
+    if (dispatch == MoeDispatch::einsum) {
+      // One-hot einsums: dispatch (E*C x h x T) and combine (T x h x E*C) forward; backward the
+      // input gradient of each and the gate gradient of combine: three GEMMs.
+      const Seconds one = rc.gemm({ffn_tokens, h, T, 1});
+      F.moe_permute = 2.0 * one;
+      B.moe_permute = 3.0 * one;
+    } else {
+      // Permute before and unpermute after the experts: read and write the routed (tokens, h).
+      F.moe_permute = rc.memory_bound(Bytes(2 * 4.0 * ffn_tokens * h), 2);
+      B.moe_permute = F.moe_permute;
+    }
   }
   fwd_bwd(ffn_tokens, f / t, h, F.fc1, B.fc1);
   F.gelu = rc.memory_bound(Bytes(4.0 * ffn_tokens * f / t));

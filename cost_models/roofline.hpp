@@ -21,6 +21,12 @@ namespace foresight::cost_models {
 /// FlashAttention kernel that never writes the scores (Dao et al. 2022).
 enum class AttentionImpl { unfused, flash };
 
+/// How MoE tokens reach their experts: a gather/scatter permute (Megatron-core, our kernels), or
+/// DeepSpeed-MoE 2021's dense one-hot einsums, `sec,sm->ecm` to dispatch and `sec,ecm->sm` to
+/// combine, each a GEMM of 2*S*(E*C)*M FLOPs over the S tokens of a GPU (deepspeed/moe/
+/// sharded_moe.py, USE_EINSUM = True, before 2021-12-10).
+enum class MoeDispatch { permute, einsum };
+
 struct RooflineParams {
   /// Best fraction of the dense tensor-core peak a large cuBLAS GEMM reaches. Source: our own
   /// measurement of cuBLAS bf16 8192^3 on an H100 SXM, 800 of 989 TFLOP/s (shared/bench README,
@@ -40,6 +46,11 @@ struct RooflineParams {
   /// Host-side cost of one kernel launch, seen when kernels are tiny (CUDA launch ~3-5 us).
   Seconds launch_overhead = Seconds(4e-6);
 };
+
+/// The published kernel-level parameter set for a GPU (by its scenario name), each number with its
+/// source in roofline.cpp; the H100-derived defaults above for GPUs without published data.
+/// Nothing here is fitted to an end-to-end training result.
+RooflineParams roofline_params_for(const GpuSpec& gpu);
 
 /// A GEMM C(m x n) = A(m x k) B(k x n), `batch` times, 2-byte inputs and outputs.
 struct GemmShape {
@@ -98,7 +109,7 @@ struct LayerTimes {
 /// Narayanan et al. 2021 sec. 3.2: QKV (T, 3h/t, h), projection (T, h, h/t), FC1 (T, f/t, h),
 /// FC2 (T, h, f/t), T = micro_batch * tokens).
 LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& plan, int tokens, int context,
-                       bool moe_layer, AttentionImpl attention);
+                       bool moe_layer, AttentionImpl attention, MoeDispatch dispatch = MoeDispatch::permute);
 
 struct EdgeTimes {
   Seconds embedding_forward, embedding_backward, head_forward, head_backward;

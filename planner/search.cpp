@@ -10,6 +10,7 @@
 #include "cost_models/memory.hpp"
 #include "planner/terapipe_slicing.hpp"
 #include "sim/costing.hpp"
+#include "sim/limits.hpp"
 
 namespace foresight::planner {
 
@@ -30,6 +31,30 @@ bool fits(const SearchRequest& r, const PlanSpec& p, Bytes* need) {
 }
 
 }  // namespace
+
+bool framework_runs(Framework f, const PlanSpec& p) {
+  switch (f) {
+    case Framework::megatron:
+      // Megatron-LM has no token-level pipelining.
+      return p.schedule != Schedule::terapipe;
+    case Framework::deepspeed:
+      // DeepSpeed's pipeline engine (v0.5-0.6) runs one schedule, TrainSchedule = 1F1B
+      // (deepspeed/runtime/pipe/schedule.py); Megatron-DeepSpeed of that time had neither sequence
+      // parallelism nor selective recompute (both arrived with Korthikanti et al. 2022), and ZeRO-2/3
+      // are refused with pipelines (pipe/engine.py).
+      return p.schedule == Schedule::one_f_one_b && !p.sequence_parallel && p.recompute != Recompute::selective &&
+             p.zero <= 1;
+    case Framework::terapipe:
+      // TeraPipe's code: GPipe-order pipelining with or without token slices, Megatron tensor
+      // parallelism without sequence parallelism, optional checkpointing of the attention core
+      // only (--checkpoint-gradients), no sharded optimizer (zhuohan123/terapipe).
+      return (p.schedule == Schedule::gpipe || p.schedule == Schedule::terapipe || p.pp == 1) &&
+             !p.sequence_parallel && p.recompute != Recompute::full && p.zero == 0;
+    case Framework::generic:
+      return true;
+  }
+  return true;
+}
 
 Experiment experiment_for(const SearchRequest& r, const PlanSpec& plan) {
   Experiment e;
@@ -83,7 +108,10 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   if (dp == 1 && zero == 1) continue;
                   p.ep = ep;
                   p.framework = r.framework;
+                  if (!framework_runs(r.framework, p)) continue;
                   if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
+                  // Too many micro-batches to simulate (an absurd batch on few pipelines).
+                  if (sim::simulation_size_violation(experiment_for(r, p), sim::SimulationSize::fast)) continue;
                   out.push_back(p);
                 }
       }
@@ -182,6 +210,7 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
   if (r.simgrid_top && sim::simgrid_available())
     for (auto& c : fitting) {
       const Experiment e = experiment_for(r, c.plan);
+      if (sim::simulation_size_violation(e, sim::SimulationSize::simgrid)) continue;  // left analytic-only
       c.simgrid = sim::predict(e, sim::EngineKind::simgrid, sim::compute_costs_for(e), CommModel(e.cluster));
     }
   res.ranked = std::move(fitting);
@@ -218,7 +247,7 @@ std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan) {
   int g = std::max(1, std::min(r.slice_granularity, r.model.seq_len));
   while (r.model.seq_len % g != 0) --g;
   const SliceTime time = [&](int tokens, int end) { return sim::slice_stage_time(e, compute, comm, tokens, end); };
-  return optimal_token_slices(r.model.seq_len, plan.pp, time, g).slices;
+  return optimal_token_slices(r.model.seq_len, plan.pp, time, g, plan.micro_batches(r.training)).slices;
 }
 
 PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const PlanSpec& given) {

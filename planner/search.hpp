@@ -61,7 +61,11 @@ struct SearchResult {
 /// least as good in both and better in one. Ordered by memory, ascending; ties keep the first.
 std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double>>& time_memory);
 
-/// Every runnable plan of the request's space (each passes check_plan).
+/// Whether the framework can run the plan (its schedules, sequence parallelism, recompute modes,
+/// ZeRO stages); the search only offers what the chosen framework can execute.
+bool framework_runs(Framework f, const PlanSpec& p);
+
+/// Every runnable plan of the request's space (each passes check_plan and framework_runs).
 std::vector<PlanSpec> enumerate_plans(const SearchRequest& r);
 
 /// The search; `progress(done, total)` is called from worker threads now and then.

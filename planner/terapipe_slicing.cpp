@@ -7,7 +7,7 @@
 
 namespace foresight::planner {
 
-Seconds slicing_latency(const std::vector<int>& slices, int stages, const SliceTime& time) {
+Seconds slicing_latency(const std::vector<int>& slices, int stages, const SliceTime& time, int microbatches) {
   Seconds sum, worst;
   int end = 0;
   for (int l : slices) {
@@ -16,11 +16,11 @@ Seconds slicing_latency(const std::vector<int>& slices, int stages, const SliceT
     sum += t;
     worst = max(worst, t);
   }
-  return sum + worst * double(stages - 1);
+  return sum * double(microbatches) + worst * double(stages - 1);
 }
 
-Slicing optimal_token_slices(int seq_len, int stages, const SliceTime& time, int granularity) {
-  FORESIGHT_CHECK(granularity >= 1 && seq_len % granularity == 0 && stages >= 1)
+Slicing optimal_token_slices(int seq_len, int stages, const SliceTime& time, int granularity, int microbatches) {
+  FORESIGHT_CHECK(granularity >= 1 && seq_len % granularity == 0 && stages >= 1 && microbatches >= 1)
       << "seq_len " << seq_len << ", granularity " << granularity << ", stages " << stages;
   const int n = seq_len / granularity;  // units
   // t[i][j]: time of the slice covering units [i, j), ending at token j*granularity.
@@ -56,7 +56,7 @@ Slicing optimal_token_slices(int seq_len, int stages, const SliceTime& time, int
     std::vector<int> slices;
     for (int j = n; j > 0; j = from[j]) slices.push_back((j - from[j]) * granularity);
     std::reverse(slices.begin(), slices.end());
-    const double lat = slicing_latency(slices, stages, time).value();
+    const double lat = slicing_latency(slices, stages, time, microbatches).value();
     if (lat < best_latency) {
       best_latency = lat;
       best.slices = slices;

@@ -9,6 +9,7 @@
 #include "cost_models/memory.hpp"
 #include "cost_models/offload.hpp"
 #include "sim/fast_engine.hpp"
+#include "sim/limits.hpp"
 #include "sim/trace.hpp"
 
 namespace foresight::sim {
@@ -119,9 +120,20 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
     return it->second;
   };
   const Seconds tp_full = tp_layer_comm(m.seq_len);
+  // Weight gradients of every micro-batch (or slice) are added into the gradient buffer, a pass
+  // over HBM per parameter (cost_models::grad_accumulation_bytes_per_param); one kernel per
+  // parameter tensor (12 per transformer layer: 4 weights, 4 biases, 2 layernorms' two each).
+  const double accumulate_bytes = cost_models::grad_accumulation_bytes_per_param(e.training.dtype, p.framework);
+  // DeepSpeed's pipeline engine keeps only its TP partition of a stage's output after sending it
+  // and all-gathers it back before that micro-batch's backward (deepspeed/runtime/pipe/engine.py,
+  // _exec_recv_grads, part_output.full(), v0.5.x).
+  const bool deepspeed_restores_output = p.framework == Framework::deepspeed && p.pp > 1 && p.tp > 1 && !p.sequence_parallel;
   for (int s = 0; s < p.pp; ++s) {
     const std::vector<int> layers = cost_models::stage_layers(m, p, s);
     const int per_chunk = int(layers.size()) / v;
+    const double chunk_params = cost_models::parameters_on_gpu(m, p, s).total() / v;
+    const Seconds accumulate =
+        compute.memory_bound ? compute.memory_bound(Bytes(chunk_params * accumulate_bytes), 12 * per_chunk) : Seconds(0);
     for (int ch = 0; ch < v; ++ch) {
       int context = 0;
       for (int k = 0; k < n_slices; ++k) {
@@ -146,16 +158,22 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
             if (p.recompute == Recompute::full) cc.recompute_tp_comm += ep;
           }
         }
+        cc.backward += accumulate;
         const EdgeCompute ec = compute.edges(tokens);
-        const bool first_segment = s == 0 && ch == 0;
+        // TeraPipe's evaluated model is transformer layers only: no embedding, LM head or
+        // cross-entropy (zhuohan123/terapipe transformer_models.py; the loss is the output's mean).
+        const bool has_edges = p.framework != Framework::terapipe;
+        const bool first_segment = has_edges && s == 0 && ch == 0;
         const bool last_segment = s == p.pp - 1 && ch == v - 1;
+        if (deepspeed_restores_output && !last_segment)
+          cc.backward_tp_comm += comm.time(Collective::all_gather, activation_tensor(b, tokens, h), groups.tp);
         if (first_segment) {
           cc.forward += ec.embedding_forward;
           cc.backward += ec.embedding_backward;
           // Vocab-parallel embedding: an all-reduce of its output (Megatron VocabParallelEmbedding).
           if (p.tp > 1) cc.forward_tp_comm += comm.time(Collective::all_reduce, activation_tensor(b, tokens, h), groups.tp);
         }
-        if (last_segment) {
+        if (last_segment && has_edges) {
           cc.forward += ec.head_forward;
           cc.backward += ec.head_backward;
           // Column-parallel LM head: its input gradient is all-reduced in the backward.
@@ -180,22 +198,50 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
         }
   }
 
-  // Pipeline transfers. Megatron-LM splits the activation over the TP ranks before sending and
-  // all-gathers it over NVLink after (Narayanan et al. 2021 sec. 4.1, scatter/gather); with
-  // sequence parallelism it is already split. DeepSpeed's pipeline engine sends the whole tensor
-  // from every TP rank (deepspeed/runtime/pipe/engine.py, p2p.send of the full activation).
-  const bool split = p.tp > 1 && (p.sequence_parallel || p.framework == Framework::megatron);
+  // Pipeline transfers, as each framework sends them (both blocking: Megatron-LM v2.x waits on
+  // batch_isend_irecv with a device synchronize, megatron/p2p_communication.py; DeepSpeed's
+  // p2p.send/recv assert async_op == False, deepspeed/runtime/pipe/p2p.py @ v0.5.x).
+  //  - Megatron-LM: scatter/gather, each TP rank sends 1/t of the activation and the receiver
+  //    all-gathers it over NVLink, both directions (Narayanan et al. 2021 sec. 4.1); with sequence
+  //    parallelism the tensor is already split.
+  //  - DeepSpeed pipeline engine of the MT-NLG era (v0.5.0-0.5.3): activations partitioned over
+  //    TP and all-gathered by the receiver (engine.py: is_pipe_partitioned = is_model_parallel,
+  //    PartitionedTensor.full()), gradients sent whole from every TP rank (engine.py:
+  //    is_grad_partitioned = False until PR #1407, 2021-09-29).
+  //  - TeraPipe: one whole tensor per stage boundary, from the last TP rank of a stage to the
+  //    first of the next over a 2-rank NCCL group, which broadcasts it to its TP group over NVLink
+  //    (zhuohan123/terapipe mpu/initialize.py, test_transformer_terapipe.py), both directions.
+  //  - generic: the whole tensor from every TP rank, both directions.
+  const bool split_forward = p.tp > 1 && (p.sequence_parallel || p.framework == Framework::megatron ||
+                                          p.framework == Framework::deepspeed);
+  const bool split_backward = p.tp > 1 && (p.sequence_parallel || p.framework == Framework::megatron);
+  const double host_ranks = std::min(p.tp, e.cluster.gpus_per_node);
   for (int k = 0; k < n_slices; ++k) {
     const Bytes act = activation_tensor(b, slices[k], h);
-    const Bytes per_rank = split ? act / double(p.tp) : act;
-    Seconds t;
-    if (p.pp > 1) {
-      t = comm.time(Collective::send_recv, per_rank, groups.pp);
-      if (split && !p.sequence_parallel) t += comm.time(Collective::all_gather, act, groups.tp);
-    }
-    c.p2p_forward.push_back(t);
-    c.p2p_backward.push_back(t);
-    if (k == 0) c.p2p_bytes_per_slice = per_rank * double(std::min(p.tp, e.cluster.gpus_per_node));
+    auto transfer = [&](bool split, Seconds& time, Bytes& node_bytes) {
+      if (p.framework == Framework::terapipe) {
+        node_bytes = act;
+        if (p.pp == 1) return;
+        CommGroup one_flow = groups.pp;
+        one_flow.concurrent_groups = 1;
+        time = comm.time(Collective::send_recv, act, one_flow);
+        if (p.tp > 1) time += comm.time(Collective::broadcast, act, groups.tp);
+        return;
+      }
+      const Bytes per_rank = split ? act / double(p.tp) : act;
+      node_bytes = per_rank * host_ranks;
+      if (p.pp == 1) return;
+      time = comm.time(Collective::send_recv, per_rank, groups.pp);
+      if (split && !p.sequence_parallel) time += comm.time(Collective::all_gather, act, groups.tp);
+    };
+    Seconds fwd, bwd;
+    Bytes fwd_bytes, bwd_bytes;
+    transfer(split_forward, fwd, fwd_bytes);
+    transfer(split_backward, bwd, bwd_bytes);
+    c.p2p_forward.push_back(fwd);
+    c.p2p_backward.push_back(bwd);
+    c.p2p_forward_bytes.push_back(fwd_bytes);
+    c.p2p_backward_bytes.push_back(bwd_bytes);
   }
   c.p2p_blocks_sender = true;
 
@@ -210,9 +256,18 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
     Seconds sync, gather;
     Bytes sync_bytes, gather_bytes;
     const int n = p.dp;
-    const double host_ranks = std::min(p.tp, e.cluster.gpus_per_node);
     if (n > 1) {
-      if (p.zero >= 1) {
+      if (p.zero >= 1 && p.framework == Framework::deepspeed) {
+        // DeepSpeed ZeRO-1 under the pipeline engine: contiguous_gradients and overlap_comm are
+        // forced off, so ReduceGrads all-reduces the 16-bit gradients in buckets (not a
+        // reduce-scatter), then each rank steps its shard and the 16-bit parameters are
+        // all-gathered (deepspeed/runtime/zero/stage2.py buffered_reduce_fallback and
+        // all-gather after step, @ v0.5.x).
+        sync = comm.time(Collective::all_reduce, grads, groups.dp);
+        gather = comm.time(Collective::all_gather, weights16, groups.dp);
+        sync_bytes = grads * (2.0 * (n - 1.0) / n) * host_ranks;
+        gather_bytes = weights16 * ((n - 1.0) / n) * host_ranks;
+      } else if (p.zero >= 1) {
         // Distributed optimizer / ZeRO: reduce-scatter the gradients, all-gather the updated weights.
         sync = comm.time(Collective::reduce_scatter, grads, groups.dp);
         gather = comm.time(Collective::all_gather, weights16, groups.dp);
@@ -282,11 +337,14 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
 
 Prediction predict(const Experiment& e, EngineKind engine, const ComputeCosts& compute, const CommModel& comm,
                    nlohmann::json* trace) {
+  check_simulation_size(e, SimulationSize::fast);  // the costs already hold pp * v * slices chunks
   const WorkloadCosts costs = cost_workload(e, compute, comm);
   SimResult r;
   if (engine == EngineKind::analytic && !trace && fast_engine_applies(costs)) {
     r = run_fast(costs);  // the same schedule as the graph engine, without building the graph
   } else {
+    check_simulation_size(e, trace ? SimulationSize::traced_graph : SimulationSize::graph);
+    if (engine == EngineKind::simgrid) check_simulation_size(e, SimulationSize::simgrid);
     const Workload w = build_workload(costs);
     r = engine == EngineKind::analytic ? run_analytic(w) : run_simgrid(w, simgrid_platform(e, comm));
     if (trace) *trace = chrome_trace(w, r);

@@ -37,6 +37,9 @@ struct ComputeCosts {
   std::function<EdgeCompute(int tokens)> edges;
   /// One optimizer step over `params` parameters held (after sharding) by one GPU.
   std::function<Seconds(double params)> optimizer;
+  /// A memory-bound pass over `bytes` of HBM in `launches` kernels (gradient accumulation);
+  /// free when unset.
+  std::function<Seconds(Bytes bytes, int launches)> memory_bound;
 };
 
 /// The compute costs of an experiment from the default source for its GPU: a calibration profile

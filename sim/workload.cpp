@@ -216,7 +216,8 @@ class Builder {
     t.chunk = op.chunk;
     t.slice = op.slice;
     t.duration = forward ? at(c_.p2p_forward, op.slice) : at(c_.p2p_backward, op.slice);
-    t.bytes = c_.p2p_bytes_per_slice;
+    const auto& bytes = forward ? c_.p2p_forward_bytes : c_.p2p_backward_bytes;
+    t.bytes = op.slice < int(bytes.size()) ? bytes[op.slice] : Bytes(0);
     t.src_stage = src;
     t.dst_stage = dst;
     const int lo = std::min(src, dst);

@@ -63,7 +63,8 @@ struct WorkloadCosts {
   std::vector<std::vector<std::vector<ChunkCosts>>> chunk;
   std::vector<Seconds> p2p_forward;   // per slice: activation transfer to the next stage
   std::vector<Seconds> p2p_backward;  // per slice: gradient transfer to the previous stage
-  Bytes p2p_bytes_per_slice;          // (for SimGrid)
+  std::vector<Bytes> p2p_forward_bytes;   // per slice: bytes leaving a node per transfer (for SimGrid)
+  std::vector<Bytes> p2p_backward_bytes;
   bool p2p_blocks_sender = true;      // the sender's compute stream waits for the transfer
   std::vector<Seconds> dp_grad_sync;      // per stage: gradient all-reduce / reduce-scatter
   std::vector<Bytes> dp_grad_sync_bytes;  // per stage: bytes each DP rank sends in it (coarse ring)

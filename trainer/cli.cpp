@@ -1,6 +1,9 @@
 #include "trainer/cli.hpp"
 
+#include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,6 +15,7 @@
 #include "trainer/bootstrap.hpp"
 #include "trainer/data.hpp"
 #include "trainer/trainer.hpp"
+#include "trainer/watchdog.hpp"
 
 namespace foresight::trainer {
 
@@ -25,6 +29,40 @@ ExecutablePlan read_plan(const std::string& path) {
   return parse_plan_json(text.str(), path);
 }
 
+// A deliberate failure, for testing what the other ranks do when one of them dies or freezes.
+struct Fault {
+  std::string kind;  // hang: the rank stops (SIGSTOP), as a frozen node; exit: _Exit(1); kill: SIGKILL
+  int rank = -1;
+  long step = -1;
+};
+
+// Parses KIND@RANK:STEP; throws SpecError naming the option on anything else.
+Fault parse_fault(const std::string& text) {
+  const auto at = text.find('@'), colon = text.find(':');
+  Fault f;
+  const auto bad = [&](const std::string& rule) {
+    return SpecError(SourceLocation{"command line", 0, 0}, "--inject-fault", text, rule);
+  };
+  if (at == std::string::npos || colon == std::string::npos || colon < at) throw bad("must be KIND@RANK:STEP");
+  f.kind = text.substr(0, at);
+  if (f.kind != "hang" && f.kind != "exit" && f.kind != "kill") throw bad("KIND must be hang, exit or kill");
+  char* end = nullptr;
+  const std::string r = text.substr(at + 1, colon - at - 1), st = text.substr(colon + 1);
+  f.rank = int(std::strtol(r.c_str(), &end, 10));
+  if (r.empty() || *end != '\0' || f.rank < 0) throw bad("RANK must be a rank number >= 0");
+  f.step = std::strtol(st.c_str(), &end, 10);
+  if (st.empty() || *end != '\0' || f.step < 1) throw bad("STEP must be a step number >= 1");
+  return f;
+}
+
+void inject(const Fault& f) {
+  std::fprintf(stderr, "foresight-train: rank %d: injected fault '%s' after step %ld\n", f.rank, f.kind.c_str(), f.step);
+  std::fflush(stderr);
+  if (f.kind == "hang") std::raise(SIGSTOP);
+  if (f.kind == "kill") std::raise(SIGKILL);
+  std::_Exit(1);
+}
+
 }  // namespace
 
 int run_trainer_cli(int argc, char** argv) {
@@ -36,6 +74,8 @@ int run_trainer_cli(int argc, char** argv) {
   double bucket_kB = double(opt.dp_bucket_bytes) / 1024.0;
   std::optional<double> peak_tflops;
   bool quiet = false;
+  double timeout_s = 600;
+  std::string fault_text;
   app.add_option("--plan", plan_path, "plan.json written by `foresight plan`")->required();
   app.add_option("--summary", summary_path, "write the JSON summary (per-step losses, measured vs predicted) here");
   app.add_option("--backend", opt.backend, "compute backend")->capture_default_str();
@@ -56,6 +96,15 @@ int run_trainer_cli(int argc, char** argv) {
   app.add_option("--dp-bucket-kB", bucket_kB, "gradient all-reduce bucket size, kB (1024 bytes)")->capture_default_str();
   app.add_option("--peak-tflops", peak_tflops, "peak TFLOP/s of one rank's device, for MFU (none: MFU not reported)");
   app.add_flag("--quiet", quiet, "no per-step log lines");
+  app.add_option("--timeout-s", timeout_s,
+                 "a rank that finishes no step for this long exits with code 4, and the launcher ends the job "
+                 "(a peer died or hung); 0: wait forever")
+      ->capture_default_str();
+  app.add_option("--inject-fault", fault_text,
+                 "testing aid: KIND@RANK:STEP makes RANK fail after STEP; KIND = hang (SIGSTOP, a frozen node), "
+                 "exit (_Exit(1), a crash), kill (SIGKILL)");
+  app.footer("Exit codes: 0 done, 2 bad input (file, field, value and rule on stderr), 3 non-finite loss or "
+             "gradient norm (step on stderr), 4 no progress within --timeout-s (a peer died or hung).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -66,12 +115,23 @@ int run_trainer_cli(int argc, char** argv) {
   opt.steps = steps;
   opt.peak_tflops = peak_tflops;
   opt.dp_bucket_bytes = std::int64_t(bucket_kB * 1024.0);
+  std::optional<Fault> fault;
+  try {
+    if (!std::isfinite(timeout_s) || timeout_s < 0)
+      throw SpecError(SourceLocation{"command line", 0, 0}, "--timeout-s", std::to_string(timeout_s),
+                      "must be a number of seconds >= 0");
+    if (!fault_text.empty()) fault = parse_fault(fault_text);
+  } catch (const SpecError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
 
   Runtime runtime(argc, argv);
   int rank = 0;
   try {
     auto world = runtime.world();
     rank = world->rank();
+    Watchdog watchdog(timeout_s, rank);
     ExecutablePlan plan;
     agree(*world, [&] { plan = read_plan(plan_path); });
     const int total = steps.value_or(plan.steps);
@@ -86,6 +146,8 @@ int run_trainer_cli(int argc, char** argv) {
         std::printf("%s\n", format_step(r, total).c_str());
         std::fflush(stdout);
       }
+      watchdog.beat(r.step);
+      if (fault && fault->rank == rank && fault->step == r.step) inject(*fault);
     });
     if (rank == 0) {
       if (!summary_path.empty()) {

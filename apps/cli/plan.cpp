@@ -75,6 +75,9 @@ Command plan_command() {
           r.threads = o->threads;
           r.simgrid_top = !o->no_simgrid;
           r.terapipe = o->terapipe || base.plan.schedule == Schedule::terapipe;
+          if (r.terapipe && r.framework != Framework::terapipe && r.framework != Framework::generic)
+            throw SpecError(SourceLocation{"<command line>", 0, 0}, "--terapipe", to_string(r.framework),
+                            "token-level pipelining runs only with --framework terapipe or generic");
           const bool tty = ::isatty(STDERR_FILENO);
           const auto progress = [tty](long done, long total) {
             if (!tty) return;

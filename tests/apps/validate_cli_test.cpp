@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "apps/cli/cli.hpp"
 
@@ -44,7 +47,7 @@ TEST(Determinism, SimulateJsonIsByteIdentical) {
 }
 
 TEST(Determinism, PlanJsonIsIndependentOfThreads) {
-  const std::vector<std::string> base = {"plan", "--experiment", "sc21-table1-39b", "--no-simgrid", "--json", "--top", "5"};
+  const std::vector<std::string> base = {"plan", "--experiment", "sc21-table1-1.7b", "--no-simgrid", "--json", "--top", "5"};
   auto with = [&](const char* threads) {
     auto a = base;
     a.push_back("--threads");
@@ -52,4 +55,48 @@ TEST(Determinism, PlanJsonIsIndependentOfThreads) {
     return run(a);
   };
   EXPECT_EQ(with("1"), with("2"));
+}
+
+// Regression guard for the validation issue. Its targets: MT-NLG each within 3%, SC21 Table 1
+// MAPE <= 5% with none above 10%, TeraPipe latencies and speedups within 15%, DeepSpeed-MoE within
+// 15%. Where a target is met the test holds it; where it is not yet met (reports/validation.md
+// says which and why) the bound is the current error plus a small margin, so the errors cannot
+// silently grow while the causes are worked on. Tighten a bound whenever a change improves it.
+TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
+  const auto j = nlohmann::json::parse(run({"validate", "--json"}));
+  struct Bound {
+    double mape, max_abs;
+  };
+  const std::map<std::string, Bound> bounds = {
+      {"Korthikanti 2022 Table 4", {10.0, 10.0}},
+      {"Megatron-LM SC21 Table 1", {15.0, 22.0}},  // target 5 / 10
+      {"MT-NLG (Smith et al. 2022)", {31.0, 32.0}},  // target 3 / 3
+      {"TeraPipe (Li et al. 2021)", {20.0, 40.0}},   // target 15 / 15
+      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {92.0, 105.0}},  // target 15 / 15
+  };
+  int seen = 0;
+  for (const auto& g : j["groups"]) {
+    const auto it = bounds.find(g["group"].get<std::string>());
+    if (it == bounds.end()) continue;
+    ++seen;
+    EXPECT_LE(g["mape_pct"].get<double>(), it->second.mape) << it->first;
+    EXPECT_LE(g["max_abs_pct"].get<double>(), it->second.max_abs) << it->first;
+  }
+  EXPECT_EQ(seen, int(bounds.size()));
+  // The TeraPipe 13B cases meet the 15% target; hold them to it.
+  for (const auto& c : j["cases"]) {
+    if (c["experiment"].get<std::string>().find("terapipe-gpt3-13b") == 0) {
+      EXPECT_LE(std::abs(c["error_pct"].get<double>()), 15.0) << c["experiment"] << " " << c["quantity"];
+    }
+  }
+}
+
+TEST(Determinism, ValidateJsonIsByteIdenticalInAnyThread) {
+  // validate runs single-threaded, but the fast engine keeps per-thread scratch between plans: a run
+  // in a fresh thread (fresh scratch) must match a run here (scratch left by earlier runs).
+  const std::string here = run({"validate", "--json"});
+  std::string fresh;
+  std::thread([&] { fresh = run({"validate", "--json"}); }).join();
+  EXPECT_EQ(here, fresh);
+  EXPECT_EQ(here, run({"validate", "--json"}));
 }

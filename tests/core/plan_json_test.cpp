@@ -65,6 +65,43 @@ TEST(PlanJson, RefusesMalformedPlans) {
   expect_refused(with([](auto& k) { k["training"]["global_batch"] = 15; }), "training.global_batch");
 }
 
+TEST(PlanJson, RefusesNumbersBeyondWhatThePlanCanHold) {
+  auto j = to_json(sample());
+  auto with = [&](auto edit) {
+    auto k = j;
+    edit(k);
+    return k.dump();
+  };
+  // More GPUs than any cluster (core/hardware.hpp kMaxClusterGpus = 2^24); gpus + gpus_per_node
+  // used to overflow when the nodes were counted.
+  expect_refused(with([](auto& k) { k["gpus"] = 2147483647; }), "gpus");
+  expect_refused(with([](auto& k) { k["cluster"]["gpus_per_node"] = 2147483647; }), "cluster.gpus_per_node");
+  // The default ffn_hidden, 4 * hidden, beyond an int.
+  expect_refused(with([](auto& k) {
+                   k["model"]["hidden"] = 1073741824;
+                   k["model"].erase("ffn_hidden");
+                 }),
+                 "model.ffn_hidden");
+  // An unsigned integer beyond int64 is too large, not negative.
+  try {
+    parse_plan_json(with([](auto& k) { k["plan"]["tp"] = 18446744073709551615ULL; }), "plan.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "plan.tp");
+    EXPECT_EQ(e.rule(), "must be at most 2147483647");
+  }
+  // Numbers beyond a double and deep nesting are refused through SpecError with a short message.
+  expect_refused(R"({"schema_version": 1e999})", "");
+  const std::string deep = R"({"schema_version": 1, "model": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  try {
+    parse_plan_json(deep, "plan.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "model");
+    EXPECT_LT(std::string(e.what()).size(), 200u) << "the value is described, not dumped";
+  }
+}
+
 TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   const ExecutablePlan p = sample();
   const std::string launch = launch_script(p, "plan.json");

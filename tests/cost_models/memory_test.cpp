@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "core/flops.hpp"
+#include "core/scenario.hpp"
 
 namespace foresight::cost_models {
 namespace {
@@ -425,6 +426,25 @@ TEST(MemoryPerGpu, MoeExpertsShardOverExpertParallelism) {
   EXPECT_FALSE(is_moe_layer(m, 0));
   // The MoE layer stores more activations than the dense one (router logits, dispatched tokens).
   EXPECT_GT(activation_bytes_per_layer(m, p, 1, 1024, true), activation_bytes_per_layer(m, p, 1, 1024, false));
+}
+
+TEST(GradAccumulation, BytesPerParameterByFramework) {
+    // Megatron fp32 main grad: read 4 + read 2 + write 4; fp32 training reads and writes 4 three times.
+  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::bf16, Framework::megatron), 10.0);
+  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::fp16, Framework::megatron), 10.0);
+  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::fp32, Framework::megatron), 12.0);
+  // PyTorch AccumulateGrad in the parameter dtype: grad += new_grad.
+  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::fp16, Framework::deepspeed), 6.0);
+  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::fp16, Framework::terapipe), 6.0);
+}
+
+TEST(ParametersOnGpu, TeraPipeStagesHoldLayersOnly) {
+  // TeraPipe's model has no embedding or head: 1B on pp 24 holds one layer per GPU,
+  // 12h^2 + 13h = 50.36M parameters at h = 2048 (weights and biases, two layernorms).
+  const Experiment e = load_experiment(resolve_scenario("experiments", "terapipe-gpt3-1b-p3-gpipe"));
+  const double h = e.model.hidden;
+  for (int s : {0, 11, 23})
+    EXPECT_NEAR(parameters_on_gpu(e.model, e.plan, s).total(), 12 * h * h + 13 * h, 1.0) << s;
 }
 
 }  // namespace

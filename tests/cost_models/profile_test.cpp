@@ -77,4 +77,7 @@ TEST(Profile, MalformedProfilesAreRefused) {
   // Faster than the device's peak: a broken measurement.
   refused(R"({"device": {"peak_tflops": 1}, "measurements": [{"kernel": "gemm", "m": 8192, "n": 8192, "k": 8192, "time_s": 1e-3}]})",
           "measurements[0].time_s");
+  // Found by fuzzing (tests/data/fuzz-regressions/profile_json): these escaped as nlohmann exceptions.
+  refused(R"({"device": {"name": 5, "peak_tflops": 1}, "measurements": []})", "device.name");
+  refused(R"({"device": {"peak_tflops": 1e999}, "measurements": []})", "");
 }

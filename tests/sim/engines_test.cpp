@@ -20,7 +20,8 @@ WorkloadCosts costs(Schedule sched, int p, int m, int v) {
   c.chunk.assign(p, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(1, cc)));
   c.p2p_forward = {Seconds(50e-6)};
   c.p2p_backward = {Seconds(50e-6)};
-  c.p2p_bytes_per_slice = Bytes(1e6);
+  c.p2p_forward_bytes = {Bytes(1e6)};
+  c.p2p_backward_bytes = {Bytes(1e6)};
   c.dp_grad_sync.assign(p, Seconds(0.5e-3));
   c.optimizer.assign(p, Seconds(0.3e-3));
   return c;

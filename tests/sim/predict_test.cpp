@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/scenario.hpp"
+#include "cost_models/memory.hpp"
 #include "sim/costing.hpp"
 
 using namespace foresight;
@@ -106,4 +107,37 @@ TEST(Trace, ChromeTraceSchema) {
   }
   EXPECT_GT(complete, 4 * 2 * 16);  // 4 stages x (16 forwards + 16 backwards) at least
   EXPECT_GE(names, 4);
+}
+
+TEST(PipelineTransfers, BytesAsEachFrameworkSendsThem) {
+  // MT-NLG (DeepSpeed, tp 8, 8 GPUs per node): activations leave a node as 8 partitions of 1/8
+  // (one activation), gradients whole from each of the 8 ranks (8 activations).
+  Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-280"));
+  const double act = 2.0 * 1 * 2048 * 20480;  // 16-bit (b, s, h)
+  WorkloadCosts c = cost_workload(e, fixed_compute(), CommModel(e.cluster));
+  EXPECT_DOUBLE_EQ(c.p2p_forward_bytes[0].value(), act);
+  EXPECT_DOUBLE_EQ(c.p2p_backward_bytes[0].value(), 8 * act);
+  // Megatron-LM scatter/gather: 1/8 per rank both ways.
+  e.plan.framework = Framework::megatron;
+  c = cost_workload(e, fixed_compute(), CommModel(e.cluster));
+  EXPECT_DOUBLE_EQ(c.p2p_backward_bytes[0].value(), act);
+  // TeraPipe: one whole activation per boundary.
+  const Experiment t = load_experiment(resolve_scenario("experiments", "terapipe-gpt3-13b-p3-gpipe"));
+  c = cost_workload(t, fixed_compute(), CommModel(t.cluster));
+  EXPECT_DOUBLE_EQ(c.p2p_forward_bytes[0].value(), 2.0 * t.plan.micro_batch * 2048 * 5120);
+  EXPECT_DOUBLE_EQ(c.p2p_backward_bytes[0].value(), 2.0 * t.plan.micro_batch * 2048 * 5120);
+}
+
+TEST(GradAccumulation, AddedToEveryBackward) {
+  // With a memory-bound source of 1 ns per byte and no launch cost, each micro-batch's backward
+  // grows by params * 10 bytes (Megatron, fp16) * 1 ns.
+  const Experiment e = single_node();
+  ComputeCosts with = fixed_compute();
+  with.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
+  const WorkloadCosts a = cost_workload(e, fixed_compute(), CommModel(e.cluster));
+  const WorkloadCosts b = cost_workload(e, with, CommModel(e.cluster));
+  for (int s = 0; s < e.plan.pp; ++s) {
+    const double params = cost_models::parameters_on_gpu(e.model, e.plan, s).total();
+    EXPECT_NEAR((b.chunk[s][0][0].backward - a.chunk[s][0][0].backward).value(), params * 10 * 1e-9, 1e-12) << s;
+  }
 }

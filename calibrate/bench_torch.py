@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""PyTorch's numbers on bench_kernels' shapes (same names), for the side-by-side in gpu-test.sh:
+torch.matmul for the GEMMs, scaled_dot_product_attention (causal) fwd+bwd, and elementwise ops
+next to a device-to-device copy. CUDA events, L2 flushed before each repetition, median."""
+import json
+import statistics
+import sys
+
+import torch
+
+dev = torch.device("cuda")
+flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+
+
+def timeit(fn, reps=30, warmup=5):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) * 1e-3)
+    return statistics.median(times)
+
+
+rows = []
+gemms = [("gpt3-1.3b", "qkv", 8192, 6144, 2048), ("gpt3-1.3b", "proj", 8192, 2048, 2048),
+         ("gpt3-1.3b", "fc1", 8192, 8192, 2048), ("gpt3-1.3b", "fc2", 8192, 2048, 8192),
+         ("gpt3-175b-tp8", "qkv", 2048, 4608, 12288), ("gpt3-175b-tp8", "proj", 2048, 12288, 1536),
+         ("gpt3-175b-tp8", "fc1", 2048, 6144, 12288), ("gpt3-175b-tp8", "fc2", 2048, 12288, 6144)]
+for model, op, m, n, k in gemms:
+    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+    t = timeit(lambda: torch.matmul(a, w.t()))
+    rows.append({"name": f"gemm {model} {op}", "median_s": t, "rate": 2 * m * n * k / t / 1e12, "unit": "TFLOP/s"})
+
+B, H, T, D = 4, 16, 2048, 128
+q, k_, v = (torch.randn(B, H, T, D, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+do = torch.randn(B, H, T, D, device=dev, dtype=torch.bfloat16)
+
+
+def attn():
+    o = torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=True)
+    o.backward(do)
+
+
+t = timeit(attn)
+rows.append({"name": "attention fwd+bwd causal", "median_s": t,
+             "rate": 3.5 * 4 * B * H * T * T * D / 2 / t / 1e12, "unit": "TFLOP/s"})
+
+n = 1 << 27
+x = torch.randn(n, device=dev, dtype=torch.bfloat16)
+y = torch.randn(n, device=dev, dtype=torch.bfloat16)
+z = torch.empty_like(x)
+for name, nbytes, fn in [("copy d2d", 4 * n, lambda: z.copy_(x)),
+                         ("gelu_forward", 4 * n, lambda: torch.nn.functional.gelu(x, approximate="tanh")),
+                         ("residual_add", 6 * n, lambda: torch.add(x, y, out=z))]:
+    t = timeit(fn)
+    rows.append({"name": name, "median_s": t, "rate": nbytes / t / 1e9, "unit": "GB/s"})
+
+json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+          open(sys.argv[1] if len(sys.argv) > 1 else "bench_torch.json", "w"), indent=2)
+for r in rows:
+    print(f"{r['name']:34s} {r['median_s'] * 1e6:10.1f} us {r['rate']:9.1f} {r['unit']}")

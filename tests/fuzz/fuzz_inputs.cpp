@@ -1,0 +1,56 @@
+#include "tests/fuzz/fuzz_inputs.hpp"
+
+#include "core/flops.hpp"
+#include "core/plan_json.hpp"
+#include "core/scenario.hpp"
+#include "cost_models/memory.hpp"
+#include "cost_models/profile.hpp"
+
+namespace foresight::fuzz {
+
+void scenario_yaml(const std::string& text) {
+  const std::string path = std::string(FORESIGHT_SOURCE_DIR) + "/tests/data/good/fuzz-input.yaml";
+  // Which loader applies depends on the file's top-level key; the others refuse it at once, so
+  // trying those whose key appears in the text covers every loader at little cost.
+  try {
+    const Experiment e = parse_experiment(text, path);
+    // What `describe` computes next from an accepted experiment.
+    parameter_count(e.model);
+    hardware_flops_per_iteration(e.model, e.training.global_batch, e.plan.recompute);
+    cost_models::memory_per_stage(e.model, e.training, e.plan, e.cluster);
+  } catch (const SpecError&) {
+  }
+  if (text.find("model") != std::string::npos) try {
+      parse_model(text, path);
+    } catch (const SpecError&) {
+    }
+  if (text.find("cluster") != std::string::npos) try {
+      parse_cluster(text, path);
+    } catch (const SpecError&) {
+    }
+  if (text.find("gpu") != std::string::npos) try {
+      parse_gpu(text, path);
+    } catch (const SpecError&) {
+    }
+}
+
+void plan_json(const std::string& text) {
+  try {
+    const ExecutablePlan p = parse_plan_json(text, "plan.json");
+    // What the planner and the trainer do with an accepted plan: write it back, print its launch lines.
+    parse_plan_json(to_json(p).dump(), "plan.json (rewritten)");
+    launch_script(p, "plan.json");
+    megatron_arguments(p);
+  } catch (const SpecError&) {
+  }
+}
+
+void profile_json(const std::string& text) {
+  try {
+    const cost_models::CalibrationProfile p = cost_models::parse_profile(text, "profile.json");
+    if (!p.gemm.empty()) cost_models::profile_gemm(p, 4096, 4096, 4096, 1);
+  } catch (const SpecError&) {
+  }
+}
+
+}  // namespace foresight::fuzz

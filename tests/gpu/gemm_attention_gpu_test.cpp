@@ -1,0 +1,148 @@
+// cuBLASLt GEMMs (every transpose, epilogue, output dtype, batch) and causal attention forward and
+// backward against the CPU twins, on random bf16 inputs, outputs poisoned before each launch.
+#include <cmath>
+
+#include "kernels/reference.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
+
+namespace foresight::kernels::gputest {
+namespace {
+
+struct GemmCase {
+  int m, n, k;
+  bool ta, tb;
+  int batch;
+  Epilogue epi;
+};
+
+class GemmGpu : public Gpu {};
+
+TEST_F(GemmGpu, Bf16OutputAllTransposesAndEpilogues) {
+  BlasContext ctx;
+  const GemmCase cases[] = {
+      {128, 96, 64, false, false, 1, Epilogue::none},     {128, 96, 64, false, true, 1, Epilogue::bias},
+      {257, 129, 65, true, false, 1, Epilogue::gelu},     {257, 129, 65, true, true, 1, Epilogue::bias_gelu},
+      {64, 512, 1024, false, true, 1, Epilogue::bias_gelu}, {33, 40, 48, false, false, 3, Epilogue::none},
+      {200, 72, 16, true, true, 4, Epilogue::none},
+  };
+  unsigned seed = 100;
+  for (const auto& c : cases) {
+    const GemmDims d{.m = c.m, .n = c.n, .k = c.k, .trans_a = c.ta, .trans_b = c.tb, .batch = c.batch};
+    auto A = randn(std::size_t(c.batch) * c.m * c.k, ++seed), B = randn(std::size_t(c.batch) * c.k * c.n, ++seed);
+    auto bias = randn(c.n, ++seed);
+    const auto Ab = to_bf16_inplace(A), Bb = to_bf16_inplace(B), biasb = to_bf16_inplace(bias);
+    std::vector<float> want(std::size_t(c.batch) * c.m * c.n);
+    ref::gemm(A.data(), B.data(), want.data(), d, bias.data(), c.epi);
+    DevBuf<bf16> dA(Ab), dB(Bb), dbias(biasb), dC(want.size());
+    dC.poison();
+    gemm(ctx, dA.get(), dB.get(), dC.get(), dbias.get(), d, c.epi, 1.0f, 0.0f, stream);
+    sync();
+    expect_close("gemm bf16 m" + std::to_string(c.m) + " n" + std::to_string(c.n) + " k" + std::to_string(c.k) + " ta" +
+                     std::to_string(c.ta) + " tb" + std::to_string(c.tb) + " b" + std::to_string(c.batch) + " epi" +
+                     std::to_string(int(c.epi)),
+                 dC.download(), want, kTolBf16);
+  }
+}
+
+TEST_F(GemmGpu, Fp32OutputAccumulatesWithBeta) {
+  // A weight gradient dW (out, in) += dy^T x: trans_a, m = out, n = in, k = tokens, beta = 1.
+  BlasContext ctx;
+  const int tokens = 300, in = 96, out = 80;
+  auto dy = randn(std::size_t(tokens) * out, 7), x = randn(std::size_t(tokens) * in, 8);
+  auto w0 = randn(std::size_t(out) * in, 9);
+  const auto dyb = to_bf16_inplace(dy), xb = to_bf16_inplace(x);
+  const GemmDims d{.m = out, .n = in, .k = tokens, .trans_a = true};
+  std::vector<float> want = w0;
+  ref::gemm(dy.data(), x.data(), want.data(), d, nullptr, Epilogue::none, 1.0f, 1.0f);
+  DevBuf<bf16> ddy(dyb), dx(xb);
+  DevBuf<float> dw(w0);  // accumulated into: starts from w0, not poison
+  gemm(ctx, ddy.get(), dx.get(), dw.get(), static_cast<const float*>(nullptr), d, Epilogue::none, 1.0f, 1.0f, stream);
+  sync();
+  expect_close("gemm fp32 out, beta 1 (weight grad)", dw.download(), want, kTolF32);
+  // fp32 bias epilogue (router logits with a bias).
+  auto bias = randn(in, 10);
+  std::vector<float> want2(std::size_t(out) * in);
+  ref::gemm(dy.data(), x.data(), want2.data(), d, bias.data(), Epilogue::bias);
+  DevBuf<float> dbias(bias), dc(want2.size());
+  dc.poison();
+  gemm(ctx, ddy.get(), dx.get(), dc.get(), dbias.get(), d, Epilogue::bias, 1.0f, 0.0f, stream);
+  sync();
+  expect_close("gemm fp32 out, bias epilogue", dc.download(), want2, kTolF32);
+}
+
+TEST_F(GemmGpu, ExpertGemmAndBiasGrad) {
+  BlasContext ctx;
+  const int E = 4, cap = 24, in = 64, out = 48;
+  auto x = randn(std::size_t(E) * cap * in, 11), w = randn(std::size_t(E) * out * in, 12);
+  const auto xb = to_bf16_inplace(x), wb = to_bf16_inplace(w);
+  std::vector<float> want(std::size_t(E) * cap * out);
+  ref::gemm(x.data(), w.data(), want.data(), {.m = cap, .n = out, .k = in, .trans_b = true, .batch = E}, nullptr,
+            Epilogue::none);
+  DevBuf<bf16> dx(xb), dw(wb), dout(want.size());
+  dout.poison();
+  expert_gemm(ctx, dx.get(), dw.get(), dout.get(), E, cap, in, out, stream);
+  sync();
+  expect_close("expert_gemm (4 experts, capacity 24)", dout.download(), want, kTolBf16);
+
+  const int m = 1000, n = 333;
+  auto dy = randn(std::size_t(m) * n, 13);
+  const auto dyb = to_bf16_inplace(dy);
+  auto db0 = randn(n, 14);
+  std::vector<float> wantdb = db0;
+  ref::bias_grad(dy.data(), wantdb.data(), m, n);
+  DevBuf<bf16> ddy(dyb);
+  DevBuf<float> ddb(db0);
+  bias_grad(ddy.get(), ddb.get(), m, n, stream);
+  sync();
+  expect_close("bias_grad (+=)", ddb.download(), wantdb, kTolF32);
+}
+
+class AttentionGpu : public Gpu {};
+
+TEST_F(AttentionGpu, ForwardAndBackwardMatchReference) {
+  for (int D : {32, 64, 128}) {
+    const AttentionShape s{.B = 2, .T = 203, .H = 3, .D = D};
+    const float scale = 1.0f / std::sqrt(float(D));
+    const std::size_t n = std::size_t(s.B) * s.T * s.H * D, nstat = std::size_t(s.B) * s.H * s.T;
+    auto q = randn(n, 20 + D), k = randn(n, 21 + D), v = randn(n, 22 + D), dout = randn(n, 23 + D);
+    const auto qb = to_bf16_inplace(q), kb = to_bf16_inplace(k), vb = to_bf16_inplace(v), dob = to_bf16_inplace(dout);
+    std::vector<float> o(n), lse(nstat);
+    ref::attention_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), s.B, s.T, s.H, D, scale);
+    DevBuf<bf16> dq_in(qb), dk_in(kb), dv_in(vb), d_o(n);
+    DevBuf<float> d_lse(nstat);
+    d_o.poison();
+    d_lse.poison();
+    attention_forward(dq_in.get(), dk_in.get(), dv_in.get(), d_o.get(), d_lse.get(), s, stream);
+    sync();
+    const std::string tag = " D" + std::to_string(D) + " T" + std::to_string(s.T);
+    expect_close("attention fwd o" + tag, d_o.download(), o, kTolBf16);
+    expect_close("attention fwd lse" + tag, d_lse.download(), lse, kTolF32);
+
+    // Backward from the reference's o (rounded to bf16, as the GPU stores it) and lse.
+    const auto ob = to_bf16_inplace(o);
+    std::vector<float> gq(n), gk(n), gv(n);
+    ref::attention_backward(q.data(), k.data(), v.data(), o.data(), dout.data(), lse.data(), gq.data(), gk.data(),
+                            gv.data(), s.B, s.T, s.H, D, scale);
+    DevBuf<bf16> d_o2(ob), d_do(dob), d_dq(n), d_dk(n), d_dv(n);
+    DevBuf<float> d_lse2(lse);
+    DevBuf<unsigned char> ws(attention_backward_workspace_bytes(s));
+    d_dq.poison();
+    d_dk.poison();
+    d_dv.poison();
+    ws.poison();
+    attention_backward(dq_in.get(), dk_in.get(), dv_in.get(), d_o2.get(), d_do.get(), d_lse2.get(), d_dq.get(), d_dk.get(),
+                       d_dv.get(), ws.get(), s, stream);
+    sync();
+    expect_close("attention bwd dq" + tag, d_dq.download(), gq, 2 * kTolBf16);
+    expect_close("attention bwd dk" + tag, d_dk.download(), gk, 2 * kTolBf16);
+    expect_close("attention bwd dv" + tag, d_dv.download(), gv, 2 * kTolBf16);
+  }
+}
+
+TEST_F(AttentionGpu, RejectsUnsupportedHeadDim) {
+  const AttentionShape s{.B = 1, .T = 4, .H = 1, .D = 96};
+  EXPECT_THROW(attention_forward(nullptr, nullptr, nullptr, nullptr, nullptr, s, stream), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace foresight::kernels::gputest
