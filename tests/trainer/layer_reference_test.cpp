@@ -88,7 +88,9 @@ RefLayer random_layer(std::mt19937& rng) {
   return l;
 }
 
-TEST(LayerReference, ForwardAndBackwardMatchFloat64) {
+/// One layer's forward and backward against the float64 reference. `selective`: the attention
+/// core is dropped after the forward (selective recompute) and must be rebuilt by the backward.
+void check_layer_against_float64(bool selective) {
   std::mt19937 rng(7);
   RefLayer ref = random_layer(rng);
   const int N = kDims.tokens(), H = kDims.hidden, F = kDims.ffn;
@@ -116,6 +118,11 @@ TEST(LayerReference, ForwardAndBackwardMatchFloat64) {
   const double fwd_err = scaled_error(to_vec(*be, acts.out), test::ref_layer_forward(kDims, ref, x));
   std::printf("layer forward: max error / max |out| = %.3e\n", fwd_err);
   EXPECT_LT(fwd_err, 1e-6);
+  if (selective) {
+    acts.drop_attention_core();
+    EXPECT_FALSE(acts.probs.defined());  // the (batch*heads*seq, seq) softmax is really gone
+    EXPECT_FALSE(acts.attn.defined());
+  }
 
   const Tensor dx = layer_backward(*be, *self, dims, pack(w), pack(g), acts, to_tensor(*be, r, N, H));
   auto loss = [&] {
@@ -136,6 +143,10 @@ TEST(LayerReference, ForwardAndBackwardMatchFloat64) {
   std::printf("layer backward dx    : max error / max |grad| = %.3e\n", dx_err);
   EXPECT_LT(dx_err, 1e-5);
 }
+
+TEST(LayerReference, ForwardAndBackwardMatchFloat64) { check_layer_against_float64(false); }
+
+TEST(LayerReference, SelectiveRecomputeBackwardMatchesFloat64) { check_layer_against_float64(true); }
 
 TEST(LayerReference, WholeStageLossAndEmbeddingGradients) {
   ModelSpec m;
