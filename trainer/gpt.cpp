@@ -61,6 +61,7 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
     declare(p + "b_fc2", 1, h, Split::none, Init::zeros);
     layers_.push_back(li);
   }
+  offloaded_layers_ = offloaded_layers(config.offload_activations, per_stage);
   if (has_head()) {
     lnf_g_ = declare("lnf_g", 1, h, Split::none, Init::ones);
     lnf_b_ = declare("lnf_b", 1, h, Split::none, Init::zeros);
@@ -75,6 +76,12 @@ LayerTensors GptStage::layer_tensors(int layer, bool grads) const {
   const int i = layers_[std::size_t(layer)].first;
   auto t = [&](int k) -> Tensor { return grads ? store_[i + k].grad : store_[i + k].value; };
   return LayerTensors{t(0), t(1), t(2), t(3), t(4), t(5), t(6), t(7), t(8), t(9), t(10), t(11)};
+}
+
+std::int64_t GptStage::take_offload_bytes() {
+  const std::int64_t b = offload_.bytes_moved();
+  offload_.reset_counter();
+  return b;
 }
 
 TokenPositions GptStage::positions() const {
@@ -104,6 +111,7 @@ Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch
     x = a.out;
     if (recompute_ == Recompute::full) a.keep_input_only();
     if (recompute_ == Recompute::selective) a.drop_attention_core();
+    if (int(l) < offloaded_layers_) offload_.offload(be, offload_key(id, int(l)), a);
   }
   if (!has_head()) return x;
   s.final_in = x;
@@ -166,6 +174,7 @@ Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatc
   }
   for (int l = int(layers_.size()) - 1; l >= 0; --l) {
     LayerActivations& a = s.layers[std::size_t(l)];
+    if (l < offloaded_layers_) offload_.restore(be, offload_key(id, l), a);
     if (recompute_ == Recompute::full) layer_forward(be, tp, dims_, layer_tensors(l, false), a);
     dx = layer_backward(be, tp, dims_, layer_tensors(l, false), layer_tensors(l, true), a, dx);
     a = LayerActivations{};

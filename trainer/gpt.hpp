@@ -18,6 +18,7 @@
 #include "core/enums.hpp"
 #include "core/model.hpp"
 #include "trainer/layer.hpp"
+#include "trainer/offload.hpp"
 #include "trainer/layout.hpp"
 #include "trainer/params.hpp"
 
@@ -37,6 +38,7 @@ struct StageConfig {
   bool sequence_parallel = false;  // effective only with tp > 1
   int chunk = 0;                   // model chunk of this pipeline rank
   int chunks = 1;                  // plan.virtual_stages
+  double offload_activations = 0;  // plan.offload.activations: fraction of layers whose activations go to the host
 };
 
 class GptStage {
@@ -68,6 +70,8 @@ class GptStage {
   int virtual_stages() const { return virtual_stages_; }
   bool embeds() const { return virtual_stage_ == 0; }
   bool has_head() const { return virtual_stage_ == virtual_stages_ - 1; }
+  /// Activation offload traffic (bytes to the host and back) since the last call; resets it.
+  std::int64_t take_offload_bytes();
 
  private:
   struct LayerIndex {
@@ -81,6 +85,8 @@ class GptStage {
   LayerTensors layer_tensors(int layer, bool grads) const;
   void head_forward(Backend& be, Communicator& tp, const MicroBatch& data, Stash& s);
   TokenPositions positions() const;
+  /// The host-store key of layer `layer`'s activations of micro-batch `id`.
+  std::int64_t offload_key(int id, int layer) const { return std::int64_t(id) * std::int64_t(layers_.size()) + layer; }
 
   ModelSpec model_;
   RankLayout layout_;
@@ -92,6 +98,8 @@ class GptStage {
   int wte_ = -1, wpe_ = -1, lnf_g_ = -1, lnf_b_ = -1;
   std::vector<LayerIndex> layers_;
   std::map<int, Stash> stash_;  // micro-batches in flight
+  int offloaded_layers_ = 0;    // the first ones of this chunk keep their activations on the host
+  ActivationOffload offload_;
 };
 
 }  // namespace foresight::trainer

@@ -13,6 +13,10 @@ void LayerActivations::drop_attention_core() {
   attn = Tensor{};
 }
 
+std::vector<Tensor*> LayerActivations::saved() {
+  return {&x, &a, &mean1, &rstd1, &qkv, &probs, &attn, &x1, &c, &mean2, &rstd2, &fc1, &gelu};
+}
+
 Tensor gather_tokens(Backend& be, Communicator& tp, const LayerDims& d, const Tensor& x) {
   if (!d.sequence_parallel) return x;
   Tensor full = be.zeros(d.tokens(), x.cols());

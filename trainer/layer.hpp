@@ -13,6 +13,8 @@
 //   g = identity (all-gather with sequence parallelism), r = all-reduce (reduce-scatter)
 #pragma once
 
+#include <vector>
+
 #include "trainer/backend.hpp"
 #include "trainer/communicator.hpp"
 
@@ -59,6 +61,8 @@ struct LayerActivations {
   void keep_input_only();
   /// Drops the attention core's softmax and output (selective recompute, Korthikanti 2022 sec. 5).
   void drop_attention_core();
+  /// Every member the backward may read (all but `out`), for activation offload.
+  std::vector<Tensor*> saved();
 };
 
 /// g: this rank's tokens (n, c) -> every token (N, c): an all-gather with sequence parallelism,

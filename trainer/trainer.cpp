@@ -52,7 +52,6 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
-  if (q.offload.activations > 0) unsupported("plan.offload.activations", std::to_string(q.offload.activations), "activation offload");
   if (p.model.moe) unsupported("model.moe", "", "Mixture-of-Experts layers");
   if (p.model.kv_heads != p.model.heads)
     unsupported("model.kv_heads", std::to_string(p.model.kv_heads), "grouped-query attention");
@@ -121,7 +120,8 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
                                                             .recompute = plan.plan.recompute,
                                                             .sequence_parallel = plan.plan.sequence_parallel,
                                                             .chunk = c,
-                                                            .chunks = chunks},
+                                                            .chunks = chunks,
+                                                            .offload_activations = plan.plan.offload.activations},
                                                 store));
   const int embedding_param =
       layout.first_stage() ? stages.front()->embedding_param() : stages.back()->embedding_param();
@@ -225,6 +225,10 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     }
     double slowest[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), double(be->peak_bytes())};
     world.all_reduce(slowest, ReduceOp::max);
+    double offload_bytes[1] = {0};
+    for (auto& st : stages) offload_bytes[0] += double(st->take_offload_bytes());
+    world.all_reduce(offload_bytes, ReduceOp::sum);
+    r.offload_MiB = offload_bytes[0] / 1048576.0;
     r.step_s = slowest[0];
     r.tokens_per_s = global_tokens / r.step_s;
     r.tflops_per_rank = model_flops / r.step_s / world.size() / 1e12;
