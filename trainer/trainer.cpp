@@ -52,7 +52,10 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
-  if (p.model.moe) unsupported("model.moe", "", "Mixture-of-Experts layers");
+  if (p.model.moe)
+    unsupported("model.moe",
+                "{experts: " + std::to_string(p.model.moe->experts) + ", top_k: " + std::to_string(p.model.moe->top_k) + "}",
+                "Mixture-of-Experts layers");
   if (p.model.kv_heads != p.model.heads)
     unsupported("model.kv_heads", std::to_string(p.model.kv_heads), "grouped-query attention");
   if (p.model.vocab % q.tp != 0)
