@@ -27,7 +27,14 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
                     .ffn = model.ffn_hidden / tp,
                     .tp = tp,
                     .sequence_parallel = config.sequence_parallel && tp > 1};
-  FORESIGHT_CHECK(dims_.tokens() % tp == 0 || !dims_.sequence_parallel) << "tokens " << dims_.tokens() << " over tp " << tp;
+  const std::vector<int> lens = config.token_slices.empty() ? std::vector<int>{model.seq_len} : config.token_slices;
+  for (int len : lens) {
+    slice_off_.push_back(slice_len_.empty() ? 0 : slice_off_.back() + slice_len_.back());
+    slice_len_.push_back(len);
+    FORESIGHT_CHECK((std::int64_t(dims_.batch) * len) % tp == 0 || !dims_.sequence_parallel)
+        << "tokens " << dims_.batch * len << " over tp " << tp;
+  }
+  FORESIGHT_CHECK(slice_off_.back() + slice_len_.back() == model.seq_len) << "slices do not sum to seq_len";
   vocab_offset_ = std::int64_t(model.vocab / tp) * layout.tp_rank;
   const std::int64_t h = model.hidden, f = model.ffn_hidden, V = model.vocab;
   const bool lead = layout.tp_rank == 0;  // counts tensor-parallel replicas in the gradient norm
@@ -84,22 +91,50 @@ std::int64_t GptStage::take_offload_bytes() {
   return b;
 }
 
-TokenPositions GptStage::positions() const {
-  return TokenPositions{.first_row = dims_.sequence_parallel ? dims_.local_tokens() * layout_.tp_rank : 0,
-                        .period = dims_.seq,
-                        .offset = 0};
+TokenPositions GptStage::positions(const LayerDims& d) const {
+  return TokenPositions{.first_row = d.sequence_parallel ? d.local_tokens() * layout_.tp_rank : 0,
+                        .period = d.seq,
+                        .offset = d.past};
 }
 
-Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch& data, const Tensor& input) {
-  FORESIGHT_CHECK(!stash_.count(id)) << "micro-batch " << id << " forwarded twice";
+LayerDims GptStage::unit_dims(int id) const {
+  const int k = id % slices();
+  LayerDims d = dims_;
+  d.seq = slice_len_[std::size_t(k)];
+  d.past = slice_off_[std::size_t(k)];
+  return d;
+}
+
+MicroBatch GptStage::slice_data(int id, const MicroBatch& data) const {
+  if (slices() == 1) return data;
+  const LayerDims d = unit_dims(id);
+  MicroBatch m;
+  for (int b = 0; b < d.batch; ++b)
+    for (int t = d.past; t < d.past + d.seq; ++t) {
+      const std::size_t i = std::size_t(b) * std::size_t(dims_.seq) + std::size_t(t);
+      m.inputs.push_back(data.inputs[i]);
+      m.targets.push_back(data.targets[i]);
+    }
+  return m;
+}
+
+Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch& batch, const Tensor& input) {
+  FORESIGHT_CHECK(!stash_.count(id)) << "unit " << id << " forwarded twice";
   Stash& s = stash_[id];
-  const std::int64_t N = dims_.tokens();
+  const LayerDims d = unit_dims(id);
+  const MicroBatch data = slice_data(id, batch);
+  const int mb = id / slices(), slice = id % slices();
+  // TeraPipe: the K/V of the micro-batch's slices so far, per layer, kept until its last slice.
+  const bool keep_kv = slice < slices() - 1;
+  std::vector<Tensor>* cache = slices() > 1 ? &kv_cache_[mb] : nullptr;
+  if (cache) cache->resize(layers_.size());
+  const std::int64_t N = d.tokens();
   Tensor x;
   if (embeds()) {
-    Tensor e = be.zeros(N, dims_.hidden);
+    Tensor e = be.zeros(N, d.hidden);
     be.embedding_forward(e, store_[wte_].value, data.inputs, vocab_offset_);
-    x = reduce_tokens(be, tp, dims_, e);  // each rank filled the rows of its vocabulary range
-    be.add_positions(x, store_[wpe_].value, positions());
+    x = reduce_tokens(be, tp, d, e);  // each rank filled the rows of its vocabulary range
+    be.add_positions(x, store_[wpe_].value, positions(d));
   } else {
     x = input;
   }
@@ -107,25 +142,28 @@ Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     LayerActivations& a = s.layers[l];
     a.x = x;
-    layer_forward(be, tp, dims_, layer_tensors(int(l), false), a);
+    if (slice > 0) a.past_kv = (*cache)[l];
+    layer_forward(be, tp, d, layer_tensors(int(l), false), a);
+    if (keep_kv) (*cache)[l] = attention_context(a);  // what the next slice attends to
     x = a.out;
     if (recompute_ == Recompute::full) a.keep_input_only();
     if (recompute_ == Recompute::selective) a.drop_attention_core();
     if (int(l) < offloaded_layers_) offload_.offload(be, offload_key(id, int(l)), a);
   }
+  if (cache && !keep_kv) kv_cache_.erase(mb);  // the micro-batch's last slice: nobody attends further
   if (!has_head()) return x;
   s.final_in = x;
-  head_forward(be, tp, data, s);
+  head_forward(be, tp, d, data, s);
   return Tensor{};
 }
 
-void GptStage::head_forward(Backend& be, Communicator& tp, const MicroBatch& data, Stash& s) {
-  const std::int64_t N = dims_.tokens(), n = dims_.local_tokens();
-  Tensor xf = be.zeros(n, dims_.hidden);
+void GptStage::head_forward(Backend& be, Communicator& tp, const LayerDims& d, const MicroBatch& data, Stash& s) {
+  const std::int64_t N = d.tokens(), n = d.local_tokens();
+  Tensor xf = be.zeros(n, d.hidden);
   s.meanf = be.zeros(n, 1);
   s.rstdf = be.zeros(n, 1);
   be.layernorm_forward(xf, s.meanf, s.rstdf, s.final_in, store_[lnf_g_].value, store_[lnf_b_].value);
-  s.xf = gather_tokens(be, tp, dims_, xf);  // (N, h)
+  s.xf = gather_tokens(be, tp, d, xf);  // (N, h)
   const Tensor& wte = store_[wte_].value;  // (V/tp, h)
   s.logits = be.zeros(N, wte.rows());
   be.matmul(s.logits, s.xf, false, wte, true, false);
@@ -138,25 +176,38 @@ void GptStage::head_forward(Backend& be, Communicator& tp, const MicroBatch& dat
   s.loss_sum = be.cross_entropy_loss_sum(s.row_max, s.stats);
 }
 
-Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatch& data, const Tensor& grad_output,
+Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatch& batch, const Tensor& grad_output,
                           float loss_scale, const std::function<void(int)>& ready) {
   auto it = stash_.find(id);
-  FORESIGHT_CHECK(it != stash_.end()) << "backward of micro-batch " << id << " before its forward";
+  FORESIGHT_CHECK(it != stash_.end()) << "backward of unit " << id << " before its forward";
   Stash& s = it->second;
-  const std::int64_t N = dims_.tokens(), n = dims_.local_tokens();
+  const LayerDims d = unit_dims(id);
+  const MicroBatch data = slice_data(id, batch);
+  const int mb = id / slices(), slice = id % slices();
+  // TeraPipe: key/value gradients shared by the micro-batch's slices, from its last slice back.
+  std::vector<Tensor>* kv_grad = nullptr;
+  if (slices() > 1) {
+    auto [g, fresh] = kv_grad_.try_emplace(mb);
+    FORESIGHT_CHECK(!fresh || slice == slices() - 1) << "slice " << slice << " of micro-batch " << mb << " out of order";
+    if (fresh)
+      for (std::size_t l = 0; l < layers_.size(); ++l)
+        g->second.push_back(be.zeros(std::int64_t(dims_.batch) * dims_.seq, 3 * std::int64_t(dims_.heads) * dims_.head_dim));
+    kv_grad = &g->second;
+  }
+  const std::int64_t N = d.tokens(), n = d.local_tokens();
   Tensor dx;
   if (has_head()) {
     const Param& wte = store_[wte_];
     Tensor dlogits = be.zeros(N, wte.value.rows());
     be.cross_entropy_backward(dlogits, s.logits, s.row_max, s.stats, data.targets, vocab_offset_, loss_scale);
     be.matmul(wte.grad, dlogits, true, s.xf, false, true);
-    Tensor dxf_partial = be.zeros(N, dims_.hidden);
+    Tensor dxf_partial = be.zeros(N, d.hidden);
     be.matmul(dxf_partial, dlogits, false, wte.value, false, false);
-    const Tensor dxf = reduce_tokens(be, tp, dims_, dxf_partial);  // each rank saw its vocabulary range only
-    dx = be.zeros(n, dims_.hidden);
-    if (dims_.sequence_parallel) {
+    const Tensor dxf = reduce_tokens(be, tp, d, dxf_partial);  // each rank saw its vocabulary range only
+    dx = be.zeros(n, d.hidden);
+    if (d.sequence_parallel) {
       // The final LayerNorm saw this rank's tokens only: sum its gradient over the group.
-      Tensor dlnf = be.zeros(2, dims_.hidden);
+      Tensor dlnf = be.zeros(2, d.hidden);
       be.layernorm_backward(dx, dlnf.row_slice(0, 1), dlnf.row_slice(1, 1), dxf, s.final_in, s.meanf, s.rstdf,
                             store_[lnf_g_].value);
       tp.all_reduce(dlnf, ReduceOp::sum);
@@ -175,20 +226,22 @@ Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatc
   for (int l = int(layers_.size()) - 1; l >= 0; --l) {
     LayerActivations& a = s.layers[std::size_t(l)];
     if (l < offloaded_layers_) offload_.restore(be, offload_key(id, l), a);
-    if (recompute_ == Recompute::full) layer_forward(be, tp, dims_, layer_tensors(l, false), a);
-    dx = layer_backward(be, tp, dims_, layer_tensors(l, false), layer_tensors(l, true), a, dx);
+    if (recompute_ == Recompute::full) layer_forward(be, tp, d, layer_tensors(l, false), a);
+    dx = layer_backward(be, tp, d, layer_tensors(l, false), layer_tensors(l, true), a, dx,
+                        kv_grad ? (*kv_grad)[std::size_t(l)] : Tensor{});
     a = LayerActivations{};
     for (int k = kLayerParams - 1; k >= 0; --k) ready(layers_[std::size_t(l)].first + k);
   }
   if (embeds()) {
-    const Tensor dx_full = gather_tokens(be, tp, dims_, dx);
-    be.positions_backward(store_[wpe_].grad, dx_full, TokenPositions{.first_row = 0, .period = dims_.seq, .offset = 0});
+    const Tensor dx_full = gather_tokens(be, tp, d, dx);
+    be.positions_backward(store_[wpe_].grad, dx_full, TokenPositions{.first_row = 0, .period = d.seq, .offset = d.past});
     be.embedding_backward(store_[wte_].grad, dx_full, data.inputs, vocab_offset_);
     ready(wpe_);
     ready(wte_);
     dx = Tensor{};
   }
   stash_.erase(it);
+  if (kv_grad && slice == 0) kv_grad_.erase(mb);  // the micro-batch's first slice ends its backward
   return dx;
 }
 

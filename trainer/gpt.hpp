@@ -39,6 +39,7 @@ struct StageConfig {
   int chunk = 0;                   // model chunk of this pipeline rank
   int chunks = 1;                  // plan.virtual_stages
   double offload_activations = 0;  // plan.offload.activations: fraction of layers whose activations go to the host
+  std::vector<int> token_slices = {};  // TeraPipe slice lengths (sum seq_len); empty = the whole sequence
 };
 
 class GptStage {
@@ -46,7 +47,10 @@ class GptStage {
   /// Declares this rank's parameters in `store` (which the caller then allocates).
   GptStage(const ModelSpec& model, const RankLayout& layout, const StageConfig& config, ParamStore& store);
 
-  /// Runs the forward of micro-batch `id`. `input` is the previous stage's output (unused on
+  /// `id` names a pipeline unit: micro-batch id / slices(), TeraPipe slice id % slices() (every
+  /// unit a whole micro-batch without slices). A micro-batch's slices run forward in order and
+  /// backward in reverse order; a slice attends to the cached keys/values of the earlier ones.
+  /// Runs the forward of unit `id`. `input` is the previous stage's output (unused on
   /// the first stage, which embeds `data.inputs`). Returns the output to send on (not on the last
   /// stage, which returns an undefined tensor and keeps the summed token loss for loss_sum()).
   Tensor forward(Backend& be, Communicator& tp, int id, const MicroBatch& data, const Tensor& input);
@@ -62,8 +66,9 @@ class GptStage {
   double loss_sum(int id) const { return stash_.at(id).loss_sum; }
   /// Index of the embedding table in the store (first stage, and last stage's tied copy), or -1.
   int embedding_param() const { return wte_; }
-  /// The per-micro-batch activation shape passed between stages (this rank's tokens).
-  std::int64_t tokens() const { return dims_.local_tokens(); }
+  /// Rows of the activation of unit `id` passed between stages (this rank's tokens of it).
+  std::int64_t tokens(int id) const { return unit_dims(id).local_tokens(); }
+  int slices() const { return int(slice_len_.size()); }
   int hidden() const { return dims_.hidden; }
   /// Virtual stage (chunk * pp + pp rank) of the virtual_stages() in the pipeline.
   int virtual_stage() const { return virtual_stage_; }
@@ -83,8 +88,12 @@ class GptStage {
     double loss_sum = 0;
   };
   LayerTensors layer_tensors(int layer, bool grads) const;
-  void head_forward(Backend& be, Communicator& tp, const MicroBatch& data, Stash& s);
-  TokenPositions positions() const;
+  void head_forward(Backend& be, Communicator& tp, const LayerDims& d, const MicroBatch& data, Stash& s);
+  TokenPositions positions(const LayerDims& d) const;
+  /// The layer shapes of unit `id`: its slice's tokens, after `past` tokens of earlier slices.
+  LayerDims unit_dims(int id) const;
+  /// The inputs and targets of unit `id`'s slice of micro-batch `data`.
+  MicroBatch slice_data(int id, const MicroBatch& data) const;
   /// The host-store key of layer `layer`'s activations of micro-batch `id`.
   std::int64_t offload_key(int id, int layer) const { return std::int64_t(id) * std::int64_t(layers_.size()) + layer; }
 
@@ -97,7 +106,9 @@ class GptStage {
   std::int64_t vocab_offset_ = 0;  // first vocabulary row this tensor-parallel rank holds
   int wte_ = -1, wpe_ = -1, lnf_g_ = -1, lnf_b_ = -1;
   std::vector<LayerIndex> layers_;
-  std::map<int, Stash> stash_;  // micro-batches in flight
+  std::map<int, Stash> stash_;  // units in flight
+  std::vector<int> slice_len_, slice_off_;               // TeraPipe slices (one: the whole sequence)
+  std::map<int, std::vector<Tensor>> kv_cache_, kv_grad_;  // per micro-batch, per layer (TeraPipe)
   int offloaded_layers_ = 0;    // the first ones of this chunk keep their activations on the host
   ActivationOffload offload_;
 };

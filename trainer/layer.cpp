@@ -1,11 +1,14 @@
 #include "trainer/layer.hpp"
 
+#include "core/error.hpp"
+
 namespace foresight::trainer {
 
 void LayerActivations::keep_input_only() {
-  Tensor input = x;
+  Tensor input = x, past = past_kv;
   *this = LayerActivations{};
   x = input;
+  past_kv = past;
 }
 
 void LayerActivations::drop_attention_core() {
@@ -14,7 +17,7 @@ void LayerActivations::drop_attention_core() {
 }
 
 std::vector<Tensor*> LayerActivations::saved() {
-  return {&x, &a, &mean1, &rstd1, &qkv, &probs, &attn, &x1, &c, &mean2, &rstd2, &fc1, &gelu};
+  return {&x, &a, &mean1, &rstd1, &past_kv, &qkv, &probs, &attn, &kv, &x1, &c, &mean2, &rstd2, &fc1, &gelu};
 }
 
 Tensor gather_tokens(Backend& be, Communicator& tp, const LayerDims& d, const Tensor& x) {
@@ -37,10 +40,17 @@ Tensor reduce_tokens(Backend& be, Communicator& tp, const LayerDims& d, Tensor p
 namespace {
 
 AttentionShape attention_shape(const LayerDims& d) {
-  return AttentionShape{.batch = d.batch, .seq = d.seq, .heads = d.heads, .head_dim = d.head_dim};
+  return AttentionShape{.batch = d.batch, .seq = d.seq, .heads = d.heads, .head_dim = d.head_dim, .context = d.past + d.seq};
+}
+
+/// Rows of sequence b: `count` of them from row b * per_seq + first.
+Tensor sequence_rows(const Tensor& t, int b, std::int64_t per_seq, std::int64_t first, std::int64_t count) {
+  return t.row_slice(b * per_seq + first, count);
 }
 
 }  // namespace
+
+const Tensor& attention_context(const LayerActivations& a) { return a.kv.defined() ? a.kv : a.qkv; }
 
 void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const LayerTensors& w,
                    LayerActivations& a) {
@@ -52,9 +62,19 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
   a.qkv = be.zeros(N, 3 * HD);
   be.matmul(a.qkv, gather_tokens(be, tp, d, a.a), false, w.w_qkv, false, false);
   be.add_bias(a.qkv, w.b_qkv);
-  a.probs = be.zeros(std::int64_t(d.batch) * d.heads * d.seq, d.seq);
+  a.kv = Tensor{};
+  if (d.past > 0) {
+    // TeraPipe: this slice's queries attend to the cached K/V of the earlier slices, then its own.
+    FORESIGHT_CHECK(a.past_kv.rows() == std::int64_t(d.batch) * d.past) << "past K/V rows " << a.past_kv.rows();
+    a.kv = be.zeros(std::int64_t(d.batch) * (d.past + d.seq), 3 * HD);
+    for (int b = 0; b < d.batch; ++b) {
+      be.copy(sequence_rows(a.kv, b, d.past + d.seq, 0, d.past), sequence_rows(a.past_kv, b, d.past, 0, d.past));
+      be.copy(sequence_rows(a.kv, b, d.past + d.seq, d.past, d.seq), sequence_rows(a.qkv, b, d.seq, 0, d.seq));
+    }
+  }
+  a.probs = be.zeros(std::int64_t(d.batch) * d.heads * d.seq, d.past + d.seq);
   a.attn = be.zeros(N, HD);
-  be.attention_forward(a.attn, a.probs, a.qkv, attention_shape(d));
+  be.attention_forward(a.attn, a.probs, a.qkv, attention_context(a), attention_shape(d));
   Tensor o = be.zeros(N, H);
   be.matmul(o, a.attn, false, w.w_o, false, false);
   a.x1 = reduce_tokens(be, tp, d, o);  // row-parallel: partial sums over this rank's heads
@@ -78,7 +98,8 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
 }
 
 Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const LayerTensors& w,
-                      const LayerTensors& grads, const LayerActivations& a, const Tensor& dout) {
+                      const LayerTensors& grads, const LayerActivations& a, const Tensor& dout,
+                      const Tensor& kv_grad) {
   const std::int64_t N = d.tokens(), n = d.local_tokens(), H = d.hidden, HD = std::int64_t(d.heads) * d.head_dim;
   // With sequence parallelism the replicated parameters applied to this rank's tokens get their
   // gradient from those tokens only: collect it apart, sum it over the group, then accumulate.
@@ -113,9 +134,9 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
   // Attention block; the core is rebuilt first under selective recompute.
   Tensor probs = a.probs, attn = a.attn;
   if (!probs.defined()) {
-    probs = be.zeros(std::int64_t(d.batch) * d.heads * d.seq, d.seq);
+    probs = be.zeros(std::int64_t(d.batch) * d.heads * d.seq, d.past + d.seq);
     attn = be.zeros(N, HD);
-    be.attention_forward(attn, probs, a.qkv, attention_shape(d));
+    be.attention_forward(attn, probs, a.qkv, attention_context(a), attention_shape(d));
   }
   be.bias_backward(g.b_o, dx1);
   const Tensor dx1_full = gather_tokens(be, tp, d, dx1);
@@ -123,7 +144,19 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
   Tensor dattn = be.zeros(N, HD);
   be.matmul(dattn, dx1_full, false, w.w_o, true, false);
   Tensor dqkv = be.zeros(N, 3 * HD);
-  be.attention_backward(dqkv, dattn, probs, a.qkv, attention_shape(d));
+  if (!kv_grad.defined()) {
+    be.attention_backward(dqkv, dqkv, dattn, probs, a.qkv, a.qkv, attention_shape(d));
+  } else {
+    // TeraPipe: gradients of the keys/values of positions 0 .. past+seq go to the shared
+    // accumulator; this slice's own rows there (its share plus later slices') join dqkv.
+    const std::int64_t T = kv_grad.rows() / d.batch, C = d.past + d.seq;
+    Tensor dkv = be.zeros(std::int64_t(d.batch) * C, 3 * HD);
+    be.attention_backward(dqkv, dkv, dattn, probs, a.qkv, attention_context(a), attention_shape(d));
+    for (int b = 0; b < d.batch; ++b) {
+      be.add(sequence_rows(kv_grad, b, T, 0, C), sequence_rows(dkv, b, C, 0, C));
+      be.add(sequence_rows(dqkv, b, d.seq, 0, d.seq), sequence_rows(kv_grad, b, T, d.past, d.seq));
+    }
+  }
   be.bias_backward(g.b_qkv, dqkv);
   be.matmul(g.w_qkv, gather_tokens(be, tp, d, a.a), true, dqkv, false, true);
   Tensor da_partial = be.zeros(N, H);

@@ -30,6 +30,7 @@ struct LayerDims {
   int ffn = 0;         // FFN width on this rank (ffn_hidden / tp)
   int tp = 1;          // tensor-parallel degree
   bool sequence_parallel = false;  // LayerNorms and residuals on tokens()/tp tokens per rank
+  int past = 0;        // TeraPipe: tokens per sequence of earlier slices, whose K/V this slice attends to
   std::int64_t tokens() const { return std::int64_t(batch) * seq; }
   /// Tokens whose layer input and output this rank holds: all, or its 1/tp with sequence parallelism.
   std::int64_t local_tokens() const { return sequence_parallel ? tokens() / tp : tokens(); }
@@ -52,12 +53,14 @@ struct LayerTensors {
 struct LayerActivations {
   Tensor x;                          // input (n, h)
   Tensor a, mean1, rstd1;            // LN1 output (n, h), its statistics (n,1)
-  Tensor qkv, probs, attn;           // (N, 3*heads*d), (batch*heads*seq, seq), (N, heads*d)
+  Tensor past_kv;                    // TeraPipe: earlier slices' K/V (batch*past, 3*heads*d), an input like x
+  Tensor qkv, probs, attn;           // (N, 3*heads*d), (batch*heads*seq, past+seq), (N, heads*d)
+  Tensor kv;                         // TeraPipe: past_kv then qkv per sequence (batch*(past+seq), 3*heads*d)
   Tensor x1;                         // after the attention residual (n, h)
   Tensor c, mean2, rstd2;            // LN2 (n, h)
   Tensor fc1, gelu;                  // pre-activation and GeLU output (N, ffn)
   Tensor out;                        // layer output (n, h)
-  /// Drops everything but the input (full activation recompute).
+  /// Drops everything but the inputs x and past_kv (full activation recompute).
   void keep_input_only();
   /// Drops the attention core's softmax and output (selective recompute, Korthikanti 2022 sec. 5).
   void drop_attention_core();
@@ -76,9 +79,17 @@ Tensor reduce_tokens(Backend& be, Communicator& tp, const LayerDims& dims, Tenso
 void layer_forward(Backend& be, Communicator& tp, const LayerDims& dims, const LayerTensors& w,
                    LayerActivations& acts);
 
+/// The K/V this layer's attention read (kv, or qkv without earlier slices): what the next
+/// TeraPipe slice of the micro-batch attends to as its past_kv.
+const Tensor& attention_context(const LayerActivations& acts);
+
 /// Accumulates parameter gradients into `grads` and returns dL/dx (n, h) for dL/dout = dout (n, h).
-/// Rebuilds the attention core first when it was dropped.
+/// Rebuilds the attention core first when it was dropped. TeraPipe slices pass `kv_grad` (batch*T,
+/// 3*heads*d) for T tokens per whole sequence, shared by the micro-batch's slices and run from the
+/// last slice back: the key/value gradients later slices left at this slice's positions are added
+/// to its own, and this slice's attention adds those of positions 0 .. past+seq.
 Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& dims, const LayerTensors& w,
-                      const LayerTensors& grads, const LayerActivations& acts, const Tensor& dout);
+                      const LayerTensors& grads, const LayerActivations& acts, const Tensor& dout,
+                      const Tensor& kv_grad = Tensor{});
 
 }  // namespace foresight::trainer

@@ -45,7 +45,12 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   auto unsupported = [&](const std::string& field, const std::string& value, const std::string& what) {
     throw SpecError(where, field, value, "foresight-train does not run " + what + " yet");
   };
-  if (q.schedule == Schedule::terapipe) unsupported("plan.schedule", to_string(q.schedule), "TeraPipe token slicing");
+  if (q.sequence_parallel && q.tp > 1)
+    for (int len : q.token_slices)
+      if ((std::int64_t(q.micro_batch) * len) % q.tp != 0)
+        throw SpecError(where, "plan.token_slices", std::to_string(len),
+                        "with plan.sequence_parallel every slice times plan.micro_batch must be a multiple of plan.tp = " +
+                            std::to_string(q.tp) + " (a slice's tokens are split over the group)");
   if (q.sequence_parallel && q.tp > 1 && (std::int64_t(q.micro_batch) * p.model.seq_len) % q.tp != 0)
     throw SpecError(where, "plan.sequence_parallel", "true",
                     "needs plan.micro_batch * model.seq_len = " + std::to_string(q.micro_batch * p.model.seq_len) +
@@ -54,7 +59,7 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
   if (p.model.moe)
     unsupported("model.moe",
-                "{experts: " + std::to_string(p.model.moe->experts) + ", top_k: " + std::to_string(p.model.moe->top_k) + "}",
+                std::to_string(p.model.moe->experts) + " experts, top_k " + std::to_string(p.model.moe->top_k),
                 "Mixture-of-Experts layers");
   if (p.model.kv_heads != p.model.heads)
     unsupported("model.kv_heads", std::to_string(p.model.kv_heads), "grouped-query attention");
@@ -124,7 +129,8 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
                                                             .sequence_parallel = plan.plan.sequence_parallel,
                                                             .chunk = c,
                                                             .chunks = chunks,
-                                                            .offload_activations = plan.plan.offload.activations},
+                                                            .offload_activations = plan.plan.offload.activations,
+                                                            .token_slices = plan.plan.token_slices},
                                                 store));
   const int embedding_param =
       layout.first_stage() ? stages.front()->embedding_param() : stages.back()->embedding_param();
@@ -135,7 +141,15 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   GradientReducer reducer(store, *dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4));
 
   const int micro_batches = plan.plan.micro_batches(plan.training);
-  const std::vector<PipelineOp> ops = pipeline_ops(plan.plan.schedule, pp, layout.pp_rank, micro_batches, chunks);
+  // TeraPipe: every micro-batch runs as `slices` pipeline units (micro-batch * slices + slice).
+  const int slices = stages.front()->slices();
+  const std::vector<PipelineOp> ops =
+      pipeline_ops(plan.plan.schedule, pp, layout.pp_rank, micro_batches * slices, chunks, slices);
+  // Each chunk's gradients are final after its last backward in the list: only then may its
+  // buckets start their all-reduce.
+  std::vector<std::size_t> last_backward(std::size_t(chunks), 0);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == PipelineOpKind::backward) last_backward[std::size_t(ops[i].chunk)] = i;
   const double global_tokens = double(plan.training.global_batch) * plan.model.seq_len;
   const float loss_scale = float(1.0 / global_tokens);  // token-mean over the global batch
   const double model_flops = model_flops_per_iteration(plan.model, plan.training.global_batch).value();
@@ -155,7 +169,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     const auto t0 = Clock::now();
     be->fill(store.grads(), 0.0f);
     std::map<int, MicroBatch> batches;
-    std::map<std::pair<int, int>, Tensor> inbox, outbox;  // per (micro-batch, chunk): received / to be sent
+    std::map<std::pair<int, int>, Tensor> inbox, outbox;  // per (unit, chunk): received / to be sent
     std::vector<std::unique_ptr<Request>> sends;
     double loss_sum = 0;
     auto batch = [&](int mb) -> const MicroBatch& {
@@ -166,30 +180,30 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     const std::function<void(int)> mark_ready = [&](int i) { reducer.mark_ready(i); };
     const std::function<void(int)> not_yet = [](int) {};
     for (const PipelineOp& op : ops) {
-      const int mb = op.micro_batch;
-      const std::pair<int, int> key{mb, op.chunk};
+      const int unit = op.micro_batch, mb = unit / slices;
+      const std::pair<int, int> key{unit, op.chunk};
       GptStage& stage = *stages[std::size_t(op.chunk)];
       switch (op.kind) {
         case PipelineOpKind::recv_activation:
         case PipelineOpKind::recv_gradient: {
           const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
-          Tensor t = be->zeros(stage.tokens(), stage.hidden());
+          Tensor t = be->zeros(stage.tokens(unit), stage.hidden());
           world.recv(t, layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag);
           inbox[key] = t;
           break;
         }
         case PipelineOpKind::forward:
-          outbox[key] = stage.forward(*be, *tp_comm, mb, batch(mb), inbox[key]);
+          outbox[key] = stage.forward(*be, *tp_comm, unit, batch(mb), inbox[key]);
           inbox.erase(key);
-          if (stage.has_head()) loss_sum += stage.loss_sum(mb);
+          if (stage.has_head()) loss_sum += stage.loss_sum(unit);
           break;
         case PipelineOpKind::backward:
           // Gradients are final only after the last micro-batch's backward (of each chunk): only
           // then may buckets start their all-reduce.
-          outbox[key] = stage.backward(*be, *tp_comm, mb, batch(mb), inbox[key], loss_scale,
-                                       mb == micro_batches - 1 ? mark_ready : not_yet);
+          outbox[key] = stage.backward(*be, *tp_comm, unit, batch(mb), inbox[key], loss_scale,
+                                       std::size_t(&op - ops.data()) == last_backward[std::size_t(op.chunk)] ? mark_ready : not_yet);
           inbox.erase(key);
-          if (op.chunk == 0) batches.erase(mb);
+          if (op.chunk == 0 && unit % slices == 0) batches.erase(mb);  // its last backward here
           break;
         case PipelineOpKind::send_activation:
         case PipelineOpKind::send_gradient: {
