@@ -41,18 +41,21 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
   // GPT-2 scales the residual-output projections by 1/sqrt(2 * layers).
   const float out_std = kInitStd / std::sqrt(2.0f * float(model.layers));
   auto declare = [&](std::string name, std::int64_t r, std::int64_t c, Split s, Init i, float stddev = 0,
-                     bool duplicate = false) {
+                     bool duplicate = false, bool expert = false) {
     return store.declare(ParamDecl{.name = std::move(name), .rows = r, .cols = c, .split = s, .init = i,
                                    .stddev = stddev, .weight_decay = r > 1,  // matrices only
-                                   .in_grad_norm = !duplicate && (s != Split::none || lead)});
+                                   .in_grad_norm = !duplicate && (s != Split::none || lead),
+                                   .expert = expert});
   };
   if (embeds()) {
     wte_ = declare("wte", V, h, Split::rows, Init::normal, kInitStd);
     wpe_ = declare("wpe", model.seq_len, h, Split::none, Init::normal, kInitStd / 2);
   }
   const int per_stage = model.layers / virtual_stages_;
+  ep_comm_ = config.ep_comm;
   for (int l = 0; l < per_stage; ++l) {
-    const std::string p = "layers." + std::to_string(virtual_stage_ * per_stage + l) + ".";
+    const int global_layer = virtual_stage_ * per_stage + l;
+    const std::string p = "layers." + std::to_string(global_layer) + ".";
     LayerIndex li;
     li.first = declare(p + "ln1_g", 1, h, Split::none, Init::ones);
     declare(p + "ln1_b", 1, h, Split::none, Init::zeros);
@@ -62,10 +65,30 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
     declare(p + "b_o", 1, h, Split::none, Init::zeros);
     declare(p + "ln2_g", 1, h, Split::none, Init::ones);
     declare(p + "ln2_b", 1, h, Split::none, Init::zeros);
-    declare(p + "w_fc1", h, f, Split::columns, Init::normal, kInitStd);
-    declare(p + "b_fc1", 1, f, Split::columns, Init::zeros);
-    declare(p + "w_fc2", f, h, Split::rows, Init::normal, out_std);
-    declare(p + "b_fc2", 1, h, Split::none, Init::zeros);
+    // DeepSpeed-MoE's placement (core/flops.cpp): every `every`-th layer, counting from 1.
+    if (model.moe && (global_layer + 1) % model.moe->every == 0) {
+      FORESIGHT_CHECK(ep_comm_ && tp == 1) << "MoE layer without an expert-parallel group, or with tp " << tp;
+      declare(p + "router", h, model.moe->experts, Split::none, Init::normal, kInitStd);
+      const int local = model.moe->experts / ep_comm_->size();
+      for (int j = 0; j < local; ++j) {
+        // Named by the global expert id, so every layout initialises expert e alike.
+        const std::string e = p + "experts." + std::to_string(ep_comm_->rank() * local + j) + ".";
+        auto expert = [&](std::string name, std::int64_t r, std::int64_t c, Init i, float stddev = 0) {
+          declare(e + name, r, c, Split::none, i, stddev, false, /*expert=*/true);
+        };
+        expert("w_fc1", h, f, Init::normal, kInitStd);
+        expert("b_fc1", 1, f, Init::zeros);
+        expert("w_fc2", f, h, Init::normal, out_std);
+        expert("b_fc2", 1, h, Init::zeros);
+      }
+      li.count = 9 + 4 * local;
+    } else {
+      declare(p + "w_fc1", h, f, Split::columns, Init::normal, kInitStd);
+      declare(p + "b_fc1", 1, f, Split::columns, Init::zeros);
+      declare(p + "w_fc2", f, h, Split::rows, Init::normal, out_std);
+      declare(p + "b_fc2", 1, h, Split::none, Init::zeros);
+      li.count = kLayerParams;
+    }
     layers_.push_back(li);
   }
   offloaded_layers_ = offloaded_layers(config.offload_activations, per_stage);
@@ -80,9 +103,41 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
 }
 
 LayerTensors GptStage::layer_tensors(int layer, bool grads) const {
-  const int i = layers_[std::size_t(layer)].first;
-  auto t = [&](int k) -> Tensor { return grads ? store_[i + k].grad : store_[i + k].value; };
+  const LayerIndex& li = layers_[std::size_t(layer)];
+  auto t = [&](int k) {
+    if (li.count != kLayerParams && k >= 8) return Tensor{};  // MoE layer: no dense MLP
+    const Param& p = store_[li.first + k];
+    return grads ? p.grad : p.value;
+  };
   return LayerTensors{t(0), t(1), t(2), t(3), t(4), t(5), t(6), t(7), t(8), t(9), t(10), t(11)};
+}
+
+std::optional<MoeLayer> GptStage::moe_layer(int layer) const {
+  const LayerIndex& li = layers_[std::size_t(layer)];
+  if (li.count == kLayerParams) return std::nullopt;
+  MoeLayer m;
+  m.ep = ep_comm_;
+  m.dims = MoeDims{.tokens = dims_.local_tokens(),
+                   .hidden = dims_.hidden,
+                   .ffn = model_.ffn_hidden,
+                   .experts = model_.moe->experts,
+                   .top_k = model_.moe->top_k,
+                   .ep = ep_comm_->size(),
+                   .capacity_factor = model_.moe->capacity_factor};
+  m.values.router = store_[li.first + 8].value;
+  m.grads.router = store_[li.first + 8].grad;
+  for (int j = 0; j < m.dims.local_experts(); ++j) {
+    const int base = li.first + 9 + 4 * j;
+    m.values.w_fc1.push_back(store_[base].value);
+    m.values.b_fc1.push_back(store_[base + 1].value);
+    m.values.w_fc2.push_back(store_[base + 2].value);
+    m.values.b_fc2.push_back(store_[base + 3].value);
+    m.grads.w_fc1.push_back(store_[base].grad);
+    m.grads.b_fc1.push_back(store_[base + 1].grad);
+    m.grads.w_fc2.push_back(store_[base + 2].grad);
+    m.grads.b_fc2.push_back(store_[base + 3].grad);
+  }
+  return m;
 }
 
 std::int64_t GptStage::take_offload_bytes() {
@@ -143,7 +198,8 @@ Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch
     LayerActivations& a = s.layers[l];
     a.x = x;
     if (slice > 0) a.past_kv = (*cache)[l];
-    layer_forward(be, tp, d, layer_tensors(int(l), false), a);
+    const std::optional<MoeLayer> moe = moe_layer(int(l));
+    layer_forward(be, tp, d, layer_tensors(int(l), false), a, moe ? &*moe : nullptr);
     if (keep_kv) (*cache)[l] = attention_context(a);  // what the next slice attends to
     x = a.out;
     if (recompute_ == Recompute::full) a.keep_input_only();
@@ -226,11 +282,14 @@ Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatc
   for (int l = int(layers_.size()) - 1; l >= 0; --l) {
     LayerActivations& a = s.layers[std::size_t(l)];
     if (l < offloaded_layers_) offload_.restore(be, offload_key(id, l), a);
-    if (recompute_ == Recompute::full) layer_forward(be, tp, d, layer_tensors(l, false), a);
+    std::optional<MoeLayer> moe = moe_layer(l);
+    // The load-balancing loss of this router call, weighed like its N tokens' cross-entropy.
+    if (moe) moe->aux_scale = double(loss_scale) * double(moe->dims.tokens);
+    if (recompute_ == Recompute::full) layer_forward(be, tp, d, layer_tensors(l, false), a, moe ? &*moe : nullptr);
     dx = layer_backward(be, tp, d, layer_tensors(l, false), layer_tensors(l, true), a, dx,
-                        kv_grad ? (*kv_grad)[std::size_t(l)] : Tensor{});
+                        kv_grad ? (*kv_grad)[std::size_t(l)] : Tensor{}, moe ? &*moe : nullptr);
     a = LayerActivations{};
-    for (int k = kLayerParams - 1; k >= 0; --k) ready(layers_[std::size_t(l)].first + k);
+    for (int k = layers_[std::size_t(l)].count - 1; k >= 0; --k) ready(layers_[std::size_t(l)].first + k);
   }
   if (embeds()) {
     const Tensor dx_full = gather_tokens(be, tp, d, dx);

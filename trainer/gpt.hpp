@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct StageConfig {
   int chunk = 0;                   // model chunk of this pipeline rank
   int chunks = 1;                  // plan.virtual_stages
   double offload_activations = 0;  // plan.offload.activations: fraction of layers whose activations go to the host
+  Communicator* ep_comm = nullptr;  // MoE: the expert-parallel group (size plan.ep; rank = dp rank % ep)
   std::vector<int> token_slices = {};  // TeraPipe slice lengths (sum seq_len); empty = the whole sequence
 };
 
@@ -80,8 +82,11 @@ class GptStage {
 
  private:
   struct LayerIndex {
-    int first = 0;  // index of ln1_g; the layer's 12 parameters follow in LayerTensors order
+    int first = 0;  // index of ln1_g; the layer's parameters follow in LayerTensors order
+    int count = 0;  // 12 dense; MoE: 8 (through ln2_b), the router, then 4 per local expert
   };
+  /// Layer `layer`'s MoE FFN (values and gradients), or nullopt for a dense layer.
+  std::optional<MoeLayer> moe_layer(int layer) const;
   struct Stash {
     std::vector<LayerActivations> layers;
     Tensor final_in, xf, meanf, rstdf, logits, row_max, stats;  // last stage
@@ -109,6 +114,7 @@ class GptStage {
   std::map<int, Stash> stash_;  // units in flight
   std::vector<int> slice_len_, slice_off_;               // TeraPipe slices (one: the whole sequence)
   std::map<int, std::vector<Tensor>> kv_cache_, kv_grad_;  // per micro-batch, per layer (TeraPipe)
+  Communicator* ep_comm_ = nullptr;
   int offloaded_layers_ = 0;    // the first ones of this chunk keep their activations on the host
   ActivationOffload offload_;
 };

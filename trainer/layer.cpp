@@ -53,7 +53,7 @@ Tensor sequence_rows(const Tensor& t, int b, std::int64_t per_seq, std::int64_t 
 const Tensor& attention_context(const LayerActivations& a) { return a.kv.defined() ? a.kv : a.qkv; }
 
 void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const LayerTensors& w,
-                   LayerActivations& a) {
+                   LayerActivations& a, const MoeLayer* moe) {
   const std::int64_t N = d.tokens(), n = d.local_tokens(), H = d.hidden, HD = std::int64_t(d.heads) * d.head_dim;
   a.a = be.zeros(n, H);
   a.mean1 = be.zeros(n, 1);
@@ -85,6 +85,13 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
   a.mean2 = be.zeros(n, 1);
   a.rstd2 = be.zeros(n, 1);
   be.layernorm_forward(a.c, a.mean2, a.rstd2, a.x1, w.ln2_g, w.ln2_b);
+  if (moe) {
+    FORESIGHT_CHECK(d.tp == 1) << "MoE layers with tensor parallelism";
+    a.moe = std::make_shared<MoeActivations>();
+    a.out = moe_forward(be, *moe->ep, moe->dims, moe->values, a.c, *a.moe);
+    be.add(a.out, a.x1);
+    return;
+  }
   a.fc1 = be.zeros(N, d.ffn);
   be.matmul(a.fc1, gather_tokens(be, tp, d, a.c), false, w.w_fc1, false, false);
   be.add_bias(a.fc1, w.b_fc1);
@@ -99,7 +106,7 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
 
 Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const LayerTensors& w,
                       const LayerTensors& grads, const LayerActivations& a, const Tensor& dout,
-                      const Tensor& kv_grad) {
+                      const Tensor& kv_grad, const MoeLayer* moe) {
   const std::int64_t N = d.tokens(), n = d.local_tokens(), H = d.hidden, HD = std::int64_t(d.heads) * d.head_dim;
   // With sequence parallelism the replicated parameters applied to this rank's tokens get their
   // gradient from those tokens only: collect it apart, sum it over the group, then accumulate.
@@ -114,19 +121,25 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
     g.ln2_b = seq_grads.row_slice(4, 1);
     g.b_fc2 = seq_grads.row_slice(5, 1);
   }
-  // MLP block. The output bias and the residual see the full (reduced) gradient of their tokens.
-  be.bias_backward(g.b_fc2, dout);
-  const Tensor dout_full = gather_tokens(be, tp, d, dout);
-  be.matmul(g.w_fc2, a.gelu, true, dout_full, false, true);
-  Tensor dgelu = be.zeros(N, d.ffn);
-  be.matmul(dgelu, dout_full, false, w.w_fc2, true, false);
-  Tensor dfc1 = be.zeros(N, d.ffn);
-  be.gelu_backward(dfc1, dgelu, a.fc1);
-  be.bias_backward(g.b_fc1, dfc1);
-  be.matmul(g.w_fc1, gather_tokens(be, tp, d, a.c), true, dfc1, false, true);
-  Tensor dc_partial = be.zeros(N, H);
-  be.matmul(dc_partial, dfc1, false, w.w_fc1, true, false);
-  const Tensor dc = reduce_tokens(be, tp, d, dc_partial);  // column-parallel input: each rank saw part of the FFN
+  Tensor dc;
+  if (moe) {
+    FORESIGHT_CHECK(a.moe) << "MoE backward without its forward";
+    dc = moe_backward(be, *moe->ep, moe->dims, moe->values, moe->grads, *a.moe, dout, moe->aux_scale);
+  } else {
+    // MLP block. The output bias and the residual see the full (reduced) gradient of their tokens.
+    be.bias_backward(g.b_fc2, dout);
+    const Tensor dout_full = gather_tokens(be, tp, d, dout);
+    be.matmul(g.w_fc2, a.gelu, true, dout_full, false, true);
+    Tensor dgelu = be.zeros(N, d.ffn);
+    be.matmul(dgelu, dout_full, false, w.w_fc2, true, false);
+    Tensor dfc1 = be.zeros(N, d.ffn);
+    be.gelu_backward(dfc1, dgelu, a.fc1);
+    be.bias_backward(g.b_fc1, dfc1);
+    be.matmul(g.w_fc1, gather_tokens(be, tp, d, a.c), true, dfc1, false, true);
+    Tensor dc_partial = be.zeros(N, H);
+    be.matmul(dc_partial, dfc1, false, w.w_fc1, true, false);
+    dc = reduce_tokens(be, tp, d, dc_partial);  // column-parallel input: each rank saw part of the FFN
+  }
   Tensor dx1 = be.zeros(n, H);
   be.layernorm_backward(dx1, g.ln2_g, g.ln2_b, dc, a.x1, a.mean2, a.rstd2, w.ln2_g);
   be.add(dx1, dout);

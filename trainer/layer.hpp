@@ -15,7 +15,10 @@
 
 #include <vector>
 
+#include <memory>
+
 #include "trainer/backend.hpp"
+#include "trainer/moe.hpp"
 #include "trainer/communicator.hpp"
 
 namespace foresight::trainer {
@@ -60,12 +63,23 @@ struct LayerActivations {
   Tensor c, mean2, rstd2;            // LN2 (n, h)
   Tensor fc1, gelu;                  // pre-activation and GeLU output (N, ffn)
   Tensor out;                        // layer output (n, h)
+  std::shared_ptr<MoeActivations> moe;  // MoE layers: the router's and experts' (fc1, gelu unused)
   /// Drops everything but the inputs x and past_kv (full activation recompute).
   void keep_input_only();
   /// Drops the attention core's softmax and output (selective recompute, Korthikanti 2022 sec. 5).
   void drop_attention_core();
   /// Every member the backward may read (all but `out`), for activation offload.
   std::vector<Tensor*> saved();
+};
+
+/// An MoE layer's FFN in place of the dense MLP (whose LayerTensors w_fc1..b_fc2 are then unused):
+/// the expert-parallel group, shapes, values and gradients, and the weight of its load-balancing
+/// loss in the backward.
+struct MoeLayer {
+  Communicator* ep = nullptr;
+  MoeDims dims;
+  MoeTensors values, grads;
+  double aux_scale = 0;
 };
 
 /// g: this rank's tokens (n, c) -> every token (N, c): an all-gather with sequence parallelism,
@@ -77,7 +91,7 @@ Tensor reduce_tokens(Backend& be, Communicator& tp, const LayerDims& dims, Tenso
 
 /// Runs the forward on acts.x (set by the caller) and fills the rest of `acts`.
 void layer_forward(Backend& be, Communicator& tp, const LayerDims& dims, const LayerTensors& w,
-                   LayerActivations& acts);
+                   LayerActivations& acts, const MoeLayer* moe = nullptr);
 
 /// The K/V this layer's attention read (kv, or qkv without earlier slices): what the next
 /// TeraPipe slice of the micro-batch attends to as its past_kv.
@@ -90,6 +104,6 @@ const Tensor& attention_context(const LayerActivations& acts);
 /// to its own, and this slice's attention adds those of positions 0 .. past+seq.
 Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& dims, const LayerTensors& w,
                       const LayerTensors& grads, const LayerActivations& acts, const Tensor& dout,
-                      const Tensor& kv_grad = Tensor{});
+                      const Tensor& kv_grad = Tensor{}, const MoeLayer* moe = nullptr);
 
 }  // namespace foresight::trainer

@@ -5,7 +5,8 @@
 // allocator, filled through copy_to_host / copy_from_host: the same calls a CUDA backend would make
 // on a side stream into pinned memory. The layers whose activations move are the first
 // round(fraction * layers) of each model chunk: their activations wait longest for the backward.
-// Left out: overlapping the copies with compute (the CPU backend copies synchronously).
+// Left out: overlapping the copies with compute (the CPU backend copies synchronously), and the
+// MoE router's and experts' activations (they stay on the backend).
 #pragma once
 
 #include <cstdint>

@@ -57,10 +57,14 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
-  if (p.model.moe)
-    unsupported("model.moe",
-                std::to_string(p.model.moe->experts) + " experts, top_k " + std::to_string(p.model.moe->top_k),
-                "Mixture-of-Experts layers");
+  if (p.model.moe) {
+    const std::string moe =
+        std::to_string(p.model.moe->experts) + " experts, top_k " + std::to_string(p.model.moe->top_k);
+    if (q.tp > 1) unsupported("model.moe", moe, "Mixture-of-Experts layers with plan.tp > 1 (tensor-parallel experts)");
+    if (q.token_slices.size() > 1) unsupported("model.moe", moe, "Mixture-of-Experts layers with TeraPipe slices");
+    if (q.zero > 0 && q.ep > 1)
+      unsupported("plan.zero", std::to_string(q.zero), "ZeRO-1 with expert parallelism (plan.ep > 1)");
+  }
   if (p.model.kv_heads != p.model.heads)
     unsupported("model.kv_heads", std::to_string(p.model.kv_heads), "grouped-query attention");
   if (p.model.vocab % q.tp != 0)
@@ -102,6 +106,11 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   // (every other rank lands in a group of its own).
   auto tp_comm = world.split(layout.pp_rank * dp + layout.dp_rank, layout.tp_rank);
   auto dp_comm = world.split(layout.pp_rank * tp + layout.tp_rank, layout.dp_rank);
+  // Expert parallelism is carved out of data parallelism: dp ranks d with the same d / ep form an
+  // expert-parallel group (ep rank d % ep), those with the same d % ep hold the same experts.
+  const int ep = plan.plan.ep;
+  auto ep_comm = world.split((layout.pp_rank * tp + layout.tp_rank) * (dp / ep) + layout.dp_rank / ep, layout.dp_rank % ep);
+  auto expert_dp_comm = world.split((layout.pp_rank * tp + layout.tp_rank) * ep + layout.dp_rank % ep, layout.dp_rank / ep);
   const bool holds_embedding = layout.first_stage() || layout.last_stage();
   auto embedding_comm =
       world.split(holds_embedding ? layout.tp_rank * dp + layout.dp_rank : tp * dp + world.rank(), layout.pp_rank);
@@ -130,6 +139,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
                                                             .chunk = c,
                                                             .chunks = chunks,
                                                             .offload_activations = plan.plan.offload.activations,
+                                                            .ep_comm = ep_comm.get(),
                                                             .token_slices = plan.plan.token_slices},
                                                 store));
   const int embedding_param =
@@ -139,6 +149,10 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   const bool zero1 = plan.plan.zero == 1;
   store.allocate(*be, opt.seed, zero1 ? dp : 1, zero1 ? layout.dp_rank : 0);
   GradientReducer reducer(store, *dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4));
+  // MoE experts: each expert lives on one rank of its expert-parallel group, so its gradient is
+  // summed over the ranks holding the same experts (dp rank % ep alike).
+  GradientReducer expert_reducer(store, *expert_dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4),
+                                 /*experts=*/true);
 
   const int micro_batches = plan.plan.micro_batches(plan.training);
   // TeraPipe: every micro-batch runs as `slices` pipeline units (micro-batch * slices + slice).
@@ -177,7 +191,10 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
       if (it == batches.end()) it = batches.emplace(mb, make_micro_batch(*source, plan, layout.dp_rank, step, mb)).first;
       return it->second;
     };
-    const std::function<void(int)> mark_ready = [&](int i) { reducer.mark_ready(i); };
+    const std::function<void(int)> mark_ready = [&](int i) {
+      reducer.mark_ready(i);
+      expert_reducer.mark_ready(i);
+    };
     const std::function<void(int)> not_yet = [](int) {};
     for (const PipelineOp& op : ops) {
       const int unit = op.micro_batch, mb = unit / slices;
@@ -216,6 +233,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     }
     for (auto& s : sends) s->wait();
     reducer.finish();
+    expert_reducer.finish();
     if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[embedding_param].grad, ReduceOp::sum);
 
     // Every tensor-parallel rank of the last stage holds the same loss; count one per replica.
@@ -225,7 +243,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     r.step = step;
     r.loss = loss[0] / global_tokens;
     r.lr = learning_rate(oc, step);
-    r.grad_norm = global_grad_norm(*be, store, world, layout.dp_rank == 0);
+    r.grad_norm = global_grad_norm(*be, store, world, layout.dp_rank == 0, layout.dp_rank < ep);
     if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
       summary.status = "non-finite " + std::string(std::isfinite(r.loss) ? "gradient norm" : "loss") + " at step " +
                        std::to_string(step);
