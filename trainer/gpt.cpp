@@ -67,7 +67,7 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
     declare(p + "ln2_b", 1, h, Split::none, Init::zeros);
     // DeepSpeed-MoE's placement (core/flops.cpp): every `every`-th layer, counting from 1.
     if (model.moe && (global_layer + 1) % model.moe->every == 0) {
-      FORESIGHT_CHECK(ep_comm_ && tp == 1) << "MoE layer without an expert-parallel group, or with tp " << tp;
+      FORESIGHT_CHECK(ep_comm_) << "MoE layer without an expert-parallel group";
       declare(p + "router", h, model.moe->experts, Split::none, Init::normal, kInitStd);
       const int local = model.moe->experts / ep_comm_->size();
       for (int j = 0; j < local; ++j) {
@@ -117,7 +117,7 @@ std::optional<MoeLayer> GptStage::moe_layer(int layer) const {
   if (li.count == kLayerParams) return std::nullopt;
   MoeLayer m;
   m.ep = ep_comm_;
-  m.dims = MoeDims{.tokens = dims_.local_tokens(),
+  m.dims = MoeDims{.tokens = dims_.tokens(),  // every token of the micro-batch, on every tp rank
                    .hidden = dims_.hidden,
                    .ffn = model_.ffn_hidden,
                    .experts = model_.moe->experts,

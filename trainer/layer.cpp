@@ -86,9 +86,13 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
   a.rstd2 = be.zeros(n, 1);
   be.layernorm_forward(a.c, a.mean2, a.rstd2, a.x1, w.ln2_g, w.ln2_b);
   if (moe) {
-    FORESIGHT_CHECK(d.tp == 1) << "MoE layers with tensor parallelism";
+    // The experts are replicated over the tensor-parallel group: every rank routes all N tokens
+    // (gathered under sequence parallelism, so the capacity is the same as with tp = 1) and keeps
+    // its own rows of the result.
     a.moe = std::make_shared<MoeActivations>();
-    a.out = moe_forward(be, *moe->ep, moe->dims, moe->values, a.c, *a.moe);
+    const Tensor y = moe_forward(be, *moe->ep, moe->dims, moe->values, gather_tokens(be, tp, d, a.c), *a.moe);
+    a.out = be.zeros(n, H);
+    be.copy(a.out, d.sequence_parallel ? y.row_slice(n * tp.rank(), n) : y);
     be.add(a.out, a.x1);
     return;
   }
@@ -124,7 +128,11 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
   Tensor dc;
   if (moe) {
     FORESIGHT_CHECK(a.moe) << "MoE backward without its forward";
-    dc = moe_backward(be, *moe->ep, moe->dims, moe->values, moe->grads, *a.moe, dout, moe->aux_scale);
+    // Every tensor-parallel rank holds the whole MoE computation: its gradients are complete on
+    // each (counted once in the norm, by tp rank 0), and it needs every token's dL/dy.
+    const Tensor dc_full = moe_backward(be, *moe->ep, moe->dims, moe->values, moe->grads, *a.moe,
+                                        gather_tokens(be, tp, d, dout), moe->aux_scale);
+    dc = d.sequence_parallel ? dc_full.row_slice(n * tp.rank(), n) : dc_full;
   } else {
     // MLP block. The output bias and the residual see the full (reduced) gradient of their tokens.
     be.bias_backward(g.b_fc2, dout);
@@ -182,7 +190,8 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
   if (d.sequence_parallel) {
     tp.all_reduce(seq_grads, ReduceOp::sum);
     const Tensor* parts[6] = {&grads.ln1_g, &grads.ln1_b, &grads.b_o, &grads.ln2_g, &grads.ln2_b, &grads.b_fc2};
-    for (int i = 0; i < 6; ++i) be.add(parts[i]->reshaped(1, H), seq_grads.row_slice(i, 1));
+    for (int i = 0; i < 6; ++i)
+      if (parts[i]->defined()) be.add(parts[i]->reshaped(1, H), seq_grads.row_slice(i, 1));  // MoE: no b_fc2
   }
   return dx;
 }

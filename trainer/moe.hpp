@@ -5,8 +5,9 @@
 // through the residual only), the Switch load-balancing loss, and the experts sharded over the
 // expert-parallel group with an all-to-all dispatch and combine. Each expert is a GeLU MLP (h ->
 // ffn -> h). Routing decisions are made on the host (this is the CPU backend's path; a CUDA backend
-// would run kernels/'s router). Left out: tensor-parallel experts, token dropping policies other
-// than first come first served, router noise.
+// would run kernels/'s router). With tensor parallelism the caller runs it whole on every rank
+// (experts replicated over the group). Left out: tensor-parallel experts, token dropping policies
+// other than first come first served, router noise.
 #pragma once
 
 #include <cstdint>

@@ -60,7 +60,6 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   if (p.model.moe) {
     const std::string moe =
         std::to_string(p.model.moe->experts) + " experts, top_k " + std::to_string(p.model.moe->top_k);
-    if (q.tp > 1) unsupported("model.moe", moe, "Mixture-of-Experts layers with plan.tp > 1 (tensor-parallel experts)");
     if (q.token_slices.size() > 1) unsupported("model.moe", moe, "Mixture-of-Experts layers with TeraPipe slices");
     if (q.zero > 0 && q.ep > 1)
       unsupported("plan.zero", std::to_string(q.zero), "ZeRO-1 with expert parallelism (plan.ep > 1)");
