@@ -92,7 +92,11 @@ std::string compute_order(const std::vector<PipelineOp>& ops) {
     if (op.kind != PipelineOpKind::forward && op.kind != PipelineOpKind::backward) continue;
     if (!s.empty()) s += ' ';
     s += (op.kind == PipelineOpKind::forward ? 'F' : 'B') + std::to_string(op.micro_batch);
-    if (op.chunk > 0) s += "." + std::to_string(op.chunk);
+    if (op.chunk > 0) {
+      // Appended piecewise: g++ 12 warns falsely (-Wrestrict) on "." + std::to_string(...).
+      s += '.';
+      s += std::to_string(op.chunk);
+    }
   }
   return s;
 }
