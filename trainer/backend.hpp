@@ -26,12 +26,24 @@ struct AdamWStep {
   int step = 1;            // 1-based, for bias correction
 };
 
-/// Shapes of one causal self-attention call on a micro-batch.
+/// Shapes of one causal self-attention call on a micro-batch (or one TeraPipe slice of it).
 struct AttentionShape {
   int batch = 0;     // sequences
-  int seq = 0;       // tokens per sequence
+  int seq = 0;       // queries per sequence
   int heads = 0;     // heads held by this rank
   int head_dim = 0;
+  int context = 0;   // keys per sequence, earlier slices' first; 0 = seq (no earlier slices)
+  /// Keys per sequence; query i sits at position keys() - seq + i and sees keys 0 .. that position.
+  int keys() const { return context > 0 ? context : seq; }
+};
+
+/// Which position row n of an activation (this rank's rows of a micro-batch, or of one TeraPipe
+/// slice of it) holds: offset + (first_row + n) % period. The plain case is {0, seq_len, 0}.
+struct TokenPositions {
+  std::int64_t first_row = 0;  // of these rows among the rows of every rank (sequence parallelism)
+  std::int64_t period = 0;     // tokens per sequence in the rows (seq_len, or a slice's length)
+  std::int64_t offset = 0;     // position of the first token of each sequence (a slice's start)
+  std::int64_t of(std::int64_t n) const { return offset + (first_row + n) % period; }
 };
 
 class Backend {
@@ -78,12 +90,17 @@ class Backend {
   virtual void gelu_forward(Tensor y, const Tensor& x) = 0;
   /// dx = dy * GeLU'(x) (overwrite).
   virtual void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) = 0;
-  /// Causal multi-head attention. qkv (N, 3*H*D) laid out [q heads | k heads | v heads];
-  /// out (N, H*D); probs (batch*H*seq, seq) softmax(q k^T / sqrt(D)) saved for the backward.
-  virtual void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const AttentionShape& s) = 0;
-  /// dqkv (N, 3*H*D) overwritten from dout (N, H*D), the saved probs and qkv.
-  virtual void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
-                                  const AttentionShape& s) = 0;
+  /// Causal multi-head attention. qkv (N, 3*H*D) laid out [q heads | k heads | v heads], of which
+  /// the queries are read; kv (batch*keys, 3*H*D), same layout, of which the keys and values are
+  /// read (kv = qkv without TeraPipe slices; else the cached K/V of earlier slices, then this
+  /// slice's). out (N, H*D); probs (batch*H*seq, keys) softmax(q k^T / sqrt(D)) saved for the backward.
+  virtual void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const Tensor& kv,
+                                 const AttentionShape& s) = 0;
+  /// From dout (N, H*D) and the saved probs, qkv and kv: the query columns of dqkv (N, 3*H*D) are
+  /// overwritten with dL/dq; dL/dk and dL/dv are added into the key and value columns of dkv
+  /// (batch*keys, 3*H*D). dkv may be dqkv itself (zeroed by the caller) when kv is qkv.
+  virtual void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
+                                  const Tensor& kv, const AttentionShape& s) = 0;
 
   // --- embeddings (vocabulary split over tensor-parallel ranks: this rank holds rows
   //     [vocab_offset, vocab_offset + table.rows())) ---
@@ -93,10 +110,10 @@ class Backend {
   /// dtable[token - vocab_offset] += dx rows, in token order (deterministic).
   virtual void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
                                   std::int64_t vocab_offset) = 0;
-  /// x (N,C) += positions (seq,C) row n % seq.
-  virtual void add_positions(Tensor x, const Tensor& positions) = 0;
-  /// dpositions (seq,C) += dx rows folded by position.
-  virtual void positions_backward(Tensor dpositions, const Tensor& dx) = 0;
+  /// x (N,C) += positions (seq,C) row p.of(n).
+  virtual void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) = 0;
+  /// dpositions (seq,C) += dx rows folded by position p.of(n).
+  virtual void positions_backward(Tensor dpositions, const Tensor& dx, const TokenPositions& p) = 0;
 
   // --- vocabulary-parallel softmax cross-entropy (Megatron-LM), in three local passes around
   //     the tensor-parallel all-reduces ---

@@ -12,7 +12,10 @@ namespace foresight::trainer {
 
 namespace {
 
-constexpr std::array<char, 8> kMagic = {'F', 'S', 'T', 'R', 'A', 'I', 'N', '1'};
+// Format 2 added params_hash (format 1 could not tell an interleaved layout or another expert
+// placement from a plain one with as many elements).
+constexpr std::array<char, 8> kMagic = {'F', 'S', 'T', 'R', 'A', 'I', 'N', '2'};
+constexpr std::array<char, 8> kMagicV1 = {'F', 'S', 'T', 'R', 'A', 'I', 'N', '1'};
 
 /// The fixed-size header, every field an int64 so the file has no padding or endianness games
 /// beyond the host's (checkpoints are not meant to move between architectures).
@@ -20,7 +23,21 @@ struct Header {
   std::int64_t step, seed, tp, pp, dp, tp_rank, pp_rank, dp_rank;
   std::int64_t layers, hidden, heads, seq_len, vocab, ffn_hidden, elements;
   std::int64_t state_first, state_elements;  // the optimizer shard (ZeRO-1), or 0 and elements
+  std::int64_t params_hash;                  // of this rank's parameter names and shapes, in order
 };
+
+/// A hash of the names and shapes of the store's parameters in declaration order: which layers,
+/// model chunks (interleaved) and experts this rank holds.
+std::int64_t params_hash(const ParamStore& s) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+  auto add = [&](std::uint64_t v) { h = mix64(h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2))); };
+  for (int i = 0; i < s.size(); ++i) {
+    for (char c : s[i].decl.name) add(std::uint64_t(static_cast<unsigned char>(c)));
+    add(std::uint64_t(s[i].decl.rows));
+    add(std::uint64_t(s[i].decl.cols));
+  }
+  return std::int64_t(h & 0x7fffffffffffffffULL);
+}
 
 std::string step_dir(const std::string& dir, int step) {
   char name[32];
@@ -37,7 +54,7 @@ std::string rank_file(const std::string& dir, int step, int rank) {
 Header make_header(int step, const RankLayout& l, const ModelSpec& m, std::uint64_t seed, const ParamStore& s) {
   return Header{step, std::int64_t(seed), l.tp, l.pp, l.dp, l.tp_rank, l.pp_rank, l.dp_rank,
                 m.layers, m.hidden, m.heads, m.seq_len, m.vocab, m.ffn_hidden, s.elements(),
-                s.state_first(), s.first_moments().numel()};
+                s.state_first(), s.first_moments().numel(), params_hash(s)};
 }
 
 }  // namespace
@@ -98,6 +115,8 @@ int load_checkpoint(const std::string& dir, const RankLayout& layout, const Mode
   Header h{};
   in.read(magic.data(), magic.size());
   in.read(reinterpret_cast<char*>(&h), sizeof h);
+  if (in && magic == kMagicV1)
+    throw SpecError(where, "header", "format 1", "is from an older foresight-train; this one reads format 2");
   if (!in || magic != kMagic) throw SpecError(where, "header", "", "is not a foresight-train checkpoint");
   const Header want = make_header(step, layout, model, seed, store);
   struct Field {
@@ -115,7 +134,9 @@ int load_checkpoint(const std::string& dir, const RankLayout& layout, const Mode
       {"vocab", &Header::vocab, "model.vocab"},          {"ffn_hidden", &Header::ffn_hidden, "model.ffn_hidden"},
       {"elements", &Header::elements, "the parameters of this rank"},
       {"state_first", &Header::state_first, "the optimizer shard of this rank (plan.zero)"},
-      {"state_elements", &Header::state_elements, "the optimizer shard of this rank (plan.zero)"}};
+      {"state_elements", &Header::state_elements, "the optimizer shard of this rank (plan.zero)"},
+      {"params_hash", &Header::params_hash,
+       "the hash of this rank's parameter names and shapes (plan.virtual_stages, plan.ep, model.moe)"}};
   for (const Field& f : kFields)
     if (h.*f.member != want.*f.member)
       throw SpecError(where, f.name, std::to_string(h.*f.member),

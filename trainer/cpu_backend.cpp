@@ -188,58 +188,64 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const AttentionShape& s) override {
-    const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim;
-    FORESIGHT_CHECK(qkv.cols() == 3 * HD && out.cols() == HD && qkv.rows() == std::int64_t(s.batch) * S &&
-                    probs.rows() == std::int64_t(s.batch) * s.heads * S && probs.cols() == S)
+  void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const Tensor& kv,
+                         const AttentionShape& s) override {
+    const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys(), P = C - S;
+    FORESIGHT_CHECK(qkv.cols() == 3 * HD && kv.cols() == 3 * HD && out.cols() == HD &&
+                    qkv.rows() == std::int64_t(s.batch) * S && kv.rows() == std::int64_t(s.batch) * C && P >= 0 &&
+                    probs.rows() == std::int64_t(s.batch) * s.heads * S && probs.cols() == C)
         << "attention_forward shapes";
     const double scale = 1.0 / std::sqrt(double(D));
     const std::int64_t ld = qkv.cols();
-    std::vector<double> row(static_cast<std::size_t>(S));
+    std::vector<double> row(static_cast<std::size_t>(C));
     for (int b = 0; b < s.batch; ++b)
       for (int h = 0; h < s.heads; ++h)
         for (std::int64_t i = 0; i < S; ++i) {
+          const std::int64_t last = P + i;  // the query's position: it sees keys 0..last
           const float* q = qkv.data() + (b * S + i) * ld + h * D;
           double mx = -std::numeric_limits<double>::infinity();
-          for (std::int64_t j = 0; j <= i; ++j) {
-            const float* k = qkv.data() + (b * S + j) * ld + HD + h * D;
+          for (std::int64_t j = 0; j <= last; ++j) {
+            const float* k = kv.data() + (b * C + j) * ld + HD + h * D;
             double dot = 0;
             for (std::int64_t d = 0; d < D; ++d) dot += double(q[d]) * k[d];
             row[j] = dot * scale;
             mx = std::max(mx, row[j]);
           }
           double sum = 0;
-          for (std::int64_t j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - mx));
-          float* p = probs.data() + ((std::int64_t(b) * s.heads + h) * S + i) * S;
-          for (std::int64_t j = 0; j < S; ++j) p[j] = j <= i ? float(row[j] / sum) : 0.0f;
+          for (std::int64_t j = 0; j <= last; ++j) sum += (row[j] = std::exp(row[j] - mx));
+          float* p = probs.data() + ((std::int64_t(b) * s.heads + h) * S + i) * C;
+          for (std::int64_t j = 0; j < C; ++j) p[j] = j <= last ? float(row[j] / sum) : 0.0f;
           float* o = out.data() + (b * S + i) * HD + h * D;
           for (std::int64_t d = 0; d < D; ++d) {
             double acc = 0;
-            for (std::int64_t j = 0; j <= i; ++j) acc += double(p[j]) * qkv.data()[(b * S + j) * ld + 2 * HD + h * D + d];
+            for (std::int64_t j = 0; j <= last; ++j) acc += double(p[j]) * kv.data()[(b * C + j) * ld + 2 * HD + h * D + d];
             o[d] = float(acc);
           }
         }
   }
-  void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
-                          const AttentionShape& s) override {
-    const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim;
+  void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
+                          const Tensor& kv, const AttentionShape& s) override {
+    const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys(), P = C - S;
     check_same_shape(dqkv, qkv, "attention_backward");
+    check_same_shape(dkv, kv, "attention_backward");
     const double scale = 1.0 / std::sqrt(double(D));
     const std::int64_t ld = qkv.cols();
-    std::vector<double> dq(static_cast<std::size_t>(S * D)), dk(static_cast<std::size_t>(S * D)), dv(static_cast<std::size_t>(S * D)), dp(static_cast<std::size_t>(S));
+    std::vector<double> dq(static_cast<std::size_t>(S * D)), dk(static_cast<std::size_t>(C * D)),
+        dv(static_cast<std::size_t>(C * D)), dp(static_cast<std::size_t>(C));
     for (int b = 0; b < s.batch; ++b)
       for (int h = 0; h < s.heads; ++h) {
         std::fill(dq.begin(), dq.end(), 0.0);
         std::fill(dk.begin(), dk.end(), 0.0);
         std::fill(dv.begin(), dv.end(), 0.0);
         auto q = [&](std::int64_t i, std::int64_t d) { return double(qkv.data()[(b * S + i) * ld + h * D + d]); };
-        auto k = [&](std::int64_t i, std::int64_t d) { return double(qkv.data()[(b * S + i) * ld + HD + h * D + d]); };
-        auto v = [&](std::int64_t i, std::int64_t d) { return double(qkv.data()[(b * S + i) * ld + 2 * HD + h * D + d]); };
+        auto k = [&](std::int64_t j, std::int64_t d) { return double(kv.data()[(b * C + j) * ld + HD + h * D + d]); };
+        auto v = [&](std::int64_t j, std::int64_t d) { return double(kv.data()[(b * C + j) * ld + 2 * HD + h * D + d]); };
         for (std::int64_t i = 0; i < S; ++i) {
-          const float* p = probs.data() + ((std::int64_t(b) * s.heads + h) * S + i) * S;
+          const std::int64_t last = P + i;
+          const float* p = probs.data() + ((std::int64_t(b) * s.heads + h) * S + i) * C;
           const float* g = dout.data() + (b * S + i) * HD + h * D;
           double pdp = 0;
-          for (std::int64_t j = 0; j <= i; ++j) {
+          for (std::int64_t j = 0; j <= last; ++j) {
             double acc = 0;
             for (std::int64_t d = 0; d < D; ++d) {
               acc += double(g[d]) * v(j, d);
@@ -248,7 +254,7 @@ class CpuBackend final : public Backend {
             dp[j] = acc;
             pdp += double(p[j]) * acc;
           }
-          for (std::int64_t j = 0; j <= i; ++j) {
+          for (std::int64_t j = 0; j <= last; ++j) {
             const double ds = double(p[j]) * (dp[j] - pdp) * scale;
             for (std::int64_t d = 0; d < D; ++d) {
               dq[i * D + d] += ds * k(j, d);
@@ -257,11 +263,13 @@ class CpuBackend final : public Backend {
           }
         }
         for (std::int64_t i = 0; i < S; ++i)
+          for (std::int64_t d = 0; d < D; ++d) dqkv.data()[(b * S + i) * ld + h * D + d] = float(dq[i * D + d]);
+        // Added, not overwritten: later TeraPipe slices' queries also read these keys and values.
+        for (std::int64_t j = 0; j < C; ++j)
           for (std::int64_t d = 0; d < D; ++d) {
-            float* r = dqkv.data() + (b * S + i) * ld;
-            r[h * D + d] = float(dq[i * D + d]);
-            r[HD + h * D + d] = float(dk[i * D + d]);
-            r[2 * HD + h * D + d] = float(dv[i * D + d]);
+            float* r = dkv.data() + (b * C + j) * ld;
+            r[HD + h * D + d] = float(double(r[HD + h * D + d]) + dk[j * D + d]);
+            r[2 * HD + h * D + d] = float(double(r[2 * HD + h * D + d]) + dv[j * D + d]);
           }
       }
   }
@@ -288,16 +296,22 @@ class CpuBackend final : public Backend {
       for (std::int64_t j = 0; j < C; ++j) dtable.data()[r * C + j] += dx.data()[n * C + j];
     }
   }
-  void add_positions(Tensor x, const Tensor& positions) override {
-    const std::int64_t C = x.cols(), S = positions.rows();
-    for (std::int64_t n = 0; n < x.rows(); ++n)
-      for (std::int64_t j = 0; j < C; ++j) x.data()[n * C + j] += positions.data()[(n % S) * C + j];
+  void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) override {
+    const std::int64_t C = x.cols();
+    for (std::int64_t n = 0; n < x.rows(); ++n) {
+      const std::int64_t r = p.of(n);
+      FORESIGHT_CHECK(r >= 0 && r < positions.rows()) << "position " << r;
+      for (std::int64_t j = 0; j < C; ++j) x.data()[n * C + j] += positions.data()[r * C + j];
+    }
   }
-  void positions_backward(Tensor dpositions, const Tensor& dx) override {
+  void positions_backward(Tensor dpositions, const Tensor& dx, const TokenPositions& p) override {
     const std::int64_t C = dx.cols(), S = dpositions.rows();
     std::vector<double> acc(std::size_t(S * C), 0.0);
-    for (std::int64_t n = 0; n < dx.rows(); ++n)
-      for (std::int64_t j = 0; j < C; ++j) acc[(n % S) * C + j] += dx.data()[n * C + j];
+    for (std::int64_t n = 0; n < dx.rows(); ++n) {
+      const std::int64_t r = p.of(n);
+      FORESIGHT_CHECK(r >= 0 && r < S) << "position " << r;
+      for (std::int64_t j = 0; j < C; ++j) acc[r * C + j] += dx.data()[n * C + j];
+    }
     for (std::int64_t i = 0; i < S * C; ++i) dpositions.data()[i] = float(dpositions.data()[i] + acc[i]);
   }
 

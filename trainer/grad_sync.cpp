@@ -4,13 +4,20 @@
 
 namespace foresight::trainer {
 
-GradientReducer::GradientReducer(const ParamStore& store, Communicator& dp, std::int64_t bucket_elements)
+GradientReducer::GradientReducer(const ParamStore& store, Communicator& dp, std::int64_t bucket_elements,
+                                 bool experts)
     : store_(store), dp_(dp), bucket_of_(std::size_t(store.size()), -1) {
   // Backward produces gradients roughly from the end of the buffer to its start.
+  bool gap = false;  // a parameter left out breaks the contiguous range: start a new bucket
   for (int i = store.size() - 1; i >= 0; --i) {
     const Param& p = store[i];
+    if (p.decl.expert != experts) {
+      gap = true;
+      continue;
+    }
     const std::int64_t n = p.value.numel();
-    if (buckets_.empty() || buckets_.back().count >= bucket_elements) buckets_.push_back(Bucket{});
+    if (buckets_.empty() || buckets_.back().count >= bucket_elements || gap) buckets_.push_back(Bucket{});
+    gap = false;
     Bucket& b = buckets_.back();
     FORESIGHT_CHECK(b.count == 0 || p.offset + n == b.first) << "parameters not contiguous at " << p.decl.name;
     b.first = p.offset;
@@ -26,6 +33,7 @@ void GradientReducer::launch(Bucket& b) {
 }
 
 void GradientReducer::mark_ready(int index) {
+  if (bucket_of_[std::size_t(index)] < 0) return;
   Bucket& b = buckets_[std::size_t(bucket_of_[std::size_t(index)])];
   FORESIGHT_CHECK(b.pending > 0) << store_[index].decl.name << " marked ready twice";
   if (--b.pending == 0) launch(b);

@@ -16,10 +16,12 @@ namespace foresight::trainer {
 
 class GradientReducer {
  public:
-  /// `bucket_elements`: target elements per bucket (a parameter is never split).
-  GradientReducer(const ParamStore& store, Communicator& dp, std::int64_t bucket_elements);
+  /// `bucket_elements`: target elements per bucket (a parameter is never split). Only parameters
+  /// with `ParamDecl::expert == experts` are reduced here (MoE experts sum over another group).
+  GradientReducer(const ParamStore& store, Communicator& dp, std::int64_t bucket_elements, bool experts = false);
 
-  /// Parameter `index` has its final gradient for this step; may launch its bucket's all-reduce.
+  /// Parameter `index` has its final gradient for this step; may launch its bucket's all-reduce
+  /// (ignored for a parameter this reducer does not handle).
   void mark_ready(int index);
   /// Waits for every bucket (launching any not yet launched) and resets for the next step.
   void finish();

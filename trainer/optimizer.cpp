@@ -12,11 +12,12 @@ double learning_rate(const OptimizerConfig& c, int step) {
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts) {
+double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts,
+                        bool counts_experts) {
   double sq = 0;
-  if (counts)
-    for (int i = 0; i < store.size(); ++i)
-      if (store[i].decl.in_grad_norm) sq += be.sum_squares(store[i].grad);
+  for (int i = 0; i < store.size(); ++i)
+    if (store[i].decl.in_grad_norm && (store[i].decl.expert ? counts_experts : counts))
+      sq += be.sum_squares(store[i].grad);
   double v[1] = {sq};
   world.all_reduce(v, ReduceOp::sum);
   return std::sqrt(v[0]);

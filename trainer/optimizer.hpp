@@ -24,9 +24,11 @@ struct OptimizerConfig {
 double learning_rate(const OptimizerConfig& c, int step);
 
 /// The global L2 norm of the gradients in `store`; `counts` says whether this rank's
-/// contribution belongs in the sum (false on data-parallel replicas other than 0). Collective
-/// over `world`.
-double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts);
+/// contribution belongs in the sum (false on data-parallel replicas other than 0), and
+/// `counts_experts` the same for MoE expert weights (true on the first expert-data-parallel
+/// replica, i.e. every rank of the first expert-parallel group). Collective over `world`.
+double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts,
+                        bool counts_experts);
 
 /// Clips by `grad_norm` and applies one AdamW step (1-based `step`) to the elements whose
 /// optimizer state this rank holds (all of them without ZeRO; its shard with ZeRO-1).

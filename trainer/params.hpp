@@ -37,6 +37,10 @@ struct ParamDecl {
   /// Counted in the global gradient norm on this rank (false for tensor-parallel replicas other
   /// than tp rank 0, and for the last stage's copy of the tied embedding).
   bool in_grad_norm = true;
+  /// An MoE expert's weight: held by one rank of the expert-parallel group, so its gradient is
+  /// summed over the expert-data-parallel group (not all data-parallel ranks) and counted in the
+  /// gradient norm by every expert-parallel rank.
+  bool expert = false;
 };
 
 struct Param {

@@ -1,8 +1,8 @@
 // A pipeline schedule as an explicit list of operations per stage: receives, forwards, sends and
-// backwards of micro-batches, in the order the stage executes them. The executor (trainer.cpp)
-// walks the list; sends are non-blocking and receives blocking, which is deadlock-free for these
-// orders. Interleaved 1F1B (virtual stages) and TeraPipe slices extend PipelineOp with a chunk
-// and a token range.
+// backwards of micro-batches (and, interleaved, of model chunks), in the order the stage executes
+// them. The executor (trainer.cpp) walks the list; sends are non-blocking and receives blocking,
+// which is deadlock-free for these orders (schedule_test simulates every stage's list).
+// TeraPipe token slices run as extra pipeline units (micro-batch, slice): see pipeline_units().
 #pragma once
 
 #include <string>
@@ -16,17 +16,34 @@ enum class PipelineOpKind { recv_activation, forward, send_activation, recv_grad
 
 struct PipelineOp {
   PipelineOpKind kind;
-  int micro_batch;
+  int micro_batch;  // the pipeline unit: a micro-batch, or a (micro-batch, slice) with TeraPipe
+  int chunk = 0;    // model chunk of this stage (interleaved schedule), else 0
   bool operator==(const PipelineOp&) const = default;
 };
 
-/// The operations of `stage` (0-based, of `stages`) for `micro_batches` micro-batches.
+/// The operations of `stage` (0-based, of `stages`) for `units` pipeline units, each stage
+/// holding `chunks` model chunks (virtual stage of chunk c = c * stages + stage).
 /// 1F1B: Narayanan et al. 2021 sec. 2.2 (PipeDream-Flush): stages-stage-1 warm-up forwards, then
 /// alternating forward/backward, then the remaining backwards. GPipe: all forwards, then all
-/// backwards. Other schedules are rejected by the trainer before this is called.
-std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stages, int stage, int micro_batches);
+/// backwards. Interleaved (sec. 2.2, Megatron-LM's forward_backward_pipelining_with_interleaving):
+/// chunks of `stages` micro-batches go through the chunks in turn, 2*(stages-stage-1) +
+/// (chunks-1)*stages warm-up forwards, then 1F1B, then the remaining backwards. TeraPipe (Li et al.
+/// 2021): every unit's forward in order, then the backwards in reverse slice order within each
+/// micro-batch (a slice's key/value gradients come from the later slices), `slices` units per
+/// micro-batch. Plans the trainer does not run are rejected before this is called.
+std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stages, int stage, int units, int chunks = 1,
+                                     int slices = 1);
 
-/// "F0 F1 B0 ..." (forwards and backwards only): for tests and logs.
+/// Who a send or receive talks to and the tag that tells its message apart: the neighbouring
+/// pipeline stage (wrapping from the last stage to the first between chunks) and a tag unique per
+/// (unit, virtual-stage boundary, direction).
+struct PipelineMessage {
+  int peer_stage = 0;
+  int tag = 0;
+};
+PipelineMessage pipeline_message(const PipelineOp& op, int stages, int stage, int chunks);
+
+/// "F0 F1 B0 ..." (forwards and backwards only; "F0.1" = unit 0 on chunk 1): for tests and logs.
 std::string compute_order(const std::vector<PipelineOp>& ops);
 
 }  // namespace foresight::trainer

@@ -27,6 +27,7 @@ const std::vector<StepField>& step_fields() {
       {"tflops_per_rank", "", " TFLOP/s/rank", "%.4f", [](const StepRecord& r) { return r.tflops_per_rank; }},
       {"mfu", "MFU", "", "%.3f", [](const StepRecord& r) { return r.mfu; }},
       {"memory_MiB", "mem", " MiB", "%.2f", [](const StepRecord& r) { return r.memory_MiB; }},
+      {"offload_MiB", "offload", " MiB", "%.6f", [](const StepRecord& r) { return r.offload_MiB; }},
   };
   return fields;
 }
@@ -67,7 +68,9 @@ nlohmann::ordered_json summary_json(const RunSummary& s, const ExecutablePlan& p
   j["layout"] = {{"tp", plan.plan.tp}, {"pp", plan.plan.pp}, {"dp", plan.plan.dp},
                  {"placement", to_string(plan.plan.placement)}, {"schedule", to_string(plan.plan.schedule)},
                  {"micro_batch", plan.plan.micro_batch}, {"micro_batches", plan.plan.micro_batches(plan.training)},
+                 {"virtual_stages", plan.plan.virtual_stages}, {"sequence_parallel", plan.plan.sequence_parallel},
                  {"recompute", to_string(plan.plan.recompute)}, {"zero", plan.plan.zero},
+                 {"offload_activations", plan.plan.offload.activations},
                  {"dp_buckets", s.dp_buckets}};
   j["data"] = s.data;
   j["first_step"] = s.first_step;

@@ -24,6 +24,7 @@ struct StepRecord {
   double tflops_per_rank = 0; // model FLOPs / step_s / ranks, in 1e12 FLOP/s
   std::optional<double> mfu;  // tflops_per_rank / peak
   double memory_MiB = 0;      // peak backend allocation of the most loaded rank, MiB (2^20 bytes)
+  double offload_MiB = 0;     // activations moved to the host and back (both directions), all ranks, MiB
 };
 
 struct RunSummary {

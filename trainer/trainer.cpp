@@ -45,14 +45,25 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   auto unsupported = [&](const std::string& field, const std::string& value, const std::string& what) {
     throw SpecError(where, field, value, "foresight-train does not run " + what + " yet");
   };
-  if (q.schedule != Schedule::one_f_one_b && q.schedule != Schedule::gpipe)
-    unsupported("plan.schedule", to_string(q.schedule), "this schedule (it runs 1f1b and gpipe)");
-  if (q.sequence_parallel) unsupported("plan.sequence_parallel", "true", "sequence parallelism");
-  if (q.recompute == Recompute::selective) unsupported("plan.recompute", "selective", "selective recompute");
+  if (q.sequence_parallel && q.tp > 1)
+    for (int len : q.token_slices)
+      if ((std::int64_t(q.micro_batch) * len) % q.tp != 0)
+        throw SpecError(where, "plan.token_slices", std::to_string(len),
+                        "with plan.sequence_parallel every slice times plan.micro_batch must be a multiple of plan.tp = " +
+                            std::to_string(q.tp) + " (a slice's tokens are split over the group)");
+  if (q.sequence_parallel && q.tp > 1 && (std::int64_t(q.micro_batch) * p.model.seq_len) % q.tp != 0)
+    throw SpecError(where, "plan.sequence_parallel", "true",
+                    "needs plan.micro_batch * model.seq_len = " + std::to_string(q.micro_batch * p.model.seq_len) +
+                        " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
-  if (q.offload.activations > 0) unsupported("plan.offload.activations", std::to_string(q.offload.activations), "activation offload");
-  if (p.model.moe) unsupported("model.moe", "", "Mixture-of-Experts layers");
+  if (p.model.moe) {
+    const std::string moe =
+        std::to_string(p.model.moe->experts) + " experts, top_k " + std::to_string(p.model.moe->top_k);
+    if (q.token_slices.size() > 1) unsupported("model.moe", moe, "Mixture-of-Experts layers with TeraPipe slices");
+    if (q.zero > 0 && q.ep > 1)
+      unsupported("plan.zero", std::to_string(q.zero), "ZeRO-1 with expert parallelism (plan.ep > 1)");
+  }
   if (p.model.kv_heads != p.model.heads)
     unsupported("model.kv_heads", std::to_string(p.model.kv_heads), "grouped-query attention");
   if (p.model.vocab % q.tp != 0)
@@ -63,9 +74,6 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-/// Tags of pipeline messages: activations and gradients of each micro-batch are distinct.
-int message_tag(int micro_batch, bool gradient) { return 2 * micro_batch + (gradient ? 1 : 0); }
 
 /// The tokens of micro-batch `mb` of data-parallel replica `dp_rank`: samples
 /// [dp_rank * G/dp + mb * micro_batch, ... + micro_batch) of the global batch, so every layout
@@ -97,6 +105,11 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   // (every other rank lands in a group of its own).
   auto tp_comm = world.split(layout.pp_rank * dp + layout.dp_rank, layout.tp_rank);
   auto dp_comm = world.split(layout.pp_rank * tp + layout.tp_rank, layout.dp_rank);
+  // Expert parallelism is carved out of data parallelism: dp ranks d with the same d / ep form an
+  // expert-parallel group (ep rank d % ep), those with the same d % ep hold the same experts.
+  const int ep = plan.plan.ep;
+  auto ep_comm = world.split((layout.pp_rank * tp + layout.tp_rank) * (dp / ep) + layout.dp_rank / ep, layout.dp_rank % ep);
+  auto expert_dp_comm = world.split((layout.pp_rank * tp + layout.tp_rank) * ep + layout.dp_rank % ep, layout.dp_rank / ep);
   const bool holds_embedding = layout.first_stage() || layout.last_stage();
   auto embedding_comm =
       world.split(holds_embedding ? layout.tp_rank * dp + layout.dp_rank : tp * dp + world.rank(), layout.pp_rank);
@@ -114,15 +127,42 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     be = make_backend(opt.backend);
   });
   ParamStore store(tp, layout.tp_rank);
-  GptStage stage(plan.model, layout, plan.plan.micro_batch, plan.plan.recompute, store);
+  // One stage per model chunk (interleaved schedule: virtual stages), declared in chunk order.
+  const int chunks = plan.plan.schedule == Schedule::interleaved ? plan.plan.virtual_stages : 1;
+  std::vector<std::unique_ptr<GptStage>> stages;
+  for (int c = 0; c < chunks; ++c)
+    stages.push_back(std::make_unique<GptStage>(plan.model, layout,
+                                                StageConfig{.micro_batch = plan.plan.micro_batch,
+                                                            .recompute = plan.plan.recompute,
+                                                            .sequence_parallel = plan.plan.sequence_parallel,
+                                                            .chunk = c,
+                                                            .chunks = chunks,
+                                                            .offload_activations = plan.plan.offload.activations,
+                                                            .ep_comm = ep_comm.get(),
+                                                            .token_slices = plan.plan.token_slices},
+                                                store));
+  const int embedding_param =
+      layout.first_stage() ? stages.front()->embedding_param() : stages.back()->embedding_param();
   // ZeRO-1: each data-parallel rank keeps the AdamW moments of one shard of the parameters,
   // updates that shard and all-gathers the parameters after the step.
   const bool zero1 = plan.plan.zero == 1;
   store.allocate(*be, opt.seed, zero1 ? dp : 1, zero1 ? layout.dp_rank : 0);
   GradientReducer reducer(store, *dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4));
+  // MoE experts: each expert lives on one rank of its expert-parallel group, so its gradient is
+  // summed over the ranks holding the same experts (dp rank % ep alike).
+  GradientReducer expert_reducer(store, *expert_dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4),
+                                 /*experts=*/true);
 
   const int micro_batches = plan.plan.micro_batches(plan.training);
-  const std::vector<PipelineOp> ops = pipeline_ops(plan.plan.schedule, pp, layout.pp_rank, micro_batches);
+  // TeraPipe: every micro-batch runs as `slices` pipeline units (micro-batch * slices + slice).
+  const int slices = stages.front()->slices();
+  const std::vector<PipelineOp> ops =
+      pipeline_ops(plan.plan.schedule, pp, layout.pp_rank, micro_batches * slices, chunks, slices);
+  // Each chunk's gradients are final after its last backward in the list: only then may its
+  // buckets start their all-reduce.
+  std::vector<std::size_t> last_backward(std::size_t(chunks), 0);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == PipelineOpKind::backward) last_backward[std::size_t(ops[i].chunk)] = i;
   const double global_tokens = double(plan.training.global_batch) * plan.model.seq_len;
   const float loss_scale = float(1.0 / global_tokens);  // token-mean over the global batch
   const double model_flops = model_flops_per_iteration(plan.model, plan.training.global_batch).value();
@@ -142,7 +182,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     const auto t0 = Clock::now();
     be->fill(store.grads(), 0.0f);
     std::map<int, MicroBatch> batches;
-    std::map<int, Tensor> inbox, outbox;  // per micro-batch: received / to be sent
+    std::map<std::pair<int, int>, Tensor> inbox, outbox;  // per (unit, chunk): received / to be sent
     std::vector<std::unique_ptr<Request>> sends;
     double loss_sum = 0;
     auto batch = [&](int mb) -> const MicroBatch& {
@@ -150,45 +190,50 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
       if (it == batches.end()) it = batches.emplace(mb, make_micro_batch(*source, plan, layout.dp_rank, step, mb)).first;
       return it->second;
     };
-    const std::function<void(int)> mark_ready = [&](int i) { reducer.mark_ready(i); };
+    const std::function<void(int)> mark_ready = [&](int i) {
+      reducer.mark_ready(i);
+      expert_reducer.mark_ready(i);
+    };
     const std::function<void(int)> not_yet = [](int) {};
     for (const PipelineOp& op : ops) {
-      const int mb = op.micro_batch;
+      const int unit = op.micro_batch, mb = unit / slices;
+      const std::pair<int, int> key{unit, op.chunk};
+      GptStage& stage = *stages[std::size_t(op.chunk)];
       switch (op.kind) {
         case PipelineOpKind::recv_activation:
         case PipelineOpKind::recv_gradient: {
-          const bool grad = op.kind == PipelineOpKind::recv_gradient;
-          Tensor t = be->zeros(stage.tokens(), stage.hidden());
-          world.recv(t, grad ? layout.next_stage_rank() : layout.prev_stage_rank(), message_tag(mb, grad));
-          inbox[mb] = t;
+          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
+          Tensor t = be->zeros(stage.tokens(unit), stage.hidden());
+          world.recv(t, layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag);
+          inbox[key] = t;
           break;
         }
         case PipelineOpKind::forward:
-          outbox[mb] = stage.forward(*be, *tp_comm, mb, batch(mb), inbox[mb]);
-          inbox.erase(mb);
-          if (layout.last_stage()) loss_sum += stage.loss_sum(mb);
+          outbox[key] = stage.forward(*be, *tp_comm, unit, batch(mb), inbox[key]);
+          inbox.erase(key);
+          if (stage.has_head()) loss_sum += stage.loss_sum(unit);
           break;
         case PipelineOpKind::backward:
-          // Gradients are final only after the last micro-batch's backward: only then may
-          // buckets start their all-reduce.
-          outbox[mb] = stage.backward(*be, *tp_comm, mb, batch(mb), inbox[mb], loss_scale,
-                                      mb == micro_batches - 1 ? mark_ready : not_yet);
-          inbox.erase(mb);
-          batches.erase(mb);
+          // Gradients are final only after the last micro-batch's backward (of each chunk): only
+          // then may buckets start their all-reduce.
+          outbox[key] = stage.backward(*be, *tp_comm, unit, batch(mb), inbox[key], loss_scale,
+                                       std::size_t(&op - ops.data()) == last_backward[std::size_t(op.chunk)] ? mark_ready : not_yet);
+          inbox.erase(key);
+          if (op.chunk == 0 && unit % slices == 0) batches.erase(mb);  // its last backward here
           break;
         case PipelineOpKind::send_activation:
         case PipelineOpKind::send_gradient: {
-          const bool grad = op.kind == PipelineOpKind::send_gradient;
-          sends.push_back(world.send(outbox[mb], grad ? layout.prev_stage_rank() : layout.next_stage_rank(),
-                                     message_tag(mb, grad)));
-          outbox.erase(mb);
+          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
+          sends.push_back(world.send(outbox[key], layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag));
+          outbox.erase(key);
           break;
         }
       }
     }
     for (auto& s : sends) s->wait();
     reducer.finish();
-    if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[stage.embedding_param()].grad, ReduceOp::sum);
+    expert_reducer.finish();
+    if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[embedding_param].grad, ReduceOp::sum);
 
     // Every tensor-parallel rank of the last stage holds the same loss; count one per replica.
     double loss[1] = {layout.last_stage() && layout.tp_rank == 0 ? loss_sum : 0.0};
@@ -197,7 +242,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     r.step = step;
     r.loss = loss[0] / global_tokens;
     r.lr = learning_rate(oc, step);
-    r.grad_norm = global_grad_norm(*be, store, world, layout.dp_rank == 0);
+    r.grad_norm = global_grad_norm(*be, store, world, layout.dp_rank == 0, layout.dp_rank < ep);
     if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
       summary.status = "non-finite " + std::string(std::isfinite(r.loss) ? "gradient norm" : "loss") + " at step " +
                        std::to_string(step);
@@ -214,6 +259,10 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     }
     double slowest[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), double(be->peak_bytes())};
     world.all_reduce(slowest, ReduceOp::max);
+    double offload_bytes[1] = {0};
+    for (auto& st : stages) offload_bytes[0] += double(st->take_offload_bytes());
+    world.all_reduce(offload_bytes, ReduceOp::sum);
+    r.offload_MiB = offload_bytes[0] / 1048576.0;
     r.step_s = slowest[0];
     r.tokens_per_s = global_tokens / r.step_s;
     r.tflops_per_rank = model_flops / r.step_s / world.size() / 1e12;

@@ -1,7 +1,11 @@
 // Checks a foresight-train JSON summary against a reference run's: every step's loss within a
 // relative tolerance (0 = bit-identical), optionally that the reference's loss went down and that
-// the prediction sits beside the measurement. Prints the largest relative difference.
+// the prediction sits beside the measurement, that every step moved a hand-computed number of MiB
+// of activations to the host and back, and that the run's peak memory lies below the reference's.
+// Prints the largest relative difference.
 //   trainer_compare_summaries REF RUN [--rel X] [--expect-steps N] [--expect-decrease D] [--expect-prediction]
+//                             [--expect-offload-MiB M] [--expect-less-memory]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,13 +36,16 @@ int main(int argc, char** argv) {
   const nlohmann::json ref = load(argv[1]), run = load(argv[2]);
   double rel = 1e-5, decrease = -1;
   int expect_steps = -1;
-  bool prediction = false;
+  bool prediction = false, less_memory = false;
+  double offload_MiB = -1;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--rel" && i + 1 < argc) rel = std::atof(argv[++i]);
     else if (a == "--expect-steps" && i + 1 < argc) expect_steps = std::atoi(argv[++i]);
     else if (a == "--expect-decrease" && i + 1 < argc) decrease = std::atof(argv[++i]);
     else if (a == "--expect-prediction") prediction = true;
+    else if (a == "--expect-offload-MiB" && i + 1 < argc) offload_MiB = std::atof(argv[++i]);
+    else if (a == "--expect-less-memory") less_memory = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 1;
@@ -93,6 +100,25 @@ int main(int argc, char** argv) {
     const bool has = p.is_object() && p["iteration_s"]["predicted"].is_number() && p["iteration_s"]["measured"].is_number();
     std::printf("predicted vs measured iteration: %s\n", has ? p["iteration_s"].dump().c_str() : "missing");
     if (!has) ok = false;
+  }
+  if (offload_MiB >= 0) {
+    for (const auto& st : run["steps"]) {
+      const double m = st["offload_MiB"].is_number() ? st["offload_MiB"].get<double>() : -1.0;
+      if (std::abs(m - offload_MiB) > 1e-9 * offload_MiB) {
+        std::printf("FAIL: step %d moved %.9f MiB of activations, expected %.9f\n", st["step"].get<int>(), m, offload_MiB);
+        ok = false;
+      }
+    }
+    std::printf("activation offload: expected %.6f MiB per step\n", offload_MiB);
+  }
+  if (less_memory) {
+    auto peak = [](const nlohmann::json& j) {
+      double m = 0;
+      for (const auto& st : j["steps"]) m = std::max(m, st["memory_MiB"].get<double>());
+      return m;
+    };
+    std::printf("peak memory: %.4f MiB, reference %.4f MiB\n", peak(run), peak(ref));
+    if (!(peak(run) < peak(ref))) ok = false;
   }
   std::printf("%s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;

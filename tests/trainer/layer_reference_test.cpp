@@ -88,7 +88,9 @@ RefLayer random_layer(std::mt19937& rng) {
   return l;
 }
 
-TEST(LayerReference, ForwardAndBackwardMatchFloat64) {
+/// One layer's forward and backward against the float64 reference. `selective`: the attention
+/// core is dropped after the forward (selective recompute) and must be rebuilt by the backward.
+void check_layer_against_float64(bool selective) {
   std::mt19937 rng(7);
   RefLayer ref = random_layer(rng);
   const int N = kDims.tokens(), H = kDims.hidden, F = kDims.ffn;
@@ -116,6 +118,11 @@ TEST(LayerReference, ForwardAndBackwardMatchFloat64) {
   const double fwd_err = scaled_error(to_vec(*be, acts.out), test::ref_layer_forward(kDims, ref, x));
   std::printf("layer forward: max error / max |out| = %.3e\n", fwd_err);
   EXPECT_LT(fwd_err, 1e-6);
+  if (selective) {
+    acts.drop_attention_core();
+    EXPECT_FALSE(acts.probs.defined());  // the (batch*heads*seq, seq) softmax is really gone
+    EXPECT_FALSE(acts.attn.defined());
+  }
 
   const Tensor dx = layer_backward(*be, *self, dims, pack(w), pack(g), acts, to_tensor(*be, r, N, H));
   auto loss = [&] {
@@ -137,6 +144,87 @@ TEST(LayerReference, ForwardAndBackwardMatchFloat64) {
   EXPECT_LT(dx_err, 1e-5);
 }
 
+TEST(LayerReference, ForwardAndBackwardMatchFloat64) { check_layer_against_float64(false); }
+
+TEST(LayerReference, SelectiveRecomputeBackwardMatchesFloat64) { check_layer_against_float64(true); }
+
+/// TeraPipe: the layer run as two token slices of every sequence (2 then 3 tokens), the second
+/// attending to the first's cached K/V, backward in reverse order sharing a K/V gradient
+/// accumulator, against the float64 reference of the whole sequence (forward rows, parameter and
+/// input gradients by finite differences).
+TEST(LayerReference, TeraPipeSlicesMatchFloat64) {
+  std::mt19937 rng(7);
+  RefLayer ref = random_layer(rng);
+  const int B = kDims.batch, S = kDims.seq, N = kDims.tokens(), H = kDims.hidden, F = kDims.ffn;
+  Vec x = random_vec(rng, std::size_t(N) * H, 0.0, 1.0);
+  const Vec r = random_vec(rng, std::size_t(N) * H, 0.0, 1.0);  // L = sum(out * r)
+
+  auto be = make_cpu_backend();
+  auto self = make_self_communicator();
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, H}, {1, H}, {H, 3 * H}, {1, 3 * H}, {H, H}, {1, H},
+                                                          {1, H}, {1, H}, {H, F},     {1, F},     {F, H}, {1, H}};
+  std::vector<Tensor> w, g;
+  const auto params = ref.all();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    w.push_back(to_tensor(*be, *params[i], shapes[i].first, shapes[i].second));
+    g.push_back(be->zeros(shapes[i].first, shapes[i].second));
+  }
+  auto pack = [](const std::vector<Tensor>& t) {
+    return LayerTensors{t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11]};
+  };
+  const int off[2] = {0, 2}, len[2] = {2, 3};
+  // Rows of slice k of every sequence, (B*len, H), and back.
+  auto take = [&](const Vec& v, int k) {
+    Vec o;
+    for (int b = 0; b < B; ++b)
+      for (int t = off[k]; t < off[k] + len[k]; ++t)
+        o.insert(o.end(), v.begin() + (b * S + t) * H, v.begin() + (b * S + t + 1) * H);
+    return o;
+  };
+  auto put = [&](Vec& v, const Vec& rows, int k) {
+    std::size_t i = 0;
+    for (int b = 0; b < B; ++b)
+      for (int t = off[k]; t < off[k] + len[k]; ++t, i += std::size_t(H))
+        std::copy(rows.begin() + std::ptrdiff_t(i), rows.begin() + std::ptrdiff_t(i) + H, v.begin() + (b * S + t) * H);
+  };
+  auto dims = [&](int k) {
+    return LayerDims{.batch = B, .seq = len[k], .hidden = H, .heads = kDims.heads, .head_dim = kDims.head_dim(),
+                     .ffn = F, .past = off[k]};
+  };
+  LayerActivations acts[2];
+  Vec out(std::size_t(N) * H);
+  for (int k = 0; k < 2; ++k) {
+    acts[k].x = to_tensor(*be, take(x, k), B * len[k], H);
+    if (k > 0) acts[k].past_kv = attention_context(acts[k - 1]);
+    layer_forward(*be, *self, dims(k), pack(w), acts[k]);
+    put(out, to_vec(*be, acts[k].out), k);
+  }
+  const double fwd_err = scaled_error(out, test::ref_layer_forward(kDims, ref, x));
+  std::printf("sliced layer forward: max error / max |out| = %.3e\n", fwd_err);
+  EXPECT_LT(fwd_err, 1e-6);
+
+  const Tensor kv_grad = be->zeros(std::int64_t(B) * S, 3 * H);
+  Vec dx(std::size_t(N) * H);
+  for (int k = 1; k >= 0; --k) {
+    const Tensor d = layer_backward(*be, *self, dims(k), pack(w), pack(g), acts[k],
+                                    to_tensor(*be, take(r, k), B * len[k], H), kv_grad);
+    put(dx, to_vec(*be, d), k);
+  }
+  auto loss = [&] {
+    const Vec o = test::ref_layer_forward(kDims, ref, x);
+    double sum = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) sum += o[i] * r[i];
+    return sum;
+  };
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double err = scaled_error(to_vec(*be, g[i]), finite_difference(params[i], loss));
+    EXPECT_LT(err, 1e-5) << "parameter " << i;
+  }
+  const double dx_err = scaled_error(dx, finite_difference(&x, loss));
+  std::printf("sliced layer backward dx: max error / max |grad| = %.3e\n", dx_err);
+  EXPECT_LT(dx_err, 1e-5);
+}
+
 TEST(LayerReference, WholeStageLossAndEmbeddingGradients) {
   ModelSpec m;
   m.name = "ref";
@@ -152,7 +240,7 @@ TEST(LayerReference, WholeStageLossAndEmbeddingGradients) {
   auto be = make_cpu_backend();
   auto self = make_self_communicator();
   ParamStore store(1, 0);
-  GptStage stage(m, layout, kDims.batch, Recompute::full, store);
+  GptStage stage(m, layout, StageConfig{.micro_batch = kDims.batch, .recompute = Recompute::full}, store);
   store.allocate(*be, 1);
   ASSERT_EQ(store.size(), 2 + 12 + 2);  // wte, wpe, one layer, lnf_g, lnf_b
 
