@@ -17,5 +17,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_
 # planner's code at a scale that takes 25x longer instrumented (155 s of CI's budget), and the
 # Chromium rendering of the report spends its time in Python and Chromium, which are not
 # instrumented; the same report C++ runs here in Report.WritesHtmlMarkdownDataAndEveryFigure.
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" \
+# Trainer layouts labelled sanitizer-skip repeat code that the combined layouts listed in
+# tests/trainer/CMakeLists.txt (_sanitize_layouts) already take through the sanitizers.
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" -LE sanitizer-skip \
   -E '^(AbsurdInputs\.MillionGpusPlanSearch|Report\.RendersInHeadlessChromiumWithoutConsoleErrors)$'
