@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -176,13 +177,17 @@ Command plan_command() {
               << "), global batch " << r.training.global_batch << ", as " << to_string(r.framework) << " runs them\n"
               << "  " << res.enumerated << " plans enumerated, " << res.pruned_memory << " do not fit in "
               << format_number(in_GB(r.cluster.gpu.hbm), 1) << " GB, " << res.evaluated << " simulated\n\n";
-          char buf[256];
-          std::snprintf(buf, sizeof buf, "%4s  %-48s %12s %12s %10s %6s %10s\n", "rank", "plan", "iteration s",
+          // The plan column is as wide as the longest description shown, so that long plans
+          // (offload, interleaving, MoE) do not push the numbers out of their columns.
+          int plan_width = 48;
+          for (const auto& c : res.ranked) plan_width = std::max(plan_width, int(describe_plan(c.plan).size()));
+          char buf[512];
+          std::snprintf(buf, sizeof buf, "%4s  %-*s %12s %12s %10s %6s %10s\n", "rank", plan_width, "plan", "iteration s",
                         "simgrid s", "TFLOP/s", "MFU", "memory GB");
           out << buf;
           for (std::size_t i = 0; i < res.ranked.size(); ++i) {
             const auto& c = res.ranked[i];
-            std::snprintf(buf, sizeof buf, "%4zu  %-48s %12.3f %12s %10.1f %6.3f %10.1f\n", i + 1, describe_plan(c.plan).c_str(),
+            std::snprintf(buf, sizeof buf, "%4zu  %-*s %12.3f %12s %10.1f %6.3f %10.1f\n", i + 1, plan_width, describe_plan(c.plan).c_str(),
                           in_s(c.analytic.iteration),
                           c.simgrid ? format_number(in_s(c.simgrid->iteration), 3).c_str() : "-",
                           c.analytic.tflops_per_gpu, c.analytic.mfu, in_GB(c.peak_memory));
