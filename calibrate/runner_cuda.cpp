@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "calibrate/calibrate.hpp"
@@ -131,6 +132,46 @@ struct Runner {
         add(e, std::nullopt);
       }
     }
+  }
+
+  // Burst against sustained: each point of the sweep above is timed for ~0.2 s of GPU time, a
+  // burst at whatever clock the GPU boosts to; a training step keeps the tensor cores busy for
+  // minutes at the power limit, where the clock settles lower (ml-engineering's MAMF against MSMF:
+  // 0.849 on H200, 0.840 on B200; reports/simulator.md "Sensitivity"). One large GEMM is timed
+  // cold, then again after a soak of back-to-back launches; both go into the profile
+  // ("gemm_burst", "gemm_sustained") so that their ratio, measured here, can become a sourced
+  // parameter of the compute model instead of one borrowed from other GPUs.
+  void gemm_sustained() {
+    const int n = 8192;
+    const double soak_s = opt.quick ? 5.0 : 30.0;
+    const std::size_t bytes = std::size_t(n) * n * 2;
+    Dev A(bytes), B(bytes), C(bytes);
+    fill_random(A.p, bytes);
+    fill_random(B.p, bytes);
+    const k::GemmDims d{.m = n, .n = n, .k = n, .trans_b = true};
+    auto launch = [&](cudaStream_t st) {
+      k::gemm(blas, A.as<k::bf16>(), B.as<k::bf16>(), C.as<k::bf16>(), nullptr, d, k::Epilogue::none, 1, 0, st);
+    };
+    const nlohmann::json shape = {{"m", n}, {"n", n}, {"k", n}, {"trans_b", true}, {"soak_s", soak_s}};
+    const double flops = 2.0 * n * n * double(n);
+    // Let the GPU idle briefly first, so that the burst starts from the boost clock.
+    FORESIGHT_CUDA(cudaDeviceSynchronize());
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    Measurement burst{.kernel = "gemm_burst", .shape = shape};
+    burst.timing = H.time(launch);
+    burst.tflops = flops / burst.timing.median_s / 1e12;
+    if (progress) progress("gemm soak", 0, 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < soak_s) {
+      for (int i = 0; i < 20; ++i) launch(H.stream());
+      FORESIGHT_CUDA(cudaStreamSynchronize(H.stream()));
+    }
+    Measurement sustained{.kernel = "gemm_sustained", .shape = shape};
+    sustained.timing = H.time(launch);
+    sustained.tflops = flops / sustained.timing.median_s / 1e12;
+    if (progress) progress("gemm soak", 1, 1);
+    add(std::move(burst), std::nullopt);
+    add(std::move(sustained), std::nullopt);
   }
 
   void attention() {
@@ -316,6 +357,7 @@ Profile run_calibration(const CalibrateOptions& opt, const ProgressFn& progress)
 
   Runner r{opt, progress, prof, gpu, Harness(HarnessOptions{.budget_s = opt.budget_s_per_point}), k::BlasContext(), {}};
   r.gemms();
+  r.gemm_sustained();
   double best_tflops = 0;
   for (const auto& m : prof.measurements)
     if (m.kernel == "gemm") best_tflops = std::max(best_tflops, m.tflops);

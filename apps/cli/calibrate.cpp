@@ -81,6 +81,17 @@ Command calibrate_command() {
                             100 * p.held_out.gemm, 100 * p.held_out_profile.gemm, 100 * p.held_out.memory,
                             100 * p.held_out.attention);
               out << line;
+              double burst = 0, sustained = 0;
+              for (const auto& m : p.measurements) {
+                if (m.kernel == "gemm_burst") burst = m.tflops;
+                if (m.kernel == "gemm_sustained") sustained = m.tflops;
+              }
+              if (burst > 0 && sustained > 0) {
+                std::snprintf(line, sizeof line,
+                              "GEMM 8192^3: %.1f TFLOP/s as a burst, %.1f TFLOP/s after a soak (sustained / burst %.3f)\n",
+                              burst, sustained, sustained / burst);
+                out << line;
+              }
               for (const auto& s : p.skipped) out << "skipped: " << s << "\n";
               return kExitOk;
             };
