@@ -250,6 +250,18 @@ std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan) {
   return optimal_token_slices(r.model.seq_len, plan.pp, time, g, plan.micro_batches(r.training)).slices;
 }
 
+Experiment with_token_slices(Experiment e) {
+  if (e.plan.schedule == Schedule::terapipe && e.plan.token_slices.empty()) {
+    SearchRequest r;
+    r.model = e.model;
+    r.cluster = e.cluster;
+    r.training = e.training;
+    r.gpus = e.gpus;
+    e.plan.token_slices = terapipe_slices(r, e.plan);
+  }
+  return e;
+}
+
 PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const PlanSpec& given) {
   PlanStanding s;
   PlanSpec plan = given;

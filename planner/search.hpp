@@ -73,6 +73,9 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
 
 /// TeraPipe's optimal slices for a plan (schedule terapipe), from planner/terapipe_slicing.hpp.
 std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan);
+/// The experiment with its TeraPipe token slices filled by that dynamic program when the file
+/// leaves them empty (`token_slices: []`), as validate and simulate run it; otherwise unchanged.
+Experiment with_token_slices(Experiment e);
 
 /// Where `plan` ranks among the search's fitting plans by analytic iteration time (1 = best),
 /// and its prediction; no rank when it does not fit.

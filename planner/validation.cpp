@@ -24,18 +24,6 @@ std::string group_of(const Experiment& e) {
   return "other";
 }
 
-/// TeraPipe experiments leave their slices to the planner's dynamic program.
-Experiment with_slices(Experiment e) {
-  if (e.plan.schedule == Schedule::terapipe && e.plan.token_slices.empty()) {
-    SearchRequest r;
-    r.model = e.model;
-    r.cluster = e.cluster;
-    r.training = e.training;
-    r.gpus = e.gpus;
-    e.plan.token_slices = terapipe_slices(r, e.plan);
-  }
-  return e;
-}
 
 sim::Prediction run(const Experiment& e, sim::EngineKind engine) {
   const CommModel comm(e.cluster);
@@ -72,7 +60,7 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine) {
       if (m.backward_ms) add("backward_ms", *m.backward_ms, in_ms(lc.backward + tp + lc.recompute + recompute_tp));
       continue;
     }
-    e = with_slices(e);
+    e = with_token_slices(e);
     const sim::Prediction p = run(e, engine);
     predicted_iteration[e.name] = p.iteration;
     if (m.iteration_s) add("iteration_s", *m.iteration_s, in_s(p.iteration));

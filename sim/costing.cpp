@@ -216,30 +216,54 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
                                           p.framework == Framework::deepspeed);
   const bool split_backward = p.tp > 1 && (p.sequence_parallel || p.framework == Framework::megatron);
   const double host_ranks = std::min(p.tp, e.cluster.gpus_per_node);
+  // Which node each stage's first TP group sits on (replica 0; the same rank order as the SimGrid
+  // platform). When tp x dp (tp-dp-pp) or tp (tp-pp-dp) is below the GPUs per node, several
+  // consecutive stages share a node: only the transfers between nodes cross the NICs, the others
+  // run over NVLink. Both costs are kept; the engines pick one per pair of stages.
+  const long long pp_stride = strides(p).pp;
+  const int gpn = e.cluster.gpus_per_node;
+  for (int s = 0; s < p.pp; ++s) c.stage_node.push_back(int((long long)s * pp_stride / gpn));
+  CommGroup pp_cross = groups.pp, pp_local = groups.pp;
+  if (p.pp > 1) {
+    pp_cross.ranks = pp_local.ranks = 2;
+    pp_cross.ranks_per_node = 1;
+    pp_cross.nodes = 2;
+    pp_local.ranks_per_node = 2;
+    pp_local.nodes = 1;
+    // Pairs of ranks sending inside one node at once: at most half the node's GPUs.
+    pp_local.concurrent_groups = int(std::clamp<long long>(pp_stride, 1, std::max(1, gpn / 2)));
+  }
   for (int k = 0; k < n_slices; ++k) {
     const Bytes act = activation_tensor(b, slices[k], h);
-    auto transfer = [&](bool split, Seconds& time, Bytes& node_bytes) {
+    // time = the send plus `tail`, the receiver's NVLink collective after the bytes arrived.
+    auto transfer = [&](bool split, const CommGroup& pp_group, Seconds& time, Seconds& tail, Bytes& node_bytes) {
       if (p.framework == Framework::terapipe) {
         node_bytes = act;
         if (p.pp == 1) return;
-        CommGroup one_flow = groups.pp;
+        CommGroup one_flow = pp_group;
         one_flow.concurrent_groups = 1;
-        time = comm.time(Collective::send_recv, act, one_flow);
-        if (p.tp > 1) time += comm.time(Collective::broadcast, act, groups.tp);
+        if (p.tp > 1) tail = comm.time(Collective::broadcast, act, groups.tp);
+        time = comm.time(Collective::send_recv, act, one_flow) + tail;
         return;
       }
       const Bytes per_rank = split ? act / double(p.tp) : act;
       node_bytes = per_rank * host_ranks;
       if (p.pp == 1) return;
-      time = comm.time(Collective::send_recv, per_rank, groups.pp);
-      if (split && !p.sequence_parallel) time += comm.time(Collective::all_gather, act, groups.tp);
+      if (split && !p.sequence_parallel) tail = comm.time(Collective::all_gather, act, groups.tp);
+      time = comm.time(Collective::send_recv, per_rank, pp_group) + tail;
     };
-    Seconds fwd, bwd;
-    Bytes fwd_bytes, bwd_bytes;
-    transfer(split_forward, fwd, fwd_bytes);
-    transfer(split_backward, bwd, bwd_bytes);
+    Seconds fwd, bwd, fwd_local, bwd_local, fwd_tail, bwd_tail, unused_tail;
+    Bytes fwd_bytes, bwd_bytes, unused;
+    transfer(split_forward, pp_cross, fwd, fwd_tail, fwd_bytes);
+    transfer(split_backward, pp_cross, bwd, bwd_tail, bwd_bytes);
+    transfer(split_forward, pp_local, fwd_local, unused_tail, unused);
+    transfer(split_backward, pp_local, bwd_local, unused_tail, unused);
     c.p2p_forward.push_back(fwd);
     c.p2p_backward.push_back(bwd);
+    c.p2p_forward_tail.push_back(fwd_tail);
+    c.p2p_backward_tail.push_back(bwd_tail);
+    c.p2p_forward_intra.push_back(fwd_local);
+    c.p2p_backward_intra.push_back(bwd_local);
     c.p2p_forward_bytes.push_back(fwd_bytes);
     c.p2p_backward_bytes.push_back(bwd_bytes);
   }
@@ -319,7 +343,11 @@ Seconds slice_stage_time(const Experiment& e, const ComputeCosts& compute, const
                       cc.backward + cc.backward_tp_comm + cc.backward_ep_comm;
     worst = max(worst, t);
   }
-  return worst + c.p2p_forward[k] + c.p2p_backward[k];
+  // The slowest hop bounds a slice's pipeline step: a transfer between nodes when any exists.
+  Seconds hop;
+  for (int s = 0; s + 1 < int(c.stage_node.size()); ++s)
+    hop = max(hop, c.p2p_time(true, k, s, s + 1) + c.p2p_time(false, k, s + 1, s));
+  return worst + hop;
 }
 
 SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
@@ -328,7 +356,11 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   pf.tp = e.plan.tp;
   pf.gpus_per_node = e.cluster.gpus_per_node;
   pf.placement = e.plan.placement;
-  pf.node_injection = e.cluster.inter.nic_bandwidth * (e.cluster.inter.nics_per_node * comm.params().nic_efficiency);
+  // The same achievable NIC rate as the comm model (nic_bandwidth_per_node): TCP sockets on
+  // Ethernet clusters, RDMA elsewhere.
+  const double nic_eff = e.cluster.inter.topology == NetworkTopology::ethernet ? comm.params().socket_efficiency
+                                                                              : comm.params().nic_efficiency;
+  pf.node_injection = e.cluster.inter.nic_bandwidth * (e.cluster.inter.nics_per_node * nic_eff);
   if (!(pf.node_injection > BytesPerSecond(0))) pf.node_injection = BytesPerSecond(1e18);
   pf.network_latency = e.cluster.inter.latency;
   pf.oversubscription = e.cluster.inter.oversubscription;

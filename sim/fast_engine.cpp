@@ -74,9 +74,11 @@ SimResult run_fast(const WorkloadCosts& c) {
         double dep = 0;
         bool ready = true;
         bool remote = false;
+        int src_stage = -1;
         const int src_g = o.pass == Pass::forward ? g - 1 : g + 1;
         if (src_g >= 0 && src_g < segments) {
           const int ss = src_g % p, sc = src_g / p;
+          src_stage = ss;
           const int i = pos[ss][key(o.pass, o.microbatch, sc, o.slice)];
           if (st[ss][i].send_done < 0) ready = false;
           else {
@@ -93,7 +95,7 @@ SimResult run_fast(const WorkloadCosts& c) {
         const double start = std::max(stream[s], dep);
         // Exposed wait on a remote transfer: the part of the wait while that transfer ran.
         if (remote && dep > stream[s]) {
-          const double send_dur = (o.pass == Pass::forward ? c.p2p_forward : c.p2p_backward)[o.slice].value();
+          const double send_dur = c.p2p_time(o.pass == Pass::forward, o.slice, src_stage, s).value();
           const double send_start = dep - send_dur;
           r.stages[s].pp_wait += Seconds(dep - std::max(stream[s], send_start));
         }
@@ -116,7 +118,7 @@ SimResult run_fast(const WorkloadCosts& c) {
         // The outgoing transfer (blocking: on this stream) when the consumer is another segment.
         const int dst_g = o.pass == Pass::forward ? g + 1 : g - 1;
         if (dst_g >= 0 && dst_g < segments && dst_g % p != s) {
-          const double d = (o.pass == Pass::forward ? c.p2p_forward : c.p2p_backward)[o.slice].value();
+          const double d = c.p2p_time(o.pass == Pass::forward, o.slice, s, dst_g % p).value();
           t += d;
           add(s, Category::pp_comm, d);
         }

@@ -179,6 +179,13 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
       int a;
       if (t.category == Category::pp_comm && t.src_stage >= 0 && node[r][t.src_stage] != node[r][t.dst_stage]) {
         a = flow(host[r][t.src_stage], host[r][t.dst_stage], t.bytes);
+        if (t.tail > Seconds(0)) {  // then the receiving node's NVLink collective
+          const int b = delay(host[r][t.dst_stage], t.tail);
+          L.precede(a, b);
+          entry[r][v] = a;
+          exit[r][v] = b;
+          continue;
+        }
       } else {
         a = delay(host[r][s], t.duration);
       }

@@ -215,7 +215,8 @@ class Builder {
     t.microbatch = op.microbatch;
     t.chunk = op.chunk;
     t.slice = op.slice;
-    t.duration = forward ? at(c_.p2p_forward, op.slice) : at(c_.p2p_backward, op.slice);
+    t.duration = c_.p2p_time(forward, op.slice, src, dst);
+    t.tail = at(forward ? c_.p2p_forward_tail : c_.p2p_backward_tail, op.slice);
     const auto& bytes = forward ? c_.p2p_forward_bytes : c_.p2p_backward_bytes;
     t.bytes = op.slice < int(bytes.size()) ? bytes[op.slice] : Bytes(0);
     t.src_stage = src;

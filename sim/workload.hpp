@@ -40,6 +40,8 @@ struct Task {
   // Network transfers (for the SimGrid engine): bytes from src_stage to dst_stage, or a collective.
   Bytes bytes;                // pp_comm: bytes crossing per transfer; dp_comm: bytes each rank sends
   Seconds latency;            // dp_comm: the collective's latency term (added to the flows' time)
+  Seconds tail;               // pp_comm: the receiver-side NVLink part (TP all-gather or broadcast)
+                              // that follows the network flow when the transfer crosses nodes
   int src_stage = -1, dst_stage = -1;
   std::string name;
 };
@@ -63,6 +65,24 @@ struct WorkloadCosts {
   std::vector<std::vector<std::vector<ChunkCosts>>> chunk;
   std::vector<Seconds> p2p_forward;   // per slice: activation transfer to the next stage
   std::vector<Seconds> p2p_backward;  // per slice: gradient transfer to the previous stage
+  /// Per slice: the same transfers between two stages whose TP groups share a node (NVLink
+  /// instead of the NICs). Used only where stage_node says both stages sit on one node.
+  std::vector<Seconds> p2p_forward_intra, p2p_backward_intra;
+  /// Per slice: the part of p2p_forward / p2p_backward spent after the bytes arrived, inside the
+  /// receiving node (the TP all-gather of a scatter/gather transfer, TeraPipe's TP broadcast).
+  std::vector<Seconds> p2p_forward_tail, p2p_backward_tail;
+  /// Node of each stage's first TP group (replica 0), when known. With tp x dp below the GPUs per
+  /// node several stages share a node, and only the transfers between nodes cross the NICs.
+  std::vector<int> stage_node;
+  /// The transfer of `slice` from stage src to stage dst (forward or backward).
+  Seconds p2p_time(bool forward, int slice, int src, int dst) const {
+    const bool intra = src >= 0 && dst >= 0 && src < int(stage_node.size()) && dst < int(stage_node.size()) &&
+                       stage_node[src] == stage_node[dst];
+    const std::vector<Seconds>& cross = forward ? p2p_forward : p2p_backward;
+    const std::vector<Seconds>& local = forward ? p2p_forward_intra : p2p_backward_intra;
+    const std::vector<Seconds>& v = intra && slice < int(local.size()) ? local : cross;
+    return slice >= 0 && slice < int(v.size()) ? v[slice] : Seconds(0);
+  }
   std::vector<Bytes> p2p_forward_bytes;   // per slice: bytes leaving a node per transfer (for SimGrid)
   std::vector<Bytes> p2p_backward_bytes;
   bool p2p_blocks_sender = true;      // the sender's compute stream waits for the transfer

@@ -5,9 +5,20 @@
 
 #include "apps/cli/cli.hpp"
 #include "core/scenario.hpp"
+#include "planner/search.hpp"
 #include "sim/costing.hpp"
 
 namespace foresight::cli {
+
+namespace {
+/// " (K token slices: a+b+...)" for TeraPipe plans, else "".
+std::string token_slices_text(const PlanSpec& p) {
+  if (p.token_slices.empty()) return "";
+  std::string s = " (" + std::to_string(p.token_slices.size()) + " token slices: ";
+  for (std::size_t i = 0; i < p.token_slices.size(); ++i) s += (i ? "+" : "") + std::to_string(p.token_slices[i]);
+  return s + ")";
+}
+}  // namespace
 
 Command simulate_command() {
   struct Opts {
@@ -26,7 +37,9 @@ Command simulate_command() {
         sub.add_option("--trace", o->trace, "Write a Chrome/Perfetto trace (JSON) of the iteration to this file");
         sub.add_flag("--check", o->check, "Fail (exit 1) when a sanity check of the result breaks");
         return [o](std::ostream& out) {
-          const Experiment e = load_experiment(resolve_scenario("experiments", o->experiment));
+          // TeraPipe experiments that leave token_slices empty get the planner's optimal slicing,
+          // exactly as `foresight validate` runs them.
+          const Experiment e = planner::with_token_slices(load_experiment(resolve_scenario("experiments", o->experiment)));
           const auto engine = *parse_enum<sim::EngineKind>(o->engine);
           const sim::ComputeCosts compute = sim::compute_costs_for(e);
           const CommModel comm(e.cluster);
@@ -59,7 +72,8 @@ Command simulate_command() {
             out << "Experiment " << e.name << " on " << e.gpus << " GPUs (" << e.cluster.gpu.name << "), engine "
                 << o->engine << "\n  plan: tp " << e.plan.tp << " x pp " << e.plan.pp << " x dp " << e.plan.dp
                 << ", micro-batch " << e.plan.micro_batch << ", " << to_string(e.plan.schedule)
-                << (e.plan.virtual_stages > 1 ? " v" + std::to_string(e.plan.virtual_stages) : "") << ", recompute "
+                << (e.plan.virtual_stages > 1 ? " v" + std::to_string(e.plan.virtual_stages) : "")
+                << token_slices_text(e.plan) << ", recompute "
                 << to_string(e.plan.recompute) << ", zero " << e.plan.zero << ", " << to_string(e.plan.framework)
                 << "\n\n"
                 << format_console(sections);

@@ -100,3 +100,19 @@ TEST(Determinism, ValidateJsonIsByteIdenticalInAnyThread) {
   EXPECT_EQ(here, fresh);
   EXPECT_EQ(here, run({"validate", "--json"}));
 }
+
+TEST(SimulateCli, TeraPipeExperimentGetsTheSlicesValidateUses) {
+  // terapipe-gpt3-13b-p3-terapipe leaves token_slices empty: simulate must run it with the
+  // planner's slicing, as validate does, not as one whole-sequence slice (the GPipe baseline).
+  const auto sim = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-p3-terapipe", "--json"}));
+  const auto baseline = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-p3-gpipe", "--json"}));
+  const auto val = nlohmann::json::parse(run({"validate", "--json"}));
+  double validated = 0;
+  for (const auto& c : val["cases"])
+    if (c["experiment"] == "terapipe-gpt3-13b-p3-terapipe" && c["quantity"] == "iteration_s") validated = c["predicted"];
+  ASSERT_GT(validated, 0.0);
+  EXPECT_DOUBLE_EQ(sim["iteration_s"].get<double>(), validated);
+  EXPECT_LT(sim["iteration_s"].get<double>(), baseline["iteration_s"].get<double>());
+  const std::string text = run({"simulate", "terapipe-gpt3-13b-p3-terapipe"});
+  EXPECT_NE(text.find("token slices:"), std::string::npos) << text;
+}
