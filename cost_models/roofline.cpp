@@ -47,11 +47,20 @@ Seconds RooflineCompute::gemm(const GemmShape& s) const {
     return Seconds(e.time_s);  // measured kernel times include their launch
   }
   const double flops = 2.0 * s.m * s.n * s.k * s.batch;
-  const double tiles = std::ceil(s.m / p_.tile_m) * std::ceil(s.n / p_.tile_n) * s.batch;
+  // The library picks its kernel per problem shape: a dimension smaller than the default tile gets
+  // a tile no larger than it needs (CUTLASS's tensor-op tiles go down to 64 rows or columns), so a
+  // 128-token TeraPipe slice does not pay for a 256-row tile half made of padding. Larger
+  // dimensions keep the default tile, and with it the wave quantization cuBLAS shows.
+  auto tile_for = [](double dim, double fallback) {
+    if (dim >= fallback) return fallback;
+    return dim <= 64 ? std::min(64.0, fallback) : (dim <= 128 ? std::min(128.0, fallback) : fallback);
+  };
+  const double tm = tile_for(s.m, p_.tile_m), tn = tile_for(s.n, p_.tile_n);
+  const double tiles = std::ceil(s.m / tm) * std::ceil(s.n / tn) * s.batch;
   const double waves = std::ceil(tiles / gpu_.sms);
   const double wave_efficiency = tiles / (waves * gpu_.sms);
   // Tile quantization: partial tiles at the m and n edges compute padding.
-  const double tile_efficiency = (s.m * s.n) / (std::ceil(s.m / p_.tile_m) * p_.tile_m * std::ceil(s.n / p_.tile_n) * p_.tile_n);
+  const double tile_efficiency = (s.m * s.n) / (std::ceil(s.m / tm) * tm * std::ceil(s.n / tn) * tn);
   const double compute_s = flops / (peak_.value() * p_.gemm_efficiency * wave_efficiency * tile_efficiency);
   const double bytes = 2.0 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n);
   const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);

@@ -71,7 +71,7 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       {"Korthikanti 2022 Table 4", {10.0, 10.0}},
       {"Megatron-LM SC21 Table 1", {15.0, 22.0}},  // target 5 / 10
       {"MT-NLG (Smith et al. 2022)", {31.0, 32.0}},  // target 3 / 3
-      {"TeraPipe (Li et al. 2021)", {20.0, 40.0}},   // target 15 / 15
+      {"TeraPipe (Li et al. 2021)", {10.0, 28.0}},   // target 15 / 15 (MAPE met; the 1B cases are not)
       {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {92.0, 105.0}},  // target 15 / 15
   };
   int seen = 0;
@@ -83,9 +83,10 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
     EXPECT_LE(g["max_abs_pct"].get<double>(), it->second.max_abs) << it->first;
   }
   EXPECT_EQ(seen, int(bounds.size()));
-  // The TeraPipe 13B cases meet the 15% target; hold them to it.
+  // The TeraPipe 13B and 175B cases meet the 15% target; hold them to it.
   for (const auto& c : j["cases"]) {
-    if (c["experiment"].get<std::string>().find("terapipe-gpt3-13b") == 0) {
+    const std::string name = c["experiment"].get<std::string>();
+    if (name.find("terapipe-gpt3-13b") == 0 || name.find("terapipe-gpt3-175b") == 0) {
       EXPECT_LE(std::abs(c["error_pct"].get<double>()), 15.0) << c["experiment"] << " " << c["quantity"];
     }
   }

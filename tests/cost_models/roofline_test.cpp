@@ -3,6 +3,7 @@
 // fitted to Table 4 (see cost_models/roofline.hpp for their sources).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/scenario.hpp"
@@ -32,6 +33,23 @@ TEST(Roofline, WaveQuantizationOneTileTooMany) {
   const double t108 = rc.gemm({256, 128.0 * 108, 8192, 1}).value() - 4e-6;
   const double t109 = rc.gemm({256, 128.0 * 109, 8192, 1}).value() - 4e-6;
   EXPECT_NEAR(t109 / t108, 2.0, 1e-9);
+}
+
+TEST(Roofline, DimensionBelowTheTileGetsASmallerTile) {
+  // A 128-token slice through a 175B QKV projection at tp 4 (m 128, n 9216, k 12288): a 128-row
+  // tile, 1 x 72 = 72 tiles in one wave on 108 SMs (wave efficiency 72/108), no padding. With the
+  // 256-row default tile half of every tile would be padding and the GEMM would take twice as long.
+  const RooflineCompute rc(a100(), Dtype::bf16);
+  const double flops = 2.0 * 128 * 9216 * 12288;
+  const double expected = flops / (312e12 * (800.0 / 989.0) * (72.0 / 108.0)) + 4e-6;
+  EXPECT_NEAR(rc.gemm({128, 9216, 12288, 1}).value(), expected, 1e-12);
+  // 64 columns (an attention AV product with head dim 64): 64-wide tiles, 2048/256 x 1 = 8 tiles.
+  const double av = 2.0 * 2048 * 64 * 2048 * 96;  // 96 (batch x heads) products
+  const double av_tiles = 8.0 * 96;                // 768 tiles, 8 waves of 108 (864 slots)
+  const double av_compute = av / (312e12 * (800.0 / 989.0) * (av_tiles / 864.0));
+  const double av_bytes = 2.0 * 96 * (2048.0 * 2048 + 2048.0 * 64 + 2048.0 * 64);
+  const double av_memory = av_bytes / (0.9 * 2039e9);
+  EXPECT_NEAR(rc.gemm({2048, 64, 2048, 96}).value(), std::max(av_compute, av_memory) + 4e-6, 1e-12);
 }
 
 TEST(Roofline, MemoryBoundKernelIsBytesOverBandwidth) {

@@ -91,11 +91,10 @@ TEST(Search, TeraPipeSpeedupOnGpt3175bMatchesThePaper) {
   ASSERT_TRUE(res.best_terapipe && res.best_without_terapipe);
   const double speedup = res.best_without_terapipe->analytic.iteration / res.best_terapipe->analytic.iteration;
   std::printf("TeraPipe speedup predicted %.2fx, published 5.0x\n", speedup);
-  // The target is 15%; we are at 3.97x (-21%, reports/validation.md): the best plan with
-  // slicing is within 5% of the published 1.481 s, the best without is ~25% faster than TeraPipe's
-  // baselines (as for terapipe-gpt3-175b-p3-gpipe), which points at the p3 network model (NCCL over
-  // TCP on 25 Gb/s ENA). This bound guards against regressions until that is resolved.
-  EXPECT_NEAR(speedup / 5.0, 1.0, 0.25);
+  // The target: within 15%. Since session 4 (pipeline hops costed per pair of stages,
+  // GEMM tiles no larger than a slice) the planner finds 5.37x with tp 8 x pp 48, TeraPipe's own
+  // setting (8); it was 4.05x while every 128-token slice paid for a 256-row tile.
+  EXPECT_NEAR(speedup / 5.0, 1.0, 0.15);
   EXPECT_GT(speedup, 3.0);
   int sum = 0;
   for (int l : res.best_terapipe->plan.token_slices) sum += l;
