@@ -132,6 +132,9 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
     core = zone->create_link("core", nodes * pf.node_injection.value() / pf.oversubscription);
     core->set_sharing_policy(sg4::Link::SharingPolicy::SHARED)->seal();
   }
+  // Each TP group's own NICs (rails): a flow crosses them, then the node's NICs it shares with
+  // the node's other groups. Only where the group owns fewer NICs than the node has.
+  const bool rails = pf.group_injection > BytesPerSecond(0) && pf.group_injection < pf.node_injection;
   std::vector<std::vector<sg4::Host*>> host(R, std::vector<sg4::Host*>(p));
   std::vector<std::vector<int>> node(R, std::vector<int>(p));
   for (int r = 0; r < R; ++r)
@@ -143,6 +146,12 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
       host[r][s] = zone->create_host(name, kHostSpeed);
       host[r][s]->set_core_count(8)->seal();
       std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(nic[node[r][s]], sg4::LinkInRoute::Direction::UP)};
+      if (rails) {
+        std::snprintf(name, sizeof name, "r%ds%d.nics", r, s);
+        auto* own = zone->create_split_duplex_link(name, pf.group_injection.value());
+        own->set_latency(0)->seal();
+        up.insert(up.begin(), sg4::LinkInRoute(own, sg4::LinkInRoute::Direction::UP));
+      }
       if (core) up.emplace_back(core);
       zone->add_route(host[r][s]->get_netpoint(), nullptr, nullptr, nullptr, up, true);
     }

@@ -19,6 +19,9 @@ struct SimgridPlatform {
   int gpus_per_node = 8;
   Placement placement = Placement::tp_dp_pp;
   BytesPerSecond node_injection;  // what one node's NICs carry per direction, achievable
+  /// What one TP group's own NICs carry (one NIC per GPU on DGX: a tp 4 group reaches 4 of the
+  /// node's 8; at least one NIC when GPUs share them). Unset (0): the whole node's.
+  BytesPerSecond group_injection;
   Seconds network_latency;        // one-way, node to node
   double oversubscription = 1.0;  // fat-tree core: 1 = full bisection
 };

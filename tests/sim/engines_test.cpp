@@ -34,7 +34,7 @@ TEST(Engines, AgreeWithoutContentionInsideOneNode) {
     const Workload w = build_workload(costs(sched, 4, 8, v));
     const SimResult a = run_analytic(w);
     SimgridPlatform pf{.dp = 1, .tp = 2, .gpus_per_node = 8, .placement = Placement::tp_dp_pp,
-                       .node_injection = BytesPerSecond(200e9), .network_latency = Seconds(5e-6), .oversubscription = 1.0};
+                       .node_injection = BytesPerSecond(200e9), .group_injection = BytesPerSecond(0), .network_latency = Seconds(5e-6), .oversubscription = 1.0};
     const SimResult s = run_simgrid(w, pf);
     EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << to_string(sched) << ": simgrid " << s.iteration.value()
                                                      << " s vs analytic " << a.iteration.value() << " s";
@@ -48,7 +48,7 @@ TEST(Engines, CrossNodeTransfersBecomeFlows) {
   auto c = costs(Schedule::one_f_one_b, 2, 1, 1);
   const Workload w = build_workload(c);
   SimgridPlatform pf{.dp = 1, .tp = 8, .gpus_per_node = 8, .placement = Placement::tp_dp_pp,
-                     .node_injection = BytesPerSecond(200e9), .network_latency = Seconds(5e-6), .oversubscription = 1.0};
+                     .node_injection = BytesPerSecond(200e9), .group_injection = BytesPerSecond(0), .network_latency = Seconds(5e-6), .oversubscription = 1.0};
   const SimResult s = run_simgrid(w, pf);
   const SimResult a = run_analytic(w);
   EXPECT_NEAR(a.iteration.value() - s.iteration.value(), 2 * (50e-6 - 10e-6), 2e-6);
@@ -64,7 +64,7 @@ TEST(Engines, DataParallelFlowsContendOnTheNics) {
   c.dp_latency = Seconds(20e-6);
   const Workload w = build_workload(c);
   SimgridPlatform pf{.dp = 4, .tp = 8, .gpus_per_node = 8, .placement = Placement::tp_dp_pp,
-                     .node_injection = BytesPerSecond(200e9), .network_latency = Seconds(0), .oversubscription = 1.0};
+                     .node_injection = BytesPerSecond(200e9), .group_injection = BytesPerSecond(0), .network_latency = Seconds(0), .oversubscription = 1.0};
   const SimResult s = run_simgrid(w, pf);
   const double compute = 1e-3 + 0.1e-3 + 2e-3 + 0.1e-3 + 0.3e-3;
   EXPECT_NEAR(s.iteration.value(), compute + 20e-6 + 5e-3, 1e-5);
