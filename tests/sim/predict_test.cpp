@@ -2,6 +2,8 @@
 // without contention, the invariant checks, and the trace's schema.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
 #include "sim/costing.hpp"
@@ -38,16 +40,21 @@ Experiment single_node() {
   validate_experiment(e);
   return e;
 }
+
+// Both engines on `e`; without contention they must agree within 1%. Returns both predictions.
+std::pair<Prediction, Prediction> expect_engines_agree(const Experiment& e, const ComputeCosts& compute) {
+  const CommModel comm(e.cluster);
+  const Prediction a = predict(e, EngineKind::analytic, compute, comm);
+  const Prediction s = predict(e, EngineKind::simgrid, compute, comm);
+  EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << "analytic " << a.iteration.value() << " s, simgrid "
+                                                   << s.iteration.value() << " s";
+  return {a, s};
+}
 }  // namespace
 
 TEST(Predict, EnginesAgreeWithinOnePercentWithoutContention) {
   if (!simgrid_available()) GTEST_SKIP() << "SimGrid not in this build";
-  const Experiment e = single_node();
-  const CommModel comm(e.cluster);
-  const Prediction a = predict(e, EngineKind::analytic, fixed_compute(), comm);
-  const Prediction s = predict(e, EngineKind::simgrid, fixed_compute(), comm);
-  EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << "analytic " << a.iteration.value() << " s, simgrid "
-                                                   << s.iteration.value() << " s";
+  const auto [a, s] = expect_engines_agree(single_node(), fixed_compute());
   EXPECT_TRUE(check_prediction(a).empty());
   EXPECT_TRUE(check_prediction(s).empty());
 }
@@ -182,12 +189,7 @@ TEST(Predict, EnginesAgreeWhenStagesShareNodes) {
   // for the hop between nodes, delays for the others) must agree; they differed by 20% on
   // TeraPipe's 175B layout while the analytic engine costed every hop as if inside a node.
   if (!simgrid_available()) GTEST_SKIP() << "SimGrid not in this build";
-  const Experiment e = two_stages_per_node();
-  const CommModel comm(e.cluster);
-  const Prediction a = predict(e, EngineKind::analytic, fixed_compute(), comm);
-  const Prediction s = predict(e, EngineKind::simgrid, fixed_compute(), comm);
-  EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << "analytic " << a.iteration.value() << " s, simgrid "
-                                                   << s.iteration.value() << " s";
+  expect_engines_agree(two_stages_per_node(), fixed_compute());
 }
 
 TEST(Predict, EnginesAgreeWhenATensorParallelGroupUsesHalfTheNodesNics) {
@@ -210,11 +212,6 @@ TEST(Predict, EnginesAgreeWhenATensorParallelGroupUsesHalfTheNodesNics) {
     const double scale = tokens / 2048.0;
     return LayerCompute{Seconds(50e-6 * scale), Seconds(100e-6 * scale), Seconds(50e-6 * scale)};
   };
-  const CommModel comm(e.cluster);
-  const WorkloadCosts c = cost_workload(e, fast, comm);
-  ASSERT_EQ(c.stage_node, (std::vector<int>{0, 0, 1, 1}));
-  const Prediction a = predict(e, EngineKind::analytic, fast, comm);
-  const Prediction s = predict(e, EngineKind::simgrid, fast, comm);
-  EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << "analytic " << a.iteration.value() << " s, simgrid "
-                                                   << s.iteration.value() << " s";
+  ASSERT_EQ(cost_workload(e, fast, CommModel(e.cluster)).stage_node, (std::vector<int>{0, 0, 1, 1}));
+  expect_engines_agree(e, fast);
 }
