@@ -21,6 +21,16 @@ RooflineParams roofline_params_for(const GpuSpec& gpu) {
     // FlashAttention-2 forward+backward, causal, head dim 128, seq 2k, A100 80GB: 155 TFLOP/s
     // (Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png, backward = 2.5x fwd).
     p.flash_efficiency = 155.0 / 312.0;
+    // Unfused attention's score matrices: 1.27 of 2.04 TB/s. Derived from the same figure's
+    // PyTorch bars (the benchmark's attention_pytorch: baddbmm, causal mask add, softmax, einsum;
+    // fp16, dropout 0, 16k tokens per batch, hidden 2048) at sequence 2k: 43, 76, 17 and 32
+    // TFLOP/s for non-causal d 64 / d 128 and causal d 64 / d 128. Each time, less its GEMM math
+    // at 271.2 TFLOP/s and its token-sized tensors (q, k, v, output and their gradients: 52 bytes
+    // per token x hidden element at the streaming figure), leaves the score traffic (22 bytes per
+    // score element forward + backward, 26 with the mask add): it moved at 1287, 1366, 1150 and
+    // 1267 GB/s; the mean, 1267 GB/s, is 0.622 of peak. tests/cost_models/roofline_test.cpp
+    // replays all 20 bars of the figure (the other sequence lengths are held out).
+    p.score_memory_efficiency = 1267.0 / 2039.0;
   }
   // H100/H200 and others: the defaults (our H100 cuBLAS and SDPA measurements).
   return p;
@@ -46,6 +56,22 @@ Seconds RooflineCompute::gemm(const GemmShape& s) const {
     if (e.extrapolated) ++extrapolated_;
     return Seconds(e.time_s);  // measured kernel times include their launch
   }
+  const double bytes = 2.0 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n);
+  const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
+  return Seconds(std::max(math_seconds(s), memory_s)) + p_.launch_overhead;
+}
+
+Seconds RooflineCompute::gemm_math(const GemmShape& s) const {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return Seconds(0);
+  if (profile_) return gemm(s);
+  return Seconds(math_seconds(s)) + p_.launch_overhead;
+}
+
+Seconds RooflineCompute::score_traffic(Bytes bytes) const {
+  return bytes / (gpu_.hbm_bandwidth * p_.score_memory_efficiency.value_or(p_.memory_efficiency));
+}
+
+double RooflineCompute::math_seconds(const GemmShape& s) const {
   const double flops = 2.0 * s.m * s.n * s.k * s.batch;
   // The library picks its kernel per problem shape: a dimension smaller than the default tile gets
   // a tile no larger than it needs (CUTLASS's tensor-op tiles go down to 64 rows or columns), so a
@@ -61,10 +87,7 @@ Seconds RooflineCompute::gemm(const GemmShape& s) const {
   const double wave_efficiency = tiles / (waves * gpu_.sms);
   // Tile quantization: partial tiles at the m and n edges compute padding.
   const double tile_efficiency = (s.m * s.n) / (std::ceil(s.m / tm) * tm * std::ceil(s.n / tn) * tn);
-  const double compute_s = flops / (peak_.value() * p_.gemm_efficiency * wave_efficiency * tile_efficiency);
-  const double bytes = 2.0 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n);
-  const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
-  return Seconds(std::max(compute_s, memory_s)) + p_.launch_overhead;
+  return flops / (peak_.value() * p_.gemm_efficiency * wave_efficiency * tile_efficiency);
 }
 
 Seconds RooflineCompute::memory_bound(Bytes bytes, int launches) const {
@@ -139,16 +162,23 @@ LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const Plan
     B.attention_core = 2.5 * (F.attention_core - rc.params().launch_overhead) + rc.params().launch_overhead;
   } else {
     // Megatron-LM 2021-22: baddbmm QK^T, fused scale-mask-softmax, dropout, bmm AV, all over the
-    // full (b, a/t, tokens, context) scores (2 bytes each; dropout mask 1 byte).
+    // full (b, a/t, tokens, context) scores (2 bytes each; dropout mask 1 byte). Time = the GEMMs'
+    // math + every byte of score traffic at the score bandwidth, the form in which
+    // score_memory_efficiency was derived (a GEMM with k = head dim cannot hide the write of its
+    // s x s output behind a mainloop of a few k-steps, nor the softmax behind anything).
     const double scores = b * a_local * tokens * context;
-    const Seconds qk = rc.gemm({double(tokens), double(context), d, b * a_local});
-    const Seconds av = rc.gemm({double(tokens), d, double(context), b * a_local});
-    const Seconds softmax = rc.memory_bound(Bytes(4.0 * scores));
-    const Seconds dropout = rc.memory_bound(Bytes(5.0 * scores));
-    F.attention_core = qk + softmax + dropout + av;
-    // Backward: two GEMMs each for QK^T and AV, softmax backward (reads y and dy, writes dx) and
-    // dropout backward (reads dy and mask, writes dx).
-    B.attention_core = 2.0 * (qk + av) + rc.memory_bound(Bytes(6.0 * scores)) + rc.memory_bound(Bytes(5.0 * scores));
+    const Seconds qk = rc.gemm_math({double(tokens), double(context), d, b * a_local});
+    const Seconds av = rc.gemm_math({double(tokens), d, double(context), b * a_local});
+    // Bytes per score element the GEMMs move (none extra when a profile measured them):
+    // forward QK^T writes it and AV reads it; backward dP = dO V^T writes it, dV = P^T dO,
+    // dQ = dS K and dK = dS^T Q each read it.
+    const double gemm_fwd = rc.has_gemm_profile() ? 0.0 : 4.0, gemm_bwd = rc.has_gemm_profile() ? 0.0 : 8.0;
+    const Seconds launch = rc.params().launch_overhead;
+    // Forward: softmax reads and writes (4), dropout reads, writes and writes its mask (5).
+    F.attention_core = qk + av + rc.score_traffic(Bytes((gemm_fwd + 4.0 + 5.0) * scores)) + 2.0 * launch;
+    // Backward: two GEMMs each for QK^T and AV, softmax backward (reads y and dy, writes dx: 6) and
+    // dropout backward (reads dy and mask, writes dx: 5).
+    B.attention_core = 2.0 * (qk + av) + rc.score_traffic(Bytes((gemm_bwd + 6.0 + 5.0) * scores)) + 2.0 * launch;
   }
   return L;
 }

@@ -43,6 +43,10 @@ struct RooflineParams {
   /// B4 H16 T2048 D128 fwd+bwd 0.739 ms on an H100 (shared/bench README): 240 GFLOP / 0.739 ms
   /// = 325 TFLOP/s = 0.33 of 989.
   double flash_efficiency = 0.33;
+  /// Fraction of peak HBM bandwidth at which unfused attention moves its (b, heads, s, s) score
+  /// matrices: the batched GEMMs writing and reading them, the masked softmax and the dropout.
+  /// Unset: the streaming figure above (no unfused-attention measurement for that GPU).
+  std::optional<double> score_memory_efficiency;
   /// Host-side cost of one kernel launch, seen when kernels are tiny (CUDA launch ~3-5 us).
   Seconds launch_overhead = Seconds(4e-6);
 };
@@ -70,8 +74,16 @@ class RooflineCompute {
 
   /// max(FLOPs / (peak * efficiency * wave efficiency), bytes / achievable bandwidth) + launch.
   Seconds gemm(const GemmShape& s) const;
+  /// The arithmetic alone of a GEMM: FLOPs / (peak * efficiency * wave and tile efficiency) +
+  /// launch; with a profile, the measured time (which includes the kernel's own memory traffic).
+  Seconds gemm_math(const GemmShape& s) const;
   /// A memory-bound kernel moving `bytes` (read + written).
   Seconds memory_bound(Bytes bytes, int launches = 1) const;
+  /// Moving `bytes` of unfused-attention score matrices (RooflineParams::score_memory_efficiency),
+  /// launches not included.
+  Seconds score_traffic(Bytes bytes) const;
+  /// True when GEMM times come from a measured profile.
+  bool has_gemm_profile() const { return profile_.has_value(); }
   /// FlashAttention forward (causal when context == tokens and the slice is the whole sequence:
   /// half the score matrix; a later TeraPipe slice attends to its whole prefix).
   Seconds flash_forward(double batch_heads, double tokens, double context, double head_dim, bool causal) const;
@@ -86,6 +98,8 @@ class RooflineCompute {
   RooflineParams p_;
   std::optional<CalibrationProfile> profile_;
   mutable long extrapolated_ = 0;
+  /// FLOPs / (peak * efficiency * wave and tile efficiency), in seconds.
+  double math_seconds(const GemmShape& s) const;
 };
 
 /// Per-op compute times of one transformer layer on one GPU for one micro-batch (or token slice),

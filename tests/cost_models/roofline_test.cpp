@@ -70,7 +70,7 @@ TEST(Roofline, KorthikantiTable4WithinTenPercent) {
                       {"korthikanti-table4-selective-sequence-parallel", 7.2, 13.1}};
   for (const auto& r : rows) {
     const Experiment e = load_experiment(resolve_scenario("experiments", r.experiment));
-    const RooflineCompute rc(e.cluster.gpu, e.training.dtype);
+    const RooflineCompute rc(e.cluster.gpu, e.training.dtype, roofline_params_for(e.cluster.gpu));
     const CommModel comm(e.cluster);
     const PlanSpec& p = e.plan;
     const LayerTimes t = layer_times(rc, e.model, p, e.model.seq_len, e.model.seq_len, false, AttentionImpl::unfused);
@@ -88,5 +88,43 @@ TEST(Roofline, KorthikantiTable4WithinTenPercent) {
                 r.experiment, fwd, r.fwd_ms, 100 * (fwd / r.fwd_ms - 1), bwd, r.bwd_ms, 100 * (bwd / r.bwd_ms - 1));
     EXPECT_NEAR(fwd / r.fwd_ms, 1.0, 0.10) << r.experiment << " forward";
     EXPECT_NEAR(bwd / r.bwd_ms, 1.0, 0.10) << r.experiment << " backward";
+  }
+}
+
+TEST(Roofline, A100UnfusedAttentionReplaysTheFlashAttention2Figure) {
+  // FlashAttention-2's A100 80GB SXM4 benchmark (Dao-AILab/flash-attention
+  // assets/flash2_a100_fwd_bwd_benchmark.png, benchmarks/benchmark_flash_attention.py), the
+  // "Pytorch" bars: attention_pytorch = baddbmm QK^T, (causal) add of a -10000 mask, softmax,
+  // dropout 0 (no kernel), einsum with V; fp16, batch 16384/seq, 2048/d heads; TFLOP/s counted as
+  // 3.5 x 4 b s^2 h d, halved when causal. The A100 score_memory_efficiency comes from the 2k
+  // column (roofline.cpp); here every bar is replayed with the model's primitives: six GEMMs' math
+  // + the score traffic (forward: QK^T write 2, AV read 2, softmax 4, mask add 4 when causal;
+  // backward: dP write 2, dV, dQ, dK reads 6, softmax backward 6 bytes per score element) + the
+  // token-sized tensors at the streaming bandwidth (forward: q, k, v made contiguous 12, the
+  // GEMMs' reads and output write 8; backward: dO made contiguous 4, GEMM reads 10 and writes 6,
+  // dq, dk, dv copied into the packed gradient 12: 52 bytes per token x hidden element).
+  // Held out: every sequence length but 2k.
+  const GpuSpec gpu = a100();
+  const RooflineCompute rc(gpu, Dtype::fp16, roofline_params_for(gpu));
+  const int seqs[] = {512, 1024, 2048, 4096, 8192};
+  struct Panel { bool causal; int d; double tflops[5]; };
+  const Panel panels[] = {{false, 64, {36, 40, 43, 45, 46}},
+                          {false, 128, {53, 67, 76, 79, 86}},
+                          {true, 64, {15, 16, 17, 18, 18}},
+                          {true, 128, {23, 28, 32, 32, 34}}};
+  for (const Panel& p : panels) {
+    for (int i = 0; i < 5; ++i) {
+      const double s = seqs[i], b = 16384 / s, heads = 2048.0 / p.d, bh = b * heads, scores = bh * s * s;
+      const Seconds qk = rc.gemm_math({s, s, double(p.d), bh}), av = rc.gemm_math({s, double(p.d), s, bh});
+      const double bytes = (4.0 + 4.0 + (p.causal ? 4.0 : 0.0)) + (8.0 + 6.0);
+      const Seconds predicted =
+          3.0 * (qk + av) + rc.score_traffic(Bytes(bytes * scores)) + rc.memory_bound(Bytes(52.0 * 16384 * 2048), 0);
+      const double counted = 3.5 * 4.0 * b * s * s * heads * p.d / (p.causal ? 2.0 : 1.0);
+      const double measured_s = counted / (p.tflops[i] * 1e12);
+      const double err = predicted.value() / measured_s - 1.0;
+      std::printf("%s d %3d seq %5.0f: measured %6.2f ms, predicted %6.2f ms (%+5.1f%%)\n",
+                  p.causal ? "causal    " : "non-causal", p.d, s, 1e3 * measured_s, in_ms(predicted), 100 * err);
+      EXPECT_NEAR(err, 0.0, seqs[i] == 2048 ? 0.09 : 0.15) << (seqs[i] == 2048 ? "fitted" : "held-out") << " column";
+    }
   }
 }
