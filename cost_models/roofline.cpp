@@ -176,9 +176,11 @@ LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const Plan
     const Seconds launch = rc.params().launch_overhead;
     // Forward: softmax reads and writes (4), dropout reads, writes and writes its mask (5).
     F.attention_core = qk + av + rc.score_traffic(Bytes((gemm_fwd + 4.0 + 5.0) * scores)) + 2.0 * launch;
-    // Backward: two GEMMs each for QK^T and AV, softmax backward (reads y and dy, writes dx: 6) and
+    // Backward: dP = dO V^T has QK^T's shape and dQ = dS K has AV's; dV = P^T dO and dK = dS^T Q
+    // are (context x d) over the tokens; softmax backward (reads y and dy, writes dx: 6) and
     // dropout backward (reads dy and mask, writes dx: 5).
-    B.attention_core = 2.0 * (qk + av) + rc.score_traffic(Bytes((gemm_bwd + 6.0 + 5.0) * scores)) + 2.0 * launch;
+    const Seconds dv = rc.gemm_math({double(context), d, double(tokens), b * a_local});
+    B.attention_core = qk + av + 2.0 * dv + rc.score_traffic(Bytes((gemm_bwd + 6.0 + 5.0) * scores)) + 2.0 * launch;
   }
   return L;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/scenario.hpp"
@@ -98,6 +99,7 @@ TEST(Roofline, A100UnfusedAttentionReplaysTheFlashAttention2Figure) {
   // dropout 0 (no kernel), einsum with V; fp16, batch 16384/seq, 2048/d heads; TFLOP/s counted as
   // 3.5 x 4 b s^2 h d, halved when causal. The A100 score_memory_efficiency comes from the 2k
   // column (roofline.cpp); here every bar is replayed with the model's primitives: six GEMMs' math
+  // (QK^T and dP = dO V^T are s x s over d; AV, dV, dQ, dK are s x d over s)
   // + the score traffic (forward: QK^T write 2, AV read 2, softmax 4, mask add 4 when causal;
   // backward: dP write 2, dV, dQ, dK reads 6, softmax backward 6 bytes per score element) + the
   // token-sized tensors at the streaming bandwidth (forward: q, k, v made contiguous 12, the
@@ -118,7 +120,7 @@ TEST(Roofline, A100UnfusedAttentionReplaysTheFlashAttention2Figure) {
       const Seconds qk = rc.gemm_math({s, s, double(p.d), bh}), av = rc.gemm_math({s, double(p.d), s, bh});
       const double bytes = (4.0 + 4.0 + (p.causal ? 4.0 : 0.0)) + (8.0 + 6.0);
       const Seconds predicted =
-          3.0 * (qk + av) + rc.score_traffic(Bytes(bytes * scores)) + rc.memory_bound(Bytes(52.0 * 16384 * 2048), 0);
+          2.0 * qk + 4.0 * av + rc.score_traffic(Bytes(bytes * scores)) + rc.memory_bound(Bytes(52.0 * 16384 * 2048), 0);
       const double counted = 3.5 * 4.0 * b * s * s * heads * p.d / (p.causal ? 2.0 : 1.0);
       const double measured_s = counted / (p.tflops[i] * 1e12);
       const double err = predicted.value() / measured_s - 1.0;
@@ -127,4 +129,23 @@ TEST(Roofline, A100UnfusedAttentionReplaysTheFlashAttention2Figure) {
       EXPECT_NEAR(err, 0.0, seqs[i] == 2048 ? 0.09 : 0.15) << (seqs[i] == 2048 ? "fitted" : "held-out") << " column";
     }
   }
+}
+
+TEST(Roofline, UnfusedAttentionIsGemmMathPlusScoreTrafficByHand) {
+  // Korthikanti's 22B layer (h 6144, 64 heads of 96, seq 2048, TP 8, micro-batch 4) on the A100
+  // set, by hand. Per local head: QK^T and dP = dO V^T are 2048 x 2048 over k = 96 (256 x 128
+  // tiles: 8 x 16); AV, dQ, dV, dK are 2048 x 96 over k = 2048 (8 x 1 tiles of which 96/128 is
+  // real). Waves of 108 SMs; 271.2 TFLOP/s; 13 bytes per score element forward (QK^T write 2,
+  // softmax 4, dropout 5, AV read 2) and 19 backward at 1267 GB/s; a launch (4 us) per kernel:
+  // 4 forward, 6 backward.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "korthikanti-table4-no-recompute"));
+  ASSERT_EQ(e.plan.micro_batch, 4);
+  const RooflineCompute rc(e.cluster.gpu, e.training.dtype, roofline_params_for(e.cluster.gpu));
+  const LayerTimes t = layer_times(rc, e.model, e.plan, 2048, 2048, false, AttentionImpl::unfused);
+  const double bh = 4 * 64.0 / 8.0, scores = bh * 2048.0 * 2048.0, flops = 2.0 * 2048 * 2048 * 96 * bh;
+  auto wave = [](double tiles) { return tiles / (std::ceil(tiles / 108) * 108); };
+  const double square = flops / (271.2e12 * wave(8 * 16 * bh));
+  const double thin = flops / (271.2e12 * wave(8 * 1 * bh) * (96.0 / 128.0));
+  EXPECT_NEAR(t.forward_ops.attention_core.value(), square + thin + 13.0 * scores / 1267e9 + 4 * 4e-6, 1e-9);
+  EXPECT_NEAR(t.backward_ops.attention_core.value(), square + 3 * thin + 19.0 * scores / 1267e9 + 6 * 4e-6, 1e-9);
 }
