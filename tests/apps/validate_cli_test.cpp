@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "apps/cli/cli.hpp"
+#include "core/scenario.hpp"
+#include "sim/simgrid_engine.hpp"
 
 namespace {
 std::string run(const std::vector<std::string>& args) {
@@ -116,4 +118,25 @@ TEST(SimulateCli, TeraPipeExperimentGetsTheSlicesValidateUses) {
   EXPECT_LT(sim["iteration_s"].get<double>(), baseline["iteration_s"].get<double>());
   const std::string text = run({"simulate", "terapipe-gpt3-13b-p3-terapipe"});
   EXPECT_NE(text.find("token slices:"), std::string::npos) << text;
+}
+
+// The validation issue's TeraPipe target (each latency and speedup within 15%) holds with the
+// SimGrid engine, where the 1B layout's eight DP rings and eight replicas' pipeline hops contend
+// for each p3.16xlarge's one NIC; the analytic engine (no contention) leaves those two latencies
+// outside it, which the bounds test above records. Published values come from the experiment files.
+TEST(ValidateCli, TeraPipe1bWithinFifteenPercentOnSimGrid) {
+  if (!foresight::sim::simgrid_available()) GTEST_SKIP() << "SimGrid not in this build";
+  std::map<std::string, double> predicted;
+  for (const std::string name : {"terapipe-gpt3-1b-p3-gpipe", "terapipe-gpt3-1b-p3-terapipe"}) {
+    const auto j = nlohmann::json::parse(run({"simulate", name, "--engine", "simgrid", "--json"}));
+    predicted[name] = j["iteration_s"].get<double>();
+    const auto e = foresight::load_experiment(foresight::resolve_scenario("experiments", name));
+    ASSERT_TRUE(e.measured && e.measured->iteration_s) << name;
+    EXPECT_NEAR(predicted[name] / *e.measured->iteration_s, 1.0, 0.15) << name << ": " << predicted[name] << " s";
+  }
+  const auto sliced = foresight::load_experiment(foresight::resolve_scenario("experiments", "terapipe-gpt3-1b-p3-terapipe"));
+  const auto plain = foresight::load_experiment(foresight::resolve_scenario("experiments", "terapipe-gpt3-1b-p3-gpipe"));
+  const double published = *plain.measured->iteration_s / *sliced.measured->iteration_s;
+  const double speedup = predicted["terapipe-gpt3-1b-p3-gpipe"] / predicted["terapipe-gpt3-1b-p3-terapipe"];
+  EXPECT_NEAR(speedup / published, 1.0, 0.15) << "speedup " << speedup << " vs " << published;
 }
