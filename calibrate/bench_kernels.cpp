@@ -25,9 +25,13 @@ using foresight::calibrate::HarnessOptions;
 
 namespace {
 
+// Random contents (bf16 in [-1, 1)), never zeros or a constant: those flatter the tensor cores.
 struct Buf {
   void* p = nullptr;
-  explicit Buf(std::size_t b) { FORESIGHT_CUDA(cudaMalloc(&p, b)); FORESIGHT_CUDA(cudaMemset(p, 0x3c, b)); }
+  explicit Buf(std::size_t b) {
+    FORESIGHT_CUDA(cudaMalloc(&p, b));
+    foresight::calibrate::fill_random_bf16(p, b, static_cast<unsigned>(b));
+  }
   ~Buf() { cudaFree(p); }
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
@@ -92,8 +96,10 @@ int run(const std::string& out_path) {
   {
     const long n = 1L << 27;  // 128 Mi elements: 256 MiB per bf16 tensor
     Buf x(n * 2), y(n * 2), z(n * 2), f1(n * 4), f2(n * 4), f3(n * 4), f4(n * 4), stats(n * 4 / 1024);
-    cudaMemset(f3.p, 0, n * 4);
-    cudaMemset(f4.p, 0, n * 4);
+    foresight::calibrate::fill_random_f32(f1.p, n * 4, 1);
+    foresight::calibrate::fill_random_f32(f2.p, n * 4, 2);
+    foresight::calibrate::fill_random_f32(f3.p, n * 4, 3);
+    FORESIGHT_CUDA(cudaMemset(f4.p, 0, n * 4));  // AdamW's v (second moment) must start >= 0
     const int C = 4096;
     struct M {
       const char* name;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <stdexcept>
 
 #include "calibrate/stats.hpp"
@@ -70,53 +71,44 @@ double predict(const GpuSpec& gpu, Dtype dtype, const cm::RooflineParams& params
   return 0;
 }
 
-FitResult fit_roofline(const GpuSpec& gpu, Dtype dtype, const std::vector<KernelSample>& samples,
-                       const cm::RooflineParams& start) {
-  if (samples.empty()) throw std::invalid_argument("fit_roofline: no samples");
-  std::vector<Features> feat;
-  feat.reserve(samples.size());
-  for (const auto& s : samples) {
-    if (!(s.time_s > 0)) throw std::invalid_argument("fit_roofline: sample " + s.name + " has no positive time");
-    feat.push_back(features(gpu, dtype, s));
-  }
-  // theta = (1 / gemm_eff, 1 / memory_eff, 1 / flash_eff, launch_s).
-  Eigen::Vector4d theta(1.0 / start.gemm_efficiency, 1.0 / start.memory_efficiency, 1.0 / start.flash_efficiency,
-                        start.launch_overhead.value());
+namespace {
+
+// One least-squares stage over the samples of some kinds, solving for the `free` columns of theta
+// (the others stay fixed and move to the right-hand side). GEMM rows switch between the compute
+// and the memory column of the roofline's max() until the regimes are stable.
+void solve_regimes(const std::vector<KernelSample>& samples, const std::vector<Features>& feat,
+                   const std::vector<std::size_t>& rows, std::vector<int>& free, Eigen::Vector4d& theta,
+                   int& iterations) {
   std::vector<bool> compute_bound(samples.size(), true);
-  FitResult r;
-  bool fix_launch = false;
-  for (r.iterations = 1; r.iterations <= 20; ++r.iterations) {
-    // GEMM regime from the current parameters: the larger side of the roofline's max().
-    for (std::size_t i = 0; i < samples.size(); ++i)
-      compute_bound[i] = feat[i].compute * theta[kGemm] >= feat[i].memory * theta[kMem];
-    Eigen::MatrixXd A = Eigen::MatrixXd::Zero(long(samples.size()), kCols);
-    Eigen::VectorXd b(long(samples.size()));
-    for (std::size_t i = 0; i < samples.size(); ++i) {
-      const auto& s = samples[i];
+  for (int it = 1; it <= 20; ++it, ++iterations) {
+    for (auto i : rows) compute_bound[i] = feat[i].compute * theta[kGemm] >= feat[i].memory * theta[kMem];
+    Eigen::MatrixXd A = Eigen::MatrixXd::Zero(long(rows.size()), kCols);
+    Eigen::VectorXd b = Eigen::VectorXd::Ones(long(rows.size()));  // t_i * w_i
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const auto& s = samples[rows[r]];
+      const auto& f = feat[rows[r]];
       const double w = 1.0 / s.time_s;  // relative error: a 10 us kernel counts as much as a 10 ms one
+      const long R = long(r);
       switch (s.kind) {
         case SampleKind::gemm:
-          if (compute_bound[i]) A(long(i), kGemm) = feat[i].compute * w;
-          else A(long(i), kMem) = feat[i].memory * w;
-          A(long(i), kLaunch) = 1.0 * w;
+          if (compute_bound[rows[r]]) A(R, kGemm) = f.compute * w;
+          else A(R, kMem) = f.memory * w;
+          A(R, kLaunch) = 1.0 * w;
           break;
         case SampleKind::memory:
-          A(long(i), kMem) = feat[i].memory * w;
-          A(long(i), kLaunch) = s.launches * w;
+          A(R, kMem) = f.memory * w;
+          A(R, kLaunch) = s.launches * w;
           break;
         case SampleKind::attention:
-          A(long(i), kFlash) = feat[i].flash * w;
-          A(long(i), kLaunch) = s.launches * w;
+          A(R, kFlash) = f.flash * w;
+          A(R, kLaunch) = s.launches * w;
           break;
       }
-      b[long(i)] = 1.0;  // t_i * w
     }
-    // Solve for the columns that some sample informs; the others keep their start values.
     std::vector<int> cols;
-    for (int c = 0; c < kCols; ++c) {
-      if (c == kLaunch && fix_launch) continue;
+    for (int c : free)
       if (A.col(c).cwiseAbs().maxCoeff() > 0) cols.push_back(c);
-    }
+    if (cols.empty()) return;
     Eigen::VectorXd rhs = b;
     for (int c = 0; c < kCols; ++c)
       if (std::find(cols.begin(), cols.end(), c) == cols.end()) rhs -= A.col(c) * theta[c];
@@ -126,18 +118,89 @@ FitResult fit_roofline(const GpuSpec& gpu, Dtype dtype, const std::vector<Kernel
     Eigen::Vector4d next = theta;
     for (std::size_t j = 0; j < cols.size(); ++j) next[cols[j]] = x[long(j)];
     if (next[kLaunch] < 0) {  // a negative launch cost is noise fitting: pin it at zero and refit
-      fix_launch = true;
+      free.erase(std::remove(free.begin(), free.end(), int(kLaunch)), free.end());
       theta[kLaunch] = 0;
       continue;
     }
-    for (int c = 0; c < kLaunch; ++c)
-      if (!(next[c] > 0)) throw std::runtime_error("fit_roofline: the fit gave a non-positive inverse efficiency");
+    for (int c : cols)
+      if (c != kLaunch && !(next[c] > 0))
+        throw std::runtime_error("fit_roofline: the fit gave a non-positive inverse efficiency");
     bool same = true;
-    for (std::size_t i = 0; i < samples.size(); ++i)
-      same = same && compute_bound[i] == (feat[i].compute * next[kGemm] >= feat[i].memory * next[kMem]);
+    for (auto i : rows) same = same && compute_bound[i] == (feat[i].compute * next[kGemm] >= feat[i].memory * next[kMem]);
     theta = next;
-    if (same) break;
+    if (same) return;
   }
+}
+
+// Relative residual of one sample under theta (the model's own formula, no launch count surprises).
+double residual(const KernelSample& s, const Features& f, const Eigen::Vector4d& th) {
+  double t = th[kLaunch] * (s.kind == SampleKind::gemm ? 1.0 : s.launches);
+  switch (s.kind) {
+    case SampleKind::gemm: t += std::max(f.compute * th[kGemm], f.memory * th[kMem]); break;
+    case SampleKind::memory: t += f.memory * th[kMem]; break;
+    case SampleKind::attention: t += f.flash * th[kFlash]; break;
+  }
+  return t / s.time_s - 1.0;
+}
+
+// Least squares with outlier rejection: a sample whose relative residual exceeds 3 robust standard
+// deviations (1.4826 x the median absolute residual), and 5%, is left out and the stage refitted,
+// until the kept set is stable. A measured kernel the roofline cannot describe (cuBLAS splitting K
+// for a 256 x 256 output, say) must not bend the parameter for all the others; rejected samples
+// still count in the reported errors.
+void solve_stage(const std::vector<KernelSample>& samples, const std::vector<Features>& feat,
+                 std::initializer_list<SampleKind> kinds, std::vector<int> free, Eigen::Vector4d& theta,
+                 int& iterations, int& rejected) {
+  std::vector<std::size_t> all;
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    if (std::find(kinds.begin(), kinds.end(), samples[i].kind) != kinds.end()) all.push_back(i);
+  if (all.empty()) return;
+  std::vector<std::size_t> kept = all;
+  const Eigen::Vector4d start = theta;
+  for (int round = 0; round < 10; ++round) {
+    theta = start;
+    std::vector<int> f = free;
+    solve_regimes(samples, feat, kept, f, theta, iterations);
+    std::vector<double> abs_res;
+    for (auto i : kept) abs_res.push_back(std::abs(residual(samples[i], feat[i], theta)));
+    const double limit = std::max(0.05, 3.0 * 1.4826 * quantile(abs_res, 0.5));
+    std::vector<std::size_t> next;
+    for (auto i : all)
+      if (std::abs(residual(samples[i], feat[i], theta)) <= limit) next.push_back(i);
+    if (next == kept || next.size() < 2) break;
+    kept = std::move(next);
+  }
+  rejected += int(all.size() - kept.size());
+}
+
+}  // namespace
+
+FitResult fit_roofline(const GpuSpec& gpu, Dtype dtype, const std::vector<KernelSample>& samples,
+                       const cm::RooflineParams& start) {
+  if (samples.empty()) throw std::invalid_argument("fit_roofline: no samples");
+  std::vector<Features> feat;
+  feat.reserve(samples.size());
+  int have[3] = {0, 0, 0};
+  for (const auto& s : samples) {
+    if (!(s.time_s > 0)) throw std::invalid_argument("fit_roofline: sample " + s.name + " has no positive time");
+    feat.push_back(features(gpu, dtype, s));
+    ++have[static_cast<int>(s.kind)];
+  }
+  // theta = (1 / gemm_eff, 1 / memory_eff, 1 / flash_eff, launch_s).
+  Eigen::Vector4d theta(1.0 / start.gemm_efficiency, 1.0 / start.memory_efficiency, 1.0 / start.flash_efficiency,
+                        start.launch_overhead.value());
+  FitResult r;
+  // Stages, so that one kernel family cannot bend another's parameter: the streaming kernels fix
+  // the memory efficiency and the launch cost (their small sizes are what measures it); the GEMMs
+  // then fit the GEMM efficiency, and attention the flash efficiency, with those held. Without
+  // streaming samples the launch cost is fitted with the GEMMs (and, failing those, attention).
+  const bool mem = have[int(SampleKind::memory)] > 0, gemm = have[int(SampleKind::gemm)] > 0;
+  solve_stage(samples, feat, {SampleKind::memory}, {kMem, kLaunch}, theta, r.iterations, r.rejected);
+  solve_stage(samples, feat, {SampleKind::gemm}, mem ? std::vector<int>{kGemm} : std::vector<int>{kGemm, kMem, kLaunch},
+              theta, r.iterations, r.rejected);
+  solve_stage(samples, feat, {SampleKind::attention},
+              (mem || gemm) ? std::vector<int>{kFlash} : std::vector<int>{kFlash, kLaunch}, theta, r.iterations,
+              r.rejected);
   r.params = start;
   r.params.gemm_efficiency = 1.0 / theta[kGemm];
   r.params.memory_efficiency = 1.0 / theta[kMem];

@@ -3,7 +3,8 @@
 // least squares (Eigen) on relative errors. Features come from RooflineCompute itself with unit
 // efficiencies, so the fit and the cost model share one formula. GEMMs sit in the compute or the
 // memory regime of the roofline's max(); the regime is re-chosen from the current fit until it is
-// stable. Left out: the tile shape (kept at its default) and anything the roofline does not model.
+// stable. Fitted in stages (streaming kernels: memory efficiency and launch; then GEMMs; then
+// attention), each with outlier rejection at 3 robust standard deviations. Left out: the tile shape (kept at its default) and anything the roofline does not model.
 #pragma once
 
 #include <string>
@@ -37,6 +38,7 @@ struct FitResult {
   double median_rel_error = 0;
   int iterations = 0;
   int samples = 0;
+  int rejected = 0;  // samples left out of the fit as outliers (still counted in the errors)
 };
 
 /// The model's time for a sample with the given parameters.

@@ -2,10 +2,34 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/cuda_check.hpp"
 
 namespace foresight::calibrate {
+
+namespace {
+template <class T, class Convert>
+void fill_random(void* p, std::size_t bytes, unsigned seed, Convert convert) {
+  const std::size_t block = std::min<std::size_t>(bytes, std::size_t(4) << 20) / sizeof(T) * sizeof(T);
+  if (block == 0) return;
+  std::vector<T> h(block / sizeof(T));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : h) x = convert(u(rng));
+  for (std::size_t off = 0; off < bytes; off += block)
+    FORESIGHT_CUDA(cudaMemcpy(static_cast<char*>(p) + off, h.data(), std::min(block, bytes - off), cudaMemcpyHostToDevice));
+}
+}  // namespace
+
+void fill_random_bf16(void* p, std::size_t bytes, unsigned seed) {
+  fill_random<kernels::bf16>(p, bytes, seed, [](float f) { return kernels::to_bf16(f); });
+}
+void fill_random_f32(void* p, std::size_t bytes, unsigned seed) {
+  fill_random<float>(p, bytes, seed, [](float f) { return f; });
+}
 
 Harness::Harness(HarnessOptions options) : o_(options) {
   int dev = 0, l2 = 0;

@@ -22,6 +22,12 @@ struct HarnessOptions {
   bool flush_l2 = true;
 };
 
+/// Fills a device buffer with random values in [-1, 1) (bf16 or float): timing on zeros or a constant
+/// flatters the tensor cores' power draw and hides unwritten outputs. A 4 MiB random block is
+/// generated once per call (seeded) and copied across the buffer.
+void fill_random_bf16(void* device_ptr, std::size_t bytes, unsigned seed = 42);
+void fill_random_f32(void* device_ptr, std::size_t bytes, unsigned seed = 43);
+
 class Harness {
  public:
   /// On the current device; allocates the flush buffer (2 x L2).

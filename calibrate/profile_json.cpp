@@ -51,6 +51,7 @@ nlohmann::json to_json(const Profile& p) {
                  {"memory_efficiency", f.params.memory_efficiency},
                  {"flash_efficiency", f.params.flash_efficiency},
                  {"samples", f.samples},
+                 {"rejected_as_outliers", f.rejected},
                  {"rms_rel_error", f.rms_rel_error},
                  {"median_rel_error", f.median_rel_error},
                  {"held_out_roofline", held_out_json(p.held_out)},

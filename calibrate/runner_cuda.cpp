@@ -19,6 +19,7 @@
 #include "calibrate/calibrate.hpp"
 #include "calibrate/harness.hpp"
 #include "calibrate/nccl_sweep.hpp"
+#include "calibrate/refit.hpp"
 #include "core/error.hpp"
 #include "core/scenario.hpp"
 #include "cost_models/profile.hpp"
@@ -45,17 +46,7 @@ struct Dev {
   }
 };
 
-// Random bf16 values in [-1, 1) (zeros would flatter the tensor cores' power draw): a 4 MiB random
-// block copied across the buffer.
-void fill_random(void* p, std::size_t bytes) {
-  const std::size_t block = std::min<std::size_t>(bytes, std::size_t(4) << 20);
-  std::vector<k::bf16> h(block / 2);
-  std::mt19937 rng(42);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (auto& x : h) x = k::to_bf16(u(rng));
-  for (std::size_t off = 0; off < bytes; off += block)
-    FORESIGHT_CUDA(cudaMemcpy(static_cast<char*>(p) + off, h.data(), std::min(block, bytes - off), cudaMemcpyHostToDevice));
-}
+void fill_random(void* p, std::size_t bytes) { fill_random_bf16(p, bytes); }
 
 // The scenarios/gpus entry for a driver-reported name, or "" (then the peaks come from the run).
 std::string spec_for(const k::DeviceInfo& d) {
@@ -230,10 +221,10 @@ struct Runner {
     Dev stats(max_n * 4), tok(max_n * 4);
     fill_random(x.p, max_n * 2);
     fill_random(y.p, max_n * 2);
-    FORESIGHT_CUDA(cudaMemset(f32a.p, 0, max_n * 4));
-    FORESIGHT_CUDA(cudaMemset(f32b.p, 0, max_n * 4));
-    FORESIGHT_CUDA(cudaMemset(f32c.p, 0, max_n * 4));
-    FORESIGHT_CUDA(cudaMemset(f32d.p, 0, max_n * 4));
+    fill_random_f32(f32a.p, max_n * 4, 1);
+    fill_random_f32(f32b.p, max_n * 4, 2);
+    fill_random_f32(f32c.p, max_n * 4, 3);
+    FORESIGHT_CUDA(cudaMemset(f32d.p, 0, max_n * 4));  // AdamW's v (second moment) must start >= 0
     FORESIGHT_CUDA(cudaMemset(tok.p, 0, max_n * 4));
     const int C = 4096;  // row width for layernorm (a hidden size); vocab 51200 rows for cross-entropy
     const int V = 51200;
@@ -285,7 +276,8 @@ struct Runner {
                            : std::string(op.name) == "softmax_cross_entropy" ? (n / V) * V
                                                                              : n;
         const double bytes = op.bytes_per_elem * double(elems);
-        Measurement m{.kernel = op.name, .shape = {{"elements", double(elems)}, {"bytes", bytes}}};
+        Measurement m{.kernel = op.name,
+                      .shape = {{"elements", double(elems)}, {"bytes", bytes}, {"launches", op.launches}}};
         m.timing = H.time([&](cudaStream_t s) { op.run(elems, s); });
         m.GBps = bytes / m.timing.median_s / 1e9;
         add(m, KernelSample{.name = op.name, .kind = SampleKind::memory, .bytes = bytes, .launches = op.launches});
@@ -371,25 +363,7 @@ Profile run_calibration(const CalibrateOptions& opt, const ProgressFn& progress)
   auto coll = nccl_sweep(count.count, opt.quick, progress, prof.skipped, dev.nccl_version);
   for (auto& m : coll) prof.measurements.push_back(std::move(m));
 
-  // Fit on 3 of 4 samples of each kind, report the error on the 4th; then fit on all.
-  const auto [train, held] = split_held_out(r.samples, 4);
-  const auto part = fit_roofline(r.gpu, Dtype::bf16, train);
-  prof.held_out = held_out_error(r.gpu, Dtype::bf16, part.params, held);
-  // What the cost model does with a profile for GEMMs: interpolate the measured efficiencies.
-  cost_models::CalibrationProfile cp;
-  cp.peak_tflops = dev.peak_tflops;
-  for (const auto& s : train)
-    if (s.kind == SampleKind::gemm) cp.gemm.push_back({s.gemm.m, s.gemm.n, s.gemm.k, 1, s.time_s});
-  std::vector<double> interp;
-  for (const auto& s : held)
-    if (s.kind == SampleKind::gemm && !cp.gemm.empty())
-      interp.push_back(std::abs(cost_models::profile_gemm(cp, s.gemm.m, s.gemm.n, s.gemm.k, 1).time_s - s.time_s) /
-                       s.time_s);
-  if (!interp.empty()) {
-    prof.held_out_profile.gemm = quantile(interp, 0.5);
-    prof.held_out_profile.n_gemm = int(interp.size());
-  }
-  prof.fit = fit_roofline(r.gpu, Dtype::bf16, r.samples);
+  fit_into(prof, r.gpu, r.samples);
   prof.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return prof;
 }

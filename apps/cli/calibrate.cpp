@@ -3,11 +3,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "apps/cli/cli.hpp"
 #include "calibrate/calibrate.hpp"
+#include "calibrate/refit.hpp"
 #include "core/scenario.hpp"
 
 namespace foresight::cli {
@@ -18,7 +20,74 @@ struct CalibrateArgs {
   std::string out = "profile.json";
   bool json = false;
   bool quick = false;
+  std::string refit;
 };
+}  // namespace
+
+namespace {
+// Prints the fitted parameters and their held-out errors (both the fresh and the refitted path).
+void print_fit(std::ostream& out, const calibrate::Profile& p) {
+  const auto& fp = p.fit.params;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "fitted: gemm efficiency %.3f, memory efficiency %.3f, flash efficiency %.3f, launch %.1f us "
+                "(median error %.1f%% over %d samples, %d left out as outliers)\n",
+                fp.gemm_efficiency, fp.memory_efficiency, fp.flash_efficiency, fp.launch_overhead.value() * 1e6,
+                100 * p.fit.median_rel_error, p.fit.samples, p.fit.rejected);
+  out << line;
+  std::snprintf(line, sizeof line,
+                "held-out median error: gemm %.1f%% (roofline) / %.1f%% (profile interpolation, what the cost model "
+                "uses), memory %.1f%%, attention %.1f%%\n",
+                100 * p.held_out.gemm, 100 * p.held_out_profile.gemm, 100 * p.held_out.memory,
+                100 * p.held_out.attention);
+  out << line;
+}
+
+int refit_profile(const std::string& path, const std::string& out_path, std::ostream& out) {
+  std::ifstream f(path);
+  if (!f) {
+    std::cerr << "foresight calibrate: cannot read " << path << "\n";
+    return kExitUserError;
+  }
+  nlohmann::json j;
+  calibrate::Profile p;
+  GpuSpec gpu;
+  std::vector<calibrate::KernelSample> samples;
+  try {
+    j = nlohmann::json::parse(f);
+    samples = calibrate::samples_from_profile(j);
+    const auto& d = j.at("device");
+    p.device.name = d.at("name").get<std::string>();
+    p.device.spec = d.value("spec", std::string());
+    if (p.device.spec.empty())
+      throw std::invalid_argument("device.spec is empty: the refit needs the scenarios/gpus entry the peaks refer to");
+    gpu = load_gpu(resolve_scenario("gpus", p.device.spec));
+    p.device.peak_tflops = d.at("peak_tflops").get<double>();
+    if (samples.empty()) throw std::invalid_argument("no gemm, streaming or attention measurements to fit");
+    calibrate::fit_into(p, gpu, samples);
+  } catch (const std::exception& e) {
+    std::cerr << "foresight calibrate: " << path << ": " << e.what() << "\n";
+    return kExitUserError;
+  }
+  out << "refitted " << p.device.name << " from " << path << ": " << samples.size() << " kernel samples\n";
+  print_fit(out, p);
+  if (!out_path.empty()) {
+    // Only the fitted block changes; the measurements stay as measured.
+    j["fitted"] = calibrate::to_json(p)["fitted"];
+    j["source"]["refitted_by"] = std::string("foresight calibrate --refit at ") + FORESIGHT_GIT_SHA;
+    const std::string tmp = out_path + ".tmp";
+    {
+      std::ofstream o(tmp);
+      if (!(o << j.dump(1) << "\n")) {
+        std::cerr << "foresight calibrate: cannot write " << tmp << "\n";
+        return kExitInternal;
+      }
+    }
+    std::filesystem::rename(tmp, out_path);
+    out << "wrote " << out_path << "\n";
+  }
+  return kExitOk;
+}
 }  // namespace
 
 Command calibrate_command() {
@@ -27,10 +96,14 @@ Command calibrate_command() {
             auto a = std::make_shared<CalibrateArgs>();
             sub.add_option("--model", a->models,
                            "Model(s) whose planner shapes to measure, by name or path (default gpt3-1.3b and gpt3-175b)");
-            sub.add_option("--out", a->out, "Profile file to write (default profile.json)");
+            auto* out_opt = sub.add_option("--out", a->out, "Profile file to write (default profile.json)");
             sub.add_flag("--quick", a->quick, "A small grid (about a minute), for smoke tests");
             sub.add_flag("--json", a->json, "Print the profile as JSON on stdout");
-            return [a](std::ostream& out) -> int {
+            sub.add_option("--refit", a->refit,
+                           "Fit again from a profile's measurements (no GPU needed); with --out, write the "
+                           "profile with the new fit");
+            return [a, out_opt](std::ostream& out) -> int {
+              if (!a->refit.empty()) return refit_profile(a->refit, out_opt->count() > 0 ? a->out : "", out);
               calibrate::CalibrateOptions o;
               o.quick = a->quick;
               o.git_sha = FORESIGHT_GIT_SHA;

@@ -1,0 +1,30 @@
+// The fit step of calibration on its own: from kernel samples to the fitted parameters and their
+// held-out errors (used by `foresight calibrate` after measuring), and the samples read back from
+// a profile JSON, so that a profile measured on a GPU can be refitted anywhere
+// (`foresight calibrate --refit PROFILE`) and its fit checked in CI. CPU only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calibrate/profile_json.hpp"
+#include "core/hardware.hpp"
+
+namespace foresight::calibrate {
+
+/// Launches each streaming kernel's measured call makes (profiles before the "launches" field).
+int default_launches(const std::string& kernel);
+
+/// The kernel samples of a profile's measurements (gemm, the streaming kernels, attention);
+/// other records (copies to the host, collectives, the soak) are not samples. Throws
+/// std::invalid_argument naming the entry when a field the sample needs is missing or not positive.
+std::vector<KernelSample> samples_from_profile(const nlohmann::json& profile);
+
+/// Fits on 3 of every 4 samples of each kind and reports the error on the 4th (roofline, and for
+/// GEMMs the profile interpolation the cost model uses), then fits on all: fills p.fit,
+/// p.held_out and p.held_out_profile.
+void fit_into(Profile& p, const GpuSpec& gpu, const std::vector<KernelSample>& samples);
+
+}  // namespace foresight::calibrate
