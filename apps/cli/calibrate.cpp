@@ -138,22 +138,10 @@ Command calibrate_command() {
                 out << j.dump(2) << "\n";
                 return kExitOk;
               }
-              const auto& fp = p.fit.params;
               out << "calibrated " << p.device.name << " in " << int(p.wall_s) << " s: " << p.measurements.size()
                   << " measurements -> " << a->out << "\n";
+              print_fit(out, p);
               char line[256];
-              std::snprintf(line, sizeof line,
-                            "fitted: gemm efficiency %.3f, memory efficiency %.3f, flash efficiency %.3f, launch %.1f us "
-                            "(median error %.1f%%)\n",
-                            fp.gemm_efficiency, fp.memory_efficiency, fp.flash_efficiency,
-                            fp.launch_overhead.value() * 1e6, 100 * p.fit.median_rel_error);
-              out << line;
-              std::snprintf(line, sizeof line,
-                            "held-out median error: gemm %.1f%% (roofline) / %.1f%% (profile interpolation), memory "
-                            "%.1f%%, attention %.1f%%\n",
-                            100 * p.held_out.gemm, 100 * p.held_out_profile.gemm, 100 * p.held_out.memory,
-                            100 * p.held_out.attention);
-              out << line;
               double burst = 0, sustained = 0;
               for (const auto& m : p.measurements) {
                 if (m.kernel == "gemm_burst") burst = m.tflops;
