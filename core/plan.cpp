@@ -108,6 +108,13 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.ep", str((long long)p.ep),
                   "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
   }
+  // Frameworks whose engine cannot overlap the gradient reduction with the backward.
+  if (p.dp_overlap && p.framework == Framework::deepspeed && p.pp > 1)
+    return fail("plan.dp_overlap", "true",
+                "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces overlap_comm off); "
+                "set it false");
+  if (p.dp_overlap && p.framework == Framework::terapipe)
+    return fail("plan.dp_overlap", "true", "TeraPipe all-reduces gradients after the backward; set it false");
   return std::nullopt;
 }
 

@@ -32,6 +32,10 @@ struct PlanSpec {
   Schedule schedule = Schedule::one_f_one_b;
   int virtual_stages = 1;
   bool sequence_parallel = false;
+  // Data-parallel gradient reduction in buckets while the last micro-batch's backward runs
+  // (PyTorch DDP outside no_sync, Megatron-LM's --overlap-grad-reduce); false: after the backward
+  // (Megatron-LM's local DDP of 2021, DeepSpeed's pipeline engine, the bundled trainer).
+  bool dp_overlap = false;
   Recompute recompute = Recompute::none;
   int zero = 0;  // 0..3; 1 = distributed optimizer (optimizer state sharded over dp)
   OffloadSpec offload;

@@ -162,6 +162,7 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
     pl.schedule = q.enumeration<Schedule>("schedule", Schedule::one_f_one_b);
     pl.virtual_stages = q.integer("virtual_stages", 1, 1);
     pl.sequence_parallel = q.boolean("sequence_parallel", false);
+    pl.dp_overlap = q.boolean("dp_overlap", false);
     pl.recompute = q.enumeration<Recompute>("recompute", Recompute::none);
     pl.zero = q.integer("zero", 0, 0);
     if (!q.get("offload", false).is_null()) {
@@ -246,6 +247,7 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.recompute == Recompute::full) s << " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   if (q.recompute == Recompute::selective) s << " --recompute-granularity selective";
   if (q.zero >= 1) s << " --use-distributed-optimizer";
+  if (q.dp_overlap) s << " --overlap-grad-reduce";
   if (p.model.kv_heads != p.model.heads) s << " --group-query-attention --num-query-groups " << p.model.kv_heads;
   if (p.model.moe)
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k

@@ -295,6 +295,7 @@ Experiment parse_experiment(const std::string& yaml, const std::string& path) {
     pl.schedule = p.get_enum<Schedule>("schedule", Schedule::one_f_one_b);
     pl.virtual_stages = p.get_int("virtual_stages", 1, 1);
     pl.sequence_parallel = p.get_bool("sequence_parallel", false);
+    pl.dp_overlap = p.get_bool("dp_overlap", false);
     pl.recompute = p.get_enum<Recompute>("recompute", Recompute::none);
     pl.zero = p.get_int("zero", 0, 0);
     if (p.has("offload")) {
@@ -309,7 +310,7 @@ Experiment parse_experiment(const std::string& yaml, const std::string& path) {
     pl.framework = p.get_enum<Framework>("framework", Framework::megatron);
     pl.placement = p.get_enum<Placement>("placement", Placement::tp_dp_pp);
     e.locations["plan"] = location_of(p.node(), sec.file);
-    record(e, p, {"tp", "pp", "dp", "micro_batch", "schedule", "virtual_stages", "sequence_parallel",
+    record(e, p, {"tp", "pp", "dp", "micro_batch", "schedule", "virtual_stages", "sequence_parallel", "dp_overlap",
                   "recompute", "zero", "offload", "ep", "token_slices", "framework", "placement"});
     p.finish();
   }

@@ -58,6 +58,7 @@ nlohmann::ordered_json to_json(const PlanSpec& p) {
           {"schedule", to_string(p.schedule)},
           {"virtual_stages", p.virtual_stages},
           {"sequence_parallel", p.sequence_parallel},
+          {"dp_overlap", p.dp_overlap},
           {"recompute", to_string(p.recompute)},
           {"zero", p.zero},
           {"offload", {{"optimizer", p.offload.optimizer}, {"activations", p.offload.activations}}},

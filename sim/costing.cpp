@@ -271,6 +271,7 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
 
   // Data-parallel gradient synchronisation and the optimizer step per stage.
   c.dp_latency = Seconds(0);
+  c.dp_overlap = p.dp_overlap && p.dp > 1;
   for (int s = 0; s < p.pp; ++s) {
     const cost_models::StageParameters sp = cost_models::parameters_on_gpu(m, p, s);
     const auto unsharded = cost_models::state_bytes_per_param(e.training.dtype, e.training.optimizer, p.framework, 0, 1);
@@ -313,6 +314,15 @@ WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, co
       eg.nodes = dp_over_ep / eg.ranks_per_node;
       sync += comm.time(Collective::all_reduce, expert_grads, eg);
     }
+    // With the reduction overlapped, the last bucket is what must wait for the backward to finish:
+    // PyTorch DDP's buckets hold 25 MB (bucket_cap_mb, torch.nn.parallel.DistributedDataParallel).
+    Seconds tail = sync;
+    if (p.dp_overlap && n > 1 && sync > Seconds(0)) {
+      const Bytes bucket = min(Bytes(25.0 * 1024 * 1024), grads);
+      const Collective how = p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce;
+      tail = min(sync, comm.time(how, bucket, groups.dp));
+    }
+    c.dp_sync_tail.push_back(tail);
     c.dp_grad_sync.push_back(sync);
     c.dp_grad_sync_bytes.push_back(sync_bytes);
     c.dp_param_gather.push_back(gather);

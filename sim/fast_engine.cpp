@@ -1,5 +1,6 @@
 #include "sim/fast_engine.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.hpp"
@@ -62,6 +63,7 @@ SimResult run_fast(const WorkloadCosts& c) {
   // Process ops in waves: each stage advances while its next op's producer has been computed.
   std::vector<int> next(p, 0);
   std::vector<double> stream(p, 0.0);
+  std::vector<double> last_backward_start(p, 0.0);  // where an overlapped DP sync may begin
   int remaining = 0;
   for (int s = 0; s < p; ++s) remaining += int(order[s].size());
   while (remaining > 0) {
@@ -100,6 +102,7 @@ SimResult run_fast(const WorkloadCosts& c) {
           r.stages[s].pp_wait += Seconds(dep - std::max(stream[s], send_start));
         }
         double t = start;
+        if (o.pass == Pass::backward) last_backward_start[s] = start;
         if (o.pass == Pass::forward) {
           t += cc.forward.value() + cc.forward_tp_comm.value() + cc.forward_ep_comm.value();
           add(s, Category::forward, cc.forward.value());
@@ -138,9 +141,16 @@ SimResult run_fast(const WorkloadCosts& c) {
     const double sync = s < int(c.dp_grad_sync.size()) ? c.dp_grad_sync[s].value() : 0.0;
     const double opt = s < int(c.optimizer.size()) ? c.optimizer[s].value() : 0.0;
     const double gather = s < int(c.dp_param_gather.size()) ? c.dp_param_gather[s].value() : 0.0;
-    add(s, Category::dp_comm, sync);  // exposed: the optimizer waits for it
+    // Exposed: what the optimizer waits for after the last compute. Overlapped, the buckets run
+    // from the start of the last backward and only the last one must follow its end.
+    double exposed = sync;
+    if (c.dp_overlap && sync > 0) {
+      const double tail = std::min(sync, s < int(c.dp_sync_tail.size()) ? c.dp_sync_tail[s].value() : sync);
+      exposed = std::max(last_backward_start[s] + (sync - tail), last) + tail - last;
+    }
+    add(s, Category::dp_comm, exposed);
     add(s, Category::optimizer, opt);
-    const double end_compute = last + sync + opt;
+    const double end_compute = last + exposed + opt;
     r.iteration = max(r.iteration, Seconds(end_compute + gather));
   }
   settle_stages(r);

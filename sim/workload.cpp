@@ -74,14 +74,41 @@ class Builder {
       const Seconds sync = at(c_.dp_grad_sync, s);
       TaskId after_backward = last_on_compute_[s];
       TaskId sync_task = after_backward;
+      const Bytes sync_bytes = s < int(c_.dp_grad_sync_bytes.size()) ? c_.dp_grad_sync_bytes[s] : Bytes(0);
+      Seconds tail = sync;
+      std::optional<TaskId> overlapped;
+      if (c_.dp_overlap && sync > Seconds(0)) {
+        // All buckets but the last run while the stage's last backward does: a task that starts
+        // when that backward may start (after the same predecessors), on the DP resource.
+        tail = min(sync, at(c_.dp_sync_tail, s));
+        const auto last_bwd = std::find_if(orders[s].rbegin(), orders[s].rend(),
+                                           [](const ScheduledOp& o) { return o.pass == Pass::backward; });
+        if (last_bwd != orders[s].rend() && sync > tail) {
+          const TaskId first = lookup(seg_first_, std::make_tuple(Pass::backward, last_bwd->microbatch,
+                                                                  last_bwd->chunk * p + s, last_bwd->slice));
+          Task t = base(Category::dp_comm, s, "dp_grad_sync_overlapped");
+          t.duration = sync - tail;
+          t.bytes = sync_bytes * ((sync - tail) / sync);
+          t.latency = c_.dp_latency;
+          t.resources = {p + s};
+          const TaskId id = add(t);
+          std::vector<TaskId> preds;
+          for (auto [e, end] = boost::in_edges(first, w_.graph); e != end; ++e) preds.push_back(boost::source(*e, w_.graph));
+          for (TaskId u : preds) edge(u, id);
+          overlapped = id;
+        } else {
+          tail = sync;
+        }
+      }
       if (sync > Seconds(0)) {
         Task t = base(Category::dp_comm, s, "dp_grad_sync");
-        t.duration = sync;
-        t.bytes = s < int(c_.dp_grad_sync_bytes.size()) ? c_.dp_grad_sync_bytes[s] : Bytes(0);
+        t.duration = tail;
+        t.bytes = sync_bytes * (tail / sync);
         t.latency = c_.dp_latency;
         t.resources = {p + s};
         sync_task = add(t);
         edge(after_backward, sync_task);
+        if (overlapped) edge(*overlapped, sync_task);
       }
       Task opt = base(Category::optimizer, s, "optimizer_step");
       opt.duration = at(c_.optimizer, s);

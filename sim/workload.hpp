@@ -87,6 +87,11 @@ struct WorkloadCosts {
   std::vector<Bytes> p2p_backward_bytes;
   bool p2p_blocks_sender = true;      // the sender's compute stream waits for the transfer
   std::vector<Seconds> dp_grad_sync;      // per stage: gradient all-reduce / reduce-scatter
+  // The sync runs in buckets while the stage's last backward runs (PyTorch DDP, Megatron-LM's
+  // --overlap-grad-reduce): it may start with that backward, and its last bucket, dp_sync_tail,
+  // only after it. Otherwise the whole sync follows the backward.
+  bool dp_overlap = false;
+  std::vector<Seconds> dp_sync_tail;      // per stage, with dp_overlap: the last bucket's reduction
   std::vector<Bytes> dp_grad_sync_bytes;  // per stage: bytes each DP rank sends in it (coarse ring)
   std::vector<Bytes> dp_param_gather_bytes;
   Seconds dp_latency;                     // latency term of one DP collective

@@ -57,6 +57,10 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
+  if (q.dp_overlap && q.dp > 1)
+    unsupported("plan.dp_overlap", "true",
+                "gradient reduction overlapped with the backward (it reduces after the backward: set it false, which "
+                "is also what the simulator then predicts)");
   if (p.model.moe) {
     const std::string moe =
         std::to_string(p.model.moe->experts) + " experts, top_k " + std::to_string(p.model.moe->top_k);

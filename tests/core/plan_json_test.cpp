@@ -44,6 +44,10 @@ TEST(PlanJson, RoundTrip) {
   EXPECT_EQ(q.plan.recompute, Recompute::full);
   ASSERT_TRUE(q.prediction.has_value());
   EXPECT_DOUBLE_EQ(q.prediction->iteration_s, 1.5);
+  ExecutablePlan o = sample();
+  o.plan.dp_overlap = true;
+  EXPECT_TRUE(parse_plan_json(to_json(o).dump(), "plan.json").plan.dp_overlap);
+  EXPECT_FALSE(q.plan.dp_overlap);
 }
 
 TEST(PlanJson, RefusesMalformedPlans) {
@@ -112,6 +116,10 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   EXPECT_NE(args.find("--pipeline-model-parallel-size 2"), std::string::npos);
   EXPECT_NE(args.find("--recompute-granularity full"), std::string::npos);
   EXPECT_NE(args.find("--use-distributed-optimizer"), std::string::npos);
+  EXPECT_EQ(args.find("--overlap-grad-reduce"), std::string::npos);
+  ExecutablePlan o = p;
+  o.plan.dp_overlap = true;
+  EXPECT_NE(megatron_arguments(o).find("--overlap-grad-reduce"), std::string::npos);
   ExecutablePlan t = p;
   t.plan.schedule = Schedule::terapipe;
   EXPECT_TRUE(megatron_arguments(t).empty());  // no Megatron-LM equivalent

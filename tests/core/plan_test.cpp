@@ -42,6 +42,8 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.ep = 2; }, "plan.ep"},
       {[](Fixture& f) { f.p.offload.activations = -0.1; }, "plan.offload.activations"},
       {[](Fixture& f) { f.t.dtype = Dtype::fp16; }, "training.dtype"},  // fixture GPU has no fp16 peak
+      {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::deepspeed; }, "plan.dp_overlap"},
+      {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::terapipe; }, "plan.dp_overlap"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;
@@ -50,6 +52,20 @@ TEST(CheckPlan, EachRuleNamesItsField) {
     ASSERT_TRUE(v.has_value()) << "case " << i;
     EXPECT_EQ(v->field, cases[i].field) << "case " << i << ": " << v->rule;
   }
+}
+
+TEST(CheckPlan, OverlappedGradientReductionWhereTheFrameworkCanDoIt) {
+  Fixture f;
+  f.p.dp_overlap = true;  // Megatron-LM (torch DDP, --overlap-grad-reduce)
+  EXPECT_FALSE(f.check().has_value());
+  f.p.framework = Framework::deepspeed;
+  f.p.pp = 1;  // DeepSpeed without its pipeline engine overlaps (overlap_comm)
+  f.p.dp = 16;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.pp = 4;
+  f.p.dp = 4;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("pipeline flush"), std::string::npos) << f.check()->rule;
 }
 
 TEST(CheckPlan, InterleavedNeedsMicroBatchesInGroupsOfPp) {

@@ -38,6 +38,27 @@ WorkloadCosts random_costs(std::mt19937& rng, Schedule sched, int p, int m, int 
 }
 }  // namespace
 
+TEST(FastEngine, EqualsGraphEngineWithOverlappedDataParallelSync) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  struct Case { Schedule s; int p, m, v; };
+  const Case cases[] = {{Schedule::one_f_one_b, 1, 4, 1}, {Schedule::one_f_one_b, 4, 8, 1},
+                        {Schedule::gpipe, 3, 5, 1}, {Schedule::interleaved, 4, 8, 2}};
+  for (const auto& k : cases)
+    for (int trial = 0; trial < 5; ++trial) {
+      WorkloadCosts c = random_costs(rng, k.s, k.p, k.m, k.v, 1);
+      c.dp_overlap = true;
+      for (int s = 0; s < k.p; ++s) c.dp_sync_tail.push_back(c.dp_grad_sync[s] * u(rng));
+      const SimResult g = run_analytic(build_workload(c));
+      const SimResult f = run_fast(c);
+      EXPECT_NEAR(f.iteration.value(), g.iteration.value(), 1e-9 * g.iteration.value()) << to_string(k.s);
+      for (int s = 0; s < k.p; ++s)
+        EXPECT_NEAR(f.stages[s].busy[int(Category::dp_comm)].value(), g.stages[s].busy[int(Category::dp_comm)].value(),
+                    1e-9)
+            << "stage " << s;
+    }
+}
+
 TEST(FastEngine, EqualsGraphEngine) {
   std::mt19937 rng(7);
   struct Case { Schedule s; int p, m, v, slices; };

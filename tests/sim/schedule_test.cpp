@@ -7,6 +7,7 @@
 #include <set>
 
 #include "sim/analytic_engine.hpp"
+#include "sim/fast_engine.hpp"
 #include "sim/schedule.hpp"
 
 using namespace foresight;
@@ -80,6 +81,32 @@ TEST(Schedule, TransfersAddToTheCriticalPath) {
   c.p2p_forward = {Seconds(0.5)};
   c.p2p_backward = {Seconds(0.5)};
   EXPECT_NEAR(iteration(c), 7.0, 1e-12);
+}
+
+TEST(Schedule, OverlappedDataParallelSyncHidesBehindTheLastBackward) {
+  // One stage, 2 micro-batches: F0 [0,1] B0 [1,3] F1 [3,4] B1 [4,6]. Overlapped, the sync's buckets
+  // start with B1 at 4; only the last bucket (the tail) must follow B1's end at 6.
+  for (const bool fast : {false, true}) {
+    auto c = uniform(Schedule::one_f_one_b, 1, 2, 1, 1.0, 2.0);
+    c.dp_overlap = true;
+    c.optimizer = {Seconds(0.5)};
+    auto run = [&] { return fast ? run_fast(c) : run_analytic(build_workload(c)); };
+    // 1.5 s of buckets: 1.4 s from t = 4 ends at 5.4 < 6, then the 0.1 s tail: exposed 0.1.
+    c.dp_grad_sync = {Seconds(1.5)};
+    c.dp_sync_tail = {Seconds(0.1)};
+    auto r = run();
+    EXPECT_NEAR(r.iteration.value(), 6.0 + 0.1 + 0.5, 1e-12) << (fast ? "fast" : "graph");
+    EXPECT_NEAR(r.stages[0].busy[int(Category::dp_comm)].value(), 0.1, 1e-12);
+    // 3 s of buckets: 2.9 s from 4 end at 6.9, then the tail: 7.0, exposed 1.0 after B1.
+    c.dp_grad_sync = {Seconds(3.0)};
+    r = run();
+    EXPECT_NEAR(r.iteration.value(), 7.0 + 0.5, 1e-12) << (fast ? "fast" : "graph");
+    EXPECT_NEAR(r.stages[0].busy[int(Category::dp_comm)].value(), 1.0, 1e-12);
+    EXPECT_NEAR(r.stages[0].total().value(), r.iteration.value(), 1e-12);
+    // Without overlap the whole 3 s follows B1.
+    c.dp_overlap = false;
+    EXPECT_NEAR(run().iteration.value(), 6.0 + 3.0 + 0.5, 1e-12);
+  }
 }
 
 TEST(Schedule, DataParallelSyncAndOptimizerFollowTheLastBackward) {
