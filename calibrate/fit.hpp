@@ -4,9 +4,10 @@
 // efficiencies, so the fit and the cost model share one formula. GEMMs sit in the compute or the
 // memory regime of the roofline's max(); the regime is re-chosen from the current fit until it is
 // stable. Fitted in stages (streaming kernels: memory efficiency and launch; then GEMMs; then
-// attention), each with outlier rejection at 3 robust standard deviations. Left out: the tile shape (kept at its default) and anything the roofline does not model.
+// attention), each rejecting samples beyond 3 robust standard deviations and 5% (fit.cpp). Left out: the tile shape (kept at its default) and anything the roofline does not model.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct FitResult {
   int iterations = 0;
   int samples = 0;
   int rejected = 0;  // samples left out of the fit as outliers (still counted in the errors)
+  std::map<std::string, int> rejected_by_kernel;  // the same, per kernel name
 };
 
 /// The model's time for a sample with the given parameters.

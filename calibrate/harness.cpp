@@ -14,7 +14,10 @@ namespace {
 template <class T, class Convert>
 void fill_random(void* p, std::size_t bytes, unsigned seed, Convert convert) {
   const std::size_t block = std::min<std::size_t>(bytes, std::size_t(4) << 20) / sizeof(T) * sizeof(T);
-  if (block == 0) return;
+  if (block == 0) {  // fewer bytes than one element: nothing random fits, but leave nothing unset
+    if (bytes > 0) FORESIGHT_CUDA(cudaMemset(p, 0, bytes));
+    return;
+  }
   std::vector<T> h(block / sizeof(T));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -52,6 +52,7 @@ nlohmann::json to_json(const Profile& p) {
                  {"flash_efficiency", f.params.flash_efficiency},
                  {"samples", f.samples},
                  {"rejected_as_outliers", f.rejected},
+                 {"rejected_by_kernel", f.rejected_by_kernel},
                  {"rms_rel_error", f.rms_rel_error},
                  {"median_rel_error", f.median_rel_error},
                  {"held_out_roofline", held_out_json(p.held_out)},

@@ -15,12 +15,21 @@ int default_launches(const std::string& kernel) {
 }
 
 namespace {
+std::string where(const nlohmann::json& e, std::size_t index) {
+  std::string k = "?";
+  if (e.is_object() && e.contains("kernel") && e["kernel"].is_string()) k = e["kernel"].get<std::string>();
+  return "measurements[" + std::to_string(index) + "] (" + k + ")";
+}
+// A finite positive number, or an error naming the entry, the field, the value and the rule.
 double positive(const nlohmann::json& e, const char* field, std::size_t index) {
-  if (!e.contains(field) || !e[field].is_number() || !(e[field].get<double>() > 0))
-    throw std::invalid_argument("profile measurement " + std::to_string(index) + " (" +
-                                e.value("kernel", std::string("?")) + "): field '" + field +
-                                "' must be a positive number");
+  const std::string value = e.contains(field) ? e[field].dump() : "missing";
+  if (!e.contains(field) || !e[field].is_number() || !std::isfinite(e[field].get<double>()) ||
+      !(e[field].get<double>() > 0))
+    throw std::invalid_argument(where(e, index) + "." + field + " = " + value + ": must be a finite positive number");
   return e[field].get<double>();
+}
+double positive_or(const nlohmann::json& e, const char* field, std::size_t index, double fallback) {
+  return e.contains(field) ? positive(e, field, index) : fallback;
 }
 }  // namespace
 
@@ -31,18 +40,20 @@ std::vector<KernelSample> samples_from_profile(const nlohmann::json& profile) {
   const auto& ms = profile["measurements"];
   for (std::size_t i = 0; i < ms.size(); ++i) {
     const auto& e = ms[i];
-    const std::string kernel = e.value("kernel", std::string());
+    if (!e.is_object() || !e.contains("kernel") || !e["kernel"].is_string())
+      throw std::invalid_argument(where(e, i) + ": must be an object with a string field 'kernel'");
+    const std::string kernel = e["kernel"].get<std::string>();
     KernelSample s;
     s.name = kernel;
     if (kernel == "gemm") {
       s.kind = SampleKind::gemm;
-      s.gemm = {positive(e, "m", i), positive(e, "n", i), positive(e, "k", i), e.value("batch", 1.0)};
+      s.gemm = {positive(e, "m", i), positive(e, "n", i), positive(e, "k", i), positive_or(e, "batch", i, 1.0)};
     } else if (kernel == "copy" || kernel == "gelu_forward" || kernel == "gelu_backward" || kernel == "residual_add" ||
                kernel == "layernorm_forward" || kernel == "layernorm_backward" || kernel == "softmax_cross_entropy" ||
                kernel == "adamw") {
       s.kind = SampleKind::memory;
       s.bytes = positive(e, "bytes", i);
-      s.launches = e.value("launches", default_launches(kernel));
+      s.launches = int(positive_or(e, "launches", i, default_launches(kernel)));
     } else if (kernel == "attention_fwd" || kernel == "attention") {
       s.kind = SampleKind::attention;
       const double B = positive(e, "B", i), H = positive(e, "H", i), T = positive(e, "T", i);

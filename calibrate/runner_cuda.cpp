@@ -46,7 +46,11 @@ struct Dev {
   }
 };
 
-void fill_random(void* p, std::size_t bytes) { fill_random_bf16(p, bytes); }
+// Each buffer its own seed, so that inputs of one kernel (x and y) differ.
+void fill_random(void* p, std::size_t bytes) {
+  static unsigned seed = 100;
+  fill_random_bf16(p, bytes, seed++);
+}
 
 // The scenarios/gpus entry for a driver-reported name, or "" (then the peaks come from the run).
 std::string spec_for(const k::DeviceInfo& d) {

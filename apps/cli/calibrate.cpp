@@ -2,6 +2,7 @@
 // calibration profile (calibrate/calibrate.hpp). Without a GPU it says so and exits 1.
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +42,11 @@ void print_fit(std::ostream& out, const calibrate::Profile& p) {
                 100 * p.held_out.gemm, 100 * p.held_out_profile.gemm, 100 * p.held_out.memory,
                 100 * p.held_out.attention);
   out << line;
+  if (!p.fit.rejected_by_kernel.empty()) {
+    out << "left out of the fit as outliers:";
+    for (const auto& [name, n] : p.fit.rejected_by_kernel) out << " " << name << " " << n;
+    out << "\n";
+  }
 }
 
 int refit_profile(const std::string& path, const std::string& out_path, std::ostream& out) {
@@ -56,13 +62,19 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
   try {
     j = nlohmann::json::parse(f);
     samples = calibrate::samples_from_profile(j);
-    const auto& d = j.at("device");
-    p.device.name = d.at("name").get<std::string>();
-    p.device.spec = d.value("spec", std::string());
+    if (!j.contains("device") || !j["device"].is_object())
+      throw std::invalid_argument("device: missing or not an object");
+    const auto& d = j["device"];
+    p.device.name = d.contains("name") && d["name"].is_string() ? d["name"].get<std::string>() : "";
+    p.device.spec = d.contains("spec") && d["spec"].is_string() ? d["spec"].get<std::string>() : "";
     if (p.device.spec.empty())
-      throw std::invalid_argument("device.spec is empty: the refit needs the scenarios/gpus entry the peaks refer to");
+      throw std::invalid_argument("device.spec = \"\": the refit needs the scenarios/gpus entry the peaks refer to");
     gpu = load_gpu(resolve_scenario("gpus", p.device.spec));
-    p.device.peak_tflops = d.at("peak_tflops").get<double>();
+    const std::string peak = d.contains("peak_tflops") ? d["peak_tflops"].dump() : "missing";
+    if (!d.contains("peak_tflops") || !d["peak_tflops"].is_number() || !std::isfinite(d["peak_tflops"].get<double>()) ||
+        !(d["peak_tflops"].get<double>() > 0))
+      throw std::invalid_argument("device.peak_tflops = " + peak + ": must be a finite positive number");
+    p.device.peak_tflops = d["peak_tflops"].get<double>();
     if (samples.empty()) throw std::invalid_argument("no gemm, streaming or attention measurements to fit");
     calibrate::fit_into(p, gpu, samples);
   } catch (const std::exception& e) {
@@ -74,16 +86,25 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
   if (!out_path.empty()) {
     // Only the fitted block changes; the measurements stay as measured.
     j["fitted"] = calibrate::to_json(p)["fitted"];
+    if (!j.contains("source") || !j["source"].is_object()) j["source"] = nlohmann::json::object();
     j["source"]["refitted_by"] = std::string("foresight calibrate --refit at ") + FORESIGHT_GIT_SHA;
+    // Written beside the target and renamed over it: never a half-written profile at out_path.
     const std::string tmp = out_path + ".tmp";
-    {
-      std::ofstream o(tmp);
-      if (!(o << j.dump(1) << "\n")) {
-        std::cerr << "foresight calibrate: cannot write " << tmp << "\n";
-        return kExitInternal;
-      }
+    std::ofstream o(tmp);
+    o << j.dump(1) << "\n";
+    o.close();
+    std::error_code ec;
+    if (o.fail()) {
+      std::filesystem::remove(tmp, ec);
+      std::cerr << "foresight calibrate: cannot write " << out_path << " (writing " << tmp << " failed)\n";
+      return kExitUserError;
     }
-    std::filesystem::rename(tmp, out_path);
+    std::filesystem::rename(tmp, out_path, ec);
+    if (ec) {
+      std::filesystem::remove(tmp, ec);
+      std::cerr << "foresight calibrate: cannot write " << out_path << ": " << ec.message() << "\n";
+      return kExitUserError;
+    }
     out << "wrote " << out_path << "\n";
   }
   return kExitOk;
@@ -103,7 +124,19 @@ Command calibrate_command() {
                            "Fit again from a profile's measurements (no GPU needed); with --out, write the "
                            "profile with the new fit");
             return [a, out_opt](std::ostream& out) -> int {
-              if (!a->refit.empty()) return refit_profile(a->refit, out_opt->count() > 0 ? a->out : "", out);
+              if (!a->refit.empty()) {
+                // Refitting measures nothing: the measuring options would be silently ignored.
+                if (a->quick || a->json || !a->models.empty()) {
+                  std::cerr << "foresight calibrate: --refit takes only --out (--quick, --model and --json "
+                               "choose what to measure or print, and a refit measures nothing)\n";
+                  return kExitUserError;
+                }
+                if (out_opt->count() > 0 && a->out.empty()) {
+                  std::cerr << "foresight calibrate: --out \"\": give a file name\n";
+                  return kExitUserError;
+                }
+                return refit_profile(a->refit, out_opt->count() > 0 ? a->out : "", out);
+              }
               calibrate::CalibrateOptions o;
               o.quick = a->quick;
               o.git_sha = FORESIGHT_GIT_SHA;

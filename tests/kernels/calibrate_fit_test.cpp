@@ -3,6 +3,7 @@
 // GEMM shapes, and the profile JSON read back by the cost models' own parser.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -83,7 +84,8 @@ TEST(CalibrateFit, RecoversKnownParametersExactly) {
   EXPECT_NEAR(r.params.flash_efficiency, t.flash_efficiency, 1e-9);
   EXPECT_NEAR(r.params.launch_overhead.value(), t.launch_overhead.value(), 1e-12);
   EXPECT_LT(r.rms_rel_error, 1e-9);
-  EXPECT_LE(r.iterations, 20);
+  EXPECT_GT(r.iterations, 0);
+  EXPECT_EQ(r.rejected, 0);  // exact data: nothing is an outlier
 }
 
 TEST(CalibrateFit, RecoversParametersFromNoisyMeasurementsAndPredictsHeldOutShapes) {
@@ -139,6 +141,8 @@ TEST(CalibrateFit, OutliersTheRooflineCannotDescribeDoNotBendTheFit) {
   EXPECT_NEAR(r.params.gemm_efficiency, t.gemm_efficiency, 1e-6 * t.gemm_efficiency);
   EXPECT_NEAR(r.params.memory_efficiency, t.memory_efficiency, 1e-6 * t.memory_efficiency);
   EXPECT_EQ(r.rejected, spoiled);
+  ASSERT_EQ(r.rejected_by_kernel.size(), 1u);
+  EXPECT_EQ(r.rejected_by_kernel.begin()->first, "gemm");
 }
 
 // The profile shipped in scenarios/profiles was measured on an H100 (scripts/gpu-test.sh, CALIBRATE=full).
@@ -183,6 +187,15 @@ TEST(CalibrateFit, ShippedH100ProfileRefitsToItsOwnMeasurements) {
   EXPECT_NEAR(p.fit.params.memory_efficiency, big_copy_GBps / 3350.0, 0.03 * big_copy_GBps / 3350.0);
   const double launch_from_copy = small_copy_s - small_copy_bytes / (big_copy_GBps * 1e9);
   EXPECT_NEAR(p.fit.params.launch_overhead.value(), launch_from_copy, 0.15 * launch_from_copy);
+  // Attention's efficiency against the measured forward+backward rates (median of the profile's
+  // "attention" entries over the 989.4 TFLOP/s peak).
+  std::vector<double> attention_eff;
+  for (const auto& e : j["measurements"])
+    if (e["kernel"] == "attention") attention_eff.push_back(e["tflops"].get<double>() / 989.4);
+  ASSERT_GE(attention_eff.size(), 4u);
+  std::sort(attention_eff.begin(), attention_eff.end());
+  const double median_eff = 0.5 * (attention_eff[(attention_eff.size() - 1) / 2] + attention_eff[attention_eff.size() / 2]);
+  EXPECT_NEAR(p.fit.params.flash_efficiency, median_eff, 0.15 * median_eff);
 }
 
 TEST(CalibrateShapes, PlannerShapesOfGpt3_175bAtTp8) {
