@@ -101,8 +101,9 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
     }
     std::filesystem::rename(tmp, out_path, ec);
     if (ec) {
+      const std::string why = ec.message();
       std::filesystem::remove(tmp, ec);
-      std::cerr << "foresight calibrate: cannot write " << out_path << ": " << ec.message() << "\n";
+      std::cerr << "foresight calibrate: cannot write " << out_path << ": " << why << "\n";
       return kExitUserError;
     }
     out << "wrote " << out_path << "\n";

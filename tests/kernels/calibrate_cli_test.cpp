@@ -91,5 +91,8 @@ TEST(CalibrateCli, RefitOfTheShippedProfileAndBadInputs) {
              "measurements": [7]})"),
            "--out", bad_out.string()},
           "measurements[0] (?): must be an object", bad_out);
+  // --out names a directory: the rename fails, the reason is given and no temporary stays.
+  refused({"calibrate", "--refit", shipped, "--out", tmp.string()}, "cannot write " + tmp.string() + ": Is a directory", {});
+  EXPECT_FALSE(std::filesystem::exists(tmp.string() + ".tmp"));
   std::filesystem::remove_all(tmp);
 }
