@@ -30,8 +30,7 @@ struct Buf {
   void* p = nullptr;
   explicit Buf(std::size_t b) {
     FORESIGHT_CUDA(cudaMalloc(&p, b));
-    static unsigned seed = 1000;  // each buffer its own contents
-    foresight::calibrate::fill_random_bf16(p, b, seed++);
+    foresight::calibrate::fill_random_bf16(p, b);
   }
   ~Buf() { cudaFree(p); }
   Buf(const Buf&) = delete;
@@ -97,9 +96,9 @@ int run(const std::string& out_path) {
   {
     const long n = 1L << 27;  // 128 Mi elements: 256 MiB per bf16 tensor
     Buf x(n * 2), y(n * 2), z(n * 2), f1(n * 4), f2(n * 4), f3(n * 4), f4(n * 4), stats(n * 4 / 1024);
-    foresight::calibrate::fill_random_f32(f1.p, n * 4, 1);
-    foresight::calibrate::fill_random_f32(f2.p, n * 4, 2);
-    foresight::calibrate::fill_random_f32(f3.p, n * 4, 3);
+    foresight::calibrate::fill_random_f32(f1.p, n * 4);
+    foresight::calibrate::fill_random_f32(f2.p, n * 4);
+    foresight::calibrate::fill_random_f32(f3.p, n * 4);
     FORESIGHT_CUDA(cudaMemset(f4.p, 0, n * 4));  // AdamW's v (second moment) must start >= 0
     const int C = 4096;
     struct M {

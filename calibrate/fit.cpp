@@ -75,38 +75,48 @@ double predict(const GpuSpec& gpu, Dtype dtype, const cm::RooflineParams& params
 
 namespace {
 
+bool compute_bound(const Features& f, const Eigen::Vector4d& theta) {
+  return f.compute * theta[kGemm] >= f.memory * theta[kMem];  // the larger side of the roofline's max()
+}
+
+// The sample's row of the linear model, divided by its measured time (relative error: a 10 us
+// kernel counts as much as a 10 ms one): row . theta = predicted / measured. A GEMM's row uses
+// the side of the max() given by `gemm_compute_bound`.
+Eigen::Vector4d model_row(const KernelSample& s, const Features& f, bool gemm_compute_bound) {
+  Eigen::Vector4d a = Eigen::Vector4d::Zero();
+  const double w = 1.0 / s.time_s;
+  switch (s.kind) {
+    case SampleKind::gemm:
+      if (gemm_compute_bound) a[kGemm] = f.compute * w;
+      else a[kMem] = f.memory * w;
+      a[kLaunch] = 1.0 * w;
+      break;
+    case SampleKind::memory:
+      a[kMem] = f.memory * w;
+      a[kLaunch] = s.launches * w;
+      break;
+    case SampleKind::attention:
+      a[kFlash] = f.flash * w;
+      a[kLaunch] = s.launches * w;
+      break;
+  }
+  return a;
+}
+
 // One least-squares stage over the samples of some kinds, solving for the `free` columns of theta
 // (the others stay fixed and move to the right-hand side). GEMM rows switch between the compute
 // and the memory column of the roofline's max() until the regimes are stable.
 void solve_regimes(const std::vector<KernelSample>& samples, const std::vector<Features>& feat,
                    const std::vector<std::size_t>& rows, std::vector<int>& free, Eigen::Vector4d& theta,
                    int& iterations) {
-  std::vector<bool> compute_bound(samples.size(), true);
+  std::vector<bool> regime(rows.size());
   for (int it = 1; it <= 20; ++it) {
     ++iterations;
-    for (auto i : rows) compute_bound[i] = feat[i].compute * theta[kGemm] >= feat[i].memory * theta[kMem];
-    Eigen::MatrixXd A = Eigen::MatrixXd::Zero(long(rows.size()), kCols);
-    Eigen::VectorXd b = Eigen::VectorXd::Ones(long(rows.size()));  // t_i * w_i
+    Eigen::MatrixXd A(long(rows.size()), kCols);
+    const Eigen::VectorXd b = Eigen::VectorXd::Ones(long(rows.size()));  // measured / measured
     for (std::size_t r = 0; r < rows.size(); ++r) {
-      const auto& s = samples[rows[r]];
-      const auto& f = feat[rows[r]];
-      const double w = 1.0 / s.time_s;  // relative error: a 10 us kernel counts as much as a 10 ms one
-      const long R = long(r);
-      switch (s.kind) {
-        case SampleKind::gemm:
-          if (compute_bound[rows[r]]) A(R, kGemm) = f.compute * w;
-          else A(R, kMem) = f.memory * w;
-          A(R, kLaunch) = 1.0 * w;
-          break;
-        case SampleKind::memory:
-          A(R, kMem) = f.memory * w;
-          A(R, kLaunch) = s.launches * w;
-          break;
-        case SampleKind::attention:
-          A(R, kFlash) = f.flash * w;
-          A(R, kLaunch) = s.launches * w;
-          break;
-      }
+      regime[r] = compute_bound(feat[rows[r]], theta);
+      A.row(long(r)) = model_row(samples[rows[r]], feat[rows[r]], regime[r]).transpose();
     }
     std::vector<int> cols;
     for (int c : free)
@@ -132,21 +142,15 @@ void solve_regimes(const std::vector<KernelSample>& samples, const std::vector<F
                                  std::to_string(next[c]) + ") over " + std::to_string(rows.size()) +
                                  " samples: the measurements do not follow the roofline");
     bool same = true;
-    for (auto i : rows) same = same && compute_bound[i] == (feat[i].compute * next[kGemm] >= feat[i].memory * next[kMem]);
+    for (std::size_t r = 0; r < rows.size(); ++r) same = same && regime[r] == compute_bound(feat[rows[r]], next);
     theta = next;
     if (same) return;
   }
 }
 
-// Relative residual of one sample under theta (the model's own formula, no launch count surprises).
+// Relative residual of one sample under theta, from the same row the fit solves with.
 double residual(const KernelSample& s, const Features& f, const Eigen::Vector4d& th) {
-  double t = th[kLaunch] * (s.kind == SampleKind::gemm ? 1.0 : s.launches);
-  switch (s.kind) {
-    case SampleKind::gemm: t += std::max(f.compute * th[kGemm], f.memory * th[kMem]); break;
-    case SampleKind::memory: t += f.memory * th[kMem]; break;
-    case SampleKind::attention: t += f.flash * th[kFlash]; break;
-  }
-  return t / s.time_s - 1.0;
+  return model_row(s, f, compute_bound(f, th)).dot(th) - 1.0;
 }
 
 // Least squares with outlier rejection: a sample whose relative residual exceeds 3 robust standard

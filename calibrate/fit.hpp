@@ -4,7 +4,8 @@
 // efficiencies, so the fit and the cost model share one formula. GEMMs sit in the compute or the
 // memory regime of the roofline's max(); the regime is re-chosen from the current fit until it is
 // stable. Fitted in stages (streaming kernels: memory efficiency and launch; then GEMMs; then
-// attention), each rejecting samples beyond 3 robust standard deviations and 5% (fit.cpp). Left out: the tile shape (kept at its default) and anything the roofline does not model.
+// attention), each rejecting samples beyond 3 robust standard deviations and 5% (fit.cpp). Left
+// out: the tile shape (kept at its default) and anything the roofline does not model.
 #pragma once
 
 #include <map>

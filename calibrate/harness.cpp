@@ -11,15 +11,20 @@
 namespace foresight::calibrate {
 
 namespace {
+unsigned next_fill_seed() {
+  static unsigned seed = 42;
+  return seed++;
+}
+
 template <class T, class Convert>
-void fill_random(void* p, std::size_t bytes, unsigned seed, Convert convert) {
+void fill_random(void* p, std::size_t bytes, Convert convert) {
   const std::size_t block = std::min<std::size_t>(bytes, std::size_t(4) << 20) / sizeof(T) * sizeof(T);
   if (block == 0) {  // fewer bytes than one element: nothing random fits, but leave nothing unset
     if (bytes > 0) FORESIGHT_CUDA(cudaMemset(p, 0, bytes));
     return;
   }
   std::vector<T> h(block / sizeof(T));
-  std::mt19937 rng(seed);
+  std::mt19937 rng(next_fill_seed());
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : h) x = convert(u(rng));
   for (std::size_t off = 0; off < bytes; off += block)
@@ -27,11 +32,11 @@ void fill_random(void* p, std::size_t bytes, unsigned seed, Convert convert) {
 }
 }  // namespace
 
-void fill_random_bf16(void* p, std::size_t bytes, unsigned seed) {
-  fill_random<kernels::bf16>(p, bytes, seed, [](float f) { return kernels::to_bf16(f); });
+void fill_random_bf16(void* p, std::size_t bytes) {
+  fill_random<kernels::bf16>(p, bytes, [](float f) { return kernels::to_bf16(f); });
 }
-void fill_random_f32(void* p, std::size_t bytes, unsigned seed) {
-  fill_random<float>(p, bytes, seed, [](float f) { return f; });
+void fill_random_f32(void* p, std::size_t bytes) {
+  fill_random<float>(p, bytes, [](float f) { return f; });
 }
 
 Harness::Harness(HarnessOptions options) : o_(options) {

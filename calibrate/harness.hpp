@@ -24,9 +24,10 @@ struct HarnessOptions {
 
 /// Fills a device buffer with random values in [-1, 1) (bf16 or float): timing on zeros or a constant
 /// flatters the tensor cores' power draw and hides unwritten outputs. A 4 MiB random block is
-/// generated once per call (seeded) and copied across the buffer.
-void fill_random_bf16(void* device_ptr, std::size_t bytes, unsigned seed = 42);
-void fill_random_f32(void* device_ptr, std::size_t bytes, unsigned seed = 43);
+/// generated once per call and copied across the buffer; each call of the process takes the next
+/// seed, so two buffers never hold the same values and a rerun fills them alike.
+void fill_random_bf16(void* device_ptr, std::size_t bytes);
+void fill_random_f32(void* device_ptr, std::size_t bytes);
 
 class Harness {
  public:

@@ -14,8 +14,21 @@
 
 namespace foresight::calibrate {
 
-/// Launches each streaming kernel's measured call makes (profiles before the "launches" field).
-int default_launches(const std::string& kernel);
+/// A kernel calibration measures and fits besides GEMMs, by its name in profiles, with the launches
+/// its measured call makes (the runner records them; profiles without a "launches" field use these).
+struct MeasuredKernel {
+  const char* name;
+  SampleKind kind;  // memory (streaming) or attention
+  int launches;
+};
+const std::vector<MeasuredKernel>& measured_kernels();
+/// The entry for `name`, or null for GEMMs and records that are not fitted (host copies, collectives).
+const MeasuredKernel* find_measured_kernel(const std::string& name);
+
+/// What a refit needs of a profile's device block: name, spec (the scenarios/gpus entry its peaks
+/// refer to, required) and peak_tflops (finite, positive). Throws std::invalid_argument naming the
+/// field, its value and the rule.
+DeviceFacts device_from_profile(const nlohmann::json& profile);
 
 /// The kernel samples of a profile's measurements (gemm, the streaming kernels, attention);
 /// other records (copies to the host, collectives, the soak) are not samples. Throws

@@ -46,10 +46,11 @@ struct Dev {
   }
 };
 
-// Each buffer its own seed, so that inputs of one kernel (x and y) differ.
-void fill_random(void* p, std::size_t bytes) {
-  static unsigned seed = 100;
-  fill_random_bf16(p, bytes, seed++);
+// Launches of a measured call, from the table the refit reads too (calibrate/refit.hpp).
+int launches_of(const char* kernel) {
+  const MeasuredKernel* k = find_measured_kernel(kernel);
+  FORESIGHT_CHECK(k != nullptr) << kernel << " is missing from calibrate::measured_kernels()";
+  return k->launches;
 }
 
 // The scenarios/gpus entry for a driver-reported name, or "" (then the peaks come from the run).
@@ -103,9 +104,9 @@ struct Runner {
       c = std::max(c, s.m * s.n);
     }
     Dev A(std::size_t(a) * 2), B(std::size_t(b) * 2), C(std::size_t(c) * 2), bias(1 << 20);
-    fill_random(A.p, std::size_t(a) * 2);
-    fill_random(B.p, std::size_t(b) * 2);
-    fill_random(bias.p, 1 << 20);
+    fill_random_bf16(A.p, std::size_t(a) * 2);
+    fill_random_bf16(B.p, std::size_t(b) * 2);
+    fill_random_bf16(bias.p, 1 << 20);
     int done = 0;
     for (const auto& s : shapes) {
       if (progress) progress("gemm", done++, int(shapes.size()));
@@ -141,8 +142,8 @@ struct Runner {
     const double soak_s = opt.quick ? 5.0 : 30.0;
     const std::size_t bytes = std::size_t(n) * n * 2;
     Dev A(bytes), B(bytes), C(bytes);
-    fill_random(A.p, bytes);
-    fill_random(B.p, bytes);
+    fill_random_bf16(A.p, bytes);
+    fill_random_bf16(B.p, bytes);
     const k::GemmDims d{.m = n, .n = n, .k = n, .trans_b = true};
     auto launch = [&](cudaStream_t st) {
       k::gemm(blas, A.as<k::bf16>(), B.as<k::bf16>(), C.as<k::bf16>(), nullptr, d, k::Epilogue::none, 1, 0, st);
@@ -184,7 +185,7 @@ struct Runner {
     for (const auto& s : shapes) most = std::max(most, std::size_t(s.B) * s.H * s.T * s.D);
     Dev q(most * 2), kk(most * 2), v(most * 2), o(most * 2), dout(most * 2), dq(most * 2), dk(most * 2), dv(most * 2);
     Dev lse(most * 4), ws(most * 4);
-    for (auto* d : {&q, &kk, &v, &dout}) fill_random(d->p, most * 2);
+    for (auto* d : {&q, &kk, &v, &dout}) fill_random_bf16(d->p, most * 2);
     int done = 0;
     for (const auto& s : shapes) {
       if (progress) progress("attention", done++, int(shapes.size()));
@@ -200,7 +201,7 @@ struct Runner {
       f.shape["flops"] = fwd_flops;
       f.timing = H.time(fwd);
       f.tflops = fwd_flops / f.timing.median_s / 1e12;
-      add(f, KernelSample{.name = "attention_fwd", .kind = SampleKind::attention, .launches = 1, .batch_heads = bh,
+      add(f, KernelSample{.name = "attention_fwd", .kind = SampleKind::attention, .launches = launches_of("attention_fwd"), .batch_heads = bh,
                           .tokens = double(s.T), .context = double(s.T), .head_dim = double(s.D), .passes = 1});
       Measurement fb{.kernel = "attention", .shape = shape};
       fb.shape["flops"] = 3.5 * fwd_flops;  // backward = 2.5 forwards (roofline.hpp flash_efficiency)
@@ -211,7 +212,7 @@ struct Runner {
                               lse.as<float>(), dq.as<k::bf16>(), dk.as<k::bf16>(), dv.as<k::bf16>(), ws.p, a, st);
       });
       fb.tflops = 3.5 * fwd_flops / fb.timing.median_s / 1e12;
-      add(fb, KernelSample{.name = "attention", .kind = SampleKind::attention, .launches = 2, .batch_heads = bh,
+      add(fb, KernelSample{.name = "attention", .kind = SampleKind::attention, .launches = launches_of("attention"), .batch_heads = bh,
                            .tokens = double(s.T), .context = double(s.T), .head_dim = double(s.D), .passes = 3.5});
     }
   }
@@ -223,11 +224,11 @@ struct Runner {
     for (long n = 1L << 16; n <= max_n; n <<= (opt.quick ? 4 : 2)) sizes.push_back(n);
     Dev x(max_n * 2), y(max_n * 2), z(max_n * 2), f32a(max_n * 4), f32b(max_n * 4), f32c(max_n * 4), f32d(max_n * 4);
     Dev stats(max_n * 4), tok(max_n * 4);
-    fill_random(x.p, max_n * 2);
-    fill_random(y.p, max_n * 2);
-    fill_random_f32(f32a.p, max_n * 4, 1);
-    fill_random_f32(f32b.p, max_n * 4, 2);
-    fill_random_f32(f32c.p, max_n * 4, 3);
+    fill_random_bf16(x.p, max_n * 2);
+    fill_random_bf16(y.p, max_n * 2);
+    fill_random_f32(f32a.p, max_n * 4);
+    fill_random_f32(f32b.p, max_n * 4);
+    fill_random_f32(f32c.p, max_n * 4);
     FORESIGHT_CUDA(cudaMemset(f32d.p, 0, max_n * 4));  // AdamW's v (second moment) must start >= 0
     FORESIGHT_CUDA(cudaMemset(tok.p, 0, max_n * 4));
     const int C = 4096;  // row width for layernorm (a hidden size); vocab 51200 rows for cross-entropy
@@ -235,34 +236,33 @@ struct Runner {
     struct Op {
       const char* name;
       double bytes_per_elem;
-      int launches;
       std::function<void(long, cudaStream_t)> run;
     };
     const std::vector<Op> ops = {
-        {"copy", 4, 1, [&](long n, cudaStream_t s) { k::copy_d2d(y.p, x.p, n * 2, s); }},
-        {"gelu_forward", 4, 1, [&](long n, cudaStream_t s) { k::gelu_forward(x.as<k::bf16>(), y.as<k::bf16>(), n, s); }},
-        {"gelu_backward", 6, 1,
+        {"copy", 4, [&](long n, cudaStream_t s) { k::copy_d2d(y.p, x.p, n * 2, s); }},
+        {"gelu_forward", 4, [&](long n, cudaStream_t s) { k::gelu_forward(x.as<k::bf16>(), y.as<k::bf16>(), n, s); }},
+        {"gelu_backward", 6,
          [&](long n, cudaStream_t s) { k::gelu_backward(x.as<k::bf16>(), y.as<k::bf16>(), z.as<k::bf16>(), n, s); }},
-        {"residual_add", 6, 1,
+        {"residual_add", 6,
          [&](long n, cudaStream_t s) { k::residual_add(x.as<k::bf16>(), y.as<k::bf16>(), z.as<k::bf16>(), n, s); }},
-        {"layernorm_forward", 4, 1,
+        {"layernorm_forward", 4,
          [&](long n, cudaStream_t s) {
            k::layernorm_forward(x.as<k::bf16>(), y.as<k::bf16>(), y.as<k::bf16>(), z.as<k::bf16>(), stats.as<float>(),
                                 stats.as<float>() + n / C, int(n / C), C, 1e-5f, s);
          }},
         // dx pass reads dy, x and writes dx; the parameter pass reads dy, x again.
-        {"layernorm_backward", 10, 2,
+        {"layernorm_backward", 10,
          [&](long n, cudaStream_t s) {
            k::layernorm_backward(x.as<k::bf16>(), y.as<k::bf16>(), y.as<k::bf16>(), stats.as<float>(),
                                  stats.as<float>(), z.as<k::bf16>(), f32a.as<float>(), f32b.as<float>(), int(n / C), C, s);
          }},
-        {"softmax_cross_entropy", 4, 1,
+        {"softmax_cross_entropy", 4,
          [&](long n, cudaStream_t s) {
            k::softmax_cross_entropy(x.as<k::bf16>(), tok.as<std::int32_t>(), f32a.as<float>(), z.as<k::bf16>(),
                                     int(n / V), V, 1.0f, s);
          }},
         // 30 bytes per parameter, cost_models::optimizer_time.
-        {"adamw", 30, 1,
+        {"adamw", 30,
          [&](long n, cudaStream_t s) {
            k::adamw(f32a.as<float>(), f32b.as<float>(), f32c.as<float>(), f32d.as<float>(), z.as<k::bf16>(), n,
                     k::AdamWConfig{}, 1, s);
@@ -280,11 +280,12 @@ struct Runner {
                            : std::string(op.name) == "softmax_cross_entropy" ? (n / V) * V
                                                                              : n;
         const double bytes = op.bytes_per_elem * double(elems);
+        const int launches = launches_of(op.name);
         Measurement m{.kernel = op.name,
-                      .shape = {{"elements", double(elems)}, {"bytes", bytes}, {"launches", op.launches}}};
+                      .shape = {{"elements", double(elems)}, {"bytes", bytes}, {"launches", launches}}};
         m.timing = H.time([&](cudaStream_t s) { op.run(elems, s); });
         m.GBps = bytes / m.timing.median_s / 1e9;
-        add(m, KernelSample{.name = op.name, .kind = SampleKind::memory, .bytes = bytes, .launches = op.launches});
+        add(m, KernelSample{.name = op.name, .kind = SampleKind::memory, .bytes = bytes, .launches = launches});
       }
   }
 

@@ -2,7 +2,6 @@
 // calibration profile (calibrate/calibrate.hpp). Without a GPU it says so and exits 1.
 #include <CLI/CLI.hpp>
 
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -62,19 +61,8 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
   try {
     j = nlohmann::json::parse(f);
     samples = calibrate::samples_from_profile(j);
-    if (!j.contains("device") || !j["device"].is_object())
-      throw std::invalid_argument("device: missing or not an object");
-    const auto& d = j["device"];
-    p.device.name = d.contains("name") && d["name"].is_string() ? d["name"].get<std::string>() : "";
-    p.device.spec = d.contains("spec") && d["spec"].is_string() ? d["spec"].get<std::string>() : "";
-    if (p.device.spec.empty())
-      throw std::invalid_argument("device.spec = \"\": the refit needs the scenarios/gpus entry the peaks refer to");
+    p.device = calibrate::device_from_profile(j);
     gpu = load_gpu(resolve_scenario("gpus", p.device.spec));
-    const std::string peak = d.contains("peak_tflops") ? d["peak_tflops"].dump() : "missing";
-    if (!d.contains("peak_tflops") || !d["peak_tflops"].is_number() || !std::isfinite(d["peak_tflops"].get<double>()) ||
-        !(d["peak_tflops"].get<double>() > 0))
-      throw std::invalid_argument("device.peak_tflops = " + peak + ": must be a finite positive number");
-    p.device.peak_tflops = d["peak_tflops"].get<double>();
     if (samples.empty()) throw std::invalid_argument("no gemm, streaming or attention measurements to fit");
     calibrate::fit_into(p, gpu, samples);
   } catch (const std::exception& e) {

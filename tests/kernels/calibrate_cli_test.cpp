@@ -62,7 +62,9 @@ TEST(CalibrateCli, RefitOfTheShippedProfileAndBadInputs) {
     EXPECT_EQ(foresight::cli::run_cli(args, o, e), 2) << args[2];
     const std::string msg = testing::internal::GetCapturedStderr();
     EXPECT_NE(msg.find(needle), std::string::npos) << msg;
-    if (!target.empty()) EXPECT_FALSE(std::filesystem::exists(target)) << target;
+    if (!target.empty()) {
+      EXPECT_FALSE(std::filesystem::exists(target)) << target;
+    }
   };
   refused({"calibrate", "--refit", (tmp / "no-such-profile.json").string()}, "cannot read", {});
   refused({"calibrate", "--refit", shipped, "--quick"}, "--refit takes only --out", {});
