@@ -145,7 +145,7 @@ SimResult run_fast(const WorkloadCosts& c) {
     // from the start of the last backward and only the last one must follow its end.
     double exposed = sync;
     if (c.dp_overlap && sync > 0) {
-      const double tail = std::min(sync, s < int(c.dp_sync_tail.size()) ? c.dp_sync_tail[s].value() : sync);
+      const double tail = c.dp_overlap_tail(s).value();
       exposed = std::max(last_backward_start[s] + (sync - tail), last) + tail - last;
     }
     add(s, Category::dp_comm, exposed);

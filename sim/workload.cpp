@@ -80,7 +80,7 @@ class Builder {
       if (c_.dp_overlap && sync > Seconds(0)) {
         // All buckets but the last run while the stage's last backward does: a task that starts
         // when that backward may start (after the same predecessors), on the DP resource.
-        tail = min(sync, at(c_.dp_sync_tail, s));
+        tail = c_.dp_overlap_tail(s);
         const auto last_bwd = std::find_if(orders[s].rbegin(), orders[s].rend(),
                                            [](const ScheduledOp& o) { return o.pass == Pass::backward; });
         if (last_bwd != orders[s].rend() && sync > tail) {

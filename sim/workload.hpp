@@ -92,6 +92,12 @@ struct WorkloadCosts {
   // only after it. Otherwise the whole sync follows the backward.
   bool dp_overlap = false;
   std::vector<Seconds> dp_sync_tail;      // per stage, with dp_overlap: the last bucket's reduction
+  /// With dp_overlap: the part of stage s's sync that must follow its last backward (the tail,
+  /// at most the whole sync; the whole sync where no tail was costed). Both engines use this.
+  Seconds dp_overlap_tail(int s) const {
+    const Seconds sync = s < int(dp_grad_sync.size()) ? dp_grad_sync[s] : Seconds(0);
+    return s < int(dp_sync_tail.size()) ? min(sync, dp_sync_tail[s]) : sync;
+  }
   std::vector<Bytes> dp_grad_sync_bytes;  // per stage: bytes each DP rank sends in it (coarse ring)
   std::vector<Bytes> dp_param_gather_bytes;
   Seconds dp_latency;                     // latency term of one DP collective
