@@ -20,10 +20,10 @@ else
 fi
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${arch_flag[@]}" >"$OUT/configure.log" 2>&1 ||
-  { cat "$OUT/configure.log"; exit 2; }
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target foresight bench_kernels gpu_gemm_attention_gpu_test gpu_kernels_gpu_test \
-  >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 2; }
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${arch_flag[@]}" >"$OUT/configure.log" 2>&1 ||
+    { cat "$OUT/configure.log"; exit 2; }
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target foresight bench_kernels gpu_gemm_attention_gpu_test gpu_kernels_gpu_test \
+    >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 2; }
 fi
 
 status=0
@@ -45,13 +45,10 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 else
   echo "PyTorch with CUDA is not importable: no side-by-side numbers" | tee "$OUT/bench_torch.txt"
 fi
-if [ "${CALIBRATE:-quick}" = full ]; then
-  timeout "${CALIBRATE_TIMEOUT:-900}" "$BUILD_DIR"/apps/foresight calibrate --out "$OUT/profile.json" 2>"$OUT/calibrate.log" |
-    tee "$OUT/calibrate.txt"
-else
-  timeout "${CALIBRATE_TIMEOUT:-900}" "$BUILD_DIR"/apps/foresight calibrate --quick --out "$OUT/profile-quick.json" \
-    2>"$OUT/calibrate.log" | tee "$OUT/calibrate.txt"
-fi
+calibrate_args=(--quick --out "$OUT/profile-quick.json")
+[ "${CALIBRATE:-quick}" = full ] && calibrate_args=(--out "$OUT/profile.json")
+timeout "${CALIBRATE_TIMEOUT:-900}" "$BUILD_DIR"/apps/foresight calibrate "${calibrate_args[@]}" 2>"$OUT/calibrate.log" |
+  tee "$OUT/calibrate.txt"
 
 echo
 echo "== GPU tests =="
