@@ -46,6 +46,12 @@ if(FORESIGHT_CUDA)
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
     enable_language(CUDA)
+    # CMake 3.25 (Debian 12) knows no C++20 flag for nvcc and refuses CMAKE_CUDA_STANDARD 20; nvcc 12+
+    # accepts -std=c++20. Set here, after enable_language, so every folder compiling .cu files sees it.
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)

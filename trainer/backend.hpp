@@ -50,6 +50,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  /// What the arithmetic runs in ("fp32"; "tf32" when GEMMs use TF32 tensor cores).
+  virtual std::string compute_dtype() const { return "fp32"; }
+  /// Where this backend's tensors live; communicators stage device tensors through the host.
+  virtual Device device() const { return Device::host; }
 
   // --- storage ---
   /// A new (rows, cols) tensor filled with zeros.
@@ -135,7 +139,7 @@ class Backend {
   virtual void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWStep& h) = 0;
 };
 
-/// The backends this build offers, by name ("cpu"; "cuda" once kernels/ provides it).
+/// The backends this build offers, by name: "cpu"; with CUDA, "cuda" (fp32 GEMMs) and "cuda-tf32".
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
 }  // namespace foresight::trainer

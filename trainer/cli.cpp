@@ -78,7 +78,10 @@ int run_trainer_cli(int argc, char** argv) {
   std::string fault_text;
   app.add_option("--plan", plan_path, "plan.json written by `foresight plan`")->required();
   app.add_option("--summary", summary_path, "write the JSON summary (per-step losses, measured vs predicted) here");
-  app.add_option("--backend", opt.backend, "compute backend")->capture_default_str();
+  app.add_option("--backend", opt.backend,
+                 "compute backend: cpu (fp32 reference), cuda (one GPU per rank, fp32 GEMMs) or cuda-tf32 "
+                 "(GEMMs on TF32 tensor cores); the cuda backends need a CUDA build and a visible GPU")
+      ->capture_default_str();
   app.add_option("--seed", opt.seed, "seed of the initial weights and of the data order")->capture_default_str();
   app.add_option("--data", data,
                  std::string("override plan.data: synthetic | text (the default corpus, ") + kDefaultTextPath +

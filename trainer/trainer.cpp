@@ -16,6 +16,7 @@
 #include "trainer/grad_sync.hpp"
 #include "trainer/layout.hpp"
 #include "trainer/schedule.hpp"
+#include "trainer/staging_communicator.hpp"
 
 namespace foresight::trainer {
 
@@ -100,8 +101,19 @@ MicroBatch make_micro_batch(const TokenSource& source, const ExecutablePlan& p, 
 }  // namespace
 
 RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const TrainerOptions& opt,
-                 Communicator& world, const std::function<void(const StepRecord&)>& on_step) {
-  agree(world, [&] { check_runnable(plan, plan_file, world.size()); });
+                 Communicator& outer, const std::function<void(const StepRecord&)>& on_step) {
+  agree(outer, [&] { check_runnable(plan, plan_file, outer.size()); });
+  const std::string data_name = opt.data.value_or(plan.data);
+  std::unique_ptr<TokenSource> source;
+  std::unique_ptr<Backend> be;
+  agree(outer, [&] {
+    source = make_token_source(data_name, plan.model.vocab, plan.model.seq_len, opt.seed, plan_file);
+    be = make_backend(opt.backend);
+  });
+  // GPU tensors reach a host communicator (MPI) through copies; every group split from `world`
+  // inherits that.
+  std::unique_ptr<Communicator> staged = be->device() == Device::host ? nullptr : make_staging_communicator(outer, *be);
+  Communicator& world = staged ? *staged : outer;
   const RankLayout layout = make_layout(plan.plan, world.rank());
   const int tp = layout.tp, pp = layout.pp, dp = layout.dp;
   // Groups: ranks sharing (pp, dp) form a tensor-parallel group, those sharing (tp, pp) a
@@ -118,18 +130,11 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   auto embedding_comm =
       world.split(holds_embedding ? layout.tp_rank * dp + layout.dp_rank : tp * dp + world.rank(), layout.pp_rank);
 
-  const std::string data_name = opt.data.value_or(plan.data);
   const std::string checkpoint_dir = opt.checkpoint_dir.value_or(plan.checkpoint_dir);
   const int steps = opt.steps.value_or(plan.steps);
   OptimizerConfig oc = opt.optimizer;
   oc.total_steps = steps;
 
-  std::unique_ptr<TokenSource> source;
-  std::unique_ptr<Backend> be;
-  agree(world, [&] {
-    source = make_token_source(data_name, plan.model.vocab, plan.model.seq_len, opt.seed, plan_file);
-    be = make_backend(opt.backend);
-  });
   ParamStore store(tp, layout.tp_rank);
   // One stage per model chunk (interleaved schedule: virtual stages), declared in chunk order.
   const int chunks = plan.plan.schedule == Schedule::interleaved ? plan.plan.virtual_stages : 1;
@@ -174,7 +179,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   RunSummary summary;
   summary.ranks = world.size();
   summary.backend = be->name();
-  summary.compute_dtype = "fp32";
+  summary.compute_dtype = be->compute_dtype();
   summary.data = source->describe();
   summary.dp_buckets = reducer.buckets();
   int start = 0;

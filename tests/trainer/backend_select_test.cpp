@@ -1,0 +1,56 @@
+// make_backend(): the names a build offers, and the errors (SpecError naming --backend, which the
+// CLI turns into exit code 2) for a name it lacks or a GPU backend on a machine without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "foresight/config.hpp"
+#include "trainer/backend.hpp"
+#if FORESIGHT_HAVE_CUDA
+#include "kernels/device.hpp"
+#endif
+
+namespace foresight::trainer {
+namespace {
+
+std::string error_of(const std::string& name) {
+  try {
+    make_backend(name);
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "--backend");
+    EXPECT_EQ(e.value(), name);
+    return e.rule();
+  }
+  return "";
+}
+
+TEST(BackendSelect, CpuAlwaysAndUnknownNamesRefused) {
+  auto cpu = make_backend("cpu");
+  EXPECT_EQ(cpu->name(), "cpu");
+  EXPECT_EQ(cpu->compute_dtype(), "fp32");
+  EXPECT_EQ(cpu->device(), Device::host);
+  const std::string rule = error_of("tpu");
+  EXPECT_EQ(rule.rfind("must be cpu", 0), 0u) << rule;
+}
+
+TEST(BackendSelect, CudaNeedsACudaBuildAndAGpu) {
+#if FORESIGHT_HAVE_CUDA
+  if (kernels::device_count().count == 0) {
+    const std::string rule = error_of("cuda");
+    EXPECT_NE(rule.find("needs a visible CUDA GPU"), std::string::npos) << rule;
+    EXPECT_NE(error_of("cuda-tf32").find("needs a visible CUDA GPU"), std::string::npos);
+  } else {
+    auto gpu = make_backend("cuda-tf32");
+    EXPECT_EQ(gpu->name(), "cuda-tf32");
+    EXPECT_EQ(gpu->compute_dtype(), "tf32");
+    EXPECT_EQ(gpu->device(), Device::cuda);
+  }
+#else
+  const std::string rule = error_of("cuda");
+  EXPECT_NE(rule.find("no CUDA toolkit"), std::string::npos) << rule;
+#endif
+}
+
+}  // namespace
+}  // namespace foresight::trainer

@@ -1,0 +1,133 @@
+#include "trainer/staging_communicator.hpp"
+
+#include <vector>
+
+#include "core/error.hpp"
+#include "trainer/cpu_backend.hpp"
+
+namespace foresight::trainer {
+
+namespace {
+
+/// Copies a host result back into the device tensor once the inner request completes; holds the
+/// host tensor alive until then.
+class StagedRequest final : public Request {
+ public:
+  StagedRequest(std::unique_ptr<Request> inner, Backend& be, Tensor device, Tensor host, bool copy_back)
+      : inner_(std::move(inner)), be_(be), device_(std::move(device)), host_(std::move(host)), copy_back_(copy_back) {}
+  void wait() override {
+    if (done_) return;
+    inner_->wait();
+    if (copy_back_) be_.copy_from_host(device_, {host_.data(), std::size_t(host_.numel())});
+    done_ = true;
+  }
+
+ private:
+  std::unique_ptr<Request> inner_;
+  Backend& be_;
+  Tensor device_, host_;
+  bool copy_back_;
+  bool done_ = false;
+};
+
+class Done final : public Request {
+ public:
+  void wait() override {}
+};
+
+class StagingCommunicator final : public Communicator {
+ public:
+  StagingCommunicator(Communicator& inner, std::unique_ptr<Communicator> owned, Backend& be)
+      : inner_(inner), owned_(std::move(owned)), be_(be), host_(make_cpu_backend()) {}
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    auto sub = inner_.split(color, key);
+    Communicator& ref = *sub;
+    return std::make_unique<StagingCommunicator>(ref, std::move(sub), be_);
+  }
+
+  void all_reduce(Tensor t, ReduceOp op) override {
+    if (!staged(t)) return inner_.all_reduce(t, op);
+    if (size() == 1) return;
+    Tensor h = to_host(t);
+    inner_.all_reduce(h, op);
+    back(t, h);
+  }
+  std::unique_ptr<Request> all_reduce_async(Tensor t, ReduceOp op) override {
+    if (!staged(t)) return inner_.all_reduce_async(t, op);
+    if (size() == 1) return std::make_unique<Done>();
+    Tensor h = to_host(t);
+    auto r = inner_.all_reduce_async(h, op);
+    return std::make_unique<StagedRequest>(std::move(r), be_, t, h, true);
+  }
+  void all_reduce(std::span<double> values, ReduceOp op) override { inner_.all_reduce(values, op); }
+  void all_gather(Tensor out, const Tensor& in) override {
+    if (!staged(out) && !staged(in)) return inner_.all_gather(out, in);
+    if (size() == 1) return device_copy(out, in);
+    Tensor ho = host_->zeros(out.rows(), out.cols());
+    inner_.all_gather(ho, to_host(in));
+    back(out, ho);
+  }
+  void reduce_scatter(Tensor out, const Tensor& in, ReduceOp op) override {
+    if (!staged(out) && !staged(in)) return inner_.reduce_scatter(out, in, op);
+    if (size() == 1) return device_copy(out, in);
+    Tensor ho = host_->zeros(out.rows(), out.cols());
+    inner_.reduce_scatter(ho, to_host(in), op);
+    back(out, ho);
+  }
+  void all_to_all(Tensor out, const Tensor& in) override {
+    if (!staged(out) && !staged(in)) return inner_.all_to_all(out, in);
+    if (size() == 1) return device_copy(out, in);
+    Tensor ho = host_->zeros(out.rows(), out.cols());
+    inner_.all_to_all(ho, to_host(in));
+    back(out, ho);
+  }
+  std::unique_ptr<Request> send(const Tensor& t, int peer, int tag) override {
+    if (!staged(t)) return inner_.send(t, peer, tag);
+    // The host copy is taken now, so the caller may reuse the device tensor at once.
+    Tensor h = to_host(t);
+    auto r = inner_.send(h, peer, tag);
+    return std::make_unique<StagedRequest>(std::move(r), be_, t, h, false);
+  }
+  void recv(Tensor t, int peer, int tag) override {
+    if (!staged(t)) return inner_.recv(t, peer, tag);
+    Tensor h = host_->zeros(t.rows(), t.cols());
+    inner_.recv(h, peer, tag);
+    back(t, h);
+  }
+  void barrier() override { inner_.barrier(); }
+
+ private:
+  static bool staged(const Tensor& t) { return t.defined() && t.device() == Device::cuda; }
+  Tensor to_host(const Tensor& t) {
+    if (!staged(t)) return t;
+    Tensor h = host_->zeros(t.rows(), t.cols());
+    be_.copy_to_host({h.data(), std::size_t(h.numel())}, t);
+    return h;
+  }
+  void back(Tensor& t, const Tensor& h) {
+    if (staged(t))
+      be_.copy_from_host(t, {h.data(), std::size_t(h.numel())});
+    else
+      host_->copy(t, h);
+  }
+  void device_copy(Tensor out, const Tensor& in) {
+    FORESIGHT_CHECK(out.numel() == in.numel()) << out.numel() << " vs " << in.numel();
+    be_.copy(out.reshaped(in.rows(), in.cols()), in);
+  }
+
+  Communicator& inner_;
+  std::unique_ptr<Communicator> owned_;
+  Backend& be_;
+  std::unique_ptr<Backend> host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_staging_communicator(Communicator& inner, Backend& device) {
+  return std::make_unique<StagingCommunicator>(inner, nullptr, device);
+}
+
+}  // namespace foresight::trainer
