@@ -11,6 +11,7 @@ namespace foresight::trainer {
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
+  if (name == "cpu-staged") return make_cpu_staged_backend();
 #if FORESIGHT_HAVE_CUDA
   if (name == "cuda" || name == "cuda-tf32") return make_cuda_backend(name == "cuda-tf32");
   throw SpecError(SourceLocation{"command line", 0, 0}, "--backend", name, "must be cpu, cuda or cuda-tf32");

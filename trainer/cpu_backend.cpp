@@ -22,10 +22,10 @@ struct Usage {
 struct HostBuffer : Buffer {
   std::vector<float> storage;
   std::shared_ptr<Usage> usage;
-  HostBuffer(std::size_t n, std::shared_ptr<Usage> u) : storage(n, 0.0f), usage(std::move(u)) {
+  HostBuffer(std::size_t n, std::shared_ptr<Usage> u, Device tag) : storage(n, 0.0f), usage(std::move(u)) {
     data = storage.data();
     elements = n;
-    device = Device::host;
+    device = tag;
     const std::int64_t now = usage->in_use += std::int64_t(n * sizeof(float));
     std::int64_t peak = usage->peak.load();
     while (now > peak && !usage->peak.compare_exchange_weak(peak, now)) {
@@ -44,11 +44,13 @@ const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
 
 class CpuBackend final : public Backend {
  public:
-  std::string name() const override { return "cpu"; }
+  explicit CpuBackend(bool staged = false) : staged_(staged) {}
+  std::string name() const override { return staged_ ? "cpu-staged" : "cpu"; }
+  Device device() const override { return staged_ ? Device::cuda : Device::host; }
 
   Tensor zeros(std::int64_t rows, std::int64_t cols) override {
     FORESIGHT_CHECK(rows >= 0 && cols >= 0) << rows << "x" << cols;
-    return Tensor(std::make_shared<HostBuffer>(std::size_t(rows * cols), usage_), 0, rows, cols);
+    return Tensor(std::make_shared<HostBuffer>(std::size_t(rows * cols), usage_, device()), 0, rows, cols);
   }
   void copy_from_host(Tensor dst, std::span<const float> src) override {
     FORESIGHT_CHECK(std::int64_t(src.size()) == dst.numel()) << src.size() << " vs " << dst.numel();
@@ -370,11 +372,13 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  bool staged_;
   std::shared_ptr<Usage> usage_ = std::make_shared<Usage>();
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_staged_backend() { return std::make_unique<CpuBackend>(true); }
 
 }  // namespace foresight::trainer

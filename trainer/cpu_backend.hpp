@@ -13,4 +13,9 @@ namespace foresight::trainer {
 
 std::unique_ptr<Backend> make_cpu_backend();
 
+/// "cpu-staged": the same backend with its tensors marked as device tensors, so that the trainer
+/// routes every collective and pipeline message through the host-staging communicator the CUDA
+/// backend needs (staging_communicator.hpp). For testing that path on machines without a GPU.
+std::unique_ptr<Backend> make_cpu_staged_backend();
+
 }  // namespace foresight::trainer
