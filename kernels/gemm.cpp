@@ -8,20 +8,13 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cublas_check.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/kernels.hpp"
 
 namespace foresight::kernels {
 
 namespace {
-
-#define FORESIGHT_CUBLAS(call)                                                                                \
-  do {                                                                                                        \
-    const cublasStatus_t foresight_blas_status_ = (call);                                                     \
-    if (foresight_blas_status_ != CUBLAS_STATUS_SUCCESS)                                                      \
-      throw CudaError(std::string(#call) + " failed at " + __FILE__ + ":" + std::to_string(__LINE__) + ": " + \
-                      cublasLtGetStatusName(foresight_blas_status_));                                         \
-  } while (0)
 
 // RAII for the descriptors of one call.
 struct Layout {

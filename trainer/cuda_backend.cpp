@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "kernels/cublas_check.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device.hpp"
 #include "trainer/cuda_backend_kernels.hpp"
@@ -18,15 +19,6 @@
 namespace foresight::trainer {
 
 namespace {
-
-#define FORESIGHT_CUBLAS(call)                                                                          \
-  do {                                                                                                 \
-    const cublasStatus_t foresight_cublas_status_ = (call);                                            \
-    if (foresight_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                             \
-      throw ::foresight::kernels::CudaError(std::string(#call) + " failed at " + __FILE__ + ":" +       \
-                                            std::to_string(__LINE__) + ": cuBLAS status " +             \
-                                            std::to_string(int(foresight_cublas_status_)));            \
-  } while (0)
 
 /// A caching allocator in the manner of PyTorch's: freed blocks are kept by size and handed out
 /// again, because a training step allocates the same activation shapes every micro-batch and
