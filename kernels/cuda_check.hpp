@@ -29,5 +29,6 @@ inline void require(bool ok, const std::string& what) {
   } while (0)
 
 /// After a <<<...>>> launch: reports a bad configuration at once (execution errors surface at the
-/// next synchronising call, as always in CUDA).
-#define FORESIGHT_CUDA_LAUNCHED(name) FORESIGHT_CUDA(cudaPeekAtLastError())
+/// next synchronising call, as always in CUDA), and clears it, so that one failed launch is not
+/// reported again by every later check.
+#define FORESIGHT_CUDA_LAUNCHED(name) FORESIGHT_CUDA(cudaGetLastError())

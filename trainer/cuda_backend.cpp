@@ -40,6 +40,7 @@ class DevicePool {
 
   float* get(std::size_t n, std::size_t logical_bytes) {
     std::lock_guard<std::mutex> lock(mu_);
+    FORESIGHT_CUDA(cudaSetDevice(device_));  // blocks belong to this backend's GPU, whatever is current
     const std::size_t r = rounded(n);
     float* p = nullptr;
     auto it = free_.find(r);

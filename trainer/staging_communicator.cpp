@@ -15,6 +15,14 @@ class StagedRequest final : public Request {
  public:
   StagedRequest(std::unique_ptr<Request> inner, Backend& be, Tensor device, Tensor host, bool copy_back)
       : inner_(std::move(inner)), be_(be), device_(std::move(device)), host_(std::move(host)), copy_back_(copy_back) {}
+  // Dropped without wait(): still complete it (as MPI's requests do), or the device tensor would
+  // silently keep its pre-collective values.
+  ~StagedRequest() override {
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
   void wait() override {
     if (done_) return;
     inner_->wait();
@@ -89,7 +97,7 @@ class StagingCommunicator final : public Communicator {
     // The host copy is taken now, so the caller may reuse the device tensor at once.
     Tensor h = to_host(t);
     auto r = inner_.send(h, peer, tag);
-    return std::make_unique<StagedRequest>(std::move(r), be_, t, h, false);
+    return std::make_unique<StagedRequest>(std::move(r), be_, Tensor{}, h, false);  // device copy not needed
   }
   void recv(Tensor t, int peer, int tag) override {
     if (!staged(t)) return inner_.recv(t, peer, tag);
@@ -115,7 +123,11 @@ class StagingCommunicator final : public Communicator {
   }
   void device_copy(Tensor out, const Tensor& in) {
     FORESIGHT_CHECK(out.numel() == in.numel()) << out.numel() << " vs " << in.numel();
-    be_.copy(out.reshaped(in.rows(), in.cols()), in);
+    Tensor o = out.reshaped(in.rows(), in.cols());
+    if (staged(o) && staged(in))
+      be_.copy(o, in);
+    else
+      back(o, to_host(in));
   }
 
   Communicator& inner_;
