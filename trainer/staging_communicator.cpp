@@ -1,7 +1,5 @@
 #include "trainer/staging_communicator.hpp"
 
-#include <vector>
-
 #include "core/error.hpp"
 #include "trainer/cpu_backend.hpp"
 
@@ -72,25 +70,13 @@ class StagingCommunicator final : public Communicator {
   }
   void all_reduce(std::span<double> values, ReduceOp op) override { inner_.all_reduce(values, op); }
   void all_gather(Tensor out, const Tensor& in) override {
-    if (!staged(out) && !staged(in)) return inner_.all_gather(out, in);
-    if (size() == 1) return device_copy(out, in);
-    Tensor ho = host_->zeros(out.rows(), out.cols());
-    inner_.all_gather(ho, to_host(in));
-    back(out, ho);
+    through_host(out, in, [&](Tensor o, const Tensor& i) { inner_.all_gather(o, i); });
   }
   void reduce_scatter(Tensor out, const Tensor& in, ReduceOp op) override {
-    if (!staged(out) && !staged(in)) return inner_.reduce_scatter(out, in, op);
-    if (size() == 1) return device_copy(out, in);
-    Tensor ho = host_->zeros(out.rows(), out.cols());
-    inner_.reduce_scatter(ho, to_host(in), op);
-    back(out, ho);
+    through_host(out, in, [&](Tensor o, const Tensor& i) { inner_.reduce_scatter(o, i, op); });
   }
   void all_to_all(Tensor out, const Tensor& in) override {
-    if (!staged(out) && !staged(in)) return inner_.all_to_all(out, in);
-    if (size() == 1) return device_copy(out, in);
-    Tensor ho = host_->zeros(out.rows(), out.cols());
-    inner_.all_to_all(ho, to_host(in));
-    back(out, ho);
+    through_host(out, in, [&](Tensor o, const Tensor& i) { inner_.all_to_all(o, i); });
   }
   std::unique_ptr<Request> send(const Tensor& t, int peer, int tag) override {
     if (!staged(t)) return inner_.send(t, peer, tag);
@@ -120,6 +106,16 @@ class StagingCommunicator final : public Communicator {
       be_.copy_from_host(t, {h.data(), std::size_t(h.numel())});
     else
       host_->copy(t, h);
+  }
+  /// An out-of-place collective `call(out, in)` of the inner communicator on host copies; in a
+  /// one-rank group each of them (all-gather, reduce-scatter, all-to-all) is a copy of `in`.
+  template <class Call>
+  void through_host(Tensor out, const Tensor& in, Call&& call) {
+    if (!staged(out) && !staged(in)) return call(out, in);
+    if (size() == 1) return device_copy(out, in);
+    Tensor ho = host_->zeros(out.rows(), out.cols());
+    call(ho, to_host(in));
+    back(out, ho);
   }
   void device_copy(Tensor out, const Tensor& in) {
     FORESIGHT_CHECK(out.numel() == in.numel()) << out.numel() << " vs " << in.numel();
