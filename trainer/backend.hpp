@@ -139,6 +139,12 @@ class Backend {
   virtual void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWStep& h) = 0;
 };
 
+/// LayerNorm's variance epsilon, one value for every backend so that they compute the same model.
+inline constexpr double kLayerNormEps = 1e-5;
+
+/// Fails (FORESIGHT_CHECK) unless a and b have the same (rows, cols); `op` names the caller.
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
+
 /// The backends this build offers, by name: "cpu"; with CUDA, "cuda" (fp32 GEMMs) and "cuda-tf32".
 std::unique_ptr<Backend> make_backend(const std::string& name);
 

@@ -34,12 +34,6 @@ struct HostBuffer : Buffer {
   ~HostBuffer() override { usage->in_use -= std::int64_t(elements * sizeof(float)); }
 };
 
-void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  FORESIGHT_CHECK(a.rows() == b.rows() && a.cols() == b.cols())
-      << op << ": (" << a.rows() << "," << a.cols() << ") vs (" << b.rows() << "," << b.cols() << ")";
-}
-
-constexpr double kLayerNormEps = 1e-5;
 const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
 
 class CpuBackend final : public Backend {

@@ -29,8 +29,7 @@ class DevicePool {
   explicit DevicePool(int device) : device_(device) {}
   ~DevicePool() {
     cudaSetDevice(device_);
-    for (auto& [n, blocks] : free_)
-      for (float* p : blocks) cudaFree(p);
+    release_cached();
   }
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
@@ -118,16 +117,9 @@ class Scratch {
   float* p_ = nullptr;
 };
 
-void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  FORESIGHT_CHECK(a.rows() == b.rows() && a.cols() == b.cols())
-      << op << ": (" << a.rows() << "," << a.cols() << ") vs (" << b.rows() << "," << b.cols() << ")";
-}
-
 void check_device(const Tensor& t, const char* op) {
   FORESIGHT_CHECK(t.defined() && t.device() == Device::cuda) << op << ": a tensor that is not on the GPU";
 }
-
-constexpr double kLayerNormEps = 1e-5;  // as CpuBackend
 
 class CudaBackend final : public Backend {
  public:
