@@ -40,13 +40,14 @@ int main(int argc, char** argv) {
   // Analytic engine: full predict() (costing + graph + schedule) per evaluation.
   {
     const Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-280"));
+    const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
     const CommModel comm(e.cluster);
-    const ComputeCosts compute = compute_costs_for(e);
+    const ComputeCosts compute = compute_costs(e, x);
     std::vector<double> rates;
     for (int r = 0; r < repeat; ++r) {
       const int n = 200;
       const double t0 = now_s();
-      for (int i = 0; i < n; ++i) predict(e, EngineKind::analytic, compute, comm);
+      for (int i = 0; i < n; ++i) predict({e, x, compute, comm}, EngineKind::analytic);
       rates.push_back(n / (now_s() - t0));
     }
     out["analytic_mtnlg280_evaluations_per_s"] = median(rates);
@@ -54,13 +55,14 @@ int main(int argc, char** argv) {
   // SimGrid engine on 420 nodes (3360 GPUs): one iteration, wall time and child peak memory.
   if (simgrid_available()) {
     const Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-420"));
+    const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
     const CommModel comm(e.cluster);
-    const ComputeCosts compute = compute_costs_for(e);
+    const ComputeCosts compute = compute_costs(e, x);
     std::vector<double> walls;
     Prediction p;
     for (int r = 0; r < std::min(repeat, 3); ++r) {
       const double t0 = now_s();
-      p = predict(e, EngineKind::simgrid, compute, comm);
+      p = predict({e, x, compute, comm}, EngineKind::simgrid);
       walls.push_back(now_s() - t0);
     }
     struct rusage ru {};

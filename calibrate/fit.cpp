@@ -135,6 +135,18 @@ void solve_regimes(const std::vector<KernelSample>& samples, const std::vector<F
       theta[kLaunch] = 0;
       continue;
     }
+    // An efficiency is a fraction of a peak: at most 1 (1/efficiency at least 1). Least squares
+    // with that bound: an unconstrained solution beyond it is pinned at the bound and the other
+    // free parameters refitted (the roofline's wave and tile terms can under-predict a library
+    // that avoids wave quantization, which would otherwise push the GEMM efficiency above 1).
+    bool pinned = false;
+    for (int c : cols)
+      if (c != kLaunch && next[c] > 0 && next[c] < 1.0) {
+        free.erase(std::remove(free.begin(), free.end(), c), free.end());
+        theta[c] = 1.0;
+        pinned = true;
+      }
+    if (pinned) continue;
     static const char* const names[] = {"GEMM efficiency", "memory efficiency", "flash efficiency", "launch"};
     for (int c : cols)
       if (c != kLaunch && !(next[c] > 0))

@@ -48,7 +48,8 @@ struct FitResult {
 double predict(const GpuSpec& gpu, Dtype dtype, const cost_models::RooflineParams& params, const KernelSample& s);
 
 /// Least-squares fit of 1/gemm_efficiency, 1/memory_efficiency, 1/flash_efficiency and the launch
-/// overhead. A parameter with no sample of its kind keeps its value in `start`. Throws
+/// overhead, with each efficiency bounded at 1 and the launch overhead at 0. A parameter with no
+/// sample of its kind keeps its value in `start`. Throws
 /// std::invalid_argument without samples.
 FitResult fit_roofline(const GpuSpec& gpu, Dtype dtype, const std::vector<KernelSample>& samples,
                        const cost_models::RooflineParams& start = {});

@@ -168,6 +168,7 @@ std::vector<Measurement> nccl_sweep(int gpus, bool quick, const ProgressFn& prog
         }
         Measurement m;
         m.kernel = name_of(c);
+        m.impl = "nccl";
         m.shape = {{"bytes", double(used)}, {"ranks", g}, {"nodes", 1}};
         m.timing = summarize(t);
         const double algbw = double(used) / m.timing.median_s / 1e9;

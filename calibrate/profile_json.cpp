@@ -33,6 +33,7 @@ nlohmann::json to_json(const Profile& p) {
   for (const auto& m : p.measurements) {
     nlohmann::json e = m.shape;
     e["kernel"] = m.kernel;
+    e["impl"] = m.impl;
     e["dtype"] = m.dtype;
     e["time_s"] = m.timing.median_s;
     e["p10_s"] = m.timing.p10_s;

@@ -33,6 +33,10 @@ struct DeviceFacts {
 /// One measured point: kernel name, its shape fields (m, n, k, bytes, flops, ranks, ...) and timing.
 struct Measurement {
   std::string kernel;
+  /// What ran it: "cublaslt" (GEMMs), "foresight-cuda-core" (kernels/attention.cu), "foresight"
+  /// (kernels/ streaming kernels), "cuda-memcpy", "nccl". The cost model uses a GEMM or attention
+  /// entry only for an execution that runs the same implementation (cost_models/profile.hpp).
+  std::string impl;
   std::string dtype = "bf16";
   nlohmann::json shape = nlohmann::json::object();
   Summary timing{};

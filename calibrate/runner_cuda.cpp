@@ -112,14 +112,14 @@ struct Runner {
       if (progress) progress("gemm", done++, int(shapes.size()));
       // A Linear layer's forward: x (m, k) times W (n, k)^T, the layout the trainer uses.
       const k::GemmDims d{.m = int(s.m), .n = int(s.n), .k = int(s.k), .trans_b = true};
-      Measurement m{.kernel = "gemm", .shape = {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"trans_b", true}}};
+      Measurement m{.kernel = "gemm", .impl = "cublaslt", .shape = {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"trans_b", true}}};
       m.timing = H.time([&](cudaStream_t st) {
         k::gemm(blas, A.as<k::bf16>(), B.as<k::bf16>(), C.as<k::bf16>(), nullptr, d, k::Epilogue::none, 1, 0, st);
       });
       m.tflops = 2 * s.m * s.n * s.k / m.timing.median_s / 1e12;
       add(m, KernelSample{.name = "gemm", .kind = SampleKind::gemm, .gemm = s});
       if (s.n * 2 <= (1 << 20) && s.k >= 1024 && s.m >= 1024 && done % 4 == 0) {  // fused epilogue, a subset
-        Measurement e{.kernel = "gemm_bias_gelu", .shape = m.shape};
+        Measurement e{.kernel = "gemm_bias_gelu", .impl = "cublaslt", .shape = m.shape};
         e.timing = H.time([&](cudaStream_t st) {
           k::gemm(blas, A.as<k::bf16>(), B.as<k::bf16>(), C.as<k::bf16>(), bias.as<k::bf16>(), d,
                   k::Epilogue::bias_gelu, 1, 0, st);
@@ -153,7 +153,7 @@ struct Runner {
     // Let the GPU idle briefly first, so that the burst starts from the boost clock.
     FORESIGHT_CUDA(cudaDeviceSynchronize());
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    Measurement burst{.kernel = "gemm_burst", .shape = shape};
+    Measurement burst{.kernel = "gemm_burst", .impl = "cublaslt", .shape = shape};
     burst.timing = H.time(launch);
     burst.tflops = flops / burst.timing.median_s / 1e12;
     if (progress) progress("gemm soak", 0, 1);
@@ -162,7 +162,7 @@ struct Runner {
       for (int i = 0; i < 20; ++i) launch(H.stream());
       FORESIGHT_CUDA(cudaStreamSynchronize(H.stream()));
     }
-    Measurement sustained{.kernel = "gemm_sustained", .shape = shape};
+    Measurement sustained{.kernel = "gemm_sustained", .impl = "cublaslt", .shape = shape};
     sustained.timing = H.time(launch);
     sustained.tflops = flops / sustained.timing.median_s / 1e12;
     if (progress) progress("gemm soak", 1, 1);
@@ -197,13 +197,13 @@ struct Runner {
       auto fwd = [&](cudaStream_t st) {
         k::attention_forward(q.as<k::bf16>(), kk.as<k::bf16>(), v.as<k::bf16>(), o.as<k::bf16>(), lse.as<float>(), a, st);
       };
-      Measurement f{.kernel = "attention_fwd", .shape = shape};
+      Measurement f{.kernel = "attention_fwd", .impl = "foresight-cuda-core", .shape = shape};
       f.shape["flops"] = fwd_flops;
       f.timing = H.time(fwd);
       f.tflops = fwd_flops / f.timing.median_s / 1e12;
       add(f, KernelSample{.name = "attention_fwd", .kind = SampleKind::attention, .launches = launches_of("attention_fwd"), .batch_heads = bh,
                           .tokens = double(s.T), .context = double(s.T), .head_dim = double(s.D), .passes = 1});
-      Measurement fb{.kernel = "attention", .shape = shape};
+      Measurement fb{.kernel = "attention", .impl = "foresight-cuda-core", .shape = shape};
       fb.shape["flops"] = 3.5 * fwd_flops;  // backward = 2.5 forwards (roofline.hpp flash_efficiency)
       fb.shape["passes"] = "forward+backward";
       fb.timing = H.time([&](cudaStream_t st) {
@@ -282,6 +282,7 @@ struct Runner {
         const double bytes = op.bytes_per_elem * double(elems);
         const int launches = launches_of(op.name);
         Measurement m{.kernel = op.name,
+                      .impl = "foresight",
                       .shape = {{"elements", double(elems)}, {"bytes", bytes}, {"launches", launches}}};
         m.timing = H.time([&](cudaStream_t s) { op.run(elems, s); });
         m.GBps = bytes / m.timing.median_s / 1e9;
@@ -300,7 +301,7 @@ struct Runner {
     for (const char* dir : {"h2d", "d2h"})
       for (std::size_t b : sizes) {
         if (progress) progress("pinned host copies", done++, int(2 * sizes.size()));
-        Measurement m{.kernel = dir, .dtype = "bytes", .shape = {{"bytes", double(b)}, {"pinned", true}}};
+        Measurement m{.kernel = dir, .impl = "cuda-memcpy", .dtype = "bytes", .shape = {{"bytes", double(b)}, {"pinned", true}}};
         m.timing = H.time([&](cudaStream_t s) {
           if (dir[0] == 'h') k::copy_h2d(d.p, h, b, s);
           else k::copy_d2h(h, d.p, b, s);

@@ -49,11 +49,28 @@ enum class FlopsDefinition { hardware, model };
 FORESIGHT_ENUM_NAMES(FlopsDefinition, {FlopsDefinition::hardware, "hardware"},
                      {FlopsDefinition::model, "model"});
 
-/// The software that ran a published experiment; it decides implementation details the
-/// simulator must model (how pipeline activations cross nodes, what overlaps with what).
-enum class Framework { megatron, deepspeed, terapipe, generic };
-FORESIGHT_ENUM_NAMES(Framework, {Framework::megatron, "megatron"}, {Framework::deepspeed, "deepspeed"},
-                     {Framework::terapipe, "terapipe"}, {Framework::generic, "generic"});
+/// The software that runs a plan; it decides implementation details the simulator must model
+/// (how pipeline activations cross nodes, what overlaps with what, which attention kernel runs).
+/// What each one does is one entry of core/framework.hpp's table, read by every cost model.
+enum class Framework { megatron, megatron_core, deepspeed, terapipe, pytorch, generic };
+FORESIGHT_ENUM_NAMES(Framework, {Framework::megatron, "megatron"}, {Framework::megatron_core, "megatron-core"},
+                     {Framework::deepspeed, "deepspeed"}, {Framework::terapipe, "terapipe"},
+                     {Framework::pytorch, "pytorch"}, {Framework::generic, "generic"});
+
+/// How attention is computed: Megatron-LM 2021-22's unfused path (two batched GEMMs around a
+/// fused scale-mask-softmax and a dropout over the (b, a/t, s, s) scores, all stored for the
+/// backward), FlashAttention (Dao et al. 2022; PyTorch SDPA's flash backend), or cuDNN's fused
+/// attention (Transformer Engine's FusedAttention). The fused ones never write the scores.
+enum class AttentionImpl { unfused, flash, cudnn };
+FORESIGHT_ENUM_NAMES(AttentionImpl, {AttentionImpl::unfused, "unfused"}, {AttentionImpl::flash, "flash"},
+                     {AttentionImpl::cudnn, "cudnn"});
+
+/// How MoE tokens reach their experts: a gather/scatter permute (Megatron-Core, our kernels), or
+/// DeepSpeed-MoE 2021's dense one-hot einsums, `sec,sm->ecm` to dispatch and `sec,ecm->sm` to
+/// combine, each a GEMM of 2*S*(E*C)*M FLOPs over the S tokens of a GPU (deepspeed/moe/
+/// sharded_moe.py, USE_EINSUM = True, before 2021-12-10).
+enum class MoeDispatch { permute, einsum };
+FORESIGHT_ENUM_NAMES(MoeDispatch, {MoeDispatch::permute, "permute"}, {MoeDispatch::einsum, "einsum"});
 
 /// Rank order, innermost first: tp-dp-pp is Megatron-LM's (tensor ranks adjacent inside a node,
 /// then data-parallel replicas, pipeline stages outermost); tp-pp-dp puts pipeline stages next.

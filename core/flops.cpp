@@ -17,10 +17,6 @@ double attention_biases(const ModelSpec& m) {
 double ffn_parameters(const ModelSpec& m) {
   return 2.0 * double(m.hidden) * m.ffn_hidden + m.ffn_hidden + m.hidden;
 }
-bool is_moe_layer(const ModelSpec& m, int layer) {
-  // DeepSpeed-MoE places experts on every `every`-th layer, counting from the second (1-based even).
-  return m.moe && (layer + 1) % m.moe->every == 0;
-}
 }  // namespace
 
 double dense_layer_parameters(const ModelSpec& m) {
@@ -39,7 +35,7 @@ double parameter_count(const ModelSpec& m) {
   const double final_norm = 2.0 * m.hidden;
   double layers = 0;
   for (int l = 0; l < m.layers; ++l)
-    layers += dense_layer_parameters(m) + (is_moe_layer(m, l) ? moe_ffn_parameters(m) - ffn_parameters(m) : 0.0);
+    layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? moe_ffn_parameters(m) - ffn_parameters(m) : 0.0);
   return layers + embeddings + final_norm;
 }
 
@@ -49,7 +45,7 @@ double active_parameter_count(const ModelSpec& m) {
   const double active_moe_ffn = m.moe->top_k * ffn_parameters(m) + double(m.hidden) * m.moe->experts;
   double layers = 0;
   for (int l = 0; l < m.layers; ++l)
-    layers += dense_layer_parameters(m) + (is_moe_layer(m, l) ? active_moe_ffn - ffn_parameters(m) : 0.0);
+    layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? active_moe_ffn - ffn_parameters(m) : 0.0);
   return layers + embeddings + 2.0 * m.hidden;
 }
 
@@ -77,7 +73,7 @@ namespace {
 Flops layers_forward(const ModelSpec& m, double batch) {
   const double tokens = batch * m.seq_len;
   Flops sum;
-  for (int l = 0; l < m.layers; ++l) sum += layer_forward_flops(m, tokens, m.seq_len, is_moe_layer(m, l));
+  for (int l = 0; l < m.layers; ++l) sum += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l));
   return sum;
 }
 }  // namespace

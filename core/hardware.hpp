@@ -2,12 +2,36 @@
 // per direction unless the name says otherwise; each GPU file cites where its numbers come from.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/enums.hpp"
 #include "core/units.hpp"
 
 namespace foresight {
+
+/// A kernel-level figure with where it was measured or read.
+struct SourcedValue {
+  double value = 0;
+  std::string source;
+};
+
+/// What kernels achieve on a GPU, each from a kernel-level measurement or a published kernel
+/// benchmark with its source, never from an end-to-end training result. Efficiencies are
+/// fractions of a peak, in (0, 1]. The compute model (cost_models/roofline.hpp) starts from these;
+/// a calibration profile replaces them where it measured the same implementation.
+struct GpuKernelFigures {
+  SourcedValue gemm_efficiency;    // of the dtype's dense peak: a large cuBLAS GEMM's best (the roofline's ceiling)
+  SourcedValue memory_efficiency;  // of peak HBM bandwidth: a large streaming copy
+  SourcedValue launch_overhead_us; // device-side cost of one queued kernel launch, microseconds
+  // Fused attention forward + backward (backward = 2.5 forwards of FLOPs), of the dense peak;
+  // unset where the GPU has no such kernel or no figure: a plan that needs it is refused.
+  std::optional<SourcedValue> flash_attention_efficiency;
+  std::optional<SourcedValue> cudnn_attention_efficiency;
+  // Of peak HBM bandwidth, the rate at which unfused attention moves its (b, heads, s, s) score
+  // matrices; unset: the streaming figure.
+  std::optional<SourcedValue> unfused_score_efficiency;
+};
 
 struct GpuSpec {
   std::string name;
@@ -17,6 +41,7 @@ struct GpuSpec {
   BytesPerSecond hbm_bandwidth;         // peak DRAM bandwidth
   BytesPerSecond nvlink_bandwidth;      // per GPU, per direction (A100: 300 GB/s)
   FlopsPerSecond peak_bf16, peak_fp16, peak_tf32, peak_fp32;  // dense tensor-core peaks
+  GpuKernelFigures kernels;
   std::string source;
 
   /// Dense peak for a compute dtype (tf32 and fp32 are distinct; fp8 falls back to 2x fp16 only

@@ -23,13 +23,17 @@ struct ModelSpec {
   int heads = 0;
   int seq_len = 0;
   int vocab = 0;
-  int ffn_hidden = 0;  // defaults to 4 * hidden
+  int ffn_hidden = 0;  // defaults to 4 * hidden (complete_model, core/spec_fields.hpp)
   int kv_heads = 0;    // defaults to heads (multi-head attention); fewer = grouped-query
   std::optional<MoeSpec> moe;
 
   int head_dim() const { return hidden / heads; }
   /// Number of layers whose FFN is a Mixture-of-Experts layer.
   int moe_layers() const { return moe ? layers / moe->every : 0; }
+  /// Whether layer `layer` (0-based) has an MoE FFN: every `every`-th layer counting from the
+  /// `every`-th (DeepSpeed-MoE's placement, 1-based even layers for every = 2). The one rule the
+  /// FLOP counts, the memory model and the trainer all use.
+  bool is_moe_layer(int layer) const { return moe && moe->every > 0 && (layer + 1) % moe->every == 0; }
 };
 
 }  // namespace foresight

@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "core/framework.hpp"
+
 namespace foresight {
 
 namespace {
@@ -108,13 +110,9 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.ep", str((long long)p.ep),
                   "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
   }
-  // Frameworks whose engine cannot overlap the gradient reduction with the backward.
-  if (p.dp_overlap && p.framework == Framework::deepspeed && p.pp > 1)
-    return fail("plan.dp_overlap", "true",
-                "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces overlap_comm off); "
-                "set it false");
-  if (p.dp_overlap && p.framework == Framework::terapipe)
-    return fail("plan.dp_overlap", "true", "TeraPipe all-reduces gradients after the backward; set it false");
+  const FrameworkTraits& fw = framework_traits(p.framework);
+  if (p.dp_overlap && (!fw.dp_overlap || (p.pp > 1 && !fw.dp_overlap_with_pipeline)))
+    return fail("plan.dp_overlap", "true", fw.dp_overlap_refusal);
   return std::nullopt;
 }
 

@@ -42,6 +42,9 @@ struct PlanSpec {
   int ep = 1;  // expert-parallel degree, carved out of dp
   std::vector<int> token_slices;  // TeraPipe slice lengths, summing to seq_len
   Framework framework = Framework::megatron;
+  /// The attention kernel, when it is not the framework's own (e.g. Megatron-LM with
+  /// --use-flash-attn); unset: core/framework.hpp's entry decides.
+  std::optional<AttentionImpl> attention;
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * pp * dp; }

@@ -2,7 +2,9 @@
 
 #include <sstream>
 
+#include "core/json_reader.hpp"
 #include "core/plan.hpp"
+#include "core/spec_fields.hpp"
 #include "core/spec_json.hpp"
 
 namespace foresight {
@@ -27,81 +29,6 @@ nlohmann::ordered_json to_json(const ExecutablePlan& p) {
   return j;
 }
 
-namespace {
-
-/// Reads fields of one JSON object with type and range checks, and rejects unknown keys.
-class JsonReader {
- public:
-  JsonReader(const nlohmann::json& j, std::string source, std::string prefix)
-      : j_(j), source_(std::move(source)), prefix_(std::move(prefix)) {
-    if (!j_.is_object()) fail(prefix_, brief(j_), "must be an object");
-  }
-  [[noreturn]] void fail(const std::string& field, const std::string& value, const std::string& rule) const {
-    throw SpecError(SourceLocation{source_, 0, 0}, field, value, rule);
-  }
-  std::string path(const std::string& k) const { return prefix_.empty() ? k : prefix_ + "." + k; }
-  const nlohmann::json& get(const std::string& k, bool required) {
-    seen_.push_back(k);
-    static const nlohmann::json null;
-    if (!j_.contains(k)) {
-      if (required) fail(path(k), "", "is required but missing");
-      return null;
-    }
-    return j_.at(k);
-  }
-  int integer(const std::string& k, std::optional<int> fallback, long long min) {
-    const auto& v = get(k, !fallback);
-    if (v.is_null()) return *fallback;
-    if (!v.is_number_integer()) fail(path(k), brief(v), "must be an integer");
-    if (v.is_number_unsigned() && v.get<unsigned long long>() > 2147483647ULL)
-      fail(path(k), brief(v), "must be at most 2147483647");
-    const long long x = v.get<long long>();
-    if (x < min) fail(path(k), brief(v), "must be at least " + std::to_string(min));
-    if (x > 2147483647LL) fail(path(k), brief(v), "must be at most 2147483647");
-    return int(x);
-  }
-  double number(const std::string& k, std::optional<double> fallback, double min) {
-    const auto& v = get(k, !fallback);
-    if (v.is_null()) return *fallback;
-    if (!v.is_number()) fail(path(k), brief(v), "must be a number");
-    const double x = v.get<double>();
-    if (!(x >= min)) fail(path(k), brief(v), "must be at least " + std::to_string(min));
-    return x;
-  }
-  bool boolean(const std::string& k, std::optional<bool> fallback) {
-    const auto& v = get(k, !fallback);
-    if (v.is_null()) return *fallback;
-    if (!v.is_boolean()) fail(path(k), brief(v), "must be true or false");
-    return v.get<bool>();
-  }
-  std::string string(const std::string& k, std::optional<std::string> fallback) {
-    const auto& v = get(k, !fallback);
-    if (v.is_null()) return *fallback;
-    if (!v.is_string()) fail(path(k), brief(v), "must be a string");
-    return v.get<std::string>();
-  }
-  template <class E>
-  E enumeration(const std::string& k, std::optional<E> fallback) {
-    std::optional<std::string> fb;
-    if (fallback) fb = to_string(*fallback);
-    const std::string s = string(k, fb);
-    if (auto e = parse_enum<E>(s)) return *e;
-    fail(path(k), s, "must be one of: " + allowed_values<E>());
-  }
-  void finish() const {
-    for (auto it = j_.begin(); it != j_.end(); ++it)
-      if (std::find(seen_.begin(), seen_.end(), it.key()) == seen_.end())
-        fail(path(it.key()), "", "is not a known key");
-  }
-
- private:
-  const nlohmann::json& j_;
-  std::string source_, prefix_;
-  std::vector<std::string> seen_;
-};
-
-}  // namespace
-
 ExecutablePlan parse_plan_json(const std::string& text, const std::string& source) {
   nlohmann::json j;
   try {
@@ -116,28 +43,10 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
     top.fail("schema_version", std::to_string(version), "must be " + std::to_string(kPlanJsonSchemaVersion));
   {
     JsonReader m(top.get("model", true), source, "model");
-    p.model.name = m.string("name", std::nullopt);
-    p.model.layers = m.integer("layers", std::nullopt, 1);
-    p.model.hidden = m.integer("hidden", std::nullopt, 1);
-    p.model.heads = m.integer("heads", std::nullopt, 1);
-    p.model.seq_len = m.integer("seq_len", std::nullopt, 1);
-    p.model.vocab = m.integer("vocab", std::nullopt, 1);
-    if (m.get("ffn_hidden", false).is_null() && 4LL * p.model.hidden > 2147483647LL)
-      m.fail("model.ffn_hidden", std::to_string(4LL * p.model.hidden) + " (default: 4 * model.hidden)",
-             "must be at most 2147483647; give model.ffn_hidden explicitly");
-    p.model.ffn_hidden = m.integer("ffn_hidden", 4 * p.model.hidden, 1);
-    p.model.kv_heads = m.integer("kv_heads", p.model.heads, 1);
-    if (!m.get("moe", false).is_null()) {
-      JsonReader mo(m.get("moe", false), source, "model.moe");
-      MoeSpec moe;
-      moe.experts = mo.integer("experts", std::nullopt, 1);
-      moe.top_k = mo.integer("top_k", 1, 1);
-      moe.capacity_factor = mo.number("capacity_factor", 1.0, 1e-9);
-      moe.every = mo.integer("every", 1, 1);
-      mo.finish();
-      p.model.moe = moe;
-    }
+    JsonFieldReader fields(m);
+    visit_fields(fields, p.model);
     m.finish();
+    if (auto v = complete_model(p.model)) m.fail(v->field, v->value, v->rule);
   }
   {
     JsonReader c(top.get("cluster", true), source, "cluster");
@@ -147,42 +56,14 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
   }
   {
     JsonReader t(top.get("training", true), source, "training");
-    p.training.global_batch = t.integer("global_batch", std::nullopt, 1);
-    p.training.dtype = t.enumeration<Dtype>("dtype", Dtype::bf16);
-    p.training.optimizer = t.enumeration<Optimizer>("optimizer", Optimizer::adam);
+    JsonFieldReader fields(t);
+    visit_fields(fields, p.training);
     t.finish();
   }
   {
     JsonReader q(top.get("plan", true), source, "plan");
-    PlanSpec& pl = p.plan;
-    pl.tp = q.integer("tp", std::nullopt, 1);
-    pl.pp = q.integer("pp", std::nullopt, 1);
-    pl.dp = q.integer("dp", std::nullopt, 1);
-    pl.micro_batch = q.integer("micro_batch", std::nullopt, 1);
-    pl.schedule = q.enumeration<Schedule>("schedule", Schedule::one_f_one_b);
-    pl.virtual_stages = q.integer("virtual_stages", 1, 1);
-    pl.sequence_parallel = q.boolean("sequence_parallel", false);
-    pl.dp_overlap = q.boolean("dp_overlap", false);
-    pl.recompute = q.enumeration<Recompute>("recompute", Recompute::none);
-    pl.zero = q.integer("zero", 0, 0);
-    if (!q.get("offload", false).is_null()) {
-      JsonReader o(q.get("offload", false), source, "plan.offload");
-      pl.offload.optimizer = o.boolean("optimizer", false);
-      pl.offload.activations = o.number("activations", 0.0, 0.0);
-      o.finish();
-    }
-    pl.ep = q.integer("ep", 1, 1);
-    const auto& slices = q.get("token_slices", false);
-    if (!slices.is_null()) {
-      if (!slices.is_array()) q.fail("plan.token_slices", brief(slices), "must be a list of integers");
-      for (const auto& s : slices) {
-        if (!s.is_number_integer() || s.get<long long>() < 1 || s.get<long long>() > 2147483647LL)
-          q.fail("plan.token_slices", brief(s), "every slice must be a positive integer");
-        pl.token_slices.push_back(s.get<int>());
-      }
-    }
-    pl.framework = q.enumeration<Framework>("framework", Framework::generic);
-    pl.placement = q.enumeration<Placement>("placement", Placement::tp_dp_pp);
+    JsonFieldReader fields(q);
+    visit_fields(fields, p.plan);
     q.finish();
   }
   p.gpus = top.integer("gpus", std::nullopt, 1);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/config_paths.hpp"
+#include "core/spec_fields.hpp"
 #include "core/yaml_reader.hpp"
 
 namespace fs = std::filesystem;
@@ -142,6 +143,32 @@ GpuSpec read_gpu(const Section& s) {
   g.peak_tf32 = teraflops_per_s(peaks.get_double("tf32", std::nullopt, 0.0, true));
   g.peak_fp32 = teraflops_per_s(peaks.get_double("fp32", std::nullopt, 0.0, true));
   peaks.finish();
+  {
+    MapReader k(r.child("kernels", true), s.file, "gpu.kernels");
+    // {value, source}; a fraction of a peak must lie in (0, 1].
+    auto sourced = [&](const char* key, bool fraction) {
+      MapReader v(k.child(key, true), s.file, k.path(key));
+      SourcedValue sv;
+      sv.value = v.get_double("value", std::nullopt, 0.0, true);
+      if (fraction && sv.value > 1.0)
+        throw SpecError(v.where("value"), v.path("value"), v.node()["value"].Scalar(),
+                        "must be at most 1 (a fraction of the peak: nothing runs faster than the hardware)");
+      sv.source = v.get_string("source", std::nullopt);
+      v.finish();
+      return sv;
+    };
+    auto optional = [&](const char* key) -> std::optional<SourcedValue> {
+      if (!k.has(key)) return std::nullopt;
+      return sourced(key, true);
+    };
+    g.kernels.gemm_efficiency = sourced("gemm_efficiency", true);
+    g.kernels.memory_efficiency = sourced("memory_efficiency", true);
+    g.kernels.launch_overhead_us = sourced("launch_overhead_us", false);
+    g.kernels.flash_attention_efficiency = optional("flash_attention_efficiency");
+    g.kernels.cudnn_attention_efficiency = optional("cudnn_attention_efficiency");
+    g.kernels.unfused_score_efficiency = optional("unfused_score_efficiency");
+    k.finish();
+  }
   g.source = r.get_string("source", std::nullopt);
   r.get_string("notes", "");
   r.finish();
@@ -194,45 +221,21 @@ ClusterSpec read_cluster(const Section& s, Resolver& res) {
 ModelSpec read_model(const Section& s) {
   MapReader r(s.node, s.file, "model");
   ModelSpec m;
-  m.name = r.get_string("name", std::nullopt);
-  m.layers = r.get_int("layers", std::nullopt, 1);
-  m.hidden = r.get_int("hidden", std::nullopt, 1);
-  m.heads = r.get_int("heads", std::nullopt, 1);
-  m.seq_len = r.get_int("seq_len", std::nullopt, 1);
-  m.vocab = r.get_int("vocab", std::nullopt, 1);
-  m.ffn_hidden = r.get_int("ffn_hidden", 0, 1);
-  if (m.ffn_hidden == 0) {
-    const long long ffn = 4LL * m.hidden;
-    if (ffn > 2147483647LL)
-      throw SpecError(r.where("hidden"), "model.ffn_hidden", std::to_string(ffn) + " (default: 4 * model.hidden)",
-                      "must be at most 2147483647; give model.ffn_hidden explicitly");
-    m.ffn_hidden = int(ffn);
-  }
-  m.kv_heads = r.get_int("kv_heads", m.heads, 1);
-  if (r.has("moe")) {
-    MapReader mr(r.child("moe", true), s.file, "model.moe");
-    MoeSpec moe;
-    moe.experts = mr.get_int("experts", std::nullopt, 1);
-    moe.top_k = mr.get_int("top_k", 1, 1);
-    moe.capacity_factor = mr.get_double("capacity_factor", 1.0, 0.0, true);
-    moe.every = mr.get_int("every", 1, 1);
-    mr.finish();
-    m.moe = moe;
-  }
+  YamlFieldReader fields(r);
+  visit_fields(fields, m);
   r.get_string("source", "");
   r.get_string("notes", "");
   r.finish();
-  if (auto v = check_model(m)) {
-    const std::string key = v->field.substr(v->field.find('.') + 1);
-    throw SpecError(r.where(key.substr(0, key.find('.'))), v->field, v->value, v->rule);
+  auto v = complete_model(m);
+  if (!v) v = check_model(m);
+  if (v) {
+    // "model.moe.top_k" -> the "moe" key of this mapping; "model.ffn_hidden" defaults from hidden.
+    std::string key = v->field.substr(v->field.find('.') + 1);
+    key = key.substr(0, key.find('.'));
+    if (!r.has(key)) key = "hidden";
+    throw SpecError(r.where(key), v->field, v->value, v->rule);
   }
   return m;
-}
-
-void record(Experiment& e, const MapReader& r, std::initializer_list<const char*> keys) {
-  const YAML::Node& n = r.node();
-  for (const char* k : keys)
-    if (n[k].IsDefined()) e.locations[r.path(k)] = r.where(k);
 }
 
 }  // namespace
@@ -279,39 +282,15 @@ Experiment parse_experiment(const std::string& yaml, const std::string& path) {
   e.cluster = read_cluster(res.resolve(r, "cluster", "cluster", "clusters"), res);
   {
     MapReader t(r.child("training", true), sec.file, "training");
-    e.training.global_batch = t.get_int("global_batch", std::nullopt, 1);
-    e.training.dtype = t.get_enum<Dtype>("dtype", Dtype::bf16);
-    e.training.optimizer = t.get_enum<Optimizer>("optimizer", Optimizer::adam);
-    record(e, t, {"global_batch", "dtype", "optimizer"});
+    YamlFieldReader fields(t, &e.locations);
+    visit_fields(fields, e.training);
     t.finish();
   }
   {
     MapReader p(r.child("plan", true), sec.file, "plan");
-    PlanSpec& pl = e.plan;
-    pl.tp = p.get_int("tp", std::nullopt, 1);
-    pl.pp = p.get_int("pp", std::nullopt, 1);
-    pl.dp = p.get_int("dp", std::nullopt, 1);
-    pl.micro_batch = p.get_int("micro_batch", std::nullopt, 1);
-    pl.schedule = p.get_enum<Schedule>("schedule", Schedule::one_f_one_b);
-    pl.virtual_stages = p.get_int("virtual_stages", 1, 1);
-    pl.sequence_parallel = p.get_bool("sequence_parallel", false);
-    pl.dp_overlap = p.get_bool("dp_overlap", false);
-    pl.recompute = p.get_enum<Recompute>("recompute", Recompute::none);
-    pl.zero = p.get_int("zero", 0, 0);
-    if (p.has("offload")) {
-      MapReader o(p.child("offload", true), sec.file, "plan.offload");
-      pl.offload.optimizer = o.get_bool("optimizer", false);
-      pl.offload.activations = o.get_double("activations", 0.0, 0.0);
-      e.locations["plan.offload.activations"] = o.where("activations");
-      o.finish();
-    }
-    pl.ep = p.get_int("ep", 1, 1);
-    pl.token_slices = p.get_int_list("token_slices", 1);
-    pl.framework = p.get_enum<Framework>("framework", Framework::megatron);
-    pl.placement = p.get_enum<Placement>("placement", Placement::tp_dp_pp);
+    YamlFieldReader fields(p, &e.locations);
+    visit_fields(fields, e.plan);
     e.locations["plan"] = location_of(p.node(), sec.file);
-    record(e, p, {"tp", "pp", "dp", "micro_batch", "schedule", "virtual_stages", "sequence_parallel", "dp_overlap",
-                  "recompute", "zero", "offload", "ep", "token_slices", "framework", "placement"});
     p.finish();
   }
   if (r.has("nodes") && r.has("gpus"))

@@ -1,20 +1,33 @@
 #include "core/spec_json.hpp"
 
+#include "core/json_reader.hpp"
+#include "core/spec_fields.hpp"
+
 namespace foresight {
 
-nlohmann::ordered_json to_json(const ModelSpec& m) {
-  nlohmann::ordered_json j{{"name", m.name},         {"layers", m.layers},     {"hidden", m.hidden},
-                           {"heads", m.heads},       {"seq_len", m.seq_len},   {"vocab", m.vocab},
-                           {"ffn_hidden", m.ffn_hidden}, {"kv_heads", m.kv_heads}};
-  if (m.moe)
-    j["moe"] = {{"experts", m.moe->experts},
-                {"top_k", m.moe->top_k},
-                {"capacity_factor", m.moe->capacity_factor},
-                {"every", m.moe->every}};
+namespace {
+template <class S>
+nlohmann::ordered_json fields_json(const S& spec) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  JsonFieldWriter w(j);
+  visit_fields(w, spec);
   return j;
 }
+}  // namespace
+
+nlohmann::ordered_json to_json(const ModelSpec& m) { return fields_json(m); }
 
 nlohmann::ordered_json to_json(const GpuSpec& g) {
+  nlohmann::ordered_json kernels = nlohmann::ordered_json::object();
+  auto put = [&](const char* key, const std::optional<SourcedValue>& v) {
+    if (v) kernels[key] = {{"value", v->value}, {"source", v->source}};
+  };
+  put("gemm_efficiency", g.kernels.gemm_efficiency);
+  put("memory_efficiency", g.kernels.memory_efficiency);
+  put("launch_overhead_us", g.kernels.launch_overhead_us);
+  put("flash_attention_efficiency", g.kernels.flash_attention_efficiency);
+  put("cudnn_attention_efficiency", g.kernels.cudnn_attention_efficiency);
+  put("unfused_score_efficiency", g.kernels.unfused_score_efficiency);
   return {{"name", g.name},
           {"sms", g.sms},
           {"clock_MHz", g.clock_MHz},
@@ -25,7 +38,8 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
            {{"bf16", in_TFLOPs(g.peak_bf16)},
             {"fp16", in_TFLOPs(g.peak_fp16)},
             {"tf32", in_TFLOPs(g.peak_tf32)},
-            {"fp32", in_TFLOPs(g.peak_fp32)}}}};
+            {"fp32", in_TFLOPs(g.peak_fp32)}}},
+          {"kernels", kernels}};
 }
 
 nlohmann::ordered_json to_json(const ClusterSpec& c) {
@@ -46,27 +60,9 @@ nlohmann::ordered_json to_json(const ClusterSpec& c) {
           {"host", {{"pcie_GBps", in_GBps(c.host.pcie_bandwidth)}, {"memory_GB", in_GB(c.host.memory)}}}};
 }
 
-nlohmann::ordered_json to_json(const TrainingSpec& t) {
-  return {{"global_batch", t.global_batch}, {"dtype", to_string(t.dtype)}, {"optimizer", to_string(t.optimizer)}};
-}
+nlohmann::ordered_json to_json(const TrainingSpec& t) { return fields_json(t); }
 
-nlohmann::ordered_json to_json(const PlanSpec& p) {
-  return {{"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"micro_batch", p.micro_batch},
-          {"schedule", to_string(p.schedule)},
-          {"virtual_stages", p.virtual_stages},
-          {"sequence_parallel", p.sequence_parallel},
-          {"dp_overlap", p.dp_overlap},
-          {"recompute", to_string(p.recompute)},
-          {"zero", p.zero},
-          {"offload", {{"optimizer", p.offload.optimizer}, {"activations", p.offload.activations}}},
-          {"ep", p.ep},
-          {"token_slices", p.token_slices},
-          {"framework", to_string(p.framework)},
-          {"placement", to_string(p.placement)}};
-}
+nlohmann::ordered_json to_json(const PlanSpec& p) { return fields_json(p); }
 
 std::string brief(const nlohmann::json& v) {
   if (v.is_array()) return "[a list of " + std::to_string(v.size()) + "]";

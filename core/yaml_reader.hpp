@@ -3,9 +3,11 @@
 // the same kind of message: file:line:col, the dotted field name, the value, the rule.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -56,6 +58,70 @@ class MapReader {
   YAML::Node node_;
   std::string file_, prefix_;
   mutable std::set<std::string> known_;
+};
+
+/// Fills a spec from a YAML mapping through its field table (core/spec_fields.hpp visit_fields),
+/// recording where each field present was read when `locations` is given ("plan.pp" -> file:line).
+class YamlFieldReader {
+ public:
+  YamlFieldReader(MapReader& r, std::map<std::string, SourceLocation>* locations = nullptr) : r_(r), loc_(locations) {}
+  void integer(const char* k, int& f, std::optional<int> fallback, long long min) {
+    note(k);
+    f = r_.get_int(k, fallback, min);
+  }
+  void positive(const char* k, double& f, std::optional<double> fallback) {
+    note(k);
+    f = r_.get_double(k, fallback, 0.0, true);
+  }
+  void fraction(const char* k, double& f, std::optional<double> fallback) {
+    note(k);
+    f = r_.get_double(k, fallback, 0.0);
+    if (f > 1.0) throw SpecError(r_.where(k), r_.path(k), r_.node()[k].Scalar(), "must lie in [0, 1]");
+  }
+  void boolean(const char* k, bool& f, std::optional<bool> fallback) {
+    note(k);
+    f = r_.get_bool(k, fallback);
+  }
+  void text(const char* k, std::string& f, std::optional<std::string> fallback) {
+    note(k);
+    f = r_.get_string(k, fallback);
+  }
+  template <class E>
+  void enumeration(const char* k, E& f, std::optional<std::type_identity_t<E>> fallback) {
+    note(k);
+    f = r_.get_enum<E>(k, fallback);
+  }
+  template <class E>
+  void optional_enumeration(const char* k, std::optional<E>& f) {
+    note(k);
+    if (r_.has(k)) f = r_.get_enum<E>(k, std::nullopt);
+  }
+  void int_list(const char* k, std::vector<int>& f, long long min) {
+    note(k);
+    f = r_.get_int_list(k, min);
+  }
+  template <class S>
+  void section(const char* k, S& s) {
+    note(k);
+    if (!r_.has(k)) return;
+    MapReader sub(r_.child(k, true), r_.file(), r_.path(k));
+    YamlFieldReader v(sub, loc_);
+    visit_fields(v, s);
+    sub.finish();
+  }
+  template <class S>
+  void optional_section(const char* k, std::optional<S>& s) {
+    if (!r_.has(k)) return;
+    s.emplace();
+    section(k, *s);
+  }
+
+ private:
+  void note(const char* k) {
+    if (loc_ && r_.has(k)) (*loc_)[r_.path(k)] = r_.where(k);
+  }
+  MapReader& r_;
+  std::map<std::string, SourceLocation>* loc_;
 };
 
 }  // namespace foresight

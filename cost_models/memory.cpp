@@ -24,41 +24,55 @@ double ffn_parameters(const ModelSpec& m) {
 
 bool sequence_parallel(const PlanSpec& p) { return p.sequence_parallel && p.tp > 1; }
 
-/// Bytes per element of the model's weights: 4 for fp32/tf32 training, else 2.
-double weight_bytes(Dtype dt) { return (dt == Dtype::fp32 || dt == Dtype::tf32) ? 4.0 : 2.0; }
+bool fused_attention(const ExecutionModel& r) { return r.attention != AttentionImpl::unfused; }
+
+/// Bytes per (batch, head, query, key) element of the unfused attention core a layer stores: the
+/// softmax output (a), and with dropout its 1-byte mask and its output (a). 5 for Megatron.
+double unfused_core_bytes(const ExecutionModel& r) {
+  const double a = r.bytes.activation;
+  return r.framework->activations.dropout ? a + 1.0 + a : a;
+}
 
 /// One layer, one micro-batch: the linear-in-tokens part for `tokens` tokens per sequence and the
 /// attention core over `attention_area` query-key pairs per sequence and head (s*s for a whole
 /// sequence, sum l_i c_i for TeraPipe slices). See activation_bytes_per_layer for the terms.
-Bytes layer_bytes(const ModelSpec& m, const PlanSpec& p, int micro_batch, double tokens,
+Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& p, int micro_batch, double tokens,
                   double attention_area, bool moe_layer) {
-  const double b = micro_batch, h = m.hidden, a = m.heads, t = p.tp;
+  const double b = micro_batch, h = m.hidden, heads = m.heads, t = p.tp;
+  const double act = rc.bytes.activation, res = rc.bytes.residual;
+  const double mask = rc.framework->activations.dropout ? 1.0 : 0.0;
   const double sbh = tokens * b * h;
   const double replicated_div = sequence_parallel(p) ? t : 1.0;
-  if (p.recompute == Recompute::full) return Bytes(2.0 * sbh / replicated_div);  // layer input only
+  if (p.recompute == Recompute::full) return Bytes(res * sbh / replicated_div);  // layer input only
 
   const double f = ffn_hidden(m), k = kv_width(m);
   // In units of sbh bytes. Replicated across the TP group unless sequence parallel:
-  // QKV input 2, FFN input 2, two layernorm inputs 4, attention and FFN dropout masks 1 + 1.
-  double replicated = 10.0;
-  // Divided by t: Q 2, K and V 2k/h each, projection input 2, FC2 input and GeLU input 2f/h each.
-  double sharded = 2.0 + 4.0 * k / h + 2.0 + 4.0 * f / h;
+  // QKV input, FFN input, two layernorm inputs (residual stream), two dropout masks.
+  double replicated = act + act + 2.0 * res + 2.0 * mask;
+  // Divided by t: Q, K and V (k/h each), projection input, FC2 input and GeLU input (f/h each),
+  // and a copy of the attention output where the framework makes one before the projection.
+  double sharded = act + 2.0 * act * k / h + act + 2.0 * act * f / h;
+  if (rc.framework->activations.attention_output_copy) sharded += act;
   if (moe_layer && m.moe) {
     const double r = m.moe->capacity_factor * m.moe->top_k;  // tokens an expert pass sees, per token
-    sharded += 2.0 * r + (r - 1.0) * 4.0 * f / h;  // dispatched expert inputs; FFN on r x tokens
-    replicated += 4.0 * m.moe->experts / h;         // fp32 router logits, 4 * tokens * experts
+    sharded += act * r + (r - 1.0) * 2.0 * act * f / h;  // dispatched expert inputs; FFN on r x tokens
+    replicated += 4.0 * m.moe->experts / h;             // fp32 router logits, 4 * tokens * experts
   }
   Bytes bytes(sbh * (replicated / replicated_div + sharded / t));
-  // Attention core: softmax output 2, softmax dropout mask 1, dropout output 2 per a*area*b.
-  if (p.recompute == Recompute::none) bytes += Bytes(5.0 * a * attention_area * b / t);
+  if (p.recompute == Recompute::none) {
+    if (fused_attention(rc))
+      bytes += Bytes(4.0 * heads * tokens * b / t);  // fp32 softmax statistics per head and query
+    else
+      bytes += Bytes(unfused_core_bytes(rc) * heads * attention_area * b / t);
+  }
   return bytes;
 }
 
-Bytes layer_bytes_for_plan(const ModelSpec& m, const PlanSpec& p, int layer) {
-  const bool moe = is_moe_layer(m, layer);
+Bytes layer_bytes_for_plan(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& p, int layer) {
+  const bool moe = m.is_moe_layer(layer);
   if (p.schedule == Schedule::terapipe && !p.token_slices.empty())
-    return terapipe_activation_bytes_per_layer(m, p, p.micro_batch, p.token_slices, moe);
-  return activation_bytes_per_layer(m, p, p.micro_batch, m.seq_len, moe);
+    return terapipe_activation_bytes_per_layer(rc, m, p, p.micro_batch, p.token_slices, moe);
+  return activation_bytes_per_layer(rc, m, p, p.micro_batch, m.seq_len, moe);
 }
 
 bool is_last_stage(const PlanSpec& p, int stage) { return stage == p.pp - 1; }
@@ -106,42 +120,41 @@ Bytes embedding_and_output_activations_sec43(double s, double b, double h, doubl
 
 // ---- Generalised per-layer activations ----------------------------------------------------------
 
-Bytes activation_bytes_per_layer(const ModelSpec& model, const PlanSpec& plan, int micro_batch,
-                                 int seq, bool moe_layer) {
-  return layer_bytes(model, plan, micro_batch, seq, double(seq) * seq, moe_layer);
+Bytes activation_bytes_per_layer(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
+                                 int micro_batch, int seq, bool moe_layer) {
+  return layer_bytes(x, model, plan, micro_batch, seq, double(seq) * seq, moe_layer);
 }
 
-Bytes terapipe_activation_bytes_per_layer(const ModelSpec& model, const PlanSpec& plan,
-                                          int micro_batch, const std::vector<int>& slices,
-                                          bool moe_layer) {
+Bytes terapipe_activation_bytes_per_layer(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
+                                          int micro_batch, const std::vector<int>& slices, bool moe_layer) {
   Bytes sum;
   double context = 0;
   for (int l : slices) {
     FORESIGHT_CHECK(l > 0) << "token slice of length " << l;
     context += l;  // slice i attends to every token up to and including its own
-    sum += layer_bytes(model, plan, micro_batch, l, double(l) * context, moe_layer);
+    sum += layer_bytes(x, model, plan, micro_batch, l, double(l) * context, moe_layer);
   }
   return sum;
 }
 
-Bytes recompute_working_bytes(const ModelSpec& model, const PlanSpec& plan, int micro_batch,
-                              int seq) {
+Bytes recompute_working_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
+                              int micro_batch, int seq) {
   switch (plan.recompute) {
     case Recompute::none: return Bytes(0);
     case Recompute::selective:
-      return Bytes(5.0 * model.heads * double(seq) * seq * micro_batch / plan.tp);
+      // The attention core comes back for one layer's backward (fused kernels store almost none).
+      if (fused_attention(x)) return Bytes(4.0 * model.heads * double(seq) * micro_batch / plan.tp);
+      return Bytes(unfused_core_bytes(x) * model.heads * double(seq) * seq * micro_batch / plan.tp);
     case Recompute::full: {
       PlanSpec stored = plan;
       stored.recompute = Recompute::none;
       const bool has_moe = model.moe_layers() > 0;
-      return max(activation_bytes_per_layer(model, stored, micro_batch, seq, false),
-                 activation_bytes_per_layer(model, stored, micro_batch, seq, has_moe));
+      return max(activation_bytes_per_layer(x, model, stored, micro_batch, seq, false),
+                 activation_bytes_per_layer(x, model, stored, micro_batch, seq, has_moe));
     }
   }
   return Bytes(0);
 }
-
-// ---- Pipeline schedules -------------------------------------------------------------------------
 
 int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
   FORESIGHT_CHECK(stage >= 0 && stage < plan.pp) << "stage " << stage << " of pp " << plan.pp;
@@ -177,33 +190,32 @@ std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int 
   return layers;
 }
 
-bool is_moe_layer(const ModelSpec& model, int layer) {
-  return model.moe && model.moe->every > 0 && (layer + 1) % model.moe->every == 0;
-}
 
-Bytes input_embedding_activation_bytes(const ModelSpec& model, const PlanSpec& plan,
+Bytes input_embedding_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
                                        int micro_batch, int seq, int in_flight) {
+  if (!x.framework->activations.dropout) return Bytes(0);
   const double div = sequence_parallel(plan) ? plan.tp : 1.0;
   return Bytes(double(seq) * micro_batch * model.hidden * in_flight / div);  // 1-byte masks
 }
 
-Bytes output_layer_activation_bytes(const ModelSpec& model, const PlanSpec& plan, int micro_batch,
-                                    int seq) {
+Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
+                                    int micro_batch, int seq) {
   const double sb = double(seq) * micro_batch;
   const double div = sequence_parallel(plan) ? plan.tp : 1.0;
-  const double norm_and_projection_inputs = (2.0 + 2.0) * sb * model.hidden / div;
-  const double fp32_logits = 4.0 * sb * model.vocab / plan.tp;
-  return Bytes(norm_and_projection_inputs + fp32_logits);
+  const double norm_and_projection_inputs = (x.bytes.residual + x.bytes.activation) * sb * model.hidden / div;
+  const double logits = x.framework->activations.logits_bytes * sb * model.vocab / plan.tp;
+  return Bytes(norm_and_projection_inputs + logits);
 }
 
 // ---- Parameters and model state -----------------------------------------------------------------
 
-StageParameters parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, int stage) {
+StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelSpec& model, const PlanSpec& plan,
+                                  int stage) {
   FORESIGHT_CHECK(stage >= 0 && stage < plan.pp) << "stage " << stage << " of pp " << plan.pp;
   const double t = plan.tp, h = model.hidden;
   StageParameters p;
   for (int layer : stage_layers(model, plan, stage)) {
-    if (is_moe_layer(model, layer)) {
+    if (model.is_moe_layer(layer)) {
       const double experts = model.moe->experts * ffn_parameters(model);
       const double router = h * model.moe->experts;
       p.dense += (dense_layer_parameters(model) - ffn_parameters(model)) / t + router;
@@ -212,135 +224,110 @@ StageParameters parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, 
       p.dense += dense_layer_parameters(model) / t;
     }
   }
-  // TeraPipe's evaluated model has no embedding or LM head (zhuohan123/terapipe
-  // transformer_models.py): its stages hold transformer layers only.
-  if (plan.framework == Framework::terapipe) return p;
+  if (!framework.has_embedding_and_head) return p;
   const double word_embedding = double(model.vocab) * h / t;
   if (stage == 0) p.dense += word_embedding + double(model.seq_len) * h;
   if (is_last_stage(plan, stage)) {
-    if (plan.pp > 1) p.dense += word_embedding;  // Megatron's copy of the tied embedding
-    p.dense += 2.0 * h;                            // final layernorm
+    if (plan.pp > 1 && framework.last_stage_embedding_copy) p.dense += word_embedding;  // tied copy
+    p.dense += 2.0 * h;                                                                  // final layernorm
   }
   return p;
 }
 
-StateBytesPerParam state_bytes_per_param(Dtype dtype, Optimizer optimizer, Framework framework,
-                                         int zero, double shard_ways) {
+StateBytesPerParam state_bytes_per_param(const ElementSizes& bytes, int zero, double shard_ways) {
   FORESIGHT_CHECK(zero >= 0 && zero <= 3) << "zero " << zero;
   FORESIGHT_CHECK(shard_ways >= 1) << "shard_ways " << shard_ways;
-  const double w = weight_bytes(dtype);
-  const double master = (w < 4.0) ? 4.0 : 0.0;  // fp32 master copy of 16-bit weights
-  const double moments = optimizer == Optimizer::adam ? 8.0 : 4.0;  // Adam m, v; SGD momentum
-  double grads = w, main_grad_copy = 0.0;
-  if (framework == Framework::megatron) {
-    // Megatron-LM: bf16 (and fp8, whose weights are bf16) accumulates into an fp32 main-grad
-    // buffer; fp16 keeps fp16 grads and the optimizer an fp32 copy (distrib_optimizer.md table).
-    if (dtype == Dtype::fp16) main_grad_copy = 4.0;
-    else grads = 4.0;
-  }
-  StateBytesPerParam s{.weights = w, .grads = grads, .optimizer = master + main_grad_copy + moments};
+  StateBytesPerParam s{.weights = bytes.weight + bytes.weight_copy,
+                       .grads = bytes.grad,
+                       .optimizer = bytes.master + bytes.main_grad_copy + bytes.moments};
   if (zero >= 1) s.optimizer /= shard_ways;
   if (zero >= 2) s.grads /= shard_ways;
   if (zero >= 3) s.weights /= shard_ways;
   return s;
 }
 
-double grad_accumulation_bytes_per_param(Dtype dtype, Framework framework) {
-  const double w = weight_bytes(dtype);
-  if (framework == Framework::megatron) return w < 4.0 ? 4.0 + w + 4.0 : 3.0 * w;
-  return 3.0 * w;
-}
-
 // ---- Activations, buffers and the total ---------------------------------------------------------
 
-Bytes layer_activation_bytes_per_unit(const ModelSpec& model, const PlanSpec& plan, int stage) {
+Bytes layer_activation_bytes_per_unit(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
+                                      int stage) {
   Bytes all_layers;
-  for (int layer : stage_layers(model, plan, stage)) all_layers += layer_bytes_for_plan(model, plan, layer);
+  for (int layer : stage_layers(model, plan, stage)) all_layers += layer_bytes_for_plan(x, model, plan, layer);
   const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
   return all_layers / double(v);
 }
 
-Bytes stashed_layer_activation_bytes(const ModelSpec& model, const TrainingSpec& training,
-                                     const PlanSpec& plan, int stage) {
+Bytes stashed_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& model,
+                                     const TrainingSpec& training, const PlanSpec& plan, int stage) {
   const int m = plan.micro_batches(training);
-  return layer_activation_bytes_per_unit(model, plan, stage) *
-         double(microbatches_in_flight(plan, m, stage));
+  return layer_activation_bytes_per_unit(x, model, plan, stage) * double(microbatches_in_flight(plan, m, stage));
 }
 
-Bytes stage_activation_bytes(const ModelSpec& model, const TrainingSpec& training,
+Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
                              const PlanSpec& plan, int stage) {
   const int m = plan.micro_batches(training), b = plan.micro_batch, s = model.seq_len;
   const double offloaded = std::clamp(plan.offload.activations, 0.0, 1.0);
-  Bytes bytes = stashed_layer_activation_bytes(model, training, plan, stage) * (1.0 - offloaded);
+  Bytes bytes = stashed_layer_activation_bytes(x, model, training, plan, stage) * (1.0 - offloaded);
   // With activation offload, one unit is staged on the device while it streams in or out.
-  if (offloaded > 0) bytes += layer_activation_bytes_per_unit(model, plan, stage) * offloaded;
+  if (offloaded > 0) bytes += layer_activation_bytes_per_unit(x, model, plan, stage) * offloaded;
 
   const bool all_forwards_first = plan.schedule == Schedule::gpipe || plan.schedule == Schedule::terapipe;
-  if (stage == 0) {
+  const bool edges = x.framework->has_embedding_and_head;
+  if (stage == 0 && edges) {
     // Micro-batches whose embedding output is alive: as many as stage 0 holds (Korthikanti's p);
     // interleaved: those in the first model chunk, at most min(m, pp) at the peak.
     const int in_flight = plan.schedule == Schedule::interleaved ? std::min(m, plan.pp)
                                                                   : microbatches_in_flight(plan, m, 0);
-    bytes += input_embedding_activation_bytes(model, plan, b, s, in_flight);
+    bytes += input_embedding_activation_bytes(x, model, plan, b, s, in_flight);
   }
-  if (is_last_stage(plan, stage))
-    bytes += output_layer_activation_bytes(model, plan, b, s) * double(all_forwards_first ? m : 1);
-  bytes += recompute_working_bytes(model, plan, b, s);
+  if (is_last_stage(plan, stage) && edges)
+    bytes += output_layer_activation_bytes(x, model, plan, b, s) * double(all_forwards_first ? m : 1);
+  bytes += recompute_working_bytes(x, model, plan, b, s);
   return bytes;
 }
 
-Bytes buffer_bytes(const ModelSpec& model, const TrainingSpec& training, const PlanSpec& plan,
-                   int stage, const MemoryOptions& options) {
+Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
+  const double a = x.bytes.activation;
   const double sbh = double(model.seq_len) * plan.micro_batch * model.hidden;
   const double sp_div = sequence_parallel(plan) ? plan.tp : 1.0;
   const std::vector<int> layers = stage_layers(model, plan, stage);
-  const bool has_moe = std::any_of(layers.begin(), layers.end(),
-                                   [&](int l) { return is_moe_layer(model, l); });
-  const bool embedding_group = plan.pp > 1 && (stage == 0 || is_last_stage(plan, stage));
+  const bool has_moe = std::any_of(layers.begin(), layers.end(), [&](int l) { return model.is_moe_layer(l); });
+  const FrameworkTraits& fw = *x.framework;
 
-  Bytes bytes = options.cuda_context;
-  const int communicators = (plan.tp > 1) + (plan.dp > 1) + (plan.pp > 1 ? 2 : 0) +
-                            (plan.ep > 1) + (embedding_group ? 1 : 0);
-  bytes += options.nccl_per_communicator * double(communicators);
-
+  Bytes bytes;
   if (plan.dp > 1) {
-    const StageParameters params = parameters_on_gpu(model, plan, stage);
-    const double grad_elem = weight_bytes(training.dtype);
-    const Bytes all_grads(params.total() * grad_elem);
-    switch (plan.framework) {
-      case Framework::megatron: break;  // reduces the contiguous grad buffer in place
-      case Framework::deepspeed:
-        bytes += min(Bytes(options.deepspeed_reduce_bucket_elements * grad_elem), all_grads);
-        break;
-      case Framework::terapipe:
-      case Framework::generic: bytes += min(options.ddp_bucket, all_grads); break;
-    }
+    const StageParameters params = parameters_on_gpu(fw, model, plan, stage);
+    const Bytes all_grads(params.total() * x.bytes.grad);
+    // The framework's extra gradient bucket (none where it reduces its grad buffer in place).
+    if (fw.dp_bucket_bytes > 0) bytes += min(Bytes(fw.dp_bucket_bytes), all_grads);
+    if (fw.dp_bucket_elements > 0) bytes += min(Bytes(fw.dp_bucket_elements * x.bytes.grad), all_grads);
   }
-  if (plan.pp > 1) bytes += Bytes(2.0 * 2.0 * sbh / sp_div);  // activation and gradient receives
-  if (has_moe)
-    bytes += Bytes(2.0 * model.moe->capacity_factor * model.moe->top_k * 2.0 * sbh / sp_div);
+  if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
+  if (has_moe) bytes += Bytes(2.0 * model.moe->capacity_factor * model.moe->top_k * a * sbh / sp_div);
   if (plan.zero >= 3) {
     double largest_layer = 0;
     for (int l : layers) {
       double full = dense_layer_parameters(model) / plan.tp;
-      if (is_moe_layer(model, l))
+      if (model.is_moe_layer(l))
         full += (model.moe->experts * ffn_parameters(model) / plan.ep - ffn_parameters(model)) / plan.tp;
       largest_layer = std::max(largest_layer, full);
     }
-    bytes += Bytes(2.0 * largest_layer * weight_bytes(training.dtype));  // current + prefetched
+    bytes += Bytes(2.0 * largest_layer * x.bytes.weight);  // current + prefetched
   }
   return bytes;
 }
 
-MemoryBreakdown memory_per_gpu(const ModelSpec& model, const TrainingSpec& training,
-                               const PlanSpec& plan, const ClusterSpec& /*cluster*/, int stage,
-                               const MemoryOptions& options) {
-  const StageParameters params = parameters_on_gpu(model, plan, stage);
+Bytes runtime_bytes(const ExecutionModel& x, const PlanSpec& plan, int stage) {
+  const bool embedding_group = plan.pp > 1 && (stage == 0 || is_last_stage(plan, stage));
+  const int communicators = (plan.tp > 1) + (plan.dp > 1) + (plan.pp > 1 ? 2 : 0) + (plan.ep > 1) + (embedding_group ? 1 : 0);
+  return x.memory.cuda_context + x.memory.nccl_per_communicator * double(communicators);
+}
+
+MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
+                               const PlanSpec& plan, int stage) {
+  const StageParameters params = parameters_on_gpu(*x.framework, model, plan, stage);
   const double expert_dp = std::max(1.0, double(plan.dp) / plan.ep);
-  const StateBytesPerParam dense =
-      state_bytes_per_param(training.dtype, training.optimizer, plan.framework, plan.zero, plan.dp);
-  const StateBytesPerParam expert =
-      state_bytes_per_param(training.dtype, training.optimizer, plan.framework, plan.zero, expert_dp);
+  const StateBytesPerParam dense = state_bytes_per_param(x.bytes, plan.zero, plan.dp);
+  const StateBytesPerParam expert = state_bytes_per_param(x.bytes, plan.zero, expert_dp);
 
   MemoryBreakdown mem;
   mem.weights = Bytes(params.dense * dense.weights + params.expert * expert.weights);
@@ -348,19 +335,31 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& model, const TrainingSpec& train
   mem.optimizer = plan.offload.optimizer
                       ? Bytes(0)
                       : Bytes(params.dense * dense.optimizer + params.expert * expert.optimizer);
-  mem.activations = stage_activation_bytes(model, training, plan, stage);
-  mem.buffers = buffer_bytes(model, training, plan, stage, options);
-  mem.headroom = (mem.weights + mem.grads + mem.optimizer + mem.activations + mem.buffers) *
-                 options.allocator_fragmentation;
+  mem.activations = stage_activation_bytes(x, model, training, plan, stage);
+  mem.buffers = buffer_bytes(x, model, plan, stage);
+  if (x.framework->precision.grads_freed_between_steps && plan.micro_batches(training) == 1) {
+    // Gradients are created by the backward (as activations are freed) and freed after the step:
+    // the peak is the end of the forward (no gradients) or the step (no activations, no
+    // autocast copies), whichever is larger.
+    ElementSizes stored = x.bytes;
+    stored.weight_copy = 0;
+    MemoryBreakdown step = mem;
+    step.activations = Bytes(0);
+    step.weights = Bytes(params.dense * state_bytes_per_param(stored, plan.zero, plan.dp).weights +
+                         params.expert * state_bytes_per_param(stored, plan.zero, expert_dp).weights);
+    mem.grads = Bytes(0);
+    if (step.allocated() > mem.allocated()) mem = step;
+  }
+  mem.headroom = mem.allocated() * x.memory.allocator_fragmentation;
+  mem.runtime = runtime_bytes(x, plan, stage);
   return mem;
 }
 
-std::vector<MemoryBreakdown> memory_per_stage(const ModelSpec& model, const TrainingSpec& training,
-                                              const PlanSpec& plan, const ClusterSpec& cluster,
-                                              const MemoryOptions& options) {
+std::vector<MemoryBreakdown> memory_per_stage(const ExecutionModel& x, const ModelSpec& model,
+                                              const TrainingSpec& training, const PlanSpec& plan) {
   std::vector<MemoryBreakdown> out;
   out.reserve(plan.pp);
-  for (int s = 0; s < plan.pp; ++s) out.push_back(memory_per_gpu(model, training, plan, cluster, s, options));
+  for (int s = 0; s < plan.pp; ++s) out.push_back(memory_per_gpu(x, model, training, plan, s));
   return out;
 }
 

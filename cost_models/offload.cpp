@@ -16,29 +16,28 @@ Seconds transfer_time(Bytes bytes, BytesPerSecond bandwidth) {
 }
 }  // namespace
 
-OffloadCost offload_cost(const ModelSpec& model, const TrainingSpec& training, const PlanSpec& plan,
-                         const ClusterSpec& cluster, int stage) {
+OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
+                         const PlanSpec& plan, const ClusterSpec& cluster, int stage) {
   OffloadCost cost;
   if (plan.offload.optimizer) {
-    const StageParameters params = parameters_on_gpu(model, plan, stage);
+    const StageParameters params = parameters_on_gpu(*x.framework, model, plan, stage);
     const double expert_dp = std::max(1.0, double(plan.dp) / plan.ep);
     const double owned = plan.zero >= 1 ? params.dense / plan.dp + params.expert / expert_dp
                                         : params.total();
     // Unsharded bytes per parameter: what one parameter's update moves and keeps.
-    const StateBytesPerParam per_param =
-        state_bytes_per_param(training.dtype, training.optimizer, plan.framework, 0, 1.0);
+    const StateBytesPerParam per_param = state_bytes_per_param(x.bytes, 0, 1.0);
     cost.optimizer_to_host = Bytes(owned * per_param.grads);
-    cost.optimizer_to_device = Bytes(owned * per_param.weights);
+    cost.optimizer_to_device = Bytes(owned * x.bytes.weight);  // the model copy, not autocast's
     cost.host_memory_per_gpu += Bytes(owned * (per_param.optimizer + per_param.grads));
   }
   const double fraction = std::clamp(plan.offload.activations, 0.0, 1.0);
   if (fraction > 0) {
     const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
     const double units = double(plan.micro_batches(training)) * v;
-    const Bytes moved = layer_activation_bytes_per_unit(model, plan, stage) * (fraction * units);
+    const Bytes moved = layer_activation_bytes_per_unit(x, model, plan, stage) * (fraction * units);
     cost.activations_to_host = moved;
     cost.activations_to_device = moved;
-    cost.host_memory_per_gpu += stashed_layer_activation_bytes(model, training, plan, stage) * fraction;
+    cost.host_memory_per_gpu += stashed_layer_activation_bytes(x, model, training, plan, stage) * fraction;
   }
   cost.to_host_time = transfer_time(cost.to_host(), cluster.host.pcie_bandwidth);
   cost.to_device_time = transfer_time(cost.to_device(), cluster.host.pcie_bandwidth);

@@ -11,6 +11,7 @@
 #include "core/model.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
+#include "cost_models/execution.hpp"
 
 namespace foresight::cost_models {
 
@@ -40,8 +41,8 @@ struct OffloadCost {
 /// Activations (plan.offload.activations = f): per iteration every unit (micro-batch, or
 /// micro-batch x model chunk when interleaved) sends f x its stage activations out and back;
 /// the host holds f x the peak stash.
-OffloadCost offload_cost(const ModelSpec& model, const TrainingSpec& training, const PlanSpec& plan,
-                         const ClusterSpec& cluster, int stage);
+OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
+                         const PlanSpec& plan, const ClusterSpec& cluster, int stage);
 
 /// By how much the offload's host memory per node exceeds the node's memory; zero when it fits.
 Bytes host_memory_shortfall(const OffloadCost& cost, const HostSpec& host);

@@ -12,7 +12,7 @@
 
 namespace foresight::cost_models {
 
-CalibrationProfile parse_profile(const std::string& text, const std::string& source) {
+ProfileData parse_profile(const std::string& text, const std::string& source) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -32,8 +32,18 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& sou
       fail(where + "." + key, brief(v), "must be a positive number");
     return v.get<double>();
   };
+  // The implementation and dtype a GEMM or attention entry was measured with.
+  auto tag = [&](const nlohmann::json& m, const std::string& where) {
+    if (!m.contains("impl") || !m["impl"].is_string() || m["impl"].get<std::string>().empty())
+      fail(where + ".impl", m.contains("impl") ? brief(m["impl"]) : "",
+           "must name the implementation that ran it (e.g. \"cublaslt\", \"flash\", \"foresight-cuda-core\"): "
+           "a profile is used only for the implementation it measured");
+    if (!m.contains("dtype") || !m["dtype"].is_string() || !parse_enum<Dtype>(m["dtype"].get<std::string>()))
+      fail(where + ".dtype", m.contains("dtype") ? brief(m["dtype"]) : "", "must be one of: " + allowed_values<Dtype>());
+    return std::make_pair(m["impl"].get<std::string>(), *parse_enum<Dtype>(m["dtype"].get<std::string>()));
+  };
   if (!j.is_object()) fail("", "", "must be a JSON object");
-  CalibrationProfile p;
+  ProfileData p;
   p.source = source;
   if (!j.contains("device") || !j["device"].is_object()) fail("device", "", "is required and must be an object");
   if (j["device"].contains("name") && !j["device"]["name"].is_string())
@@ -52,32 +62,57 @@ CalibrationProfile parse_profile(const std::string& text, const std::string& sou
     const std::string kernel = m["kernel"];
     const double t = *positive(m, "time_s", where, true);
     if (kernel == "gemm") {
+      const auto [impl, dtype] = tag(m, where);
       GemmSample g{*positive(m, "m", where, true), *positive(m, "n", where, true), *positive(m, "k", where, true),
                    positive(m, "batch", where, false).value_or(1.0), t};
-      if (2 * g.m * g.n * g.k * g.batch / t > p.peak_tflops * 1e12 * 1.05)
-        fail(where + ".time_s", std::to_string(t), "implies more than the device's peak");
-      p.gemm.push_back(g);
+      if (2 * g.m * g.n * g.k * g.batch / t > p.peak_tflops * 1e12)
+        fail(where + ".time_s", std::to_string(t), "implies more than the device's peak (efficiency above 1)");
+      p.gemm.push_back({impl, dtype, g});
     } else if (kernel == "copy") {
       copy_rates.push_back(*positive(m, "bytes", where, true) / t / 1e9);
     } else if (kernel == "attention") {
+      const auto [impl, dtype] = tag(m, where);
       const double eff = *positive(m, "flops", where, true) / t / (p.peak_tflops * 1e12);
-      p.flash_efficiency = std::max(p.flash_efficiency.value_or(0.0), eff);
+      if (eff > 1.0) fail(where + ".time_s", std::to_string(t), "implies more than the device's peak (efficiency above 1)");
+      p.attention.push_back({impl, dtype, eff});
     }
   }
   if (!copy_rates.empty()) {
     std::sort(copy_rates.begin(), copy_rates.end());
     p.copy_GBps = copy_rates.back();  // the large copies reach the streaming bandwidth
   }
-  if (j.contains("fitted") && j["fitted"].is_object()) p.launch_overhead_us = positive(j["fitted"], "launch_overhead_us", "fitted", false);
+  if (j.contains("fitted") && j["fitted"].is_object()) {
+    const auto& f = j["fitted"];
+    p.launch_overhead_us = positive(f, "launch_overhead_us", "fitted", false);
+    for (const char* key : {"gemm_efficiency", "memory_efficiency", "flash_efficiency"})
+      if (auto e = positive(f, key, "fitted", false); e && *e > 1.0)
+        fail(std::string("fitted.") + key, brief(f[key]), "must be at most 1 (a fraction of the peak)");
+  }
   return p;
 }
 
-CalibrationProfile load_profile(const std::string& path) {
+ProfileData load_profile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_profile(ss.str(), path);
+}
+
+CalibrationProfile select_profile(const ProfileData& data, const std::string& gemm_impl, Dtype gemm_dtype,
+                                  const std::string& attention_impl, Dtype attention_dtype) {
+  CalibrationProfile p;
+  p.device = data.device;
+  p.source = data.source;
+  p.peak_tflops = data.peak_tflops;
+  for (const auto& g : data.gemm)
+    if (g.impl == gemm_impl && g.dtype == gemm_dtype) p.gemm.push_back(g.sample);
+  for (const auto& a : data.attention)
+    if (a.impl == attention_impl && a.dtype == attention_dtype)
+      p.attention_efficiency = std::max(p.attention_efficiency.value_or(0.0), a.efficiency);
+  p.copy_GBps = data.copy_GBps;
+  p.launch_overhead_us = data.launch_overhead_us;
+  return p;
 }
 
 GemmEstimate profile_gemm(const CalibrationProfile& p, double m, double n, double k, double batch) {

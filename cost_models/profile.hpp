@@ -1,15 +1,19 @@
 // Calibration profiles (DESIGN.md "Calibration profiles"): what `foresight calibrate` measured on
-// a GPU, and compute times interpolated from it. GEMM times come from the measured shapes nearest
-// the query (in log m, log n, log k), as achieved efficiency, so a shape between measured ones
-// inherits their efficiency; a query outside the measured range is flagged as extrapolated.
-// Streaming kernels use the measured copy bandwidth. Left out: per-kernel fits of attention and
-// norms beyond one efficiency each (calibrate/ fits them with Eigen once it measures them).
+// a GPU, each measurement tagged with the implementation that ran it (GEMM: "cublaslt"; attention:
+// "flash", "cudnn", "unfused", or this project's own "foresight-cuda-core" kernel) and its dtype.
+// An execution uses only what matches the implementation and dtype it runs (select_profile): a
+// FlashAttention run never inherits the speed of another attention kernel, an fp8 run never the
+// bf16 GEMMs. GEMM times come from the matching shapes nearest the query (in log m, log n, log k),
+// as achieved efficiency; a query outside the measured range is flagged as extrapolated.
+// Streaming kernels use the measured copy bandwidth, whatever ran. Left out: per-kernel fits of
+// norms and activations beyond the copy bandwidth (calibrate/ fits them with Eigen).
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/enums.hpp"
 #include "core/units.hpp"
 
 namespace foresight::cost_models {
@@ -19,27 +23,60 @@ struct GemmSample {
   double time_s = 0;  // median
 };
 
-struct CalibrationProfile {
-  std::string device;                      // e.g. "NVIDIA H100 80GB HBM3"
-  std::string source;                      // file it was read from
-  double peak_tflops = 0;                  // dense peak of the measured dtype, TFLOP/s
-  std::vector<GemmSample> gemm;            // measured GEMMs
-  std::optional<double> copy_GBps;         // device-to-device copy bandwidth (read + write counted)
-  std::optional<double> flash_efficiency;  // attention fwd+bwd achieved / peak
+/// A measured GEMM with what ran it.
+struct TaggedGemm {
+  std::string impl;  // "cublaslt"
+  Dtype dtype = Dtype::bf16;
+  GemmSample sample;
+};
+
+/// A measured attention forward + backward with what ran it, as achieved fraction of the peak.
+struct TaggedAttention {
+  std::string impl;  // "flash", "cudnn", "unfused", "foresight-cuda-core"
+  Dtype dtype = Dtype::bf16;
+  double efficiency = 0;
+};
+
+/// Everything a profile file holds that the cost models can use.
+struct ProfileData {
+  std::string device;      // e.g. "NVIDIA H100 80GB HBM3"
+  std::string source;      // file it was read from
+  double peak_tflops = 0;  // dense 16-bit peak the measured efficiencies refer to, TFLOP/s
+  std::vector<TaggedGemm> gemm;
+  std::vector<TaggedAttention> attention;
+  std::optional<double> copy_GBps;  // device-to-device copy bandwidth (read + write counted)
   std::optional<double> launch_overhead_us;
 };
 
-/// Reads a profile JSON: {device: {name, peak_tflops}, measurements: [{kernel: "gemm", m, n, k,
-/// batch?, time_s}, {kernel: "copy", bytes, time_s}, {kernel: "attention", flops, time_s}, ...],
-/// fitted: {launch_overhead_us?}}. Unknown kernels are kept out; bad values are SpecErrors naming
-/// the file and the entry.
-CalibrationProfile load_profile(const std::string& path);
-CalibrationProfile parse_profile(const std::string& text, const std::string& source);
+/// The part of a profile one execution uses (select_profile): GEMMs and attention of its own
+/// implementations and dtype only.
+struct CalibrationProfile {
+  std::string device;
+  std::string source;
+  double peak_tflops = 0;
+  std::vector<GemmSample> gemm;             // empty: the roofline prices GEMMs
+  std::optional<double> attention_efficiency;  // unset: the GPU file's figure for the implementation
+  std::optional<double> copy_GBps;
+  std::optional<double> launch_overhead_us;
+};
+
+/// Reads a profile JSON: {device: {name, peak_tflops}, measurements: [{kernel: "gemm", impl,
+/// dtype, m, n, k, batch?, time_s}, {kernel: "copy", bytes, time_s}, {kernel: "attention", impl,
+/// dtype, flops, time_s}, ...], fitted: {launch_overhead_us?, *_efficiency?}}. Unknown kernels
+/// are kept out; bad values (a GEMM or attention faster than the peak, a fitted efficiency above 1,
+/// a GEMM or attention entry without its implementation) are SpecErrors naming the file and entry.
+ProfileData load_profile(const std::string& path);
+ProfileData parse_profile(const std::string& text, const std::string& source);
+
+/// What an execution running `gemm_impl` GEMMs in `gemm_dtype` and `attention` in
+/// `attention_dtype` may take from a profile.
+CalibrationProfile select_profile(const ProfileData& data, const std::string& gemm_impl, Dtype gemm_dtype,
+                                  const std::string& attention_impl, Dtype attention_dtype);
 
 /// A GEMM time from the profile.
 struct GemmEstimate {
   double time_s = 0;
-  double efficiency = 0;  // achieved fraction of peak
+  double efficiency = 0;      // achieved fraction of peak
   bool extrapolated = false;  // outside the measured range in m, n or k
 };
 

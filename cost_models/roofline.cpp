@@ -4,47 +4,39 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/flops.hpp"
 
 namespace foresight::cost_models {
 
-RooflineParams roofline_params_for(const GpuSpec& gpu) {
+RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, bool* has_attention_figure) {
+  const GpuKernelFigures& k = gpu.kernels;
   RooflineParams p;
-  if (gpu.name.rfind("a100", 0) == 0) {
-    // GEMM: best cuBLAS bf16 throughput on an A100 SXM over a shape sweep, 271.2 of 312 TFLOP/s
-    // (stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS"
-    // table, shape 1024x10240x5120, torch 2.6 / CUDA 12.6); a ceiling that the wave and tile terms
-    // derate per shape.
-    p.gemm_efficiency = 271.2 / 312.0;
-    // Streaming: 1.80 of 2.04 TB/s read on an A100 80GB SXM, confirmed with Nsight Compute
-    // (NVIDIA Developer Forums, "Trouble to Reach Peak Bandwidth of A100").
-    p.memory_efficiency = 0.88;
-    // FlashAttention-2 forward+backward, causal, head dim 128, seq 2k, A100 80GB: 155 TFLOP/s
-    // (Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png, backward = 2.5x fwd).
-    p.flash_efficiency = 155.0 / 312.0;
-    // Unfused attention's score matrices: 1.27 of 2.04 TB/s. Derived from the same figure's
-    // PyTorch bars (the benchmark's attention_pytorch: baddbmm, causal mask add, softmax, einsum;
-    // fp16, dropout 0, 16k tokens per batch, hidden 2048) at sequence 2k: 43, 76, 17 and 32
-    // TFLOP/s for non-causal d 64 / d 128 and causal d 64 / d 128. Each time, less its GEMM math
-    // at 271.2 TFLOP/s and its token-sized tensors (q, k, v, output and their gradients: 52 bytes
-    // per token x hidden element at the streaming figure), leaves the score traffic (22 bytes per
-    // score element forward + backward, 26 with the mask add): it moved at 1287, 1366, 1150 and
-    // 1267 GB/s; the mean, 1267 GB/s, is 0.622 of peak. tests/cost_models/roofline_test.cpp
-    // replays all 20 bars of the figure (the other sequence lengths are held out).
-    p.score_memory_efficiency = 1267.0 / 2039.0;
-  }
-  // H100/H200 and others: the defaults (our H100 cuBLAS and SDPA measurements).
+  p.gemm_efficiency = k.gemm_efficiency.value;
+  p.memory_efficiency = k.memory_efficiency.value;
+  p.launch_overhead = microseconds(k.launch_overhead_us.value);
+  if (k.unfused_score_efficiency) p.score_memory_efficiency = k.unfused_score_efficiency->value;
+  const std::optional<SourcedValue>& fused = attention == AttentionImpl::cudnn ? k.cudnn_attention_efficiency
+                                                                               : k.flash_attention_efficiency;
+  if (attention != AttentionImpl::unfused && fused) p.flash_efficiency = fused->value;
+  if (has_attention_figure) *has_attention_figure = attention == AttentionImpl::unfused || fused.has_value();
   return p;
 }
 
 RooflineCompute::RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams params)
-    : gpu_(gpu), peak_(gpu.peak(dtype)), p_(params) {
+    : gpu_(gpu),
+      peak_(gpu.peak(dtype)),
+      attention_peak_(gpu.peak(dtype == Dtype::fp8 ? Dtype::bf16 : dtype)),
+      // Element sizes of a GEMM's inputs and output: fp32/tf32 4; fp8 inputs 1 with a bf16 output.
+      in_bytes_(dtype == Dtype::fp32 || dtype == Dtype::tf32 ? 4.0 : dtype == Dtype::fp8 ? 1.0 : 2.0),
+      out_bytes_(dtype == Dtype::fp32 || dtype == Dtype::tf32 ? 4.0 : 2.0),
+      p_(params) {
   FORESIGHT_CHECK(peak_ > FlopsPerSecond(0)) << gpu.name << " has no peak for " << to_string(dtype);
   FORESIGHT_CHECK(gpu.sms > 0 && gpu.hbm_bandwidth > BytesPerSecond(0));
 }
 
 void RooflineCompute::use_profile(CalibrationProfile profile) {
   if (profile.copy_GBps) p_.memory_efficiency = *profile.copy_GBps * 1e9 / gpu_.hbm_bandwidth.value();
-  if (profile.flash_efficiency) p_.flash_efficiency = *profile.flash_efficiency;
+  if (profile.attention_efficiency) p_.flash_efficiency = *profile.attention_efficiency;
   if (profile.launch_overhead_us) p_.launch_overhead = microseconds(*profile.launch_overhead_us);
   if (!profile.gemm.empty()) profile_ = std::move(profile);
 }
@@ -56,7 +48,7 @@ Seconds RooflineCompute::gemm(const GemmShape& s) const {
     if (e.extrapolated) ++extrapolated_;
     return Seconds(e.time_s);  // measured kernel times include their launch
   }
-  const double bytes = 2.0 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n);
+  const double bytes = s.batch * (in_bytes_ * (s.m * s.k + s.k * s.n) + out_bytes_ * s.m * s.n);
   const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
   return Seconds(std::max(math_seconds(s), memory_s)) + p_.launch_overhead;
 }
@@ -99,28 +91,34 @@ Seconds RooflineCompute::flash_forward(double bh, double tokens, double context,
   double visible = tokens * context;
   if (causal) visible -= tokens * (tokens - 1) / 2.0;  // a slice sees its prefix plus its own causal triangle
   const double flops = 4.0 * bh * visible * d;
-  return Seconds(flops / (peak_.value() * p_.flash_efficiency)) + p_.launch_overhead;
+  return Seconds(flops / (attention_peak_.value() * p_.flash_efficiency)) + p_.launch_overhead;
 }
 
 Seconds LayerOpTimes::forward() const {
   return layernorms + qkv + attention_core + projection + dropout_residual + fc1 + gelu + fc2 + moe_router + moe_permute;
 }
 
-LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
-                       bool moe_layer, AttentionImpl attention, MoeDispatch dispatch) {
+LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
+                       bool moe_layer) {
+  const RooflineCompute& rc = x.roofline();
+  const ElementwiseTraffic& tr = x.framework->elementwise;
+  const double scale = x.bytes.traffic_scale;
   const double t = p.tp, b = p.micro_batch, h = m.hidden, T = b * tokens, d = m.head_dim();
   const double a_local = double(m.heads) / t;
   const double kv_dim = double(m.kv_heads) * d;
   const double f = m.ffn_hidden;
   // Elementwise work on the (T, h) stream is split over t with sequence parallelism.
   const double sp = p.sequence_parallel ? t : 1.0;
+  auto stream = [&](double bytes_per_element, double elements, int launches) {
+    return bytes_per_element > 0 ? rc.memory_bound(Bytes(scale * bytes_per_element * elements), launches) : Seconds(0);
+  };
   LayerTimes L;
   LayerOpTimes& F = L.forward_ops;
   LayerOpTimes& B = L.backward_ops;
 
-  // Two layernorms: read and write (T, h) in 16 bits each.
-  F.layernorms = rc.memory_bound(Bytes(2 * 4.0 * T * h / sp), 2);
-  B.layernorms = rc.memory_bound(Bytes(2 * 8.0 * T * h / sp), 2);  // reads input and grad, writes grad
+  // The two layer norms (with the framework's casts around them).
+  F.layernorms = stream(tr.norms_forward, T * h / sp, tr.norms_launches_forward);
+  B.layernorms = stream(tr.norms_backward, T * h / sp, tr.norms_launches_backward);
   // Dense GEMMs; backward = data gradient + weight gradient, each of the forward's FLOPs.
   auto fwd_bwd = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
     fw = rc.gemm({mm, nn, kk, 1});
@@ -128,9 +126,11 @@ LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const Plan
   };
   fwd_bwd(T, (h + 2 * kv_dim) / t, h, F.qkv, B.qkv);
   fwd_bwd(T, h, h / t, F.projection, B.projection);
-  // Dropout + residual after attention and after the MLP: read x and residual, write out + mask.
-  F.dropout_residual = rc.memory_bound(Bytes(2 * 7.0 * T * h / sp), 2);
-  B.dropout_residual = rc.memory_bound(Bytes(2 * 7.0 * T * h / sp), 2);
+  // Dropout + residual adds at both sites, and re-layout copies around attention.
+  F.dropout_residual = stream(tr.residual_forward, T * h / sp, tr.residual_launches_forward) +
+                       stream(tr.layout_forward, T * h / t, tr.layout_launches_forward);
+  B.dropout_residual = stream(tr.residual_backward, T * h / sp, tr.residual_launches_backward) +
+                       stream(tr.layout_backward, T * h / t, tr.layout_launches_backward);
 
   // FFN, or for MoE layers the experts on this GPU processing their share of routed tokens.
   double ffn_tokens = T;
@@ -138,7 +138,7 @@ LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const Plan
     ffn_tokens = T * m.moe->top_k * m.moe->capacity_factor;  // balanced: each GPU's experts get this many
     F.moe_router = rc.gemm({T, double(m.moe->experts), h, 1}) + rc.memory_bound(Bytes(4.0 * T * m.moe->experts * 3), 2);
     B.moe_router = 2.0 * F.moe_router;
-    if (dispatch == MoeDispatch::einsum) {
+    if (x.moe_dispatch == MoeDispatch::einsum) {
       // One-hot einsums: dispatch (E*C x h x T) and combine (T x h x E*C) forward; backward the
       // input gradient of each and the gate gradient of combine: three GEMMs.
       const Seconds one = rc.gemm({ffn_tokens, h, T, 1});
@@ -146,18 +146,24 @@ LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const Plan
       B.moe_permute = 3.0 * one;
     } else {
       // Permute before and unpermute after the experts: read and write the routed (tokens, h).
-      F.moe_permute = rc.memory_bound(Bytes(2 * 4.0 * ffn_tokens * h), 2);
+      F.moe_permute = rc.memory_bound(Bytes(2 * 2.0 * x.bytes.activation * ffn_tokens * h), 2);
       B.moe_permute = F.moe_permute;
     }
   }
   fwd_bwd(ffn_tokens, f / t, h, F.fc1, B.fc1);
-  F.gelu = rc.memory_bound(Bytes(4.0 * ffn_tokens * f / t));
-  B.gelu = rc.memory_bound(Bytes(6.0 * ffn_tokens * f / t));
+  F.gelu = stream(tr.activation_forward, ffn_tokens * f / t, 1);
+  B.gelu = stream(tr.activation_backward, ffn_tokens * f / t, 1);
   fwd_bwd(ffn_tokens, h, f / t, F.fc2, B.fc2);
+  // Bias gradients (reductions over the tokens of each Linear's output) and autocast's weight
+  // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).
+  B.gelu += stream(tr.bias_grad, T * (h + 2 * kv_dim) / t + T * h + ffn_tokens * f / t + ffn_tokens * h, 4);
+  const double cast_params = (dense_layer_parameters(m) - 4.0 * h) / t;
+  F.layernorms += stream(tr.weight_cast_forward, cast_params, 4);
+  B.layernorms += stream(tr.weight_cast_backward, cast_params, 4);
 
   // Attention core.
   const bool causal = true;
-  if (attention == AttentionImpl::flash) {
+  if (x.attention != AttentionImpl::unfused) {
     F.attention_core = rc.flash_forward(b * a_local, tokens, context, d, causal);
     B.attention_core = 2.5 * (F.attention_core - rc.params().launch_overhead) + rc.params().launch_overhead;
   } else {
@@ -185,23 +191,34 @@ LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const Plan
   return L;
 }
 
-EdgeTimes edge_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& p, int tokens) {
+EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens) {
+  const RooflineCompute& rc = x.roofline();
+  const ElementwiseTraffic& tr = x.framework->elementwise;
+  const double scale = x.bytes.traffic_scale;
   const double t = p.tp, T = double(p.micro_batch) * tokens, h = m.hidden, V = m.vocab;
+  auto stream = [&](double bytes_per_element, double elements, int launches) {
+    return bytes_per_element > 0 ? rc.memory_bound(Bytes(scale * bytes_per_element * elements), launches) : Seconds(0);
+  };
   EdgeTimes e;
-  // Embedding: gather rows and add positions; backward scatter-adds into the word-embedding grad.
-  e.embedding_forward = rc.memory_bound(Bytes(3 * 2.0 * T * h), 2);
-  e.embedding_backward = rc.memory_bound(Bytes(3 * 2.0 * T * h), 2);
-  // Final layernorm, LM head over the local vocabulary shard, fused cross-entropy on fp32 logits.
-  const Seconds ln = rc.memory_bound(Bytes(4.0 * T * h));
+  // Embedding: gather rows and add positions; backward scatter-adds into the embedding grads.
+  e.embedding_forward = stream(tr.embedding_forward, T * h, tr.embedding_launches);
+  e.embedding_backward = stream(tr.embedding_backward, T * h, tr.embedding_launches);
+  // Final norm (one of the layer's two), the LM head over the local vocabulary shard (with the
+  // tied weight's autocast cast), the loss over the logits.
+  const Seconds norm_fwd = stream(tr.norms_forward / 2, T * h, std::max(1, tr.norms_launches_forward / 2));
+  const Seconds norm_bwd = stream(tr.norms_backward / 2, T * h, std::max(1, tr.norms_launches_backward / 2));
+  const Seconds cast_fwd = stream(tr.weight_cast_forward, V * h / t, 1);
+  const Seconds cast_bwd = stream(tr.weight_cast_backward, V * h / t, 1);
   const Seconds head = rc.gemm({T, V / t, h, 1});
-  const Seconds xent = rc.memory_bound(Bytes(3 * 4.0 * T * V / t), 2);
-  e.head_forward = ln + head + xent;
-  e.head_backward = 2.0 * ln + rc.gemm({T, h, V / t, 1}) + rc.gemm({h, V / t, T, 1}) + xent;
+  const Seconds loss_fwd = stream(tr.loss_forward, T * V / t, tr.loss_launches_forward);
+  const Seconds loss_bwd = stream(tr.loss_backward, T * V / t, tr.loss_launches_backward);
+  e.head_forward = norm_fwd + cast_fwd + head + loss_fwd;
+  e.head_backward = norm_bwd + cast_bwd + rc.gemm({T, h, V / t, 1}) + rc.gemm({h, V / t, T, 1}) + loss_bwd;
   return e;
 }
 
-Seconds optimizer_time(const RooflineCompute& rc, double params) {
-  return rc.memory_bound(Bytes(30.0 * params), 1);
+Seconds optimizer_time(const ExecutionModel& x, double params) {
+  return x.roofline().memory_bound(Bytes(x.bytes.optimizer_step * params), 1);
 }
 
 }  // namespace foresight::cost_models

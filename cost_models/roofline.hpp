@@ -6,55 +6,47 @@
 // kernel fusion beyond what Megatron-LM (2021-22) and FlashAttention do.
 #pragma once
 
+#include <atomic>
 #include <optional>
 
 #include "core/hardware.hpp"
 #include "core/model.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
+#include "cost_models/execution.hpp"
 #include "cost_models/profile.hpp"
 
 namespace foresight::cost_models {
 
-/// How attention is computed: Megatron-LM 2021-22's unfused path (two batched GEMMs around a
-/// fused scale-mask-softmax and a dropout over the (b, a/t, s, s) scores), or one fused
-/// FlashAttention kernel that never writes the scores (Dao et al. 2022).
-enum class AttentionImpl { unfused, flash };
-
-/// How MoE tokens reach their experts: a gather/scatter permute (Megatron-core, our kernels), or
-/// DeepSpeed-MoE 2021's dense one-hot einsums, `sec,sm->ecm` to dispatch and `sec,ecm->sm` to
-/// combine, each a GEMM of 2*S*(E*C)*M FLOPs over the S tokens of a GPU (deepspeed/moe/
-/// sharded_moe.py, USE_EINSUM = True, before 2021-12-10).
-enum class MoeDispatch { permute, einsum };
-
+/// The compute model's parameters. The defaults are the H100 SXM's figures (used as a fit's
+/// starting point by calibrate/); an execution takes its GPU's sourced figures from the GPU file
+/// (roofline_params_for) and a matching calibration profile replaces what it measured.
 struct RooflineParams {
-  /// Best fraction of the dense tensor-core peak a large cuBLAS GEMM reaches. Source: our own
-  /// measurement of cuBLAS bf16 8192^3 on an H100 SXM, 800 of 989 TFLOP/s (shared/bench README,
-  /// 2026-11-22), taken as the same fraction on A100 until an A100 profile measures it.
-  double gemm_efficiency = 800.0 / 989.0;
+  /// Best fraction of the dense tensor-core peak a large cuBLAS GEMM reaches (the roofline's
+  /// ceiling; the wave and tile terms derate it per shape).
+  double gemm_efficiency = 0.803;
   /// Output tile of the GEMM kernels (cuBLAS/CUTLASS Ampere and Hopper default 256 x 128) for
   /// wave quantization: a GEMM runs ceil(tiles / SMs) waves of SMs.
   int tile_m = 256, tile_n = 128;
-  /// Achievable fraction of HBM bandwidth for streaming kernels (STREAM-like copy; NVIDIA quotes
-  /// ~90% for large device-to-device copies; an estimate until calibrated).
-  double memory_efficiency = 0.90;
-  /// Fraction of peak a FlashAttention forward+backward reaches, counting backward as 2.5x the
-  /// forward FLOPs (FlashAttention-2 paper's convention). Source: PyTorch SDPA (flash) causal,
-  /// B4 H16 T2048 D128 fwd+bwd 0.739 ms on an H100 (shared/bench README): 240 GFLOP / 0.739 ms
-  /// = 325 TFLOP/s = 0.33 of 989.
+  /// Achievable fraction of HBM bandwidth for streaming kernels (a large device-to-device copy).
+  double memory_efficiency = 0.885;
+  /// Fraction of peak the execution's fused attention kernel (FlashAttention or cuDNN) reaches
+  /// forward + backward, counting backward as 2.5x the forward FLOPs (FlashAttention-2's
+  /// convention).
   double flash_efficiency = 0.33;
   /// Fraction of peak HBM bandwidth at which unfused attention moves its (b, heads, s, s) score
   /// matrices: the batched GEMMs writing and reading them, the masked softmax and the dropout.
   /// Unset: the streaming figure above (no unfused-attention measurement for that GPU).
   std::optional<double> score_memory_efficiency;
-  /// Host-side cost of one kernel launch, seen when kernels are tiny (CUDA launch ~3-5 us).
-  Seconds launch_overhead = Seconds(4e-6);
+  /// Device-side cost of one kernel launch, seen when kernels are tiny.
+  Seconds launch_overhead = Seconds(2.433e-6);
 };
 
-/// The published kernel-level parameter set for a GPU (by its scenario name), each number with its
-/// source in roofline.cpp; the H100-derived defaults above for GPUs without published data.
-/// Nothing here is fitted to an end-to-end training result.
-RooflineParams roofline_params_for(const GpuSpec& gpu);
+/// The parameters of a GPU for an execution running `attention`: each figure from the GPU file's
+/// kernels block with its source (scenarios/gpus/*.yaml); the fused-attention efficiency of the
+/// implementation that runs (none needed for unfused attention; std::nullopt when the file has
+/// no figure for it). Nothing here is fitted to an end-to-end training result.
+RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, bool* has_attention_figure = nullptr);
 
 /// A GEMM C(m x n) = A(m x k) B(k x n), `batch` times, 2-byte inputs and outputs.
 struct GemmShape {
@@ -66,8 +58,9 @@ class RooflineCompute {
  public:
   RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams params = {});
 
-  /// Uses a measured calibration profile where it has data: GEMM times interpolated from its
-  /// shapes, its copy bandwidth, attention efficiency and launch overhead; the spec elsewhere.
+  /// Uses the part of a calibration profile selected for this execution (select_profile): GEMM
+  /// times interpolated from its shapes, its copy bandwidth, attention efficiency and launch
+  /// overhead; the GPU file's figures elsewhere.
   void use_profile(CalibrationProfile profile);
   /// GEMM queries answered outside the profile's measured range so far (0 without a profile).
   long extrapolated_queries() const { return extrapolated_; }
@@ -95,9 +88,11 @@ class RooflineCompute {
  private:
   GpuSpec gpu_;
   FlopsPerSecond peak_;
+  FlopsPerSecond attention_peak_;  // fp8 recipes run attention in bf16
+  double in_bytes_, out_bytes_;     // a GEMM's input and output element sizes
   RooflineParams p_;
   std::optional<CalibrationProfile> profile_;
-  mutable long extrapolated_ = 0;
+  mutable std::atomic<long> extrapolated_{0};  // shared by the planner's worker threads
   /// FLOPs / (peak * efficiency * wave and tile efficiency), in seconds.
   double math_seconds(const GemmShape& s) const;
 };
@@ -121,9 +116,10 @@ struct LayerTimes {
 /// Times of one layer: `tokens` tokens of each of `micro_batch` sequences, attending to
 /// `context` positions, after the plan's tensor/sequence parallelism (GEMM shapes as
 /// Narayanan et al. 2021 sec. 3.2: QKV (T, 3h/t, h), projection (T, h, h/t), FC1 (T, f/t, h),
-/// FC2 (T, h, f/t), T = micro_batch * tokens).
-LayerTimes layer_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& plan, int tokens, int context,
-                       bool moe_layer, AttentionImpl attention, MoeDispatch dispatch = MoeDispatch::permute);
+/// FC2 (T, h, f/t), T = micro_batch * tokens), run as the execution runs it: its attention kernel,
+/// MoE dispatch and elementwise kernels (FrameworkTraits::elementwise, scaled by the element size).
+LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& plan, int tokens, int context,
+                       bool moe_layer);
 
 struct EdgeTimes {
   Seconds embedding_forward, embedding_backward, head_forward, head_backward;
@@ -131,10 +127,11 @@ struct EdgeTimes {
 
 /// Embedding lookup (first stage) and final layernorm + vocab-parallel LM head + fused softmax
 /// cross-entropy (last stage), per micro-batch of `tokens` tokens.
-EdgeTimes edge_times(const RooflineCompute& rc, const ModelSpec& m, const PlanSpec& plan, int tokens);
+EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& plan, int tokens);
 
-/// Fused Adam over `params` parameters: reads grad, master, m, v (fp32) and writes master, m, v
-/// and the 16-bit copy: 4*4 + 3*4 + 2 = 30 bytes per parameter, plus the read of the grad scale.
-Seconds optimizer_time(const RooflineCompute& rc, double params);
+/// The fused optimizer step over `params` parameters: ElementSizes::optimizer_step bytes each
+/// (fused Adam with 16-bit weights: reads grad, master, m, v as fp32 and writes master, m, v and
+/// the 16-bit copy, 30 bytes), one launch.
+Seconds optimizer_time(const ExecutionModel& x, double params);
 
 }  // namespace foresight::cost_models

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/framework.hpp"
 #include "cost_models/memory.hpp"
 #include "planner/terapipe_slicing.hpp"
 #include "sim/costing.hpp"
@@ -23,38 +24,14 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-bool fits(const SearchRequest& r, const PlanSpec& p, Bytes* need) {
-  const auto mem = cost_models::memory_per_stage(r.model, r.training, p, r.cluster);
+bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const PlanSpec& p, Bytes* need) {
+  const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
   const auto& worst = mem[cost_models::most_loaded_stage(mem)];
   if (need) *need = worst.total();
   return cost_models::fits(worst, r.cluster.gpu);
 }
 
 }  // namespace
-
-bool framework_runs(Framework f, const PlanSpec& p) {
-  switch (f) {
-    case Framework::megatron:
-      // Megatron-LM has no token-level pipelining.
-      return p.schedule != Schedule::terapipe;
-    case Framework::deepspeed:
-      // DeepSpeed's pipeline engine (v0.5-0.6) runs one schedule, TrainSchedule = 1F1B
-      // (deepspeed/runtime/pipe/schedule.py); Megatron-DeepSpeed of that time had neither sequence
-      // parallelism nor selective recompute (both arrived with Korthikanti et al. 2022), and ZeRO-2/3
-      // are refused with pipelines (pipe/engine.py).
-      return p.schedule == Schedule::one_f_one_b && !p.sequence_parallel && p.recompute != Recompute::selective &&
-             p.zero <= 1;
-    case Framework::terapipe:
-      // TeraPipe's code: GPipe-order pipelining with or without token slices, Megatron tensor
-      // parallelism without sequence parallelism, optional checkpointing of the attention core
-      // only (--checkpoint-gradients), no sharded optimizer (zhuohan123/terapipe).
-      return (p.schedule == Schedule::gpipe || p.schedule == Schedule::terapipe || p.pp == 1) &&
-             !p.sequence_parallel && p.recompute != Recompute::full && p.zero == 0;
-    case Framework::generic:
-      return true;
-  }
-  return true;
-}
 
 Experiment experiment_for(const SearchRequest& r, const PlanSpec& plan) {
   Experiment e;
@@ -108,7 +85,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   if (dp == 1 && zero == 1) continue;
                   p.ep = ep;
                   p.framework = r.framework;
-                  if (!framework_runs(r.framework, p)) continue;
+                  if (!framework_traits(r.framework).runs(p)) continue;
                   if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
                   // Too many micro-batches to simulate (an absurd batch on few pipelines).
                   if (sim::simulation_size_violation(experiment_for(r, p), sim::SimulationSize::fast)) continue;
@@ -120,8 +97,17 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
   return out;
 }
 
+cost_models::ExecutionModel execution_for(const SearchRequest& r) {
+  PlanSpec p;
+  p.framework = r.framework;
+  return cost_models::resolve_execution(r.cluster, r.training, p);
+}
+
 SearchResult search_plans(const SearchRequest& r, const std::function<void(long, long)>& progress) {
   SearchResult res;
+  // Every plan of the search runs on the same framework, GPU and dtype: one execution model.
+  const cost_models::ExecutionModel x = execution_for(r);
+  const CommModel comm(r.cluster);
   const std::vector<PlanSpec> plans = enumerate_plans(r);
   res.enumerated = long(plans.size());
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
@@ -138,20 +124,20 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
     std::optional<PlanSpec> local_closest;
     for (long i; (i = next++) < long(plans.size());) {
       PlanSpec p = plans[i];
-      if (p.schedule == Schedule::terapipe && p.token_slices.empty()) p.token_slices = terapipe_slices(r, p);
+      if (p.schedule == Schedule::terapipe && p.token_slices.empty()) p.token_slices = terapipe_slices(r, x, p);
       Bytes need;
-      bool ok = fits(r, p, &need);
+      bool ok = fits(x, r, p, &need);
       if (!ok) {
         // Offload what does not fit on the device: optimizer state first, then activations.
         PlanSpec q = p;
         q.offload.optimizer = true;
         Bytes need2;
-        if (fits(r, q, &need2)) {
+        if (fits(x, r, q, &need2)) {
           p = q;
           ok = true;
         } else {
           q.offload.activations = 1.0;
-          if (fits(r, q, &need2)) {
+          if (fits(x, r, q, &need2)) {
             p = q;
             ok = true;
           }
@@ -163,10 +149,9 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
       }
       if (ok) {
         const Experiment e = experiment_for(r, p);
-        const CommModel comm(e.cluster);
         Candidate c;
         c.plan = p;
-        c.analytic = sim::predict(e, sim::EngineKind::analytic, sim::compute_costs_for(e), comm);
+        c.analytic = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::analytic);
         const auto& mem = c.analytic.memory_per_stage[c.analytic.most_loaded_stage];
         c.peak_memory = mem.total();
         local.push_back(std::move(c));
@@ -211,7 +196,7 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
     for (auto& c : fitting) {
       const Experiment e = experiment_for(r, c.plan);
       if (sim::simulation_size_violation(e, sim::SimulationSize::simgrid)) continue;  // left analytic-only
-      c.simgrid = sim::predict(e, sim::EngineKind::simgrid, sim::compute_costs_for(e), CommModel(e.cluster));
+      c.simgrid = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::simgrid);
     }
   res.ranked = std::move(fitting);
   if (res.ranked.empty() && closest) {
@@ -240,24 +225,24 @@ std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double
   return front;
 }
 
-std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan) {
+std::vector<int> terapipe_slices(const SearchRequest& r, const cost_models::ExecutionModel& x, const PlanSpec& plan) {
   const Experiment e = experiment_for(r, plan);
-  const sim::ComputeCosts compute = sim::compute_costs_for(e);
+  const sim::ComputeCosts compute = sim::compute_costs(e, x);
   const CommModel comm(e.cluster);
   int g = std::max(1, std::min(r.slice_granularity, r.model.seq_len));
   while (r.model.seq_len % g != 0) --g;
-  const SliceTime time = [&](int tokens, int end) { return sim::slice_stage_time(e, compute, comm, tokens, end); };
+  const SliceTime time = [&](int tokens, int end) { return sim::slice_stage_time({e, x, compute, comm}, tokens, end); };
   return optimal_token_slices(r.model.seq_len, plan.pp, time, g, plan.micro_batches(r.training)).slices;
 }
 
-Experiment with_token_slices(Experiment e) {
+Experiment with_token_slices(Experiment e, const cost_models::ExecutionModel& x) {
   if (e.plan.schedule == Schedule::terapipe && e.plan.token_slices.empty()) {
     SearchRequest r;
     r.model = e.model;
     r.cluster = e.cluster;
     r.training = e.training;
     r.gpus = e.gpus;
-    e.plan.token_slices = terapipe_slices(r, e.plan);
+    e.plan.token_slices = terapipe_slices(r, x, e.plan);
   }
   return e;
 }
@@ -265,10 +250,11 @@ Experiment with_token_slices(Experiment e) {
 PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const PlanSpec& given) {
   PlanStanding s;
   PlanSpec plan = given;
-  if (plan.schedule == Schedule::terapipe && plan.token_slices.empty()) plan.token_slices = terapipe_slices(r, plan);
+  const cost_models::ExecutionModel x = cost_models::resolve_execution(r.cluster, r.training, plan);
+  if (plan.schedule == Schedule::terapipe && plan.token_slices.empty()) plan.token_slices = terapipe_slices(r, x, plan);
   const Experiment e = experiment_for(r, plan);
-  s.prediction = sim::predict(e, sim::EngineKind::analytic, sim::compute_costs_for(e), CommModel(e.cluster));
-  s.fits = fits(r, plan, nullptr);
+  s.prediction = sim::predict({e, x, sim::compute_costs(e, x), CommModel(e.cluster)}, sim::EngineKind::analytic);
+  s.fits = fits(x, r, plan, nullptr);
   s.of = long(result.fitting_iterations_s.size());
   if (!s.fits) return s;
   const auto& v = result.fitting_iterations_s;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/experiment.hpp"
+#include "cost_models/execution.hpp"
 #include "sim/prediction.hpp"
 
 namespace foresight::planner {
@@ -61,21 +62,21 @@ struct SearchResult {
 /// least as good in both and better in one. Ordered by memory, ascending; ties keep the first.
 std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double>>& time_memory);
 
-/// Whether the framework can run the plan (its schedules, sequence parallelism, recompute modes,
-/// ZeRO stages); the search only offers what the chosen framework can execute.
-bool framework_runs(Framework f, const PlanSpec& p);
-
-/// Every runnable plan of the request's space (each passes check_plan and framework_runs).
+/// Every runnable plan of the request's space (each passes check_plan and FrameworkTraits::runs: the search
+/// only offers what the chosen framework can execute).
 std::vector<PlanSpec> enumerate_plans(const SearchRequest& r);
 
 /// The search; `progress(done, total)` is called from worker threads now and then.
 SearchResult search_plans(const SearchRequest& r, const std::function<void(long, long)>& progress = {});
 
+/// The execution model every plan of a search shares (the request's framework, GPU and dtype).
+cost_models::ExecutionModel execution_for(const SearchRequest& r);
+
 /// TeraPipe's optimal slices for a plan (schedule terapipe), from planner/terapipe_slicing.hpp.
-std::vector<int> terapipe_slices(const SearchRequest& r, const PlanSpec& plan);
+std::vector<int> terapipe_slices(const SearchRequest& r, const cost_models::ExecutionModel& x, const PlanSpec& plan);
 /// The experiment with its TeraPipe token slices filled by that dynamic program when the file
 /// leaves them empty (`token_slices: []`), as validate and simulate run it; otherwise unchanged.
-Experiment with_token_slices(Experiment e);
+Experiment with_token_slices(Experiment e, const cost_models::ExecutionModel& x);
 
 /// Where `plan` ranks among the search's fitting plans by analytic iteration time (1 = best),
 /// and its prediction; no rank when it does not fit.

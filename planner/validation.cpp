@@ -25,11 +25,6 @@ std::string group_of(const Experiment& e) {
 }
 
 
-sim::Prediction run(const Experiment& e, sim::EngineKind engine) {
-  const CommModel comm(e.cluster);
-  return sim::predict(e, engine, sim::compute_costs_for(e), comm);
-}
-
 }  // namespace
 
 ValidationReport validate_all(const std::string& root, sim::EngineKind engine) {
@@ -49,19 +44,20 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine) {
     auto add = [&](std::string quantity, double published, double predicted) {
       rep.cases.push_back({e.name, m.source, group, std::move(quantity), published, predicted});
     };
+    const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
+    const CommModel comm(e.cluster);
     if (m.forward_ms || m.backward_ms) {
       // One transformer layer, forward and backward (recompute included), with its TP communication.
-      const sim::ComputeCosts compute = sim::compute_costs_for(e);
-      const CommModel comm(e.cluster);
+      const sim::ComputeCosts compute = sim::compute_costs(e, x);
       const sim::LayerCompute lc = compute.layer(e.model.seq_len, e.model.seq_len, false);
-      const Seconds tp = sim::tp_comm_per_layer(e, comm, e.model.seq_len);
+      const Seconds tp = sim::tp_comm_per_layer({e, x, compute, comm}, e.model.seq_len);
       const Seconds recompute_tp = e.plan.recompute == Recompute::full ? tp : Seconds(0);
       if (m.forward_ms) add("forward_ms", *m.forward_ms, in_ms(lc.forward + tp));
       if (m.backward_ms) add("backward_ms", *m.backward_ms, in_ms(lc.backward + tp + lc.recompute + recompute_tp));
       continue;
     }
-    e = with_token_slices(e);
-    const sim::Prediction p = run(e, engine);
+    e = with_token_slices(e, x);
+    const sim::Prediction p = sim::predict({e, x, sim::compute_costs(e, x), comm}, engine);
     predicted_iteration[e.name] = p.iteration;
     if (m.iteration_s) add("iteration_s", *m.iteration_s, in_s(p.iteration));
     if (m.tflops_per_gpu)

@@ -1,7 +1,8 @@
 // From an experiment to a costed workload: every task's duration from the cost models (compute,
 // communication, memory/offload), the communicator placements the plan's rank layout creates, and
-// the implementation choices of the framework that ran it (how pipeline activations cross nodes,
-// which gradients are reduced how). Then predict(): simulate and summarise.
+// the implementation choices of the framework that runs it, all read from the execution model
+// (cost_models/execution.hpp) resolved once by the caller. cost_workload composes one coster per
+// concern (sim/costers.hpp); predict() simulates and summarises.
 #pragma once
 
 #include <functional>
@@ -11,6 +12,7 @@
 
 #include "core/experiment.hpp"
 #include "cost_models/comm.hpp"
+#include "cost_models/execution.hpp"
 #include "sim/prediction.hpp"
 #include "sim/simgrid_engine.hpp"
 #include "sim/workload.hpp"
@@ -27,10 +29,11 @@ struct LayerCompute {
 /// Compute time of the pieces outside the transformer layers, per micro-batch (or slice).
 struct EdgeCompute {
   Seconds embedding_forward, embedding_backward;  // first stage
-  Seconds head_forward, head_backward;            // last stage: final norm, logits, cross-entropy
+  Seconds head_forward, head_backward;            // last stage: final norm, logits, loss
 };
 
-/// The compute side of costing, so that sim/ needs no knowledge of how kernels are timed.
+/// The compute side of costing, so that sim/ needs no knowledge of how kernels are timed (tests
+/// and calibrate/ substitute their own).
 struct ComputeCosts {
   /// (tokens in the slice, attention context length, is it an MoE layer) -> times.
   std::function<LayerCompute(int tokens, int context, bool moe_layer)> layer;
@@ -42,9 +45,18 @@ struct ComputeCosts {
   std::function<Seconds(Bytes bytes, int launches)> memory_bound;
 };
 
-/// The compute costs of an experiment from the default source for its GPU: a calibration profile
-/// when one is bundled for it, else the GPU's spec with the published efficiency parameters.
-ComputeCosts compute_costs_for(const Experiment& e);
+/// The compute costs of an experiment from its resolved execution model (the roofline on its
+/// GPU, driven by the matching part of the GPU's calibration profile).
+ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionModel& x);
+
+/// Everything costing one experiment needs, referenced: the specs, how the plan is executed, the
+/// compute source and the communication model.
+struct CostInputs {
+  const Experiment& e;
+  const cost_models::ExecutionModel& x;
+  const ComputeCosts& compute;
+  const CommModel& comm;
+};
 
 /// Communicator placements of a plan (CommModel vocabulary).
 struct PlanGroups {
@@ -53,24 +65,31 @@ struct PlanGroups {
 };
 PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);
 
+/// Bytes of one activation tensor (b, tokens, h) in the execution's activation dtype.
+Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch, double tokens, double hidden);
+
 /// Tensor-parallel communication of one transformer layer's forward (the backward costs the same):
 /// 2 all-reduces of the (b, tokens, h) activation, or with sequence parallelism 2 all-gathers and
 /// 2 reduce-scatters (Korthikanti 2022 sec. 4.2). Zero at tp = 1.
-Seconds tp_comm_per_layer(const Experiment& e, const CommModel& comm, int tokens);
+Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
 
 /// Durations of every task of one iteration.
-WorkloadCosts cost_workload(const Experiment& e, const ComputeCosts& compute, const CommModel& comm);
+WorkloadCosts cost_workload(const CostInputs& in);
 
 /// Time of one TeraPipe token slice of `tokens` tokens ending at position `end`, forward plus
 /// backward (and recompute) on the slowest pipeline stage, with its tensor-parallel and pipeline
 /// communication: the t_i of TeraPipe's slicing objective (Li et al. 2021 sec. 3.3).
-Seconds slice_stage_time(const Experiment& e, const ComputeCosts& compute, const CommModel& comm, int tokens, int end);
+Seconds slice_stage_time(const CostInputs& in, int tokens, int end);
 
 /// The SimGrid platform for an experiment (one host per TP group, NICs per node).
 SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm);
 
 /// Simulates one iteration with the chosen engine; fills `trace` (Chrome trace JSON) when given.
-Prediction predict(const Experiment& e, EngineKind engine, const ComputeCosts& compute, const CommModel& comm,
-                   nlohmann::json* trace = nullptr);
+/// The prediction carries the memory per stage and whether the most loaded GPU fits.
+Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trace = nullptr);
+
+/// The usual path: resolve the experiment's execution model, its compute costs and comm model,
+/// and predict. For callers that predict one experiment once.
+Prediction predict(const Experiment& e, EngineKind engine, nlohmann::json* trace = nullptr);
 
 }  // namespace foresight::sim

@@ -10,6 +10,20 @@ Seconds TimeBreakdown::total() const {
          bubble;
 }
 
+bool Prediction::fits() const { return memory_shortfall() <= Bytes(0); }
+
+Bytes Prediction::memory_shortfall() const {
+  if (memory_per_stage.empty()) return Bytes(0);
+  return max(memory_per_stage[most_loaded_stage].total() - device_memory, Bytes(0));
+}
+
+std::string Prediction::memory_verdict() const {
+  if (fits()) return "";
+  return "stage " + std::to_string(most_loaded_stage) + " needs " +
+         format_number(in_GB(memory_per_stage[most_loaded_stage].total()), 1) + " GB per GPU, the GPU has " +
+         format_number(in_GB(device_memory), 1) + " GB: " + format_number(in_GB(memory_shortfall()), 1) + " GB short";
+}
+
 std::vector<Section> prediction_sections(const Prediction& p) {
   const TimeBreakdown& b = p.breakdown;
   std::vector<Section> s;
@@ -37,8 +51,10 @@ std::vector<Section> prediction_sections(const Prediction& p) {
                   {"grads", in_GB(m.grads), "GB", "Gradients", 2},
                   {"optimizer", in_GB(m.optimizer), "GB", "Optimizer state", 2},
                   {"activations", in_GB(m.activations), "GB", "Activations", 2},
-                  {"buffers", in_GB(m.buffers), "GB", "Buffers (CUDA, NCCL, buckets, p2p)", 2},
+                  {"buffers", in_GB(m.buffers), "GB", "Buffers (buckets, p2p, MoE, ZeRO-3)", 2},
+                  {"allocated", in_GB(m.allocated()), "GB", "Allocated (peak, allocator view)", 2},
                   {"headroom", in_GB(m.headroom), "GB", "Allocator headroom", 2},
+                  {"runtime", in_GB(m.runtime), "GB", "CUDA context and NCCL", 2},
                   {"total", in_GB(m.total()), "GB", "Total", 2},
                   {"device", in_GB(p.device_memory), "GB", "Device memory", 2}}});
   }
@@ -46,9 +62,9 @@ std::vector<Section> prediction_sections(const Prediction& p) {
 }
 
 nlohmann::ordered_json memory_json(const cost_models::MemoryBreakdown& m) {
-  return {{"weights", in_GB(m.weights)},         {"grads", in_GB(m.grads)},     {"optimizer", in_GB(m.optimizer)},
-          {"activations", in_GB(m.activations)}, {"buffers", in_GB(m.buffers)}, {"headroom", in_GB(m.headroom)},
-          {"total", in_GB(m.total())}};
+  return {{"weights", in_GB(m.weights)},         {"grads", in_GB(m.grads)},         {"optimizer", in_GB(m.optimizer)},
+          {"activations", in_GB(m.activations)}, {"buffers", in_GB(m.buffers)},     {"allocated", in_GB(m.allocated())},
+          {"headroom", in_GB(m.headroom)},       {"runtime", in_GB(m.runtime)},     {"total", in_GB(m.total())}};
 }
 
 std::vector<std::string> check_prediction(const Prediction& p) {
@@ -75,6 +91,7 @@ std::vector<std::string> check_prediction(const Prediction& p) {
   if (p.dp == 1 && b.dp_comm_exposed > Seconds(0)) fail("dp = 1 but data-parallel communication is non-zero");
   if (p.mfu > p.hfu + 1e-12) fail("MFU exceeds HFU");
   if (p.hfu > 1.0) fail("HFU exceeds 1: faster than the hardware's peak");
+  if (!p.fits()) fail("memory: " + p.memory_verdict());
   for (std::size_t s = 0; s < p.memory_per_stage.size(); ++s)
     if (p.memory_per_stage[s].total() > p.memory_per_stage[p.most_loaded_stage].total())
       fail("stage " + std::to_string(s) + " uses more memory than the reported most loaded stage");

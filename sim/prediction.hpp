@@ -44,6 +44,15 @@ struct Prediction {
   int most_loaded_stage = 0;
   Bytes device_memory;  // what one GPU has
   int tp = 1, pp = 1, dp = 1;
+  std::string framework;  // the framework entry and version the prediction assumes
+  std::string attention;  // the attention kernel both compute and memory priced
+  std::string profile;    // what the calibration profile contributed
+
+  /// Whether the most loaded GPU's memory fits in the device, and by how much it does not.
+  bool fits() const;
+  Bytes memory_shortfall() const;
+  /// "stage 0 needs 122.8 GB, the GPU has 85.9 GB: 36.9 GB short" (empty when it fits).
+  std::string memory_verdict() const;
 };
 
 /// The console/JSON field table of a prediction.

@@ -65,8 +65,8 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
     declare(p + "b_o", 1, h, Split::none, Init::zeros);
     declare(p + "ln2_g", 1, h, Split::none, Init::ones);
     declare(p + "ln2_b", 1, h, Split::none, Init::zeros);
-    // DeepSpeed-MoE's placement (core/flops.cpp): every `every`-th layer, counting from 1.
-    if (model.moe && (global_layer + 1) % model.moe->every == 0) {
+    // DeepSpeed-MoE's placement (ModelSpec::is_moe_layer, the rule the cost models use).
+    if (model.is_moe_layer(global_layer)) {
       FORESIGHT_CHECK(ep_comm_) << "MoE layer without an expert-parallel group";
       declare(p + "router", h, model.moe->experts, Split::none, Init::normal, kInitStd);
       const int local = model.moe->experts / ep_comm_->size();

@@ -60,7 +60,8 @@ Command describe_command() {
         return [o](std::ostream& out) {
           const Experiment e = load_experiment(resolve_scenario("experiments", o->experiment));
           const auto sections = describe_sections(e);
-          const auto memory = cost_models::memory_per_stage(e.model, e.training, e.plan, e.cluster);
+          const auto memory = cost_models::memory_per_stage(cost_models::execution_model(e.training, e.plan), e.model,
+                                                            e.training, e.plan);
           const int worst = cost_models::most_loaded_stage(memory);
           if (o->json) {
             nlohmann::ordered_json j{{"experiment", e.name}, {"file", e.file}};

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "apps/cli/cli.hpp"
+#include "core/framework.hpp"
 #include "core/plan_json.hpp"
 #include "core/spec_json.hpp"
 #include "core/scenario.hpp"
@@ -39,8 +40,8 @@ Command plan_command() {
         sub.add_option("--gpus", o->gpus, "GPUs to use (default: the experiment's)")->check(CLI::PositiveNumber);
         sub.add_option("--global-batch", o->global_batch, "Sequences per iteration")->check(CLI::PositiveNumber);
         sub.add_option("--framework", o->framework,
-                       "Whose implementation runs the plan: megatron | deepspeed | terapipe | generic (default: the "
-                       "experiment's; megatron when --model or --cluster is given)");
+                       "Whose implementation runs the plan: " + allowed_values<Framework>() +
+                           " (default: the experiment's; megatron when --model or --cluster is given)");
         sub.add_option("--top", o->top, "Ranked plans to print (and re-simulate with SimGrid)")
             ->check(CLI::Range(1, 1000))
             ->capture_default_str();
@@ -76,9 +77,10 @@ Command plan_command() {
           r.threads = o->threads;
           r.simgrid_top = !o->no_simgrid;
           r.terapipe = o->terapipe || base.plan.schedule == Schedule::terapipe;
-          if (r.terapipe && r.framework != Framework::terapipe && r.framework != Framework::generic)
+          if (r.terapipe && !framework_traits(r.framework).schedules[int(Schedule::terapipe)])
             throw SpecError(SourceLocation{"<command line>", 0, 0}, "--terapipe", to_string(r.framework),
-                            "token-level pipelining runs only with --framework terapipe or generic");
+                            "this framework has no token-level pipelining (TeraPipe slicing runs with --framework "
+                            "terapipe or generic)");
           const bool tty = ::isatty(STDERR_FILENO);
           const auto progress = [tty](long done, long total) {
             if (!tty) return;

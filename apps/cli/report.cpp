@@ -151,9 +151,7 @@ Command report_command() {
 
           std::cerr << "report: simulating " << timeline.name << " for the timeline\n";
           nlohmann::json trace;
-          const CommModel comm(timeline.cluster);
-          const sim::Prediction tl =
-              sim::predict(timeline, sim::EngineKind::analytic, sim::compute_costs_for(timeline), comm, &trace);
+          const sim::Prediction tl = sim::predict(timeline, sim::EngineKind::analytic, &trace);
 
           std::cerr << "report: searching plans for " << plan_base.name << "\n";
           planner::SearchRequest r;

@@ -1,7 +1,6 @@
 // foresight simulate EXPERIMENT: one iteration simulated with the analytic or the SimGrid engine;
 // time, throughput, MFU/HFU, the breakdown of the critical stage and memory per GPU.
 #include <CLI/CLI.hpp>
-#include <fstream>
 
 #include "apps/cli/cli.hpp"
 #include "core/scenario.hpp"
@@ -36,26 +35,23 @@ Command simulate_command() {
         sub.add_flag("--json", o->json, "Print machine-readable JSON");
         sub.add_option("--trace", o->trace, "Write a Chrome/Perfetto trace (JSON) of the iteration to this file");
         sub.add_flag("--check", o->check, "Fail (exit 1) when a sanity check of the result breaks");
+        sub.footer("Exit codes: 0 the plan runs and fits; 1 a sanity check broke (with --check) or an internal error; "
+                   "2 bad input (file, field, value and rule named); 3 the plan does not fit in device memory "
+                   "(the most loaded stage and the shortfall are printed).");
         return [o](std::ostream& out) {
           // TeraPipe experiments that leave token_slices empty get the planner's optimal slicing,
           // exactly as `foresight validate` runs them.
-          const Experiment e = planner::with_token_slices(load_experiment(resolve_scenario("experiments", o->experiment)));
+          const Experiment loaded = load_experiment(resolve_scenario("experiments", o->experiment));
+          // How the plan executes, resolved once: framework, attention, precision, profile.
+          const cost_models::ExecutionModel x = cost_models::resolve_execution(loaded);
+          const Experiment e = planner::with_token_slices(loaded, x);
           const auto engine = *parse_enum<sim::EngineKind>(o->engine);
-          const sim::ComputeCosts compute = sim::compute_costs_for(e);
+          const sim::ComputeCosts compute = sim::compute_costs(e, x);
           const CommModel comm(e.cluster);
           nlohmann::json trace;
-          const sim::Prediction p = sim::predict(e, engine, compute, comm, o->trace.empty() ? nullptr : &trace);
+          const sim::Prediction p = sim::predict({e, x, compute, comm}, engine, o->trace.empty() ? nullptr : &trace);
           const auto broken = sim::check_prediction(p);
-          if (!o->trace.empty()) {
-            // Written whole to a temporary name, then renamed: never a half-written trace.
-            const std::string tmp = o->trace + ".partial";
-            {
-              std::ofstream f(tmp);
-              if (!f) throw SpecError(SourceLocation{"<command line>", 0, 0}, "--trace", o->trace, "cannot be written");
-              f << trace.dump() << "\n";
-            }
-            std::rename(tmp.c_str(), o->trace.c_str());
-          }
+          if (!o->trace.empty()) write_file_atomically(o->trace, trace.dump() + "\n", "--trace");
           const auto sections = sim::prediction_sections(p);
           if (o->json) {
             nlohmann::ordered_json j{{"experiment", e.name}, {"engine", o->engine}};
@@ -66,6 +62,11 @@ Command simulate_command() {
             for (const auto& m : p.memory_per_stage)
               stages.push_back(sim::memory_json(m));
             j["memory_per_stage_GB"] = stages;
+            j["framework"] = p.framework;
+            j["attention"] = p.attention;
+            j["profile"] = p.profile;
+            j["fits"] = p.fits();
+            j["memory_shortfall_GB"] = in_GB(p.memory_shortfall());
             j["checks_failed"] = broken;
             out << j.dump(2) << "\n";
           } else {
@@ -74,8 +75,8 @@ Command simulate_command() {
                 << ", micro-batch " << e.plan.micro_batch << ", " << to_string(e.plan.schedule)
                 << (e.plan.virtual_stages > 1 ? " v" + std::to_string(e.plan.virtual_stages) : "")
                 << token_slices_text(e.plan) << ", recompute "
-                << to_string(e.plan.recompute) << ", zero " << e.plan.zero << ", " << to_string(e.plan.framework)
-                << "\n\n"
+                << to_string(e.plan.recompute) << ", zero " << e.plan.zero << "\n  executed as " << p.framework
+                << ", " << p.attention << " attention\n  calibration: " << p.profile << "\n\n"
                 << format_console(sections);
             out << "Memory per GPU by stage (GB):";
             for (std::size_t s = 0; s < p.memory_per_stage.size(); ++s) {
@@ -85,8 +86,11 @@ Command simulate_command() {
             out << "\n";
             if (e.measured && e.measured->iteration_s)
               out << "Published: " << *e.measured->iteration_s << " s per iteration (" << e.measured->source << ")\n";
+            if (!p.fits()) out << "DOES NOT FIT in device memory: " << p.memory_verdict() << "\n";
             for (const auto& b : broken) out << "CHECK FAILED: " << b << "\n";
           }
+          // A plan that does not fit cannot run, whatever else holds: exit 3 (documented in --help).
+          if (!p.fits()) return kExitDoesNotFit;
           return (o->check && !broken.empty()) ? kExitInternal : kExitOk;
         };
       }};

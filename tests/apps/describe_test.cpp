@@ -28,7 +28,8 @@ TEST(Describe, MemoryPerStageIsReportedAndMtNlgFits) {
   ASSERT_EQ(j["memory_per_stage_GB"].size(), 35u);
   for (const auto& s : j["memory_per_stage_GB"]) {
     const double parts = s["weights"].get<double>() + s["grads"].get<double>() + s["optimizer"].get<double>() +
-                         s["activations"].get<double>() + s["buffers"].get<double>() + s["headroom"].get<double>();
+                         s["activations"].get<double>() + s["buffers"].get<double>() + s["headroom"].get<double>() +
+                         s["runtime"].get<double>();
     EXPECT_NEAR(parts, s["total"].get<double>(), 1e-9);
   }
   EXPECT_TRUE(j["fits"].get<bool>());

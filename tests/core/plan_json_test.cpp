@@ -65,7 +65,7 @@ TEST(PlanJson, RefusesMalformedPlans) {
   expect_refused(with([](auto& k) { k["plan"]["nonsense"] = 1; }), "plan.nonsense");
   expect_refused(with([](auto& k) { k.erase("model"); }), "model");
   expect_refused(with([](auto& k) { k["model"]["layers"] = -4; }), "model.layers");
-  expect_refused(with([](auto& k) { k["plan"]["token_slices"] = {16, -16}; }), "plan.token_slices");
+  expect_refused(with([](auto& k) { k["plan"]["token_slices"] = {16, -16}; }), "plan.token_slices[1]");
   expect_refused(with([](auto& k) { k["training"]["global_batch"] = 15; }), "training.global_batch");
 }
 

@@ -45,6 +45,15 @@ ClusterSpec selene() {
   return c;
 }
 
+// How a plan executes when trained in `dtype` with Adam (framework and attention from the plan).
+ExecutionModel exec(const PlanSpec& p, Dtype dtype = Dtype::bf16) {
+  return execution_model(TrainingSpec{.global_batch = 1, .dtype = dtype, .optimizer = Optimizer::adam}, p);
+}
+ExecutionModel exec(const TrainingSpec& t, const PlanSpec& p) { return execution_model(t, p); }
+
+// One layer's stashed activations for a whole sequence of the plan's micro-batch size `b`.
+Bytes layer(const ModelSpec& m, const PlanSpec& p, int b, int seq) { return activation_bytes_per_layer(exec(p), m, p, b, seq); }
+
 PlanSpec plan_with(int tp, bool sp, Recompute rc) {
   PlanSpec p;
   p.tp = tp;
@@ -117,23 +126,23 @@ TEST(KorthikantiEquations, Sec43EmbeddingAndOutput) {
 TEST(ActivationBytesPerLayer, ReducesToEveryTable2Row) {
   const ModelSpec m = gpt3_175b();
   const double s = 2048, b = 1, h = 12288, a = 96, t = 8;
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(1, false, Recompute::none), 1, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(1, false, Recompute::none), 1, 2048).value(),
                    activations_no_parallelism(s, b, h, a).value());
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, false, Recompute::none), 1, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(8, false, Recompute::none), 1, 2048).value(),
                    activations_tensor_parallel(s, b, h, a, t).value());
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, true, Recompute::none), 1, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(8, true, Recompute::none), 1, 2048).value(),
                    activations_tensor_sequence_parallel(s, b, h, a, t).value());
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, false, Recompute::selective), 1, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(8, false, Recompute::selective), 1, 2048).value(),
                    activations_tensor_parallel_selective(s, b, h, t).value());
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, true, Recompute::selective), 1, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(8, true, Recompute::selective), 1, 2048).value(),
                    activations_tensor_sequence_parallel_selective(s, b, h, t).value());
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, false, Recompute::full), 1, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(8, false, Recompute::full), 1, 2048).value(),
                    activations_full_recompute(s, b, h).value());
   // With sequence parallelism the stored layer input is the sequence-sharded one: 2sbh/t.
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, true, Recompute::full), 1, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(8, true, Recompute::full), 1, 2048).value(),
                    activations_full_recompute(s, b, h).value() / 8);
   // Linear in the micro-batch size.
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(8, false, Recompute::none), 4, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(8, false, Recompute::none), 4, 2048).value(),
                    4 * activations_tensor_parallel(s, b, h, a, t).value());
 }
 
@@ -143,7 +152,7 @@ TEST(ActivationBytesPerLayer, GroupedQueryAttentionAndWideFfn) {
   // sbh = 8,388,608; (10 + 15.75 + 80) * sbh = 887,095,296.
   const ModelSpec m{.name = "gqa", .layers = 32, .hidden = 4096, .heads = 32, .seq_len = 2048,
                     .vocab = 32000, .ffn_hidden = 11008, .kv_heads = 8, .moe = std::nullopt};
-  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, plan_with(1, false, Recompute::none), 1, 2048).value(),
+  EXPECT_DOUBLE_EQ(layer(m, plan_with(1, false, Recompute::none), 1, 2048).value(),
                    887095296.0);
 }
 
@@ -151,20 +160,20 @@ TEST(ActivationBytesPerLayer, TerapipeSlices) {
   const ModelSpec m = gpt3_175b();
   const PlanSpec p = plan_with(8, false, Recompute::none);
   // One slice is the whole sequence.
-  EXPECT_DOUBLE_EQ(terapipe_activation_bytes_per_layer(m, p, 1, {2048}).value(),
-                   activation_bytes_per_layer(m, p, 1, 2048).value());
+  EXPECT_DOUBLE_EQ(terapipe_activation_bytes_per_layer(exec(p), m, p, 1, {2048}).value(),
+                   activation_bytes_per_layer(exec(p), m, p, 1, 2048).value());
   // Two slices of 1024: linear part unchanged, sbh*13 = 327,155,712; attention over
   // 1024*1024 + 1024*2048 = 3,145,728 pairs: 5*96*3,145,728/8 = 188,743,680. Sum 515,899,392.
-  EXPECT_DOUBLE_EQ(terapipe_activation_bytes_per_layer(m, p, 1, {1024, 1024}).value(), 515899392.0);
+  EXPECT_DOUBLE_EQ(terapipe_activation_bytes_per_layer(exec(p), m, p, 1, {1024, 1024}).value(), 515899392.0);
 }
 
 TEST(RecomputeWorkingBytes, OneLayerRematerialised) {
   const ModelSpec m = gpt3_175b();
-  EXPECT_DOUBLE_EQ(recompute_working_bytes(m, plan_with(8, false, Recompute::none), 1, 2048).value(), 0.0);
+  EXPECT_DOUBLE_EQ(recompute_working_bytes(exec(plan_with(8, false, Recompute::none)), m, plan_with(8, false, Recompute::none), 1, 2048).value(), 0.0);
   // Full: the TP row of Table 2 for one layer.
-  EXPECT_DOUBLE_EQ(recompute_working_bytes(m, plan_with(8, false, Recompute::full), 1, 2048).value(), 578813952.0);
+  EXPECT_DOUBLE_EQ(recompute_working_bytes(exec(plan_with(8, false, Recompute::full)), m, plan_with(8, false, Recompute::full), 1, 2048).value(), 578813952.0);
   // Selective: the attention core 5as^2b/t = 5*96*2048^2/8 = 251,658,240.
-  EXPECT_DOUBLE_EQ(recompute_working_bytes(m, plan_with(8, true, Recompute::selective), 1, 2048).value(), 251658240.0);
+  EXPECT_DOUBLE_EQ(recompute_working_bytes(exec(plan_with(8, true, Recompute::selective)), m, plan_with(8, true, Recompute::selective), 1, 2048).value(), 251658240.0);
 }
 
 // ---- Pipeline schedules -------------------------------------------------------------------------
@@ -201,13 +210,13 @@ TEST(StageActivations, OneFOneBFirstStageIsEq5) {
   p.pp = 8;
   p.dp = 1;
   const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
-  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(m, tr, p, 0).value(),
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 0).value(),
                    first_stage_activations_eq5(2048, 1, 12288, 96, 8, 96).value());
   // The last stage holds one micro-batch: 12 layers' worth.
-  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(m, tr, p, 7).value(),
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 7).value(),
                    12 * activations_tensor_sequence_parallel(2048, 1, 12288, 96, 8).value());
   // Sec. 4.3 for p > 1: the embedding dropout masks, sbhp/t.
-  EXPECT_DOUBLE_EQ(input_embedding_activation_bytes(m, p, 1, 2048, 8).value(),
+  EXPECT_DOUBLE_EQ(input_embedding_activation_bytes(exec(p), m, p, 1, 2048, 8).value(),
                    embedding_and_output_activations_sec43(2048, 1, 12288, 51200, 8, 8).value());
 }
 
@@ -222,7 +231,7 @@ TEST(StageActivations, InterleavedFirstStageIsEq5TimesFactor) {
   const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
   // Eq. 6 (34 sbhL/t) scaled by the factor.
   const double eq6 = 34.0 * 2048 * 12288 * 96 / 8;
-  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(m, tr, p, 0).value(),
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 0).value(),
                    eq6 * interleaved_activation_factor(8, 3));
 }
 
@@ -230,8 +239,8 @@ TEST(StageActivations, SinglestageIncludesSec43OutputLayer) {
   // p = 1 with tp 8 + SP: embedding + final layernorm + output layer = Korthikanti sec. 4.3.
   const ModelSpec m = gpt3_175b();
   const PlanSpec p = plan_with(8, true, Recompute::none);
-  EXPECT_DOUBLE_EQ((input_embedding_activation_bytes(m, p, 1, 2048, 1) +
-                    output_layer_activation_bytes(m, p, 1, 2048)).value(),
+  EXPECT_DOUBLE_EQ((input_embedding_activation_bytes(exec(p), m, p, 1, 2048, 1) +
+                    output_layer_activation_bytes(exec(p), m, p, 1, 2048)).value(),
                    embedding_and_output_activations_sec43(2048, 1, 12288, 51200, 8, 1).value());
 }
 
@@ -247,7 +256,7 @@ TEST(StageActivations, MtNlgFirstStageByHand) {
   p.pp = 35;
   p.dp = 8;
   const TrainingSpec tr{.global_batch = 1920, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
-  EXPECT_DOUBLE_EQ(stage_activation_bytes(m, tr, p, 0).value(), 11156848640.0);
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(exec(tr, p), m, tr, p, 0).value(), 11156848640.0);
 }
 
 // ---- Parameters and bytes per parameter ---------------------------------------------------------
@@ -260,18 +269,18 @@ TEST(ParametersOnGpu, StagesAddUpToTheModel) {
   p.tp = 8;
   p.pp = 8;
   double sum = 0;
-  for (int s = 0; s < p.pp; ++s) sum += parameters_on_gpu(m, p, s).total() * p.tp;
+  for (int s = 0; s < p.pp; ++s) sum += parameters_on_gpu(framework_traits(p.framework), m, p, s).total() * p.tp;
   const double h = m.hidden;
   const double expected = parameter_count(m) + double(m.vocab) * h + (p.tp - 1) * (m.seq_len * h + 2 * h);
   EXPECT_NEAR(sum, expected, expected * 1e-12);
   // A middle stage: 12 layers x (12h^2 + 13h) / 8.
-  EXPECT_DOUBLE_EQ(parameters_on_gpu(m, p, 3).dense, 12 * (12.0 * h * h + 13 * h) / 8);
+  EXPECT_DOUBLE_EQ(parameters_on_gpu(framework_traits(p.framework), m, p, 3).dense, 12 * (12.0 * h * h + 13 * h) / 8);
 }
 
 TEST(StateBytesPerParam, MegatronDistribOptimizerTable) {
   // Megatron-LM docs/distrib_optimizer.md: bytes/param, non-distributed and distributed (d = 8).
   const auto bytes = [](Dtype dt, int zero) {
-    return state_bytes_per_param(dt, Optimizer::adam, Framework::megatron, zero, 8).total();
+    return state_bytes_per_param(element_sizes(dt, Optimizer::adam, framework_traits(Framework::megatron)), zero, 8).total();
   };
   EXPECT_DOUBLE_EQ(bytes(Dtype::fp16, 0), 20.0);            // float16 param, float16 grads
   EXPECT_DOUBLE_EQ(bytes(Dtype::fp16, 1), 4.0 + 16.0 / 8);  // 4 + 16/d
@@ -286,13 +295,13 @@ TEST(StateBytesPerParam, ZeroPaperFigure1) {
   // P_os (4 + K/N_d)Psi = 31.4 GB, P_os+g (2 + 14/N_d)Psi = 16.6 GB, P_os+g+p 16Psi/N_d = 1.9 GB.
   const double psi = 7.5e9;
   const auto gb = [&](int zero) {
-    return psi * state_bytes_per_param(Dtype::fp16, Optimizer::adam, Framework::deepspeed, zero, 64).total() / 1e9;
+    return psi * state_bytes_per_param(element_sizes(Dtype::fp16, Optimizer::adam, framework_traits(Framework::deepspeed)), zero, 64).total() / 1e9;
   };
   EXPECT_DOUBLE_EQ(gb(0), 120.0);
   EXPECT_NEAR(gb(1), 31.4, 0.05);
   EXPECT_NEAR(gb(2), 16.6, 0.05);
   EXPECT_NEAR(gb(3), 1.9, 0.05);
-  const StateBytesPerParam z2 = state_bytes_per_param(Dtype::bf16, Optimizer::adam, Framework::deepspeed, 2, 64);
+  const StateBytesPerParam z2 = state_bytes_per_param(element_sizes(Dtype::bf16, Optimizer::adam, framework_traits(Framework::deepspeed)), 2, 64);
   EXPECT_DOUBLE_EQ(z2.weights, 2.0);
   EXPECT_DOUBLE_EQ(z2.grads, 2.0 / 64);
   EXPECT_DOUBLE_EQ(z2.optimizer, 12.0 / 64);
@@ -325,7 +334,7 @@ struct Plan530 {
 
 TEST(AcceptancePlans, MtNlg530bOn280NodesFits) {
   const Plan530 x(Recompute::full);
-  const auto stages = memory_per_stage(x.model, x.training, x.plan, selene());
+  const auto stages = memory_per_stage(exec(x.training, x.plan), x.model, x.training, x.plan);
   const int worst = most_loaded_stage(stages);
   print_stage("MT-NLG 530B full recompute, most loaded", worst, stages[worst]);
   print_stage("MT-NLG 530B full recompute", 17, stages[17]);
@@ -341,7 +350,7 @@ TEST(AcceptancePlans, MtNlg530bOn280NodesFits) {
   // The parts add up.
   const MemoryBreakdown& b = stages[worst];
   EXPECT_DOUBLE_EQ(b.total().value(),
-                   (b.weights + b.grads + b.optimizer + b.activations + b.buffers + b.headroom).value());
+                   (b.weights + b.grads + b.optimizer + b.activations + b.buffers + b.headroom + b.runtime).value());
 }
 
 TEST(AcceptancePlans, MtNlg530bAsDeepSpeedRanItFits) {
@@ -349,7 +358,7 @@ TEST(AcceptancePlans, MtNlg530bAsDeepSpeedRanItFits) {
   // 5e8-element reduce bucket.
   Plan530 x(Recompute::full);
   x.plan.framework = Framework::deepspeed;
-  const auto stages = memory_per_stage(x.model, x.training, x.plan, selene());
+  const auto stages = memory_per_stage(exec(x.training, x.plan), x.model, x.training, x.plan);
   const int worst = most_loaded_stage(stages);
   print_stage("MT-NLG 530B (DeepSpeed ZeRO-1) full recompute, most loaded", worst, stages[worst]);
   EXPECT_TRUE(fits(stages[worst], selene().gpu));
@@ -358,7 +367,7 @@ TEST(AcceptancePlans, MtNlg530bAsDeepSpeedRanItFits) {
 
 TEST(AcceptancePlans, MtNlg530bWithoutRecomputeDoesNotFit) {
   const Plan530 x(Recompute::none);
-  const auto stages = memory_per_stage(x.model, x.training, x.plan, selene());
+  const auto stages = memory_per_stage(exec(x.training, x.plan), x.model, x.training, x.plan);
   const int worst = most_loaded_stage(stages);
   print_stage("MT-NLG 530B no recompute, most loaded", worst, stages[worst]);
   EXPECT_EQ(worst, 0);
@@ -380,7 +389,7 @@ TEST(AcceptancePlans, Sc21OneTrillionFits) {
   p.recompute = Recompute::full;
   p.zero = 0;
   p.framework = Framework::megatron;
-  const auto stages = memory_per_stage(m, tr, p, selene());
+  const auto stages = memory_per_stage(exec(tr, p), m, tr, p);
   const int worst = most_loaded_stage(stages);
   print_stage("SC21 1T, most loaded", worst, stages[worst]);
   print_stage("SC21 1T", 63, stages[63]);
@@ -399,7 +408,7 @@ TEST(AcceptancePlans, OneTrillionOnEightGpusDoesNotFit) {
   PlanSpec p;
   p.tp = 8;
   p.recompute = Recompute::full;
-  const MemoryBreakdown b = memory_per_gpu(m, tr, p, selene(), 0);
+  const MemoryBreakdown b = memory_per_gpu(exec(tr, p), m, tr, p, 0);
   EXPECT_FALSE(fits(b, selene().gpu));
   // At least the 18 bytes/param of ~1T/8 params: > 2,000 GiB.
   EXPECT_GT(in_GiB(memory_shortfall(b, selene().gpu)), 2000.0);
@@ -408,7 +417,7 @@ TEST(AcceptancePlans, OneTrillionOnEightGpusDoesNotFit) {
 TEST(MemoryPerGpu, OptimizerOffloadEmptiesTheOptimizerState) {
   Plan530 x(Recompute::full);
   x.plan.offload.optimizer = true;
-  const MemoryBreakdown b = memory_per_gpu(x.model, x.training, x.plan, selene(), 0);
+  const MemoryBreakdown b = memory_per_gpu(exec(x.training, x.plan), x.model, x.training, x.plan, 0);
   EXPECT_EQ(b.optimizer.value(), 0.0);
 }
 
@@ -419,23 +428,28 @@ TEST(MemoryPerGpu, MoeExpertsShardOverExpertParallelism) {
   PlanSpec p;
   p.dp = 4;
   p.ep = 4;
-  const StageParameters sp = parameters_on_gpu(m, p, 0);
+  const StageParameters sp = parameters_on_gpu(framework_traits(p.framework), m, p, 0);
   // Expert FFN: 2*1024*4096 + 4096 + 1024 = 8,393,728 params each; 2 on this GPU.
   EXPECT_DOUBLE_EQ(sp.expert, 2 * 8393728.0);
-  EXPECT_TRUE(is_moe_layer(m, 1));
-  EXPECT_FALSE(is_moe_layer(m, 0));
+  EXPECT_TRUE(m.is_moe_layer(1));
+  EXPECT_FALSE(m.is_moe_layer(0));
   // The MoE layer stores more activations than the dense one (router logits, dispatched tokens).
-  EXPECT_GT(activation_bytes_per_layer(m, p, 1, 1024, true), activation_bytes_per_layer(m, p, 1, 1024, false));
+  EXPECT_GT(activation_bytes_per_layer(exec(p), m, p, 1, 1024, true), activation_bytes_per_layer(exec(p), m, p, 1, 1024, false));
 }
 
 TEST(GradAccumulation, BytesPerParameterByFramework) {
-    // Megatron fp32 main grad: read 4 + read 2 + write 4; fp32 training reads and writes 4 three times.
-  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::bf16, Framework::megatron), 10.0);
-  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::fp16, Framework::megatron), 10.0);
-  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::fp32, Framework::megatron), 12.0);
+  const auto accumulate = [](Dtype dt, Framework f) {
+    return element_sizes(dt, Optimizer::adam, framework_traits(f)).accumulate;
+  };
+  // Megatron fp32 main grad: read 4 + read 2 + write 4; fp32 training reads and writes 4 three times.
+  EXPECT_EQ(accumulate(Dtype::bf16, Framework::megatron), 10.0);
+  EXPECT_EQ(accumulate(Dtype::fp16, Framework::megatron), 10.0);
+  EXPECT_EQ(accumulate(Dtype::fp32, Framework::megatron), 12.0);
   // PyTorch AccumulateGrad in the parameter dtype: grad += new_grad.
-  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::fp16, Framework::deepspeed), 6.0);
-  EXPECT_EQ(grad_accumulation_bytes_per_param(Dtype::fp16, Framework::terapipe), 6.0);
+  EXPECT_EQ(accumulate(Dtype::fp16, Framework::deepspeed), 6.0);
+  EXPECT_EQ(accumulate(Dtype::fp16, Framework::terapipe), 6.0);
+  // Autocast keeps fp32 parameters, so fp32 gradients: 3 x 4.
+  EXPECT_EQ(accumulate(Dtype::bf16, Framework::pytorch), 12.0);
 }
 
 TEST(ParametersOnGpu, TeraPipeStagesHoldLayersOnly) {
@@ -444,7 +458,7 @@ TEST(ParametersOnGpu, TeraPipeStagesHoldLayersOnly) {
   const Experiment e = load_experiment(resolve_scenario("experiments", "terapipe-gpt3-1b-p3-gpipe"));
   const double h = e.model.hidden;
   for (int s : {0, 11, 23})
-    EXPECT_NEAR(parameters_on_gpu(e.model, e.plan, s).total(), 12 * h * h + 13 * h, 1.0) << s;
+    EXPECT_NEAR(parameters_on_gpu(framework_traits(e.plan.framework), e.model, e.plan, s).total(), 12 * h * h + 13 * h, 1.0) << s;
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ ClusterSpec node(Bytes host_memory) {
 
 const TrainingSpec kTraining{.global_batch = 32, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
 
+ExecutionModel exec(const TrainingSpec& t, const PlanSpec& p) { return execution_model(t, p); }
+ExecutionModel exec(const PlanSpec& p) { return execution_model(kTraining, p); }
+
 PlanSpec zero1_dp4(Framework fw) {
   PlanSpec p;
   p.dp = 4;
@@ -40,7 +43,7 @@ PlanSpec zero1_dp4(Framework fw) {
 }
 
 TEST(OffloadCost, ParametersOfTheTinyModel) {
-  EXPECT_DOUBLE_EQ(parameters_on_gpu(tiny(), PlanSpec{}, 0).total(), 77443072.0);
+  EXPECT_DOUBLE_EQ(parameters_on_gpu(framework_traits(Framework::megatron), tiny(), PlanSpec{}, 0).total(), 77443072.0);
 }
 
 TEST(OffloadCost, OptimizerZeroOffloadDeepSpeed) {
@@ -49,7 +52,7 @@ TEST(OffloadCost, OptimizerZeroOffloadDeepSpeed) {
   // Time at 25 GB/s: 38,721,536 / 25e9 = 1.54886144 ms each way, concurrently.
   // Host: 12 B (fp32 master, m, v) + 2 B received gradient = 14 B x 19,360,768 = 271,050,752 B
   // per GPU; 8 GPUs a node: 2,168,406,016 B.
-  const OffloadCost c = offload_cost(tiny(), kTraining, zero1_dp4(Framework::deepspeed), node(2000_GB), 0);
+  const OffloadCost c = offload_cost(exec(kTraining, zero1_dp4(Framework::deepspeed)), tiny(), kTraining, zero1_dp4(Framework::deepspeed), node(2000_GB), 0);
   EXPECT_DOUBLE_EQ(c.optimizer_to_host.value(), 38721536.0);
   EXPECT_DOUBLE_EQ(c.optimizer_to_device.value(), 38721536.0);
   EXPECT_DOUBLE_EQ(c.activations_to_host.value(), 0.0);
@@ -66,7 +69,7 @@ TEST(OffloadCost, OptimizerZeroOffloadDeepSpeed) {
 TEST(OffloadCost, OptimizerZeroOffloadMegatronFp32Grads) {
   // Megatron bf16 keeps fp32 main grads: 4 B down (77,443,072 B), 2 B up (38,721,536 B); the link
   // is busy for the longer direction, 77,443,072 / 25e9 = 3.09772288 ms. Host 12 + 4 = 16 B/param.
-  const OffloadCost c = offload_cost(tiny(), kTraining, zero1_dp4(Framework::megatron), node(2000_GB), 0);
+  const OffloadCost c = offload_cost(exec(kTraining, zero1_dp4(Framework::megatron)), tiny(), kTraining, zero1_dp4(Framework::megatron), node(2000_GB), 0);
   EXPECT_DOUBLE_EQ(c.optimizer_to_host.value(), 77443072.0);
   EXPECT_DOUBLE_EQ(c.optimizer_to_device.value(), 38721536.0);
   EXPECT_NEAR(in_ms(c.time()), 3.09772288, 1e-12);
@@ -74,7 +77,7 @@ TEST(OffloadCost, OptimizerZeroOffloadMegatronFp32Grads) {
 }
 
 TEST(OffloadCost, NothingOffloadedCostsNothing) {
-  const OffloadCost c = offload_cost(tiny(), kTraining, PlanSpec{}, node(2000_GB), 0);
+  const OffloadCost c = offload_cost(exec(kTraining, PlanSpec{}), tiny(), kTraining, PlanSpec{}, node(2000_GB), 0);
   EXPECT_EQ(c.to_host().value(), 0.0);
   EXPECT_EQ(c.to_device().value(), 0.0);
   EXPECT_EQ(c.time().value(), 0.0);
@@ -90,8 +93,8 @@ TEST(OffloadCost, HalfTheActivations) {
   PlanSpec p;
   p.dp = 4;
   p.offload.activations = 0.5;
-  const OffloadCost c = offload_cost(tiny(), kTraining, p, node(2000_GB), 0);
-  EXPECT_DOUBLE_EQ(layer_activation_bytes_per_unit(tiny(), p, 0).value(), 239075328.0);
+  const OffloadCost c = offload_cost(exec(kTraining, p), tiny(), kTraining, p, node(2000_GB), 0);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes_per_unit(exec(p), tiny(), p, 0).value(), 239075328.0);
   EXPECT_DOUBLE_EQ(c.activations_to_host.value(), 956301312.0);
   EXPECT_DOUBLE_EQ(c.activations_to_device.value(), 956301312.0);
   EXPECT_NEAR(in_ms(c.to_device_time), 38.25205248, 1e-9);
@@ -105,9 +108,9 @@ TEST(OffloadCost, ActivationOffloadShrinksTheDeviceStash) {
   PlanSpec p;
   p.dp = 4;
   p.schedule = Schedule::gpipe;
-  const Bytes kept = stage_activation_bytes(tiny(), kTraining, p, 0);
+  const Bytes kept = stage_activation_bytes(exec(kTraining, p), tiny(), kTraining, p, 0);
   p.offload.activations = 0.5;
-  const Bytes offloaded = stage_activation_bytes(tiny(), kTraining, p, 0);
+  const Bytes offloaded = stage_activation_bytes(exec(kTraining, p), tiny(), kTraining, p, 0);
   EXPECT_DOUBLE_EQ((kept - offloaded).value(), 836763648.0);
 }
 

@@ -1,3 +1,5 @@
+#include <set>
+
 #include "tests/fuzz/fuzz_inputs.hpp"
 
 #include "core/flops.hpp"
@@ -17,7 +19,7 @@ void scenario_yaml(const std::string& text) {
     // What `describe` computes next from an accepted experiment.
     parameter_count(e.model);
     hardware_flops_per_iteration(e.model, e.training.global_batch, e.plan.recompute);
-    cost_models::memory_per_stage(e.model, e.training, e.plan, e.cluster);
+    cost_models::memory_per_stage(cost_models::execution_model(e.training, e.plan), e.model, e.training, e.plan);
   } catch (const SpecError&) {
   }
   if (text.find("model") != std::string::npos) try {
@@ -47,8 +49,14 @@ void plan_json(const std::string& text) {
 
 void profile_json(const std::string& text) {
   try {
-    const cost_models::CalibrationProfile p = cost_models::parse_profile(text, "profile.json");
-    if (!p.gemm.empty()) cost_models::profile_gemm(p, 4096, 4096, 4096, 1);
+    const cost_models::ProfileData data = cost_models::parse_profile(text, "profile.json");
+    // What an execution takes from it: its own implementation's GEMMs and attention.
+    std::set<std::pair<std::string, Dtype>> kinds;
+    for (const auto& g : data.gemm) kinds.insert({g.impl, g.dtype});
+    for (const auto& [impl, dtype] : kinds) {
+      const cost_models::CalibrationProfile p = cost_models::select_profile(data, impl, dtype, "flash", Dtype::bf16);
+      cost_models::profile_gemm(p, 4096, 4096, 4096, 1);
+    }
   } catch (const SpecError&) {
   }
 }

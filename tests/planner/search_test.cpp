@@ -39,7 +39,7 @@ TEST(Search, KeepsOnlyPlansThatFitAndRanksThem) {
   ASSERT_FALSE(res.ranked.empty());
   for (std::size_t i = 0; i < res.ranked.size(); ++i) {
     const auto& c = res.ranked[i];
-    const auto mem = cost_models::memory_per_stage(r.model, r.training, c.plan, r.cluster);
+    const auto mem = cost_models::memory_per_stage(cost_models::execution_model(r.training, c.plan), r.model, r.training, c.plan);
     EXPECT_LE(mem[cost_models::most_loaded_stage(mem)].total(), r.cluster.gpu.hbm) << i;
     if (i) {
       EXPECT_LE(res.ranked[i - 1].analytic.iteration, c.analytic.iteration);

@@ -25,6 +25,18 @@ ComputeCosts fixed_compute() {
   return c;
 }
 
+// The costs of `e` with a given compute source, executed as its framework runs it.
+WorkloadCosts costs_of(const Experiment& e, const ComputeCosts& compute) {
+  const CommModel comm(e.cluster);
+  return cost_workload({e, cost_models::execution_model(e.training, e.plan), compute, comm});
+}
+
+Prediction predict_with(const Experiment& e, EngineKind engine, const ComputeCosts& compute,
+                        nlohmann::json* trace = nullptr) {
+  const CommModel comm(e.cluster);
+  return predict({e, cost_models::execution_model(e.training, e.plan), compute, comm}, engine, trace);
+}
+
 Experiment single_node() {
   // GPT-3 1.3B on one DGX A100 node: tp 2 x pp 4 x dp 1 — one replica, every transfer inside the node.
   Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
@@ -43,9 +55,8 @@ Experiment single_node() {
 
 // Both engines on `e`; without contention they must agree within 1%. Returns both predictions.
 std::pair<Prediction, Prediction> expect_engines_agree(const Experiment& e, const ComputeCosts& compute) {
-  const CommModel comm(e.cluster);
-  const Prediction a = predict(e, EngineKind::analytic, compute, comm);
-  const Prediction s = predict(e, EngineKind::simgrid, compute, comm);
+  const Prediction a = predict_with(e, EngineKind::analytic, compute);
+  const Prediction s = predict_with(e, EngineKind::simgrid, compute);
   EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << "analytic " << a.iteration.value() << " s, simgrid "
                                                    << s.iteration.value() << " s";
   return {a, s};
@@ -70,9 +81,8 @@ TEST(Predict, OneFOneBIterationMatchesHandComputation) {
   e.plan.recompute = Recompute::full;
   e.training.global_batch = 4;
   e.plan.micro_batch = 2;
-  const CommModel comm(e.cluster);
-  const Prediction p = predict(e, EngineKind::analytic, fixed_compute(), comm);
-  const double params = cost_models::parameters_on_gpu(e.model, e.plan, 0).total();
+  const Prediction p = predict_with(e, EngineKind::analytic, fixed_compute());
+  const double params = cost_models::parameters_on_gpu(framework_traits(e.plan.framework), e.model, e.plan, 0).total();
   const double per_mb = 24 * (50e-3 + 100e-3 + 50e-3) + 1e-4 + 2e-4 + 5e-4 + 1e-3;  // times are per micro-batch
   EXPECT_NEAR(p.iteration.value(), 2 * per_mb + params * 1e-11, 1e-9);
   EXPECT_NEAR(p.breakdown.bubble.value(), 0.0, 1e-12);
@@ -92,9 +102,8 @@ TEST(Predict, InvariantsCatchAnInconsistentResult) {
 
 TEST(Trace, ChromeTraceSchema) {
   const Experiment e = single_node();
-  const CommModel comm(e.cluster);
   nlohmann::json trace;
-  predict(e, EngineKind::analytic, fixed_compute(), comm, &trace);
+  predict_with(e, EngineKind::analytic, fixed_compute(), &trace);
   ASSERT_TRUE(trace.contains("traceEvents"));
   ASSERT_TRUE(trace["traceEvents"].is_array());
   int complete = 0, names = 0;
@@ -121,16 +130,16 @@ TEST(PipelineTransfers, BytesAsEachFrameworkSendsThem) {
   // (one activation), gradients whole from each of the 8 ranks (8 activations).
   Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-280"));
   const double act = 2.0 * 1 * 2048 * 20480;  // 16-bit (b, s, h)
-  WorkloadCosts c = cost_workload(e, fixed_compute(), CommModel(e.cluster));
+  WorkloadCosts c = costs_of(e, fixed_compute());
   EXPECT_DOUBLE_EQ(c.p2p_forward_bytes[0].value(), act);
   EXPECT_DOUBLE_EQ(c.p2p_backward_bytes[0].value(), 8 * act);
   // Megatron-LM scatter/gather: 1/8 per rank both ways.
   e.plan.framework = Framework::megatron;
-  c = cost_workload(e, fixed_compute(), CommModel(e.cluster));
+  c = costs_of(e, fixed_compute());
   EXPECT_DOUBLE_EQ(c.p2p_backward_bytes[0].value(), act);
   // TeraPipe: one whole activation per boundary.
   const Experiment t = load_experiment(resolve_scenario("experiments", "terapipe-gpt3-13b-p3-gpipe"));
-  c = cost_workload(t, fixed_compute(), CommModel(t.cluster));
+  c = costs_of(t, fixed_compute());
   EXPECT_DOUBLE_EQ(c.p2p_forward_bytes[0].value(), 2.0 * t.plan.micro_batch * 2048 * 5120);
   EXPECT_DOUBLE_EQ(c.p2p_backward_bytes[0].value(), 2.0 * t.plan.micro_batch * 2048 * 5120);
 }
@@ -141,10 +150,10 @@ TEST(GradAccumulation, AddedToEveryBackward) {
   const Experiment e = single_node();
   ComputeCosts with = fixed_compute();
   with.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
-  const WorkloadCosts a = cost_workload(e, fixed_compute(), CommModel(e.cluster));
-  const WorkloadCosts b = cost_workload(e, with, CommModel(e.cluster));
+  const WorkloadCosts a = costs_of(e, fixed_compute());
+  const WorkloadCosts b = costs_of(e, with);
   for (int s = 0; s < e.plan.pp; ++s) {
-    const double params = cost_models::parameters_on_gpu(e.model, e.plan, s).total();
+    const double params = cost_models::parameters_on_gpu(framework_traits(e.plan.framework), e.model, e.plan, s).total();
     EXPECT_NEAR((b.chunk[s][0][0].backward - a.chunk[s][0][0].backward).value(), params * 10 * 1e-9, 1e-12) << s;
   }
 }
@@ -169,8 +178,7 @@ Experiment two_stages_per_node() {
 
 TEST(PipelineTransfers, OnlyHopsBetweenNodesCrossTheNics) {
   const Experiment e = two_stages_per_node();
-  const CommModel comm(e.cluster);
-  const WorkloadCosts c = cost_workload(e, fixed_compute(), comm);
+  const WorkloadCosts c = costs_of(e, fixed_compute());
   ASSERT_EQ(c.stage_node, (std::vector<int>{0, 0, 1, 1}));
   // Stage 1 -> 2 leaves node 0: by hand, 30 us (the cluster file's inter-node latency) plus one
   // activation (2 bytes x 2048 tokens x 2048 hidden) at 25 Gb/s x 0.80 (NCCL over TCP sockets),
@@ -212,6 +220,6 @@ TEST(Predict, EnginesAgreeWhenATensorParallelGroupUsesHalfTheNodesNics) {
     const double scale = tokens / 2048.0;
     return LayerCompute{Seconds(50e-6 * scale), Seconds(100e-6 * scale), Seconds(50e-6 * scale)};
   };
-  ASSERT_EQ(cost_workload(e, fast, CommModel(e.cluster)).stage_node, (std::vector<int>{0, 0, 1, 1}));
+  ASSERT_EQ(costs_of(e, fast).stage_node, (std::vector<int>{0, 0, 1, 1}));
   expect_engines_agree(e, fast);
 }

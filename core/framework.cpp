@@ -1,0 +1,229 @@
+#include "core/framework.hpp"
+
+#include <array>
+
+#include "core/error.hpp"
+#include "core/plan.hpp"
+
+namespace foresight {
+
+namespace {
+
+/// Megatron-LM 2021-22's elementwise kernels per (tokens, hidden) element, 16-bit: each layer
+/// norm reads and writes the stream (2 + 2; backward reads input and gradient and writes the
+/// gradient, 8 per norm, as Apex's fused kernels do), the fused bias-dropout-add reads the
+/// branch and the residual and writes the sum and a 1-byte mask (7 per site, backward the same),
+/// the fused bias-GeLU reads and writes the (tokens, ffn) tensor (4; backward reads input and
+/// gradient, writes the gradient: 6). The embedding gathers a word row and a position row and
+/// writes their sum (3 x 2; backward the same). The vocab-parallel cross-entropy reads and writes
+/// the fp32 logits (3 x 4 per element, forward and backward). Bias-gradient reductions are not
+/// counted for these entries (a < 1% term of the backward; notes/status.md).
+constexpr ElementwiseTraffic kMegatron2021Traffic{
+    .norms_forward = 8, .norms_backward = 16, .norms_launches_forward = 2, .norms_launches_backward = 2,
+    .residual_forward = 14, .residual_backward = 14, .residual_launches_forward = 2, .residual_launches_backward = 2,
+    .activation_forward = 4, .activation_backward = 6,
+    .embedding_forward = 6, .embedding_backward = 6, .embedding_launches = 2,
+    .loss_forward = 12, .loss_backward = 12, .loss_launches_forward = 2, .loss_launches_backward = 2};
+
+/// Eager PyTorch under torch.autocast(bf16) on fp32 parameters, kernel by kernel, per (tokens,
+/// hidden) element (../shared/bench/torch_gpt_baseline.py's block: pre-LayerNorm, SDPA, GeLU-tanh):
+///  forward: each LayerNorm runs in fp32 (autocast's fp32 list) reading and writing 4 + 4, and its
+///  output is cast to bf16 for the next Linear (read 4, write 2): 2 x 14 = 28 in 4 launches; the
+///  attention output's transpose(1, 2).reshape copies it (2 + 2); each residual add reads the fp32
+///  stream and the bf16 branch and writes fp32 (4 + 2 + 4): 2 x 10 = 20; GeLU reads and writes bf16.
+///  backward: per norm, the cast's backward (read 2, write 4), LayerNorm's input-gradient kernel
+///  (read dy and x, write dx: 12) and its gamma/beta kernel (read dy and x: 8): 2 x 26 = 52 in 6
+///  launches; per residual site, the cast of the fp32 gradient to the bf16 branch (read 4, write
+///  2) and the sum of the two gradient paths (read 4 + 4, write 4): 2 x 18 = 36 in 4 launches; the
+///  reshape copy's backward (4) and the split's backward, a cat of dq, dk, dv into the (tokens, 3h)
+///  gradient (read 6, write 6); GeLU's backward reads x and dy and writes dx (6); each Linear's
+///  bias gradient is a reduction reading its bf16 output gradient (2 per output element). Weights:
+///  each fp32 weight is cast to bf16 once per forward (autocast's weight cache; read 4, write 2)
+///  and its bf16 gradient cast back to fp32 in the backward (read 2, write 4). Embedding: fp32 word
+///  and position rows gathered (4 + 4 read, 4 + 4 written) and added (read 8, write 4): 28;
+///  backward reads the fp32 gradient for each table's scatter-add (2 x 4, written 4 each): 16.
+///  Loss on .float() logits: the cast (read 2, write 4) and log_softmax (read 4, write 4) forward;
+///  backward nll_loss's dense gradient (write 4), log_softmax's backward (read 4 + 4, write 4)
+///  and the cast back to bf16 for the head (read 4, write 2): 22.
+constexpr ElementwiseTraffic kPytorchAutocastTraffic{
+    .norms_forward = 28, .norms_backward = 52, .norms_launches_forward = 4, .norms_launches_backward = 6,
+    .residual_forward = 20, .residual_backward = 36, .residual_launches_forward = 2, .residual_launches_backward = 4,
+    .layout_forward = 4, .layout_backward = 16, .layout_launches_forward = 1, .layout_launches_backward = 2,
+    .activation_forward = 4, .activation_backward = 6,
+    .bias_grad = 2,
+    .embedding_forward = 28, .embedding_backward = 16, .embedding_launches = 3,
+    .loss_forward = 14, .loss_backward = 22, .loss_launches_forward = 2, .loss_launches_backward = 3,
+    .weight_cast_forward = 6, .weight_cast_backward = 6};
+
+constexpr double kDdpBucketBytes = 25.0 * 1048576.0;  // torch DDP bucket_cap_mb default 25 (MiB)
+
+std::array<FrameworkTraits, 6> make_table() {
+  FrameworkTraits megatron{
+      .id = Framework::megatron,
+      .name = "megatron",
+      .version = "Megatron-LM v2.x-v3.0 (2021-22)",
+      .source = "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
+                "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)",
+      .attention = AttentionImpl::unfused,
+      .moe_dispatch = MoeDispatch::permute,
+      .elementwise = kMegatron2021Traffic,
+      .precision = {.fp32_parameters = false, .residual_bytes = 2, .fp32_main_grads = true,
+                    .grads_freed_between_steps = false},
+      .activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 4},
+      // Scatter/gather: each TP rank sends 1/t of the activation and the receiver all-gathers it
+      // over NVLink, both directions (Narayanan et al. 2021 sec. 4.1).
+      .send_forward = PipelineSend::split_then_gather,
+      .send_backward = PipelineSend::split_then_gather,
+      // SC21's runs used torch DDP (run_table_1.sh: --DDP-impl torch): its 25 MiB buckets.
+      .dp_overlap_bucket_bytes = kDdpBucketBytes,
+      .schedules = {true, true, true, false},
+  };
+
+  FrameworkTraits megatron_core = megatron;
+  megatron_core.id = Framework::megatron_core;
+  megatron_core.name = "megatron-core";
+  megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024)";
+  megatron_core.source = "NVIDIA/Megatron-LM core_r0.8.0 (megatron/core/pipeline_parallel/p2p_communication.py, "
+                         "megatron/core/distributed/, docs/source/api-guide/distributed_optimizer.md); "
+                         "notes/research-frameworks.md";
+  megatron_core.attention = AttentionImpl::flash;
+  megatron_core.send_forward = PipelineSend::whole;
+  megatron_core.send_backward = PipelineSend::whole;
+  // DistributedDataParallelConfig.bucket_size: max(40M, 1M x dp) parameters of fp32 gradients.
+  megatron_core.dp_overlap_bucket_bytes = 40e6 * 4.0;
+
+  FrameworkTraits deepspeed{
+      .id = Framework::deepspeed,
+      .name = "deepspeed",
+      .version = "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
+      .source = "microsoft/DeepSpeed v0.5.0-0.5.3 (deepspeed/runtime/pipe/engine.py, runtime/zero/stage2.py); "
+                "notes/research-deepspeed-pipeline.md",
+      .attention = AttentionImpl::unfused,
+      .moe_dispatch = MoeDispatch::einsum,
+      .elementwise = kMegatron2021Traffic,
+      // ZeRO paper sec. 3.1 mixed-precision Adam: 16-bit gradients accumulated by PyTorch's
+      // AccumulateGrad until ReduceGrads.
+      .precision = {.fp32_parameters = false, .residual_bytes = 2, .fp32_main_grads = false,
+                    .grads_freed_between_steps = false},
+      .activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 4},
+      // Activations partitioned over TP and all-gathered by the receiver (is_pipe_partitioned =
+      // is_model_parallel, PartitionedTensor.full()); gradients sent whole from every TP rank
+      // (is_grad_partitioned = False until PR #1407, 2021-09-29).
+      .send_forward = PipelineSend::split_then_gather,
+      .send_backward = PipelineSend::whole,
+      // _exec_recv_grads restores the partitioned output with part_output.full().
+      .regathers_output_for_backward = true,
+      .zero_reduction = ZeroReduction::all_reduce,
+      // reduce_bucket_size default 5e8 elements (DeepSpeed config docs, zero_optimization).
+      .dp_bucket_elements = 5e8,
+      .dp_overlap_bucket_bytes = kDdpBucketBytes,
+      .dp_overlap_with_pipeline = false,
+      .dp_overlap_refusal = "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces "
+                            "overlap_comm off); set it false",
+      // One schedule, TrainSchedule = 1F1B (deepspeed/runtime/pipe/schedule.py); no sequence
+      // parallelism or selective recompute (both arrived with Korthikanti 2022); ZeRO-2/3 are
+      // refused with pipelines (pipe/engine.py).
+      .schedules = {false, true, false, false},
+      .sequence_parallel = false,
+      .selective_recompute = false,
+      .max_zero = 3,
+      .max_zero_with_pipeline = 1,
+  };
+
+  FrameworkTraits terapipe{
+      .id = Framework::terapipe,
+      .name = "terapipe",
+      .version = "zhuohan123/terapipe (2021)",
+      .source = "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, mpu/initialize.py, "
+                "test_transformer_terapipe.py)",
+      .attention = AttentionImpl::unfused,
+      .moe_dispatch = MoeDispatch::permute,
+      .elementwise = kMegatron2021Traffic,
+      .precision = {.fp32_parameters = false, .residual_bytes = 2, .fp32_main_grads = false,
+                    .grads_freed_between_steps = false},
+      .activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 4},
+      .has_embedding_and_head = false,
+      .last_stage_embedding_copy = false,
+      // One whole tensor per stage boundary, from the last TP rank of a stage to the first of the
+      // next over a 2-rank NCCL group, which broadcasts it to its TP group over NVLink.
+      .send_forward = PipelineSend::one_rank_broadcast,
+      .send_backward = PipelineSend::one_rank_broadcast,
+      .dp_bucket_bytes = kDdpBucketBytes,
+      .dp_overlap_bucket_bytes = kDdpBucketBytes,
+      .dp_overlap = false,
+      .dp_overlap_with_pipeline = false,
+      .dp_overlap_refusal = "TeraPipe all-reduces gradients after the backward; set it false",
+      // GPipe-order pipelining with or without token slices, Megatron tensor parallelism without
+      // sequence parallelism, optional checkpointing of the attention core only
+      // (--checkpoint-gradients), no sharded optimizer.
+      .schedules = {true, false, false, true},
+      .sequence_parallel = false,
+      .selective_recompute = true,
+      .full_recompute = false,
+      .max_zero = 0,
+      .max_zero_with_pipeline = 0,
+  };
+
+  FrameworkTraits pytorch{
+      .id = Framework::pytorch,
+      .name = "pytorch",
+      .version = "eager PyTorch 2.x: autocast bf16 on fp32 parameters, SDPA, fused AdamW, DDP",
+      .source = "../shared/bench/torch_gpt_baseline.py; PyTorch docs (Automatic Mixed Precision op lists, "
+                "DistributedDataParallel bucket_cap_mb, Optimizer.zero_grad set_to_none); notes/research-frameworks.md",
+      .attention = AttentionImpl::flash,
+      .moe_dispatch = MoeDispatch::permute,
+      .elementwise = kPytorchAutocastTraffic,
+      .precision = {.fp32_parameters = true, .residual_bytes = 4, .fp32_main_grads = false,
+                    .grads_freed_between_steps = true},
+      .activations = {.dropout = false, .attention_output_copy = true, .logits_bytes = 12},
+      .dp_bucket_bytes = kDdpBucketBytes,
+      .dp_overlap_bucket_bytes = kDdpBucketBytes,
+      .schedules = {true, true, true, false},
+  };
+
+  // An idealised implementation for plans no particular framework constrains: fused attention,
+  // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
+  // DDP buckets, and every schedule (TeraPipe slicing included).
+  FrameworkTraits generic{
+      .id = Framework::generic,
+      .name = "generic",
+      .version = "idealised (no particular framework)",
+      .source = "Rajbhandari et al. 2020 (ZeRO) sec. 3.1; Dao et al. 2022 (FlashAttention); PyTorch DDP docs",
+      .attention = AttentionImpl::flash,
+      .moe_dispatch = MoeDispatch::permute,
+      .elementwise = kMegatron2021Traffic,
+      .precision = {.fp32_parameters = false, .residual_bytes = 2, .fp32_main_grads = false,
+                    .grads_freed_between_steps = false},
+      .activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 4},
+      .dp_bucket_bytes = kDdpBucketBytes,
+      .dp_overlap_bucket_bytes = kDdpBucketBytes,
+      .schedules = {true, true, true, true},
+  };
+  return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic};
+}
+
+}  // namespace
+
+const FrameworkTraits& framework_traits(Framework f) {
+  static const std::array<FrameworkTraits, 6> table = make_table();
+  for (const auto& t : table)
+    if (t.id == f) return t;
+  FORESIGHT_CHECK(false) << "no traits for framework " << int(f);
+  return table[0];
+}
+
+bool FrameworkTraits::runs(const PlanSpec& p) const {
+  // Without a pipeline, GPipe and 1F1B are the same execution.
+  const bool unpipelined = p.pp == 1 && (p.schedule == Schedule::gpipe || p.schedule == Schedule::one_f_one_b);
+  const bool schedule_ok = schedules[int(p.schedule)] ||
+                           (unpipelined && (schedules[int(Schedule::gpipe)] || schedules[int(Schedule::one_f_one_b)]));
+  if (!schedule_ok) return false;
+  if (p.sequence_parallel && !sequence_parallel) return false;
+  if (p.recompute == Recompute::selective && !selective_recompute) return false;
+  if (p.recompute == Recompute::full && !full_recompute) return false;
+  return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
+}
+
+std::string FrameworkTraits::describe() const { return std::string(name) + " (" + version + ")"; }
+
+}  // namespace foresight

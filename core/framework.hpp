@@ -1,0 +1,154 @@
+// What each training framework does when it executes a plan, as data: one FrameworkTraits entry
+// per Framework, each behaviour with its source. Every cost model reads these fields; nothing
+// outside framework.cpp compares Framework values (STYLE.md item 16). Adding a framework is adding
+// one entry. Left out: behaviours no supported plan exercises yet (FSDP unit wrapping, context
+// parallelism, TP-communication overlap: later entries of the table).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/enums.hpp"
+
+namespace foresight {
+
+struct PlanSpec;
+
+/// How a pipeline stage hands an activation (or its gradient) to the next stage when tensor
+/// parallelism is on and sequence parallelism is off. With sequence parallelism every framework
+/// sends each rank's own sequence shard.
+enum class PipelineSend {
+  whole,                // every TP rank sends the whole (b, s, h) tensor to its peer
+  split_then_gather,    // every TP rank sends 1/t of it; the receiver all-gathers over NVLink
+  one_rank_broadcast,   // one rank sends the whole tensor; the receiver broadcasts it to its TP group
+};
+
+/// How ZeRO stage >= 1 reduces gradients across data-parallel ranks.
+enum class ZeroReduction {
+  reduce_scatter,  // each rank receives the reduced shard it updates (Megatron distributed optimizer)
+  all_reduce,      // all-reduce in buckets, then each rank steps its shard (DeepSpeed v0.5 under its
+                   // pipeline engine: contiguous_gradients and overlap_comm forced off)
+};
+
+/// HBM bytes per element of the (tokens, hidden) stream (or, for the activation function, of the
+/// (tokens, ffn) tensor) that a framework's elementwise kernels move in one transformer layer,
+/// reads plus writes, for its 16-bit recipe; with their kernel launches. The backward entries
+/// include what the framework's autograd adds (casts back to fp32, gradient adds, bias-gradient
+/// reductions where counted).
+struct ElementwiseTraffic {
+  double norms_forward = 0, norms_backward = 0;        // both layer norms (+ autocast casts of their outputs)
+  int norms_launches_forward = 0, norms_launches_backward = 0;
+  double residual_forward = 0, residual_backward = 0;  // dropout + residual add at both sites
+  int residual_launches_forward = 0, residual_launches_backward = 0;
+  double layout_forward = 0, layout_backward = 0;      // re-layout copies around attention (q/k/v, output)
+  int layout_launches_forward = 0, layout_launches_backward = 0;
+  double activation_forward = 0, activation_backward = 0;  // GeLU, per (tokens, ffn) element
+  /// Per element of each linear layer's output, read once to reduce its bias gradient (0: not counted).
+  double bias_grad = 0;
+  /// The input embedding (word lookup + positions), per (tokens, hidden) element of its output.
+  double embedding_forward = 0, embedding_backward = 0;
+  int embedding_launches = 0;
+  /// The loss over the logits, per (tokens, vocab / t) element: casts, softmax and cross-entropy.
+  double loss_forward = 0, loss_backward = 0;
+  int loss_launches_forward = 0, loss_launches_backward = 0;
+  /// Per parameter of the layer's weights and per step: autocast's cast of each fp32 weight to
+  /// 16 bits in the forward (read 4, write 2) and the cast of its 16-bit gradient back to fp32 in
+  /// the backward (read 2, write 4); zero where weights are stored in 16 bits.
+  double weight_cast_forward = 0, weight_cast_backward = 0;
+};
+
+/// The precision recipe: how many bytes each kind of element takes, for 16-bit (bf16/fp16/fp8)
+/// training. fp32/tf32 training stores everything in 4 bytes (state_bytes / element sizes in
+/// cost_models/execution.hpp apply that).
+struct PrecisionRecipe {
+  /// Parameters kept in fp32 and cast to 16 bits by autocast in the forward (PyTorch AMP), instead
+  /// of 16-bit parameters with an fp32 master copy in the optimizer (Megatron-LM, DeepSpeed).
+  bool fp32_parameters = false;
+  /// Bytes per element of the residual stream and of the layer norms' inputs and outputs
+  /// (Megatron-LM: 16 bits, --fp32-residual-connection off; autocast: fp32, layer_norm autocasts to fp32).
+  double residual_bytes = 2;
+  /// 16-bit weights accumulate micro-batch gradients into an fp32 main-grad buffer (Megatron-LM:
+  /// bf16 forces --accumulate-allreduce-grads-in-fp32) rather than in the parameter dtype.
+  bool fp32_main_grads = false;
+  /// Gradients are freed after each optimizer step (PyTorch's zero_grad(set_to_none=True), the
+  /// default since 2.0): with one micro-batch per step none exists while activations peak.
+  bool grads_freed_between_steps = false;
+};
+
+/// Stored activations a framework keeps beyond Korthikanti et al. 2022's accounting.
+struct ActivationLayout {
+  /// Dropout masks are stored (1 byte per element): GPT-3-style recipes of Megatron-LM and
+  /// DeepSpeed use hidden and attention dropout 0.1; Llama-style recipes and the PyTorch baseline
+  /// use none.
+  bool dropout = true;
+  /// The attention output is copied into a new (b, s, h) tensor before the projection (eager
+  /// PyTorch's transpose(1, 2).reshape), so both the attention's saved output and the
+  /// projection's input are stored.
+  bool attention_output_copy = false;
+  /// Bytes per element of (tokens, vocab) logits alive at the loss's peak: Megatron's
+  /// vocab-parallel cross-entropy keeps the fp32 softmax (4, Korthikanti 2022 sec. 4.3); eager
+  /// F.cross_entropy on .float() logits holds, in its backward, nll_loss's dense fp32 gradient,
+  /// log_softmax's saved fp32 output and the fp32 input gradient at once (12).
+  double logits_bytes = 4;
+};
+
+struct FrameworkTraits {
+  Framework id;
+  const char* name;     // as in scenario files
+  const char* version;  // the version (or era) whose behaviour the entry describes
+  const char* source;   // where the behaviours below were read
+
+  // ---- compute
+  AttentionImpl attention;   // the attention kernel it runs unless the plan says otherwise
+  MoeDispatch moe_dispatch;  // how MoE tokens reach their experts
+  ElementwiseTraffic elementwise;
+
+  // ---- precision and memory
+  PrecisionRecipe precision;
+  ActivationLayout activations;
+  /// Transformer layers only: no embedding, LM head or loss (TeraPipe's evaluated model,
+  /// zhuohan123/terapipe transformer_models.py).
+  bool has_embedding_and_head = true;
+  /// With pp > 1 the last stage holds its own copy of the tied word embedding (Megatron-LM).
+  bool last_stage_embedding_copy = true;
+
+  // ---- pipeline
+  PipelineSend send_forward = PipelineSend::whole;
+  PipelineSend send_backward = PipelineSend::whole;
+  /// Keeps only its TP partition of a stage's output after sending it and all-gathers it back
+  /// before that micro-batch's backward (DeepSpeed's pipeline engine, without sequence parallelism).
+  bool regathers_output_for_backward = false;
+
+  // ---- data parallelism
+  ZeroReduction zero_reduction = ZeroReduction::reduce_scatter;
+  /// Extra gradient bucket, in bytes of gradient elements (PyTorch DDP's bucket_cap_mb 25 MiB) or
+  /// in elements (DeepSpeed's reduce_bucket_size); none when the framework reduces its contiguous
+  /// gradient buffer in place (Megatron-LM).
+  double dp_bucket_bytes = 0;
+  double dp_bucket_elements = 0;
+  /// The granularity at which an overlapped gradient reduction proceeds: the last bucket is what
+  /// waits for the backward to finish (PyTorch DDP: bucket_cap_mb).
+  double dp_overlap_bucket_bytes = 0;
+  /// Can reduce gradients while the backward runs (plan.dp_overlap), with and without pipelines.
+  bool dp_overlap = true;
+  bool dp_overlap_with_pipeline = true;
+  const char* dp_overlap_refusal = "";  // why not, in the framework's terms
+
+  // ---- what it can run (the planner offers only these)
+  bool schedules[4] = {true, true, true, false};  // indexed by Schedule: gpipe, 1f1b, interleaved, terapipe
+  bool sequence_parallel = true;
+  bool selective_recompute = true;
+  bool full_recompute = true;
+  int max_zero = 3;
+  int max_zero_with_pipeline = 3;
+
+  /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
+  bool runs(const PlanSpec& plan) const;
+  /// "megatron (Megatron-LM v2.x-v3.0, 2021-22)".
+  std::string describe() const;
+};
+
+/// The table entry of a framework.
+const FrameworkTraits& framework_traits(Framework f);
+
+}  // namespace foresight

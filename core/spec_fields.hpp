@@ -1,0 +1,93 @@
+// The field tables of the specs a user writes (model, MoE, training, plan, offload): each field's
+// name, default and range, listed once. Three visitors walk them: the scenario YAML reader
+// (core/scenario.cpp), the plan.json reader (core/plan_json.cpp) and the JSON writer
+// (core/spec_json.cpp), so the schema cannot drift between the files a user writes, the plan the
+// planner emits and the JSON the commands print. Rules that tie several fields together (heads
+// divides hidden, pp divides layers) live in core/plan.hpp's check_model / check_plan.
+//
+// A visitor has these members, each a template over the field's (possibly const) type:
+//   integer(name, int& field, std::optional<int> fallback, long long min)
+//   positive(name, double& field, std::optional<double> fallback)      // > 0, finite
+//   fraction(name, double& field, std::optional<double> fallback)      // in [0, 1]
+//   boolean(name, bool& field, std::optional<bool> fallback)
+//   text(name, std::string& field, std::optional<std::string> fallback)
+//   enumeration(name, E& field, std::optional<E> fallback)
+//   optional_enumeration(name, std::optional<E>& field)                 // absent = unset
+//   int_list(name, std::vector<int>& field, long long min)              // absent = empty
+//   section(name, S& field)               // nested mapping; every field of S has a fallback
+//   optional_section(name, std::optional<S>& field)                     // absent = unset
+// A std::nullopt fallback makes the field required. Readers fill the field; the writer prints it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "core/experiment.hpp"
+
+namespace foresight {
+
+template <class S, class T>
+concept SpecOf = std::is_same_v<std::remove_const_t<S>, T>;
+
+template <class V, SpecOf<MoeSpec> S>
+void visit_fields(V& v, S& m) {
+  v.integer("experts", m.experts, std::nullopt, 1);
+  v.integer("top_k", m.top_k, 1, 1);
+  v.positive("capacity_factor", m.capacity_factor, 1.0);
+  v.integer("every", m.every, 1, 1);
+}
+
+/// ffn_hidden and kv_heads read as 0 when absent; complete_model() then gives them their
+/// defaults (4 * hidden, heads), so a written spec always carries the resolved values.
+template <class V, SpecOf<ModelSpec> S>
+void visit_fields(V& v, S& m) {
+  v.text("name", m.name, std::nullopt);
+  v.integer("layers", m.layers, std::nullopt, 1);
+  v.integer("hidden", m.hidden, std::nullopt, 1);
+  v.integer("heads", m.heads, std::nullopt, 1);
+  v.integer("seq_len", m.seq_len, std::nullopt, 1);
+  v.integer("vocab", m.vocab, std::nullopt, 1);
+  v.integer("ffn_hidden", m.ffn_hidden, 0, 1);
+  v.integer("kv_heads", m.kv_heads, 0, 1);
+  v.optional_section("moe", m.moe);
+}
+
+template <class V, SpecOf<TrainingSpec> S>
+void visit_fields(V& v, S& t) {
+  v.integer("global_batch", t.global_batch, std::nullopt, 1);
+  v.enumeration("dtype", t.dtype, Dtype::bf16);
+  v.enumeration("optimizer", t.optimizer, Optimizer::adam);
+}
+
+template <class V, SpecOf<OffloadSpec> S>
+void visit_fields(V& v, S& o) {
+  v.boolean("optimizer", o.optimizer, false);
+  v.fraction("activations", o.activations, 0.0);
+}
+
+template <class V, SpecOf<PlanSpec> S>
+void visit_fields(V& v, S& p) {
+  v.integer("tp", p.tp, std::nullopt, 1);
+  v.integer("pp", p.pp, std::nullopt, 1);
+  v.integer("dp", p.dp, std::nullopt, 1);
+  v.integer("micro_batch", p.micro_batch, std::nullopt, 1);
+  v.enumeration("schedule", p.schedule, Schedule::one_f_one_b);
+  v.integer("virtual_stages", p.virtual_stages, 1, 1);
+  v.boolean("sequence_parallel", p.sequence_parallel, false);
+  v.boolean("dp_overlap", p.dp_overlap, false);
+  v.enumeration("recompute", p.recompute, Recompute::none);
+  v.integer("zero", p.zero, 0, 0);
+  v.section("offload", p.offload);
+  v.integer("ep", p.ep, 1, 1);
+  v.int_list("token_slices", p.token_slices, 1);
+  v.enumeration("framework", p.framework, Framework::megatron);
+  v.optional_enumeration("attention", p.attention);
+  v.enumeration("placement", p.placement, Placement::tp_dp_pp);
+}
+
+/// Gives ffn_hidden and kv_heads their defaults where the file left them out (read as 0):
+/// 4 * hidden and heads. The violation names the field when 4 * hidden overflows an int.
+std::optional<PlanViolation> complete_model(ModelSpec& m);
+
+}  // namespace foresight

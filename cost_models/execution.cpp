@@ -1,0 +1,81 @@
+#include "cost_models/execution.hpp"
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "core/error.hpp"
+#include "core/experiment.hpp"
+#include "core/scenario.hpp"
+#include "cost_models/profile.hpp"
+#include "cost_models/roofline.hpp"
+
+namespace foresight::cost_models {
+
+std::string ProfileUse::describe() const {
+  if (file.empty()) return "no calibration profile for this GPU: kernel figures from the GPU file";
+  std::string s = file + ": ";
+  s += gemm_samples > 0 ? std::to_string(gemm_samples) + " GEMM shapes" : "no GEMMs of this implementation and dtype";
+  s += attention ? ", attention" : ", no attention of this implementation";
+  if (streaming) s += ", copy bandwidth and launch overhead";
+  return s;
+}
+
+const RooflineCompute& ExecutionModel::roofline() const {
+  FORESIGHT_CHECK(compute) << "the execution model was resolved without a compute model (execution_model())";
+  return *compute;
+}
+
+ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& plan) {
+  const FrameworkTraits& fw = framework_traits(plan.framework);
+  ExecutionModel x;
+  x.framework = &fw;
+  x.attention = plan.attention.value_or(fw.attention);
+  x.moe_dispatch = fw.moe_dispatch;
+  x.dtype = training.dtype;
+  x.attention_dtype = training.dtype == Dtype::fp8 ? Dtype::bf16 : training.dtype;
+  x.bytes = element_sizes(training.dtype, training.optimizer, fw);
+  return x;
+}
+
+std::shared_ptr<const ProfileData> bundled_profile(const std::string& gpu_name) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const ProfileData>> cache;
+  const std::filesystem::path path = std::filesystem::path(scenarios_dir()) / "profiles" / (gpu_name + ".json");
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(path.string());
+  if (it != cache.end()) return it->second;
+  std::shared_ptr<const ProfileData> p;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) p = std::make_shared<const ProfileData>(load_profile(path.string()));
+  cache.emplace(path.string(), p);
+  return p;
+}
+
+ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan) {
+  ExecutionModel x = execution_model(training, plan);
+  const GpuSpec& gpu = cluster.gpu;
+  bool has_attention_figure = false;
+  auto rc = std::make_shared<RooflineCompute>(gpu, training.dtype, roofline_params_for(gpu, x.attention, &has_attention_figure));
+  if (const auto data = bundled_profile(gpu.name)) {
+    const CalibrationProfile selected =
+        select_profile(*data, x.gemm_impl, x.dtype, to_string(x.attention), x.attention_dtype);
+    x.profile.file = data->source;
+    x.profile.gemm_samples = int(selected.gemm.size());
+    x.profile.attention = selected.attention_efficiency.has_value();
+    x.profile.streaming = selected.copy_GBps.has_value() || selected.launch_overhead_us.has_value();
+    has_attention_figure = has_attention_figure || x.profile.attention;
+    rc->use_profile(selected);
+  }
+  if (!has_attention_figure)
+    throw SpecError(SourceLocation{"scenarios/gpus/" + gpu.name + ".yaml", 0, 0},
+                    std::string("gpu.kernels.") + to_string(x.attention) + "_attention_efficiency", "",
+                    "is needed: " + x.framework->describe() + " runs " + to_string(x.attention) + " attention on " +
+                        gpu.name + ", and neither the GPU file nor a calibration profile gives its speed");
+  x.compute = std::move(rc);
+  return x;
+}
+
+ExecutionModel resolve_execution(const Experiment& e) { return resolve_execution(e.cluster, e.training, e.plan); }
+
+}  // namespace foresight::cost_models

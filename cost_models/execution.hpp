@@ -1,0 +1,86 @@
+// The execution model of one experiment: how its plan is run, resolved once (at the command line
+// or the planner's entry) and passed to every cost model. It holds the framework's entry
+// (core/framework.hpp), the attention kernel both compute and memory price, how MoE tokens move,
+// the element sizes of the precision recipe, the memory model's buffer options, and the compute
+// model of the GPU with the part of its calibration profile that matches the implementations and
+// dtype this execution runs (the profile file is read once per process). Nothing downstream asks
+// which framework it is: it reads these fields.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/enums.hpp"
+#include "core/framework.hpp"
+#include "core/hardware.hpp"
+#include "core/plan.hpp"
+#include "core/units.hpp"
+#include "cost_models/precision.hpp"
+
+namespace foresight {
+struct Experiment;
+}
+
+namespace foresight::cost_models {
+
+class RooflineCompute;
+struct ProfileData;
+
+/// Memory that is neither model state nor activations. The defaults are estimates with their
+/// source; a calibration profile may replace them.
+struct MemoryOptions {
+  /// CUDA context, cuBLAS/cuDNN workspaces and the framework's own allocations: nvidia-smi minus
+  /// torch.cuda.memory_reserved() is typically 0.3-0.6 GiB on A100/H100 (an estimate).
+  Bytes cuda_context = Bytes(512.0 * 1048576.0);
+  /// One NCCL communicator's staging buffers: NCCL_BUFFSIZE (default 4 MiB, NCCL environment
+  /// variable docs) per channel and peer, times 2 ring peers times 8 channels (an estimate; the
+  /// channel count NCCL picks depends on the topology).
+  Bytes nccl_per_communicator = Bytes(4.0 * 1048576.0 * 2 * 8);
+  /// Caching-allocator fragmentation, as a fraction of everything allocated. ZeRO (Rajbhandari et
+  /// al. 2020, sec. 3.2) reports OOM with over 30% of memory free in extreme cases; Korthikanti
+  /// sec. 7 names fragmentation as open work. 5% is our default for steady-state training.
+  double allocator_fragmentation = 0.05;
+};
+
+/// What the calibration profile contributed to an execution, for the record.
+struct ProfileUse {
+  std::string file;               // "" when the GPU has no bundled profile
+  int gemm_samples = 0;           // GEMMs measured with this execution's implementation and dtype
+  bool attention = false;         // attention measured with this execution's implementation
+  bool streaming = false;         // copy bandwidth and launch overhead
+  std::string describe() const;   // one line, for --help-like output and reports
+};
+
+struct ExecutionModel {
+  const FrameworkTraits* framework = nullptr;  // never null once resolved
+  AttentionImpl attention = AttentionImpl::unfused;
+  MoeDispatch moe_dispatch = MoeDispatch::permute;
+  std::string gemm_impl = "cublaslt";  // the GEMM library every supported framework runs
+  Dtype dtype = Dtype::bf16;           // training dtype (GEMMs)
+  Dtype attention_dtype = Dtype::bf16; // fp8 recipes keep attention in bf16
+  ElementSizes bytes;
+  MemoryOptions memory;
+  /// Kernel times on the experiment's GPU; null for a memory-only model (execution_model()).
+  std::shared_ptr<const RooflineCompute> compute;
+  ProfileUse profile;
+
+  const RooflineCompute& roofline() const;  // the compute model; an invariant failure when absent
+};
+
+/// The execution of a plan trained as `training` says, without a compute model (enough for the
+/// memory model): plan.framework's entry, plan.attention or the framework's own attention kernel,
+/// element sizes for the dtype and optimizer.
+ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& plan);
+
+/// The whole execution model of a plan on a cluster's GPU: execution_model() plus the compute
+/// model from the GPU's sourced kernel figures and the matching part of its bundled calibration
+/// profile (scenarios/profiles/<gpu name>.json, read once per process). A fused attention kernel
+/// the GPU file has no figure for and the profile did not measure is a SpecError naming the field.
+ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan);
+ExecutionModel resolve_execution(const Experiment& e);
+
+/// The bundled calibration profile of a GPU (by its scenario name), parsed once per process and
+/// shared; null when there is none.
+std::shared_ptr<const ProfileData> bundled_profile(const std::string& gpu_name);
+
+}  // namespace foresight::cost_models

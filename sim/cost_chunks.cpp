@@ -1,0 +1,134 @@
+// Costers of the per-chunk work: transformer layers, the embedding and head, activation offload.
+#include <map>
+#include <tuple>
+
+#include "cost_models/memory.hpp"
+#include "sim/costers.hpp"
+
+namespace foresight::sim {
+
+namespace {
+std::vector<int> token_slices(const Experiment& e) {
+  return e.plan.token_slices.empty() ? std::vector<int>{e.model.seq_len} : e.plan.token_slices;
+}
+}  // namespace
+
+void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
+  const ModelSpec& m = in.e.model;
+  const PlanSpec& p = in.e.plan;
+  const int v = c.shape.virtual_stages;
+  const std::vector<int> slices = token_slices(in.e);
+  const int n_slices = int(slices.size());
+  const CommGroup ep_group = plan_groups(p, in.e.cluster).ep;
+  c.chunk.assign(p.pp, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(n_slices)));
+
+  // MoE: dispatch and combine all-to-alls of capacity_factor * top_k tokens per GPU.
+  auto ep_layer_comm = [&](int tokens) {
+    if (!m.moe || p.ep == 1) return Seconds(0);
+    const Bytes routed = activation_tensor(in.x, p.micro_batch, tokens, m.hidden) * (m.moe->capacity_factor * m.moe->top_k);
+    return 2.0 * in.comm.time(Collective::all_to_all, routed, ep_group);
+  };
+  // Every layer of a kind costs the same: compute each (tokens, context, moe) once.
+  std::map<std::tuple<int, int, bool>, LayerCompute> cache;
+  auto layer_compute = [&](int tokens, int context, bool moe) {
+    const auto key = std::make_tuple(tokens, context, moe);
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, in.compute.layer(tokens, context, moe)).first;
+    return it->second;
+  };
+  const Seconds tp_full = tp_comm_per_layer(in, m.seq_len);
+  // Weight gradients of every micro-batch (or slice) are added into the gradient buffer, a pass
+  // over HBM per parameter; one kernel per parameter tensor (12 per transformer layer: 4 weights,
+  // 4 biases, 2 layernorms' two each). Where gradients are freed between steps the first
+  // micro-batch creates them instead: (m - 1) / m of the passes remain.
+  const int micro_batches = p.micro_batches(in.e.training);
+  const double paid = in.x.bytes.first_accumulation_free ? double(micro_batches - 1) / micro_batches : 1.0;
+  for (int s = 0; s < p.pp; ++s) {
+    const std::vector<int> layers = cost_models::stage_layers(m, p, s);
+    const int per_chunk = int(layers.size()) / v;
+    const double chunk_params = cost_models::parameters_on_gpu(*in.x.framework, m, p, s).total() / v;
+    const Seconds accumulate =
+        in.compute.memory_bound
+            ? in.compute.memory_bound(Bytes(chunk_params * in.x.bytes.accumulate), 12 * per_chunk) * paid
+            : Seconds(0);
+    for (int ch = 0; ch < v; ++ch) {
+      int context = 0;
+      for (int k = 0; k < n_slices; ++k) {
+        const int tokens = slices[k];
+        context += tokens;
+        ChunkCosts& cc = c.chunk[s][ch][k];
+        for (int i = 0; i < per_chunk; ++i) {
+          const bool moe = m.is_moe_layer(layers[ch * per_chunk + i]);
+          const LayerCompute lc = layer_compute(tokens, context, moe);
+          cc.forward += lc.forward;
+          cc.backward += lc.backward;
+          cc.recompute += lc.recompute;
+          const Seconds tp = tokens == m.seq_len ? tp_full : tp_comm_per_layer(in, tokens);
+          cc.forward_tp_comm += tp;
+          cc.backward_tp_comm += tp;
+          if (p.recompute == Recompute::full) cc.recompute_tp_comm += tp;
+          if (moe) {
+            const Seconds ep = ep_layer_comm(tokens);
+            cc.forward_ep_comm += ep;
+            cc.backward_ep_comm += ep;
+            if (p.recompute == Recompute::full) cc.recompute_tp_comm += ep;
+          }
+        }
+        cc.backward += accumulate;
+      }
+    }
+  }
+}
+
+void cost_edges(const CostInputs& in, WorkloadCosts& c) {
+  const PlanSpec& p = in.e.plan;
+  const FrameworkTraits& fw = *in.x.framework;
+  const int v = c.shape.virtual_stages;
+  const std::vector<int> slices = token_slices(in.e);
+  const CommGroup tp = plan_groups(p, in.e.cluster).tp;
+  const bool regathers = fw.regathers_output_for_backward && p.pp > 1 && p.tp > 1 && !p.sequence_parallel;
+  for (int s = 0; s < p.pp; ++s)
+    for (int ch = 0; ch < v; ++ch)
+      for (int k = 0; k < int(slices.size()); ++k) {
+        ChunkCosts& cc = c.chunk[s][ch][k];
+        const Bytes act = activation_tensor(in.x, p.micro_batch, slices[k], in.e.model.hidden);
+        const bool first_segment = s == 0 && ch == 0;
+        const bool last_segment = s == p.pp - 1 && ch == v - 1;
+        if (regathers && !last_segment) cc.backward_tp_comm += in.comm.time(Collective::all_gather, act, tp);
+        if (!fw.has_embedding_and_head || !(first_segment || last_segment)) continue;
+        const EdgeCompute ec = in.compute.edges(slices[k]);
+        if (first_segment) {
+          cc.forward += ec.embedding_forward;
+          cc.backward += ec.embedding_backward;
+          // Vocab-parallel embedding: an all-reduce of its output (Megatron VocabParallelEmbedding).
+          if (p.tp > 1) cc.forward_tp_comm += in.comm.time(Collective::all_reduce, act, tp);
+        }
+        if (last_segment) {
+          cc.forward += ec.head_forward;
+          cc.backward += ec.head_backward;
+          // Column-parallel LM head: its input gradient is all-reduced in the backward.
+          if (p.tp > 1) cc.backward_tp_comm += in.comm.time(Collective::all_reduce, act, tp);
+        }
+      }
+}
+
+void cost_activation_offload(const CostInputs& in, WorkloadCosts& c) {
+  const ModelSpec& m = in.e.model;
+  const PlanSpec& p = in.e.plan;
+  if (!(p.offload.activations > 0)) return;
+  const int v = c.shape.virtual_stages;
+  const std::vector<int> slices = token_slices(in.e);
+  const BytesPerSecond pcie = in.e.cluster.host.pcie_bandwidth;
+  for (int s = 0; s < p.pp; ++s) {
+    const int layers_in_chunk = int(cost_models::stage_layers(m, p, s).size()) / v;
+    for (int ch = 0; ch < v; ++ch)
+      for (int k = 0; k < int(slices.size()); ++k) {
+        const Bytes per_layer = cost_models::activation_bytes_per_layer(in.x, m, p, p.micro_batch, slices[k]);
+        const Bytes moved = per_layer * (layers_in_chunk * p.offload.activations);
+        c.chunk[s][ch][k].offload_out = moved / pcie;
+        c.chunk[s][ch][k].offload_in = moved / pcie;
+      }
+  }
+}
+
+}  // namespace foresight::sim
