@@ -31,6 +31,7 @@ Features features(const GpuSpec& gpu, Dtype dtype, const KernelSample& s) {
   Features f;
   cm::RooflineParams p;
   p.launch_overhead = Seconds(0);
+  p.fused_attention_shape = false;  // the measured kernel is this project's own, not FlashAttention-2
   switch (s.kind) {
     case SampleKind::gemm: {
       p.gemm_efficiency = 1;
@@ -219,6 +220,8 @@ FitResult fit_roofline(const GpuSpec& gpu, Dtype dtype, const std::vector<Kernel
   Eigen::Vector4d theta(1.0 / start.gemm_efficiency, 1.0 / start.memory_efficiency, 1.0 / start.flash_efficiency,
                         start.launch_overhead.value());
   FitResult r;
+  r.params = start;
+  r.params.fused_attention_shape = false;  // as the features were computed
   // Stages, so that one kernel family cannot bend another's parameter: the streaming kernels fix
   // the memory efficiency and the launch cost (their small sizes are what measures it); the GEMMs
   // then fit the GEMM efficiency, and attention the flash efficiency, with those held. Without
@@ -231,7 +234,6 @@ FitResult fit_roofline(const GpuSpec& gpu, Dtype dtype, const std::vector<Kernel
               (mem || gemm) ? std::vector<int>{kFlash} : std::vector<int>{kFlash, kLaunch}, theta, r.iterations,
               r.rejected_by_kernel);
   for (const auto& [name, n] : r.rejected_by_kernel) r.rejected += n;
-  r.params = start;
   r.params.gemm_efficiency = 1.0 / theta[kGemm];
   r.params.memory_efficiency = 1.0 / theta[kMem];
   r.params.flash_efficiency = 1.0 / theta[kFlash];

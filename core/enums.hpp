@@ -49,6 +49,13 @@ enum class FlopsDefinition { hardware, model };
 FORESIGHT_ENUM_NAMES(FlopsDefinition, {FlopsDefinition::hardware, "hardware"},
                      {FlopsDefinition::model, "model"});
 
+/// What a measured peak memory counts: what the framework's caching allocator handed out
+/// (torch.cuda.max_memory_allocated), what it held from the device (max_memory_reserved), or the
+/// whole device use (nvidia-smi: also the CUDA context and NCCL buffers).
+enum class MemoryKind { allocated, reserved, device };
+FORESIGHT_ENUM_NAMES(MemoryKind, {MemoryKind::allocated, "allocated"}, {MemoryKind::reserved, "reserved"},
+                     {MemoryKind::device, "device"});
+
 /// The software that runs a plan; it decides implementation details the simulator must model
 /// (how pipeline activations cross nodes, what overlaps with what, which attention kernel runs).
 /// What each one does is one entry of core/framework.hpp's table, read by every cost model.

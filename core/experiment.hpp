@@ -22,6 +22,8 @@ struct Measured {
   std::optional<double> forward_ms;   // one forward pass (Korthikanti 2022 Table 4: one layer)
   std::optional<double> backward_ms;  // one backward pass, recompute included when the plan has it
   std::optional<double> speedup;      // iteration-time ratio baseline / this run
+  std::optional<double> peak_memory_GiB;  // the most loaded GPU's peak, of kind memory_kind
+  MemoryKind memory_kind = MemoryKind::allocated;
   std::string baseline;               // the experiment `speedup` is measured against (file stem)
   FlopsDefinition flops_definition = FlopsDefinition::hardware;
   std::string source;     // paper, table, figure

@@ -42,9 +42,12 @@ constexpr ElementwiseTraffic kMegatron2021Traffic{
 ///  and its bf16 gradient cast back to fp32 in the backward (read 2, write 4). Embedding: fp32 word
 ///  and position rows gathered (4 + 4 read, 4 + 4 written) and added (read 8, write 4): 28;
 ///  backward reads the fp32 gradient for each table's scatter-add (2 x 4, written 4 each): 16.
-///  Loss on .float() logits: the cast (read 2, write 4) and log_softmax (read 4, write 4) forward;
-///  backward nll_loss's dense gradient (write 4), log_softmax's backward (read 4 + 4, write 4)
-///  and the cast back to bf16 for the head (read 4, write 2): 22.
+///  Loss on .float() logits: the cast (read 2, write 4) and log_softmax, whose rows (vocab x 4
+///  bytes) exceed the 48 KiB of shared memory a block gets by default, so cunn_SoftMaxForward reads
+///  each row three times (max, sum of exponentials, output) and writes it once (16): 22 forward;
+///  backward nll_loss's dense gradient (write 4), cunn_SoftMaxBackward's sum pass and output pass
+///  (read 4, then read 4 + 4 and write 4: 16) and the cast back to bf16 for the head (read 4,
+///  write 2): 26 (aten/src/ATen/native/cuda/SoftMax.cu; notes/research-pytorch.md).
 constexpr ElementwiseTraffic kPytorchAutocastTraffic{
     .norms_forward = 28, .norms_backward = 52, .norms_launches_forward = 4, .norms_launches_backward = 6,
     .residual_forward = 20, .residual_backward = 36, .residual_launches_forward = 2, .residual_launches_backward = 4,
@@ -52,7 +55,7 @@ constexpr ElementwiseTraffic kPytorchAutocastTraffic{
     .activation_forward = 4, .activation_backward = 6,
     .bias_grad = 2,
     .embedding_forward = 28, .embedding_backward = 16, .embedding_launches = 3,
-    .loss_forward = 14, .loss_backward = 22, .loss_launches_forward = 2, .loss_launches_backward = 3,
+    .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
     .weight_cast_forward = 6, .weight_cast_backward = 6};
 
 constexpr double kDdpBucketBytes = 25.0 * 1048576.0;  // torch DDP bucket_cap_mb default 25 (MiB)
@@ -86,7 +89,13 @@ std::array<FrameworkTraits, 6> make_table() {
   megatron_core.source = "NVIDIA/Megatron-LM core_r0.8.0 (megatron/core/pipeline_parallel/p2p_communication.py, "
                          "megatron/core/distributed/, docs/source/api-guide/distributed_optimizer.md); "
                          "notes/research-frameworks.md";
+  // TEDotProductAttention: flash-attn v2 on A100; on H100 Transformer Engine disables FlashAttention
+  // when its cuDNN FusedAttention backend applies (TE v1.8 attention.py; notes/research-megatron-core.md).
   megatron_core.attention = AttentionImpl::flash;
+  megatron_core.newer_attention_from_cc = 9.0;
+  megatron_core.newer_attention = AttentionImpl::cudnn;
+  // Every TP rank sends the whole boundary tensor (scatter/gather was removed in 2023, commit
+  // 39b83c7953; p2p_communication.py at core_r0.8.0); with sequence parallelism its own shard.
   megatron_core.send_forward = PipelineSend::whole;
   megatron_core.send_backward = PipelineSend::whole;
   // DistributedDataParallelConfig.bucket_size: max(40M, 1M x dp) parameters of fp32 gradients.

@@ -100,6 +100,10 @@ struct FrameworkTraits {
 
   // ---- compute
   AttentionImpl attention;   // the attention kernel it runs unless the plan says otherwise
+  /// From this compute capability on it runs `newer_attention` instead (0: never). Transformer
+  /// Engine turns FlashAttention off on sm90 when cuDNN's fused attention applies.
+  double newer_attention_from_cc = 0;
+  AttentionImpl newer_attention = AttentionImpl::cudnn;
   MoeDispatch moe_dispatch;  // how MoE tokens reach their experts
   ElementwiseTraffic elementwise;
 

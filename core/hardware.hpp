@@ -35,6 +35,7 @@ struct GpuKernelFigures {
 
 struct GpuSpec {
   std::string name;
+  double compute_capability = 0;        // CUDA compute capability (8.0 A100, 9.0 H100): which kernels a framework picks
   int sms = 0;
   double clock_MHz = 0;                 // boost clock the peaks assume
   Bytes hbm;                            // device memory capacity

@@ -132,6 +132,7 @@ GpuSpec read_gpu(const Section& s) {
   MapReader r(s.node, s.file, "gpu");
   GpuSpec g;
   g.name = r.get_string("name", std::nullopt);
+  g.compute_capability = r.get_double("compute_capability", std::nullopt, 0.0, true);
   g.sms = r.get_int("sms", std::nullopt, 1);
   g.clock_MHz = r.get_double("clock_MHz", 0.0, 0.0);
   g.hbm = gibibytes(r.get_double("hbm_GiB", std::nullopt, 0.0, true));
@@ -320,6 +321,12 @@ Experiment parse_experiment(const std::string& yaml, const std::string& path) {
     m.forward_ms = opt("forward_ms");
     m.backward_ms = opt("backward_ms");
     m.speedup = opt("speedup");
+    m.peak_memory_GiB = opt("peak_memory_GiB");
+    if (m.peak_memory_GiB && !mr.has("memory_kind"))
+      throw SpecError(mr.where("peak_memory_GiB"), "measured.memory_kind", "",
+                      "is required with measured.peak_memory_GiB: one of " + allowed_values<MemoryKind>() +
+                          " (what the figure counts)");
+    m.memory_kind = mr.get_enum<MemoryKind>("memory_kind", MemoryKind::allocated);
     m.baseline = mr.get_string("baseline", "");
     if (m.speedup && m.baseline.empty())
       throw SpecError(mr.where("speedup"), "measured.baseline", "", "is required when measured.speedup is given");

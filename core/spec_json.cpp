@@ -29,6 +29,7 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
   put("cudnn_attention_efficiency", g.kernels.cudnn_attention_efficiency);
   put("unfused_score_efficiency", g.kernels.unfused_score_efficiency);
   return {{"name", g.name},
+          {"compute_capability", g.compute_capability},
           {"sms", g.sms},
           {"clock_MHz", g.clock_MHz},
           {"hbm_GiB", in_GiB(g.hbm)},

@@ -26,11 +26,12 @@ const RooflineCompute& ExecutionModel::roofline() const {
   return *compute;
 }
 
-ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& plan) {
+ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& plan, const GpuSpec* gpu) {
   const FrameworkTraits& fw = framework_traits(plan.framework);
   ExecutionModel x;
   x.framework = &fw;
-  x.attention = plan.attention.value_or(fw.attention);
+  const bool newer = gpu && fw.newer_attention_from_cc > 0 && gpu->compute_capability >= fw.newer_attention_from_cc;
+  x.attention = plan.attention.value_or(newer ? fw.newer_attention : fw.attention);
   x.moe_dispatch = fw.moe_dispatch;
   x.dtype = training.dtype;
   x.attention_dtype = training.dtype == Dtype::fp8 ? Dtype::bf16 : training.dtype;
@@ -53,8 +54,8 @@ std::shared_ptr<const ProfileData> bundled_profile(const std::string& gpu_name) 
 }
 
 ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan) {
-  ExecutionModel x = execution_model(training, plan);
   const GpuSpec& gpu = cluster.gpu;
+  ExecutionModel x = execution_model(training, plan, &gpu);
   bool has_attention_figure = false;
   auto rc = std::make_shared<RooflineCompute>(gpu, training.dtype, roofline_params_for(gpu, x.attention, &has_attention_figure));
   if (const auto data = bundled_profile(gpu.name)) {

@@ -68,9 +68,9 @@ struct ExecutionModel {
 };
 
 /// The execution of a plan trained as `training` says, without a compute model (enough for the
-/// memory model): plan.framework's entry, plan.attention or the framework's own attention kernel,
-/// element sizes for the dtype and optimizer.
-ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& plan);
+/// memory model): plan.framework's entry, plan.attention or the attention kernel the framework
+/// runs (on `gpu`'s generation, when given), element sizes for the dtype and optimizer.
+ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& plan, const GpuSpec* gpu = nullptr);
 
 /// The whole execution model of a plan on a cluster's GPU: execution_model() plus the compute
 /// model from the GPU's sourced kernel figures and the matching part of its bundled calibration

@@ -86,12 +86,30 @@ Seconds RooflineCompute::memory_bound(Bytes bytes, int launches) const {
   return bytes / (gpu_.hbm_bandwidth * p_.memory_efficiency) + p_.launch_overhead * double(launches);
 }
 
+double fused_attention_shape_factor(double head_dim, double context) {
+  // FlashAttention-2 forward + backward, causal, on an H100 80GB SXM5 (Dao-AILab/flash-attention
+  // assets/flash2_h100_fwd_bwd_benchmark.png; 16k tokens per batch, hidden 2048), TFLOP/s by
+  // sequence length 512, 1k, 2k, 4k, 8k, 16k: head dim 128: 163, 221, 265, 294, 308, 328; head
+  // dim 64: 141, 192, 232, 257, 273, 284. Relative to (128, 2k), interpolated in log2(seq) and
+  // linearly in the head dim; clamped outside the measured range (head dims above 128 as 128).
+  static constexpr double kD128[] = {163, 221, 265, 294, 308, 328};
+  static constexpr double kD64[] = {141, 192, 232, 257, 273, 284};
+  const double x = std::clamp(std::log2(std::max(context, 1.0) / 512.0), 0.0, 5.0);
+  const int i = std::min(4, int(x));
+  const double f = x - i;
+  const double at128 = kD128[i] + f * (kD128[i + 1] - kD128[i]);
+  const double at64 = kD64[i] + f * (kD64[i + 1] - kD64[i]);
+  const double w = std::clamp((head_dim - 64.0) / 64.0, 0.0, 1.0);
+  return (at64 + w * (at128 - at64)) / 265.0;
+}
+
 Seconds RooflineCompute::flash_forward(double bh, double tokens, double context, double d, bool causal) const {
   // QK^T and AV over the visible part of the (tokens x context) score matrix.
   double visible = tokens * context;
   if (causal) visible -= tokens * (tokens - 1) / 2.0;  // a slice sees its prefix plus its own causal triangle
   const double flops = 4.0 * bh * visible * d;
-  return Seconds(flops / (attention_peak_.value() * p_.flash_efficiency)) + p_.launch_overhead;
+  const double efficiency = p_.flash_efficiency * (p_.fused_attention_shape ? fused_attention_shape_factor(d, context) : 1.0);
+  return Seconds(flops / (attention_peak_.value() * efficiency)) + p_.launch_overhead;
 }
 
 Seconds LayerOpTimes::forward() const {

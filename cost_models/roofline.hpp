@@ -34,6 +34,10 @@ struct RooflineParams {
   /// forward + backward, counting backward as 2.5x the forward FLOPs (FlashAttention-2's
   /// convention).
   double flash_efficiency = 0.33;
+  /// Scale that efficiency with head dim and context length as FlashAttention-2 does
+  /// (fused_attention_shape_factor); off for a kernel with another shape dependence (the fit of
+  /// this project's own attention kernel in calibrate/).
+  bool fused_attention_shape = true;
   /// Fraction of peak HBM bandwidth at which unfused attention moves its (b, heads, s, s) score
   /// matrices: the batched GEMMs writing and reading them, the masked softmax and the dropout.
   /// Unset: the streaming figure above (no unfused-attention measurement for that GPU).
@@ -47,6 +51,11 @@ struct RooflineParams {
 /// implementation that runs (none needed for unfused attention; std::nullopt when the file has
 /// no figure for it). Nothing here is fitted to an end-to-end training result.
 RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, bool* has_attention_figure = nullptr);
+
+/// How a fused attention kernel's efficiency varies with head dim and context length, relative to
+/// head dim 128 at sequence 2k (where the GPU files' fused-attention figures are taken):
+/// FlashAttention-2's published H100 sweep (roofline.cpp), applied to every GPU's fused kernel.
+double fused_attention_shape_factor(double head_dim, double context);
 
 /// A GEMM C(m x n) = A(m x k) B(k x n), `batch` times, 2-byte inputs and outputs.
 struct GemmShape {
@@ -77,8 +86,9 @@ class RooflineCompute {
   Seconds score_traffic(Bytes bytes) const;
   /// True when GEMM times come from a measured profile.
   bool has_gemm_profile() const { return profile_.has_value(); }
-  /// FlashAttention forward (causal when context == tokens and the slice is the whole sequence:
-  /// half the score matrix; a later TeraPipe slice attends to its whole prefix).
+  /// A fused attention forward (causal when context == tokens and the slice is the whole
+  /// sequence: half the score matrix; a later TeraPipe slice attends to its whole prefix), at the
+  /// execution's fused-attention efficiency scaled by fused_attention_shape_factor.
   Seconds flash_forward(double batch_heads, double tokens, double context, double head_dim, bool causal) const;
 
   const GpuSpec& gpu() const { return gpu_; }

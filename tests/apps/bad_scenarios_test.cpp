@@ -50,7 +50,8 @@ const std::vector<BadCase> kCases = {
     {"bad_gpu_name", {"cluster.gpu = no-such-gpu", "does not exist"}},
     {"bad_fabric", {"cluster.intra_node.kind = infiniband", "nvswitch | nvlink-mesh | pcie"}},
     {"wrong_top_key_in_ref", {"exactly one top-level key 'model'"}},
-    {"negative_bandwidth", {"cluster.intra_node.bandwidth_GBps = -300", "must be greater than 0"}}
+    {"negative_bandwidth", {"cluster.intra_node.bandwidth_GBps = -300", "must be greater than 0"}},
+    {"gpu_efficiency_above_one", {"gpu.kernels.gemm_efficiency.value = 1.057", "must be at most 1", ":15:"}}
 };
 
 class BadScenario : public ::testing::TestWithParam<BadCase> {};

@@ -452,6 +452,38 @@ TEST(GradAccumulation, BytesPerParameterByFramework) {
   EXPECT_EQ(accumulate(Dtype::bf16, Framework::pytorch), 12.0);
 }
 
+TEST(MemoryPerGpu, PyTorchAutocastOneH100ByHand) {
+  // ../shared/bench/torch_gpt_baseline.py's 1.3B run (24 x 2048, 16 heads, seq 2048, vocab 50304,
+  // micro-batch 8, one GPU) as eager PyTorch runs it, by hand. sbh = 2048 * 8 * 2048 = 33,554,432.
+  // Per layer, saved for the backward: ln1 input fp32 4, qkv input bf16 2, the qkv output that
+  // SDPA keeps q, k, v in 6, SDPA's output 2 and its reshaped copy (the projection's input) 2,
+  // ln2 input fp32 4, fc input 2, GeLU input 8, fc2 input 8: 38 sbh = 1,275,068,416; plus fp32
+  // logsumexp per head and query, 4 * 16 * 16,384 = 1,048,576: 1,276,116,992 bytes.
+  const ModelSpec m{.name = "torch-1.3b", .layers = 24, .hidden = 2048, .heads = 16, .seq_len = 2048,
+                    .vocab = 50304, .ffn_hidden = 8192, .kv_heads = 16, .moe = std::nullopt};
+  PlanSpec p;
+  p.micro_batch = 8;
+  p.framework = Framework::pytorch;
+  const TrainingSpec tr{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  const ExecutionModel x = exec(tr, p);
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(x, m, p, 8, 2048).value(), 1276116992.0);
+  // The peak, at the loss's backward: no gradient exists yet (set_to_none, one micro-batch).
+  // Parameters P = 24 (12h^2 + 13h) + V h + s h + 2h = 1,315,819,520: fp32 weights and their bf16
+  // autocast copies 6P, Adam's m and v 8P. Activations: 24 layers, the output layer's final-norm
+  // input (fp32) and head input (bf16) 6 sbh = 201,326,592, and the loss's three fp32 (tokens,
+  // vocab) buffers 12 x 16,384 x 50,304 = 9,890,168,832.
+  const double P = 1315819520.0;
+  const MemoryBreakdown b = memory_per_gpu(x, m, tr, p, 0);
+  EXPECT_DOUBLE_EQ(b.weights.value(), 6 * P);
+  EXPECT_DOUBLE_EQ(b.grads.value(), 0.0);
+  EXPECT_DOUBLE_EQ(b.optimizer.value(), 8 * P);
+  EXPECT_DOUBLE_EQ(b.activations.value(), 24 * 1276116992.0 + 201326592.0 + 9890168832.0);
+  EXPECT_DOUBLE_EQ(b.allocated().value(), 59139776512.0);
+  // With two micro-batches the gradients of the first are alive during the second: 4P more.
+  const TrainingSpec two{.global_batch = 16, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  EXPECT_DOUBLE_EQ(memory_per_gpu(exec(two, p), m, two, p, 0).grads.value(), 4 * P);
+}
+
 TEST(ParametersOnGpu, TeraPipeStagesHoldLayersOnly) {
   // TeraPipe's model has no embedding or head: 1B on pp 24 holds one layer per GPU,
   // 12h^2 + 13h = 50.36M parameters at h = 2048 (weights and biases, two layernorms).

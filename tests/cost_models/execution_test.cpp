@@ -1,0 +1,132 @@
+// The execution model resolved once per experiment: which attention kernel, element sizes and
+// calibration entries an execution gets, against the frameworks' documented behaviour and hand
+// counts; and that compute and memory price the same attention.
+#include "cost_models/execution.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/scenario.hpp"
+#include "cost_models/memory.hpp"
+#include "cost_models/profile.hpp"
+#include "cost_models/roofline.hpp"
+
+namespace foresight::cost_models {
+namespace {
+
+ClusterSpec cluster(const char* name) { return load_cluster(resolve_scenario("clusters", name)); }
+
+PlanSpec plan_for(Framework f) {
+  PlanSpec p;
+  p.framework = f;
+  return p;
+}
+
+const TrainingSpec kBf16{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+
+TEST(ExecutionModel, AttentionAsEachFrameworkRunsIt) {
+  // Megatron-LM 2021-22 and DeepSpeed v0.5: unfused; PyTorch SDPA: flash; Megatron-Core with
+  // Transformer Engine: flash on an A100, cuDNN's fused attention on an H100 (TE disables
+  // FlashAttention on sm90, notes/research-megatron-core.md).
+  EXPECT_EQ(resolve_execution(cluster("selene"), kBf16, plan_for(Framework::megatron)).attention, AttentionImpl::unfused);
+  EXPECT_EQ(resolve_execution(cluster("selene"), kBf16, plan_for(Framework::deepspeed)).attention, AttentionImpl::unfused);
+  EXPECT_EQ(resolve_execution(cluster("local-h100"), kBf16, plan_for(Framework::pytorch)).attention, AttentionImpl::flash);
+  EXPECT_EQ(resolve_execution(cluster("selene"), kBf16, plan_for(Framework::megatron_core)).attention, AttentionImpl::flash);
+  EXPECT_EQ(resolve_execution(cluster("dgx-h100-superpod"), kBf16, plan_for(Framework::megatron_core)).attention,
+            AttentionImpl::cudnn);
+  // A plan may name its own kernel (Megatron-LM with --use-flash-attn).
+  PlanSpec p = plan_for(Framework::megatron);
+  p.attention = AttentionImpl::flash;
+  EXPECT_EQ(resolve_execution(cluster("selene"), kBf16, p).attention, AttentionImpl::flash);
+}
+
+TEST(ExecutionModel, ElementSizesFollowTheDtype) {
+  // fp32 training: every element 4 bytes; bf16: activations 2, Megatron's fp32 main grads 4;
+  // autocast keeps fp32 parameters, fp32 gradients and a 2-byte copy per step.
+  const ExecutionModel fp32 = execution_model(TrainingSpec{.global_batch = 8, .dtype = Dtype::fp32}, plan_for(Framework::megatron));
+  EXPECT_EQ(fp32.bytes.activation, 4.0);
+  EXPECT_EQ(fp32.bytes.weight, 4.0);
+  EXPECT_EQ(fp32.bytes.master, 0.0);
+  const ExecutionModel bf16 = execution_model(kBf16, plan_for(Framework::megatron));
+  EXPECT_EQ(bf16.bytes.activation, 2.0);
+  EXPECT_EQ(bf16.bytes.grad, 4.0);
+  const ExecutionModel amp = execution_model(kBf16, plan_for(Framework::pytorch));
+  EXPECT_EQ(amp.bytes.weight, 4.0);
+  EXPECT_EQ(amp.bytes.weight_copy, 2.0);
+  EXPECT_EQ(amp.bytes.grad, 4.0);
+  EXPECT_EQ(amp.bytes.master, 0.0);
+  EXPECT_EQ(amp.bytes.residual, 4.0);
+  // Fused Adam: 30 bytes per parameter with a separate 16-bit model copy, 28 on fp32 parameters
+  // (read grad, param, m, v; write param, m, v).
+  EXPECT_EQ(bf16.bytes.optimizer_step, 30.0);
+  EXPECT_EQ(amp.bytes.optimizer_step, 28.0);
+}
+
+TEST(ExecutionModel, Fp8DoesNotInheritTheBf16Gemms) {
+  // The shipped H100 profile measured bf16 cuBLASLt GEMMs: a bf16 execution uses them, an fp8
+  // one does not (its GEMMs come from the GPU file's ceiling at the fp8 peak).
+  const ExecutionModel bf16 = resolve_execution(cluster("local-h100"), kBf16, plan_for(Framework::pytorch));
+  EXPECT_GT(bf16.profile.gemm_samples, 300);
+  const ExecutionModel fp8 =
+      resolve_execution(cluster("local-h100"), TrainingSpec{.global_batch = 8, .dtype = Dtype::fp8}, plan_for(Framework::pytorch));
+  EXPECT_EQ(fp8.profile.gemm_samples, 0);
+  EXPECT_FALSE(fp8.roofline().has_gemm_profile());
+  // The profile's attention entries are this project's own CUDA-core kernel: a FlashAttention run
+  // does not inherit their speed (0.7% of peak) but keeps the GPU file's 0.33.
+  EXPECT_FALSE(bf16.profile.attention);
+  EXPECT_DOUBLE_EQ(bf16.roofline().params().flash_efficiency, 0.33);
+}
+
+TEST(ExecutionModel, AProfileIsReadOnce) {
+  const auto a = bundled_profile("h100-sxm");
+  const auto b = bundled_profile("h100-sxm");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_FALSE(bundled_profile("a100-sxm4-80gb"));  // none shipped
+}
+
+TEST(ExecutionModel, AFusedKernelWithoutAFigureIsRefused) {
+  // V100 has no FlashAttention (Volta is not supported); its GPU file gives no figure, and no
+  // profile measured one: a plan asking for it is refused naming the missing field.
+  PlanSpec p = plan_for(Framework::pytorch);
+  try {
+    resolve_execution(cluster("aws-p3-16xlarge"), TrainingSpec{.global_batch = 8, .dtype = Dtype::fp16}, p);
+    ADD_FAILURE() << "accepted";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "gpu.kernels.flash_attention_efficiency") << e.what();
+  }
+}
+
+TEST(ExecutionModel, ComputeAndMemoryPriceTheSameAttention) {
+  // The 1.3B example on one H100 under the generic framework (fused attention): compute prices
+  // FlashAttention, and memory stores no s x s scores. By hand, per layer (b 8, s 2048, h 2048,
+  // 16 heads, t 1): 34 sbh (Korthikanti's linear terms) + 4 bytes of softmax statistics per head
+  // and query = 34 x 33,554,432 + 4 x 16 x 16,384 = 1,141,899,264 bytes; the unfused path would add
+  // 5as/h sbh = 80 sbh.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  PlanSpec p = e.plan;
+  p.framework = Framework::generic;
+  const ExecutionModel x = resolve_execution(e.cluster, e.training, p);
+  EXPECT_EQ(x.attention, AttentionImpl::flash);
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(x, e.model, p, 8, 2048).value(), 1141899264.0);
+  const LayerTimes t = layer_times(x, e.model, p, 2048, 2048, false);
+  // Flash time: 4 b a s^2 d / 2 causal FLOPs at 0.33 x 989.4 TFLOP/s, plus one launch (the
+  // profile's 4.70 us), at head dim 128 and sequence 2048 (shape factor 1).
+  const double flops = 4.0 * 8 * 16 * (2048.0 * 2048 - 2048.0 * 2047 / 2) * 128;
+  EXPECT_NEAR(t.forward_ops.attention_core.value(),
+              flops / (0.33 * 989.4e12) + x.roofline().params().launch_overhead.value(), 1e-9);
+}
+
+TEST(FusedAttentionShapeFactor, FollowsFlashAttention2sH100Sweep) {
+  // Relative to head dim 128 at 2k (265 TFLOP/s): 1k at d 128 is 221/265, 8k is 308/265, 2k at
+  // d 64 is 232/265; between the bars, linear in log2(seq) and in the head dim.
+  EXPECT_DOUBLE_EQ(fused_attention_shape_factor(128, 2048), 1.0);
+  EXPECT_DOUBLE_EQ(fused_attention_shape_factor(128, 1024), 221.0 / 265.0);
+  EXPECT_DOUBLE_EQ(fused_attention_shape_factor(128, 8192), 308.0 / 265.0);
+  EXPECT_DOUBLE_EQ(fused_attention_shape_factor(64, 2048), 232.0 / 265.0);
+  EXPECT_DOUBLE_EQ(fused_attention_shape_factor(96, 2048), (232.0 + 265.0) / 2 / 265.0);
+  EXPECT_NEAR(fused_attention_shape_factor(128, 1448.15), (221.0 + 265.0) / 2 / 265.0, 1e-4);
+  EXPECT_DOUBLE_EQ(fused_attention_shape_factor(256, 65536), 328.0 / 265.0);  // clamped
+}
+
+}  // namespace
+}  // namespace foresight::cost_models

@@ -1,0 +1,188 @@
+// Each coster of cost_workload on its own, against hand computations: with a compute source of
+// round, known times (and a memory pass of 1 ns per byte), what each coster adds is countable.
+#include "sim/costers.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/scenario.hpp"
+#include "cost_models/memory.hpp"
+
+using namespace foresight;
+using namespace foresight::sim;
+
+namespace {
+
+// 1 ms forward, 2 ms backward, 1 ms recompute per layer; edges 0.1/0.2 ms (embedding) and
+// 0.5/1 ms (head); the optimizer 1 ns per parameter; a memory pass 1 ns per byte, launches free.
+ComputeCosts round_compute() {
+  ComputeCosts c;
+  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3)}; };
+  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
+  c.optimizer = [](double params) { return Seconds(params * 1e-9); };
+  c.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
+  return c;
+}
+
+// GPT-3 1.3B (24 layers, h 2048, seq 2048) in bf16 on the 8 GPUs of one Selene node: tp 2 x pp 2 x
+// dp 2, one micro-batch of 1 per pipeline per step unless a test changes it.
+Experiment small() {
+  Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
+  e.model = load_model(resolve_scenario("models", "gpt3-1.3b"));
+  e.gpus = 8;
+  e.training.dtype = Dtype::bf16;
+  e.plan.tp = 2;
+  e.plan.pp = 2;
+  e.plan.dp = 2;
+  e.plan.micro_batch = 1;
+  e.plan.schedule = Schedule::one_f_one_b;
+  e.plan.virtual_stages = 1;
+  e.plan.recompute = Recompute::none;
+  e.plan.sequence_parallel = false;
+  e.plan.zero = 0;
+  e.plan.framework = Framework::megatron;
+  e.training.global_batch = 2;
+  validate_experiment(e);
+  return e;
+}
+
+struct Costed {
+  Experiment e;
+  cost_models::ExecutionModel x;
+  ComputeCosts compute = round_compute();
+  CommModel comm;
+  WorkloadCosts c;
+  explicit Costed(Experiment ex) : e(std::move(ex)), x(cost_models::execution_model(e.training, e.plan)), comm(e.cluster) {
+    c.shape = ScheduleShape{e.plan.schedule, e.plan.pp, e.plan.micro_batches(e.training),
+                            e.plan.schedule == Schedule::interleaved ? e.plan.virtual_stages : 1,
+                            e.plan.token_slices.empty() ? 1 : int(e.plan.token_slices.size())};
+  }
+  CostInputs in() const { return {e, x, compute, comm}; }
+  double params(int stage) const {
+    return cost_models::parameters_on_gpu(*x.framework, e.model, e.plan, stage).total();
+  }
+};
+
+}  // namespace
+
+TEST(CostLayerChunks, TwelveLayersPerStagePlusTheGradientPass) {
+  // 12 layers a stage: 12 ms forward, 24 ms backward + the accumulation pass of Megatron's fp32
+  // main grads, 10 bytes per parameter at 1 ns per byte.
+  Costed k(small());
+  cost_layer_chunks(k.in(), k.c);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_NEAR(k.c.chunk[s][0][0].forward.value(), 12e-3, 1e-12);
+    EXPECT_NEAR(k.c.chunk[s][0][0].backward.value(), 24e-3 + k.params(s) * 10e-9, 1e-9) << s;
+    EXPECT_NEAR(k.c.chunk[s][0][0].recompute.value(), 12e-3, 1e-12);  // what compute.layer returned
+  }
+  // Each layer's forward and backward carry two TP all-reduces of the (1, 2048, 2048) activation.
+  const CommGroup tp = plan_groups(k.e.plan, k.e.cluster).tp;
+  const Seconds per_layer = 2.0 * k.comm.time(Collective::all_reduce, Bytes(2.0 * 2048 * 2048), tp);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_tp_comm.value(), 12 * per_layer.value(), 1e-12);
+}
+
+TEST(CostLayerChunks, GradientsFreedBetweenStepsSkipTheFirstAccumulation) {
+  // PyTorch (set_to_none): the first micro-batch creates the gradients; of m = 4 micro-batches
+  // three add into them, 3 x 4 fp32 bytes (read, read, write) per parameter: on average 3/4 x 12.
+  Experiment e = small();
+  e.plan.framework = Framework::pytorch;
+  e.training.global_batch = 8;  // 4 micro-batches per pipeline
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward.value(), 24e-3 + k.params(0) * 12e-9 * 3 / 4, 1e-9);
+  e.training.global_batch = 2;  // one micro-batch: no accumulation at all
+  Costed one(e);
+  cost_layer_chunks(one.in(), one.c);
+  EXPECT_NEAR(one.c.chunk[0][0][0].backward.value(), 24e-3, 1e-12);
+}
+
+TEST(CostEdges, EmbeddingFirstHeadLastNoneForTeraPipe) {
+  Costed k(small());
+  cost_layer_chunks(k.in(), k.c);
+  cost_edges(k.in(), k.c);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward.value(), 12e-3 + 1e-4, 1e-12);   // + embedding
+  EXPECT_NEAR(k.c.chunk[1][0][0].forward.value(), 12e-3 + 5e-4, 1e-12);   // + head and loss
+  Experiment t = small();
+  t.plan.framework = Framework::terapipe;
+  t.plan.schedule = Schedule::gpipe;
+  Costed tk(t);
+  cost_layer_chunks(tk.in(), tk.c);
+  cost_edges(tk.in(), tk.c);
+  EXPECT_NEAR(tk.c.chunk[0][0][0].forward.value(), 12e-3, 1e-12);
+  EXPECT_NEAR(tk.c.chunk[1][0][0].forward.value(), 12e-3, 1e-12);
+}
+
+TEST(CostActivationOffload, HalfOfEachChunkOverPcie) {
+  // Half of a stage's 12 layers' activations each way at the host link's 25 GB/s (per layer:
+  // the memory model's bytes for this plan).
+  Experiment e = small();
+  e.plan.offload.activations = 0.5;
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  cost_activation_offload(k.in(), k.c);
+  const double per_layer = cost_models::activation_bytes_per_layer(k.x, e.model, e.plan, 1, 2048).value();
+  const double expected = 12 * 0.5 * per_layer / e.cluster.host.pcie_bandwidth.value();
+  EXPECT_NEAR(k.c.chunk[0][0][0].offload_out.value(), expected, expected * 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].offload_in.value(), expected, expected * 1e-12);
+}
+
+TEST(CostPipelineTransfers, BytesAsEachFrameworkSendsThem) {
+  // One activation (1, 2048, 2048) in bf16 = 8,388,608 bytes; tp 2 ranks per stage.
+  const double act = 2.0 * 2048 * 2048;
+  auto bytes = [&](Framework f) {
+    Experiment e = small();
+    e.plan.framework = f;
+    Costed k(e);
+    cost_pipeline_transfers(k.in(), k.c);
+    return std::make_pair(k.c.p2p_forward_bytes[0].value(), k.c.p2p_backward_bytes[0].value());
+  };
+  // Megatron-LM 2021: 1/t from each rank both ways = one activation per node.
+  EXPECT_EQ(bytes(Framework::megatron), std::make_pair(act, act));
+  // Megatron-Core: the whole tensor from each rank: t activations.
+  EXPECT_EQ(bytes(Framework::megatron_core), std::make_pair(2 * act, 2 * act));
+  // DeepSpeed v0.5: partitioned forward, whole backward.
+  EXPECT_EQ(bytes(Framework::deepspeed), std::make_pair(act, 2 * act));
+}
+
+TEST(CostDataParallel, AllReduceOrReduceScatterAsTheFrameworkRunsZero) {
+  // dp 2: a ring all-reduce sends 2 (n-1)/n = 1 gradient's worth per rank, a reduce-scatter half
+  // of it; Megatron's fp32 main grads are 4 bytes per parameter, DeepSpeed's fp16 grads 2. Bytes
+  // per transfer count the node's TP ranks (2).
+  Experiment e = small();
+  e.plan.zero = 1;
+  Costed mega(e);
+  cost_data_parallel(mega.in(), mega.c);
+  EXPECT_NEAR(mega.c.dp_grad_sync_bytes[0].value(), mega.params(0) * 4 * 0.5 * 2, 1.0);
+  EXPECT_NEAR(mega.c.dp_param_gather_bytes[0].value(), mega.params(0) * 2 * 0.5 * 2, 1.0);
+  e.plan.framework = Framework::deepspeed;
+  Costed ds(e);
+  cost_data_parallel(ds.in(), ds.c);
+  EXPECT_NEAR(ds.c.dp_grad_sync_bytes[0].value(), ds.params(0) * 2 * 1.0 * 2, 1.0);  // all-reduce
+  const CommGroup dp = plan_groups(e.plan, e.cluster).dp;
+  EXPECT_NEAR(ds.c.dp_grad_sync[0].value(),
+              ds.comm.time(Collective::all_reduce, Bytes(ds.params(0) * 2), dp).value(), 1e-15);
+}
+
+TEST(CostDataParallel, OverlapLeavesTheLastBucket) {
+  // With the reduction overlapped, what waits for the backward is the framework's last bucket:
+  // torch DDP's 25 MiB for Megatron-LM (SC21 ran --DDP-impl torch).
+  Experiment e = small();
+  e.plan.dp_overlap = true;
+  Costed k(e);
+  cost_data_parallel(k.in(), k.c);
+  const CommGroup dp = plan_groups(e.plan, e.cluster).dp;
+  EXPECT_NEAR(k.c.dp_sync_tail[0].value(), k.comm.time(Collective::all_reduce, Bytes(25.0 * 1048576), dp).value(), 1e-15);
+  EXPECT_LT(k.c.dp_sync_tail[0], k.c.dp_grad_sync[0]);
+}
+
+TEST(CostOptimizer, EachGpuStepsItsShard) {
+  // 1 ns per parameter: without ZeRO a GPU steps every parameter it holds, with ZeRO-1 over dp 2
+  // half of them.
+  Experiment e = small();
+  Costed plain(e);
+  cost_optimizer(plain.in(), plain.c);
+  EXPECT_NEAR(plain.c.optimizer[1].value(), plain.params(1) * 1e-9, 1e-12);
+  e.plan.zero = 1;
+  Costed zero(e);
+  cost_optimizer(zero.in(), zero.c);
+  EXPECT_NEAR(zero.c.optimizer[1].value(), zero.params(1) / 2 * 1e-9, 1e-12);
+}
