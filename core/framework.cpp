@@ -60,27 +60,33 @@ constexpr ElementwiseTraffic kPytorchAutocastTraffic{
 
 constexpr double kDdpBucketBytes = 25.0 * 1048576.0;  // torch DDP bucket_cap_mb default 25 (MiB)
 
+/// An entry with what most of the frameworks of the table share, so that each entry below states
+/// only where it differs: Megatron-LM-style kernels and unfused attention, mixed precision as the
+/// ZeRO paper describes it (16-bit weights and gradients, fp32 master and Adam state; sec. 3.1),
+/// dropout stored, whole-tensor pipeline sends, gradients reduced in place (no extra bucket), an
+/// overlapped reduction's last bucket the size of torch DDP's, every feature but token slicing.
+FrameworkTraits entry(Framework id, const char* name, const char* version, const char* source) {
+  FrameworkTraits t;
+  t.id = id;
+  t.name = name;
+  t.version = version;
+  t.source = source;
+  t.attention = AttentionImpl::unfused;
+  t.moe_dispatch = MoeDispatch::permute;
+  t.elementwise = kMegatron2021Traffic;
+  t.dp_overlap_bucket_bytes = kDdpBucketBytes;
+  return t;
+}
+
 std::array<FrameworkTraits, 6> make_table() {
-  FrameworkTraits megatron{
-      .id = Framework::megatron,
-      .name = "megatron",
-      .version = "Megatron-LM v2.x-v3.0 (2021-22)",
-      .source = "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
-                "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)",
-      .attention = AttentionImpl::unfused,
-      .moe_dispatch = MoeDispatch::permute,
-      .elementwise = kMegatron2021Traffic,
-      .precision = {.fp32_parameters = false, .residual_bytes = 2, .fp32_main_grads = true,
-                    .grads_freed_between_steps = false},
-      .activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 4},
-      // Scatter/gather: each TP rank sends 1/t of the activation and the receiver all-gathers it
-      // over NVLink, both directions (Narayanan et al. 2021 sec. 4.1).
-      .send_forward = PipelineSend::split_then_gather,
-      .send_backward = PipelineSend::split_then_gather,
-      // SC21's runs used torch DDP (run_table_1.sh: --DDP-impl torch): its 25 MiB buckets.
-      .dp_overlap_bucket_bytes = kDdpBucketBytes,
-      .schedules = {true, true, true, false},
-  };
+  FrameworkTraits megatron = entry(Framework::megatron, "megatron", "Megatron-LM v2.x-v3.0 (2021-22)",
+                                   "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
+                                   "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)");
+  megatron.precision.fp32_main_grads = true;
+  // Scatter/gather: each TP rank sends 1/t of the activation and the receiver all-gathers it over
+  // NVLink, both directions (Narayanan et al. 2021 sec. 4.1). (SC21's runs used torch DDP,
+  // run_table_1.sh --DDP-impl torch: the 25 MiB bucket of an overlapped reduction.)
+  megatron.send_forward = megatron.send_backward = PipelineSend::split_then_gather;
 
   FrameworkTraits megatron_core = megatron;
   megatron_core.id = Framework::megatron_core;
@@ -88,126 +94,80 @@ std::array<FrameworkTraits, 6> make_table() {
   megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024)";
   megatron_core.source = "NVIDIA/Megatron-LM core_r0.8.0 (megatron/core/pipeline_parallel/p2p_communication.py, "
                          "megatron/core/distributed/, docs/source/api-guide/distributed_optimizer.md); "
-                         "notes/research-frameworks.md";
+                         "notes/research-megatron-core.md";
   // TEDotProductAttention: flash-attn v2 on A100; on H100 Transformer Engine disables FlashAttention
-  // when its cuDNN FusedAttention backend applies (TE v1.8 attention.py; notes/research-megatron-core.md).
+  // when its cuDNN FusedAttention backend applies (TE v1.8 attention.py).
   megatron_core.attention = AttentionImpl::flash;
   megatron_core.newer_attention_from_cc = 9.0;
   megatron_core.newer_attention = AttentionImpl::cudnn;
   // Every TP rank sends the whole boundary tensor (scatter/gather was removed in 2023, commit
   // 39b83c7953; p2p_communication.py at core_r0.8.0); with sequence parallelism its own shard.
-  megatron_core.send_forward = PipelineSend::whole;
-  megatron_core.send_backward = PipelineSend::whole;
+  megatron_core.send_forward = megatron_core.send_backward = PipelineSend::whole;
   // DistributedDataParallelConfig.bucket_size: max(40M, 1M x dp) parameters of fp32 gradients.
   megatron_core.dp_overlap_bucket_bytes = 40e6 * 4.0;
 
-  FrameworkTraits deepspeed{
-      .id = Framework::deepspeed,
-      .name = "deepspeed",
-      .version = "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
-      .source = "microsoft/DeepSpeed v0.5.0-0.5.3 (deepspeed/runtime/pipe/engine.py, runtime/zero/stage2.py); "
-                "notes/research-deepspeed-pipeline.md",
-      .attention = AttentionImpl::unfused,
-      .moe_dispatch = MoeDispatch::einsum,
-      .elementwise = kMegatron2021Traffic,
-      // ZeRO paper sec. 3.1 mixed-precision Adam: 16-bit gradients accumulated by PyTorch's
-      // AccumulateGrad until ReduceGrads.
-      .precision = {.fp32_parameters = false, .residual_bytes = 2, .fp32_main_grads = false,
-                    .grads_freed_between_steps = false},
-      .activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 4},
-      // Activations partitioned over TP and all-gathered by the receiver (is_pipe_partitioned =
-      // is_model_parallel, PartitionedTensor.full()); gradients sent whole from every TP rank
-      // (is_grad_partitioned = False until PR #1407, 2021-09-29).
-      .send_forward = PipelineSend::split_then_gather,
-      .send_backward = PipelineSend::whole,
-      // _exec_recv_grads restores the partitioned output with part_output.full().
-      .regathers_output_for_backward = true,
-      .zero_reduction = ZeroReduction::all_reduce,
-      // reduce_bucket_size default 5e8 elements (DeepSpeed config docs, zero_optimization).
-      .dp_bucket_elements = 5e8,
-      .dp_overlap_bucket_bytes = kDdpBucketBytes,
-      .dp_overlap_with_pipeline = false,
-      .dp_overlap_refusal = "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces "
-                            "overlap_comm off); set it false",
-      // One schedule, TrainSchedule = 1F1B (deepspeed/runtime/pipe/schedule.py); no sequence
-      // parallelism or selective recompute (both arrived with Korthikanti 2022); ZeRO-2/3 are
-      // refused with pipelines (pipe/engine.py).
-      .schedules = {false, true, false, false},
-      .sequence_parallel = false,
-      .selective_recompute = false,
-      .max_zero = 3,
-      .max_zero_with_pipeline = 1,
-  };
+  FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
+                                    "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
+                                    "microsoft/DeepSpeed v0.5.0-0.5.3 (deepspeed/runtime/pipe/engine.py, "
+                                    "runtime/zero/stage2.py); notes/research-deepspeed-pipeline.md");
+  deepspeed.moe_dispatch = MoeDispatch::einsum;
+  // Activations partitioned over TP and all-gathered by the receiver (is_pipe_partitioned =
+  // is_model_parallel, PartitionedTensor.full()); gradients sent whole from every TP rank
+  // (is_grad_partitioned = False until PR #1407, 2021-09-29); _exec_recv_grads restores the
+  // partitioned output with part_output.full().
+  deepspeed.send_forward = PipelineSend::split_then_gather;
+  deepspeed.regathers_output_for_backward = true;
+  deepspeed.zero_reduction = ZeroReduction::all_reduce;
+  deepspeed.dp_bucket_elements = 5e8;  // reduce_bucket_size default (DeepSpeed config docs, zero_optimization)
+  deepspeed.dp_overlap_with_pipeline = false;
+  deepspeed.dp_overlap_refusal =
+      "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces overlap_comm off); set it false";
+  // One schedule, TrainSchedule = 1F1B (deepspeed/runtime/pipe/schedule.py); no sequence
+  // parallelism or selective recompute (both arrived with Korthikanti 2022); ZeRO-2/3 are refused
+  // with pipelines (pipe/engine.py).
+  deepspeed.schedules[int(Schedule::gpipe)] = deepspeed.schedules[int(Schedule::interleaved)] = false;
+  deepspeed.sequence_parallel = deepspeed.selective_recompute = false;
+  deepspeed.max_zero_with_pipeline = 1;
 
-  FrameworkTraits terapipe{
-      .id = Framework::terapipe,
-      .name = "terapipe",
-      .version = "zhuohan123/terapipe (2021)",
-      .source = "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, mpu/initialize.py, "
-                "test_transformer_terapipe.py)",
-      .attention = AttentionImpl::unfused,
-      .moe_dispatch = MoeDispatch::permute,
-      .elementwise = kMegatron2021Traffic,
-      .precision = {.fp32_parameters = false, .residual_bytes = 2, .fp32_main_grads = false,
-                    .grads_freed_between_steps = false},
-      .activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 4},
-      .has_embedding_and_head = false,
-      .last_stage_embedding_copy = false,
-      // One whole tensor per stage boundary, from the last TP rank of a stage to the first of the
-      // next over a 2-rank NCCL group, which broadcasts it to its TP group over NVLink.
-      .send_forward = PipelineSend::one_rank_broadcast,
-      .send_backward = PipelineSend::one_rank_broadcast,
-      .dp_bucket_bytes = kDdpBucketBytes,
-      .dp_overlap_bucket_bytes = kDdpBucketBytes,
-      .dp_overlap = false,
-      .dp_overlap_with_pipeline = false,
-      .dp_overlap_refusal = "TeraPipe all-reduces gradients after the backward; set it false",
-      // GPipe-order pipelining with or without token slices, Megatron tensor parallelism without
-      // sequence parallelism, optional checkpointing of the attention core only
-      // (--checkpoint-gradients), no sharded optimizer.
-      .schedules = {true, false, false, true},
-      .sequence_parallel = false,
-      .selective_recompute = true,
-      .full_recompute = false,
-      .max_zero = 0,
-      .max_zero_with_pipeline = 0,
-  };
+  FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",
+                                   "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "
+                                   "mpu/initialize.py, test_transformer_terapipe.py)");
+  terapipe.has_embedding_and_head = terapipe.last_stage_embedding_copy = false;
+  // One whole tensor per stage boundary, from the last TP rank of a stage to the first of the
+  // next over a 2-rank NCCL group, which broadcasts it to its TP group over NVLink.
+  terapipe.send_forward = terapipe.send_backward = PipelineSend::one_rank_broadcast;
+  terapipe.dp_bucket_bytes = kDdpBucketBytes;
+  terapipe.dp_overlap = terapipe.dp_overlap_with_pipeline = false;
+  terapipe.dp_overlap_refusal = "TeraPipe all-reduces gradients after the backward; set it false";
+  // GPipe-order pipelining with or without token slices, Megatron tensor parallelism without
+  // sequence parallelism, optional checkpointing of the attention core only
+  // (--checkpoint-gradients), no sharded optimizer.
+  terapipe.schedules[int(Schedule::one_f_one_b)] = terapipe.schedules[int(Schedule::interleaved)] = false;
+  terapipe.schedules[int(Schedule::terapipe)] = true;
+  terapipe.sequence_parallel = terapipe.full_recompute = false;
+  terapipe.max_zero = terapipe.max_zero_with_pipeline = 0;
 
-  FrameworkTraits pytorch{
-      .id = Framework::pytorch,
-      .name = "pytorch",
-      .version = "eager PyTorch 2.x: autocast bf16 on fp32 parameters, SDPA, fused AdamW, DDP",
-      .source = "../shared/bench/torch_gpt_baseline.py; PyTorch docs (Automatic Mixed Precision op lists, "
-                "DistributedDataParallel bucket_cap_mb, Optimizer.zero_grad set_to_none); notes/research-frameworks.md",
-      .attention = AttentionImpl::flash,
-      .moe_dispatch = MoeDispatch::permute,
-      .elementwise = kPytorchAutocastTraffic,
-      .precision = {.fp32_parameters = true, .residual_bytes = 4, .fp32_main_grads = false,
-                    .grads_freed_between_steps = true},
-      .activations = {.dropout = false, .attention_output_copy = true, .logits_bytes = 12},
-      .dp_bucket_bytes = kDdpBucketBytes,
-      .dp_overlap_bucket_bytes = kDdpBucketBytes,
-      .schedules = {true, true, true, false},
-  };
+  FrameworkTraits pytorch = entry(Framework::pytorch, "pytorch",
+                                  "eager PyTorch 2.x: autocast bf16 on fp32 parameters, SDPA, fused AdamW, DDP",
+                                  "../shared/bench/torch_gpt_baseline.py; PyTorch docs (Automatic Mixed Precision op "
+                                  "lists, DistributedDataParallel bucket_cap_mb, Optimizer.zero_grad set_to_none); "
+                                  "notes/research-pytorch.md");
+  pytorch.attention = AttentionImpl::flash;
+  pytorch.elementwise = kPytorchAutocastTraffic;
+  pytorch.precision = {.fp32_parameters = true, .residual_bytes = 4, .fp32_main_grads = false,
+                       .grads_freed_between_steps = true};
+  pytorch.activations = {.dropout = false, .attention_output_copy = true, .logits_bytes = 12};
+  pytorch.dp_bucket_bytes = kDdpBucketBytes;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
   // DDP buckets, and every schedule (TeraPipe slicing included).
-  FrameworkTraits generic{
-      .id = Framework::generic,
-      .name = "generic",
-      .version = "idealised (no particular framework)",
-      .source = "Rajbhandari et al. 2020 (ZeRO) sec. 3.1; Dao et al. 2022 (FlashAttention); PyTorch DDP docs",
-      .attention = AttentionImpl::flash,
-      .moe_dispatch = MoeDispatch::permute,
-      .elementwise = kMegatron2021Traffic,
-      .precision = {.fp32_parameters = false, .residual_bytes = 2, .fp32_main_grads = false,
-                    .grads_freed_between_steps = false},
-      .activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 4},
-      .dp_bucket_bytes = kDdpBucketBytes,
-      .dp_overlap_bucket_bytes = kDdpBucketBytes,
-      .schedules = {true, true, true, true},
-  };
+  FrameworkTraits generic = entry(Framework::generic, "generic", "idealised (no particular framework)",
+                                  "Rajbhandari et al. 2020 (ZeRO) sec. 3.1; Dao et al. 2022 (FlashAttention); "
+                                  "PyTorch DDP docs");
+  generic.attention = AttentionImpl::flash;
+  generic.dp_bucket_bytes = kDdpBucketBytes;
+  generic.schedules[int(Schedule::terapipe)] = true;
   return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic};
 }
 

@@ -93,18 +93,18 @@ struct ActivationLayout {
 };
 
 struct FrameworkTraits {
-  Framework id;
-  const char* name;     // as in scenario files
-  const char* version;  // the version (or era) whose behaviour the entry describes
-  const char* source;   // where the behaviours below were read
+  Framework id = Framework::generic;
+  const char* name = "";     // as in scenario files
+  const char* version = "";  // the version (or era) whose behaviour the entry describes
+  const char* source = "";   // where the behaviours below were read
 
   // ---- compute
-  AttentionImpl attention;   // the attention kernel it runs unless the plan says otherwise
+  AttentionImpl attention = AttentionImpl::unfused;  // the attention kernel it runs unless the plan says otherwise
   /// From this compute capability on it runs `newer_attention` instead (0: never). Transformer
   /// Engine turns FlashAttention off on sm90 when cuDNN's fused attention applies.
   double newer_attention_from_cc = 0;
   AttentionImpl newer_attention = AttentionImpl::cudnn;
-  MoeDispatch moe_dispatch;  // how MoE tokens reach their experts
+  MoeDispatch moe_dispatch = MoeDispatch::permute;  // how MoE tokens reach their experts
   ElementwiseTraffic elementwise;
 
   // ---- precision and memory

@@ -13,6 +13,7 @@
 
 #include "core/enums.hpp"
 #include "core/error.hpp"
+#include "core/spec_fields.hpp"
 
 namespace foresight {
 
@@ -52,7 +53,7 @@ class JsonReader {
 };
 
 /// Fills a spec from a JSON object through its field table (visit_fields).
-class JsonFieldReader {
+class JsonFieldReader : public SectionReading<JsonFieldReader> {
  public:
   explicit JsonFieldReader(JsonReader& r) : r_(r) {}
   void integer(const char* k, int& f, std::optional<int> fallback, long long min) { f = r_.integer(k, fallback, min); }
@@ -70,19 +71,14 @@ class JsonFieldReader {
     if (r_.has(k)) f = r_.enumeration<E>(k, std::nullopt);
   }
   void int_list(const char* k, std::vector<int>& f, long long min) { f = r_.int_list(k, min); }
-  template <class S>
-  void section(const char* k, S& s) {
+  bool present(const char* k) { return r_.has(k); }
+  template <class F>
+  void nested(const char* k, F&& read) {
     if (!r_.has(k)) return;
     JsonReader sub(r_.get(k, true), r_.source(), r_.path(k));
     JsonFieldReader v(sub);
-    visit_fields(v, s);
+    read(v);
     sub.finish();
-  }
-  template <class S>
-  void optional_section(const char* k, std::optional<S>& s) {
-    if (!r_.has(k)) return;
-    s.emplace();
-    section(k, *s);
   }
 
  private:

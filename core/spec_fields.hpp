@@ -86,6 +86,25 @@ void visit_fields(V& v, S& p) {
   v.enumeration("placement", p.placement, Placement::tp_dp_pp);
 }
 
+/// What every field-table reader does the same way, whatever the format: a nested section is read
+/// by a reader of the same kind over the child mapping, an optional one only when present. Derived
+/// provides present(key) and nested(key, fn): fn run with a Derived reader over the child, whose
+/// unknown keys are then refused.
+template <class Derived>
+class SectionReading {
+ public:
+  template <class S>
+  void section(const char* k, S& s) {
+    static_cast<Derived&>(*this).nested(k, [&s](Derived& v) { visit_fields(v, s); });
+  }
+  template <class S>
+  void optional_section(const char* k, std::optional<S>& s) {
+    if (!static_cast<Derived&>(*this).present(k)) return;
+    s.emplace();
+    section(k, *s);
+  }
+};
+
 /// Gives ffn_hidden and kv_heads their defaults where the file left them out (read as 0):
 /// 4 * hidden and heads. The violation names the field when 4 * hidden overflows an int.
 std::optional<PlanViolation> complete_model(ModelSpec& m);

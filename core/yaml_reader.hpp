@@ -14,6 +14,7 @@
 
 #include "core/enums.hpp"
 #include "core/error.hpp"
+#include "core/spec_fields.hpp"
 
 namespace foresight {
 
@@ -62,7 +63,7 @@ class MapReader {
 
 /// Fills a spec from a YAML mapping through its field table (core/spec_fields.hpp visit_fields),
 /// recording where each field present was read when `locations` is given ("plan.pp" -> file:line).
-class YamlFieldReader {
+class YamlFieldReader : public SectionReading<YamlFieldReader> {
  public:
   YamlFieldReader(MapReader& r, std::map<std::string, SourceLocation>* locations = nullptr) : r_(r), loc_(locations) {}
   void integer(const char* k, int& f, std::optional<int> fallback, long long min) {
@@ -100,20 +101,15 @@ class YamlFieldReader {
     note(k);
     f = r_.get_int_list(k, min);
   }
-  template <class S>
-  void section(const char* k, S& s) {
+  bool present(const char* k) { return r_.has(k); }
+  template <class F>
+  void nested(const char* k, F&& read) {
     note(k);
     if (!r_.has(k)) return;
     MapReader sub(r_.child(k, true), r_.file(), r_.path(k));
     YamlFieldReader v(sub, loc_);
-    visit_fields(v, s);
+    read(v);
     sub.finish();
-  }
-  template <class S>
-  void optional_section(const char* k, std::optional<S>& s) {
-    if (!r_.has(k)) return;
-    s.emplace();
-    section(k, *s);
   }
 
  private:

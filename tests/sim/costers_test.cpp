@@ -29,18 +29,9 @@ Experiment small() {
   Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
   e.model = load_model(resolve_scenario("models", "gpt3-1.3b"));
   e.gpus = 8;
-  e.training.dtype = Dtype::bf16;
-  e.plan.tp = 2;
-  e.plan.pp = 2;
-  e.plan.dp = 2;
-  e.plan.micro_batch = 1;
-  e.plan.schedule = Schedule::one_f_one_b;
-  e.plan.virtual_stages = 1;
-  e.plan.recompute = Recompute::none;
-  e.plan.sequence_parallel = false;
-  e.plan.zero = 0;
-  e.plan.framework = Framework::megatron;
-  e.training.global_batch = 2;
+  e.training = TrainingSpec{.global_batch = 2, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  e.plan = PlanSpec{};  // one micro-batch of 1, 1F1B, no recompute, no ZeRO, Megatron-LM
+  e.plan.tp = e.plan.pp = e.plan.dp = 2;
   validate_experiment(e);
   return e;
 }

@@ -32,21 +32,15 @@ E parse_or_die(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc != 11) usage("expected 10 arguments");
-  ExecutablePlan p;
-  p.model = ModelSpec{.name = "tiny", .layers = 4, .hidden = 32, .heads = 4, .seq_len = 16, .vocab = 256,
-                      .ffn_hidden = 128, .kv_heads = 4, .moe = std::nullopt};
-  p.cluster = "ci";
-  p.gpus_per_node = 8;
-  p.training = TrainingSpec{.global_batch = 8, .dtype = Dtype::fp32, .optimizer = Optimizer::adam};
-  PlanSpec& q = p.plan;
+  PlanSpec q;
   q.tp = std::stoi(argv[2]);
   q.pp = std::stoi(argv[3]);
   q.dp = std::stoi(argv[4]);
-  q.micro_batch = 1;
   q.placement = parse_or_die<Placement>(argv[5]);
   q.schedule = parse_or_die<Schedule>(argv[6]);
   q.recompute = parse_or_die<Recompute>(argv[7]);
   q.zero = std::stoi(argv[8]);
+  std::optional<MoeSpec> moe;
   std::stringstream extra(argv[9]);
   for (std::string flag; std::getline(extra, flag, '+');) {
     if (flag == "-" || flag.empty()) continue;
@@ -60,17 +54,25 @@ int main(int argc, char** argv) {
       std::stringstream slices(flag.substr(2));
       for (std::string s; std::getline(slices, s, ',');) q.token_slices.push_back(std::stoi(s));
     } else if (flag == "moe") {
-      p.model.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
+      moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
     } else {
       usage("unknown flag '" + flag + "'");
     }
   }
-  p.gpus = q.tp * q.pp * q.dp;
-  p.data = "text";
-  p.steps = 20;
-  p.checkpoint_dir = argv[10];
-  p.prediction = PlanPrediction{.iteration_s = 0.05, .tokens_per_s = 2560, .tflops_per_gpu = 0.001,
-                                .memory_GB = 0.01, .engine = "hand-written for the test"};
+  ModelSpec tiny{.name = "tiny", .layers = 4, .hidden = 32, .heads = 4, .seq_len = 16, .vocab = 256, .ffn_hidden = 128,
+                 .kv_heads = 4, .moe = moe};
+  const ExecutablePlan p{
+      .model = std::move(tiny),
+      .cluster = "ci",
+      .gpus_per_node = 8,
+      .training = {.global_batch = 8, .dtype = Dtype::fp32, .optimizer = Optimizer::adam},
+      .plan = q,
+      .gpus = q.tp * q.pp * q.dp,
+      .data = "text",
+      .steps = 20,
+      .checkpoint_dir = argv[10],
+      .prediction = PlanPrediction{.iteration_s = 0.05, .tokens_per_s = 2560, .tflops_per_gpu = 0.001,
+                                   .memory_GB = 0.01, .engine = "hand-written for the test"}};
   std::ofstream out(argv[1]);
   out << to_json(p).dump(2) << "\n";
   return out ? 0 : 1;
