@@ -26,9 +26,20 @@ std::vector<int> divisors(int n) {
 
 bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const PlanSpec& p, Bytes* need) {
   const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
-  const auto& worst = mem[cost_models::most_loaded_stage(mem)];
-  if (need) *need = worst.total();
-  return cost_models::fits(worst, r.cluster.gpu);
+  const Bytes worst = mem[cost_models::most_loaded_stage(mem)].total();
+  if (need) *need = worst;
+  return worst <= r.memory_limit();
+}
+
+/// Keeps in `into` the closer of its closest miss and `from`'s (ties: the lower plan index).
+void merge_closest(EvaluatedShare& into, const EvaluatedShare& from) {
+  if (!from.closest) return;
+  const bool better = !into.closest || from.closest_need < into.closest_need ||
+                      (from.closest_need == into.closest_need && from.closest_index < into.closest_index);
+  if (!better) return;
+  into.closest = from.closest;
+  into.closest_need = from.closest_need;
+  into.closest_index = from.closest_index;
 }
 
 }  // namespace
@@ -103,26 +114,32 @@ cost_models::ExecutionModel execution_for(const SearchRequest& r) {
   return cost_models::resolve_execution(r.cluster, r.training, p);
 }
 
-SearchResult search_plans(const SearchRequest& r, const std::function<void(long, long)>& progress) {
-  SearchResult res;
+SearchResult search_plans(const SearchRequest& r, const SearchProgress& progress) {
+  const std::vector<PlanSpec> plans = enumerate_plans(r);
+  std::vector<EvaluatedShare> all;
+  all.push_back(evaluate_plans(r, plans, 0, 1, progress));
+  SearchResult res = rank_candidates(r, long(plans.size()), std::move(all));
+  resimulate_top(r, res, 0, 1, progress);
+  return res;
+}
+
+EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec>& plans, int share, int shares,
+                              const SearchProgress& progress) {
   // Every plan of the search runs on the same framework, GPU and dtype: one execution model.
   const cost_models::ExecutionModel x = execution_for(r);
   const CommModel comm(r.cluster);
-  const std::vector<PlanSpec> plans = enumerate_plans(r);
-  res.enumerated = long(plans.size());
+  std::vector<long> mine;
+  for (long i = share; i < long(plans.size()); i += shares) mine.push_back(i);
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const unsigned threads = r.threads > 0 ? unsigned(r.threads) : hw;
 
   std::mutex mu;
-  std::vector<Candidate> fitting;
+  EvaluatedShare out;
   std::atomic<long> next{0}, done{0}, pruned{0};
-  Bytes best_need(1e300);
-  std::optional<PlanSpec> closest;
   auto worker = [&] {
-    std::vector<Candidate> local;
-    Bytes local_best(1e300);
-    std::optional<PlanSpec> local_closest;
-    for (long i; (i = next++) < long(plans.size());) {
+    EvaluatedShare local;
+    for (long j; (j = next++) < long(mine.size());) {
+      const long i = mine[j];
       PlanSpec p = plans[i];
       if (p.schedule == Schedule::terapipe && p.token_slices.empty()) p.token_slices = terapipe_slices(r, x, p);
       Bytes need;
@@ -142,9 +159,10 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
             ok = true;
           }
         }
-        if (!ok && need < local_best) {
-          local_best = need;
-          local_closest = p;
+        if (!ok && (!local.closest || need < local.closest_need)) {
+          local.closest = p;
+          local.closest_need = need;
+          local.closest_index = i;
         }
       }
       if (ok) {
@@ -152,29 +170,37 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
         Candidate c;
         c.plan = p;
         c.analytic = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::analytic);
-        const auto& mem = c.analytic.memory_per_stage[c.analytic.most_loaded_stage];
-        c.peak_memory = mem.total();
-        local.push_back(std::move(c));
+        c.peak_memory = c.analytic.memory_per_stage[c.analytic.most_loaded_stage].total();
+        local.fitting.push_back(std::move(c));
       } else {
         ++pruned;
       }
       const long d = ++done;
-      if (progress && (d % 256 == 0 || d == long(plans.size()))) progress(d, long(plans.size()));
+      if (progress && (d % 64 == 0 || d == long(mine.size()))) progress(SearchStage::evaluate, d, long(mine.size()));
     }
     std::lock_guard<std::mutex> lock(mu);
-    for (auto& c : local) fitting.push_back(std::move(c));
-    if (local_closest && local_best < best_need) {
-      best_need = local_best;
-      closest = local_closest;
-    }
+    for (auto& c : local.fitting) out.fitting.push_back(std::move(c));
+    merge_closest(out, local);
   };
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  out.pruned_memory = pruned;
+  return out;
+}
 
-  res.pruned_memory = pruned;
+SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vector<EvaluatedShare> shares) {
+  SearchResult res;
+  res.enumerated = enumerated;
+  std::vector<Candidate> fitting;
+  EvaluatedShare closest;
+  for (auto& sh : shares) {
+    res.pruned_memory += sh.pruned_memory;
+    for (auto& c : sh.fitting) fitting.push_back(std::move(c));
+    merge_closest(closest, sh);
+  }
   res.evaluated = long(fitting.size());
-  // Deterministic order whatever the threads: by iteration time, then by the plan's fields.
+  // Deterministic order whatever the threads and shares: by iteration time, then the plan's fields.
   auto key = [](const Candidate& c) {
     const PlanSpec& p = c.plan;
     return std::make_tuple(c.analytic.iteration.value(), p.tp, p.pp, p.micro_batch, int(p.schedule), p.virtual_stages,
@@ -192,19 +218,28 @@ SearchResult search_plans(const SearchRequest& r, const std::function<void(long,
   }
   for (std::size_t i : pareto_front(points)) res.pareto.push_back(fitting[i]);
   if (int(fitting.size()) > r.top_k) fitting.resize(r.top_k);
-  if (r.simgrid_top && sim::simgrid_available())
-    for (auto& c : fitting) {
-      const Experiment e = experiment_for(r, c.plan);
-      if (sim::simulation_size_violation(e, sim::SimulationSize::simgrid)) continue;  // left analytic-only
-      c.simgrid = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::simgrid);
-    }
   res.ranked = std::move(fitting);
-  if (res.ranked.empty() && closest) {
-    res.closest = closest;
-    res.closest_need = best_need;
-    res.closest_shortfall = best_need - r.cluster.gpu.hbm;
+  if (res.ranked.empty() && closest.closest) {
+    res.closest = closest.closest;
+    res.closest_need = closest.closest_need;
+    res.closest_shortfall = closest.closest_need - r.memory_limit();
   }
   return res;
+}
+
+void resimulate_top(const SearchRequest& r, SearchResult& res, int share, int shares, const SearchProgress& progress) {
+  if (!r.simgrid_top || !sim::simgrid_available()) return;
+  const cost_models::ExecutionModel x = execution_for(r);
+  const CommModel comm(r.cluster);
+  long done = 0;
+  const long mine = (long(res.ranked.size()) - share + shares - 1) / shares;
+  for (std::size_t i = std::size_t(share); i < res.ranked.size(); i += std::size_t(shares)) {
+    Candidate& c = res.ranked[i];
+    const Experiment e = experiment_for(r, c.plan);
+    if (!sim::simulation_size_violation(e, sim::SimulationSize::simgrid))  // else left analytic-only
+      c.simgrid = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::simgrid);
+    if (progress) progress(SearchStage::simgrid, ++done, mine);
+  }
 }
 
 std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double>>& tm) {

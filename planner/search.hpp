@@ -31,6 +31,14 @@ struct SearchRequest {
   std::vector<int> virtual_stages = {2, 3, 4, 6, 8};
   bool terapipe = false;        // also search TeraPipe token slicing (slices from its DP)
   int slice_granularity = 64;   // TeraPipe slices are multiples of this many tokens
+  /// Fraction of device memory a plan's modelled peak must leave free: what the memory model's
+  /// CUDA context, NCCL and 5% fragmentation allowances can miss (fragmentation in LLM training
+  /// averages 15% and reaches 33%, GMLake, ASPLOS 2024; one NCCL communicator took 544-688 MB on
+  /// 4 A100s, NVIDIA/nccl#964); 10% is vLLM's default reserve (gpu_memory_utilization = 0.90),
+  /// the only shipped default of the kind found (notes/research-headroom-sockets.md).
+  double memory_headroom = 0.10;
+  /// The memory a plan may use per GPU: device memory less the headroom.
+  Bytes memory_limit() const { return cluster.gpu.hbm * (1.0 - memory_headroom); }
 };
 
 struct Candidate {
@@ -52,9 +60,21 @@ struct SearchResult {
   std::vector<Candidate> pareto;
   /// The fastest plan with TeraPipe slicing and the fastest without (analytic), when searched.
   std::optional<Candidate> best_terapipe, best_without_terapipe;
-  /// When nothing fits: the plan that came closest, and by how much it overflows.
+  /// When nothing fits: the plan that came closest, and by how much it overflows the limit
+  /// (device memory less the headroom).
   std::optional<PlanSpec> closest;
   Bytes closest_shortfall;
+  Bytes closest_need;
+};
+
+/// What one share of a search's plans gave (all of them, or those of one MPI rank): the plans that
+/// fit, with their analytic predictions, and the closest miss. Shares merge into one SearchResult
+/// (rank_candidates) identical to a single process's, whatever the split.
+struct EvaluatedShare {
+  std::vector<Candidate> fitting;
+  long pruned_memory = 0;
+  std::optional<PlanSpec> closest;  // the plan that came closest to fitting
+  long closest_index = -1;          // its index among the enumerated plans (ties: the lowest)
   Bytes closest_need;
 };
 
@@ -66,8 +86,28 @@ std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double
 /// only offers what the chosen framework can execute).
 std::vector<PlanSpec> enumerate_plans(const SearchRequest& r);
 
-/// The search; `progress(done, total)` is called from worker threads now and then.
-SearchResult search_plans(const SearchRequest& r, const std::function<void(long, long)>& progress = {});
+/// Where a search is, for a progress display: evaluating every plan with the analytic engine,
+/// then re-simulating the best with SimGrid.
+enum class SearchStage { evaluate, simgrid };
+using SearchProgress = std::function<void(SearchStage stage, long done, long total)>;
+
+/// The search; `progress` is called from worker threads now and then. Equivalent to
+/// evaluate_plans over all plans, rank_candidates, then resimulate_top.
+SearchResult search_plans(const SearchRequest& r, const SearchProgress& progress = {});
+
+/// Evaluates the plans whose index i has i % shares == share (with r.threads threads): fit (with
+/// offload where nothing else fits), then the analytic engine.
+EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec>& plans, int share = 0,
+                              int shares = 1, const SearchProgress& progress = {});
+
+/// The shares' fitting plans in one deterministic order (iteration time, then the plan's fields),
+/// the top K, the Pareto front, the TeraPipe bests, the closest miss: a search's result before
+/// SimGrid.
+SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vector<EvaluatedShare> shares);
+
+/// Re-simulates ranked plans with SimGrid: those whose rank index i has i % shares == share.
+void resimulate_top(const SearchRequest& r, SearchResult& res, int share = 0, int shares = 1,
+                    const SearchProgress& progress = {});
 
 /// The execution model every plan of a search shares (the request's framework, GPU and dtype).
 cost_models::ExecutionModel execution_for(const SearchRequest& r);

@@ -28,7 +28,8 @@ std::string group_of(const Experiment& e) {
 
 }  // namespace
 
-ValidationReport validate_all(const std::string& root, sim::EngineKind engine) {
+ValidationReport validate_all(const std::string& root, sim::EngineKind engine,
+                              const std::function<void(long done, long total)>& progress) {
   std::vector<std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(root) / "experiments"))
     if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
@@ -37,7 +38,9 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine) {
   ValidationReport rep;
   std::map<std::string, Seconds> predicted_iteration;  // for speedups against a baseline
   std::vector<Experiment> with_speedup;
+  long done = 0;
   for (const auto& f : files) {
+    if (progress) progress(done++, long(files.size()));
     Experiment e = load_experiment(f);
     if (!e.measured) continue;
     const Measured& m = *e.measured;
@@ -75,6 +78,7 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine) {
     }
     if (m.speedup) with_speedup.push_back(e);
   }
+  if (progress) progress(long(files.size()), long(files.size()));
   for (const auto& e : with_speedup) {
     auto it = predicted_iteration.find(e.measured->baseline);
     if (it == predicted_iteration.end()) continue;

@@ -4,6 +4,7 @@
 // DeepSpeed-MoE; TeraPipe's speedup over its baseline). Nothing here feeds back into a parameter.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,9 @@ struct ValidationReport {
 
 /// Runs every experiment with a measured block under `scenarios_root`/experiments. Time-based
 /// quantities only enter the MAPE (TFLOP/s duplicates iteration time for the same run).
-ValidationReport validate_all(const std::string& scenarios_root, sim::EngineKind engine);
+/// `progress(done, total)` after each experiment file.
+ValidationReport validate_all(const std::string& scenarios_root, sim::EngineKind engine,
+                              const std::function<void(long done, long total)>& progress = {});
 
 /// The report as JSON: {engine, cases: [...], groups: [...], mape_pct, max_abs_pct} (overall).
 nlohmann::ordered_json validation_json(const ValidationReport& r, sim::EngineKind engine);

@@ -1,6 +1,9 @@
 // `foresight calibrate`: measures this machine's kernels, collectives and host copies and writes a
 // calibration profile (calibrate/calibrate.hpp). Without a GPU it says so and exits 1.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <memory>
 
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +11,7 @@
 #include <iostream>
 
 #include "apps/cli/cli.hpp"
+#include "apps/cli/progress.hpp"
 #include "calibrate/calibrate.hpp"
 #include "calibrate/refit.hpp"
 #include "core/scenario.hpp"
@@ -48,10 +52,10 @@ void print_fit(std::ostream& out, const calibrate::Profile& p) {
   }
 }
 
-int refit_profile(const std::string& path, const std::string& out_path, std::ostream& out) {
+int refit_profile(const std::string& path, const std::string& out_path, std::ostream& out, std::ostream& err) {
   std::ifstream f(path);
   if (!f) {
-    std::cerr << "foresight calibrate: cannot read " << path << "\n";
+    err << "foresight calibrate: cannot read " << path << "\n";
     return kExitUserError;
   }
   nlohmann::json j;
@@ -66,7 +70,7 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
     if (samples.empty()) throw std::invalid_argument("no gemm, streaming or attention measurements to fit");
     calibrate::fit_into(p, gpu, samples);
   } catch (const std::exception& e) {
-    std::cerr << "foresight calibrate: " << path << ": " << e.what() << "\n";
+    err << "foresight calibrate: " << path << ": " << e.what() << "\n";
     return kExitUserError;
   }
   out << "refitted " << p.device.name << " from " << path << ": " << samples.size() << " kernel samples\n";
@@ -84,14 +88,14 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
     std::error_code ec;
     if (o.fail()) {
       std::filesystem::remove(tmp, ec);
-      std::cerr << "foresight calibrate: cannot write " << out_path << " (writing " << tmp << " failed)\n";
+      err << "foresight calibrate: cannot write " << out_path << " (writing " << tmp << " failed)\n";
       return kExitUserError;
     }
     std::filesystem::rename(tmp, out_path, ec);
     if (ec) {
       const std::string why = ec.message();
       std::filesystem::remove(tmp, ec);
-      std::cerr << "foresight calibrate: cannot write " << out_path << ": " << why << "\n";
+      err << "foresight calibrate: cannot write " << out_path << ": " << why << "\n";
       return kExitUserError;
     }
     out << "wrote " << out_path << "\n";
@@ -112,19 +116,19 @@ Command calibrate_command() {
             sub.add_option("--refit", a->refit,
                            "Fit again from a profile's measurements (no GPU needed); with --out, write the "
                            "profile with the new fit");
-            return [a, out_opt](std::ostream& out) -> int {
+            return [a, out_opt](std::ostream& out, std::ostream& err) -> int {
               if (!a->refit.empty()) {
                 // Refitting measures nothing: the measuring options would be silently ignored.
                 if (a->quick || a->json || !a->models.empty()) {
-                  std::cerr << "foresight calibrate: --refit takes only --out (--quick, --model and --json "
+                  err << "foresight calibrate: --refit takes only --out (--quick, --model and --json "
                                "choose what to measure or print, and a refit measures nothing)\n";
                   return kExitUserError;
                 }
                 if (out_opt->count() > 0 && a->out.empty()) {
-                  std::cerr << "foresight calibrate: --out \"\": give a file name\n";
+                  err << "foresight calibrate: --out \"\": give a file name\n";
                   return kExitUserError;
                 }
-                return refit_profile(a->refit, out_opt->count() > 0 ? a->out : "", out);
+                return refit_profile(a->refit, out_opt->count() > 0 ? a->out : "", out, err);
               }
               calibrate::CalibrateOptions o;
               o.quick = a->quick;
@@ -132,27 +136,34 @@ Command calibrate_command() {
               const std::vector<std::string> names =
                   a->models.empty() ? std::vector<std::string>{"gpt3-1.3b", "gpt3-175b"} : a->models;
               for (const auto& n : names) o.models.push_back(load_model(resolve_scenario("models", n)));
+              // One progress display per stage (GEMMs, attention, streaming kernels, collectives, copies).
+              const ProgressMode mode = a->json ? ProgressMode::lines : progress_mode(::isatty(STDERR_FILENO));
               std::string last_stage;
+              std::unique_ptr<Progress> bar;
               auto progress = [&](const std::string& stage, int done, int total) {
-                if (stage != last_stage && !last_stage.empty()) std::cerr << "\n";
-                last_stage = stage;
-                std::cerr << "\r[calibrate] " << stage << " " << done + 1 << "/" << total << std::flush;
+                if (stage != last_stage) {
+                  if (bar) bar->finish();
+                  bar = std::make_unique<Progress>(err, mode, "calibrate: " + stage, total, "measurements");
+                  last_stage = stage;
+                }
+                bar->update(done + 1);
               };
               calibrate::Profile p;
               try {
                 p = calibrate::run_calibration(o, progress);
               } catch (const calibrate::NoDevice& e) {
-                std::cerr << "foresight calibrate: " << e.what() << "; nothing measured, no profile written\n";
+                err << "foresight calibrate: " << e.what() << "; nothing measured, no profile written\n";
                 return kExitInternal;
               } catch (const std::runtime_error& e) {  // a failed CUDA or NCCL call (kernels::CudaError)
-                std::cerr << "\nforesight calibrate: measurement failed: " << e.what() << "\n";
+                if (bar) bar->finish();
+                err << "foresight calibrate: measurement failed: " << e.what() << "\n";
                 return kExitInternal;
               }
-              std::cerr << "\n";
+              if (bar) bar->finish();
               const auto j = calibrate::to_json(p);
               std::ofstream f(a->out);
               if (!f) {
-                std::cerr << "foresight calibrate: cannot write " << a->out << "\n";
+                err << "foresight calibrate: cannot write " << a->out << "\n";
                 return kExitInternal;
               }
               f << j.dump(1) << "\n";

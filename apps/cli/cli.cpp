@@ -47,7 +47,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "foresight"};
   app.set_version_flag("--version", std::string(config::kVersion));
   app.require_subcommand(1);
-  std::function<int(std::ostream&)> action;
+  std::function<int(std::ostream&, std::ostream&)> action;
   for (const auto& c : commands()) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
     auto run = c.setup(*sub);
@@ -78,7 +78,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   if (!action) return kExitUserError;
   try {
-    return action(out);
+    return action(out, err);
   } catch (const SpecError& e) {
     err << "error: " << e.what() << "\n";
     return kExitUserError;

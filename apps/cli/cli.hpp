@@ -27,7 +27,7 @@ inline constexpr int kExitDoesNotFit = 3;  // simulate: the plan's most loaded G
 struct Command {
   std::string name;
   std::string help;
-  std::function<std::function<int(std::ostream& out)>(CLI::App& sub)> setup;
+  std::function<std::function<int(std::ostream& out, std::ostream& err)>(CLI::App& sub)> setup;
 };
 
 /// Every registered subcommand, in --help order.

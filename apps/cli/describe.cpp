@@ -57,7 +57,7 @@ Command describe_command() {
         sub.add_option("experiment", o->experiment, "Experiment file or bundled name (e.g. mt-nlg-530b-selene-280)")
             ->required();
         sub.add_flag("--json", o->json, "Print machine-readable JSON instead of a table");
-        return [o](std::ostream& out) {
+        return [o](std::ostream& out, std::ostream&) {
           const Experiment e = load_experiment(resolve_scenario("experiments", o->experiment));
           const auto sections = describe_sections(e);
           const auto memory = cost_models::memory_per_stage(cost_models::execution_model(e.training, e.plan), e.model,

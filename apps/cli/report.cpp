@@ -129,7 +129,7 @@ Command report_command() {
         sub.add_option("--threads", o->threads, "Worker threads for the search (default: all cores)")
             ->check(CLI::NonNegativeNumber);
         sub.add_flag("--json", o->json, "Print the paths written as JSON");
-        return [o](std::ostream& out) {
+        return [o](std::ostream& out, std::ostream& err) {
           const auto engine = *parse_enum<sim::EngineKind>(o->engine);
           // Load every input before writing anything, so that a bad name leaves nothing behind.
           const Experiment plan_base = load_experiment(resolve_scenario("experiments", o->plan_experiment));
@@ -146,14 +146,14 @@ Command report_command() {
               throw SpecError(SourceLocation{loop_path, 0, 0}, "cases", "", "must be a JSON object with a cases array");
           }
 
-          std::cerr << "report: validating against published runs\n";
+          err << "report: validating against published runs\n";
           const planner::ValidationReport val = planner::validate_all(scenarios_dir(), engine);
 
-          std::cerr << "report: simulating " << timeline.name << " for the timeline\n";
+          err << "report: simulating " << timeline.name << " for the timeline\n";
           nlohmann::json trace;
           const sim::Prediction tl = sim::predict(timeline, sim::EngineKind::analytic, &trace);
 
-          std::cerr << "report: searching plans for " << plan_base.name << "\n";
+          err << "report: searching plans for " << plan_base.name << "\n";
           planner::SearchRequest r;
           r.model = plan_base.model;
           r.cluster = plan_base.cluster;
@@ -187,7 +187,7 @@ Command report_command() {
           const std::string script = std::string(config::kSourceDir) + "/reports/tools/make_report.py";
           const int rc = run_process({python(), script, (dir / "report-data.json").string(), dir.string()});
           if (rc != 0) {
-            std::cerr << "foresight: the report renderer (" << script << ") failed with exit code " << rc
+            err << "foresight: the report renderer (" << script << ") failed with exit code " << rc
                       << "; it needs Python 3 with matplotlib (Debian: apt-get install python3-matplotlib), or set "
                          "FORESIGHT_PYTHON to such an interpreter\n";
             return kExitInternal;

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/cli/cli.hpp"
+#include "apps/cli/progress.hpp"
 #include "core/scenario.hpp"
 #include "planner/search.hpp"
 #include "sim/costing.hpp"
@@ -38,7 +39,7 @@ Command simulate_command() {
         sub.footer("Exit codes: 0 the plan runs and fits; 1 a sanity check broke (with --check) or an internal error; "
                    "2 bad input (file, field, value and rule named); 3 the plan does not fit in device memory "
                    "(the most loaded stage and the shortfall are printed).");
-        return [o](std::ostream& out) {
+        return [o](std::ostream& out, std::ostream& err) {
           // TeraPipe experiments that leave token_slices empty get the planner's optimal slicing,
           // exactly as `foresight validate` runs them.
           const Experiment loaded = load_experiment(resolve_scenario("experiments", o->experiment));
@@ -49,7 +50,12 @@ Command simulate_command() {
           const sim::ComputeCosts compute = sim::compute_costs(e, x);
           const CommModel comm(e.cluster);
           nlohmann::json trace;
+          // A SimGrid run of a large plan takes seconds to minutes: say when it starts and ends.
+          std::optional<Progress> run;
+          if (engine == sim::EngineKind::simgrid)
+            run.emplace(err, progress_mode(false), "simulate: SimGrid engine", 1, "iteration");
           const sim::Prediction p = sim::predict({e, x, compute, comm}, engine, o->trace.empty() ? nullptr : &trace);
+          if (run) run->finish();
           const auto broken = sim::check_prediction(p);
           if (!o->trace.empty()) write_file_atomically(o->trace, trace.dump() + "\n", "--trace");
           const auto sections = sim::prediction_sections(p);

@@ -1,7 +1,10 @@
 // foresight validate: predicted against published for every experiment with a measured block.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "apps/cli/cli.hpp"
+#include "apps/cli/progress.hpp"
 #include "core/scenario.hpp"
 #include "planner/validation.hpp"
 
@@ -20,12 +23,16 @@ Command validate_command() {
         sub.add_flag("--json", o->json, "Print machine-readable JSON: {cases: [...], mape_pct, max_abs_pct}");
         sub.add_option("--markdown", o->markdown, "Also write the report as a markdown table to this file");
         sub.add_flag("--local", o->local, "Closed loop on the local GPUs: predict, run the trainer, compare (not yet available)");
-        return [o](std::ostream& out) {
+        return [o](std::ostream& out, std::ostream& err) {
           if (o->local)
             throw SpecError(SourceLocation{"<command line>", 0, 0}, "--local", "",
                             "the closed loop needs the bundled trainer and a GPU; not available in this build yet");
           const auto engine = *parse_enum<sim::EngineKind>(o->engine);
-          const planner::ValidationReport r = planner::validate_all(scenarios_dir(), engine);
+          Progress bar(err, o->json ? ProgressMode::lines : progress_mode(::isatty(STDERR_FILENO)),
+                       std::string("validate: ") + o->engine + " engine", 0, "experiments");
+          const planner::ValidationReport r =
+              planner::validate_all(scenarios_dir(), engine, [&bar](long done, long total) { bar.update(done, total); });
+          bar.finish();
           const std::string md = planner::validation_markdown(r, engine);
           if (!o->markdown.empty())
             write_file_atomically(o->markdown,

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,7 +26,8 @@ TEST(PlanCli, ImpossibleRequestSaysWhatRunsOutAndByHowMuch) {
 TEST(PlanCli, RankedTableColumnsStayAlignedForLongPlanDescriptions) {
   std::ostringstream out, err;
   const int rc = foresight::cli::run_cli(
-      {"plan", "--experiment", "mt-nlg-530b-selene-280", "--top", "10", "--no-simgrid"}, out, err);
+      {"plan", "--experiment", "mt-nlg-530b-selene-280", "--top", "10", "--no-simgrid", "--memory-headroom", "0"}, out,
+      err);  // without headroom the offloaded plans (the longest descriptions) rank in the top 10
   ASSERT_EQ(rc, 0) << err.str();
   std::istringstream lines(out.str());
   std::string line, header;
@@ -47,4 +50,56 @@ TEST(PlanCli, RankedTableColumnsStayAlignedForLongPlanDescriptions) {
     EXPECT_EQ(r[iteration_end], ' ') << r;
   }
   EXPECT_TRUE(saw_long) << "the test needs a long plan description in the top 10:\n" << out.str();
+}
+
+namespace {
+struct Outcome {
+  int rc;
+  std::string out, err;
+};
+Outcome plan(std::vector<std::string> args) {
+  args.insert(args.begin(), "plan");
+  std::ostringstream out, err;
+  const int rc = foresight::cli::run_cli(args, out, err);
+  return {rc, out.str(), err.str()};
+}
+}  // namespace
+
+TEST(PlanCli, MemoryHeadroomLeavesItsShareOfTheDeviceFree) {
+  // SC21's 1.7B on 32 A100 80GB (85.9 GB): with a 50% headroom no ranked plan may use more than
+  // 42.9 GB, and fewer plans fit than with none.
+  const std::vector<std::string> base = {"--experiment", "sc21-table1-1.7b", "--no-simgrid", "--json", "--top", "1000"};
+  auto with = [&](const char* headroom) {
+    auto a = base;
+    a.push_back("--memory-headroom");
+    a.push_back(headroom);
+    const Outcome o = plan(a);
+    EXPECT_EQ(o.rc, 0) << o.err;
+    return nlohmann::json::parse(o.out);
+  };
+  const auto none = with("0"), half = with("0.5");
+  EXPECT_NEAR(half["memory_limit_GB"].get<double>(), 85.899345920 / 2, 1e-6);
+  EXPECT_LT(half["evaluated"].get<long>(), none["evaluated"].get<long>());
+  for (const auto& row : half["ranked"]) {
+    EXPECT_LE(row["memory_GB"].get<double>(), 85.899345920 / 2 + 1e-9);
+    EXPECT_NEAR(row["spare_GB"].get<double>(), 85.899345920 / 2 - row["memory_GB"].get<double>(), 1e-9);
+  }
+  EXPECT_EQ(plan({"--experiment", "sc21-table1-1.7b", "--memory-headroom", "0.95"}).rc, 2);  // out of [0, 0.9]
+}
+
+TEST(PlanCli, ProgressGoesToStderrAndNeverIntoJson) {
+  // A bar (forced: the test has no terminal) redrawn in place with count, rate and time left.
+  ::setenv("FORESIGHT_PROGRESS", "bar", 1);
+  const Outcome bar = plan({"--experiment", "sc21-table1-1.7b", "--no-simgrid", "--json", "--top", "3"});
+  ::unsetenv("FORESIGHT_PROGRESS");
+  ASSERT_EQ(bar.rc, 0) << bar.err;
+  EXPECT_NE(bar.err.find("\rplan: evaluating plans ["), std::string::npos) << bar.err;
+  EXPECT_NE(bar.err.find("plans/s"), std::string::npos) << bar.err;
+  EXPECT_EQ(bar.out.find("evaluating"), std::string::npos);
+  EXPECT_TRUE(nlohmann::json::accept(bar.out)) << bar.out;
+  // Without a terminal: one line when the stage starts and one when it ends.
+  const Outcome lines = plan({"--experiment", "sc21-table1-1.7b", "--no-simgrid", "--top", "3"});
+  EXPECT_NE(lines.err.find("plan: evaluating plans: "), std::string::npos) << lines.err;
+  EXPECT_NE(lines.err.find("plan: evaluating plans: done, "), std::string::npos) << lines.err;
+  EXPECT_EQ(lines.err.find('\r'), std::string::npos);
 }

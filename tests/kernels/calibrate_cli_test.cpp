@@ -18,9 +18,8 @@ TEST(CalibrateCli, WithoutAGpuExitsOneAndWritesNothing) {
   const auto out_path = std::filesystem::temp_directory_path() / "foresight_calibrate_test_profile.json";
   std::filesystem::remove(out_path);
   std::ostringstream out, err;
-  testing::internal::CaptureStderr();
   const int rc = foresight::cli::run_cli({"calibrate", "--quick", "--out", out_path.string()}, out, err);
-  const std::string msg = testing::internal::GetCapturedStderr();
+  const std::string msg = err.str();
   EXPECT_EQ(rc, 1);
   EXPECT_NE(msg.find("nothing measured"), std::string::npos) << msg;
   EXPECT_FALSE(std::filesystem::exists(out_path));
@@ -58,9 +57,8 @@ TEST(CalibrateCli, RefitOfTheShippedProfileAndBadInputs) {
 
   auto refused = [&](std::vector<std::string> args, const std::string& needle, const std::filesystem::path& target) {
     std::ostringstream o, e;
-    testing::internal::CaptureStderr();
     EXPECT_EQ(foresight::cli::run_cli(args, o, e), 2) << args[2];
-    const std::string msg = testing::internal::GetCapturedStderr();
+    const std::string msg = e.str();
     EXPECT_NE(msg.find(needle), std::string::npos) << msg;
     if (!target.empty()) {
       EXPECT_FALSE(std::filesystem::exists(target)) << target;
