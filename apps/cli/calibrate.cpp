@@ -12,6 +12,7 @@
 
 #include "apps/cli/cli.hpp"
 #include "apps/cli/progress.hpp"
+#include "foresight/git_sha.hpp"
 #include "calibrate/calibrate.hpp"
 #include "calibrate/refit.hpp"
 #include "core/scenario.hpp"
@@ -79,7 +80,7 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
     // Only the fitted block changes; the measurements stay as measured.
     j["fitted"] = calibrate::to_json(p)["fitted"];
     if (!j.contains("source") || !j["source"].is_object()) j["source"] = nlohmann::json::object();
-    j["source"]["refitted_by"] = std::string("foresight calibrate --refit at ") + FORESIGHT_GIT_SHA;
+    j["source"]["refitted_by"] = std::string("foresight calibrate --refit at ") + config::kGitSha;
     // Written beside the target and renamed over it: never a half-written profile at out_path.
     const std::string tmp = out_path + ".tmp";
     std::ofstream o(tmp);
@@ -132,7 +133,7 @@ Command calibrate_command() {
               }
               calibrate::CalibrateOptions o;
               o.quick = a->quick;
-              o.git_sha = FORESIGHT_GIT_SHA;
+              o.git_sha = config::kGitSha;
               const std::vector<std::string> names =
                   a->models.empty() ? std::vector<std::string>{"gpt3-1.3b", "gpt3-175b"} : a->models;
               for (const auto& n : names) o.models.push_back(load_model(resolve_scenario("models", n)));

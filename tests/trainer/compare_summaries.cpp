@@ -3,8 +3,10 @@
 // the prediction sits beside the measurement, that every step moved a hand-computed number of MiB
 // of activations to the host and back, and that the run's peak memory lies below the reference's.
 // Prints the largest relative difference.
+// With --expect-differ X the check is the converse: some step's loss must differ from the
+// reference's by at least X (relative), both runs being complete and valid.
 //   trainer_compare_summaries REF RUN [--rel X] [--expect-steps N] [--expect-decrease D] [--expect-prediction]
-//                             [--expect-offload-MiB M] [--expect-less-memory]
+//                             [--expect-offload-MiB M] [--expect-less-memory] [--expect-differ X]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -37,7 +39,7 @@ int main(int argc, char** argv) {
   double rel = 1e-5, decrease = -1;
   int expect_steps = -1;
   bool prediction = false, less_memory = false;
-  double offload_MiB = -1;
+  double offload_MiB = -1, differ = -1;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--rel" && i + 1 < argc) rel = std::atof(argv[++i]);
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
     else if (a == "--expect-prediction") prediction = true;
     else if (a == "--expect-offload-MiB" && i + 1 < argc) offload_MiB = std::atof(argv[++i]);
     else if (a == "--expect-less-memory") less_memory = true;
+    else if (a == "--expect-differ" && i + 1 < argc) differ = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 1;
@@ -80,7 +83,13 @@ int main(int argc, char** argv) {
               argv[2], argv[1], n, run["first_step"].get<int>(), run["last_step"].get<int>(),
               run["layout"]["tp"].get<int>(), run["layout"]["pp"].get<int>(), run["layout"]["dp"].get<int>(), worst,
               worst_step, rel);
-  if (worst > rel) ok = false;
+  if (differ >= 0) {
+    // The converse check: the runs must be told apart (a complete reference and run are required).
+    std::printf("required: some step differs by at least %.1e\n", differ);
+    if (worst < differ || n == 0 || ref_loss.empty()) ok = false;
+  } else if (worst > rel) {
+    ok = false;
+  }
   if (expect_steps >= 0 && n != expect_steps) {
     std::printf("FAIL: %d steps, expected %d\n", n, expect_steps);
     ok = false;
