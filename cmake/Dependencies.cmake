@@ -10,7 +10,9 @@ if(NOT CLI11_FOUND)
   add_library(CLI11::CLI11 INTERFACE IMPORTED)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
-find_package(GTest REQUIRED)
+if(FORESIGHT_TESTS)
+  find_package(GTest REQUIRED)
+endif()
 find_package(Threads REQUIRED)
 
 # SimGrid ships no CMake config on Debian: pkg-config.

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Installs what Foresight needs from Debian 12 packages, skipping what is already there.
-# Idempotent and non-interactive. CUDA (optional) is not installed here: it is expected at
-# /usr/local/cuda, and without it everything but the GPU parts builds and tests.
+# Idempotent and non-interactive. `install-deps.sh cli` installs only what the command line needs
+# (scripts/run-default.sh); without an argument, also what the tests and the report need.
+# CUDA (optional) is not installed here: it is expected at /usr/local/cuda, and without it
+# everything but the GPU parts builds and tests.
 set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config git
   libsimgrid-dev libeigen3-dev libboost-graph-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libopenmpi-dev openmpi-bin
-  googletest libgtest-dev libgmock-dev
-  python3-matplotlib chromium   # foresight report draws its figures; its test renders the page
 )
+if [ "${1:-all}" != cli ]; then
+  packages+=(
+    googletest libgtest-dev libgmock-dev
+    python3-matplotlib chromium   # foresight report draws its figures; its test renders the page
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -81,22 +81,10 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
     j["fitted"] = calibrate::to_json(p)["fitted"];
     if (!j.contains("source") || !j["source"].is_object()) j["source"] = nlohmann::json::object();
     j["source"]["refitted_by"] = std::string("foresight calibrate --refit at ") + config::kGitSha;
-    // Written beside the target and renamed over it: never a half-written profile at out_path.
-    const std::string tmp = out_path + ".tmp";
-    std::ofstream o(tmp);
-    o << j.dump(1) << "\n";
-    o.close();
-    std::error_code ec;
-    if (o.fail()) {
-      std::filesystem::remove(tmp, ec);
-      err << "foresight calibrate: cannot write " << out_path << " (writing " << tmp << " failed)\n";
-      return kExitUserError;
-    }
-    std::filesystem::rename(tmp, out_path, ec);
-    if (ec) {
-      const std::string why = ec.message();
-      std::filesystem::remove(tmp, ec);
-      err << "foresight calibrate: cannot write " << out_path << ": " << why << "\n";
+    try {  // never a half-written profile at out_path
+      write_file_atomically(out_path, j.dump(1) + "\n", "--out");
+    } catch (const SpecError& e) {
+      err << "foresight calibrate: " << e.what() << "\n";
       return kExitUserError;
     }
     out << "wrote " << out_path << "\n";
@@ -162,12 +150,12 @@ Command calibrate_command() {
               }
               if (bar) bar->finish();
               const auto j = calibrate::to_json(p);
-              std::ofstream f(a->out);
-              if (!f) {
-                err << "foresight calibrate: cannot write " << a->out << "\n";
-                return kExitInternal;
+              try {  // measured minutes are not lost to a half-written file
+                write_file_atomically(a->out, j.dump(1) + "\n", "--out");
+              } catch (const SpecError& e) {
+                err << "foresight calibrate: " << e.what() << "\n";
+                return kExitUserError;
               }
-              f << j.dump(1) << "\n";
               if (a->json) {
                 out << j.dump(2) << "\n";
                 return kExitOk;

@@ -92,7 +92,8 @@ TEST(CalibrateCli, RefitOfTheShippedProfileAndBadInputs) {
            "--out", bad_out.string()},
           "measurements[0] (?): must be an object", bad_out);
   // --out names a directory: the rename fails, the reason is given and no temporary stays.
-  refused({"calibrate", "--refit", shipped, "--out", tmp.string()}, "cannot write " + tmp.string() + ": Is a directory", {});
-  EXPECT_FALSE(std::filesystem::exists(tmp.string() + ".tmp"));
+  refused({"calibrate", "--refit", shipped, "--out", tmp.string()},
+          "--out = " + tmp.string() + ": cannot be replaced: Is a directory", {});
+  EXPECT_FALSE(std::filesystem::exists(tmp.string() + ".partial"));
   std::filesystem::remove_all(tmp);
 }
