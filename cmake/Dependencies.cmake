@@ -56,6 +56,13 @@ if(FORESIGHT_CUDA)
     endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # CUDA 12.9+ no longer ships libnvToolsExt (NVTX 3 is header-only), and the FindCUDAToolkit of
+    # Debian 12's CMake 3.25.1 then sets a property on the CUDA::nvToolsExt target it did not create,
+    # a configure error under cmake_minimum_required 3.25 (newer CMake checks that the target exists).
+    # An empty stand-in target satisfies it; Foresight links NVTX nowhere.
+    if(NOT TARGET CUDA::nvToolsExt)
+      add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+    endif()
     find_package(CUDAToolkit REQUIRED)
     set(FORESIGHT_HAVE_CUDA 1)
     get_filename_component(_cuda_lib_dir "${CUDAToolkit_LIBRARY_DIR}" ABSOLUTE)
