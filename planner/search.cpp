@@ -1,7 +1,10 @@
 #include "planner/search.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <mutex>
@@ -123,15 +126,42 @@ SearchResult search_plans(const SearchRequest& r, const SearchProgress& progress
   return res;
 }
 
+unsigned default_threads(int processes_per_node) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  unsigned allowed = hw;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) allowed = std::max(1, CPU_COUNT(&set));
+  // Ranks bound to their own cores already see only those; unbound ranks see the whole node and
+  // would oversubscribe it, so the node's cores are divided among them.
+  if (processes_per_node > 1 && allowed == hw) allowed = std::max(1u, hw / unsigned(processes_per_node));
+  return allowed;
+}
+
 EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec>& plans, int share, int shares,
                               const SearchProgress& progress) {
   // Every plan of the search runs on the same framework, GPU and dtype: one execution model.
   const cost_models::ExecutionModel x = execution_for(r);
   const CommModel comm(r.cluster);
+  // Plans are enumerated in a regular order, and their costs follow it (schedules, TeraPipe
+  // slicings and recompute modes alternate), so every `shares`-th plan can be a much heavier share
+  // than the others. A fixed pseudo-random permutation (the same on every rank) spreads the heavy
+  // ones evenly; the ranking afterwards does not depend on who evaluated what.
+  std::vector<long> order(plans.size());
+  std::iota(order.begin(), order.end(), 0L);
+  if (shares > 1) {
+    std::uint64_t state = 0x9E3779B97F4A7C15ull;  // splitmix64, seeded the same everywhere
+    auto next_random = [&state] {
+      std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return z ^ (z >> 31);
+    };
+    for (std::size_t k = order.size(); k > 1; --k) std::swap(order[k - 1], order[next_random() % k]);
+  }
   std::vector<long> mine;
-  for (long i = share; i < long(plans.size()); i += shares) mine.push_back(i);
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned threads = r.threads > 0 ? unsigned(r.threads) : hw;
+  for (std::size_t k = std::size_t(share); k < order.size(); k += std::size_t(shares)) mine.push_back(order[k]);
+  const unsigned threads = r.threads > 0 ? unsigned(r.threads) : default_threads();
 
   std::mutex mu;
   EvaluatedShare out;

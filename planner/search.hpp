@@ -26,7 +26,7 @@ struct SearchRequest {
   Framework framework = Framework::megatron; // whose implementation will run the plan
   int top_k = 10;                            // ranked plans kept (and re-simulated with SimGrid)
   bool simgrid_top = true;
-  int threads = 0;                           // 0: all cores
+  int threads = 0;                           // 0: default_threads()
   std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32};
   std::vector<int> virtual_stages = {2, 3, 4, 6, 8};
   bool terapipe = false;        // also search TeraPipe token slicing (slices from its DP)
@@ -90,6 +90,11 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r);
 /// then re-simulating the best with SimGrid.
 enum class SearchStage { evaluate, simgrid };
 using SearchProgress = std::function<void(SearchStage stage, long done, long total)>;
+
+/// Worker threads when SearchRequest::threads is 0: the CPUs this process may run on (its
+/// affinity mask, so `taskset` and mpirun's core binding are honoured), shared among the
+/// `processes_per_node` processes of one search on this node that are not bound apart.
+unsigned default_threads(int processes_per_node = 1);
 
 /// The search; `progress` is called from worker threads now and then. Equivalent to
 /// evaluate_plans over all plans, rank_candidates, then resimulate_top.

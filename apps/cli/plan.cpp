@@ -158,7 +158,7 @@ Command plan_command() {
         sub.add_option("--top", o->top, "Ranked plans to print (and re-simulate with SimGrid)")
             ->check(CLI::Range(1, 1000))
             ->capture_default_str();
-        sub.add_option("--threads", o->threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+        sub.add_option("--threads", o->threads, "Worker threads (default: the cores this process may use; under mpirun, shared among the ranks of a node)")->check(CLI::NonNegativeNumber);
         sub.add_flag("--no-simgrid", o->no_simgrid, "Rank with the analytic engine only");
         sub.add_flag("--terapipe", o->terapipe,
                      "Also search TeraPipe token-level pipelining (slices from TeraPipe's dynamic program) and "
@@ -168,8 +168,9 @@ Command plan_command() {
         sub.add_option("--pick", o->pick, "Which ranked plan to write with --out (1 = best)")->check(CLI::PositiveNumber);
         return [o](std::ostream& out, std::ostream& err) {
           const Experiment base = load_experiment(resolve_scenario("experiments", o->experiment));
-          const planner::SearchRequest r = request_from(*o, base);
+          planner::SearchRequest r = request_from(*o, base);
           const MpiWorld world;
+          if (r.threads == 0) r.threads = int(planner::default_threads(world.local_size()));
           auto current = std::make_shared<std::unique_ptr<Progress>>();
           const ProgressMode mode = world.rank() == 0 ? progress_mode(::isatty(STDERR_FILENO)) : ProgressMode::off;
           const planner::SearchResult res = distributed_search(world, r, stage_progress(err, mode, current));

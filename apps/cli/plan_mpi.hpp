@@ -16,9 +16,11 @@ class MpiWorld {
   MpiWorld();
   int rank() const { return rank_; }
   int size() const { return size_; }
+  /// Ranks of this world on this node (MPI_COMM_TYPE_SHARED), to share its cores among them.
+  int local_size() const { return local_size_; }
 
  private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1;
 };
 
 /// The search over the world's ranks; rank 0's result equals planner::search_plans's. Other

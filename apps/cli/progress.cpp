@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/error.hpp"
+
 namespace foresight::cli {
 
 ProgressMode progress_mode(bool stderr_is_terminal) {
@@ -12,6 +14,8 @@ ProgressMode progress_mode(bool stderr_is_terminal) {
     if (v == "bar") return ProgressMode::bar;
     if (v == "lines") return ProgressMode::lines;
     if (v == "off") return ProgressMode::off;
+    throw SpecError(SourceLocation{"<environment>", 0, 0}, "FORESIGHT_PROGRESS", std::string(v),
+                    "must be bar, lines or off");
   }
   return stderr_is_terminal ? ProgressMode::bar : ProgressMode::lines;
 }
@@ -60,7 +64,7 @@ void Progress::draw(long done, bool final) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double rate = elapsed > 0 ? done / elapsed : 0.0;
   char rate_text[64];
-  std::snprintf(rate_text, sizeof rate_text, "%.0f %s/s", rate, unit_.c_str());
+  std::snprintf(rate_text, sizeof rate_text, rate < 10 ? "%.2g %s/s" : "%.0f %s/s", rate, unit_.c_str());
   if (mode_ == ProgressMode::lines) {
     err_ << stage_ << ": done, " << done << " " << unit_ << " in " << duration(elapsed) << " (" << rate_text << ")\n"
          << std::flush;

@@ -102,4 +102,10 @@ TEST(PlanCli, ProgressGoesToStderrAndNeverIntoJson) {
   EXPECT_NE(lines.err.find("plan: evaluating plans: "), std::string::npos) << lines.err;
   EXPECT_NE(lines.err.find("plan: evaluating plans: done, "), std::string::npos) << lines.err;
   EXPECT_EQ(lines.err.find('\r'), std::string::npos);
+  // A mode it does not know is refused, named, not replaced by a default.
+  ::setenv("FORESIGHT_PROGRESS", "sideways", 1);
+  const Outcome bad = plan({"--experiment", "sc21-table1-1.7b", "--no-simgrid", "--top", "3"});
+  ::unsetenv("FORESIGHT_PROGRESS");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("FORESIGHT_PROGRESS = sideways: must be bar, lines or off"), std::string::npos) << bad.err;
 }

@@ -1,6 +1,9 @@
 // Plan search: every enumerated plan is runnable, pruning keeps only plans the memory model fits,
 // the ranking is sorted and independent of the thread count, impossible requests say by how much.
 #include <gtest/gtest.h>
+#include <sched.h>
+
+#include <thread>
 
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
@@ -155,4 +158,28 @@ TEST(Search, OffersOnlyWhatTheFrameworkRuns) {
   EXPECT_TRUE(saw_terapipe);
   r.framework = Framework::megatron;
   for (const auto& p : enumerate_plans(r)) EXPECT_NE(p.schedule, Schedule::terapipe);
+}
+
+TEST(DefaultThreads, FollowTheAffinityMaskAndShareAnUnboundNode) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  cpu_set_t saved;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof saved, &saved), 0);
+  if (unsigned(CPU_COUNT(&saved)) == hw) {
+    // Unbound: the node's cores, divided among the ranks that share it (at least one each).
+    EXPECT_EQ(foresight::planner::default_threads(), hw);
+    EXPECT_EQ(foresight::planner::default_threads(2), std::max(1u, hw / 2));
+    EXPECT_EQ(foresight::planner::default_threads(int(hw) * 4), 1u);
+  }
+  // Bound to one CPU (as taskset -c 0 or mpirun's --bind-to core would): one worker.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  EXPECT_EQ(foresight::planner::default_threads(), 1u);
+  EXPECT_EQ(foresight::planner::default_threads(2), 1u);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof saved, &saved), 0);
 }

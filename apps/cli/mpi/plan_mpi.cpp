@@ -138,6 +138,10 @@ MpiWorld::MpiWorld() {
   }
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  MPI_Comm node;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  check(MPI_Comm_size(node, &local_size_), "MPI_Comm_size");
+  check(MPI_Comm_free(&node), "MPI_Comm_free");
 }
 
 planner::SearchResult distributed_search(const MpiWorld& world, const planner::SearchRequest& r,
