@@ -109,6 +109,76 @@ void write_outputs(const std::filesystem::path& dir, const planner::SearchReques
                                       : margs + "\n");
 }
 
+/// What both reporters print: the request, the search's result, its ranked table and, when the
+/// experiment's own plan was ranked, where it stands.
+struct Report {
+  const planner::SearchRequest& r;
+  const planner::SearchResult& res;
+  Table table;
+  std::optional<planner::PlanStanding> standing;
+  const PlanSpec& published;
+};
+
+void print_json(std::ostream& out, const Report& p) {
+  const auto& r = p.r;
+  const auto& res = p.res;
+  nlohmann::ordered_json j;
+  j["model"] = r.model.name;
+  j["cluster"] = r.cluster.name;
+  j["gpus"] = r.gpus;
+  j["global_batch"] = r.training.global_batch;
+  j["framework"] = framework_traits(r.framework).describe();
+  j["device_memory_GB"] = in_GB(r.cluster.gpu.hbm);
+  j["memory_headroom"] = r.memory_headroom;
+  j["memory_limit_GB"] = in_GB(r.memory_limit());
+  j["enumerated"] = res.enumerated;
+  j["pruned_memory"] = res.pruned_memory;
+  j["evaluated"] = res.evaluated;
+  j["ranked"] = to_json(p.table);
+  if (res.best_terapipe && res.best_without_terapipe)
+    j["terapipe"] = {{"best_iteration_s", in_s(res.best_terapipe->analytic.iteration)},
+                     {"token_slices", res.best_terapipe->plan.token_slices},
+                     {"best_without_iteration_s", in_s(res.best_without_terapipe->analytic.iteration)},
+                     {"speedup", res.best_without_terapipe->analytic.iteration / res.best_terapipe->analytic.iteration}};
+  if (p.standing)
+    j["published_plan"] = {{"plan", to_json(p.published)},
+                           {"iteration_s", in_s(p.standing->prediction.iteration)},
+                           {"fits", p.standing->fits},
+                           {"rank", p.standing->rank ? nlohmann::ordered_json(*p.standing->rank) : nlohmann::ordered_json()},
+                           {"of", p.standing->of}};
+  out << j.dump(2) << "\n";
+}
+
+void print_console(std::ostream& out, const Report& p) {
+  const auto& r = p.r;
+  const auto& res = p.res;
+  out << "Plans for " << r.model.name << " on " << r.gpus << " x " << r.cluster.gpu.name << " (" << r.cluster.name
+      << "), global batch " << r.training.global_batch << ", as " << framework_traits(r.framework).describe()
+      << " runs them\n  " << res.enumerated << " plans enumerated, " << res.pruned_memory << " do not fit in "
+      << format_number(in_GB(r.memory_limit()), 1) << " GB per GPU (" << format_number(in_GB(r.cluster.gpu.hbm), 1)
+      << " GB device less a " << format_number(100 * r.memory_headroom, 0) << "% headroom), " << res.evaluated
+      << " simulated\n\n"
+      << format_console(p.table)
+      << "  (TFLOP/s per GPU and MFU count model FLOPs, without recompute; spare: what is left of the "
+         "memory limit)\n";
+  if (res.best_terapipe && res.best_without_terapipe) {
+    const auto& t = *res.best_terapipe;
+    out << "\nTeraPipe: best plan with token slicing (" << describe_plan(t.plan) << ", " << t.plan.token_slices.size()
+        << " slices) " << format_number(in_s(t.analytic.iteration), 3) << " s; best without ("
+        << describe_plan(res.best_without_terapipe->plan) << ") "
+        << format_number(in_s(res.best_without_terapipe->analytic.iteration), 3) << " s; speedup "
+        << format_number(res.best_without_terapipe->analytic.iteration / t.analytic.iteration, 2) << "x\n";
+  }
+  if (p.standing) {
+    out << "\nThe experiment's own plan (" << describe_plan(p.published)
+        << "): " << format_number(in_s(p.standing->prediction.iteration), 3) << " s per iteration, ";
+    if (p.standing->rank)
+      out << "rank " << *p.standing->rank << " of " << p.standing->of << " fitting plans\n";
+    else
+      out << "does not fit in the memory limit by the memory model\n";
+  }
+}
+
 /// A progress display per search stage (a new bar when the stage changes), on stderr.
 planner::SearchProgress stage_progress(std::ostream& err, ProgressMode mode,
                                        std::shared_ptr<std::unique_ptr<Progress>> current) {
@@ -200,60 +270,12 @@ Command plan_command() {
                             "must be at most the " + std::to_string(res.ranked.size()) + " ranked plans");
           if (!o->out.empty()) write_outputs(o->out, r, res.ranked[o->pick - 1]);
 
-          const Table table = plan_table(r, res);
+          const Report rep{r, res, plan_table(r, res), standing, base.plan};
           if (o->json) {
-            nlohmann::ordered_json j;
-            j["model"] = r.model.name;
-            j["cluster"] = r.cluster.name;
-            j["gpus"] = r.gpus;
-            j["global_batch"] = r.training.global_batch;
-            j["framework"] = framework_traits(r.framework).describe();
-            j["device_memory_GB"] = in_GB(r.cluster.gpu.hbm);
-            j["memory_headroom"] = r.memory_headroom;
-            j["memory_limit_GB"] = in_GB(r.memory_limit());
-            j["enumerated"] = res.enumerated;
-            j["pruned_memory"] = res.pruned_memory;
-            j["evaluated"] = res.evaluated;
-            j["ranked"] = to_json(table);
-            if (res.best_terapipe && res.best_without_terapipe)
-              j["terapipe"] = {{"best_iteration_s", in_s(res.best_terapipe->analytic.iteration)},
-                               {"token_slices", res.best_terapipe->plan.token_slices},
-                               {"best_without_iteration_s", in_s(res.best_without_terapipe->analytic.iteration)},
-                               {"speedup", res.best_without_terapipe->analytic.iteration / res.best_terapipe->analytic.iteration}};
-            if (standing)
-              j["published_plan"] = {{"plan", to_json(base.plan)},
-                                     {"iteration_s", in_s(standing->prediction.iteration)},
-                                     {"fits", standing->fits},
-                                     {"rank", standing->rank ? nlohmann::ordered_json(*standing->rank) : nlohmann::ordered_json()},
-                                     {"of", standing->of}};
-            out << j.dump(2) << "\n";
+            print_json(out, rep);
             return kExitOk;
           }
-          out << "Plans for " << r.model.name << " on " << r.gpus << " x " << r.cluster.gpu.name << " (" << r.cluster.name
-              << "), global batch " << r.training.global_batch << ", as " << framework_traits(r.framework).describe()
-              << " runs them\n  " << res.enumerated << " plans enumerated, " << res.pruned_memory
-              << " do not fit in " << format_number(in_GB(r.memory_limit()), 1) << " GB per GPU ("
-              << format_number(in_GB(r.cluster.gpu.hbm), 1) << " GB device less a "
-              << format_number(100 * r.memory_headroom, 0) << "% headroom), " << res.evaluated << " simulated\n\n"
-              << format_console(table)
-              << "  (TFLOP/s per GPU and MFU count model FLOPs, without recompute; spare: what is left of the "
-                 "memory limit)\n";
-          if (res.best_terapipe && res.best_without_terapipe) {
-            const auto& t = *res.best_terapipe;
-            out << "\nTeraPipe: best plan with token slicing (" << describe_plan(t.plan) << ", "
-                << t.plan.token_slices.size() << " slices) " << format_number(in_s(t.analytic.iteration), 3)
-                << " s; best without (" << describe_plan(res.best_without_terapipe->plan) << ") "
-                << format_number(in_s(res.best_without_terapipe->analytic.iteration), 3) << " s; speedup "
-                << format_number(res.best_without_terapipe->analytic.iteration / t.analytic.iteration, 2) << "x\n";
-          }
-          if (standing) {
-            out << "\nThe experiment's own plan (" << describe_plan(base.plan) << "): "
-                << format_number(in_s(standing->prediction.iteration), 3) << " s per iteration, ";
-            if (standing->rank)
-              out << "rank " << *standing->rank << " of " << standing->of << " fitting plans\n";
-            else
-              out << "does not fit in the memory limit by the memory model\n";
-          }
+          print_console(out, rep);
           if (!o->out.empty())
             out << "\nWrote " << o->out << "/plan.json, launch.sh and megatron_args.txt (plan rank " << o->pick << ")\n";
           return kExitOk;
