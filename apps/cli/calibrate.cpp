@@ -81,12 +81,7 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
     j["fitted"] = calibrate::to_json(p)["fitted"];
     if (!j.contains("source") || !j["source"].is_object()) j["source"] = nlohmann::json::object();
     j["source"]["refitted_by"] = std::string("foresight calibrate --refit at ") + config::kGitSha;
-    try {  // never a half-written profile at out_path
-      write_file_atomically(out_path, j.dump(1) + "\n", "--out");
-    } catch (const SpecError& e) {
-      err << "foresight calibrate: " << e.what() << "\n";
-      return kExitUserError;
-    }
+    write_file_atomically(out_path, j.dump(1) + "\n", "--out");  // never a half-written profile (exit 2 if not)
     out << "wrote " << out_path << "\n";
   }
   return kExitOk;
@@ -150,12 +145,7 @@ Command calibrate_command() {
               }
               if (bar) bar->finish();
               const auto j = calibrate::to_json(p);
-              try {  // measured minutes are not lost to a half-written file
-                write_file_atomically(a->out, j.dump(1) + "\n", "--out");
-              } catch (const SpecError& e) {
-                err << "foresight calibrate: " << e.what() << "\n";
-                return kExitUserError;
-              }
+              write_file_atomically(a->out, j.dump(1) + "\n", "--out");  // never half-written (exit 2 if not)
               if (a->json) {
                 out << j.dump(2) << "\n";
                 return kExitOk;
