@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/cli/cli.hpp"
+#include "tests/apps/cli_run.hpp"
 
 TEST(PlanCli, ImpossibleRequestSaysWhatRunsOutAndByHowMuch) {
   std::ostringstream out, err;
@@ -53,16 +54,8 @@ TEST(PlanCli, RankedTableColumnsStayAlignedForLongPlanDescriptions) {
 }
 
 namespace {
-struct Outcome {
-  int rc;
-  std::string out, err;
-};
-Outcome plan(std::vector<std::string> args) {
-  args.insert(args.begin(), "plan");
-  std::ostringstream out, err;
-  const int rc = foresight::cli::run_cli(args, out, err);
-  return {rc, out.str(), err.str()};
-}
+using cli_run::Outcome;
+Outcome plan(std::vector<std::string> args) { return cli_run::run("plan", std::move(args)); }
 }  // namespace
 
 TEST(PlanCli, MemoryHeadroomLeavesItsShareOfTheDeviceFree) {

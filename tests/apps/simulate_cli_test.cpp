@@ -6,18 +6,11 @@
 #include <sstream>
 
 #include "apps/cli/cli.hpp"
+#include "tests/apps/cli_run.hpp"
 
 namespace {
-struct Outcome {
-  int rc;
-  std::string out, err;
-};
-Outcome simulate(std::vector<std::string> args) {
-  args.insert(args.begin(), "simulate");
-  std::ostringstream out, err;
-  const int rc = foresight::cli::run_cli(args, out, err);
-  return {rc, out.str(), err.str()};
-}
+using cli_run::Outcome;
+Outcome simulate(std::vector<std::string> args) { return cli_run::run("simulate", std::move(args)); }
 const std::string kDoesNotFit = std::string(FORESIGHT_TEST_DATA) + "/good/does_not_fit.yaml";
 }  // namespace
 
