@@ -1,5 +1,6 @@
 #include "core/plan.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/framework.hpp"
@@ -14,10 +15,46 @@ std::string str(double v) {
   if (!s.empty() && s.back() == '.') s.pop_back();
   return s;
 }
+/// "[n entries]" (appended piecewise: g++ 12's -Wrestrict misfires on "[" + std::string + "...").
+std::string entries(std::size_t n, const char* what) {
+  std::string s = "[";
+  s += std::to_string(n);
+  s += ' ';
+  s += what;
+  s += ']';
+  return s;
+}
 std::optional<PlanViolation> fail(std::string field, std::string value, std::string rule) {
   return PlanViolation{std::move(field), std::move(value), std::move(rule)};
 }
 }  // namespace
+
+std::vector<int> stage_layer_counts(const ModelSpec& m, const PlanSpec& p) {
+  const int pp = std::max(1, p.pp);
+  if (int(p.stage_layers.size()) == pp) return p.stage_layers;
+  std::vector<int> counts(pp, 0);
+  int rest = m.layers, first = 0, last = pp;
+  if (p.first_stage_layers > 0 && pp > 1) {
+    counts[0] = p.first_stage_layers;
+    rest -= counts[0];
+    first = 1;
+  }
+  if (p.last_stage_layers > 0 && pp > 1) {
+    counts[pp - 1] = p.last_stage_layers;
+    rest -= counts[pp - 1];
+    last = pp - 1;
+  }
+  const int middle = std::max(1, last - first);
+  for (int s = first; s < last; ++s) counts[s] = std::max(0, rest) / middle;
+  return counts;
+}
+
+std::vector<int> stage_first_layers(const ModelSpec& m, const PlanSpec& p) {
+  const std::vector<int> counts = stage_layer_counts(m, p);
+  std::vector<int> first(counts.size(), 0);
+  for (std::size_t s = 1; s < counts.size(); ++s) first[s] = first[s - 1] + counts[s - 1];
+  return first;
+}
 
 std::optional<PlanViolation> check_model(const ModelSpec& m) {
   if (m.hidden % m.heads != 0)
@@ -53,8 +90,41 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("training.dtype", to_string(t.dtype),
                 "the cluster's GPU " + c.gpu.name + " has no " + std::string(to_string(t.dtype)) +
                     " peak in its GPU file (unsupported precision)");
-  if (m.layers % p.pp != 0)
-    return fail("plan.pp", str((long long)p.pp), "must divide model.layers = " + str((long long)m.layers));
+  const bool uneven = !p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0;
+  if (!p.stage_layers.empty()) {
+    if (int(p.stage_layers.size()) != p.pp)
+      return fail("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
+                  "must list one layer count per pipeline stage (plan.pp = " + str((long long)p.pp) + ")");
+    long long sum = 0;
+    for (int n : p.stage_layers) {
+      if (n <= 0) return fail("plan.stage_layers", str((long long)n), "every stage must hold at least one layer");
+      sum += n;
+    }
+    if (sum != m.layers)
+      return fail("plan.stage_layers", "sum " + str(sum), "must sum to model.layers = " + str((long long)m.layers));
+    if (p.first_stage_layers > 0 || p.last_stage_layers > 0)
+      return fail("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
+                  "cannot be combined with plan.first_stage_layers / plan.last_stage_layers (give one or the other)");
+  } else if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
+    const int fixed = (p.first_stage_layers > 0) + (p.last_stage_layers > 0);
+    if (p.pp <= fixed)
+      return fail(p.first_stage_layers > 0 ? "plan.first_stage_layers" : "plan.last_stage_layers",
+                  str((long long)(p.first_stage_layers > 0 ? p.first_stage_layers : p.last_stage_layers)),
+                  "needs plan.pp > " + str((long long)fixed) + " (other stages to split the rest over)");
+    const long long rest = (long long)m.layers - p.first_stage_layers - p.last_stage_layers;
+    const long long middle = p.pp - fixed;
+    if (rest < middle || rest % middle != 0)
+      return fail(p.first_stage_layers > 0 ? "plan.first_stage_layers" : "plan.last_stage_layers",
+                  str((long long)(p.first_stage_layers > 0 ? p.first_stage_layers : p.last_stage_layers)),
+                  "leaves " + str(rest) + " layers, which must split evenly over the other " + str(middle) +
+                      " stages (at least one each)");
+  } else if (m.layers % p.pp != 0) {
+    return fail("plan.pp", str((long long)p.pp),
+                "must divide model.layers = " + str((long long)m.layers) +
+                    " (or give plan.stage_layers, or plan.first_stage_layers / plan.last_stage_layers)");
+  }
+  if (uneven && p.schedule == Schedule::interleaved)
+    return fail("plan.schedule", "interleaved", "needs an even split of layers over stages (plan.stage_layers and first/last counts apply to non-interleaved schedules)");
   if (m.heads % p.tp != 0)
     return fail("plan.tp", str((long long)p.tp), "must divide model.heads = " + str((long long)m.heads));
   if (m.ffn_hidden % p.tp != 0)
@@ -68,6 +138,24 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                 "must be a multiple of plan.dp * plan.micro_batch = " + str((long long)p.dp) + " * " +
                     str((long long)p.micro_batch) + " = " + str((long long)p.dp * p.micro_batch));
   if (p.zero < 0 || p.zero > 3) return fail("plan.zero", str((long long)p.zero), "must be 0, 1, 2 or 3");
+  if (p.shard_group > 0) {
+    if (p.zero == 0)
+      return fail("plan.shard_group", str((long long)p.shard_group), "needs plan.zero >= 1 (nothing is sharded at zero 0)");
+    if (p.dp % p.shard_group != 0)
+      return fail("plan.shard_group", str((long long)p.shard_group),
+                  "must divide plan.dp = " + str((long long)p.dp) + " (replicas of equal shard groups)");
+    if (p.ep > 1)
+      return fail("plan.shard_group", str((long long)p.shard_group),
+                  "is not supported with plan.ep > 1 (expert state shards over dp / ep)");
+  }
+  if (!p.reshard_after_forward && p.zero != 3)
+    return fail("plan.reshard_after_forward", "false", "applies to plan.zero = 3 only (it is " + str((long long)p.zero) + ")");
+  if (p.param_gather_overlap && (p.zero < 1 || p.zero > 2))
+    return fail("plan.param_gather_overlap", "true",
+                "applies to plan.zero = 1 or 2, whose parameters are all-gathered after the step (it is " +
+                    str((long long)p.zero) + "; ZeRO-3 gathers before each use)");
+  if (p.zero == 3 && !p.token_slices.empty())
+    return fail("plan.zero", "3", "is not supported with TeraPipe token slices (every slice would re-gather its layers)");
   if (p.offload.activations < 0.0 || p.offload.activations > 1.0)
     return fail("plan.offload.activations", str(p.offload.activations), "must lie in [0, 1]");
   if (p.virtual_stages > 1 && p.schedule != Schedule::interleaved)

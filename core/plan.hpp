@@ -38,9 +38,27 @@ struct PlanSpec {
   bool dp_overlap = false;
   Recompute recompute = Recompute::none;
   int zero = 0;  // 0..3; 1 = distributed optimizer (optimizer state sharded over dp)
+  /// The data-parallel ranks ZeRO shards over: the innermost `shard_group` ranks of each
+  /// data-parallel group, replicated across dp / shard_group such groups (PyTorch HSDP,
+  /// DeepSpeed ZeRO++ hpZ-like, Megatron-Core's distributed-optimizer instances). 0: all of dp.
+  int shard_group = 0;
+  /// ZeRO-3 frees a unit's gathered parameters after its forward and gathers them again before
+  /// its backward (FSDP FULL_SHARD, FSDP2 reshard_after_forward=True); false keeps them from the
+  /// forward to the backward (more memory, one gather per micro-batch instead of two).
+  bool reshard_after_forward = true;
+  /// ZeRO-1/2: the parameter all-gather after the optimizer step overlaps the next forward, bucket
+  /// by bucket (Megatron-Core --overlap-param-gather); only the first bucket waits.
+  bool param_gather_overlap = false;
   OffloadSpec offload;
   int ep = 1;  // expert-parallel degree, carved out of dp
   std::vector<int> token_slices;  // TeraPipe slice lengths, summing to seq_len
+  /// Transformer layers per pipeline stage, first to last, summing to model.layers (empty: an even
+  /// split). Llama 3 405B's 126 layers on 16 stages, DeepSpeed's partition_method results.
+  std::vector<int> stage_layers;
+  /// Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the
+  /// first (last) stage holds this many layers and the others split the rest evenly (0: unset).
+  int first_stage_layers = 0;
+  int last_stage_layers = 0;
   Framework framework = Framework::megatron;
   /// The attention kernel, when it is not the framework's own (e.g. Megatron-LM with
   /// --use-flash-attn); unset: core/framework.hpp's entry decides.
@@ -48,10 +66,18 @@ struct PlanSpec {
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * pp * dp; }
+  /// Ranks ZeRO shards model state over (plan.shard_group, or all of dp).
+  int shard_ways() const { return shard_group > 0 ? shard_group : dp; }
   /// Micro-batches per pipeline per iteration.
   int micro_batches(const TrainingSpec& t) const { return int(t.global_batch / ((long long)dp * micro_batch)); }
-  int layers_per_stage(const ModelSpec& m) const { return m.layers / pp; }
 };
+
+/// Transformer layers on each pipeline stage (pp entries): plan.stage_layers, or the stages
+/// plan.first_stage_layers / last_stage_layers fix with the rest even, or an even split. Assumes
+/// check_plan passed (a split it refuses comes back as the even split's rounding).
+std::vector<int> stage_layer_counts(const ModelSpec& model, const PlanSpec& plan);
+/// The first transformer layer of each stage (pp entries), from stage_layer_counts.
+std::vector<int> stage_first_layers(const ModelSpec& model, const PlanSpec& plan);
 
 /// A rule a plan broke: the field (dotted path, e.g. "plan.pp"), its value and the rule, in words.
 struct PlanViolation {

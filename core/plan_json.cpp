@@ -1,5 +1,8 @@
 #include "core/plan_json.hpp"
 
+#include <algorithm>
+#include <functional>
+
 #include <sstream>
 
 #include "core/json_reader.hpp"
@@ -124,11 +127,21 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     << " --pipeline-model-parallel-size " << q.pp;
   if (q.schedule == Schedule::interleaved)
     s << " --num-layers-per-virtual-pipeline-stage " << p.model.layers / (q.pp * q.virtual_stages);
+  if (q.first_stage_layers > 0) s << " --decoder-first-pipeline-num-layers " << q.first_stage_layers;
+  if (q.last_stage_layers > 0) s << " --decoder-last-pipeline-num-layers " << q.last_stage_layers;
+  if (!q.stage_layers.empty()) {
+    // Megatron-LM takes first/last counts with the rest even; another list has no flag.
+    const std::vector<int>& l = q.stage_layers;
+    const bool middle_even = std::adjacent_find(l.begin() + 1, l.end() - 1, std::not_equal_to<>()) == l.end() - 1;
+    if (!(l.size() > 2 && middle_even)) return "";
+    s << " --decoder-first-pipeline-num-layers " << l.front() << " --decoder-last-pipeline-num-layers " << l.back();
+  }
   if (q.sequence_parallel) s << " --sequence-parallel";
   if (q.recompute == Recompute::full) s << " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   if (q.recompute == Recompute::selective) s << " --recompute-granularity selective";
   if (q.zero >= 1) s << " --use-distributed-optimizer";
   if (q.dp_overlap) s << " --overlap-grad-reduce";
+  if (q.param_gather_overlap) s << " --overlap-param-gather";
   if (p.model.kv_heads != p.model.heads) s << " --group-query-attention --num-query-groups " << p.model.kv_heads;
   if (p.model.moe)
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k

@@ -78,9 +78,15 @@ void visit_fields(V& v, S& p) {
   v.boolean("dp_overlap", p.dp_overlap, false);
   v.enumeration("recompute", p.recompute, Recompute::none);
   v.integer("zero", p.zero, 0, 0);
+  v.integer("shard_group", p.shard_group, 0, 0);
+  v.boolean("reshard_after_forward", p.reshard_after_forward, true);
+  v.boolean("param_gather_overlap", p.param_gather_overlap, false);
   v.section("offload", p.offload);
   v.integer("ep", p.ep, 1, 1);
   v.int_list("token_slices", p.token_slices, 1);
+  v.int_list("stage_layers", p.stage_layers, 1);
+  v.integer("first_stage_layers", p.first_stage_layers, 0, 0);
+  v.integer("last_stage_layers", p.last_stage_layers, 0, 0);
   v.enumeration("framework", p.framework, Framework::megatron);
   v.optional_enumeration("attention", p.attention);
   v.enumeration("placement", p.placement, Placement::tp_dp_pp);

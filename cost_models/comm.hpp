@@ -122,6 +122,11 @@ struct CommParams {
   // all-to-all is grouped send/recv: one posted operation per peer.
   Seconds all_to_all_per_peer_latency;
   bool nvls_enabled = true;  // false: as NCCL_NVLS_ENABLE=0
+  /// Thread blocks a bulk NCCL collective keeps resident while it overlaps compute: each holds an
+  /// SM the compute kernels cannot use (24 for an all-gather beside a cuBLAS GEMM on an H100
+  /// under FSDP-style prefetch, Nsight Systems trace in NVIDIA developer forum thread 337991,
+  /// "Compute-Communication Overlap Causes Severe GEMM Performance Degradation", 2025).
+  int overlap_ctas = 24;
 
   /// NCCL 2.30.7's tuner constants and link efficiencies from NCCL's topology model.
   static CommParams nccl_defaults();

@@ -174,15 +174,22 @@ int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
 }
 
 double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan) {
-  const double per_stage = double(model.layers) / plan.pp;
+  const std::vector<int> counts = stage_layer_counts(model, plan);
+  const double per_stage = *std::max_element(counts.begin(), counts.end());
   return plan.schedule == Schedule::interleaved ? per_stage / std::max(1, plan.virtual_stages)
                                                 : per_stage;
 }
 
 std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int stage) {
   const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
-  const int per_chunk = model.layers / (plan.pp * v);
   std::vector<int> layers;
+  if (v == 1) {
+    const int first = stage_first_layers(model, plan)[stage];
+    const int count = stage_layer_counts(model, plan)[stage];
+    for (int l = first; l < first + count; ++l) layers.push_back(l);
+    return layers;
+  }
+  const int per_chunk = model.layers / (plan.pp * v);
   for (int c = 0; c < v; ++c) {
     const int first = (c * plan.pp + stage) * per_chunk;
     for (int l = first; l < first + per_chunk; ++l) layers.push_back(l);
@@ -209,20 +216,29 @@ Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& mo
 
 // ---- Parameters and model state -----------------------------------------------------------------
 
+StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, int layer) {
+  const double t = plan.tp, h = model.hidden;
+  StageParameters p;
+  if (model.is_moe_layer(layer)) {
+    const double experts = model.moe->experts * ffn_parameters(model);
+    const double router = h * model.moe->experts;
+    p.dense = (dense_layer_parameters(model) - ffn_parameters(model)) / t + router;
+    p.expert = experts / (double(plan.ep) * t);
+  } else {
+    p.dense = dense_layer_parameters(model) / t;
+  }
+  return p;
+}
+
 StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelSpec& model, const PlanSpec& plan,
                                   int stage) {
   FORESIGHT_CHECK(stage >= 0 && stage < plan.pp) << "stage " << stage << " of pp " << plan.pp;
   const double t = plan.tp, h = model.hidden;
   StageParameters p;
   for (int layer : stage_layers(model, plan, stage)) {
-    if (model.is_moe_layer(layer)) {
-      const double experts = model.moe->experts * ffn_parameters(model);
-      const double router = h * model.moe->experts;
-      p.dense += (dense_layer_parameters(model) - ffn_parameters(model)) / t + router;
-      p.expert += experts / (double(plan.ep) * t);
-    } else {
-      p.dense += dense_layer_parameters(model) / t;
-    }
+    const StageParameters l = layer_parameters_on_gpu(model, plan, layer);
+    p.dense += l.dense;
+    p.expert += l.expert;
   }
   if (!framework.has_embedding_and_head) return p;
   const double word_embedding = double(model.vocab) * h / t;
@@ -303,15 +319,21 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   }
   if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
   if (has_moe) bytes += Bytes(2.0 * model.moe->capacity_factor * model.moe->top_k * a * sbh / sp_div);
-  if (plan.zero >= 3) {
-    double largest_layer = 0;
+  if (plan.zero >= 3 && plan.shard_ways() > 1) {
+    // Gathered units in the compute dtype: the one computing and the one prefetched (FSDP's
+    // limit_all_gathers), or with reshard_after_forward off every unit of the stage from its
+    // forward to its backward; the unsharded gradient of the unit being reduce-scattered; on the
+    // first stage the embedding, which the root unit keeps gathered from forward to backward.
+    double largest_layer = 0, stage_layers_params = 0;
     for (int l : layers) {
-      double full = dense_layer_parameters(model) / plan.tp;
-      if (model.is_moe_layer(l))
-        full += (model.moe->experts * ffn_parameters(model) / plan.ep - ffn_parameters(model)) / plan.tp;
-      largest_layer = std::max(largest_layer, full);
+      const double n = layer_parameters_on_gpu(model, plan, l).total();
+      largest_layer = std::max(largest_layer, n);
+      stage_layers_params += n;
     }
-    bytes += Bytes(2.0 * largest_layer * x.bytes.weight);  // current + prefetched
+    const double gathered = plan.reshard_after_forward ? 2.0 * largest_layer : stage_layers_params + largest_layer;
+    bytes += Bytes(gathered * x.bytes.gather + largest_layer * x.bytes.grad);
+    if (stage == 0 && fw.has_embedding_and_head)
+      bytes += Bytes((double(model.vocab) * model.hidden / plan.tp + double(model.seq_len) * model.hidden) * x.bytes.gather);
   }
   return bytes;
 }
@@ -326,7 +348,7 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
                                const PlanSpec& plan, int stage) {
   const StageParameters params = parameters_on_gpu(*x.framework, model, plan, stage);
   const double expert_dp = std::max(1.0, double(plan.dp) / plan.ep);
-  const StateBytesPerParam dense = state_bytes_per_param(x.bytes, plan.zero, plan.dp);
+  const StateBytesPerParam dense = state_bytes_per_param(x.bytes, plan.zero, plan.shard_ways());
   const StateBytesPerParam expert = state_bytes_per_param(x.bytes, plan.zero, expert_dp);
 
   MemoryBreakdown mem;
@@ -345,7 +367,7 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
     stored.weight_copy = 0;
     MemoryBreakdown step = mem;
     step.activations = Bytes(0);
-    step.weights = Bytes(params.dense * state_bytes_per_param(stored, plan.zero, plan.dp).weights +
+    step.weights = Bytes(params.dense * state_bytes_per_param(stored, plan.zero, plan.shard_ways()).weights +
                          params.expert * state_bytes_per_param(stored, plan.zero, expert_dp).weights);
     mem.grads = Bytes(0);
     if (step.allocated() > mem.allocated()) mem = step;

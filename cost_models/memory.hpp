@@ -117,8 +117,9 @@ Bytes recompute_working_bytes(const ExecutionModel& x, const ModelSpec& model, c
 /// terapipe: m, GPipe-style over micro-batches with every token slice of each in flight.
 int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage);
 
-/// Transformer layers' worth of activations one in-flight unit holds on a stage: layers/pp, or
-/// layers/(pp*v) for the interleaved schedule (a unit is then one model chunk's forward).
+/// Transformer layers' worth of activations one in-flight unit holds on the stage with the most
+/// layers: layers/pp for an even split, or layers/(pp*v) for the interleaved schedule (a unit is
+/// then one model chunk's forward).
 double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan);
 
 /// Input-embedding activations on the first stage: the embedding dropout mask, sbh bytes per
@@ -155,6 +156,8 @@ struct StageParameters {
 };
 StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelSpec& model, const PlanSpec& plan,
                                   int stage);
+/// The parameters of transformer layer `layer` on one GPU (tensor- and expert-parallel shares).
+StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, int layer);
 
 /// Bytes per parameter of model state, after sharding over `shard_ways` data-parallel ranks.
 struct StateBytesPerParam {

@@ -22,7 +22,7 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
   if (plan.offload.optimizer) {
     const StageParameters params = parameters_on_gpu(*x.framework, model, plan, stage);
     const double expert_dp = std::max(1.0, double(plan.dp) / plan.ep);
-    const double owned = plan.zero >= 1 ? params.dense / plan.dp + params.expert / expert_dp
+    const double owned = plan.zero >= 1 ? params.dense / plan.shard_ways() + params.expert / expert_dp
                                         : params.total();
     // Unsharded bytes per parameter: what one parameter's update moves and keeps.
     const StateBytesPerParam per_param = state_bytes_per_param(x.bytes, 0, 1.0);

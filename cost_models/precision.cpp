@@ -13,6 +13,7 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   s.master = s.weight < 4.0 ? 4.0 : 0.0;
   s.moments = optimizer == Optimizer::adam ? 8.0 : 4.0;
   s.grad = s.weight;
+  s.gather = fp32_training ? 4.0 : 2.0;
   s.main_grad_copy = 0.0;
   if (r.fp32_main_grads && s.weight < 4.0) {
     if (dtype == Dtype::fp16) s.main_grad_copy = 4.0;  // fp16 grads, fp32 copy in the optimizer

@@ -15,7 +15,11 @@ struct ElementSizes {
   double residual = 2;        // the residual stream and the norms' inputs (autocast: fp32)
   double weight = 2;          // a weight as the model stores it
   double weight_copy = 0;     // the 16-bit copy autocast makes of an fp32 weight for a step
-  double grad = 2;            // a gradient-buffer element
+  double grad = 2;            // a gradient-buffer element (and what ZeRO reduces: fp32 main grads,
+                              // FSDP's reduce_dtype fp32 over fp32 parameters)
+  /// A parameter as ZeRO-3 all-gathers it before use: the compute dtype (FSDP MixedPrecision
+  /// param_dtype bf16, DeepSpeed's fp16/bf16 partitions), 4 for fp32/tf32 training.
+  double gather = 2;
   double master = 4;          // the optimizer's fp32 master copy (0 when weights are fp32)
   double main_grad_copy = 0;  // the optimizer's fp32 copy of 16-bit gradients (Megatron fp16)
   double moments = 8;         // optimizer state: Adam m and v (8), SGD momentum (4)

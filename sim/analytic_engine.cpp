@@ -93,6 +93,15 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
     }
     if (latest_pred > latest_compute_pred) r.stages[t.stage].busy[int(Category::dp_comm)] += latest_pred - latest_compute_pred;
   }
+  // The parameter all-gather after the step (ZeRO-1/2) runs on the DP stream once the stage's
+  // compute is done: the part of it after the optimizer step finished is exposed communication.
+  for (std::size_t v = 0; v < n; ++v) {
+    const Task& t = g[v];
+    if (t.category != Category::dp_comm || t.name != "dp_param_gather") continue;
+    Seconds compute_end;
+    for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) compute_end = max(compute_end, r.timings[boost::source(*e, g)].finish);
+    if (r.timings[v].finish > compute_end) r.stages[t.stage].busy[int(Category::dp_comm)] += r.timings[v].finish - compute_end;
+  }
   // Waiting for transfers: when a compute-stream task was held back by a transfer from another
   // stage (or a prefetch from host memory), the part of the wait during which that transfer was
   // running is exposed communication (an offload stall); the rest of the idle time is bubble.

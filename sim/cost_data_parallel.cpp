@@ -1,5 +1,6 @@
 // Costers of the data-parallel gradient synchronisation and the optimizer step.
 #include <algorithm>
+#include <map>
 
 #include "cost_models/memory.hpp"
 #include "cost_models/offload.hpp"
@@ -10,11 +11,15 @@ namespace foresight::sim {
 void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   const PlanSpec& p = in.e.plan;
   const FrameworkTraits& fw = *in.x.framework;
-  const CommGroup dp = plan_groups(p, in.e.cluster).dp;
+  const PlanGroups groups = plan_groups(p, in.e.cluster);
+  const CommGroup& dp = groups.dp;
   const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
   const int n = p.dp;
+  const int k = p.shard_ways();  // ranks each shard group spans
+  const int replicas = n / k;    // HSDP: shard groups holding the same shards
   c.dp_latency = n > 1 ? in.comm.estimate(Collective::all_reduce, Bytes(8), dp).latency : Seconds(0);
-  c.dp_overlap = p.dp_overlap && n > 1;
+  // ZeRO-3 reduces every unit's gradients inside the backward (cost_sharded_parameters).
+  c.dp_overlap = p.dp_overlap && n > 1 && p.zero < 3;
   for (int s = 0; s < p.pp; ++s) {
     const cost_models::StageParameters sp = cost_models::parameters_on_gpu(fw, in.e.model, p, s);
     const Bytes grads(sp.dense * in.x.bytes.grad);
@@ -23,13 +28,31 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     Seconds sync, gather;
     Bytes sync_bytes, gather_bytes;
     if (n > 1) {
-      const bool all_reduce = p.zero == 0 || fw.zero_reduction == ZeroReduction::all_reduce;
-      sync = in.comm.time(all_reduce ? Collective::all_reduce : Collective::reduce_scatter, grads, dp);
-      sync_bytes = grads * ((all_reduce ? 2.0 : 1.0) * (n - 1.0) / n) * host_ranks;
-      if (p.zero >= 1) {
+      if (p.zero == 0 || (p.zero <= 2 && fw.zero_reduction == ZeroReduction::all_reduce)) {
+        sync = in.comm.time(Collective::all_reduce, grads, dp);
+        sync_bytes = grads * (2.0 * (n - 1.0) / n) * host_ranks;
+      } else if (p.zero <= 2 && k > 1) {
+        sync = in.comm.time(Collective::reduce_scatter, grads, groups.shard);
+        sync_bytes = grads * ((k - 1.0) / k) * host_ranks;
+      }
+      // HSDP: each shard, reduced inside its group, is all-reduced across the replicas.
+      if (p.zero >= 1 && replicas > 1 && !(p.zero <= 2 && fw.zero_reduction == ZeroReduction::all_reduce)) {
+        sync += in.comm.time(Collective::all_reduce, grads / double(k), groups.replicate);
+        sync_bytes += grads / double(k) * (2.0 * (replicas - 1.0) / replicas) * host_ranks;
+      }
+      if ((p.zero == 1 || p.zero == 2) && k > 1) {
         // Each rank stepped its shard: the updated weights are all-gathered.
-        gather = in.comm.time(Collective::all_gather, weights, dp);
-        gather_bytes = weights * ((n - 1.0) / n) * host_ranks;
+        gather = in.comm.time(Collective::all_gather, weights, groups.shard);
+        gather_bytes = weights * ((k - 1.0) / k) * host_ranks;
+        if (p.param_gather_overlap) {
+          // Bucket by bucket under the next forward: the first bucket (the framework's bucket of
+          // parameters, Megatron-Core's bucket_size) is what the forward waits for.
+          const double bucket_params = fw.dp_overlap_bucket_bytes / in.x.bytes.grad;
+          const Bytes bucket = min(Bytes(bucket_params * in.x.bytes.weight), weights);
+          const Seconds first = min(gather, in.comm.time(Collective::all_gather, bucket, groups.shard));
+          gather_bytes = gather_bytes * (first / gather);
+          gather = first;
+        }
       }
     }
     // Expert gradients are replicated over dp / ep ranks.
@@ -47,13 +70,110 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     Seconds tail = sync;
     if (c.dp_overlap && sync > Seconds(0)) {
       const Bytes bucket = min(Bytes(fw.dp_overlap_bucket_bytes), grads);
-      tail = min(sync, in.comm.time(p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce, bucket, dp));
+      tail = min(sync, in.comm.time(p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce, bucket,
+                                    p.zero >= 1 ? groups.shard : dp));
     }
     c.dp_sync_tail.push_back(tail);
     c.dp_grad_sync.push_back(sync);
     c.dp_grad_sync_bytes.push_back(sync_bytes);
     c.dp_param_gather.push_back(gather);
     c.dp_param_gather_bytes.push_back(gather_bytes);
+  }
+}
+
+Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention) {
+  const int n = int(units.size());
+  if (n == 0) return Seconds(0);
+  std::vector<double> compute_end(n, 0.0), gather_end(n, 0.0);
+  double link = 0, compute = 0, busy = 0, comm = 0;
+  for (const auto& u : units) comm += u.gather.value() + u.reduce.value();
+  auto issue = [&](double ready, Seconds d) {
+    if (d <= Seconds(0)) return std::max(link, ready);
+    link = std::max(link, ready) + d.value();
+    return link;
+  };
+  gather_end[0] = issue(0.0, units[0].gather);
+  for (int i = 0; i < n; ++i) {
+    // The next unit's gather is issued before this unit computes; its buffer is the one unit i - 1
+    // frees when done.
+    if (i + 1 < n) gather_end[i + 1] = issue(i >= 1 ? compute_end[i - 1] : 0.0, units[i + 1].gather);
+    compute = std::max(compute, gather_end[i]) + units[i].compute.value();
+    compute_end[i] = compute;
+    busy += units[i].compute.value();
+    if (units[i].reduce > Seconds(0)) issue(compute_end[i], units[i].reduce);
+  }
+  const double exposed = std::max(compute, link) - busy;
+  const double hidden = std::min(std::max(0.0, comm - exposed), busy);
+  return Seconds(exposed + contention * hidden);
+}
+
+void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
+  const PlanSpec& p = in.e.plan;
+  const ModelSpec& m = in.e.model;
+  c.zero3_gather_bytes.assign(p.pp, Bytes(0));
+  c.zero3_reduce_bytes.assign(p.pp, Bytes(0));
+  const int k = p.shard_ways();
+  if (p.zero < 3 || k < 2) return;
+  const FrameworkTraits& fw = *in.x.framework;
+  const CommGroup shard = plan_groups(p, in.e.cluster).shard;
+  const int v = c.shape.virtual_stages;
+  const int micro_batches = p.micro_batches(in.e.training);
+  const double sent = (k - 1.0) / k;  // of each gathered or reduced buffer, per GPU (ring)
+  const double gb = in.x.bytes.gather, rb = in.x.bytes.grad;
+  const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
+  const double contention = sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
+  auto gather = [&](double params) { return in.comm.time(Collective::all_gather, Bytes(params * gb), shard); };
+  auto reduce = [&](double params) { return in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard); };
+  // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
+  const int tokens = m.seq_len;
+  const Seconds tp = tp_comm_per_layer(in, tokens);
+  std::map<bool, LayerCompute> cache;
+  auto layer = [&](bool moe) {
+    auto it = cache.find(moe);
+    if (it == cache.end()) it = cache.emplace(moe, in.compute.layer(tokens, tokens, moe)).first;
+    return it->second;
+  };
+  const EdgeCompute edges = fw.has_embedding_and_head ? in.compute.edges(tokens) : EdgeCompute{};
+  for (int s = 0; s < p.pp; ++s) {
+    const std::vector<int> layers = cost_models::stage_layers(m, p, s);
+    const int per_chunk = int(layers.size()) / v;
+    double layer_params = 0;
+    for (int l : layers) layer_params += cost_models::layer_parameters_on_gpu(m, p, l).total();
+    // The embedding (with the positions and, on a one-stage pipeline, the final norm): what the
+    // stage holds beyond its layers, on the first stage.
+    const double edge_params =
+        s == 0 ? cost_models::parameters_on_gpu(fw, m, p, s).total() - layer_params : 0.0;
+    for (int ch = 0; ch < v; ++ch) {
+      const bool first_segment = s == 0 && ch == 0 && fw.has_embedding_and_head;
+      const bool last_segment = s == p.pp - 1 && ch == v - 1 && fw.has_embedding_and_head;
+      std::vector<ShardedUnit> fwd, bwd;
+      if (first_segment) fwd.push_back({gather(edge_params), edges.embedding_forward, Seconds(0)});
+      double chunk_params = 0;
+      for (int i = 0; i < per_chunk; ++i) {
+        const int l = layers[ch * per_chunk + i];
+        const double params = cost_models::layer_parameters_on_gpu(m, p, l).total();
+        chunk_params += params;
+        const LayerCompute lc = layer(m.is_moe_layer(l));
+        fwd.push_back({gather(params), lc.forward + tp, Seconds(0)});
+        const Seconds rtp = p.recompute == Recompute::full ? tp : Seconds(0);
+        bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), lc.recompute + rtp + lc.backward + tp,
+                       reduce(params)});
+      }
+      if (last_segment) {
+        fwd.push_back({Seconds(0), edges.head_forward, Seconds(0)});
+        bwd.push_back({Seconds(0), edges.head_backward, Seconds(0)});
+      }
+      std::reverse(bwd.begin(), bwd.end());
+      if (first_segment) bwd.push_back({Seconds(0), edges.embedding_backward, reduce(edge_params)});
+      for (auto& chunk_slices : c.chunk[s][ch]) {
+        chunk_slices.forward_dp_comm = exposed_under_prefetch(fwd, contention);
+        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention);
+      }
+      const double gathered = (first_segment ? edge_params : 0.0) + chunk_params * (p.reshard_after_forward ? 2.0 : 1.0);
+      const double reduced = (first_segment ? edge_params : 0.0) + chunk_params;
+      c.zero3_gather_bytes[s] += Bytes(gathered * gb * sent * micro_batches);
+      c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * micro_batches);
+    }
   }
 }
 
@@ -68,7 +188,7 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
       const BytesPerSecond pcie = in.e.cluster.host.pcie_bandwidth;
       opt = oc.optimizer_to_host / pcie + oc.optimizer_to_device / pcie;
     } else {
-      const double shard = p.zero >= 1 ? double(p.dp) : 1.0;
+      const double shard = p.zero >= 1 ? double(p.shard_ways()) : 1.0;
       opt = in.compute.optimizer(sp.dense / shard + sp.expert / std::max(1.0, shard / p.ep));
     }
     c.optimizer.push_back(opt);

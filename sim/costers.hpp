@@ -29,10 +29,41 @@ void cost_activation_offload(const CostInputs& in, WorkloadCosts& c);
 /// each transfer puts on a node's NICs; and which node each stage sits on.
 void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c);
 
-/// Data-parallel gradient synchronisation per stage (all-reduce, or ZeRO's reduce-scatter or
-/// all-reduce as the framework runs it, then the parameter all-gather), the expert gradients'
-/// all-reduce over dp/ep, and with plan.dp_overlap the last bucket that waits for the backward.
+/// Data-parallel gradient synchronisation per stage after the last backward (all-reduce, or
+/// ZeRO-1/2's reduce-scatter or all-reduce as the framework runs it over the shard group, then
+/// the parameter all-gather; under ZeRO-3 the per-unit traffic is cost_sharded_parameters'), with
+/// HSDP the all-reduce of each shard across the replicas, the expert gradients' all-reduce over
+/// dp/ep, with plan.dp_overlap the last bucket that waits for the backward, and with
+/// plan.param_gather_overlap only the first bucket of the gather exposed.
 void cost_data_parallel(const CostInputs& in, WorkloadCosts& c);
+
+/// One ZeRO-3 unit (an FSDP-wrapped module: one transformer layer, or the embedding) as a chunk
+/// runs it: the all-gather of its parameters before its compute, the compute, and the
+/// reduce-scatter of its gradients after it (backward only).
+struct ShardedUnit {
+  Seconds gather, compute, reduce;
+};
+
+/// The time a chunk's compute stream waits on ZeRO-3 communication when each unit's gather is
+/// prefetched one unit ahead (FSDP's backward prefetch and forward prefetch / FSDP2's implicit
+/// prefetch, DeepSpeed's prefetch bucket; at most two units gathered at once, FSDP's
+/// limit_all_gathers): gathers and reduce-scatters share one network path in issue order
+/// (gather i + 1, then reduce i), unit i computes once its gather and unit i - 1 are done, and
+/// gather i may start only when unit i - 2 has freed its buffer. Returns the end of the last
+/// compute or the last reduce-scatter, whichever is later, minus the compute: for n equal units,
+/// c + (n - 1) max(0, c - t) in the forward (gather c, compute t), the first gather when t >= c.
+/// `contention`: the compute time added per second of compute that runs beside a collective (the
+/// SMs the collective's thread blocks hold, ctas / (sms - ctas)); the hidden communication
+/// (what is not exposed, at most the compute) costs that much more.
+Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention = 0.0);
+
+/// ZeRO-3 over plan.shard_ways() ranks: every (stage, chunk, slice)'s exposed gathers in its
+/// forward and gathers plus reduce-scatters in its backward (forward_dp_comm / backward_dp_comm),
+/// per micro-batch (FSDP and DeepSpeed ZeRO-3 reduce each micro-batch's gradients), and the bytes
+/// each GPU sends per iteration by kind. The backward gathers again unless
+/// plan.reshard_after_forward is false. Units: each transformer layer, and on the first stage the
+/// embedding (gathered in the forward, kept to the backward as FSDP keeps its root module).
+void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c);
 
 /// The optimizer step per stage over the parameters each GPU updates (its ZeRO shard), or with
 /// optimizer offload the PCIe round trip of gradients and weights.

@@ -69,6 +69,9 @@ PlanGroups plan_groups(const PlanSpec& p, const ClusterSpec& c) {
   g.tp.concurrent_groups = 1;
   g.dp = group_of(p.dp, st.dp, gpn);
   g.ep = group_of(p.ep, st.dp, gpn);
+  const int shard = p.shard_ways();
+  g.shard = group_of(shard, st.dp, gpn);
+  g.replicate = group_of(p.dp / shard, st.dp * shard, gpn);
   // A pipeline transfer: two ranks `pp stride` apart; each rank of the TP group sends at once.
   g.pp = group_of(p.pp > 1 ? 2 : 1, st.pp, gpn);
   if (p.pp > 1) g.pp.concurrent_groups = int(std::min<long long>(gpn, std::max<long long>(1, st.pp)));
@@ -101,6 +104,7 @@ WorkloadCosts cost_workload(const CostInputs& in) {
   cost_activation_offload(in, c);
   cost_pipeline_transfers(in, c);
   cost_data_parallel(in, c);
+  cost_sharded_parameters(in, c);
   cost_optimizer(in, c);
   return c;
 }

@@ -61,6 +61,9 @@ struct CostInputs {
 /// Communicator placements of a plan (CommModel vocabulary).
 struct PlanGroups {
   CommGroup tp, dp, pp, ep;
+  /// ZeRO's sharding group (the innermost plan.shard_ways() ranks of dp) and the groups that
+  /// replicate across it (HSDP; one rank when ZeRO shards over all of dp).
+  CommGroup shard, replicate;
   bool pp_crosses_nodes = false;
 };
 PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);

@@ -104,13 +104,15 @@ SimResult run_fast(const WorkloadCosts& c) {
         double t = start;
         if (o.pass == Pass::backward) last_backward_start[s] = start;
         if (o.pass == Pass::forward) {
-          t += cc.forward.value() + cc.forward_tp_comm.value() + cc.forward_ep_comm.value();
+          t += cc.forward_dp_comm.value() + cc.forward.value() + cc.forward_tp_comm.value() + cc.forward_ep_comm.value();
+          add(s, Category::dp_comm, cc.forward_dp_comm.value());
           add(s, Category::forward, cc.forward.value());
           add(s, Category::tp_comm, cc.forward_tp_comm.value());
           add(s, Category::ep_comm, cc.forward_ep_comm.value());
         } else {
-          t += cc.recompute.value() + cc.recompute_tp_comm.value() + cc.backward.value() +
-               cc.backward_tp_comm.value() + cc.backward_ep_comm.value();
+          t += cc.backward_dp_comm.value() + cc.recompute.value() + cc.recompute_tp_comm.value() +
+               cc.backward.value() + cc.backward_tp_comm.value() + cc.backward_ep_comm.value();
+          add(s, Category::dp_comm, cc.backward_dp_comm.value());
           add(s, Category::recompute, cc.recompute.value());
           add(s, Category::tp_comm, cc.recompute_tp_comm.value() + cc.backward_tp_comm.value());
           add(s, Category::backward, cc.backward.value());
@@ -150,6 +152,9 @@ SimResult run_fast(const WorkloadCosts& c) {
     }
     add(s, Category::dp_comm, exposed);
     add(s, Category::optimizer, opt);
+    // The parameter gather follows the step on the stage's DP stream and ends its iteration:
+    // exposed communication, not idle time.
+    add(s, Category::dp_comm, gather);
     const double end_compute = last + exposed + opt;
     r.iteration = max(r.iteration, Seconds(end_compute + gather));
   }

@@ -171,10 +171,12 @@ class Builder {
     };
     std::vector<std::optional<TaskId>> ids;
     if (op.pass == Pass::forward) {
+      ids.push_back(piece(Category::dp_comm, cc.forward_dp_comm, "fwd_zero3_gather"));
       ids.push_back(piece(Category::forward, cc.forward, "fwd"));
       ids.push_back(piece(Category::tp_comm, cc.forward_tp_comm, "fwd_tp"));
       ids.push_back(piece(Category::ep_comm, cc.forward_ep_comm, "fwd_ep"));
     } else {
+      ids.push_back(piece(Category::dp_comm, cc.backward_dp_comm, "bwd_zero3_gather_reduce"));
       ids.push_back(piece(Category::recompute, cc.recompute, "recompute"));
       ids.push_back(piece(Category::tp_comm, cc.recompute_tp_comm, "recompute_tp"));
       ids.push_back(piece(Category::backward, cc.backward, "bwd"));

@@ -56,6 +56,10 @@ struct ChunkCosts {
   Seconds recompute, recompute_tp_comm;         // recompute before backward (0 without)
   Seconds forward_ep_comm, backward_ep_comm;    // MoE all-to-all dispatch and combine
   Seconds offload_out, offload_in;              // activation copies to/from host on a side stream
+  /// ZeRO-3: the part of the chunk's parameter all-gathers (and, backward, gradient
+  /// reduce-scatters) that prefetch does not hide behind its compute (sim/costers.hpp,
+  /// exposed_under_prefetch). Counted as data-parallel communication.
+  Seconds forward_dp_comm, backward_dp_comm;
 };
 
 /// Everything the graph builder needs, already costed by the cost models.
@@ -101,7 +105,10 @@ struct WorkloadCosts {
   std::vector<Bytes> dp_grad_sync_bytes;  // per stage: bytes each DP rank sends in it (coarse ring)
   std::vector<Bytes> dp_param_gather_bytes;
   Seconds dp_latency;                     // latency term of one DP collective
-  std::vector<Seconds> dp_param_gather;   // per stage: parameter all-gather after the step (ZeRO)
+  std::vector<Seconds> dp_param_gather;   // per stage: parameter all-gather after the step (ZeRO-1/2)
+  /// ZeRO-3, per stage: bytes each GPU sends per iteration in its parameter all-gathers and in its
+  /// gradient reduce-scatters (ring: (n - 1) / n of each gathered or reduced unit).
+  std::vector<Bytes> zero3_gather_bytes, zero3_reduce_bytes;
   std::vector<Seconds> optimizer;         // per stage: the optimizer step
 };
 

@@ -51,10 +51,11 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
     wte_ = declare("wte", V, h, Split::rows, Init::normal, kInitStd);
     wpe_ = declare("wpe", model.seq_len, h, Split::none, Init::normal, kInitStd / 2);
   }
-  const int per_stage = model.layers / virtual_stages_;
+  const int per_stage = config.layers >= 0 ? config.layers : model.layers / virtual_stages_;
+  const int first_layer = config.layers >= 0 ? config.first_layer : virtual_stage_ * per_stage;
   ep_comm_ = config.ep_comm;
   for (int l = 0; l < per_stage; ++l) {
-    const int global_layer = virtual_stage_ * per_stage + l;
+    const int global_layer = first_layer + l;
     const std::string p = "layers." + std::to_string(global_layer) + ".";
     LayerIndex li;
     li.first = declare(p + "ln1_g", 1, h, Split::none, Init::ones);

@@ -42,6 +42,10 @@ struct StageConfig {
   double offload_activations = 0;  // plan.offload.activations: fraction of layers whose activations go to the host
   Communicator* ep_comm = nullptr;  // MoE: the expert-parallel group (size plan.ep; rank = dp rank % ep)
   std::vector<int> token_slices = {};  // TeraPipe slice lengths (sum seq_len); empty = the whole sequence
+  /// This chunk's transformer layers [first_layer, first_layer + layers) (an uneven pipeline split,
+  /// plan.stage_layers); layers < 0: layers / (pp * chunks) from chunk * pp + pp_rank on.
+  int first_layer = 0;
+  int layers = -1;
 };
 
 class GptStage {

@@ -139,6 +139,11 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   // One stage per model chunk (interleaved schedule: virtual stages), declared in chunk order.
   const int chunks = plan.plan.schedule == Schedule::interleaved ? plan.plan.virtual_stages : 1;
   std::vector<std::unique_ptr<GptStage>> stages;
+  // An uneven split (check_plan allows it without interleaving): this rank's layers from the plan.
+  const bool uneven = chunks == 1 && (!plan.plan.stage_layers.empty() || plan.plan.first_stage_layers > 0 ||
+                                      plan.plan.last_stage_layers > 0);
+  const int first_layer = uneven ? stage_first_layers(plan.model, plan.plan)[layout.pp_rank] : 0;
+  const int own_layers = uneven ? stage_layer_counts(plan.model, plan.plan)[layout.pp_rank] : -1;
   for (int c = 0; c < chunks; ++c)
     stages.push_back(std::make_unique<GptStage>(plan.model, layout,
                                                 StageConfig{.micro_batch = plan.plan.micro_batch,
@@ -148,7 +153,9 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
                                                             .chunks = chunks,
                                                             .offload_activations = plan.plan.offload.activations,
                                                             .ep_comm = ep_comm.get(),
-                                                            .token_slices = plan.plan.token_slices},
+                                                            .token_slices = plan.plan.token_slices,
+                                                            .first_layer = first_layer,
+                                                            .layers = own_layers},
                                                 store));
   const int embedding_param =
       layout.first_stage() ? stages.front()->embedding_param() : stages.back()->embedding_param();

@@ -16,6 +16,9 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.sequence_parallel) s += " sp";
   s += std::string(" rc:") + to_string(p.recompute);
   if (p.zero) s += " zero" + std::to_string(p.zero);
+  if (p.zero && p.shard_group > 0 && p.shard_group < p.dp) s += "/" + std::to_string(p.shard_group);
+  if (p.zero == 3 && !p.reshard_after_forward) s += " keep-fwd";
+  if (p.param_gather_overlap) s += " ag-overlap";
   if (p.ep > 1) s += " ep" + std::to_string(p.ep);
   if (p.offload.optimizer) s += " off:opt";
   if (p.offload.activations > 0) s += " off:act";

@@ -44,6 +44,18 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.t.dtype = Dtype::fp16; }, "training.dtype"},  // fixture GPU has no fp16 peak
       {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::deepspeed; }, "plan.dp_overlap"},
       {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::terapipe; }, "plan.dp_overlap"},
+      {[](Fixture& f) { f.p.stage_layers = {6, 6, 6}; }, "plan.stage_layers"},         // 3 entries for pp 4
+      {[](Fixture& f) { f.p.stage_layers = {5, 7, 6, 5}; }, "plan.stage_layers"},      // sums to 23
+      {[](Fixture& f) { f.p.stage_layers = {0, 8, 8, 8}; }, "plan.stage_layers"},      // an empty stage
+      {[](Fixture& f) { f.p.first_stage_layers = 5; }, "plan.first_stage_layers"},     // 19 over 3 stages
+      {[](Fixture& f) { f.p.last_stage_layers = 3; f.p.first_stage_layers = 3; f.p.pp = 2; f.p.dp = 8; },
+       "plan.first_stage_layers"},                                                     // nothing in between
+      {[](Fixture& f) { f.p.stage_layers = {3, 7, 7, 7}; f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2;
+                        f.t.global_batch = 512; }, "plan.schedule"},
+      {[](Fixture& f) { f.p.shard_group = 3; f.p.zero = 3; }, "plan.shard_group"},      // does not divide dp 4
+      {[](Fixture& f) { f.p.shard_group = 2; }, "plan.shard_group"},                    // zero 0
+      {[](Fixture& f) { f.p.reshard_after_forward = false; f.p.zero = 1; }, "plan.reshard_after_forward"},
+      {[](Fixture& f) { f.p.param_gather_overlap = true; f.p.zero = 3; }, "plan.param_gather_overlap"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;
@@ -52,6 +64,29 @@ TEST(CheckPlan, EachRuleNamesItsField) {
     ASSERT_TRUE(v.has_value()) << "case " << i;
     EXPECT_EQ(v->field, cases[i].field) << "case " << i << ": " << v->rule;
   }
+}
+
+TEST(CheckPlan, UnevenSplitsThatAddUp) {
+  Fixture f;
+  f.p.stage_layers = {4, 7, 7, 6};
+  EXPECT_FALSE(f.check().has_value());
+  f.p.stage_layers.clear();
+  f.p.first_stage_layers = 3;  // 21 over the other three stages: 7 each
+  EXPECT_FALSE(f.check().has_value());
+  EXPECT_EQ(stage_layer_counts(f.m, f.p), (std::vector<int>{3, 7, 7, 7}));
+  f.p.last_stage_layers = 5;  // 16 over two stages: 8 each
+  EXPECT_FALSE(f.check().has_value());
+  EXPECT_EQ(stage_layer_counts(f.m, f.p), (std::vector<int>{3, 8, 8, 5}));
+  Fixture g;
+  g.p.pp = 5;  // 24 % 5: refused, and the message says how to split unevenly
+  g.p.dp = 1;
+  g.p.tp = 2;
+  auto v = check_plan(g.m, g.c, g.t, g.p, 10);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_NE(v->rule.find("plan.stage_layers"), std::string::npos);
+  g.p.stage_layers = {4, 5, 5, 5, 5};
+  g.t.global_batch = 2;
+  EXPECT_FALSE(check_plan(g.m, g.c, g.t, g.p, 10).has_value());
 }
 
 TEST(CheckPlan, OverlappedGradientReductionWhereTheFrameworkCanDoIt) {

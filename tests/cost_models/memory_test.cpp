@@ -495,3 +495,38 @@ TEST(ParametersOnGpu, TeraPipeStagesHoldLayersOnly) {
 
 }  // namespace
 }  // namespace foresight::cost_models
+
+namespace foresight::cost_models {
+namespace {
+
+TEST(UnevenPipeline, LayersPerStageAndTheirMemoryByHand) {
+  // GPT-3 175B's 96 layers on pp 8 as Megatron's --decoder-first/last-pipeline-num-layers 9 / 9:
+  // the six middle stages split 78 layers, 13 each. 1F1B with tp 8 + SP, no recompute, 64
+  // micro-batches: stage s stashes (p - s) micro-batches of its own layers (Korthikanti eq. 5's
+  // per-layer 34sbh/t + 5as^2b/t, here the plan's fused-attention-free Megatron layer).
+  const ModelSpec m = gpt3_175b();
+  PlanSpec p = plan_with(8, true, Recompute::none);
+  p.pp = 8;
+  p.first_stage_layers = 9;
+  p.last_stage_layers = 9;
+  EXPECT_EQ(stage_layer_counts(m, p), (std::vector<int>{9, 13, 13, 13, 13, 13, 13, 9}));
+  EXPECT_EQ(stage_first_layers(m, p), (std::vector<int>{0, 9, 22, 35, 48, 61, 74, 87}));
+  EXPECT_EQ(stage_layers(m, p, 7), (std::vector<int>{87, 88, 89, 90, 91, 92, 93, 94, 95}));
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  const Bytes per_layer = activations_tensor_sequence_parallel(2048, 1, 12288, 96, 8);
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 0).value(), (8 * 9 * per_layer).value());
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 1).value(), (7 * 13 * per_layer).value());
+  // Weights: 9 layers of (12h^2 + 13h) / 8 on the first stage, 13 on the second.
+  const double h = m.hidden, layer = (12.0 * h * h + 13 * h) / 8;
+  const FrameworkTraits& fw = framework_traits(p.framework);
+  EXPECT_DOUBLE_EQ(parameters_on_gpu(fw, m, p, 1).dense, 13 * layer);
+  EXPECT_DOUBLE_EQ(parameters_on_gpu(fw, m, p, 0).dense, 9 * layer + double(m.vocab) * h / 8 + double(m.seq_len) * h);
+  // The explicit list is the same split.
+  PlanSpec q = p;
+  q.first_stage_layers = q.last_stage_layers = 0;
+  q.stage_layers = {9, 13, 13, 13, 13, 13, 13, 9};
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(stage_layers(m, q, s), stage_layers(m, p, s)) << s;
+}
+
+}  // namespace
+}  // namespace foresight::cost_models

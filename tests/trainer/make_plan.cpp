@@ -5,7 +5,7 @@
 // The tiny model: 4 layers, hidden 32, 4 heads, sequence 16, byte vocabulary 256, global batch 8
 // in micro-batches of 1, fp32, Adam, 20 steps on the text corpus. EXTRA adds plan fields,
 // '+'-separated ("-" for none): vsN virtual_stages N, sp sequence_parallel, offF
-// offload.activations F, slA,B,.. token_slices, epN ep N, dpoverlap dp_overlap, offopt
+// offload.activations F, slA,B,.. token_slices, layersA,B,.. stage_layers, epN ep N, dpoverlap dp_overlap, offopt
 // offload.optimizer, moe a MoE model (4 experts, top-2, capacity factor 1.25, every other layer).
 // No plan rule is checked here: refused layouts are written too, for the trainer to refuse.
 #include <fstream>
@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
     else if (flag == "offopt") q.offload.optimizer = true;
     else if (flag.rfind("off", 0) == 0) q.offload.activations = std::stod(flag.substr(3));
     else if (flag.rfind("ep", 0) == 0) q.ep = std::stoi(flag.substr(2));
+    else if (flag.rfind("layers", 0) == 0) {
+      std::stringstream counts(flag.substr(6));
+      for (std::string s; std::getline(counts, s, ',');) q.stage_layers.push_back(std::stoi(s));
+    }
     else if (flag.rfind("sl", 0) == 0) {
       std::stringstream slices(flag.substr(2));
       for (std::string s; std::getline(slices, s, ',');) q.token_slices.push_back(std::stoi(s));

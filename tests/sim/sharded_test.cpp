@@ -1,0 +1,216 @@
+// ZeRO-3 / FSDP, HSDP and the overlapped parameter gather, against hand computations: the
+// exposed part of a prefetched gather sequence, the bytes each GPU sends per step by kind, the
+// HSDP replica all-reduce, and the weak-scaling shape (TFLOP/s per GPU falls once the per-GPU
+// batch is too small to hide the gathers).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "core/flops.hpp"
+#include "core/scenario.hpp"
+#include "cost_models/memory.hpp"
+#include "sim/costers.hpp"
+
+using namespace foresight;
+using namespace foresight::sim;
+
+namespace {
+
+ShardedUnit unit(double gather_ms, double compute_ms, double reduce_ms = 0) {
+  return {Seconds(gather_ms * 1e-3), Seconds(compute_ms * 1e-3), Seconds(reduce_ms * 1e-3)};
+}
+
+// 1 ms forward, 2 ms backward, no recompute per layer; edges 0.1/0.2 ms and 0.5/1 ms.
+ComputeCosts round_compute() {
+  ComputeCosts c;
+  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0)}; };
+  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
+  c.optimizer = [](double params) { return Seconds(params * 1e-9); };
+  return c;
+}
+
+// GPT-3 1.3B (24 layers, h 2048) in bf16 on 16 GPUs of two Selene nodes: dp 16 with ZeRO-3 under
+// PyTorch (fp32 parameters, bf16 gathers, fp32 reduce-scatters), 2 micro-batches per step.
+Experiment fsdp() {
+  Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
+  e.model = load_model(resolve_scenario("models", "gpt3-1.3b"));
+  e.gpus = 16;
+  e.training = TrainingSpec{.global_batch = 32, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  e.plan = PlanSpec{};
+  e.plan.dp = 16;
+  e.plan.zero = 3;
+  e.plan.framework = Framework::pytorch;
+  validate_experiment(e);
+  return e;
+}
+
+struct Costed {
+  Experiment e;
+  cost_models::ExecutionModel x;
+  ComputeCosts compute = round_compute();
+  CommModel comm;
+  WorkloadCosts c;
+  explicit Costed(Experiment ex) : e(std::move(ex)), x(cost_models::execution_model(e.training, e.plan)), comm(e.cluster) {
+    c.shape = ScheduleShape{e.plan.schedule, e.plan.pp, e.plan.micro_batches(e.training), 1, 1};
+    cost_layer_chunks(in(), c);
+    cost_data_parallel(in(), c);
+    cost_sharded_parameters(in(), c);
+  }
+  CostInputs in() const { return {e, x, compute, comm}; }
+};
+
+}  // namespace
+
+TEST(ExposedUnderPrefetch, ComputeBoundHidesAllButTheFirstGather) {
+  // 4 units, gather 1 ms, compute 3 ms: only the first gather waits.
+  EXPECT_NEAR(exposed_under_prefetch({unit(1, 3), unit(1, 3), unit(1, 3), unit(1, 3)}).value(), 1e-3, 1e-12);
+  EXPECT_EQ(exposed_under_prefetch({}).value(), 0.0);
+}
+
+TEST(ExposedUnderPrefetch, CommunicationBoundExposesTheDifference) {
+  // Gather 3 ms, compute 1 ms, n = 5: c + (n - 1)(c - t) = 3 + 4 x 2 = 11 ms (the gathers run back
+  // to back, 15 ms, and the last compute follows: 16 ms, of which 5 compute).
+  std::vector<ShardedUnit> u(5, unit(3, 1));
+  EXPECT_NEAR(exposed_under_prefetch(u).value(), 11e-3, 1e-12);
+}
+
+TEST(ExposedUnderPrefetch, BackwardReduceScattersShareTheLink) {
+  // 3 units in backward order, gather 1, compute 2, reduce-scatter 1.5 ms. The link runs G0 0-1,
+  // G1 1-2, R0 (ready at 3) 3-4.5, G2 (ready at 3) 4.5-5.5, R1 (ready at 5) 5.5-7, R2 (ready at
+  // 7.5) 7.5-9. Compute: U0 1-3, U1 3-5, U2 5.5-7.5. End 9, compute 6: 3 ms exposed.
+  EXPECT_NEAR(exposed_under_prefetch({unit(1, 2, 1.5), unit(1, 2, 1.5), unit(1, 2, 1.5)}).value(), 3e-3, 1e-12);
+}
+
+TEST(ExposedUnderPrefetch, ContentionChargesTheHiddenCommunication) {
+  // Compute-bound 4 x (1 ms gather, 3 ms compute): 3 ms of gathers hide behind compute; at a
+  // contention of 24 / (132 - 24) each costs 0.2222 ms more.
+  const double f = 24.0 / 108.0;
+  EXPECT_NEAR(exposed_under_prefetch({unit(1, 3), unit(1, 3), unit(1, 3), unit(1, 3)}, f).value(), 1e-3 + 3e-3 * f, 1e-12);
+}
+
+TEST(CostShardedParameters, BytesPerGpuPerStepByKind) {
+  // Per micro-batch a GPU all-gathers every layer twice (forward, backward) and the embedding
+  // once, in bf16, and reduce-scatters all of them once in fp32; a ring sends 15/16 of each
+  // buffer. Two micro-batches.
+  Costed k(fsdp());
+  const ModelSpec& m = k.e.model;
+  const double h = m.hidden, layer = 12 * h * h + 13 * h;  // Megatron's 12h^2 + 13h (ffn = 4h)
+  const double embedding = double(m.vocab) * h + double(m.seq_len) * h + 2 * h;  // + final norm (pp 1)
+  const double sent = 15.0 / 16.0 * 2;
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), (2 * 24 * layer + embedding) * 2 * sent, 1.0);
+  EXPECT_NEAR(k.c.zero3_reduce_bytes[0].value(), (24 * layer + embedding) * 4 * sent, 1.0);
+  // Nothing is reduced or gathered after the step (no replicas): ZeRO-3 did it all per unit.
+  EXPECT_EQ(k.c.dp_grad_sync[0].value(), 0.0);
+  EXPECT_EQ(k.c.dp_param_gather[0].value(), 0.0);
+  // Keeping the gathered layers from forward to backward halves the layers' gathers.
+  Experiment keep = fsdp();
+  keep.plan.reshard_after_forward = false;
+  Costed kk(keep);
+  EXPECT_NEAR(kk.c.zero3_gather_bytes[0].value(), (24 * layer + embedding) * 2 * sent, 1.0);
+}
+
+TEST(CostShardedParameters, ExposedPartMatchesThePrefetchModel) {
+  // The forward: embedding (gather E, compute 0.1 ms), 24 layers (gather G, 1 ms), head (0.5 ms).
+  Costed k(fsdp());
+  const CommGroup shard = plan_groups(k.e.plan, k.e.cluster).shard;
+  const double h = k.e.model.hidden, layer = 12 * h * h + 13 * h;
+  const double embedding = double(k.e.model.vocab) * h + double(k.e.model.seq_len) * h + 2 * h;
+  const Seconds g = k.comm.time(Collective::all_gather, Bytes(layer * 2), shard);
+  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), shard);
+  std::vector<ShardedUnit> fwd{{ge, Seconds(1e-4), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) fwd.push_back({g, Seconds(1e-3), Seconds(0)});
+  fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  const double f = 24.0 / (k.e.cluster.gpu.sms - 24.0);  // Selene's A100: 108 SMs
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd, f).value(), 1e-12);
+  // Both gathers hide behind 1 ms of compute here except the first (the embedding's, then the
+  // first layer's wait on it): the exposed part is at least the embedding's gather.
+  EXPECT_GE(k.c.chunk[0][0][0].forward_dp_comm, ge);
+  EXPECT_LT(g, Seconds(1e-3));
+}
+
+TEST(CostDataParallel, HsdpAllReducesEachShardAcrossReplicas) {
+  // dp 16 as 2 replicas of 8-way shards (one node each): the step ends with an all-reduce of each
+  // rank's 1/8 of the fp32 gradients across the 2 replicas.
+  Experiment e = fsdp();
+  e.plan.shard_group = 8;
+  validate_experiment(e);
+  Costed k(e);
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  EXPECT_EQ(g.shard.ranks, 8);
+  EXPECT_EQ(g.shard.nodes, 1);
+  EXPECT_EQ(g.replicate.ranks, 2);
+  EXPECT_EQ(g.replicate.nodes, 2);
+  const double grads = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0).total() * 4;
+  EXPECT_NEAR(k.c.dp_grad_sync[0].value(), k.comm.time(Collective::all_reduce, Bytes(grads / 8), g.replicate).value(), 1e-15);
+  // Model state shards 8 ways, not 16.
+  const auto mem = cost_models::memory_per_gpu(k.x, e.model, e.training, e.plan, 0);
+  const auto full = cost_models::memory_per_gpu(Costed(fsdp()).x, e.model, e.training, fsdp().plan, 0);
+  EXPECT_NEAR(mem.optimizer.value(), 2 * full.optimizer.value(), 1.0);
+}
+
+TEST(CostDataParallel, OverlappedParameterGatherExposesTheFirstBucket) {
+  // Megatron-Core ZeRO-1 with --overlap-param-gather: 40M parameters per bucket (bf16 weights).
+  Experiment e = fsdp();
+  e.plan.zero = 1;
+  e.plan.framework = Framework::megatron_core;
+  Costed plain(e);
+  e.plan.param_gather_overlap = true;
+  Costed overlapped(e);
+  const CommGroup shard = plan_groups(e.plan, e.cluster).shard;
+  EXPECT_NEAR(overlapped.c.dp_param_gather[0].value(),
+              overlapped.comm.time(Collective::all_gather, Bytes(40e6 * 2), shard).value(), 1e-15);
+  EXPECT_LT(overlapped.c.dp_param_gather[0], plain.c.dp_param_gather[0]);
+}
+
+TEST(ZeroThree, WeakScalingFallsOnceGathersNoLongerHide) {
+  // GPT-3 13B at 512 tokens under FSDP on DGX H100 nodes at a fixed global batch of 128
+  // sequences, one micro-batch per step: on 16 GPUs each unit computes 8 sequences, on 128 GPUs
+  // one. A layer's
+  // gather (bf16, 315M parameters) is fixed while its compute shrinks with the batch, so TFLOP/s
+  // per GPU holds while compute per unit exceeds the gather and falls after.
+  Experiment base = load_experiment(resolve_scenario("experiments", "sc21-table1-18b"));
+  base.model = load_model(resolve_scenario("models", "gpt3-13b"));
+  base.model.seq_len = 512;
+  base.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  base.training = TrainingSpec{.global_batch = 128, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  base.plan = PlanSpec{};
+  base.plan.zero = 3;
+  base.plan.framework = Framework::pytorch;
+  base.plan.recompute = Recompute::full;
+  std::vector<double> tflops, exposed, compute_per_unit, gather_per_unit;
+  for (int gpus : {16, 32, 64, 128}) {
+    Experiment e = base;
+    e.gpus = e.plan.dp = gpus;
+    e.plan.micro_batch = 128 / gpus;
+    validate_experiment(e);
+    const Prediction p = predict(e, EngineKind::analytic);
+    tflops.push_back(p.tflops_per_gpu);
+    exposed.push_back(in_s(p.breakdown.dp_comm_exposed) / in_s(p.iteration));
+    // Hand side: one layer's forward compute at this batch and its gather.
+    const auto x = cost_models::resolve_execution(e);
+    const ComputeCosts cc = compute_costs(e, x);
+    const CommModel comm(e.cluster);
+    compute_per_unit.push_back(in_s(cc.layer(e.model.seq_len, e.model.seq_len, false).forward));
+    const double layer = cost_models::layer_parameters_on_gpu(e.model, e.plan, 0).total();
+    gather_per_unit.push_back(in_s(comm.time(Collective::all_gather, Bytes(layer * 2), plan_groups(e.plan, e.cluster).shard)));
+  }
+  // Where compute per unit is at least twice the gather, what is exposed is the first gathers of
+  // each pass and the SM contention of the hidden ones (24 / 108 of the overlapped compute): well
+  // under a sixth of the step. Once the gather exceeds the forward compute, the forward alone
+  // exposes (n - 1)(c - t) per micro-batch, the share of exposed communication passes 40%, and
+  // the fall steepens: the last doubling loses more than the first.
+  ASSERT_GT(compute_per_unit[0], 2 * gather_per_unit[0]);
+  EXPECT_LT(exposed[0], 1.0 / 6);
+  ASSERT_LT(compute_per_unit[3], gather_per_unit[3]) << "the 128-GPU point must be communication-bound";
+  EXPECT_GT(exposed[3], 0.4);
+  for (std::size_t i = 1; i < tflops.size(); ++i) EXPECT_LT(tflops[i], tflops[i - 1]) << i;
+  EXPECT_LT(tflops[3] / tflops[2], tflops[1] / tflops[0]);
+  const double fwd_floor = 40 * (gather_per_unit[3] - compute_per_unit[3]) * 0.999;
+  EXPECT_GT(in_s(predict([&] {
+              Experiment e = base;
+              e.gpus = e.plan.dp = 128;
+              e.plan.micro_batch = 1;
+              return e;
+            }(), EngineKind::analytic).breakdown.dp_comm_exposed),
+            fwd_floor);
+}
