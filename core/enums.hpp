@@ -81,8 +81,16 @@ FORESIGHT_ENUM_NAMES(MoeDispatch, {MoeDispatch::permute, "permute"}, {MoeDispatc
 
 /// Rank order, innermost first: tp-dp-pp is Megatron-LM's (tensor ranks adjacent inside a node,
 /// then data-parallel replicas, pipeline stages outermost); tp-pp-dp puts pipeline stages next.
+/// With context parallelism the cp ranks sit between tp and dp (Megatron-Core's tp-cp-ep-dp-pp).
 enum class Placement { tp_dp_pp, tp_pp_dp };
 FORESIGHT_ENUM_NAMES(Placement, {Placement::tp_dp_pp, "tp-dp-pp"}, {Placement::tp_pp_dp, "tp-pp-dp"});
+
+/// How context-parallel ranks exchange keys and values: a ring of cp - 1 send/recv steps, each
+/// overlapped with the attention block it feeds (Megatron-Core / Transformer Engine's p2p ring,
+/// torchtitan's ring attention), or one all-gather of K and V before attention and a
+/// reduce-scatter of their gradients after it (Llama 3, Dubey et al. 2024 sec. 3.3.2).
+enum class CpComm { ring, all_gather };
+FORESIGHT_ENUM_NAMES(CpComm, {CpComm::ring, "ring"}, {CpComm::all_gather, "all-gather"});
 
 #undef FORESIGHT_ENUM_NAMES
 

@@ -105,6 +105,9 @@ std::array<FrameworkTraits, 6> make_table() {
   megatron_core.send_forward = megatron_core.send_backward = PipelineSend::whole;
   // DistributedDataParallelConfig.bucket_size: max(40M, 1M x dp) parameters of fp32 gradients.
   megatron_core.dp_overlap_bucket_bytes = 40e6 * 4.0;
+  // --context-parallel-size with Transformer Engine's p2p ring attention (core_r0.8.0,
+  // megatron/core/parallel_state.py; TE attention.py AttnFuncWithCPAndKVP2P).
+  megatron_core.context_parallel = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
                                     "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
@@ -158,6 +161,8 @@ std::array<FrameworkTraits, 6> make_table() {
                        .grads_freed_between_steps = true};
   pytorch.activations = {.dropout = false, .attention_output_copy = true, .logits_bytes = 12};
   pytorch.dp_bucket_bytes = kDdpBucketBytes;
+  // torch.distributed.tensor.experimental.context_parallel over SDPA (torchtitan, PyTorch 2.5+).
+  pytorch.context_parallel = true;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
@@ -168,6 +173,7 @@ std::array<FrameworkTraits, 6> make_table() {
   generic.attention = AttentionImpl::flash;
   generic.dp_bucket_bytes = kDdpBucketBytes;
   generic.schedules[int(Schedule::terapipe)] = true;
+  generic.context_parallel = true;
   return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic};
 }
 
@@ -190,6 +196,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.sequence_parallel && !sequence_parallel) return false;
   if (p.recompute == Recompute::selective && !selective_recompute) return false;
   if (p.recompute == Recompute::full && !full_recompute) return false;
+  if (p.cp > 1 && !context_parallel) return false;
   return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
 }
 

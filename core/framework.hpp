@@ -2,7 +2,7 @@
 // per Framework, each behaviour with its source. Every cost model reads these fields; nothing
 // outside framework.cpp compares Framework values (STYLE.md item 16). Adding a framework is adding
 // one entry. Left out: behaviours no supported plan exercises yet (FSDP unit wrapping, context
-// parallelism, TP-communication overlap: later entries of the table).
+// TP-communication overlap: later entries of the table).
 #pragma once
 
 #include <optional>
@@ -145,6 +145,8 @@ struct FrameworkTraits {
   bool full_recompute = true;
   int max_zero = 3;
   int max_zero_with_pipeline = 3;
+  /// Runs context parallelism (plan.cp > 1).
+  bool context_parallel = false;
 
   /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
   bool runs(const PlanSpec& plan) const;

@@ -77,11 +77,22 @@ std::optional<PlanViolation> check_model(const ModelSpec& m) {
 std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c,
                                         const TrainingSpec& t, const PlanSpec& p, int gpus_used) {
   if (auto v = check_model(m)) return v;
-  const long long world = (long long)p.tp * p.pp * p.dp;
-  if (world != gpus_used)
-    return fail("plan", "tp*pp*dp = " + str((long long)p.tp) + "*" + str((long long)p.pp) + "*" +
-                            str((long long)p.dp) + " = " + str(world),
-                "must equal the GPUs used = " + str((long long)gpus_used));
+  const long long world = (long long)p.tp * p.cp * p.pp * p.dp;
+  if (world != gpus_used) {
+    // Appended piece by piece (g++ 12's -Wrestrict misfires on chained temporaries).
+    std::string product = p.cp > 1 ? "tp*cp*pp*dp = " : "tp*pp*dp = ";
+    std::vector<int> factors{p.tp};
+    if (p.cp > 1) factors.push_back(p.cp);
+    factors.push_back(p.pp);
+    factors.push_back(p.dp);
+    for (std::size_t i = 0; i < factors.size(); ++i) {
+      if (i) product += '*';
+      product += str((long long)factors[i]);
+    }
+    product += " = ";
+    product += str(world);
+    return fail("plan", product, "must equal the GPUs used = " + str((long long)gpus_used));
+  }
   if (gpus_used > c.total_gpus())
     return fail("experiment.gpus", str((long long)gpus_used),
                 "must not exceed the cluster's " + str((long long)c.total_gpus()) + " GPUs (" +
@@ -138,12 +149,28 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                 "must be a multiple of plan.dp * plan.micro_batch = " + str((long long)p.dp) + " * " +
                     str((long long)p.micro_batch) + " = " + str((long long)p.dp * p.micro_batch));
   if (p.zero < 0 || p.zero > 3) return fail("plan.zero", str((long long)p.zero), "must be 0, 1, 2 or 3");
+  if (p.cp > 1) {
+    const FrameworkTraits& cfw = framework_traits(p.framework);
+    if (!cfw.context_parallel)
+      return fail("plan.cp", str((long long)p.cp), std::string("needs a framework that runs context parallelism (") +
+                                                        cfw.name + " does not: megatron-core, pytorch or generic do)");
+    if (m.seq_len % (2LL * p.cp) != 0)
+      return fail("plan.cp", str((long long)p.cp),
+                  "2 * plan.cp must divide model.seq_len = " + str((long long)m.seq_len) +
+                      " (each rank holds two of 2 cp chunks for causal load balancing)");
+    if (!p.token_slices.empty())
+      return fail("plan.cp", str((long long)p.cp), "cannot be combined with TeraPipe token slices");
+    if (p.placement != Placement::tp_dp_pp)
+      return fail("plan.placement", to_string(p.placement), "must be tp-dp-pp with plan.cp > 1 (tp-cp-dp-pp, Megatron-Core's order)");
+    if (p.attention == AttentionImpl::unfused)
+      return fail("plan.attention", "unfused", "context parallelism runs on fused attention kernels (flash or cudnn)");
+  }
   if (p.shard_group > 0) {
     if (p.zero == 0)
       return fail("plan.shard_group", str((long long)p.shard_group), "needs plan.zero >= 1 (nothing is sharded at zero 0)");
-    if (p.dp % p.shard_group != 0)
+    if (p.grad_ranks() % p.shard_group != 0)
       return fail("plan.shard_group", str((long long)p.shard_group),
-                  "must divide plan.dp = " + str((long long)p.dp) + " (replicas of equal shard groups)");
+                  "must divide plan.dp * plan.cp = " + str((long long)p.grad_ranks()) + " (replicas of equal shard groups)");
     if (p.ep > 1)
       return fail("plan.shard_group", str((long long)p.shard_group),
                   "is not supported with plan.ep > 1 (expert state shards over dp / ep)");

@@ -3,6 +3,7 @@
 // both call it, so a plan file and a generated plan are judged alike.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct PlanSpec {
   int tp = 1;
   int pp = 1;
   int dp = 1;
+  /// Context parallelism: each sequence is split over cp ranks (2 cp chunks, rank i holding i and
+  /// 2cp - 1 - i, so causal attention work is even: Megatron-Core's load balancing).
+  int cp = 1;
+  CpComm cp_comm = CpComm::ring;
   int micro_batch = 1;
   Schedule schedule = Schedule::one_f_one_b;
   int virtual_stages = 1;
@@ -65,9 +70,13 @@ struct PlanSpec {
   std::optional<AttentionImpl> attention;
   Placement placement = Placement::tp_dp_pp;
 
-  int gpus() const { return tp * pp * dp; }
-  /// Ranks ZeRO shards model state over (plan.shard_group, or all of dp).
-  int shard_ways() const { return shard_group > 0 ? shard_group : dp; }
+  int gpus() const { return tp * cp * pp * dp; }
+  /// Ranks holding the same parameters, whose gradients are reduced together: dp x cp.
+  int grad_ranks() const { return dp * cp; }
+  /// Ranks ZeRO shards model state over (plan.shard_group, or all of dp x cp).
+  int shard_ways() const { return shard_group > 0 ? shard_group : grad_ranks(); }
+  /// Tokens of one sequence each rank processes.
+  int local_tokens(const ModelSpec& m) const { return m.seq_len / std::max(1, cp); }
   /// Micro-batches per pipeline per iteration.
   int micro_batches(const TrainingSpec& t) const { return int(t.global_batch / ((long long)dp * micro_batch)); }
 };

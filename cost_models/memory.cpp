@@ -72,7 +72,7 @@ Bytes layer_bytes_for_plan(const ExecutionModel& rc, const ModelSpec& m, const P
   const bool moe = m.is_moe_layer(layer);
   if (p.schedule == Schedule::terapipe && !p.token_slices.empty())
     return terapipe_activation_bytes_per_layer(rc, m, p, p.micro_batch, p.token_slices, moe);
-  return activation_bytes_per_layer(rc, m, p, p.micro_batch, m.seq_len, moe);
+  return activation_bytes_per_layer(rc, m, p, p.micro_batch, p.local_tokens(m), moe);
 }
 
 bool is_last_stage(const PlanSpec& p, int stage) { return stage == p.pp - 1; }
@@ -280,7 +280,7 @@ Bytes stashed_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& m
 
 Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
                              const PlanSpec& plan, int stage) {
-  const int m = plan.micro_batches(training), b = plan.micro_batch, s = model.seq_len;
+  const int m = plan.micro_batches(training), b = plan.micro_batch, s = plan.local_tokens(model);
   const double offloaded = std::clamp(plan.offload.activations, 0.0, 1.0);
   Bytes bytes = stashed_layer_activation_bytes(x, model, training, plan, stage) * (1.0 - offloaded);
   // With activation offload, one unit is staged on the device while it streams in or out.
@@ -303,14 +303,14 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
 
 Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
   const double a = x.bytes.activation;
-  const double sbh = double(model.seq_len) * plan.micro_batch * model.hidden;
+  const double sbh = double(plan.local_tokens(model)) * plan.micro_batch * model.hidden;
   const double sp_div = sequence_parallel(plan) ? plan.tp : 1.0;
   const std::vector<int> layers = stage_layers(model, plan, stage);
   const bool has_moe = std::any_of(layers.begin(), layers.end(), [&](int l) { return model.is_moe_layer(l); });
   const FrameworkTraits& fw = *x.framework;
 
   Bytes bytes;
-  if (plan.dp > 1) {
+  if (plan.grad_ranks() > 1) {
     const StageParameters params = parameters_on_gpu(fw, model, plan, stage);
     const Bytes all_grads(params.total() * x.bytes.grad);
     // The framework's extra gradient bucket (none where it reduces its grad buffer in place).
@@ -319,6 +319,13 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   }
   if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
   if (has_moe) bytes += Bytes(2.0 * model.moe->capacity_factor * model.moe->top_k * a * sbh / sp_div);
+  if (plan.cp > 1) {
+    // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
+    // all-gathered keys and values of the whole sequence for one layer.
+    const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) *
+                      std::max(1, model.kv_heads / plan.tp) * double(model.hidden / model.heads);
+    bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
+  }
   if (plan.zero >= 3 && plan.shard_ways() > 1) {
     // Gathered units in the compute dtype: the one computing and the one prefetched (FSDP's
     // limit_all_gathers), or with reshard_after_forward off every unit of the stage from its
@@ -340,7 +347,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
 
 Bytes runtime_bytes(const ExecutionModel& x, const PlanSpec& plan, int stage) {
   const bool embedding_group = plan.pp > 1 && (stage == 0 || is_last_stage(plan, stage));
-  const int communicators = (plan.tp > 1) + (plan.dp > 1) + (plan.pp > 1 ? 2 : 0) + (plan.ep > 1) + (embedding_group ? 1 : 0);
+  const int communicators = (plan.tp > 1) + (plan.cp > 1) + (plan.grad_ranks() > 1) + (plan.pp > 1 ? 2 : 0) + (plan.ep > 1) + (embedding_group ? 1 : 0);
   return x.memory.cuda_context + x.memory.nccl_per_communicator * double(communicators);
 }
 

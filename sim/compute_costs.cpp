@@ -17,7 +17,7 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
     Seconds recompute;
     if (plan.recompute == Recompute::full) recompute = t.recompute_full();
     if (plan.recompute == Recompute::selective) recompute = t.recompute_selective();
-    return LayerCompute{t.forward(), t.backward(), recompute};
+    return LayerCompute{t.forward(), t.backward(), recompute, t.forward_ops.attention_core, t.backward_ops.attention_core};
   };
   c.edges = [x, model, plan](int tokens) {
     const EdgeTimes t = edge_times(x, model, plan, tokens);

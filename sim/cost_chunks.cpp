@@ -8,8 +8,9 @@
 namespace foresight::sim {
 
 namespace {
+/// Each rank's token slices: TeraPipe's, or its share of the sequence (all of it without cp).
 std::vector<int> token_slices(const Experiment& e) {
-  return e.plan.token_slices.empty() ? std::vector<int>{e.model.seq_len} : e.plan.token_slices;
+  return e.plan.token_slices.empty() ? std::vector<int>{e.plan.local_tokens(e.model)} : e.plan.token_slices;
 }
 }  // namespace
 
@@ -36,7 +37,8 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
     if (it == cache.end()) it = cache.emplace(key, in.compute.layer(tokens, context, moe)).first;
     return it->second;
   };
-  const Seconds tp_full = tp_comm_per_layer(in, m.seq_len);
+  const int local = p.local_tokens(m);
+  const Seconds tp_full = tp_comm_per_layer(in, local);
   // Weight gradients of every micro-batch (or slice) are added into the gradient buffer, a pass
   // over HBM per parameter; one kernel per parameter tensor (12 per transformer layer: 4 weights,
   // 4 biases, 2 layernorms' two each). Where gradients are freed between steps the first
@@ -56,6 +58,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
       for (int k = 0; k < n_slices; ++k) {
         const int tokens = slices[k];
         context += tokens;
+        if (p.cp > 1) context = attention_context(in.e);
         ChunkCosts& cc = c.chunk[s][ch][k];
         for (int i = 0; i < per_chunk; ++i) {
           const bool moe = m.is_moe_layer(layers[ch * per_chunk + i]);
@@ -63,7 +66,13 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           cc.forward += lc.forward;
           cc.backward += lc.backward;
           cc.recompute += lc.recompute;
-          const Seconds tp = tokens == m.seq_len ? tp_full : tp_comm_per_layer(in, tokens);
+          const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
+          if (p.cp > 1) {
+            const CpLayerComm cpc = cp_comm_per_layer(in, lc.attention_forward, lc.attention_backward);
+            cc.forward_cp_comm += cpc.forward;
+            cc.backward_cp_comm += cpc.backward;
+            if (p.recompute == Recompute::full) cc.backward_cp_comm += cpc.forward;  // the recomputed forward
+          }
           cc.forward_tp_comm += tp;
           cc.backward_tp_comm += tp;
           if (p.recompute == Recompute::full) cc.recompute_tp_comm += tp;

@@ -13,8 +13,8 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   const FrameworkTraits& fw = *in.x.framework;
   const PlanGroups groups = plan_groups(p, in.e.cluster);
   const CommGroup& dp = groups.dp;
-  const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
-  const int n = p.dp;
+  const double host_ranks = std::min(p.tp * p.cp, in.e.cluster.gpus_per_node);
+  const int n = p.grad_ranks();  // dp x cp ranks hold the same parameters
   const int k = p.shard_ways();  // ranks each shard group spans
   const int replicas = n / k;    // HSDP: shard groups holding the same shards
   c.dp_latency = n > 1 ? in.comm.estimate(Collective::all_reduce, Bytes(8), dp).latency : Seconds(0);
@@ -125,12 +125,12 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   auto gather = [&](double params) { return in.comm.time(Collective::all_gather, Bytes(params * gb), shard); };
   auto reduce = [&](double params) { return in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard); };
   // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
-  const int tokens = m.seq_len;
+  const int tokens = p.local_tokens(m);
   const Seconds tp = tp_comm_per_layer(in, tokens);
   std::map<bool, LayerCompute> cache;
   auto layer = [&](bool moe) {
     auto it = cache.find(moe);
-    if (it == cache.end()) it = cache.emplace(moe, in.compute.layer(tokens, tokens, moe)).first;
+    if (it == cache.end()) it = cache.emplace(moe, in.compute.layer(tokens, attention_context(in.e), moe)).first;
     return it->second;
   };
   const EdgeCompute edges = fw.has_embedding_and_head ? in.compute.edges(tokens) : EdgeCompute{};

@@ -9,18 +9,18 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
   const PlanSpec& p = in.e.plan;
   const FrameworkTraits& fw = *in.x.framework;
   const PlanGroups groups = plan_groups(p, in.e.cluster);
-  const std::vector<int> slices = p.token_slices.empty() ? std::vector<int>{in.e.model.seq_len} : p.token_slices;
+  const std::vector<int> slices = p.token_slices.empty() ? std::vector<int>{p.local_tokens(in.e.model)} : p.token_slices;
   // With sequence parallelism every framework sends each rank's own sequence shard; without it,
   // as the framework does (FrameworkTraits::send_forward / send_backward). Both blocking: Megatron-LM
   // v2.x waits on batch_isend_irecv with a device synchronize (megatron/p2p_communication.py);
   // DeepSpeed's p2p.send/recv assert async_op == False (deepspeed/runtime/pipe/p2p.py @ v0.5.x).
   const bool tp_split = p.tp > 1;
-  const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
+  const double host_ranks = std::min(p.tp * p.cp, in.e.cluster.gpus_per_node);  // each cp rank sends its chunk
   // Which node each stage's first TP group sits on (replica 0; the same rank order as the SimGrid
   // platform). When tp x dp (tp-dp-pp) or tp (tp-pp-dp) is below the GPUs per node, several
   // consecutive stages share a node: only the transfers between nodes cross the NICs, the others
   // run over NVLink. Both costs are kept; the engines pick one per pair of stages.
-  const long long pp_stride = p.placement == Placement::tp_dp_pp ? (long long)p.tp * p.dp : p.tp;
+  const long long pp_stride = p.placement == Placement::tp_dp_pp ? (long long)p.tp * p.cp * p.dp : p.tp;
   const int gpn = in.e.cluster.gpus_per_node;
   for (int s = 0; s < p.pp; ++s) c.stage_node.push_back(int((long long)s * pp_stride / gpn));
   CommGroup pp_cross = groups.pp, pp_local = groups.pp;

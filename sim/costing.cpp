@@ -20,15 +20,16 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /// Rank strides of the plan's layout (innermost first).
 struct Strides {
-  long long tp = 1, dp = 1, pp = 1;
+  long long tp = 1, cp = 1, dp = 1, pp = 1;
 };
 Strides strides(const PlanSpec& p) {
   Strides s;
   s.tp = 1;
-  if (p.placement == Placement::tp_dp_pp) {
-    s.dp = p.tp;
-    s.pp = (long long)p.tp * p.dp;
-  } else {
+  s.cp = p.tp;
+  if (p.placement == Placement::tp_dp_pp) {  // tp-cp-dp-pp
+    s.dp = (long long)p.tp * p.cp;
+    s.pp = (long long)p.tp * p.cp * p.dp;
+  } else {  // cp = 1 (check_plan)
     s.pp = p.tp;
     s.dp = (long long)p.tp * p.pp;
   }
@@ -67,11 +68,14 @@ PlanGroups plan_groups(const PlanSpec& p, const ClusterSpec& c) {
   PlanGroups g;
   g.tp = group_of(p.tp, st.tp, gpn);
   g.tp.concurrent_groups = 1;
-  g.dp = group_of(p.dp, st.dp, gpn);
+  // Gradients are reduced over dp x cp: with tp-cp-dp-pp those ranks are tp apart.
+  g.dp = p.cp > 1 ? group_of(p.grad_ranks(), st.cp, gpn) : group_of(p.dp, st.dp, gpn);
   g.ep = group_of(p.ep, st.dp, gpn);
+  g.cp = group_of(p.cp, st.cp, gpn);
+  const long long grad_stride = p.cp > 1 ? st.cp : st.dp;
   const int shard = p.shard_ways();
-  g.shard = group_of(shard, st.dp, gpn);
-  g.replicate = group_of(p.dp / shard, st.dp * shard, gpn);
+  g.shard = group_of(shard, grad_stride, gpn);
+  g.replicate = group_of(p.grad_ranks() / shard, grad_stride * shard, gpn);
   // A pipeline transfer: two ranks `pp stride` apart; each rank of the TP group sends at once.
   g.pp = group_of(p.pp > 1 ? 2 : 1, st.pp, gpn);
   if (p.pp > 1) g.pp.concurrent_groups = int(std::min<long long>(gpn, std::max<long long>(1, st.pp)));
@@ -81,6 +85,36 @@ PlanGroups plan_groups(const PlanSpec& p, const ClusterSpec& c) {
 
 Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch, double tokens, double hidden) {
   return Bytes(x.bytes.activation * micro_batch * tokens * hidden);
+}
+
+int attention_context(const Experiment& e) {
+  const int s = e.model.seq_len;
+  return e.plan.cp > 1 ? (s + s / e.plan.cp) / 2 : s;
+}
+
+CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, Seconds attention_backward) {
+  const PlanSpec& p = in.e.plan;
+  if (p.cp <= 1) return {};
+  const ModelSpec& m = in.e.model;
+  const PlanGroups g = plan_groups(p, in.e.cluster);
+  // Keys and values of this rank's tokens (kv heads split over tp, at least one per rank).
+  const double kv_width = double(std::max(1, m.kv_heads / p.tp)) * (m.hidden / m.heads);
+  const Bytes kv_local = Bytes(2.0 * in.x.bytes.activation * p.micro_batch * p.local_tokens(m) * kv_width);
+  if (p.cp_comm == CpComm::all_gather) {
+    return {in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp),
+            in.comm.time(Collective::reduce_scatter, kv_local * double(p.cp), g.cp)};
+  }
+  // One ring step: every cp rank sends its block to the next; all tp ranks of a pair at once.
+  CommGroup pair = g.cp;
+  pair.ranks = 2;
+  pair.ranks_per_node = g.cp.nodes > 1 ? 1 : 2;
+  pair.nodes = g.cp.nodes > 1 ? 2 : 1;
+  pair.concurrent_groups = std::max(1, std::min(p.tp, in.e.cluster.gpus_per_node / pair.ranks_per_node));
+  const Seconds step_fwd = in.comm.time(Collective::send_recv, kv_local, pair);
+  const Seconds step_bwd = in.comm.time(Collective::send_recv, kv_local * 2.0, pair);  // + dK, dV
+  const double steps = p.cp - 1;
+  const Seconds block_fwd = attention_forward / double(p.cp), block_bwd = attention_backward / double(p.cp);
+  return {steps * max(Seconds(0), step_fwd - block_fwd), steps * max(Seconds(0), step_bwd - block_bwd)};
 }
 
 Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
@@ -133,7 +167,7 @@ Seconds slice_stage_time(const CostInputs& in, int tokens, int end) {
 SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   SimgridPlatform pf;
   pf.dp = e.plan.dp;
-  pf.tp = e.plan.tp;
+  pf.tp = e.plan.tp * e.plan.cp;  // one host per TP x CP group
   pf.gpus_per_node = e.cluster.gpus_per_node;
   pf.placement = e.plan.placement;
   // The same achievable NIC rate as the comm model (nic_bandwidth_per_node): TCP sockets on
@@ -173,6 +207,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   out.tp = e.plan.tp;
   out.pp = e.plan.pp;
   out.dp = e.plan.dp;
+  out.cp = e.plan.cp;
   const double gpus = e.gpus;
   const double it = in_s(r.iteration);
   const double peak = e.cluster.gpu.peak(e.training.dtype).value();
@@ -192,6 +227,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   b.recompute = busy(Category::recompute);
   b.tp_comm = busy(Category::tp_comm);
   b.ep_comm = busy(Category::ep_comm);
+  b.cp_comm = busy(Category::cp_comm);
   b.pp_comm_exposed = busy(Category::pp_comm) + sb.pp_wait;
   b.dp_comm_exposed = busy(Category::dp_comm);
   b.optimizer = busy(Category::optimizer);

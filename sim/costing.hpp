@@ -24,6 +24,7 @@ namespace foresight::sim {
 struct LayerCompute {
   Seconds forward, backward;       // backward: data and weight gradients
   Seconds recompute;               // what the plan's recompute mode re-runs before the backward
+  Seconds attention_forward, attention_backward;  // the attention core's share of forward / backward
 };
 
 /// Compute time of the pieces outside the transformer layers, per micro-batch (or slice).
@@ -60,13 +61,28 @@ struct CostInputs {
 
 /// Communicator placements of a plan (CommModel vocabulary).
 struct PlanGroups {
-  CommGroup tp, dp, pp, ep;
+  CommGroup tp, dp, pp, ep, cp;  // dp: the gradient group, dp x cp ranks
   /// ZeRO's sharding group (the innermost plan.shard_ways() ranks of dp) and the groups that
   /// replicate across it (HSDP; one rank when ZeRO shards over all of dp).
   CommGroup shard, replicate;
   bool pp_crosses_nodes = false;
 };
 PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);
+
+/// The attention context the compute model prices for one rank's tokens: the sequence, or with
+/// context parallelism the context at which p.local_tokens() tokens see exactly 1/cp of the causal
+/// score triangle (load-balanced chunks): (s + s/cp) / 2.
+int attention_context(const Experiment& e);
+
+/// Context parallelism's exposed communication in one layer's forward and backward (the
+/// backward also exchanges the key/value gradients): ring, cp - 1 send/recv steps of the local
+/// keys and values, each overlapped with one block of the attention it feeds (1/cp of the
+/// attention core); all-gather, the keys and values gathered before attention and their
+/// gradients reduce-scattered after it, not overlapped. Zero at cp = 1.
+struct CpLayerComm {
+  Seconds forward, backward;
+};
+CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, Seconds attention_backward);
 
 /// Bytes of one activation tensor (b, tokens, h) in the execution's activation dtype.
 Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch, double tokens, double hidden);

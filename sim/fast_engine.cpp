@@ -109,6 +109,8 @@ SimResult run_fast(const WorkloadCosts& c) {
           add(s, Category::forward, cc.forward.value());
           add(s, Category::tp_comm, cc.forward_tp_comm.value());
           add(s, Category::ep_comm, cc.forward_ep_comm.value());
+          t += cc.forward_cp_comm.value();
+          add(s, Category::cp_comm, cc.forward_cp_comm.value());
         } else {
           t += cc.backward_dp_comm.value() + cc.recompute.value() + cc.recompute_tp_comm.value() +
                cc.backward.value() + cc.backward_tp_comm.value() + cc.backward_ep_comm.value();
@@ -117,6 +119,8 @@ SimResult run_fast(const WorkloadCosts& c) {
           add(s, Category::tp_comm, cc.recompute_tp_comm.value() + cc.backward_tp_comm.value());
           add(s, Category::backward, cc.backward.value());
           add(s, Category::ep_comm, cc.backward_ep_comm.value());
+          t += cc.backward_cp_comm.value();
+          add(s, Category::cp_comm, cc.backward_cp_comm.value());
         }
         OpState& os = st[s][next[s]];
         os.done = t;

@@ -6,7 +6,7 @@
 namespace foresight::sim {
 
 Seconds TimeBreakdown::total() const {
-  return compute + recompute + tp_comm + ep_comm + pp_comm_exposed + dp_comm_exposed + optimizer + offload_stall +
+  return compute + recompute + tp_comm + ep_comm + cp_comm + pp_comm_exposed + dp_comm_exposed + optimizer + offload_stall +
          bubble;
 }
 
@@ -39,6 +39,7 @@ std::vector<Section> prediction_sections(const Prediction& p) {
                 {"recompute", in_s(b.recompute), "s", "Recompute", 3},
                 {"tp_comm", in_s(b.tp_comm), "s", "Tensor-parallel communication", 3},
                 {"ep_comm", in_s(b.ep_comm), "s", "Expert-parallel all-to-all", 3},
+                {"cp_comm", in_s(b.cp_comm), "s", "Context-parallel K/V exchange, exposed", 3},
                 {"pp_comm_exposed", in_s(b.pp_comm_exposed), "s", "Pipeline transfers, exposed", 3},
                 {"dp_comm_exposed", in_s(b.dp_comm_exposed), "s", "Data-parallel sync, exposed", 3},
                 {"optimizer", in_s(b.optimizer), "s", "Optimizer step", 3},
@@ -75,7 +76,7 @@ std::vector<std::string> check_prediction(const Prediction& p) {
   if (!(it > 0) || !std::isfinite(it)) fail("iteration time must be positive and finite");
   const std::pair<const char*, Seconds> parts[] = {
       {"compute", b.compute},     {"recompute", b.recompute},   {"tp_comm", b.tp_comm},
-      {"ep_comm", b.ep_comm},     {"pp_comm_exposed", b.pp_comm_exposed}, {"dp_comm_exposed", b.dp_comm_exposed},
+      {"ep_comm", b.ep_comm},     {"cp_comm", b.cp_comm},     {"pp_comm_exposed", b.pp_comm_exposed}, {"dp_comm_exposed", b.dp_comm_exposed},
       {"optimizer", b.optimizer}, {"offload_stall", b.offload_stall},     {"bubble", b.bubble}};
   for (const auto& [name, v] : parts) {
     if (v.value() < -1e-9 * it) fail(std::string(name) + " is negative");
@@ -87,8 +88,10 @@ std::vector<std::string> check_prediction(const Prediction& p) {
     fail(o.str());
   }
   if (p.tp == 1 && b.tp_comm > Seconds(0)) fail("tp = 1 but tensor-parallel communication is non-zero");
+  if (p.cp == 1 && b.cp_comm > Seconds(0)) fail("cp = 1 but context-parallel communication is non-zero");
   if (p.pp == 1 && b.pp_comm_exposed > Seconds(0)) fail("pp = 1 but pipeline communication is non-zero");
-  if (p.dp == 1 && b.dp_comm_exposed > Seconds(0)) fail("dp = 1 but data-parallel communication is non-zero");
+  if (p.dp * p.cp == 1 && b.dp_comm_exposed > Seconds(0))
+    fail("dp = cp = 1 but data-parallel communication is non-zero");
   if (p.mfu > p.hfu + 1e-12) fail("MFU exceeds HFU");
   if (p.hfu > 1.0) fail("HFU exceeds 1: faster than the hardware's peak");
   if (!p.fits()) fail("memory: " + p.memory_verdict());

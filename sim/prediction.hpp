@@ -21,6 +21,7 @@ struct TimeBreakdown {
   Seconds recompute;         // activation recomputation
   Seconds tp_comm;           // tensor/sequence-parallel collectives (blocking)
   Seconds ep_comm;           // MoE all-to-all
+  Seconds cp_comm;           // context parallelism's K/V exchange, the part attention does not hide
   Seconds pp_comm_exposed;   // pipeline transfers the compute stream waited for or was blocked by
   Seconds dp_comm_exposed;   // data-parallel gradient sync not hidden behind compute
   Seconds optimizer;         // the optimizer step
@@ -43,7 +44,7 @@ struct Prediction {
   std::vector<cost_models::MemoryBreakdown> memory_per_stage;
   int most_loaded_stage = 0;
   Bytes device_memory;  // what one GPU has
-  int tp = 1, pp = 1, dp = 1;
+  int tp = 1, pp = 1, dp = 1, cp = 1;
   std::string framework;  // the framework entry and version the prediction assumes
   std::string attention;  // the attention kernel both compute and memory priced
   std::string profile;    // what the calibration profile contributed

@@ -17,6 +17,7 @@ const char* to_string(Category c) {
     case Category::recompute: return "recompute";
     case Category::tp_comm: return "tp_comm";
     case Category::ep_comm: return "ep_comm";
+    case Category::cp_comm: return "cp_comm";
     case Category::pp_comm: return "pp_comm";
     case Category::dp_comm: return "dp_comm";
     case Category::optimizer: return "optimizer";
@@ -175,6 +176,7 @@ class Builder {
       ids.push_back(piece(Category::forward, cc.forward, "fwd"));
       ids.push_back(piece(Category::tp_comm, cc.forward_tp_comm, "fwd_tp"));
       ids.push_back(piece(Category::ep_comm, cc.forward_ep_comm, "fwd_ep"));
+      ids.push_back(piece(Category::cp_comm, cc.forward_cp_comm, "fwd_cp"));
     } else {
       ids.push_back(piece(Category::dp_comm, cc.backward_dp_comm, "bwd_zero3_gather_reduce"));
       ids.push_back(piece(Category::recompute, cc.recompute, "recompute"));
@@ -182,6 +184,7 @@ class Builder {
       ids.push_back(piece(Category::backward, cc.backward, "bwd"));
       ids.push_back(piece(Category::tp_comm, cc.backward_tp_comm, "bwd_tp"));
       ids.push_back(piece(Category::ep_comm, cc.backward_ep_comm, "bwd_ep"));
+      ids.push_back(piece(Category::cp_comm, cc.backward_cp_comm, "bwd_cp"));
     }
     std::optional<TaskId> first, last;
     for (auto& i : ids)

@@ -16,8 +16,8 @@
 namespace foresight::sim {
 
 /// What a task's time counts as in the breakdown.
-enum class Category { forward, backward, recompute, tp_comm, ep_comm, pp_comm, dp_comm, optimizer, offload };
-inline constexpr int kCategories = 9;
+enum class Category { forward, backward, recompute, tp_comm, ep_comm, cp_comm, pp_comm, dp_comm, optimizer, offload };
+inline constexpr int kCategories = 10;
 const char* to_string(Category c);
 
 enum class ResourceKind { compute, dp_comm, link_forward, link_backward, offload };
@@ -55,6 +55,7 @@ struct ChunkCosts {
   Seconds forward_tp_comm, backward_tp_comm;    // blocking tensor/sequence-parallel collectives
   Seconds recompute, recompute_tp_comm;         // recompute before backward (0 without)
   Seconds forward_ep_comm, backward_ep_comm;    // MoE all-to-all dispatch and combine
+  Seconds forward_cp_comm, backward_cp_comm;    // context parallelism's exposed K/V exchange
   Seconds offload_out, offload_in;              // activation copies to/from host on a side stream
   /// ZeRO-3: the part of the chunk's parameter all-gathers (and, backward, gradient
   /// reduce-scatters) that prefetch does not hide behind its compute (sim/costers.hpp,

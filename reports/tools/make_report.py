@@ -25,6 +25,7 @@ import validation_plot  # noqa: E402
 BREAKDOWN = [  # key in breakdown_s, label, colour (the Gantt tool's palette where they overlap)
     ("compute", "compute", "#4C72B0"), ("recompute", "recompute", "#8172B2"),
     ("tp_comm", "TP comm", "#C44E52"), ("ep_comm", "EP all-to-all", "#DD8452"),
+    ("cp_comm", "CP K/V exchange", "#937860"),
     ("pp_comm_exposed", "PP exposed", "#CCB974"), ("dp_comm_exposed", "DP exposed", "#64B5CD"),
     ("optimizer", "optimizer", "#222222"), ("offload_stall", "offload stall", "#A0A0A0"),
     ("bubble", "bubble", "#E0E0E0"),

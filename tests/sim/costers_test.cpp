@@ -16,7 +16,7 @@ namespace {
 // 0.5/1 ms (head); the optimizer 1 ns per parameter; a memory pass 1 ns per byte, launches free.
 ComputeCosts round_compute() {
   ComputeCosts c;
-  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3)}; };
+  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0)}; };
   c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   c.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };

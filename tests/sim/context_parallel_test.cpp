@@ -1,0 +1,150 @@
+// Context parallelism against hand computations: ring steps and bytes, the exposed part when a
+// step's transfer outlasts the attention block it feeds, the all-gather variant, compute and
+// memory per rank, and the gradient group dp x cp.
+#include <gtest/gtest.h>
+
+#include "core/scenario.hpp"
+#include "cost_models/memory.hpp"
+#include "sim/costers.hpp"
+
+using namespace foresight;
+using namespace foresight::sim;
+
+namespace {
+
+// Llama-style 8B-sized dense model (32 layers, h 4096, 32 heads, 8 kv heads) at 32k tokens on
+// DGX H100 nodes, Megatron-Core, tp 2 x cp 4 (one node per TP x CP group), dp 2.
+Experiment cp_plan(int cp) {
+  Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
+  e.model = ModelSpec{.name = "m8b", .layers = 32, .hidden = 4096, .heads = 32, .seq_len = 32768, .vocab = 128256,
+                      .ffn_hidden = 14336, .kv_heads = 8, .moe = std::nullopt};
+  e.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  e.training = TrainingSpec{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  e.plan = PlanSpec{};
+  e.plan.tp = 2;
+  e.plan.cp = cp;
+  e.plan.dp = 2;
+  e.plan.framework = Framework::megatron_core;
+  e.gpus = e.plan.gpus();
+  validate_experiment(e);
+  return e;
+}
+
+struct Inputs {
+  Experiment e;
+  cost_models::ExecutionModel x;
+  ComputeCosts compute;
+  CommModel comm;
+  explicit Inputs(Experiment ex) : e(std::move(ex)), x(cost_models::execution_model(e.training, e.plan)), comm(e.cluster) {}
+  CostInputs in() const { return {e, x, compute, comm}; }
+};
+
+}  // namespace
+
+TEST(ContextParallel, RanksGroupsAndTokens) {
+  const Experiment e = cp_plan(4);
+  EXPECT_EQ(e.plan.gpus(), 16);
+  EXPECT_EQ(e.plan.local_tokens(e.model), 8192);
+  // Load-balanced causal chunks: 8192 tokens at context c see 8192 c - 8192 x 8191 / 2 score
+  // positions, a quarter of the whole triangle 32768 x 32769 / 2, at c = (32768 + 8192) / 2.
+  EXPECT_EQ(attention_context(e), 20480);
+  const double local = 8192.0 * 20480 - 8192.0 * 8191 / 2, whole = 32768.0 * 32769 / 2;
+  EXPECT_NEAR(local / whole, 0.25, 1e-12);
+  // tp-cp-dp-pp: the cp group is 4 ranks 2 apart inside one node; the gradient group is dp x cp =
+  // 8 ranks, 2 apart, across the two nodes.
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  EXPECT_EQ(g.cp.ranks, 4);
+  EXPECT_EQ(g.cp.nodes, 1);
+  EXPECT_EQ(g.dp.ranks, 8);
+  EXPECT_EQ(g.dp.nodes, 2);
+  EXPECT_EQ(e.plan.shard_ways(), 8);
+}
+
+TEST(ContextParallel, RingExposesOnlyTheStepsTheAttentionBlockCannotHide) {
+  // One ring step sends the local keys and values: 2 (K, V) x 2 bytes x 8192 tokens x (8 kv
+  // heads / tp 2 = 4) x 128 = 16 MiB per rank; the backward sends their gradients too (32 MiB).
+  // cp - 1 = 3 steps, each beside 1/4 of the attention core.
+  Inputs k(cp_plan(4));
+  const PlanGroups g = plan_groups(k.e.plan, k.e.cluster);
+  CommGroup pair = g.cp;
+  pair.ranks = 2;
+  pair.ranks_per_node = 2;
+  pair.nodes = 1;
+  pair.concurrent_groups = 2;
+  const Seconds step = k.comm.time(Collective::send_recv, Bytes(16.0 * 1048576), pair);
+  const Seconds step_b = k.comm.time(Collective::send_recv, Bytes(32.0 * 1048576), pair);
+  // Attention long enough to hide every step: nothing exposed.
+  CpLayerComm hidden = cp_comm_per_layer(k.in(), 4.0 * step_b * 2, 4.0 * step_b * 2);
+  EXPECT_EQ(hidden.forward.value(), 0.0);
+  EXPECT_EQ(hidden.backward.value(), 0.0);
+  // Attention blocks of half a step: 3 x (step - step / 2) exposed in the forward.
+  CpLayerComm short_blocks = cp_comm_per_layer(k.in(), 4.0 * (step / 2.0), 4.0 * (step_b / 2.0));
+  EXPECT_NEAR(short_blocks.forward.value(), 3 * step.value() / 2, 1e-15);
+  EXPECT_NEAR(short_blocks.backward.value(), 3 * step_b.value() / 2, 1e-15);
+  // cp = 1: nothing.
+  Inputs one(cp_plan(1));
+  EXPECT_EQ(cp_comm_per_layer(one.in(), Seconds(1), Seconds(1)).forward.value(), 0.0);
+}
+
+TEST(ContextParallel, AllGatherVariantGathersTheWholeSequencesKeysAndValues) {
+  Experiment e = cp_plan(4);
+  e.plan.cp_comm = CpComm::all_gather;
+  Inputs k(e);
+  const CommGroup cp = plan_groups(e.plan, e.cluster).cp;
+  const Bytes kv_all(2.0 * 2 * 32768 * 4 * 128);  // K and V of the whole sequence, bf16, 4 kv heads
+  const CpLayerComm c = cp_comm_per_layer(k.in(), Seconds(1), Seconds(1));
+  EXPECT_NEAR(c.forward.value(), k.comm.time(Collective::all_gather, kv_all, cp).value(), 1e-15);
+  EXPECT_NEAR(c.backward.value(), k.comm.time(Collective::reduce_scatter, kv_all, cp).value(), 1e-15);
+}
+
+TEST(ContextParallel, ActivationsPerRankShrinkWithCp) {
+  // Each rank stores its 8192 of 32768 tokens: a quarter of the cp = 1 layer activations (fused
+  // attention: no s x s scores), and the ring's four 16 MiB key/value blocks as buffers.
+  const Experiment four = cp_plan(4), one = cp_plan(1);
+  const auto x4 = cost_models::execution_model(four.training, four.plan);
+  const auto x1 = cost_models::execution_model(one.training, one.plan);
+  const Bytes a4 = cost_models::activation_bytes_per_layer(x4, four.model, four.plan, 1, four.plan.local_tokens(four.model));
+  const Bytes a1 = cost_models::activation_bytes_per_layer(x1, one.model, one.plan, 1, 32768);
+  EXPECT_NEAR(a4.value(), a1.value() / 4, a1.value() * 1e-12);
+  const auto m4 = cost_models::memory_per_gpu(x4, four.model, four.training, four.plan, 0);
+  const auto m1 = cost_models::memory_per_gpu(x1, one.model, one.training, one.plan, 0);
+  EXPECT_LT(m4.activations.value(), m1.activations.value() / 3.9);
+  // Model state shards over dp x cp = 8 with ZeRO-1 (not dp = 2).
+  Experiment z = four;
+  z.plan.zero = 1;
+  const auto xz = cost_models::execution_model(z.training, z.plan);
+  const auto mz = cost_models::memory_per_gpu(xz, z.model, z.training, z.plan, 0);
+  const auto mzero = cost_models::memory_per_gpu(x4, four.model, four.training, four.plan, 0);
+  EXPECT_NEAR(mz.optimizer.value(), mzero.optimizer.value() / 8, 1.0);
+}
+
+TEST(ContextParallel, Rules) {
+  Experiment e = cp_plan(4);
+  auto broken = [&](const PlanSpec& p) { return check_plan(e.model, e.cluster, e.training, p, p.gpus()); };
+  PlanSpec p = e.plan;
+  p.framework = Framework::megatron;  // Megatron-LM 2021 has no context parallelism
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp");
+  p = e.plan;
+  p.cp = 3;  // 2 x 3 does not divide 32768
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp");
+  p = e.plan;
+  p.placement = Placement::tp_pp_dp;
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.placement");
+  p = e.plan;
+  auto v = check_plan(e.model, e.cluster, e.training, p, 8);  // 2 x 4 x 1 x 2 = 16 GPUs, not 8
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->value, "tp*cp*pp*dp = 2*4*1*2 = 16");
+}
+
+TEST(ContextParallel, PredictionCarriesTheExchangeAndFits) {
+  const Prediction p = predict(cp_plan(4), EngineKind::analytic);
+  EXPECT_TRUE(check_prediction(p).empty()) << check_prediction(p).front();
+  EXPECT_GE(p.breakdown.cp_comm.value(), 0.0);
+  // The same model at cp = 1 on half the GPUs' worth of sequence per rank does 4x the layer work
+  // per rank: the cp = 4 iteration is well under the cp = 1 one (same dp, 4x the GPUs).
+  const Prediction q = predict(cp_plan(1), EngineKind::analytic);
+  EXPECT_LT(p.iteration.value(), q.iteration.value() / 2.5);
+}
