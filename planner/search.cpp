@@ -62,32 +62,62 @@ Experiment experiment_for(const SearchRequest& r, const PlanSpec& plan) {
 std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
   std::vector<PlanSpec> out;
   const ModelSpec& m = r.model;
+  const FrameworkTraits& fw = framework_traits(r.framework);
+  // Context parallelism where the framework runs it, while each rank keeps at least 2048 tokens
+  // of a sequence (below that its K/V exchange outweighs the attention it splits).
+  std::vector<int> cps{1};
+  if (fw.context_parallel)
+    for (int cp = 2; cp <= 32 && m.seq_len / cp >= 2048; cp *= 2)
+      if (m.seq_len % (2 * cp) == 0) cps.push_back(cp);
   for (int tp = 1; tp <= std::min(r.gpus, r.cluster.gpus_per_node); tp *= 2) {
     if (r.gpus % tp != 0) continue;
-    for (int pp : divisors(m.layers)) {
-      if ((r.gpus / tp) % pp != 0) continue;
-      const int dp = r.gpus / tp / pp;
+    for (int cp : cps) {
+    if ((r.gpus / tp) % cp != 0) continue;
+    // Pipeline depths: divisors of the layer count (even splits), and the powers of two that do
+    // not divide it, split as Llama 3 split 126 layers over 16 stages: every stage ceil(L / pp)
+    // layers but the first and the last, which give up the surplus (Megatron-LM's
+    // --decoder-first/last-pipeline-num-layers).
+    std::vector<std::pair<int, std::pair<int, int>>> pps;
+    for (int pp : divisors(m.layers)) pps.push_back({pp, {0, 0}});
+    for (int pp = 4; pp <= m.layers / 2; pp *= 2) {
+      if (m.layers % pp == 0) continue;
+      const int per = (m.layers + pp - 1) / pp, surplus = per * pp - m.layers;
+      const int first = per - surplus / 2, last = per - (surplus - surplus / 2);
+      if (first >= 1 && last >= 1) pps.push_back({pp, {first, last}});
+    }
+    for (const auto& [pp, split] : pps) {
+      if ((r.gpus / tp / cp) % pp != 0) continue;
+      const int dp = r.gpus / tp / cp / pp;
       std::vector<int> eps{1};
       if (m.moe) {
         eps.clear();
         for (int ep : divisors(m.moe->experts))
           if (dp % ep == 0) eps.push_back(ep);
       }
+      // ZeRO: none, the distributed optimizer, and ZeRO-3 (FSDP) sharded over all of dp x cp or,
+      // when that spans nodes, over one node's ranks and replicated across nodes (HSDP).
+      const int grad_ranks = dp * cp;
+      const int node_shard = std::max(1, r.cluster.gpus_per_node / tp);
+      std::vector<std::pair<int, int>> zeros{{0, 0}, {1, 0}, {3, 0}};
+      if (grad_ranks > node_shard && grad_ranks % node_shard == 0 && node_shard > 1) zeros.push_back({3, node_shard});
       for (int mb : r.micro_batches) {
         if (r.training.global_batch % (dp * mb) != 0) continue;
         std::vector<std::pair<Schedule, int>> schedules{{Schedule::one_f_one_b, 1}};
         if (pp > 1) {
           schedules.push_back({Schedule::gpipe, 1});
-          if (r.terapipe) schedules.push_back({Schedule::terapipe, 1});
+          if (r.terapipe && cp == 1) schedules.push_back({Schedule::terapipe, 1});
           for (int v : r.virtual_stages) schedules.push_back({Schedule::interleaved, v});
         }
         for (auto [sched, v] : schedules)
           for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
             for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
-              for (int zero : {0, 1})
+              for (auto [zero, shard] : zeros)
                 for (int ep : eps) {
+                  if (grad_ranks == 1 && zero > 0) continue;
+                  if (zero == 3 && (ep > 1 || sched == Schedule::terapipe)) continue;
                   PlanSpec p;
                   p.tp = tp;
+                  p.cp = cp;
                   p.pp = pp;
                   p.dp = dp;
                   p.micro_batch = mb;
@@ -95,17 +125,21 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   p.virtual_stages = v;
                   p.sequence_parallel = sp == 1;
                   p.recompute = rc;
-                  p.zero = dp > 1 ? zero : 0;
-                  if (dp == 1 && zero == 1) continue;
+                  p.zero = zero;
+                  p.shard_group = shard;
+                  p.first_stage_layers = split.first;
+                  p.last_stage_layers = split.second;
+                  if (split.first > 0 && sched == Schedule::interleaved) continue;  // needs an even split
                   p.ep = ep;
                   p.framework = r.framework;
-                  if (!framework_traits(r.framework).runs(p)) continue;
+                  if (!fw.runs(p)) continue;
                   if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
                   // Too many micro-batches to simulate (an absurd batch on few pipelines).
                   if (sim::simulation_size_violation(experiment_for(r, p), sim::SimulationSize::fast)) continue;
                   out.push_back(p);
                 }
       }
+    }
     }
   }
   return out;
@@ -233,9 +267,9 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
   // Deterministic order whatever the threads and shares: by iteration time, then the plan's fields.
   auto key = [](const Candidate& c) {
     const PlanSpec& p = c.plan;
-    return std::make_tuple(c.analytic.iteration.value(), p.tp, p.pp, p.micro_batch, int(p.schedule), p.virtual_stages,
-                           int(p.sequence_parallel), int(p.recompute), p.zero, p.ep, int(p.offload.optimizer),
-                           p.offload.activations);
+    return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
+                           p.virtual_stages, int(p.sequence_parallel), int(p.recompute), p.zero, p.shard_group, p.ep,
+                           int(p.offload.optimizer), p.offload.activations);
   };
   std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
   std::vector<std::pair<double, double>> points;

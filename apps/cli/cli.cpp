@@ -10,9 +10,29 @@
 namespace foresight::cli {
 
 std::string describe_plan(const PlanSpec& p) {
-  std::string s = "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp) + " mb" +
+  std::string s = "tp" + std::to_string(p.tp);
+  if (p.cp > 1) {
+    s += " cp";
+    s += std::to_string(p.cp);
+  }
+  s += " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp) + " mb" +
                   std::to_string(p.micro_batch) + " " + to_string(p.schedule);
   if (p.schedule == Schedule::interleaved) s += "(v" + std::to_string(p.virtual_stages) + ")";
+  if (!p.stage_layers.empty()) {
+    s += " layers:";
+    for (std::size_t i = 0; i < p.stage_layers.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(p.stage_layers[i]);
+    }
+  }
+  if (p.first_stage_layers > 0) {
+    s += " first:";
+    s += std::to_string(p.first_stage_layers);
+  }
+  if (p.last_stage_layers > 0) {
+    s += " last:";
+    s += std::to_string(p.last_stage_layers);
+  }
   if (p.sequence_parallel) s += " sp";
   s += std::string(" rc:") + to_string(p.recompute);
   if (p.zero) s += " zero" + std::to_string(p.zero);
