@@ -57,6 +57,10 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                     "needs plan.micro_batch * model.seq_len = " + std::to_string(q.micro_batch * p.model.seq_len) +
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
+  if (q.cp > 1) unsupported("plan.cp", std::to_string(q.cp), "context parallelism");
+  if (q.shard_group > 0 && q.shard_group != q.grad_ranks())
+    unsupported("plan.shard_group", std::to_string(q.shard_group), "sharding over part of the data-parallel group (HSDP)");
+  if (q.param_gather_overlap) unsupported("plan.param_gather_overlap", "true", "an overlapped parameter all-gather");
   if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
   if (q.dp_overlap && q.dp > 1)
     unsupported("plan.dp_overlap", "true",
