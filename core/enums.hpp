@@ -92,6 +92,23 @@ FORESIGHT_ENUM_NAMES(Placement, {Placement::tp_dp_pp, "tp-dp-pp"}, {Placement::t
 enum class CpComm { ring, all_gather };
 FORESIGHT_ENUM_NAMES(CpComm, {CpComm::ring, "ring"}, {CpComm::all_gather, "all-gather"});
 
+/// The FFN's activation. Gated ones (SwiGLU: Shazeer 2020, "GLU Variants Improve Transformer";
+/// Llama, Qwen, Mixtral, DeepSeek) multiply an activated gate projection by an up projection:
+/// three h x ffn matrices instead of two.
+enum class Activation { gelu, relu, swiglu, geglu };
+FORESIGHT_ENUM_NAMES(Activation, {Activation::gelu, "gelu"}, {Activation::relu, "relu"}, {Activation::swiglu, "swiglu"},
+                     {Activation::geglu, "geglu"});
+
+/// Position encoding: learned absolute embeddings (GPT-2/3, seq_len x hidden parameters) or
+/// parameter-free rotary / ALiBi.
+enum class PositionEmbedding { learned, rope, alibi };
+FORESIGHT_ENUM_NAMES(PositionEmbedding, {PositionEmbedding::learned, "learned"}, {PositionEmbedding::rope, "rope"},
+                     {PositionEmbedding::alibi, "alibi"});
+
+/// LayerNorm (gain and bias) or RMSNorm (gain only: Zhang and Sennrich 2019; Llama).
+enum class Norm { layernorm, rmsnorm };
+FORESIGHT_ENUM_NAMES(Norm, {Norm::layernorm, "layernorm"}, {Norm::rmsnorm, "rmsnorm"});
+
 #undef FORESIGHT_ENUM_NAMES
 
 template <class E>

@@ -3,25 +3,38 @@
 namespace foresight {
 
 namespace {
-/// Weights of the attention block: Q (h x h), K and V (h x kv_dim each), output projection (h x h).
+/// Weights of the attention block: Q (h x q), K and V (h x kv_dim each), output projection (q x h),
+/// q = heads x head_dim (= h unless the model sets head_dim).
 double attention_weights(const ModelSpec& m) {
-  const double h = m.hidden;
+  const double h = m.hidden, q = m.q_width();
   const double kv_dim = double(m.kv_heads) * m.head_dim();
-  return h * (h + 2.0 * kv_dim) + h * h;
+  return h * (q + 2.0 * kv_dim) + q * h;
 }
 double attention_biases(const ModelSpec& m) {
+  if (!m.bias) return 0;
   const double kv_dim = double(m.kv_heads) * m.head_dim();
-  return (m.hidden + 2.0 * kv_dim) + m.hidden;
-}
-/// One expert (or the dense FFN): h -> ffn -> h with biases.
-double ffn_parameters(const ModelSpec& m) {
-  return 2.0 * double(m.hidden) * m.ffn_hidden + m.ffn_hidden + m.hidden;
+  return (m.q_width() + 2.0 * kv_dim) + m.hidden;
 }
 }  // namespace
 
+double ffn_weight_matrices(const ModelSpec& m) { return m.gated() ? 3.0 : 2.0; }
+
+double ffn_parameters(const ModelSpec& m) {
+  const double f = m.ffn_hidden, h = m.hidden;
+  const double biases = m.bias ? (m.gated() ? 2.0 * f : f) + h : 0.0;
+  return ffn_weight_matrices(m) * h * f + biases;
+}
+
+double norm_parameters(const ModelSpec& m) { return m.norm == Norm::rmsnorm ? double(m.hidden) : 2.0 * m.hidden; }
+
 double dense_layer_parameters(const ModelSpec& m) {
-  const double layernorms = 2.0 * 2.0 * m.hidden;  // two layernorms, gain and bias each
-  return attention_weights(m) + attention_biases(m) + ffn_parameters(m) + layernorms;
+  return attention_weights(m) + attention_biases(m) + ffn_parameters(m) + 2.0 * norm_parameters(m);
+}
+
+double embedding_parameters(const ModelSpec& m) {
+  const double positions = m.position == PositionEmbedding::learned ? double(m.seq_len) * m.hidden : 0.0;
+  const double head = m.tie_embeddings ? 0.0 : double(m.vocab) * m.hidden;
+  return double(m.vocab) * m.hidden + positions + head;
 }
 
 double moe_ffn_parameters(const ModelSpec& m) {
@@ -31,8 +44,8 @@ double moe_ffn_parameters(const ModelSpec& m) {
 }
 
 double parameter_count(const ModelSpec& m) {
-  const double embeddings = double(m.vocab) * m.hidden + double(m.seq_len) * m.hidden;
-  const double final_norm = 2.0 * m.hidden;
+  const double embeddings = embedding_parameters(m);
+  const double final_norm = norm_parameters(m);
   double layers = 0;
   for (int l = 0; l < m.layers; ++l)
     layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? moe_ffn_parameters(m) - ffn_parameters(m) : 0.0);
@@ -41,21 +54,21 @@ double parameter_count(const ModelSpec& m) {
 
 double active_parameter_count(const ModelSpec& m) {
   if (!m.moe) return parameter_count(m);
-  const double embeddings = double(m.vocab) * m.hidden + double(m.seq_len) * m.hidden;
+  const double embeddings = embedding_parameters(m);
   const double active_moe_ffn = m.moe->top_k * ffn_parameters(m) + double(m.hidden) * m.moe->experts;
   double layers = 0;
   for (int l = 0; l < m.layers; ++l)
     layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? active_moe_ffn - ffn_parameters(m) : 0.0);
-  return layers + embeddings + 2.0 * m.hidden;
+  return layers + embeddings + norm_parameters(m);
 }
 
 Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq) {
-  return Flops(4.0 * tokens * seq * m.hidden);  // QK^T and AV, 2*tokens*seq*h each
+  return Flops(4.0 * tokens * seq * m.q_width());  // QK^T and AV, 2*tokens*seq*q each
 }
 
 Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool moe_layer) {
   const double gemm_weights_attn = attention_weights(m);
-  double ffn_weights = 2.0 * double(m.hidden) * m.ffn_hidden;
+  double ffn_weights = ffn_weight_matrices(m) * double(m.hidden) * m.ffn_hidden;
   double router = 0;
   if (moe_layer && m.moe) {
     ffn_weights *= m.moe->top_k;

@@ -15,6 +15,15 @@ namespace foresight {
 /// and two layernorms (Megatron: 12h^2 + 13h when ffn = 4h and kv_heads = heads).
 double dense_layer_parameters(const ModelSpec& m);
 
+/// One FFN (or one expert): its weight matrices (2, or 3 for a gated activation) of h x ffn, and
+/// biases where the model has them.
+double ffn_parameters(const ModelSpec& m);
+double ffn_weight_matrices(const ModelSpec& m);
+/// One norm's parameters: gain and bias (LayerNorm), gain only (RMSNorm).
+double norm_parameters(const ModelSpec& m);
+/// Input embedding, learned positions (if any) and an untied output matrix (if any).
+double embedding_parameters(const ModelSpec& m);
+
 /// Parameters of one MoE layer's FFN part across all experts plus the router (experts x FFN).
 double moe_ffn_parameters(const ModelSpec& m);
 

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "core/enums.hpp"
+
 namespace foresight {
 
 /// Mixture-of-Experts FFN layers (Switch/GShard style, as in DeepSpeed-MoE).
@@ -26,8 +28,19 @@ struct ModelSpec {
   int ffn_hidden = 0;  // defaults to 4 * hidden (complete_model, core/spec_fields.hpp)
   int kv_heads = 0;    // defaults to heads (multi-head attention); fewer = grouped-query
   std::optional<MoeSpec> moe;
+  Activation activation = Activation::gelu;
+  /// Width of one attention head; 0: hidden / heads. Set where heads x head_dim != hidden
+  /// (GPT-OSS, Qwen3, PaLM).
+  int attention_head_dim = 0;
+  bool tie_embeddings = true;  // the LM head reuses the input embedding (GPT); false: its own matrix
+  PositionEmbedding position = PositionEmbedding::learned;
+  Norm norm = Norm::layernorm;
+  bool bias = true;  // the linear layers have biases (GPT-2/3); Llama-style models have none
 
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden / heads; }
+  /// Width of the queries (and of the attention output): heads x head_dim, = hidden by default.
+  double q_width() const { return double(heads) * head_dim(); }
+  bool gated() const { return activation == Activation::swiglu || activation == Activation::geglu; }
   /// Number of layers whose FFN is a Mixture-of-Experts layer.
   int moe_layers() const { return moe ? layers / moe->every : 0; }
   /// Whether layer `layer` (0-based) has an MoE FFN: every `every`-th layer counting from the

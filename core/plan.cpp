@@ -57,9 +57,9 @@ std::vector<int> stage_first_layers(const ModelSpec& m, const PlanSpec& p) {
 }
 
 std::optional<PlanViolation> check_model(const ModelSpec& m) {
-  if (m.hidden % m.heads != 0)
+  if (m.attention_head_dim == 0 && m.hidden % m.heads != 0)
     return fail("model.heads", str((long long)m.heads),
-                "must divide model.hidden = " + str((long long)m.hidden));
+                "must divide model.hidden = " + str((long long)m.hidden) + " (or give model.head_dim)");
   if (m.kv_heads <= 0 || m.heads % m.kv_heads != 0)
     return fail("model.kv_heads", str((long long)m.kv_heads),
                 "must divide model.heads = " + str((long long)m.heads));

@@ -51,6 +51,12 @@ void visit_fields(V& v, S& m) {
   v.integer("ffn_hidden", m.ffn_hidden, 0, 1);
   v.integer("kv_heads", m.kv_heads, 0, 1);
   v.optional_section("moe", m.moe);
+  v.enumeration("activation", m.activation, Activation::gelu);
+  v.integer("head_dim", m.attention_head_dim, 0, 0);
+  v.boolean("tie_embeddings", m.tie_embeddings, true);
+  v.enumeration("position_embedding", m.position, PositionEmbedding::learned);
+  v.enumeration("norm", m.norm, Norm::layernorm);
+  v.boolean("bias", m.bias, true);
 }
 
 template <class V, SpecOf<TrainingSpec> S>

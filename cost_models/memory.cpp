@@ -17,10 +17,6 @@ double kv_width(const ModelSpec& m) {
   return double(kv_heads) * m.head_dim();
 }
 
-/// One expert's (or the dense) FFN parameters: h -> f -> h with biases (as core/flops.cpp).
-double ffn_parameters(const ModelSpec& m) {
-  return 2.0 * m.hidden * ffn_hidden(m) + ffn_hidden(m) + m.hidden;
-}
 
 bool sequence_parallel(const PlanSpec& p) { return p.sequence_parallel && p.tp > 1; }
 
@@ -49,13 +45,17 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   // In units of sbh bytes. Replicated across the TP group unless sequence parallel:
   // QKV input, FFN input, two layernorm inputs (residual stream), two dropout masks.
   double replicated = act + act + 2.0 * res + 2.0 * mask;
-  // Divided by t: Q, K and V (k/h each), projection input, FC2 input and GeLU input (f/h each),
-  // and a copy of the attention output where the framework makes one before the projection.
-  double sharded = act + 2.0 * act * k / h + act + 2.0 * act * f / h;
-  if (rc.framework->activations.attention_output_copy) sharded += act;
+  // Divided by t: Q (q/h), K and V (k/h each), projection input (q/h), FC2 input and the
+  // activation's input (f/h each; a gated activation keeps both its gate and up inputs, 2f/h,
+  // as Megatron-Core's fused bias-SwiGLU saves them), and a copy of the attention output where
+  // the framework makes one before the projection.
+  const double q = m.q_width() / h;
+  const double ffn_stored = m.gated() ? 3.0 : 2.0;
+  double sharded = act * q + 2.0 * act * k / h + act * q + ffn_stored * act * f / h;
+  if (rc.framework->activations.attention_output_copy) sharded += act * q;
   if (moe_layer && m.moe) {
     const double r = m.moe->capacity_factor * m.moe->top_k;  // tokens an expert pass sees, per token
-    sharded += act * r + (r - 1.0) * 2.0 * act * f / h;  // dispatched expert inputs; FFN on r x tokens
+    sharded += act * r + (r - 1.0) * ffn_stored * act * f / h;  // dispatched expert inputs; FFN on r x tokens
     replicated += 4.0 * m.moe->experts / h;             // fp32 router logits, 4 * tokens * experts
   }
   Bytes bytes(sbh * (replicated / replicated_div + sharded / t));
@@ -242,10 +242,12 @@ StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelS
   }
   if (!framework.has_embedding_and_head) return p;
   const double word_embedding = double(model.vocab) * h / t;
-  if (stage == 0) p.dense += word_embedding + double(model.seq_len) * h;
+  const double positions = model.position == PositionEmbedding::learned ? double(model.seq_len) * h : 0.0;
+  if (stage == 0) p.dense += word_embedding + positions;
   if (is_last_stage(plan, stage)) {
-    if (plan.pp > 1 && framework.last_stage_embedding_copy) p.dense += word_embedding;  // tied copy
-    p.dense += 2.0 * h;                                                                  // final layernorm
+    if (!model.tie_embeddings) p.dense += word_embedding;  // the LM head's own matrix
+    else if (plan.pp > 1 && framework.last_stage_embedding_copy) p.dense += word_embedding;  // tied copy
+    p.dense += norm_parameters(model);                                                      // final norm
   }
   return p;
 }
@@ -323,7 +325,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
     // all-gathered keys and values of the whole sequence for one layer.
     const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) *
-                      std::max(1, model.kv_heads / plan.tp) * double(model.hidden / model.heads);
+                      std::max(1, model.kv_heads / plan.tp) * double(model.head_dim());
     bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
   }
   if (plan.zero >= 3 && plan.shard_ways() > 1) {
@@ -340,7 +342,9 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     const double gathered = plan.reshard_after_forward ? 2.0 * largest_layer : stage_layers_params + largest_layer;
     bytes += Bytes(gathered * x.bytes.gather + largest_layer * x.bytes.grad);
     if (stage == 0 && fw.has_embedding_and_head)
-      bytes += Bytes((double(model.vocab) * model.hidden / plan.tp + double(model.seq_len) * model.hidden) * x.bytes.gather);
+      bytes += Bytes((double(model.vocab) * model.hidden / plan.tp +
+                      (model.position == PositionEmbedding::learned ? double(model.seq_len) * model.hidden : 0.0)) *
+                     x.bytes.gather);
   }
   return bytes;
 }

@@ -142,8 +142,9 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     fw = rc.gemm({mm, nn, kk, 1});
     bw = rc.gemm({mm, kk, nn, 1}) + rc.gemm({kk, nn, mm, 1});
   };
-  fwd_bwd(T, (h + 2 * kv_dim) / t, h, F.qkv, B.qkv);
-  fwd_bwd(T, h, h / t, F.projection, B.projection);
+  const double q = m.q_width();
+  fwd_bwd(T, (q + 2 * kv_dim) / t, h, F.qkv, B.qkv);
+  fwd_bwd(T, h, q / t, F.projection, B.projection);
   // Dropout + residual adds at both sites, and re-layout copies around attention.
   F.dropout_residual = stream(tr.residual_forward, T * h / sp, tr.residual_launches_forward) +
                        stream(tr.layout_forward, T * h / t, tr.layout_launches_forward);
@@ -168,13 +169,18 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       B.moe_permute = F.moe_permute;
     }
   }
-  fwd_bwd(ffn_tokens, f / t, h, F.fc1, B.fc1);
-  F.gelu = stream(tr.activation_forward, ffn_tokens * f / t, 1);
-  B.gelu = stream(tr.activation_backward, ffn_tokens * f / t, 1);
+  // A gated activation's first GEMM makes gate and up (2f); its kernel reads both and writes f
+  // (1.5x GeLU's read + write per output element), and its backward reads gate, up and the
+  // gradient and writes two gradients (5/3 of GeLU's read x, dy, write dx).
+  const bool gated = m.gated();
+  fwd_bwd(ffn_tokens, (gated ? 2.0 : 1.0) * f / t, h, F.fc1, B.fc1);
+  F.gelu = stream(tr.activation_forward * (gated ? 1.5 : 1.0), ffn_tokens * f / t, 1);
+  B.gelu = stream(tr.activation_backward * (gated ? 5.0 / 3.0 : 1.0), ffn_tokens * f / t, 1);
   fwd_bwd(ffn_tokens, h, f / t, F.fc2, B.fc2);
   // Bias gradients (reductions over the tokens of each Linear's output) and autocast's weight
   // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).
-  B.gelu += stream(tr.bias_grad, T * (h + 2 * kv_dim) / t + T * h + ffn_tokens * f / t + ffn_tokens * h, 4);
+  if (m.bias)
+    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * (gated ? 2.0 : 1.0) * f / t + ffn_tokens * h, 4);
   const double cast_params = (dense_layer_parameters(m) - 4.0 * h) / t;
   F.layernorms += stream(tr.weight_cast_forward, cast_params, 4);
   B.layernorms += stream(tr.weight_cast_backward, cast_params, 4);

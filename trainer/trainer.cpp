@@ -58,6 +58,17 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.cp > 1) unsupported("plan.cp", std::to_string(q.cp), "context parallelism");
+  // The bundled model is GPT-2/3-style (core/model.hpp defaults); other architectures are refused.
+  const ModelSpec& mm = p.model;
+  if (mm.activation != Activation::gelu)
+    unsupported("model.activation", to_string(mm.activation), "activations other than gelu (gated MLPs)");
+  if (mm.attention_head_dim > 0 && mm.attention_head_dim * mm.heads != mm.hidden)
+    unsupported("model.head_dim", std::to_string(mm.attention_head_dim), "heads x head_dim != hidden");
+  if (!mm.tie_embeddings) unsupported("model.tie_embeddings", "false", "an untied LM head");
+  if (mm.position != PositionEmbedding::learned)
+    unsupported("model.position_embedding", to_string(mm.position), "position encodings other than learned");
+  if (mm.norm != Norm::layernorm) unsupported("model.norm", to_string(mm.norm), "norms other than layernorm");
+  if (!mm.bias) unsupported("model.bias", "false", "linear layers without biases");
   if (q.shard_group > 0 && q.shard_group != q.grad_ranks())
     unsupported("plan.shard_group", std::to_string(q.shard_group), "sharding over part of the data-parallel group (HSDP)");
   if (q.param_gather_overlap) unsupported("plan.param_gather_overlap", "true", "an overlapped parameter all-gather");

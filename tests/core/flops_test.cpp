@@ -105,3 +105,58 @@ TEST(Flops, MoeCountsTopKExperts) {
   EXPECT_DOUBLE_EQ(parameter_count(m) - parameter_count(gpt(2, 256, 4, 1000, 128)),
                    7 * (2 * h * ffn + ffn + h) + h * 8);
 }
+
+// ---- Today's architectures: gated MLPs, RMSNorm, no biases, RoPE, untied heads, head_dim -----
+
+TEST(ParameterCount, Llama31FamilyMatchesTheReleasedCheckpoints) {
+  // Parameter counts of the released safetensors (Hugging Face model cards of
+  // meta-llama/Llama-3.1-8B, -70B, -405B: 8,030,261,248; 70,553,706,496; 405,853,388,800).
+  const std::pair<const char*, double> models[] = {
+      {"llama3.1-8b", 8030261248.0}, {"llama3.1-70b", 70553706496.0}, {"llama3.1-405b", 405853388800.0}};
+  for (const auto& [name, published] : models) {
+    const ModelSpec m = load_model(resolve_scenario("models", name));
+    EXPECT_NEAR(parameter_count(m), published, published * 0.005) << name;  // the 0.5%
+    EXPECT_DOUBLE_EQ(parameter_count(m), published) << name;                 // in fact exact
+  }
+}
+
+TEST(ParameterCount, GatedMlpHasThreeMatricesAndNoBiases) {
+  // Llama 3.1 8B by hand: attention 4096 x (4096 + 2 x 8 x 128) + 4096 x 4096 = 41,943,040;
+  // SwiGLU 3 x 4096 x 14336 = 176,160,768; two RMSNorm gains 8,192.
+  const ModelSpec m = load_model(resolve_scenario("models", "llama3.1-8b"));
+  EXPECT_DOUBLE_EQ(dense_layer_parameters(m), 41943040.0 + 176160768.0 + 8192.0);
+  // Untied: input and output embeddings 2 x 128256 x 4096; no position table (RoPE).
+  EXPECT_DOUBLE_EQ(embedding_parameters(m), 2.0 * 128256 * 4096);
+}
+
+TEST(ParameterCount, HeadDimDifferentFromHiddenOverHeads) {
+  // A Qwen3-30B-A3B-like attention: 32 query heads of 128 on h = 2048 (q = 4096), 4 kv heads:
+  // Q 2048 x 4096, K and V 2048 x 512 each, O 4096 x 2048.
+  ModelSpec m{.name = "q", .layers = 1, .hidden = 2048, .heads = 32, .seq_len = 4096, .vocab = 1000,
+              .ffn_hidden = 6144, .kv_heads = 4, .moe = std::nullopt};
+  m.attention_head_dim = 128;
+  m.activation = Activation::swiglu;
+  m.bias = false;
+  m.norm = Norm::rmsnorm;
+  const double attention = 2048.0 * 4096 + 2 * 2048.0 * 512 + 4096.0 * 2048;
+  EXPECT_DOUBLE_EQ(dense_layer_parameters(m), attention + 3 * 2048.0 * 6144 + 2 * 2048.0);
+  // Attention-core FLOPs scale with q = 4096, not h: 4 x T x s x 4096.
+  EXPECT_DOUBLE_EQ(attention_core_forward_flops(m, 10, 4096).value(), 4.0 * 10 * 4096 * 4096);
+}
+
+TEST(LayerFlops, GatedMlpByHand) {
+  // One Llama 3.1 8B layer, 8192 tokens at context 8192: 2T x (attention weights + 3hf) for the
+  // GEMMs plus 4 T s q for QK^T and AV.
+  const ModelSpec m = load_model(resolve_scenario("models", "llama3.1-8b"));
+  const double T = 8192, s = 8192;
+  const double gemm = 2 * T * (41943040.0 + 3 * 4096.0 * 14336);
+  EXPECT_DOUBLE_EQ(layer_forward_flops(m, T, s, false).value(), gemm + 4 * T * s * 4096);
+}
+
+TEST(ParameterCount, MptKeepsTheGptConventions) {
+  // llm-foundry's benchmark table prints NumParams 64,862,437,376 for MPT-70B at sequence 2048
+  // (GeLU, biases, learned positions, tied embedding): modern.yaml llmfoundry_mpt-70b rows.
+  ModelSpec m{.name = "mpt-70b", .layers = 80, .hidden = 8192, .heads = 64, .seq_len = 2048, .vocab = 50368,
+              .ffn_hidden = 32768, .kv_heads = 64, .moe = std::nullopt};
+  EXPECT_DOUBLE_EQ(parameter_count(m), 64862437376.0);
+}

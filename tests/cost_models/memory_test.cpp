@@ -530,3 +530,23 @@ TEST(UnevenPipeline, LayersPerStageAndTheirMemoryByHand) {
 
 }  // namespace
 }  // namespace foresight::cost_models
+
+namespace foresight::cost_models {
+namespace {
+
+TEST(ActivationBytesPerLayer, GatedMlpStoresGateUpAndProduct) {
+  // Llama 3.1 8B, one sequence of 8192, tp 1, Megatron-Core (fused attention, bf16, dropout masks
+  // stored as its GPT recipes do). In units of sbh (s b h = 8192 x 4096): replicated QKV input
+  // and FFN input (2 + 2), two norm inputs (2 + 2), two 1-byte masks; sharded Q (2), K and V
+  // (2 x 2 x 1024/4096), projection input (2), and the SwiGLU's gate, up and product (3 x 2 x
+  // 14336/4096); plus fp32 softmax statistics per head and query (4 x 32 x 8192).
+  const ModelSpec m = load_model(resolve_scenario("models", "llama3.1-8b"));
+  PlanSpec p;
+  p.framework = Framework::megatron_core;
+  const double sbh = 8192.0 * 4096;
+  const double units = (2 + 2 + 2 + 2 + 1 + 1) + (2 + 2 * 2 * 0.25 + 2 + 3 * 2 * 14336.0 / 4096);
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p), m, p, 1, 8192).value(), units * sbh + 4.0 * 32 * 8192);
+}
+
+}  // namespace
+}  // namespace foresight::cost_models

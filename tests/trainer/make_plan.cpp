@@ -6,7 +6,7 @@
 // in micro-batches of 1, fp32, Adam, 20 steps on the text corpus. EXTRA adds plan fields,
 // '+'-separated ("-" for none): vsN virtual_stages N, sp sequence_parallel, offF
 // offload.activations F, slA,B,.. token_slices, layersA,B,.. stage_layers, epN ep N, dpoverlap dp_overlap, offopt
-// offload.optimizer, moe a MoE model (4 experts, top-2, capacity factor 1.25, every other layer).
+// offload.optimizer, swiglu / untied a gated-MLP / untied-head model, cp2 context parallelism 2, moe a MoE model (4 experts, top-2, capacity factor 1.25, every other layer).
 // No plan rule is checked here: refused layouts are written too, for the trainer to refuse.
 #include <fstream>
 #include <iostream>
@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
     else if (flag.rfind("sl", 0) == 0) {
       std::stringstream slices(flag.substr(2));
       for (std::string s; std::getline(slices, s, ',');) q.token_slices.push_back(std::stoi(s));
+    } else if (flag == "swiglu" || flag == "untied" || flag == "cp2") {
+      // handled below, on the model or the plan
+      if (flag == "cp2") q.cp = 2;
     } else if (flag == "moe") {
       moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
     } else {
@@ -65,13 +68,15 @@ int main(int argc, char** argv) {
   }
   ModelSpec tiny{.name = "tiny", .layers = 4, .hidden = 32, .heads = 4, .seq_len = 16, .vocab = 256, .ffn_hidden = 128,
                  .kv_heads = 4, .moe = moe};
+  if (std::string(argv[9]).find("swiglu") != std::string::npos) tiny.activation = Activation::swiglu;
+  if (std::string(argv[9]).find("untied") != std::string::npos) tiny.tie_embeddings = false;
   const ExecutablePlan p{
       .model = std::move(tiny),
       .cluster = "ci",
       .gpus_per_node = 8,
       .training = {.global_batch = 8, .dtype = Dtype::fp32, .optimizer = Optimizer::adam},
       .plan = q,
-      .gpus = q.tp * q.pp * q.dp,
+      .gpus = q.gpus(),
       .data = "text",
       .steps = 20,
       .checkpoint_dir = argv[10],
