@@ -108,11 +108,13 @@ TEST(Flops, MoeCountsTopKExperts) {
 
 // ---- Today's architectures: gated MLPs, RMSNorm, no biases, RoPE, untied heads, head_dim -----
 
-TEST(ParameterCount, Llama31FamilyMatchesTheReleasedCheckpoints) {
+TEST(ParameterCount, LlamaFamilyMatchesTheReleasedCheckpoints) {
   // Parameter counts of the released safetensors (Hugging Face model cards of
   // meta-llama/Llama-3.1-8B, -70B, -405B: 8,030,261,248; 70,553,706,496; 405,853,388,800).
   const std::pair<const char*, double> models[] = {
-      {"llama3.1-8b", 8030261248.0}, {"llama3.1-70b", 70553706496.0}, {"llama3.1-405b", 405853388800.0}};
+      {"llama3.1-8b", 8030261248.0}, {"llama3.1-70b", 70553706496.0}, {"llama3.1-405b", 405853388800.0},
+      // meta-llama/Llama-2-13b-hf and -70b-hf: 13,015,864,320 and 68,976,648,192.
+      {"llama2-13b", 13015864320.0}, {"llama2-70b", 68976648192.0}};
   for (const auto& [name, published] : models) {
     const ModelSpec m = load_model(resolve_scenario("models", name));
     EXPECT_NEAR(parameter_count(m), published, published * 0.005) << name;  // the 0.5%
