@@ -19,8 +19,12 @@ double attention_biases(const ModelSpec& m) {
 
 double ffn_weight_matrices(const ModelSpec& m) { return m.gated() ? 3.0 : 2.0; }
 
-double ffn_parameters(const ModelSpec& m) {
-  const double f = m.ffn_hidden, h = m.hidden;
+double ffn_parameters(const ModelSpec& m) { return ffn_parameters_of_width(m, m.ffn_hidden); }
+
+double expert_ffn_parameters(const ModelSpec& m) { return ffn_parameters_of_width(m, m.expert_ffn()); }
+
+double ffn_parameters_of_width(const ModelSpec& m, double width) {
+  const double f = width, h = m.hidden;
   const double biases = m.bias ? (m.gated() ? 2.0 * f : f) + h : 0.0;
   return ffn_weight_matrices(m) * h * f + biases;
 }
@@ -40,7 +44,7 @@ double embedding_parameters(const ModelSpec& m) {
 double moe_ffn_parameters(const ModelSpec& m) {
   if (!m.moe) return ffn_parameters(m);
   const double router = double(m.hidden) * m.moe->experts;
-  return m.moe->experts * ffn_parameters(m) + router;
+  return (m.moe->experts + m.moe->shared_experts) * expert_ffn_parameters(m) + router;
 }
 
 double parameter_count(const ModelSpec& m) {
@@ -55,7 +59,8 @@ double parameter_count(const ModelSpec& m) {
 double active_parameter_count(const ModelSpec& m) {
   if (!m.moe) return parameter_count(m);
   const double embeddings = embedding_parameters(m);
-  const double active_moe_ffn = m.moe->top_k * ffn_parameters(m) + double(m.hidden) * m.moe->experts;
+  const double active_moe_ffn =
+      (m.moe->top_k + m.moe->shared_experts) * expert_ffn_parameters(m) + double(m.hidden) * m.moe->experts;
   double layers = 0;
   for (int l = 0; l < m.layers; ++l)
     layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? active_moe_ffn - ffn_parameters(m) : 0.0);
@@ -71,7 +76,9 @@ Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool mo
   double ffn_weights = ffn_weight_matrices(m) * double(m.hidden) * m.ffn_hidden;
   double router = 0;
   if (moe_layer && m.moe) {
-    ffn_weights *= m.moe->top_k;
+    // top_k routed experts and the shared ones, each expert_ffn wide (capacity padding is not
+    // counted: model FLOPs).
+    ffn_weights = ffn_weight_matrices(m) * double(m.hidden) * m.expert_ffn() * (m.moe->top_k + m.moe->shared_experts);
     router = double(m.hidden) * m.moe->experts;
   }
   return Flops(2.0 * tokens * (gemm_weights_attn + ffn_weights + router)) +

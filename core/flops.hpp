@@ -18,6 +18,9 @@ double dense_layer_parameters(const ModelSpec& m);
 /// One FFN (or one expert): its weight matrices (2, or 3 for a gated activation) of h x ffn, and
 /// biases where the model has them.
 double ffn_parameters(const ModelSpec& m);
+double ffn_parameters_of_width(const ModelSpec& m, double width);
+/// One routed (or shared) expert: an FFN of model.moe.expert_ffn_hidden (default ffn_hidden).
+double expert_ffn_parameters(const ModelSpec& m);
 double ffn_weight_matrices(const ModelSpec& m);
 /// One norm's parameters: gain and bias (LayerNorm), gain only (RMSNorm).
 double norm_parameters(const ModelSpec& m);

@@ -16,6 +16,18 @@ struct MoeSpec {
   int top_k = 1;                 // experts each token is routed to
   double capacity_factor = 1.0;  // expert capacity = factor * tokens * top_k / experts
   int every = 1;                 // every N-th layer's FFN is an MoE layer (2 = every other)
+  /// Dropless routing (MegaBlocks, Gale et al. 2023; Megatron-Core's grouped GEMM without a
+  /// capacity): every routed token is processed, no padding; capacity_factor does not apply.
+  bool dropless = false;
+  /// Dropless: tokens of the busiest expert over the mean (>= 1): the load imbalance the step
+  /// waits for (a stated factor; 1 = perfectly balanced).
+  double imbalance = 1.0;
+  int expert_ffn_hidden = 0;  // one expert's FFN width; 0: model.ffn_hidden (fine-grained experts are narrower)
+  int shared_experts = 0;     // experts every token passes through (DeepSeekMoE), expert_ffn_hidden wide each
+  int first_dense = 0;        // the first N layers keep a dense FFN (DeepSeek-V3: 3)
+  /// Expert passes per token a GPU's experts see on the busiest rank: top_k x capacity_factor, or
+  /// dropless top_k x imbalance.
+  double routed_factor() const { return top_k * (dropless ? imbalance : capacity_factor); }
 };
 
 struct ModelSpec {
@@ -42,11 +54,19 @@ struct ModelSpec {
   double q_width() const { return double(heads) * head_dim(); }
   bool gated() const { return activation == Activation::swiglu || activation == Activation::geglu; }
   /// Number of layers whose FFN is a Mixture-of-Experts layer.
-  int moe_layers() const { return moe ? layers / moe->every : 0; }
+  int moe_layers() const {
+    int n = 0;
+    for (int l = 0; l < layers; ++l) n += is_moe_layer(l);
+    return n;
+  }
+  /// One expert's FFN width.
+  int expert_ffn() const { return moe && moe->expert_ffn_hidden > 0 ? moe->expert_ffn_hidden : ffn_hidden; }
   /// Whether layer `layer` (0-based) has an MoE FFN: every `every`-th layer counting from the
   /// `every`-th (DeepSpeed-MoE's placement, 1-based even layers for every = 2). The one rule the
   /// FLOP counts, the memory model and the trainer all use.
-  bool is_moe_layer(int layer) const { return moe && moe->every > 0 && (layer + 1) % moe->every == 0; }
+  bool is_moe_layer(int layer) const {
+    return moe && moe->every > 0 && layer >= moe->first_dense && (layer + 1) % moe->every == 0;
+  }
 };
 
 }  // namespace foresight

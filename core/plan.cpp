@@ -67,6 +67,12 @@ std::optional<PlanViolation> check_model(const ModelSpec& m) {
     if (m.moe->top_k > m.moe->experts)
       return fail("model.moe.top_k", str((long long)m.moe->top_k),
                   "must not exceed model.moe.experts = " + str((long long)m.moe->experts));
+    if (m.moe->imbalance < 1.0)
+      return fail("model.moe.imbalance", str(m.moe->imbalance),
+                  "must be at least 1 (the busiest expert's tokens over the mean)");
+    if (m.moe->first_dense >= m.layers)
+      return fail("model.moe.first_dense", str((long long)m.moe->first_dense),
+                  "must be below model.layers = " + str((long long)m.layers) + " (no MoE layer would remain)");
     if (m.moe->every > m.layers)
       return fail("model.moe.every", str((long long)m.moe->every),
                   "must not exceed model.layers = " + str((long long)m.layers));

@@ -146,6 +146,16 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (p.model.moe)
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k
       << " --expert-model-parallel-size " << q.ep;
+  if (p.model.moe && p.model.moe->expert_ffn_hidden > 0) s << " --moe-ffn-hidden-size " << p.model.moe->expert_ffn_hidden;
+  if (p.model.moe && p.model.moe->shared_experts > 0)
+    s << " --moe-shared-expert-intermediate-size " << p.model.moe->shared_experts * p.model.expert_ffn();
+  if (p.model.moe && !p.model.moe->dropless) s << " --moe-expert-capacity-factor " << p.model.moe->capacity_factor;
+  if (p.model.activation == Activation::swiglu) s << " --swiglu";
+  if (!p.model.tie_embeddings) s << " --untie-embeddings-and-output-weights";
+  if (p.model.position == PositionEmbedding::rope) s << " --position-embedding-type rope";
+  if (p.model.norm == Norm::rmsnorm) s << " --normalization RMSNorm";
+  if (!p.model.bias) s << " --disable-bias-linear";
+  if (p.model.attention_head_dim > 0) s << " --kv-channels " << p.model.attention_head_dim;
   if (p.training.dtype == Dtype::bf16) s << " --bf16";
   if (p.training.dtype == Dtype::fp16) s << " --fp16";
   return s.str();

@@ -36,6 +36,11 @@ void visit_fields(V& v, S& m) {
   v.integer("top_k", m.top_k, 1, 1);
   v.positive("capacity_factor", m.capacity_factor, 1.0);
   v.integer("every", m.every, 1, 1);
+  v.boolean("dropless", m.dropless, false);
+  v.positive("imbalance", m.imbalance, 1.0);
+  v.integer("expert_ffn_hidden", m.expert_ffn_hidden, 0, 0);
+  v.integer("shared_experts", m.shared_experts, 0, 0);
+  v.integer("first_dense", m.first_dense, 0, 0);
 }
 
 /// ffn_hidden and kv_heads read as 0 when absent; complete_model() then gives them their

@@ -54,8 +54,12 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   double sharded = act * q + 2.0 * act * k / h + act * q + ffn_stored * act * f / h;
   if (rc.framework->activations.attention_output_copy) sharded += act * q;
   if (moe_layer && m.moe) {
-    const double r = m.moe->capacity_factor * m.moe->top_k;  // tokens an expert pass sees, per token
-    sharded += act * r + (r - 1.0) * ffn_stored * act * f / h;  // dispatched expert inputs; FFN on r x tokens
+    // The dense FFN's stored tensors become the experts': r expert passes per token (capacity
+    // padding, or dropless the busiest rank's imbalance) and the shared experts, expert_ffn wide,
+    // plus the dispatched expert inputs.
+    const double r = m.moe->routed_factor();
+    const double fe = m.expert_ffn();
+    sharded += act * r + ((r + m.moe->shared_experts) * fe - f) * ffn_stored * act / h;
     replicated += 4.0 * m.moe->experts / h;             // fp32 router logits, 4 * tokens * experts
   }
   Bytes bytes(sbh * (replicated / replicated_div + sharded / t));
@@ -220,9 +224,11 @@ StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& 
   const double t = plan.tp, h = model.hidden;
   StageParameters p;
   if (model.is_moe_layer(layer)) {
-    const double experts = model.moe->experts * ffn_parameters(model);
+    // Routed experts shard over ep (and tp); shared experts are dense, tensor-parallel only.
+    const double experts = model.moe->experts * expert_ffn_parameters(model);
+    const double shared = model.moe->shared_experts * expert_ffn_parameters(model);
     const double router = h * model.moe->experts;
-    p.dense = (dense_layer_parameters(model) - ffn_parameters(model)) / t + router;
+    p.dense = (dense_layer_parameters(model) - ffn_parameters(model) + shared) / t + router;
     p.expert = experts / (double(plan.ep) * t);
   } else {
     p.dense = dense_layer_parameters(model) / t;
@@ -320,7 +326,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     if (fw.dp_bucket_elements > 0) bytes += min(Bytes(fw.dp_bucket_elements * x.bytes.grad), all_grads);
   }
   if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
-  if (has_moe) bytes += Bytes(2.0 * model.moe->capacity_factor * model.moe->top_k * a * sbh / sp_div);
+  if (has_moe) bytes += Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div);
   if (plan.cp > 1) {
     // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
     // all-gathered keys and values of the whole sequence for one layer.

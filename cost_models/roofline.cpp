@@ -153,8 +153,16 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
 
   // FFN, or for MoE layers the experts on this GPU processing their share of routed tokens.
   double ffn_tokens = T;
+  double ffn_width = f;      // one FFN's width: the dense one, or one expert's
+  double groups = 1;         // experts on this GPU, each a GEMM of its own tokens (grouped GEMM)
+  double shared_width = 0;   // shared experts' total width, on every token
   if (moe_layer && m.moe) {
-    ffn_tokens = T * m.moe->top_k * m.moe->capacity_factor;  // balanced: each GPU's experts get this many
+    // Each GPU's experts see top_k x capacity_factor tokens per token (dropless: top_k x the
+    // busiest rank's imbalance), split over its experts/ep experts.
+    ffn_tokens = T * m.moe->routed_factor();
+    ffn_width = m.expert_ffn();
+    groups = std::max(1.0, double(m.moe->experts) / p.ep);
+    shared_width = double(m.moe->shared_experts) * m.expert_ffn();
     F.moe_router = rc.gemm({T, double(m.moe->experts), h, 1}) + rc.memory_bound(Bytes(4.0 * T * m.moe->experts * 3), 2);
     B.moe_router = 2.0 * F.moe_router;
     if (x.moe_dispatch == MoeDispatch::einsum) {
@@ -173,14 +181,30 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // (1.5x GeLU's read + write per output element), and its backward reads gate, up and the
   // gradient and writes two gradients (5/3 of GeLU's read x, dy, write dx).
   const bool gated = m.gated();
-  fwd_bwd(ffn_tokens, (gated ? 2.0 : 1.0) * f / t, h, F.fc1, B.fc1);
-  F.gelu = stream(tr.activation_forward * (gated ? 1.5 : 1.0), ffn_tokens * f / t, 1);
-  B.gelu = stream(tr.activation_backward * (gated ? 5.0 / 3.0 : 1.0), ffn_tokens * f / t, 1);
-  fwd_bwd(ffn_tokens, h, f / t, F.fc2, B.fc2);
+  const double up = gated ? 2.0 : 1.0;
+  // Grouped: `groups` GEMMs of ffn_tokens / groups rows each (a small-M shape for fine-grained
+  // experts, which the GEMM model prices as such).
+  auto fwd_bwd_grouped = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
+    fw = rc.gemm({mm / groups, nn, kk, groups});
+    bw = rc.gemm({mm / groups, kk, nn, groups}) + rc.gemm({kk, nn, mm / groups, groups});
+  };
+  fwd_bwd_grouped(ffn_tokens, up * ffn_width / t, h, F.fc1, B.fc1);
+  F.gelu = stream(tr.activation_forward * (gated ? 1.5 : 1.0), (ffn_tokens * ffn_width + T * shared_width) / t, 1);
+  B.gelu = stream(tr.activation_backward * (gated ? 5.0 / 3.0 : 1.0), (ffn_tokens * ffn_width + T * shared_width) / t, 1);
+  fwd_bwd_grouped(ffn_tokens, h, ffn_width / t, F.fc2, B.fc2);
+  if (shared_width > 0) {
+    Seconds f1, b1, f2, b2;
+    fwd_bwd(T, up * shared_width / t, h, f1, b1);
+    fwd_bwd(T, h, shared_width / t, f2, b2);
+    F.fc1 += f1;
+    B.fc1 += b1;
+    F.fc2 += f2;
+    B.fc2 += b2;
+  }
   // Bias gradients (reductions over the tokens of each Linear's output) and autocast's weight
   // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).
   if (m.bias)
-    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * (gated ? 2.0 : 1.0) * f / t + ffn_tokens * h, 4);
+    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / t + ffn_tokens * h, 4);
   const double cast_params = (dense_layer_parameters(m) - 4.0 * h) / t;
   F.layernorms += stream(tr.weight_cast_forward, cast_params, 4);
   B.layernorms += stream(tr.weight_cast_backward, cast_params, 4);

@@ -23,10 +23,11 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
   const CommGroup ep_group = plan_groups(p, in.e.cluster).ep;
   c.chunk.assign(p.pp, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(n_slices)));
 
-  // MoE: dispatch and combine all-to-alls of capacity_factor * top_k tokens per GPU.
+  // MoE: dispatch and combine all-to-alls of routed_factor() token copies per token (top_k x
+  // capacity_factor, dropless top_k x imbalance on the busiest rank).
   auto ep_layer_comm = [&](int tokens) {
     if (!m.moe || p.ep == 1) return Seconds(0);
-    const Bytes routed = activation_tensor(in.x, p.micro_batch, tokens, m.hidden) * (m.moe->capacity_factor * m.moe->top_k);
+    const Bytes routed = activation_tensor(in.x, p.micro_batch, tokens, m.hidden) * m.moe->routed_factor();
     return 2.0 * in.comm.time(Collective::all_to_all, routed, ep_group);
   };
   // Every layer of a kind costs the same: compute each (tokens, context, moe) once.

@@ -69,6 +69,13 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     unsupported("model.position_embedding", to_string(mm.position), "position encodings other than learned");
   if (mm.norm != Norm::layernorm) unsupported("model.norm", to_string(mm.norm), "norms other than layernorm");
   if (!mm.bias) unsupported("model.bias", "false", "linear layers without biases");
+  if (mm.moe && mm.moe->dropless) unsupported("model.moe.dropless", "true", "dropless MoE routing (it runs a capacity)");
+  if (mm.moe && mm.moe->shared_experts > 0)
+    unsupported("model.moe.shared_experts", std::to_string(mm.moe->shared_experts), "shared experts");
+  if (mm.moe && mm.moe->expert_ffn_hidden > 0 && mm.moe->expert_ffn_hidden != mm.ffn_hidden)
+    unsupported("model.moe.expert_ffn_hidden", std::to_string(mm.moe->expert_ffn_hidden), "experts narrower or wider than the dense FFN");
+  if (mm.moe && mm.moe->first_dense > 0)
+    unsupported("model.moe.first_dense", std::to_string(mm.moe->first_dense), "leading dense layers in an MoE model");
   if (q.shard_group > 0 && q.shard_group != q.grad_ranks())
     unsupported("plan.shard_group", std::to_string(q.shard_group), "sharding over part of the data-parallel group (HSDP)");
   if (q.param_gather_overlap) unsupported("plan.param_gather_overlap", "true", "an overlapped parameter all-gather");

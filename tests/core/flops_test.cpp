@@ -162,3 +162,41 @@ TEST(ParameterCount, MptKeepsTheGptConventions) {
               .ffn_hidden = 32768, .kv_heads = 64, .moe = std::nullopt};
   EXPECT_DOUBLE_EQ(parameter_count(m), 64862437376.0);
 }
+
+TEST(ParameterCount, MixtureOfExpertsModels) {
+  // Mixtral 8x7B: 46,702,792,704 parameters (mistralai/Mixtral-8x7B-v0.1 safetensors); 8 experts
+  // of 3 x 4096 x 14336 and a 4096 x 8 router per layer.
+  const ModelSpec mixtral = load_model(resolve_scenario("models", "mixtral-8x7b"));
+  EXPECT_NEAR(parameter_count(mixtral), 46702792704.0, 46702792704.0 * 0.005);
+  // Active: 2 of 8 experts (Mixtral paper: 13B active parameters).
+  EXPECT_NEAR(active_parameter_count(mixtral), 12.88e9, 0.01e9);
+  // Qwen3-30B-A3B: 30.5B in total (the Qwen3 model card), 128 experts of 3 x 2048 x 768.
+  const ModelSpec qwen = load_model(resolve_scenario("models", "qwen3-30b-a3b"));
+  EXPECT_NEAR(parameter_count(qwen), 30.5e9, 30.5e9 * 0.005);
+  // FLOPs of one MoE layer by hand: 8 routed experts per token (no capacity padding in model FLOPs).
+  const double T = 1000, s = 4096;
+  const double attention_weights = 2048.0 * (4096 + 2 * 512) + 4096.0 * 2048;
+  const double ffn = 8 * 3 * 2048.0 * 768;
+  EXPECT_DOUBLE_EQ(layer_forward_flops(qwen, T, s, true).value(),
+                   2 * T * (attention_weights + ffn + 2048.0 * 128) + 4 * T * s * 4096);
+}
+
+TEST(ParameterCount, SharedExpertsAndLeadingDenseLayers) {
+  // A DeepSeekMoE-style layout: 4 layers, the first dense, then MoE layers of 16 routed experts
+  // (width 512) and 2 shared ones: per MoE layer 18 expert FFNs and a router.
+  ModelSpec m{.name = "ds", .layers = 4, .hidden = 1024, .heads = 8, .seq_len = 1024, .vocab = 1000,
+              .ffn_hidden = 4096, .kv_heads = 8,
+              .moe = MoeSpec{.experts = 16, .top_k = 2, .capacity_factor = 1.0, .every = 1, .dropless = true,
+                             .imbalance = 1.0, .expert_ffn_hidden = 512, .shared_experts = 2, .first_dense = 1}};
+  m.activation = Activation::swiglu;
+  m.bias = false;
+  m.norm = Norm::rmsnorm;
+  EXPECT_FALSE(m.is_moe_layer(0));
+  EXPECT_TRUE(m.is_moe_layer(1));
+  EXPECT_EQ(m.moe_layers(), 3);
+  const double attention = 4.0 * 1024 * 1024, norms = 2 * 1024.0;
+  const double dense_layer = attention + 3 * 1024.0 * 4096 + norms;
+  const double moe_layer = attention + 18 * 3 * 1024.0 * 512 + 1024.0 * 16 + norms;
+  // Tied embedding and learned positions (the defaults): 1000 x 1024 + 1024 x 1024.
+  EXPECT_DOUBLE_EQ(parameter_count(m), dense_layer + 3 * moe_layer + 1000.0 * 1024 + 1024.0 * 1024 + 1024);
+}

@@ -550,3 +550,34 @@ TEST(ActivationBytesPerLayer, GatedMlpStoresGateUpAndProduct) {
 
 }  // namespace
 }  // namespace foresight::cost_models
+
+#include "cost_models/roofline.hpp"
+
+namespace foresight::cost_models {
+namespace {
+
+TEST(MoeCompute, BusiestExpertTokensDropless) {
+  // Mixtral 8x7B, dropless with a stated imbalance of 1.3, ep 8 (one expert per GPU): a GPU's
+  // expert processes T x top_k x 1.3 tokens of a micro-batch of T = 4096 tokens per GPU:
+  // 4096 x 2 x 1.3 = 10,649.6 rows through its (2 x 14336) x 4096 gate/up GEMM.
+  Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
+  e.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
+  e.model.moe->imbalance = 1.3;
+  e.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  e.plan = PlanSpec{};
+  e.plan.dp = e.plan.ep = 8;
+  e.plan.framework = Framework::megatron_core;
+  e.gpus = 8;
+  e.training = TrainingSpec{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  const ExecutionModel x = resolve_execution(e);
+  const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, true);
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fc1.value(), x.roofline().gemm({4096 * 2 * 1.3, 2 * 14336.0, 4096.0, 1}).value());
+  // With 8 experts on one GPU (ep 1) the same rows split into 8 grouped GEMMs of 1/8 each.
+  e.plan.ep = 1;
+  const ExecutionModel x1 = resolve_execution(e);
+  const LayerTimes l1 = layer_times(x1, e.model, e.plan, 4096, 4096, true);
+  EXPECT_DOUBLE_EQ(l1.forward_ops.fc1.value(), x1.roofline().gemm({4096 * 2 * 1.3 / 8, 2 * 14336.0, 4096.0, 8}).value());
+}
+
+}  // namespace
+}  // namespace foresight::cost_models
