@@ -108,6 +108,8 @@ std::array<FrameworkTraits, 6> make_table() {
   // --context-parallel-size with Transformer Engine's p2p ring attention (core_r0.8.0,
   // megatron/core/parallel_state.py; TE attention.py AttnFuncWithCPAndKVP2P).
   megatron_core.context_parallel = true;
+  // --tp-comm-overlap: Transformer Engine userbuffers (TE v1.x, transformer_engine/pytorch/module/base.py).
+  megatron_core.tp_overlap = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
                                     "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
@@ -163,6 +165,8 @@ std::array<FrameworkTraits, 6> make_table() {
   pytorch.dp_bucket_bytes = kDdpBucketBytes;
   // torch.distributed.tensor.experimental.context_parallel over SDPA (torchtitan, PyTorch 2.5+).
   pytorch.context_parallel = true;
+  // Async TP (torch._inductor micro-pipeline TP, torchtitan enable_async_tensor_parallel).
+  pytorch.tp_overlap = true;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
@@ -174,6 +178,7 @@ std::array<FrameworkTraits, 6> make_table() {
   generic.dp_bucket_bytes = kDdpBucketBytes;
   generic.schedules[int(Schedule::terapipe)] = true;
   generic.context_parallel = true;
+  generic.tp_overlap = true;
   return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic};
 }
 
@@ -197,6 +202,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.recompute == Recompute::selective && !selective_recompute) return false;
   if (p.recompute == Recompute::full && !full_recompute) return false;
   if (p.cp > 1 && !context_parallel) return false;
+  if (p.tp_overlap && !tp_overlap) return false;
   return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
 }
 

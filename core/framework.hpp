@@ -147,6 +147,8 @@ struct FrameworkTraits {
   int max_zero_with_pipeline = 3;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
+  /// Overlaps TP collectives with GEMMs (plan.tp_overlap).
+  bool tp_overlap = false;
 
   /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
   bool runs(const PlanSpec& plan) const;

@@ -171,6 +171,13 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     if (p.attention == AttentionImpl::unfused)
       return fail("plan.attention", "unfused", "context parallelism runs on fused attention kernels (flash or cudnn)");
   }
+  if (p.tp_overlap) {
+    if (!framework_traits(p.framework).tp_overlap)
+      return fail("plan.tp_overlap", "true", std::string(framework_traits(p.framework).name) +
+                                                 " does not overlap TP communication (megatron-core, pytorch or generic do)");
+    if (p.tp < 2 || !p.sequence_parallel)
+      return fail("plan.tp_overlap", "true", "needs plan.tp > 1 and plan.sequence_parallel (the overlapped collectives are its all-gathers and reduce-scatters)");
+  }
   if (p.shard_group > 0) {
     if (p.zero == 0)
       return fail("plan.shard_group", str((long long)p.shard_group), "needs plan.zero >= 1 (nothing is sharded at zero 0)");

@@ -41,6 +41,10 @@ struct PlanSpec {
   // (PyTorch DDP outside no_sync, Megatron-LM's --overlap-grad-reduce); false: after the backward
   // (Megatron-LM's local DDP of 2021, DeepSpeed's pipeline engine, the bundled trainer).
   bool dp_overlap = false;
+  /// Tensor-parallel collectives overlapped with the GEMMs they feed, chunk by chunk (Megatron-Core
+  /// --tp-comm-overlap with Transformer Engine's userbuffers; torchtitan's async TP). Needs
+  /// sequence parallelism.
+  bool tp_overlap = false;
   Recompute recompute = Recompute::none;
   int zero = 0;  // 0..3; 1 = distributed optimizer (optimizer state sharded over dp)
   /// The data-parallel ranks ZeRO shards over: the innermost `shard_group` ranks of each

@@ -142,6 +142,7 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.zero >= 1) s << " --use-distributed-optimizer";
   if (q.dp_overlap) s << " --overlap-grad-reduce";
   if (q.param_gather_overlap) s << " --overlap-param-gather";
+  if (q.tp_overlap) s << " --tp-comm-overlap";
   if (p.model.kv_heads != p.model.heads) s << " --group-query-attention --num-query-groups " << p.model.kv_heads;
   if (p.model.moe)
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k

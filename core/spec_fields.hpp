@@ -89,6 +89,7 @@ void visit_fields(V& v, S& p) {
   v.integer("virtual_stages", p.virtual_stages, 1, 1);
   v.boolean("sequence_parallel", p.sequence_parallel, false);
   v.boolean("dp_overlap", p.dp_overlap, false);
+  v.boolean("tp_overlap", p.tp_overlap, false);
   v.enumeration("recompute", p.recompute, Recompute::none);
   v.integer("zero", p.zero, 0, 0);
   v.integer("shard_group", p.shard_group, 0, 0);

@@ -109,7 +109,9 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
           for (int v : r.virtual_stages) schedules.push_back({Schedule::interleaved, v});
         }
         for (auto [sched, v] : schedules)
-          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
+          // Sequence parallelism off, on, and on with its collectives overlapped with the GEMMs
+          // (where the framework can).
+          for (int sp = 0; sp <= (tp > 1 ? (fw.tp_overlap ? 2 : 1) : 0); ++sp)
             for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
               for (auto [zero, shard] : zeros)
                 for (int ep : eps) {
@@ -123,7 +125,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   p.micro_batch = mb;
                   p.schedule = sched;
                   p.virtual_stages = v;
-                  p.sequence_parallel = sp == 1;
+                  p.sequence_parallel = sp >= 1;
+                  p.tp_overlap = sp == 2;
                   p.recompute = rc;
                   p.zero = zero;
                   p.shard_group = shard;
@@ -268,7 +271,8 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
   auto key = [](const Candidate& c) {
     const PlanSpec& p = c.plan;
     return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
-                           p.virtual_stages, int(p.sequence_parallel), int(p.recompute), p.zero, p.shard_group, p.ep,
+                           p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.zero,
+                           p.shard_group, p.ep,
                            int(p.offload.optimizer), p.offload.activations);
   };
   std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });

@@ -17,7 +17,10 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
     Seconds recompute;
     if (plan.recompute == Recompute::full) recompute = t.recompute_full();
     if (plan.recompute == Recompute::selective) recompute = t.recompute_selective();
-    return LayerCompute{t.forward(), t.backward(), recompute, t.forward_ops.attention_core, t.backward_ops.attention_core};
+    const LayerOpTimes& F = t.forward_ops;
+    const LayerOpTimes& B = t.backward_ops;
+    return LayerCompute{t.forward(), t.backward(), recompute, F.attention_core, B.attention_core,
+                        {F.qkv, F.projection, F.fc1, F.fc2}, {B.qkv, B.projection, B.fc1, B.fc2}};
   };
   c.edges = [x, model, plan](int tokens) {
     const EdgeTimes t = edge_times(x, model, plan, tokens);

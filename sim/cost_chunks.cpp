@@ -67,7 +67,12 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           cc.forward += lc.forward;
           cc.backward += lc.backward;
           cc.recompute += lc.recompute;
-          const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
+          Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
+          Seconds tp_bwd = tp;
+          if (p.tp_overlap && p.tp > 1) {
+            tp = tp_comm_overlapped(in, tokens, lc.gemm_forward);
+            tp_bwd = tp_comm_overlapped(in, tokens, lc.gemm_backward);
+          }
           if (p.cp > 1) {
             const CpLayerComm cpc = cp_comm_per_layer(in, lc.attention_forward, lc.attention_backward);
             cc.forward_cp_comm += cpc.forward;
@@ -75,7 +80,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
             if (p.recompute == Recompute::full) cc.backward_cp_comm += cpc.forward;  // the recomputed forward
           }
           cc.forward_tp_comm += tp;
-          cc.backward_tp_comm += tp;
+          cc.backward_tp_comm += tp_bwd;
           if (p.recompute == Recompute::full) cc.recompute_tp_comm += tp;
           if (moe) {
             const Seconds ep = ep_layer_comm(tokens);

@@ -127,6 +127,24 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   return 2.0 * in.comm.time(Collective::all_reduce, act, tp);
 }
 
+Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms) {
+  const PlanSpec& p = in.e.plan;
+  if (p.tp == 1) return Seconds(0);
+  if (!p.tp_overlap) return tp_comm_per_layer(in, tokens);
+  const CommGroup tp = plan_groups(p, in.e.cluster).tp;
+  const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
+  const Seconds ag = in.comm.time(Collective::all_gather, act, tp), rs = in.comm.time(Collective::reduce_scatter, act, tp);
+  const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
+  const double contention = sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
+  const Seconds comm[4] = {ag, rs, ag, rs};
+  Seconds exposed;
+  for (int i = 0; i < 4; ++i) {
+    const Seconds e = max(comm[i] / double(p.tp), comm[i] - gemms[i]);
+    exposed += e + contention * min(comm[i] - e, gemms[i]);
+  }
+  return exposed;
+}
+
 WorkloadCosts cost_workload(const CostInputs& in) {
   const PlanSpec& p = in.e.plan;
   WorkloadCosts c;

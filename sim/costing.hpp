@@ -5,6 +5,7 @@
 // concern (sim/costers.hpp); predict() simulates and summarises.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <optional>
 
@@ -25,6 +26,9 @@ struct LayerCompute {
   Seconds forward, backward;       // backward: data and weight gradients
   Seconds recompute;               // what the plan's recompute mode re-runs before the backward
   Seconds attention_forward, attention_backward;  // the attention core's share of forward / backward
+  /// The GEMMs a tensor-parallel collective feeds or drains, forward and backward: QKV (after the
+  /// first all-gather), projection (before the first reduce-scatter), FC1, FC2.
+  std::array<Seconds, 4> gemm_forward{}, gemm_backward{};
 };
 
 /// Compute time of the pieces outside the transformer layers, per micro-batch (or slice).
@@ -91,6 +95,14 @@ Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch
 /// 2 all-reduces of the (b, tokens, h) activation, or with sequence parallelism 2 all-gathers and
 /// 2 reduce-scatters (Korthikanti 2022 sec. 4.2). Zero at tp = 1.
 Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
+
+/// With plan.tp_overlap: one layer's TP collectives (all-gather before QKV and FC1, reduce-scatter
+/// after the projection and FC2) split into tp chunks, each chunk's transfer overlapping the GEMM
+/// chunk it feeds (Transformer Engine's userbuffers, torchtitan's async TP; Wang et al. 2023,
+/// "Overlap communication with dependent computation via decomposition"): per collective
+/// max(c / tp, c - g) is exposed, and the hidden part costs SM contention ctas / (sms - ctas).
+/// `gemms` are the four GEMMs in that order. Falls back to the blocking cost without overlap.
+Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms);
 
 /// Durations of every task of one iteration.
 WorkloadCosts cost_workload(const CostInputs& in);

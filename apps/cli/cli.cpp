@@ -34,6 +34,7 @@ std::string describe_plan(const PlanSpec& p) {
     s += std::to_string(p.last_stage_layers);
   }
   if (p.sequence_parallel) s += " sp";
+  if (p.tp_overlap) s += " tp-overlap";
   s += std::string(" rc:") + to_string(p.recompute);
   if (p.zero) s += " zero" + std::to_string(p.zero);
   if (p.zero && p.shard_group > 0 && p.shard_group < p.dp) s += "/" + std::to_string(p.shard_group);

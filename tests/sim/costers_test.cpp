@@ -16,7 +16,7 @@ namespace {
 // 0.5/1 ms (head); the optimizer 1 ns per parameter; a memory pass 1 ns per byte, launches free.
 ComputeCosts round_compute() {
   ComputeCosts c;
-  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0)}; };
+  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0), {}, {}}; };
   c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   c.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
@@ -176,4 +176,44 @@ TEST(CostOptimizer, EachGpuStepsItsShard) {
   Costed zero(e);
   cost_optimizer(zero.in(), zero.c);
   EXPECT_NEAR(zero.c.optimizer[1].value(), zero.params(1) / 2 * 1e-9, 1e-12);
+}
+
+TEST(CostLayerChunks, TensorParallelOverlapExposesWhatTheGemmsCannotHide) {
+  // Megatron-Core with sequence parallelism and --tp-comm-overlap on tp 2: per layer and pass,
+  // all-gather before QKV and FC1, reduce-scatter after the projection and FC2, each split in
+  // tp = 2 chunks: max(c / 2, c - g) exposed, and the hidden part pays 24 / (108 - 24) more
+  // (Selene's A100: 108 SMs). GEMMs here: QKV 0.01 ms (shorter than its all-gather), the others
+  // 1 ms (longer).
+  Experiment e = small();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.sequence_parallel = true;
+  e.plan.tp_overlap = true;
+  validate_experiment(e);
+  Costed k(e);
+  k.compute.layer = [](int, int, bool) {
+    LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}};
+    lc.gemm_forward = {Seconds(1e-5), Seconds(1e-3), Seconds(1e-3), Seconds(1e-3)};
+    lc.gemm_backward = lc.gemm_forward;
+    return lc;
+  };
+  cost_layer_chunks(k.in(), k.c);
+  const CommGroup tp = plan_groups(e.plan, e.cluster).tp;
+  const Bytes act(2.0 * 2048 * 2048);
+  const double ag = k.comm.time(Collective::all_gather, act, tp).value();
+  const double rs = k.comm.time(Collective::reduce_scatter, act, tp).value();
+  ASSERT_GT(ag, 1e-5);  // the QKV all-gather outlasts its GEMM
+  ASSERT_LT(rs, 1e-3);
+  const double f = 24.0 / 84.0;
+  auto one = [&](double c, double g) {
+    const double exposed = std::max(c / 2, c - g);
+    return exposed + f * std::min(c - exposed, g);
+  };
+  const double per_layer = one(ag, 1e-5) + one(rs, 1e-3) + one(ag, 1e-3) + one(rs, 1e-3);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_tp_comm.value(), 12 * per_layer, 1e-12);
+  // Without the overlap: 2 all-gathers + 2 reduce-scatters per layer, all exposed.
+  e.plan.tp_overlap = false;
+  Costed blocking(e);
+  cost_layer_chunks(blocking.in(), blocking.c);
+  EXPECT_NEAR(blocking.c.chunk[0][0][0].forward_tp_comm.value(), 12 * 2 * (ag + rs), 1e-12);
+  EXPECT_LT(k.c.chunk[0][0][0].forward_tp_comm, blocking.c.chunk[0][0][0].forward_tp_comm);
 }

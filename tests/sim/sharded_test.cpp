@@ -23,7 +23,7 @@ ShardedUnit unit(double gather_ms, double compute_ms, double reduce_ms = 0) {
 // 1 ms forward, 2 ms backward, no recompute per layer; edges 0.1/0.2 ms and 0.5/1 ms.
 ComputeCosts round_compute() {
   ComputeCosts c;
-  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0)}; };
+  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}}; };
   c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   return c;
