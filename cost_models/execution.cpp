@@ -74,6 +74,13 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
                     "is needed: " + x.framework->describe() + " runs " + to_string(x.attention) + " attention on " +
                         gpu.name + ", and neither the GPU file nor a calibration profile gives its speed");
   x.compute = std::move(rc);
+  x.compute16 = x.compute;
+  if (training.dtype == Dtype::fp8) {
+    auto rc16 = std::make_shared<RooflineCompute>(gpu, Dtype::bf16, roofline_params_for(gpu, x.attention, nullptr));
+    if (const auto data = bundled_profile(gpu.name))
+      rc16->use_profile(select_profile(*data, x.gemm_impl, Dtype::bf16, to_string(x.attention), x.attention_dtype));
+    x.compute16 = std::move(rc16);
+  }
   return x;
 }
 

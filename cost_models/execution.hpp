@@ -62,9 +62,14 @@ struct ExecutionModel {
   MemoryOptions memory;
   /// Kernel times on the experiment's GPU; null for a memory-only model (execution_model()).
   std::shared_ptr<const RooflineCompute> compute;
+  /// FP8 training: the 16-bit compute model for what the recipe keeps in bf16 (the LM head:
+  /// Megatron-Core and Transformer Engine apply FP8 to the transformer layers' linears only).
+  /// Otherwise the same model as `compute`.
+  std::shared_ptr<const RooflineCompute> compute16;
   ProfileUse profile;
 
   const RooflineCompute& roofline() const;  // the compute model; an invariant failure when absent
+  const RooflineCompute& roofline16() const { return compute16 ? *compute16 : roofline(); }
 };
 
 /// The execution of a plan trained as `training` says, without a compute model (enough for the

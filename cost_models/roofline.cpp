@@ -113,7 +113,8 @@ Seconds RooflineCompute::flash_forward(double bh, double tokens, double context,
 }
 
 Seconds LayerOpTimes::forward() const {
-  return layernorms + qkv + attention_core + projection + dropout_residual + fc1 + gelu + fc2 + moe_router + moe_permute;
+  return layernorms + qkv + attention_core + projection + dropout_residual + fc1 + gelu + fc2 + moe_router + moe_permute +
+         fp8_casts;
 }
 
 LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
@@ -209,6 +210,21 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   F.layernorms += stream(tr.weight_cast_forward, cast_params, 4);
   B.layernorms += stream(tr.weight_cast_backward, cast_params, 4);
 
+  // FP8 linears (Transformer Engine's recipe; Micikevicius et al. 2022, arXiv:2209.05433): each
+  // GEMM input is quantized by a cast kernel that also records its amax (delayed scaling), reading
+  // 16 bits and writing 8 (3 bytes per element); in the backward each output gradient is cast and
+  // transposed for the weight-gradient GEMM (read 2, write 1 + 1) and each saved FP8 input is
+  // transposed (read 1, write 1). Weight casts happen once per step (cached across micro-batches)
+  // and are left out. Elements: the inputs of QKV, projection, FC1 and FC2 and their output
+  // gradients, on this GPU.
+  if (x.dtype == Dtype::fp8) {
+    const double inputs = T * h + T * q / t + T * h + ffn_tokens * ffn_width / t + T * shared_width / t;
+    const double grads = T * (q + 2 * kv_dim) / t + T * h + (ffn_tokens * ffn_width + T * shared_width) * up / t +
+                         (ffn_tokens + (shared_width > 0 ? T : 0.0)) * h;
+    F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs), 4);
+    B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
+  }
+
   // Attention core.
   const bool causal = true;
   if (x.attention != AttentionImpl::unfused) {
@@ -257,7 +273,8 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   const Seconds norm_bwd = stream(tr.norms_backward / 2, T * h, std::max(1, tr.norms_launches_backward / 2));
   const Seconds cast_fwd = stream(tr.weight_cast_forward, V * h / t, 1);
   const Seconds cast_bwd = stream(tr.weight_cast_backward, V * h / t, 1);
-  const Seconds head = rc.gemm({T, V / t, h, 1});
+  // The LM head stays in 16 bits under an FP8 recipe (roofline16: the same model otherwise).
+  const Seconds head = x.roofline16().gemm({T, V / t, h, 1});
   const Seconds loss_fwd = stream(tr.loss_forward, T * V / t, tr.loss_launches_forward);
   const Seconds loss_bwd = stream(tr.loss_backward, T * V / t, tr.loss_launches_backward);
   e.head_forward = norm_fwd + cast_fwd + head + loss_fwd;

@@ -112,6 +112,7 @@ class RooflineCompute {
 struct LayerOpTimes {
   Seconds layernorms, qkv, attention_core, projection, dropout_residual, fc1, gelu, fc2;
   Seconds moe_router, moe_permute;  // MoE layers only
+  Seconds fp8_casts;                // FP8 training: quantizing GEMM inputs (and gradients, transposes)
   Seconds forward() const;
 };
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the scenario files of llm-foundry's MPT benchmark rows (../shared/published/modern.yaml)
-that the schema can express: bf16 autocast (amp_bf16) on H100 80GB or A100 80GB, FSDP FULL_SHARD
+that the schema can express: bf16 autocast (amp_bf16) or Transformer Engine FP8 (amp_fp8) on H100
+80GB or A100 80GB, FSDP FULL_SHARD
 (plan.zero 3), with or without full activation checkpointing. One model file per (size, sequence
 length), one experiment per row with its measured throughput. Rows left out (pure bf16, FP8) are
 listed in scenarios/README.md with the feature they need.
@@ -28,8 +29,9 @@ def main(path):
         rid = e["id"]
         if not rid.startswith("llmfoundry_"):
             continue
-        if not e["precision"].startswith("amp_bf16"):
-            continue  # pure bf16 and FP8 rows: see scenarios/README.md
+        if not e["precision"].startswith(("amp_bf16", "amp_fp8")):
+            continue  # pure bf16 rows: see scenarios/README.md
+        dtype = "fp8" if e["precision"].startswith("amp_fp8") else "bf16"
         size, gpu = rid.split("_")[1], rid.split("_")[2]
         m, p, meas = e["model"], e["parallel"], e["measured"]
         seq = int(m["seq_len"])
@@ -52,7 +54,7 @@ def main(path):
             f.write(f"  model: ../models/{model_name}.yaml\n")
             f.write(f"  cluster: ../clusters/{CLUSTERS[gpu]}.yaml\n")
             f.write(f"  gpus: {gpus}\n")
-            f.write(f"  training: {{global_batch: {int(p['global_batch'])}, dtype: bf16, optimizer: adam}}\n")
+            f.write(f"  training: {{global_batch: {int(p['global_batch'])}, dtype: {dtype}, optimizer: adam}}\n")
             f.write("  plan:\n")
             f.write(f"    tp: 1\n    pp: 1\n    dp: {gpus}\n    micro_batch: {int(p['micro_batch'])}\n")
             f.write(f"    schedule: 1f1b\n    recompute: {recompute}\n    zero: 3\n    framework: pytorch\n")
@@ -66,7 +68,8 @@ def main(path):
                     "reduced in fp32). The H100 rows do not state the network; the DGX H100 SuperPOD's 8 x 400 Gb/s "
                     "per node is assumed. The A100 80GB rows (1,600 Gb/s per node) run on Selene's nodes. "
                     "Optimizer: Adam state and traffic (llm-foundry uses decoupled AdamW, the same state). "
-                    "Attention: MPT's triton flash kernel, priced as the GPU's flash figure.\"\n")
+                    "Attention: MPT's triton flash kernel, priced as the GPU's flash figure. FP8 rows (amp_fp8): "
+                    "Transformer Engine FP8 linears, attention and the LM head in bf16.\"\n")
         written.append(exp_name)
     print("\n".join(written))
 

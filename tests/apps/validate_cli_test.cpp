@@ -102,7 +102,7 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       {"TeraPipe (Li et al. 2021)", {9.0, 26.0}},    // target 15 / 15 (MAPE met; the 1B cases are not)
       {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {72.0, 87.0}},  // target 15 / 15
       // Predicted too fast, most at long sequences (notes/status.md, session 9).
-      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {24.0, 82.0}},
+      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {26.0, 82.0}},
       {"torchtitan (Meta, FSDP2)", {18.0, 23.0}},
   };
   int seen = 0;

@@ -581,3 +581,36 @@ TEST(MoeCompute, BusiestExpertTokensDropless) {
 
 }  // namespace
 }  // namespace foresight::cost_models
+
+namespace foresight::cost_models {
+namespace {
+
+TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
+  // Llama 3.1 8B on one H100, tp 1, 4096 tokens, FP8 linears: the forward quantizes the inputs of
+  // QKV (T h), projection (T q), FC1 (T h) and FC2 (T f): 3 bytes per element (read 2, write 1);
+  // the backward casts and transposes the output gradients of QKV (T (q + 2 kv)), projection
+  // (T h), FC1 (T 2f: gate and up) and FC2 (T h), 4 bytes each, and transposes the saved inputs
+  // (2 bytes each).
+  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  e.model = load_model(resolve_scenario("models", "llama3.1-8b"));
+  e.training.dtype = Dtype::fp8;
+  e.plan.framework = Framework::megatron_core;
+  const ExecutionModel x = resolve_execution(e);
+  const double T = 8.0 * 4096, h = 4096, q = 4096, kv = 1024, f = 14336;
+  const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, false);
+  const double inputs = T * h + T * q + T * h + T * f;
+  const double grads = T * (q + 2 * kv) + T * h + T * 2 * f + T * h;
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3 * inputs), 4).value());
+  EXPECT_DOUBLE_EQ(lt.backward_ops.fp8_casts.value(),
+                   x.roofline().memory_bound(Bytes(4 * grads + 2 * inputs), 8).value());
+  // The LM head runs at the 16-bit GEMM speed: the same as a bf16 execution's.
+  Experiment b = e;
+  b.training.dtype = Dtype::bf16;
+  const ExecutionModel xb = resolve_execution(b);
+  EXPECT_DOUBLE_EQ(x.roofline16().gemm({T, 128256, h, 1}).value(), xb.roofline().gemm({T, 128256, h, 1}).value());
+  // bf16 training has no casts.
+  EXPECT_EQ(layer_times(xb, b.model, b.plan, 4096, 4096, false).forward_ops.fp8_casts.value(), 0.0);
+}
+
+}  // namespace
+}  // namespace foresight::cost_models
