@@ -7,6 +7,16 @@ namespace {
 /// q = heads x head_dim (= h unless the model sets head_dim).
 double attention_weights(const ModelSpec& m) {
   const double h = m.hidden, q = m.q_width();
+  if (m.mla) {
+    // MLA: queries through a q_lora_rank latent (with its RMSNorm gain) or directly; keys and
+    // values from a kv_lora_rank latent plus one shared RoPE key (latent RMSNorm gain), expanded
+    // per head to nope + v; output projection from heads x v.
+    const MlaSpec& a = *m.mla;
+    const double query = a.q_lora_rank > 0 ? h * a.q_lora_rank + a.q_lora_rank + double(a.q_lora_rank) * q : h * q;
+    const double kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
+                      double(a.kv_lora_rank) * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
+    return query + kv + m.v_width() * h;
+  }
   const double kv_dim = double(m.kv_heads) * m.head_dim();
   return h * (q + 2.0 * kv_dim) + q * h;
 }
@@ -68,7 +78,8 @@ double active_parameter_count(const ModelSpec& m) {
 }
 
 Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq) {
-  return Flops(4.0 * tokens * seq * m.q_width());  // QK^T and AV, 2*tokens*seq*q each
+  // QK^T (2 tokens seq q) and AV (2 tokens seq v); q = v = heads x head_dim unless MLA.
+  return Flops(2.0 * tokens * seq * (m.q_width() + m.v_width()));
 }
 
 Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool moe_layer) {

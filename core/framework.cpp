@@ -87,8 +87,16 @@ std::array<FrameworkTraits, 6> make_table() {
   // NVLink, both directions (Narayanan et al. 2021 sec. 4.1). (SC21's runs used torch DDP,
   // run_table_1.sh --DDP-impl torch: the 25 MiB bucket of an overlapped reduction.)
   megatron.send_forward = megatron.send_backward = PipelineSend::split_then_gather;
+  // Megatron-LM 2021-22: the distributed optimizer (ZeRO-1, docs/distrib_optimizer.md) is its only
+  // sharding, and pipelines need num_layers divisible by the pipeline size (megatron/arguments.py).
+  megatron.max_zero = megatron.max_zero_with_pipeline = 1;
+  megatron.uneven_pipeline = false;
 
   FrameworkTraits megatron_core = megatron;
+  // Megatron-Core: --decoder-first/last-pipeline-num-layers; torch FSDP2 (--use-torch-fsdp2) for
+  // ZeRO-3-style sharding.
+  megatron_core.uneven_pipeline = true;
+  megatron_core.max_zero = megatron_core.max_zero_with_pipeline = 3;
   megatron_core.id = Framework::megatron_core;
   megatron_core.name = "megatron-core";
   megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024)";
@@ -151,6 +159,7 @@ std::array<FrameworkTraits, 6> make_table() {
   terapipe.schedules[int(Schedule::terapipe)] = true;
   terapipe.sequence_parallel = terapipe.full_recompute = false;
   terapipe.max_zero = terapipe.max_zero_with_pipeline = 0;
+  terapipe.uneven_pipeline = false;
 
   FrameworkTraits pytorch = entry(Framework::pytorch, "pytorch",
                                   "eager PyTorch 2.x: autocast bf16 on fp32 parameters, SDPA, fused AdamW, DDP",
@@ -203,6 +212,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.recompute == Recompute::full && !full_recompute) return false;
   if (p.cp > 1 && !context_parallel) return false;
   if (p.tp_overlap && !tp_overlap) return false;
+  if (!uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)) return false;
   return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
 }
 

@@ -149,6 +149,8 @@ struct FrameworkTraits {
   bool context_parallel = false;
   /// Overlaps TP collectives with GEMMs (plan.tp_overlap).
   bool tp_overlap = false;
+  /// Splits layers unevenly over pipeline stages (plan.stage_layers, first/last_stage_layers).
+  bool uneven_pipeline = true;
 
   /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
   bool runs(const PlanSpec& plan) const;

@@ -8,7 +8,7 @@ FlopsPerSecond GpuSpec::peak(Dtype dt) const {
     case Dtype::fp16: return peak_fp16;
     case Dtype::tf32: return peak_tf32;
     case Dtype::fp32: return peak_fp32;
-    case Dtype::fp8: return peak_fp16 * 2.0;
+    case Dtype::fp8: return peak_fp8;
   }
   return peak_bf16;
 }

@@ -42,11 +42,12 @@ struct GpuSpec {
   BytesPerSecond hbm_bandwidth;         // peak DRAM bandwidth
   BytesPerSecond nvlink_bandwidth;      // per GPU, per direction (A100: 300 GB/s)
   FlopsPerSecond peak_bf16, peak_fp16, peak_tf32, peak_fp32;  // dense tensor-core peaks
+  FlopsPerSecond peak_fp8;  // dense FP8 peak; 0 where the GPU has no FP8 tensor cores (A100, V100)
   GpuKernelFigures kernels;
   std::string source;
 
-  /// Dense peak for a compute dtype (tf32 and fp32 are distinct; fp8 falls back to 2x fp16 only
-  /// where the GPU file gives it).
+  /// Dense peak for a compute dtype (tf32 and fp32 are distinct; fp8 is 0, and refused by
+  /// check_plan, where the GPU file gives none).
   FlopsPerSecond peak(Dtype dt) const;
 };
 

@@ -30,6 +30,16 @@ struct MoeSpec {
   double routed_factor() const { return top_k * (dropless ? imbalance : capacity_factor); }
 };
 
+/// Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, sec. 2.1): queries and keys/values
+/// pass through low-rank latents; each head's query/key has a no-position part and a RoPE part.
+struct MlaSpec {
+  int q_lora_rank = 0;        // 0: queries projected directly from the hidden state
+  int kv_lora_rank = 512;
+  int qk_nope_head_dim = 128;
+  int qk_rope_head_dim = 64;  // shared across heads for the keys (one RoPE key per token)
+  int v_head_dim = 128;
+};
+
 struct ModelSpec {
   std::string name;
   int layers = 0;
@@ -40,6 +50,7 @@ struct ModelSpec {
   int ffn_hidden = 0;  // defaults to 4 * hidden (complete_model, core/spec_fields.hpp)
   int kv_heads = 0;    // defaults to heads (multi-head attention); fewer = grouped-query
   std::optional<MoeSpec> moe;
+  std::optional<MlaSpec> mla = std::nullopt;  // multi-head latent attention instead of (grouped-query) attention
   Activation activation = Activation::gelu;
   /// Width of one attention head; 0: hidden / heads. Set where heads x head_dim != hidden
   /// (GPT-OSS, Qwen3, PaLM).
@@ -50,8 +61,17 @@ struct ModelSpec {
   bool bias = true;  // the linear layers have biases (GPT-2/3); Llama-style models have none
 
   int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden / heads; }
-  /// Width of the queries (and of the attention output): heads x head_dim, = hidden by default.
-  double q_width() const { return double(heads) * head_dim(); }
+  /// Width of the queries and keys (QK^T's inner dimension summed over heads): heads x head_dim,
+  /// = hidden by default; MLA: heads x (nope + rope).
+  double q_width() const {
+    return mla ? double(heads) * (mla->qk_nope_head_dim + mla->qk_rope_head_dim) : double(heads) * head_dim();
+  }
+  /// Width of the values and of the attention output: q_width, MLA heads x v_head_dim.
+  double v_width() const { return mla ? double(heads) * mla->v_head_dim : q_width(); }
+  /// Width of the keys and of the values each stored per token after projection (one of the
+  /// two): kv_heads x head_dim; MLA (keys and values expanded from the latent per head) the mean
+  /// of q_width and v_width.
+  double kv_width() const { return mla ? (q_width() + v_width()) / 2 : double(kv_heads) * head_dim(); }
   bool gated() const { return activation == Activation::swiglu || activation == Activation::geglu; }
   /// Number of layers whose FFN is a Mixture-of-Experts layer.
   int moe_layers() const {

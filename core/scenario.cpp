@@ -143,6 +143,7 @@ GpuSpec read_gpu(const Section& s) {
   g.peak_fp16 = teraflops_per_s(peaks.get_double("fp16", std::nullopt, 0.0, true));
   g.peak_tf32 = teraflops_per_s(peaks.get_double("tf32", std::nullopt, 0.0, true));
   g.peak_fp32 = teraflops_per_s(peaks.get_double("fp32", std::nullopt, 0.0, true));
+  g.peak_fp8 = teraflops_per_s(peaks.get_double("fp8", 0.0, 0.0));  // 0: the GPU has no FP8 tensor cores
   peaks.finish();
   {
     MapReader k(r.child("kernels", true), s.file, "gpu.kernels");

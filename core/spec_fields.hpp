@@ -45,6 +45,15 @@ void visit_fields(V& v, S& m) {
 
 /// ffn_hidden and kv_heads read as 0 when absent; complete_model() then gives them their
 /// defaults (4 * hidden, heads), so a written spec always carries the resolved values.
+template <class V, SpecOf<MlaSpec> S>
+void visit_fields(V& v, S& a) {
+  v.integer("q_lora_rank", a.q_lora_rank, 0, 0);
+  v.integer("kv_lora_rank", a.kv_lora_rank, 512, 1);
+  v.integer("qk_nope_head_dim", a.qk_nope_head_dim, 128, 1);
+  v.integer("qk_rope_head_dim", a.qk_rope_head_dim, 64, 0);
+  v.integer("v_head_dim", a.v_head_dim, 128, 1);
+}
+
 template <class V, SpecOf<ModelSpec> S>
 void visit_fields(V& v, S& m) {
   v.text("name", m.name, std::nullopt);
@@ -56,6 +65,7 @@ void visit_fields(V& v, S& m) {
   v.integer("ffn_hidden", m.ffn_hidden, 0, 1);
   v.integer("kv_heads", m.kv_heads, 0, 1);
   v.optional_section("moe", m.moe);
+  v.optional_section("mla", m.mla);
   v.enumeration("activation", m.activation, Activation::gelu);
   v.integer("head_dim", m.attention_head_dim, 0, 0);
   v.boolean("tie_embeddings", m.tie_embeddings, true);

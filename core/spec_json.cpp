@@ -39,7 +39,8 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
            {{"bf16", in_TFLOPs(g.peak_bf16)},
             {"fp16", in_TFLOPs(g.peak_fp16)},
             {"tf32", in_TFLOPs(g.peak_tf32)},
-            {"fp32", in_TFLOPs(g.peak_fp32)}}},
+            {"fp32", in_TFLOPs(g.peak_fp32)},
+            {"fp8", in_TFLOPs(g.peak_fp8)}}},
           {"kernels", kernels}};
 }
 

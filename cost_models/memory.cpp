@@ -13,6 +13,7 @@ double ffn_hidden(const ModelSpec& m) { return m.ffn_hidden > 0 ? m.ffn_hidden :
 
 /// Width of the keys (and of the values): kv_heads * head_dim, = h for multi-head attention.
 double kv_width(const ModelSpec& m) {
+  if (m.mla) return m.kv_width();
   const int kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
   return double(kv_heads) * m.head_dim();
 }
@@ -49,10 +50,12 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   // activation's input (f/h each; a gated activation keeps both its gate and up inputs, 2f/h,
   // as Megatron-Core's fused bias-SwiGLU saves them), and a copy of the attention output where
   // the framework makes one before the projection.
-  const double q = m.q_width() / h;
+  const double q = m.q_width() / h, v = m.v_width() / h;
   const double ffn_stored = m.gated() ? 3.0 : 2.0;
-  double sharded = act * q + 2.0 * act * k / h + act * q + ffn_stored * act * f / h;
-  if (rc.framework->activations.attention_output_copy) sharded += act * q;
+  double sharded = act * q + 2.0 * act * k / h + act * v + ffn_stored * act * f / h;
+  if (rc.framework->activations.attention_output_copy) sharded += act * v;
+  // MLA also keeps its latents (query and key/value, with the RoPE key) for the up-projections.
+  if (m.mla) replicated += act * (m.mla->q_lora_rank + m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) / h;
   if (moe_layer && m.moe) {
     // The dense FFN's stored tensors become the experts': r expert passes per token (capacity
     // padding, or dropless the busiest rank's imbalance) and the shared experts, expert_ffn wide,
@@ -331,7 +334,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
     // all-gathered keys and values of the whole sequence for one layer.
     const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) *
-                      std::max(1, model.kv_heads / plan.tp) * double(model.head_dim());
+                      std::max(model.kv_width() / plan.tp, model.mla ? 0.0 : double(model.head_dim()));
     bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
   }
   if (plan.zero >= 3 && plan.shard_ways() > 1) {

@@ -143,9 +143,21 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     fw = rc.gemm({mm, nn, kk, 1});
     bw = rc.gemm({mm, kk, nn, 1}) + rc.gemm({kk, nn, mm, 1});
   };
-  const double q = m.q_width();
-  fwd_bwd(T, (q + 2 * kv_dim) / t, h, F.qkv, B.qkv);
-  fwd_bwd(T, h, q / t, F.projection, B.projection);
+  const double q = m.q_width(), v_w = m.v_width();
+  if (m.mla) {
+    // MLA (Megatron-Core's MLASelfAttention): the latent down-projections on every TP rank, the
+    // per-head up-projections split over tp.
+    const MlaSpec& a = *m.mla;
+    Seconds f1, b1, f2, b2, f3, b3;
+    fwd_bwd(T, double(a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim), h, f1, b1);
+    fwd_bwd(T, q / t, a.q_lora_rank > 0 ? double(a.q_lora_rank) : h, f2, b2);
+    fwd_bwd(T, double(m.heads) * (a.qk_nope_head_dim + a.v_head_dim) / t, double(a.kv_lora_rank), f3, b3);
+    F.qkv = f1 + f2 + f3;
+    B.qkv = b1 + b2 + b3;
+  } else {
+    fwd_bwd(T, (q + 2 * kv_dim) / t, h, F.qkv, B.qkv);
+  }
+  fwd_bwd(T, h, v_w / t, F.projection, B.projection);
   // Dropout + residual adds at both sites, and re-layout copies around attention.
   F.dropout_residual = stream(tr.residual_forward, T * h / sp, tr.residual_launches_forward) +
                        stream(tr.layout_forward, T * h / t, tr.layout_launches_forward);
@@ -218,7 +230,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // and are left out. Elements: the inputs of QKV, projection, FC1 and FC2 and their output
   // gradients, on this GPU.
   if (x.dtype == Dtype::fp8) {
-    const double inputs = T * h + T * q / t + T * h + ffn_tokens * ffn_width / t + T * shared_width / t;
+    const double inputs = T * h + T * v_w / t + T * h + ffn_tokens * ffn_width / t + T * shared_width / t;
     const double grads = T * (q + 2 * kv_dim) / t + T * h + (ffn_tokens * ffn_width + T * shared_width) * up / t +
                          (ffn_tokens + (shared_width > 0 ? T : 0.0)) * h;
     F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs), 4);
@@ -228,7 +240,9 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // Attention core.
   const bool causal = true;
   if (x.attention != AttentionImpl::unfused) {
-    F.attention_core = rc.flash_forward(b * a_local, tokens, context, d, causal);
+    // MLA: QK^T over nope + rope dims, AV over v dims: the mean head width gives both FLOPs.
+    const double d_attn = m.mla ? (q + v_w) / (2.0 * m.heads) : d;
+    F.attention_core = rc.flash_forward(b * a_local, tokens, context, d_attn, causal);
     B.attention_core = 2.5 * (F.attention_core - rc.params().launch_overhead) + rc.params().launch_overhead;
   } else {
     // Megatron-LM 2021-22: baddbmm QK^T, fused scale-mask-softmax, dropout, bmm AV, all over the

@@ -98,7 +98,7 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
   const ModelSpec& m = in.e.model;
   const PlanGroups g = plan_groups(p, in.e.cluster);
   // Keys and values of this rank's tokens (kv heads split over tp, at least one per rank).
-  const double kv_width = double(std::max(1, m.kv_heads / p.tp)) * m.head_dim();
+  const double kv_width = std::max(m.kv_width() / p.tp, m.mla ? 0.0 : double(m.head_dim()));
   const Bytes kv_local = Bytes(2.0 * in.x.bytes.activation * p.micro_batch * p.local_tokens(m) * kv_width);
   if (p.cp_comm == CpComm::all_gather) {
     return {in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp),

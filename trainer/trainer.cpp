@@ -66,6 +66,7 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   if (mm.attention_head_dim > 0 && mm.attention_head_dim * mm.heads != mm.hidden)
     unsupported("model.head_dim", std::to_string(mm.attention_head_dim), "heads x head_dim != hidden");
   if (!mm.tie_embeddings) unsupported("model.tie_embeddings", "false", "an untied LM head");
+  if (mm.mla) unsupported("model.mla", "(set)", "multi-head latent attention");
   if (mm.position != PositionEmbedding::learned)
     unsupported("model.position_embedding", to_string(mm.position), "position encodings other than learned");
   if (mm.norm != Norm::layernorm) unsupported("model.norm", to_string(mm.norm), "norms other than layernorm");

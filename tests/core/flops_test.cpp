@@ -200,3 +200,20 @@ TEST(ParameterCount, SharedExpertsAndLeadingDenseLayers) {
   // Tied embedding and learned positions (the defaults): 1000 x 1024 + 1024 x 1024.
   EXPECT_DOUBLE_EQ(parameter_count(m), dense_layer + 3 * moe_layer + 1000.0 * 1024 + 1024.0 * 1024 + 1024);
 }
+
+TEST(ParameterCount, DeepSeekV3WithLatentAttention) {
+  // 671B total parameters, 37B activated per token (DeepSeek-V3 technical report, abstract; the
+  // MTP module's extra 14B are not part of the main model).
+  const ModelSpec m = load_model(resolve_scenario("models", "deepseek-v3"));
+  EXPECT_NEAR(parameter_count(m), 671e9, 671e9 * 0.005);
+  EXPECT_NEAR(active_parameter_count(m), 37e9, 37e9 * 0.02);  // "37B": two significant digits
+  // MLA attention weights of one layer by hand: W_DQ 7168 x 1536 (+ its 1536-gain norm), W_UQ
+  // 1536 x 128 x 192, W_DKV 7168 x (512 + 64) (+ 512-gain norm), W_UKV 512 x 128 x (128 + 128),
+  // W_O 128 x 128 x 7168.
+  const double attention = 7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512 + 512.0 * 128 * 256 +
+                           128.0 * 128 * 7168;
+  const double dense_ffn = 3 * 7168.0 * 18432;
+  EXPECT_DOUBLE_EQ(dense_layer_parameters(m), attention + dense_ffn + 2 * 7168.0);
+  // Attention core: QK^T over 192 dims per head, AV over 128: 2 T s 128 (192 + 128).
+  EXPECT_DOUBLE_EQ(attention_core_forward_flops(m, 10, 4096).value(), 2.0 * 10 * 4096 * 128 * (192 + 128));
+}
