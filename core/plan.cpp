@@ -166,6 +166,8 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                       " (each rank holds two of 2 cp chunks for causal load balancing)");
     if (!p.token_slices.empty())
       return fail("plan.cp", str((long long)p.cp), "cannot be combined with TeraPipe token slices");
+    if (m.moe)
+      return fail("plan.cp", str((long long)p.cp), "is not supported with MoE models yet (expert state over dp x cp / ep)");
     if (p.placement != Placement::tp_dp_pp)
       return fail("plan.placement", to_string(p.placement), "must be tp-dp-pp with plan.cp > 1 (tp-cp-dp-pp, Megatron-Core's order)");
     if (p.attention == AttentionImpl::unfused)
@@ -184,9 +186,9 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     if (p.grad_ranks() % p.shard_group != 0)
       return fail("plan.shard_group", str((long long)p.shard_group),
                   "must divide plan.dp * plan.cp = " + str((long long)p.grad_ranks()) + " (replicas of equal shard groups)");
-    if (p.ep > 1)
+    if (m.moe)
       return fail("plan.shard_group", str((long long)p.shard_group),
-                  "is not supported with plan.ep > 1 (expert state shards over dp / ep)");
+                  "is not supported with MoE models yet (expert state shards over dp / ep)");
   }
   if (!p.reshard_after_forward && p.zero != 3)
     return fail("plan.reshard_after_forward", "false", "applies to plan.zero = 3 only (it is " + str((long long)p.zero) + ")");

@@ -119,6 +119,8 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   const PlanSpec& q = p.plan;
   if (q.schedule == Schedule::terapipe) return "";
   if (q.schedule == Schedule::gpipe) return "";
+  // ZeRO-3 / HSDP runs under PyTorch FSDP, not the Megatron-LM flags written here.
+  if (q.zero >= 2 || q.shard_group > 0) return "";
   std::ostringstream s;
   s << "--num-layers " << p.model.layers << " --hidden-size " << p.model.hidden << " --num-attention-heads "
     << p.model.heads << " --ffn-hidden-size " << p.model.ffn_hidden << " --seq-length " << p.model.seq_len
@@ -143,6 +145,8 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.dp_overlap) s << " --overlap-grad-reduce";
   if (q.param_gather_overlap) s << " --overlap-param-gather";
   if (q.tp_overlap) s << " --tp-comm-overlap";
+  if (q.cp > 1)
+    s << " --context-parallel-size " << q.cp << " --cp-comm-type " << (q.cp_comm == CpComm::ring ? "p2p" : "all_gather");
   if (p.model.kv_heads != p.model.heads) s << " --group-query-attention --num-query-groups " << p.model.kv_heads;
   if (p.model.moe)
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k
@@ -152,11 +156,26 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --moe-shared-expert-intermediate-size " << p.model.moe->shared_experts * p.model.expert_ffn();
   if (p.model.moe && !p.model.moe->dropless) s << " --moe-expert-capacity-factor " << p.model.moe->capacity_factor;
   if (p.model.activation == Activation::swiglu) s << " --swiglu";
+  if (p.model.activation == Activation::geglu) return "";  // no Megatron-LM flag for GeGLU
   if (!p.model.tie_embeddings) s << " --untie-embeddings-and-output-weights";
   if (p.model.position == PositionEmbedding::rope) s << " --position-embedding-type rope";
   if (p.model.norm == Norm::rmsnorm) s << " --normalization RMSNorm";
   if (!p.model.bias) s << " --disable-bias-linear";
   if (p.model.attention_head_dim > 0) s << " --kv-channels " << p.model.attention_head_dim;
+  if (p.model.mla) {
+    const MlaSpec& a = *p.model.mla;
+    s << " --multi-latent-attention --kv-lora-rank " << a.kv_lora_rank << " --qk-head-dim " << a.qk_nope_head_dim
+      << " --qk-pos-emb-head-dim " << a.qk_rope_head_dim << " --v-head-dim " << a.v_head_dim;
+    if (a.q_lora_rank > 0) s << " --q-lora-rank " << a.q_lora_rank;
+  }
+  if (p.model.moe && (p.model.moe->first_dense > 0 || p.model.moe->every > 1)) {
+    // Which layers are MoE layers, as Megatron-Core's explicit --moe-layer-freq list (its integer
+    // form counts from layer 0, ModelSpec::is_moe_layer from the every-th).
+    s << " --moe-layer-freq [";
+    for (int l = 0; l < p.model.layers; ++l) s << (l ? "," : "") << (p.model.is_moe_layer(l) ? 1 : 0);
+    s << "]";
+  }
+  if (p.training.dtype == Dtype::fp8) s << " --bf16 --fp8-format hybrid";
   if (p.training.dtype == Dtype::bf16) s << " --bf16";
   if (p.training.dtype == Dtype::fp16) s << " --fp16";
   return s.str();

@@ -350,6 +350,9 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     }
     const double gathered = plan.reshard_after_forward ? 2.0 * largest_layer : stage_layers_params + largest_layer;
     bytes += Bytes(gathered * x.bytes.gather + largest_layer * x.bytes.grad);
+    // A later last stage's LM head unit (untied matrix or tied copy) while it computes.
+    if (stage > 0 && is_last_stage(plan, stage) && fw.has_embedding_and_head)
+      bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);
     if (stage == 0 && fw.has_embedding_and_head)
       bytes += Bytes((double(model.vocab) * model.hidden / plan.tp +
                       (model.position == PositionEmbedding::learned ? double(model.seq_len) * model.hidden : 0.0)) *

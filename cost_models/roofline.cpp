@@ -292,7 +292,8 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   const Seconds loss_fwd = stream(tr.loss_forward, T * V / t, tr.loss_launches_forward);
   const Seconds loss_bwd = stream(tr.loss_backward, T * V / t, tr.loss_launches_backward);
   e.head_forward = norm_fwd + cast_fwd + head + loss_fwd;
-  e.head_backward = norm_bwd + cast_bwd + rc.gemm({T, h, V / t, 1}) + rc.gemm({h, V / t, T, 1}) + loss_bwd;
+  e.head_backward = norm_bwd + cast_bwd + x.roofline16().gemm({T, h, V / t, 1}) + x.roofline16().gemm({h, V / t, T, 1}) +
+                    loss_bwd;
   return e;
 }
 

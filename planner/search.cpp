@@ -72,6 +72,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
   for (int tp = 1; tp <= std::min(r.gpus, r.cluster.gpus_per_node); tp *= 2) {
     if (r.gpus % tp != 0) continue;
     for (int cp : cps) {
+    if (cp > 1 && m.moe) continue;  // check_plan refuses it
     if ((r.gpus / tp) % cp != 0) continue;
     // Pipeline depths: divisors of the layer count (even splits), and the powers of two that do
     // not divide it, split as Llama 3 split 126 layers over 16 stages: every stage ceil(L / pp)
@@ -99,7 +100,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
       const int grad_ranks = dp * cp;
       const int node_shard = std::max(1, r.cluster.gpus_per_node / tp);
       std::vector<std::pair<int, int>> zeros{{0, 0}, {1, 0}, {3, 0}};
-      if (grad_ranks > node_shard && grad_ranks % node_shard == 0 && node_shard > 1) zeros.push_back({3, node_shard});
+      if (!m.moe && grad_ranks > node_shard && grad_ranks % node_shard == 0 && node_shard > 1)
+        zeros.push_back({3, node_shard});
       for (int mb : r.micro_batches) {
         if (r.training.global_batch % (dp * mb) != 0) continue;
         std::vector<std::pair<Schedule, int>> schedules{{Schedule::one_f_one_b, 1}};

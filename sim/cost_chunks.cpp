@@ -71,7 +71,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           Seconds tp_bwd = tp;
           if (p.tp_overlap && p.tp > 1) {
             tp = tp_comm_overlapped(in, tokens, lc.gemm_forward);
-            tp_bwd = tp_comm_overlapped(in, tokens, lc.gemm_backward);
+            tp_bwd = tp_comm_overlapped(in, tokens, lc.gemm_backward, true);
           }
           if (p.cp > 1) {
             const CpLayerComm cpc = cp_comm_per_layer(in, lc.attention_forward, lc.attention_backward);

@@ -57,7 +57,8 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     }
     // Expert gradients are replicated over dp / ep ranks.
     const int dp_over_ep = p.dp / p.ep;
-    if (expert_grads > Bytes(0) && dp_over_ep > 1) {
+    // (Under ZeRO-3 the experts' gradients are reduce-scattered unit by unit with the rest.)
+    if (expert_grads > Bytes(0) && dp_over_ep > 1 && p.zero < 3) {
       CommGroup eg = dp;
       eg.ranks = dp_over_ep;
       eg.nodes = std::max(1, eg.nodes * dp_over_ep / std::max(1, p.dp));
@@ -122,8 +123,12 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const double gb = in.x.bytes.gather, rb = in.x.bytes.grad;
   const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
   const double contention = sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
-  auto gather = [&](double params) { return in.comm.time(Collective::all_gather, Bytes(params * gb), shard); };
-  auto reduce = [&](double params) { return in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard); };
+  auto gather = [&](double params) {
+    return params > 0 ? in.comm.time(Collective::all_gather, Bytes(params * gb), shard) : Seconds(0);
+  };
+  auto reduce = [&](double params) {
+    return params > 0 ? in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard) : Seconds(0);
+  };
   // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
   const int tokens = p.local_tokens(m);
   const Seconds tp = tp_comm_per_layer(in, tokens);
@@ -141,8 +146,11 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
     for (int l : layers) layer_params += cost_models::layer_parameters_on_gpu(m, p, l).total();
     // The embedding (with the positions and, on a one-stage pipeline, the final norm): what the
     // stage holds beyond its layers, on the first stage.
-    const double edge_params =
-        s == 0 ? cost_models::parameters_on_gpu(fw, m, p, s).total() - layer_params : 0.0;
+    // The embedding on the first stage; on a later last stage, the LM head (an untied matrix or
+    // Megatron's tied copy) and the final norm: what the stage holds beyond its layers.
+    const double beyond_layers = cost_models::parameters_on_gpu(fw, m, p, s).total() - layer_params;
+    const double edge_params = s == 0 ? beyond_layers : 0.0;
+    const double head_params = s > 0 && s == p.pp - 1 ? beyond_layers : 0.0;
     for (int ch = 0; ch < v; ++ch) {
       const bool first_segment = s == 0 && ch == 0 && fw.has_embedding_and_head;
       const bool last_segment = s == p.pp - 1 && ch == v - 1 && fw.has_embedding_and_head;
@@ -160,8 +168,9 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
                        reduce(params)});
       }
       if (last_segment) {
-        fwd.push_back({Seconds(0), edges.head_forward, Seconds(0)});
-        bwd.push_back({Seconds(0), edges.head_backward, Seconds(0)});
+        fwd.push_back({gather(head_params), edges.head_forward, Seconds(0)});
+        bwd.push_back({p.reshard_after_forward ? gather(head_params) : Seconds(0), edges.head_backward,
+                       reduce(head_params)});
       }
       std::reverse(bwd.begin(), bwd.end());
       if (first_segment) bwd.push_back({Seconds(0), edges.embedding_backward, reduce(edge_params)});
@@ -169,8 +178,10 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         chunk_slices.forward_dp_comm = exposed_under_prefetch(fwd, contention);
         chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention);
       }
-      const double gathered = (first_segment ? edge_params : 0.0) + chunk_params * (p.reshard_after_forward ? 2.0 : 1.0);
-      const double reduced = (first_segment ? edge_params : 0.0) + chunk_params;
+      const double head = last_segment ? head_params : 0.0;
+      const double gathered =
+          (first_segment ? edge_params : 0.0) + (chunk_params + head) * (p.reshard_after_forward ? 2.0 : 1.0);
+      const double reduced = (first_segment ? edge_params : 0.0) + chunk_params + head;
       c.zero3_gather_bytes[s] += Bytes(gathered * gb * sent * micro_batches);
       c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * micro_batches);
     }

@@ -127,7 +127,7 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   return 2.0 * in.comm.time(Collective::all_reduce, act, tp);
 }
 
-Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms) {
+Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward) {
   const PlanSpec& p = in.e.plan;
   if (p.tp == 1) return Seconds(0);
   if (!p.tp_overlap) return tp_comm_per_layer(in, tokens);
@@ -136,7 +136,7 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   const Seconds ag = in.comm.time(Collective::all_gather, act, tp), rs = in.comm.time(Collective::reduce_scatter, act, tp);
   const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
   const double contention = sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
-  const Seconds comm[4] = {ag, rs, ag, rs};
+  const Seconds comm[4] = {backward ? rs : ag, backward ? ag : rs, backward ? rs : ag, backward ? ag : rs};
   Seconds exposed;
   for (int i = 0; i < 4; ++i) {
     const Seconds e = max(comm[i] / double(p.tp), comm[i] - gemms[i]);

@@ -102,7 +102,9 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
 /// "Overlap communication with dependent computation via decomposition"): per collective
 /// max(c / tp, c - g) is exposed, and the hidden part costs SM contention ctas / (sms - ctas).
 /// `gemms` are the four GEMMs in that order. Falls back to the blocking cost without overlap.
-Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms);
+/// In the backward the pairs turn around: the QKV and FC1 input gradients feed reduce-scatters,
+/// the projection's and FC2's gradients follow all-gathers (`backward`).
+Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward = false);
 
 /// Durations of every task of one iteration.
 WorkloadCosts cost_workload(const CostInputs& in);

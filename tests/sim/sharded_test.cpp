@@ -214,3 +214,20 @@ TEST(ZeroThree, WeakScalingFallsOnceGathersNoLongerHide) {
             }(), EngineKind::analytic).breakdown.dp_comm_exposed),
             fwd_floor);
 }
+
+TEST(CostShardedParameters, TheLastStagesHeadIsAUnitToo) {
+  // pp 2 x dp 8: the last stage holds 12 layers and the LM head's tied copy (vocab x h, Megatron's
+  // and PyTorch's pipeline convention here) with the final norm; ZeRO-3 gathers and reduces it
+  // like a layer: per micro-batch 2 x (12 layers + head) gathered, (12 layers + head) reduced.
+  Experiment e = fsdp();
+  e.plan.pp = 2;
+  e.plan.dp = 8;
+  validate_experiment(e);
+  Costed k(e);
+  const ModelSpec& m = k.e.model;
+  const double h = m.hidden, layer = 12 * h * h + 13 * h;
+  const double head = double(m.vocab) * h + 2 * h;
+  const double sent = 7.0 / 8.0 * e.plan.micro_batches(e.training);
+  EXPECT_NEAR(k.c.zero3_gather_bytes[1].value(), 2 * (12 * layer + head) * 2 * sent, 1.0);
+  EXPECT_NEAR(k.c.zero3_reduce_bytes[1].value(), (12 * layer + head) * 4 * sent, 1.0);
+}
