@@ -1,6 +1,7 @@
 #include "cost_models/memory.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
@@ -191,8 +192,9 @@ std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int 
   const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
   std::vector<int> layers;
   if (v == 1) {
-    const int first = stage_first_layers(model, plan)[stage];
-    const int count = stage_layer_counts(model, plan)[stage];
+    const std::vector<int> counts = stage_layer_counts(model, plan);
+    const int first = std::accumulate(counts.begin(), counts.begin() + stage, 0);
+    const int count = counts[stage];
     for (int l = first; l < first + count; ++l) layers.push_back(l);
     return layers;
   }

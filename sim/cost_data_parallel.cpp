@@ -121,8 +121,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const int micro_batches = p.micro_batches(in.e.training);
   const double sent = (k - 1.0) / k;  // of each gathered or reduced buffer, per GPU (ring)
   const double gb = in.x.bytes.gather, rb = in.x.bytes.grad;
-  const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
-  const double contention = sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
+  const double contention = overlap_contention(in);
   auto gather = [&](double params) {
     return params > 0 ? in.comm.time(Collective::all_gather, Bytes(params * gb), shard) : Seconds(0);
   };

@@ -127,6 +127,11 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   return 2.0 * in.comm.time(Collective::all_reduce, act, tp);
 }
 
+double overlap_contention(const CostInputs& in) {
+  const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
+  return sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
+}
+
 Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward) {
   const PlanSpec& p = in.e.plan;
   if (p.tp == 1) return Seconds(0);
@@ -134,8 +139,7 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   const CommGroup tp = plan_groups(p, in.e.cluster).tp;
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
   const Seconds ag = in.comm.time(Collective::all_gather, act, tp), rs = in.comm.time(Collective::reduce_scatter, act, tp);
-  const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
-  const double contention = sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
+  const double contention = overlap_contention(in);
   const Seconds comm[4] = {backward ? rs : ag, backward ? ag : rs, backward ? rs : ag, backward ? ag : rs};
   Seconds exposed;
   for (int i = 0; i < 4; ++i) {

@@ -96,6 +96,10 @@ Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch
 /// 2 reduce-scatters (Korthikanti 2022 sec. 4.2). Zero at tp = 1.
 Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
 
+/// The compute time added per second of compute that runs beside a bulk collective: the SMs its
+/// thread blocks hold, ctas / (sms - ctas) (CommParams::overlap_ctas); 0 when unknown.
+double overlap_contention(const CostInputs& in);
+
 /// With plan.tp_overlap: one layer's TP collectives (all-gather before QKV and FC1, reduce-scatter
 /// after the projection and FC2) split into tp chunks, each chunk's transfer overlapping the GEMM
 /// chunk it feeds (Transformer Engine's userbuffers, torchtitan's async TP; Wang et al. 2023,

@@ -9,6 +9,7 @@
 
 #include "core/flops.hpp"
 #include "core/scenario.hpp"
+#include "cost_models/roofline.hpp"
 
 namespace foresight::cost_models {
 namespace {
@@ -493,11 +494,6 @@ TEST(ParametersOnGpu, TeraPipeStagesHoldLayersOnly) {
     EXPECT_NEAR(parameters_on_gpu(framework_traits(e.plan.framework), e.model, e.plan, s).total(), 12 * h * h + 13 * h, 1.0) << s;
 }
 
-}  // namespace
-}  // namespace foresight::cost_models
-
-namespace foresight::cost_models {
-namespace {
 
 TEST(UnevenPipeline, LayersPerStageAndTheirMemoryByHand) {
   // GPT-3 175B's 96 layers on pp 8 as Megatron's --decoder-first/last-pipeline-num-layers 9 / 9:
@@ -528,11 +524,6 @@ TEST(UnevenPipeline, LayersPerStageAndTheirMemoryByHand) {
   for (int s = 0; s < 8; ++s) EXPECT_EQ(stage_layers(m, q, s), stage_layers(m, p, s)) << s;
 }
 
-}  // namespace
-}  // namespace foresight::cost_models
-
-namespace foresight::cost_models {
-namespace {
 
 TEST(ActivationBytesPerLayer, GatedMlpStoresGateUpAndProduct) {
   // Llama 3.1 8B, one sequence of 8192, tp 1, Megatron-Core (fused attention, bf16, dropout masks
@@ -548,13 +539,6 @@ TEST(ActivationBytesPerLayer, GatedMlpStoresGateUpAndProduct) {
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p), m, p, 1, 8192).value(), units * sbh + 4.0 * 32 * 8192);
 }
 
-}  // namespace
-}  // namespace foresight::cost_models
-
-#include "cost_models/roofline.hpp"
-
-namespace foresight::cost_models {
-namespace {
 
 TEST(MoeCompute, BusiestExpertTokensDropless) {
   // Mixtral 8x7B, dropless with a stated imbalance of 1.3, ep 8 (one expert per GPU): a GPU's
@@ -579,11 +563,6 @@ TEST(MoeCompute, BusiestExpertTokensDropless) {
   EXPECT_DOUBLE_EQ(l1.forward_ops.fc1.value(), x1.roofline().gemm({4096 * 2 * 1.3 / 8, 2 * 14336.0, 4096.0, 8}).value());
 }
 
-}  // namespace
-}  // namespace foresight::cost_models
-
-namespace foresight::cost_models {
-namespace {
 
 TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
   // Llama 3.1 8B on one H100, tp 1, 4096 tokens, FP8 linears: the forward quantizes the inputs of

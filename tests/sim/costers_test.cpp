@@ -6,6 +6,7 @@
 
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
+#include "tests/sim/costed.hpp"
 
 using namespace foresight;
 using namespace foresight::sim;
@@ -36,21 +37,8 @@ Experiment small() {
   return e;
 }
 
-struct Costed {
-  Experiment e;
-  cost_models::ExecutionModel x;
-  ComputeCosts compute = round_compute();
-  CommModel comm;
-  WorkloadCosts c;
-  explicit Costed(Experiment ex) : e(std::move(ex)), x(cost_models::execution_model(e.training, e.plan)), comm(e.cluster) {
-    c.shape = ScheduleShape{e.plan.schedule, e.plan.pp, e.plan.micro_batches(e.training),
-                            e.plan.schedule == Schedule::interleaved ? e.plan.virtual_stages : 1,
-                            e.plan.token_slices.empty() ? 1 : int(e.plan.token_slices.size())};
-  }
-  CostInputs in() const { return {e, x, compute, comm}; }
-  double params(int stage) const {
-    return cost_models::parameters_on_gpu(*x.framework, e.model, e.plan, stage).total();
-  }
+struct Costed : fixtures::Costed {
+  explicit Costed(Experiment ex) : fixtures::Costed(std::move(ex), round_compute()) {}
 };
 
 }  // namespace

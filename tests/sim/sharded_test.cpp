@@ -10,6 +10,7 @@
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
 #include "sim/costers.hpp"
+#include "tests/sim/costed.hpp"
 
 using namespace foresight;
 using namespace foresight::sim;
@@ -44,19 +45,13 @@ Experiment fsdp() {
   return e;
 }
 
-struct Costed {
-  Experiment e;
-  cost_models::ExecutionModel x;
-  ComputeCosts compute = round_compute();
-  CommModel comm;
-  WorkloadCosts c;
-  explicit Costed(Experiment ex) : e(std::move(ex)), x(cost_models::execution_model(e.training, e.plan)), comm(e.cluster) {
-    c.shape = ScheduleShape{e.plan.schedule, e.plan.pp, e.plan.micro_batches(e.training), 1, 1};
+// The fixture with the data-parallel costers already run.
+struct Costed : fixtures::Costed {
+  explicit Costed(Experiment ex) : fixtures::Costed(std::move(ex), round_compute()) {
     cost_layer_chunks(in(), c);
     cost_data_parallel(in(), c);
     cost_sharded_parameters(in(), c);
   }
-  CostInputs in() const { return {e, x, compute, comm}; }
 };
 
 }  // namespace
