@@ -31,8 +31,8 @@ enum class Dtype { fp32, tf32, fp16, bf16, fp8 };
 FORESIGHT_ENUM_NAMES(Dtype, {Dtype::fp32, "fp32"}, {Dtype::tf32, "tf32"}, {Dtype::fp16, "fp16"},
                      {Dtype::bf16, "bf16"}, {Dtype::fp8, "fp8"});
 
-enum class Optimizer { adam, sgd };
-FORESIGHT_ENUM_NAMES(Optimizer, {Optimizer::adam, "adam"}, {Optimizer::sgd, "sgd"});
+enum class Optimizer { adam, sgd, lamb };
+FORESIGHT_ENUM_NAMES(Optimizer, {Optimizer::adam, "adam"}, {Optimizer::sgd, "sgd"}, {Optimizer::lamb, "lamb"});
 
 /// How GPUs inside one node are connected.
 enum class IntraFabric { nvswitch, nvlink_mesh, pcie };

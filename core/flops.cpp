@@ -1,5 +1,7 @@
 #include "core/flops.hpp"
 
+#include <algorithm>
+
 namespace foresight {
 
 namespace {
@@ -42,7 +44,8 @@ double ffn_parameters_of_width(const ModelSpec& m, double width) {
 double norm_parameters(const ModelSpec& m) { return m.norm == Norm::rmsnorm ? double(m.hidden) : 2.0 * m.hidden; }
 
 double dense_layer_parameters(const ModelSpec& m) {
-  return attention_weights(m) + attention_biases(m) + ffn_parameters(m) + 2.0 * norm_parameters(m);
+  const double sinks = m.attention_sinks ? double(m.heads) : 0.0;
+  return attention_weights(m) + attention_biases(m) + sinks + ffn_parameters(m) + m.norms_per_layer() * norm_parameters(m);
 }
 
 double embedding_parameters(const ModelSpec& m) {
@@ -77,12 +80,14 @@ double active_parameter_count(const ModelSpec& m) {
   return layers + embeddings + norm_parameters(m);
 }
 
-Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq) {
-  // QK^T (2 tokens seq q) and AV (2 tokens seq v); q = v = heads x head_dim unless MLA.
-  return Flops(2.0 * tokens * seq * (m.q_width() + m.v_width()));
+Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq, int window) {
+  // QK^T (2 tokens seq q) and AV (2 tokens seq v); q = v = heads x head_dim unless MLA. A
+  // windowed layer's queries see at most `window` keys (same convention: no causal halving).
+  const double context = window > 0 ? std::min(seq, double(window)) : seq;
+  return Flops(2.0 * tokens * context * (m.q_width() + m.v_width()));
 }
 
-Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool moe_layer) {
+Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool moe_layer, int window) {
   const double gemm_weights_attn = attention_weights(m);
   double ffn_weights = ffn_weight_matrices(m) * double(m.hidden) * m.ffn_hidden;
   double router = 0;
@@ -93,7 +98,7 @@ Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool mo
     router = double(m.hidden) * m.moe->experts;
   }
   return Flops(2.0 * tokens * (gemm_weights_attn + ffn_weights + router)) +
-         attention_core_forward_flops(m, tokens, seq);
+         attention_core_forward_flops(m, tokens, seq, window);
 }
 
 Flops logits_forward_flops(const ModelSpec& m, double tokens) {
@@ -104,7 +109,7 @@ namespace {
 Flops layers_forward(const ModelSpec& m, double batch) {
   const double tokens = batch * m.seq_len;
   Flops sum;
-  for (int l = 0; l < m.layers; ++l) sum += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l));
+  for (int l = 0; l < m.layers; ++l) sum += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l), m.window_of(l));
   return sum;
 }
 }  // namespace
@@ -119,8 +124,11 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute r
   switch (recompute) {
     case Recompute::none: return model;
     case Recompute::full: return model + layers_forward(m, batch);
-    case Recompute::selective:
-      return model + attention_core_forward_flops(m, batch * m.seq_len, m.seq_len) * double(m.layers);
+    case Recompute::selective: {
+      Flops cores;
+      for (int l = 0; l < m.layers; ++l) cores += attention_core_forward_flops(m, batch * m.seq_len, m.seq_len, m.window_of(l));
+      return model + cores;
+    }
   }
   return model;
 }

@@ -11,8 +11,9 @@
 
 namespace foresight {
 
-/// Parameters of one dense transformer layer: QKV, output projection, two FFN GEMMs, their biases
-/// and two layernorms (Megatron: 12h^2 + 13h when ffn = 4h and kv_heads = heads).
+/// Parameters of one dense transformer layer: QKV, output projection, two FFN GEMMs, their biases,
+/// the norms (two; a parallel block's one or two) and attention sinks if any (Megatron: 12h^2 +
+/// 13h when ffn = 4h and kv_heads = heads).
 double dense_layer_parameters(const ModelSpec& m);
 
 /// One FFN (or one expert): its weight matrices (2, or 3 for a gated activation) of h x ffn, and
@@ -38,11 +39,13 @@ double active_parameter_count(const ModelSpec& m);
 
 /// Forward FLOPs of one transformer layer for `tokens` tokens with context length `seq`:
 /// GEMMs 2*tokens*(QKV + proj + FFN weights) plus attention 4*tokens*seq*h (QK^T and AV).
-/// MoE layers count top_k experts per token and the router.
-Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool moe_layer);
+/// MoE layers count top_k experts per token and the router; a layer with a sliding window
+/// (`window` > 0, ModelSpec::window_of) attends to min(window, seq) positions per token.
+Flops layer_forward_flops(const ModelSpec& m, double tokens, double seq, bool moe_layer, int window = 0);
 
-/// Forward FLOPs of the attention core alone (QK^T, AV): 4*tokens*seq*h.
-Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq);
+/// Forward FLOPs of the attention core alone (QK^T, AV): 4*tokens*seq*h, or with a window
+/// 4*tokens*min(window, seq)*h.
+Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq, int window = 0);
 
 /// Forward FLOPs of the LM head (logits): 2*tokens*h*V.
 Flops logits_forward_flops(const ModelSpec& m, double tokens);

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/enums.hpp"
 
@@ -40,6 +41,16 @@ struct MlaSpec {
   int v_head_dim = 128;
 };
 
+/// Sliding-window (local) attention: a query attends to itself and the size - 1 positions before
+/// it (Mistral 7B, Jiang et al. 2023, arXiv:2310.06825; GPT-OSS, OpenAI 2025 model card: 128
+/// tokens on every other layer; Gemma 2/3: local layers between global ones).
+struct AttentionWindowSpec {
+  int size = 0;  // tokens visible to a query, itself included
+  /// Which layers are windowed, repeating from layer 0: 1 = windowed, 0 = full attention
+  /// (GPT-OSS [1, 0]; Gemma 3 [1, 1, 1, 1, 1, 0]). Empty: every layer.
+  std::vector<int> pattern;
+};
+
 struct ModelSpec {
   std::string name;
   int layers = 0;
@@ -59,6 +70,17 @@ struct ModelSpec {
   PositionEmbedding position = PositionEmbedding::learned;
   Norm norm = Norm::layernorm;
   bool bias = true;  // the linear layers have biases (GPT-2/3); Llama-style models have none
+  std::optional<AttentionWindowSpec> attention_window = std::nullopt;
+  /// A learned logit per head added to every softmax's denominator (GPT-OSS "attention sinks"):
+  /// heads parameters per layer, no GEMM work.
+  bool attention_sinks = false;
+  /// Attention and MLP read the same layer input and their outputs are summed into the residual
+  /// (GPT-J, GPT-NeoX, PaLM sec. 2): with tensor parallelism one all-reduce (or all-gather +
+  /// reduce-scatter) per direction instead of two, as GPT-NeoX's gpt_j_residual does.
+  bool parallel_block = false;
+  /// Norms per layer in a parallel block: 1 (GPT-J, PaLM: one norm feeds both branches) or 2
+  /// (GPT-NeoX-20B: one per branch, both over the same input). A sequential block has 2.
+  int parallel_block_norms = 1;
 
   int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden / heads; }
   /// Width of the queries and keys (QK^T's inner dimension summed over heads): heads x head_dim,
@@ -72,6 +94,16 @@ struct ModelSpec {
   /// two): kv_heads x head_dim; MLA (keys and values expanded from the latent per head) the mean
   /// of q_width and v_width.
   double kv_width() const { return mla ? (q_width() + v_width()) / 2 : double(kv_heads) * head_dim(); }
+  /// Norms in one layer (the final norm not included).
+  int norms_per_layer() const { return parallel_block ? parallel_block_norms : 2; }
+  /// Positions a query of layer `layer` (0-based) may see at most: the window, or 0 for full
+  /// (causal) attention.
+  int window_of(int layer) const {
+    if (!attention_window || attention_window->size <= 0) return 0;
+    const std::vector<int>& pat = attention_window->pattern;
+    if (pat.empty()) return attention_window->size;
+    return pat[std::size_t(layer) % pat.size()] != 0 ? attention_window->size : 0;
+  }
   bool gated() const { return activation == Activation::swiglu || activation == Activation::geglu; }
   /// Number of layers whose FFN is a Mixture-of-Experts layer.
   int moe_layers() const {

@@ -77,6 +77,23 @@ std::optional<PlanViolation> check_model(const ModelSpec& m) {
       return fail("model.moe.every", str((long long)m.moe->every),
                   "must not exceed model.layers = " + str((long long)m.layers));
   }
+  if (m.attention_window) {
+    const AttentionWindowSpec& w = *m.attention_window;
+    if (int(w.pattern.size()) > m.layers)
+      return fail("model.attention_window.pattern", entries(w.pattern.size(), "entries"),
+                  "must not be longer than model.layers = " + str((long long)m.layers));
+    for (int x : w.pattern)
+      if (x != 0 && x != 1)
+        return fail("model.attention_window.pattern", str((long long)x), "entries must be 1 (windowed) or 0 (full attention)");
+    if (!w.pattern.empty() && std::find(w.pattern.begin(), w.pattern.end(), 1) == w.pattern.end())
+      return fail("model.attention_window.pattern", "all 0", "windows no layer (leave model.attention_window out instead)");
+  }
+  if (m.parallel_block_norms > 2)
+    return fail("model.parallel_block_norms", str((long long)m.parallel_block_norms),
+                "must be 1 (one norm feeds both branches) or 2 (one per branch)");
+  if (m.parallel_block_norms != 1 && !m.parallel_block)
+    return fail("model.parallel_block_norms", str((long long)m.parallel_block_norms),
+                "applies to model.parallel_block = true only (a sequential block has two norms)");
   return std::nullopt;
 }
 
@@ -172,6 +189,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.placement", to_string(p.placement), "must be tp-dp-pp with plan.cp > 1 (tp-cp-dp-pp, Megatron-Core's order)");
     if (p.attention == AttentionImpl::unfused)
       return fail("plan.attention", "unfused", "context parallelism runs on fused attention kernels (flash or cudnn)");
+    // Transformer Engine's ring attention (the p2p exchange Megatron-Core uses) has no
+    // sliding-window masks; the exchange of windowed layers is not modelled either.
+    if (m.attention_window)
+      return fail("plan.cp", str((long long)p.cp), "is not supported with sliding-window attention (model.attention_window)");
   }
   if (p.tp_overlap) {
     if (!framework_traits(p.framework).tp_overlap)

@@ -54,6 +54,12 @@ void visit_fields(V& v, S& a) {
   v.integer("v_head_dim", a.v_head_dim, 128, 1);
 }
 
+template <class V, SpecOf<AttentionWindowSpec> S>
+void visit_fields(V& v, S& w) {
+  v.integer("size", w.size, std::nullopt, 1);
+  v.int_list("pattern", w.pattern, 0);
+}
+
 template <class V, SpecOf<ModelSpec> S>
 void visit_fields(V& v, S& m) {
   v.text("name", m.name, std::nullopt);
@@ -72,6 +78,10 @@ void visit_fields(V& v, S& m) {
   v.enumeration("position_embedding", m.position, PositionEmbedding::learned);
   v.enumeration("norm", m.norm, Norm::layernorm);
   v.boolean("bias", m.bias, true);
+  v.optional_section("attention_window", m.attention_window);
+  v.boolean("attention_sinks", m.attention_sinks, false);
+  v.boolean("parallel_block", m.parallel_block, false);
+  v.integer("parallel_block_norms", m.parallel_block_norms, 1, 1);
 }
 
 template <class V, SpecOf<TrainingSpec> S>

@@ -45,8 +45,11 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
 
   const double f = ffn_hidden(m), k = kv_width(m);
   // In units of sbh bytes. Replicated across the TP group unless sequence parallel:
-  // QKV input, FFN input, two layernorm inputs (residual stream), two dropout masks.
+  // QKV input, FFN input, two layernorm inputs (residual stream), two dropout masks. A parallel
+  // block's norms both read the layer input (stored once); with one shared norm QKV and FFN read
+  // the same normed tensor too.
   double replicated = act + act + 2.0 * res + 2.0 * mask;
+  if (m.parallel_block) replicated = act * m.parallel_block_norms + res + 2.0 * mask;
   // Divided by t: Q (q/h), K and V (k/h each), projection input (q/h), FC2 input and the
   // activation's input (f/h each; a gated activation keeps both its gate and up inputs, 2f/h,
   // as Megatron-Core's fused bias-SwiGLU saves them), and a copy of the attention output where

@@ -11,7 +11,7 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   s.weight = (fp32_training || r.fp32_parameters) ? 4.0 : 2.0;
   s.weight_copy = (!fp32_training && r.fp32_parameters) ? 2.0 : 0.0;
   s.master = s.weight < 4.0 ? 4.0 : 0.0;
-  s.moments = optimizer == Optimizer::adam ? 8.0 : 4.0;
+  s.moments = optimizer == Optimizer::sgd ? 4.0 : 8.0;
   s.grad = s.weight;
   s.gather = fp32_training ? 4.0 : 2.0;
   s.main_grad_copy = 0.0;
@@ -21,6 +21,16 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   }
   s.accumulate = (r.fp32_main_grads && s.weight < 4.0) ? 4.0 + s.weight + 4.0 : 3.0 * s.grad;
   s.optimizer_step = 4.0 + 2.0 * (4.0 + s.moments) + (s.master > 0 ? s.weight : 0.0);
+  if (optimizer == Optimizer::lamb) {
+    // LAMB (You et al. 2020, arXiv:1904.00962, Algorithm 2) scales each tensor's Adam-style update
+    // by ||w|| / ||update||, so the fused kernel splits in two around the norms (NVIDIA apex
+    // csrc/multi_tensor_lamb.cu: LAMBStage1Functor writes the update, multi_tensor_l2norm reads
+    // the fp32 weights and the update, LAMBStage2Functor reads both again and writes the
+    // weights): beyond Adam's pass, write the update (4), two norm reads (4 + 4), the second
+    // stage's reads of weight and update (4 + 4) = 20 bytes per parameter, in 4 launches.
+    s.optimizer_step += 20.0;
+    s.optimizer_launches = 4;
+  }
   s.traffic_scale = fp32_training ? 2.0 : 1.0;
   s.first_accumulation_free = r.grads_freed_between_steps;
   return s;

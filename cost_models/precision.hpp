@@ -22,7 +22,7 @@ struct ElementSizes {
   double gather = 2;
   double master = 4;          // the optimizer's fp32 master copy (0 when weights are fp32)
   double main_grad_copy = 0;  // the optimizer's fp32 copy of 16-bit gradients (Megatron fp16)
-  double moments = 8;         // optimizer state: Adam m and v (8), SGD momentum (4)
+  double moments = 8;         // optimizer state: Adam or LAMB m and v (8), SGD momentum (4)
   /// HBM bytes per parameter each time one micro-batch's weight gradients are added into the
   /// gradient buffer: Megatron-LM's fp32 main grad, `param.main_grad.add_(param.grad.data)`
   /// (megatron/model/distributed.py): read fp32 (4), read the 16-bit grad (2), write fp32 (4) = 10;
@@ -31,8 +31,10 @@ struct ElementSizes {
   /// HBM bytes per parameter of the fused optimizer step: read the gradient as fp32 (4), read and
   /// write the fp32 master (or fp32 parameter) and the moments (2 x (4 + moments)), write the
   /// 16-bit model copy where a separate master exists. Fused Adam with 16-bit weights: 30;
-  /// PyTorch's fused AdamW on fp32 parameters: 28.
+  /// PyTorch's fused AdamW on fp32 parameters: 28. LAMB adds 20 (see element_sizes).
   double optimizer_step = 30;
+  /// Kernels of one optimizer step (multi-tensor launches): 1 for fused Adam/SGD, 4 for LAMB.
+  int optimizer_launches = 1;
   /// Elementwise kernels' traffic relative to the framework's 16-bit recipe (2 for fp32/tf32).
   double traffic_scale = 1;
   /// Per-step HBM bytes of a weight-gradient accumulation pass are paid by micro-batches after

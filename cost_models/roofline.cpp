@@ -103,12 +103,22 @@ double fused_attention_shape_factor(double head_dim, double context) {
   return (at64 + w * (at128 - at64)) / 265.0;
 }
 
-Seconds RooflineCompute::flash_forward(double bh, double tokens, double context, double d, bool causal) const {
+Seconds RooflineCompute::flash_forward(double bh, double tokens, double context, double d, bool causal,
+                                       int window) const {
   // QK^T and AV over the visible part of the (tokens x context) score matrix.
   double visible = tokens * context;
   if (causal) visible -= tokens * (tokens - 1) / 2.0;  // a slice sees its prefix plus its own causal triangle
+  double band = context;
+  if (causal && window > 0 && window < context) {
+    // The slice's queries sit at positions context - tokens + 1 .. context (1-based); query j sees
+    // min(j, w) keys. seen(n) = sum over j <= n of min(j, w).
+    const double w = window;
+    auto seen = [w](double n) { return n <= w ? n * (n + 1) / 2.0 : w * (w + 1) / 2.0 + (n - w) * w; };
+    visible = seen(context) - seen(context - tokens);
+    band = w;
+  }
   const double flops = 4.0 * bh * visible * d;
-  const double efficiency = p_.flash_efficiency * (p_.fused_attention_shape ? fused_attention_shape_factor(d, context) : 1.0);
+  const double efficiency = p_.flash_efficiency * (p_.fused_attention_shape ? fused_attention_shape_factor(d, band) : 1.0);
   return Seconds(flops / (attention_peak_.value() * efficiency)) + p_.launch_overhead;
 }
 
@@ -118,7 +128,7 @@ Seconds LayerOpTimes::forward() const {
 }
 
 LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
-                       bool moe_layer) {
+                       bool moe_layer, int window) {
   const RooflineCompute& rc = x.roofline();
   const ElementwiseTraffic& tr = x.framework->elementwise;
   const double scale = x.bytes.traffic_scale;
@@ -135,9 +145,11 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   LayerOpTimes& F = L.forward_ops;
   LayerOpTimes& B = L.backward_ops;
 
-  // The two layer norms (with the framework's casts around them).
-  F.layernorms = stream(tr.norms_forward, T * h / sp, tr.norms_launches_forward);
-  B.layernorms = stream(tr.norms_backward, T * h / sp, tr.norms_launches_backward);
+  // The layer's norms (with the framework's casts around them): the framework's traffic is for
+  // two; a parallel block with one shared norm moves half.
+  const double norms = m.norms_per_layer() / 2.0;
+  F.layernorms = stream(norms * tr.norms_forward, T * h / sp, std::max(1, int(norms * tr.norms_launches_forward)));
+  B.layernorms = stream(norms * tr.norms_backward, T * h / sp, std::max(1, int(norms * tr.norms_launches_backward)));
   // Dense GEMMs; backward = data gradient + weight gradient, each of the forward's FLOPs.
   auto fwd_bwd = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
     fw = rc.gemm({mm, nn, kk, 1});
@@ -242,7 +254,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   if (x.attention != AttentionImpl::unfused) {
     // MLA: QK^T over nope + rope dims, AV over v dims: the mean head width gives both FLOPs.
     const double d_attn = m.mla ? (q + v_w) / (2.0 * m.heads) : d;
-    F.attention_core = rc.flash_forward(b * a_local, tokens, context, d_attn, causal);
+    F.attention_core = rc.flash_forward(b * a_local, tokens, context, d_attn, causal, window);
     B.attention_core = 2.5 * (F.attention_core - rc.params().launch_overhead) + rc.params().launch_overhead;
   } else {
     // Megatron-LM 2021-22: baddbmm QK^T, fused scale-mask-softmax, dropout, bmm AV, all over the
@@ -298,7 +310,7 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
 }
 
 Seconds optimizer_time(const ExecutionModel& x, double params) {
-  return x.roofline().memory_bound(Bytes(x.bytes.optimizer_step * params), 1);
+  return x.roofline().memory_bound(Bytes(x.bytes.optimizer_step * params), x.bytes.optimizer_launches);
 }
 
 }  // namespace foresight::cost_models

@@ -89,7 +89,11 @@ class RooflineCompute {
   /// A fused attention forward (causal when context == tokens and the slice is the whole
   /// sequence: half the score matrix; a later TeraPipe slice attends to its whole prefix), at the
   /// execution's fused-attention efficiency scaled by fused_attention_shape_factor.
-  Seconds flash_forward(double batch_heads, double tokens, double context, double head_dim, bool causal) const;
+  /// `window` > 0: sliding-window attention, each query sees at most `window` positions (itself
+  /// included); the kernel skips the blocks outside the band (FlashAttention-2's window_size) and
+  /// its efficiency follows the band's width rather than the context.
+  Seconds flash_forward(double batch_heads, double tokens, double context, double head_dim, bool causal,
+                        int window = 0) const;
 
   const GpuSpec& gpu() const { return gpu_; }
   FlopsPerSecond peak() const { return peak_; }
@@ -129,8 +133,9 @@ struct LayerTimes {
 /// Narayanan et al. 2021 sec. 3.2: QKV (T, 3h/t, h), projection (T, h, h/t), FC1 (T, f/t, h),
 /// FC2 (T, h, f/t), T = micro_batch * tokens), run as the execution runs it: its attention kernel,
 /// MoE dispatch and elementwise kernels (FrameworkTraits::elementwise, scaled by the element size).
+/// `window`: the layer's sliding window (ModelSpec::window_of), 0 for full attention.
 LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& plan, int tokens, int context,
-                       bool moe_layer);
+                       bool moe_layer, int window = 0);
 
 struct EdgeTimes {
   Seconds embedding_forward, embedding_backward, head_forward, head_backward;

@@ -55,7 +55,7 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine,
     if (m.forward_ms || m.backward_ms) {
       // One transformer layer, forward and backward (recompute included), with its TP communication.
       const sim::ComputeCosts compute = sim::compute_costs(e, x);
-      const sim::LayerCompute lc = compute.layer(e.model.seq_len, e.model.seq_len, false);
+      const sim::LayerCompute lc = compute.layer(e.model.seq_len, e.model.seq_len, false, 0);
       const Seconds tp = sim::tp_comm_per_layer({e, x, compute, comm}, e.model.seq_len);
       const Seconds recompute_tp = e.plan.recompute == Recompute::full ? tp : Seconds(0);
       if (m.forward_ms) add("forward_ms", *m.forward_ms, in_ms(lc.forward + tp));

@@ -12,8 +12,8 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
   const ModelSpec model = e.model;
   const PlanSpec plan = e.plan;
   ComputeCosts c;
-  c.layer = [x, model, plan](int tokens, int context, bool moe) {
-    const LayerTimes t = layer_times(x, model, plan, tokens, context, moe);
+  c.layer = [x, model, plan](int tokens, int context, bool moe, int window) {
+    const LayerTimes t = layer_times(x, model, plan, tokens, context, moe, window);
     Seconds recompute;
     if (plan.recompute == Recompute::full) recompute = t.recompute_full();
     if (plan.recompute == Recompute::selective) recompute = t.recompute_selective();

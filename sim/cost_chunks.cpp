@@ -30,12 +30,12 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
     const Bytes routed = activation_tensor(in.x, p.micro_batch, tokens, m.hidden) * m.moe->routed_factor();
     return 2.0 * in.comm.time(Collective::all_to_all, routed, ep_group);
   };
-  // Every layer of a kind costs the same: compute each (tokens, context, moe) once.
-  std::map<std::tuple<int, int, bool>, LayerCompute> cache;
-  auto layer_compute = [&](int tokens, int context, bool moe) {
-    const auto key = std::make_tuple(tokens, context, moe);
+  // Every layer of a kind costs the same: compute each (tokens, context, moe, window) once.
+  std::map<std::tuple<int, int, bool, int>, LayerCompute> cache;
+  auto layer_compute = [&](int tokens, int context, bool moe, int window) {
+    const auto key = std::make_tuple(tokens, context, moe, window);
     auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, in.compute.layer(tokens, context, moe)).first;
+    if (it == cache.end()) it = cache.emplace(key, in.compute.layer(tokens, context, moe, window)).first;
     return it->second;
   };
   const int local = p.local_tokens(m);
@@ -62,8 +62,9 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
         if (p.cp > 1) context = attention_context(in.e);
         ChunkCosts& cc = c.chunk[s][ch][k];
         for (int i = 0; i < per_chunk; ++i) {
-          const bool moe = m.is_moe_layer(layers[ch * per_chunk + i]);
-          const LayerCompute lc = layer_compute(tokens, context, moe);
+          const int l = layers[ch * per_chunk + i];
+          const bool moe = m.is_moe_layer(l);
+          const LayerCompute lc = layer_compute(tokens, context, moe, m.window_of(l));
           cc.forward += lc.forward;
           cc.backward += lc.backward;
           cc.recompute += lc.recompute;

@@ -131,10 +131,11 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
   const int tokens = p.local_tokens(m);
   const Seconds tp = tp_comm_per_layer(in, tokens);
-  std::map<bool, LayerCompute> cache;
-  auto layer = [&](bool moe) {
-    auto it = cache.find(moe);
-    if (it == cache.end()) it = cache.emplace(moe, in.compute.layer(tokens, attention_context(in.e), moe)).first;
+  std::map<std::pair<bool, int>, LayerCompute> cache;
+  auto layer = [&](bool moe, int window) {
+    const auto key = std::make_pair(moe, window);
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, in.compute.layer(tokens, attention_context(in.e), moe, window)).first;
     return it->second;
   };
   const EdgeCompute edges = fw.has_embedding_and_head ? in.compute.edges(tokens) : EdgeCompute{};
@@ -160,7 +161,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         const int l = layers[ch * per_chunk + i];
         const double params = cost_models::layer_parameters_on_gpu(m, p, l).total();
         chunk_params += params;
-        const LayerCompute lc = layer(m.is_moe_layer(l));
+        const LayerCompute lc = layer(m.is_moe_layer(l), m.window_of(l));
         fwd.push_back({gather(params), lc.forward + tp, Seconds(0)});
         const Seconds rtp = p.recompute == Recompute::full ? tp : Seconds(0);
         bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), lc.recompute + rtp + lc.backward + tp,
@@ -200,6 +201,13 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
     } else {
       const double shard = p.zero >= 1 ? double(p.shard_ways()) : 1.0;
       opt = in.compute.optimizer(sp.dense / shard + sp.expert / std::max(1.0, shard / p.ep));
+      if (in.e.training.optimizer == Optimizer::lamb && p.zero >= 1 && p.shard_ways() > 1) {
+        // Sharded LAMB needs each tensor's whole norms (weights and update): the shards' partial
+        // sums of squares are all-reduced over the shard group (apex DistributedFusedLAMB), two
+        // fp32 values per tensor, 12 tensors per layer (4 weights, 4 biases, 2 norms' two).
+        const double tensors = 12.0 * double(cost_models::stage_layers(in.e.model, p, s).size());
+        opt += in.comm.time(Collective::all_reduce, Bytes(2.0 * 4.0 * tensors), plan_groups(p, in.e.cluster).shard);
+      }
     }
     c.optimizer.push_back(opt);
   }

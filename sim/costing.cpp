@@ -122,9 +122,13 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   if (p.tp == 1) return Seconds(0);
   const CommGroup tp = plan_groups(p, in.e.cluster).tp;
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
+  // Per direction a sequential block syncs twice (after attention, after the MLP); a parallel
+  // block sums both branches' partial outputs before one all-reduce (and, backward, both
+  // branches' input gradients): GPT-NeoX's gpt_j_residual "reduce once".
+  const double syncs = in.e.model.parallel_block ? 1.0 : 2.0;
   if (p.sequence_parallel)
-    return 2.0 * (in.comm.time(Collective::all_gather, act, tp) + in.comm.time(Collective::reduce_scatter, act, tp));
-  return 2.0 * in.comm.time(Collective::all_reduce, act, tp);
+    return syncs * (in.comm.time(Collective::all_gather, act, tp) + in.comm.time(Collective::reduce_scatter, act, tp));
+  return syncs * in.comm.time(Collective::all_reduce, act, tp);
 }
 
 double overlap_contention(const CostInputs& in) {
@@ -140,12 +144,18 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
   const Seconds ag = in.comm.time(Collective::all_gather, act, tp), rs = in.comm.time(Collective::reduce_scatter, act, tp);
   const double contention = overlap_contention(in);
+  auto hide = [&](Seconds comm, Seconds gemm) {
+    const Seconds e = max(comm / double(p.tp), comm - gemm);
+    return e + contention * min(comm - e, gemm);
+  };
+  if (in.e.model.parallel_block) {
+    // One all-gather feeding QKV and FC1 (both read the same input), one reduce-scatter draining
+    // the projection and FC2 outputs summed; backward the other way round.
+    return hide(backward ? rs : ag, gemms[0] + gemms[2]) + hide(backward ? ag : rs, gemms[1] + gemms[3]);
+  }
   const Seconds comm[4] = {backward ? rs : ag, backward ? ag : rs, backward ? rs : ag, backward ? ag : rs};
   Seconds exposed;
-  for (int i = 0; i < 4; ++i) {
-    const Seconds e = max(comm[i] / double(p.tp), comm[i] - gemms[i]);
-    exposed += e + contention * min(comm[i] - e, gemms[i]);
-  }
+  for (int i = 0; i < 4; ++i) exposed += hide(comm[i], gemms[i]);
   return exposed;
 }
 

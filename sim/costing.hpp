@@ -40,8 +40,9 @@ struct EdgeCompute {
 /// The compute side of costing, so that sim/ needs no knowledge of how kernels are timed (tests
 /// and calibrate/ substitute their own).
 struct ComputeCosts {
-  /// (tokens in the slice, attention context length, is it an MoE layer) -> times.
-  std::function<LayerCompute(int tokens, int context, bool moe_layer)> layer;
+  /// (tokens in the slice, attention context length, is it an MoE layer, its sliding window or 0)
+  /// -> times.
+  std::function<LayerCompute(int tokens, int context, bool moe_layer, int window)> layer;
   std::function<EdgeCompute(int tokens)> edges;
   /// One optimizer step over `params` parameters held (after sharding) by one GPU.
   std::function<Seconds(double params)> optimizer;

@@ -76,6 +76,12 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     unsupported("model.moe.shared_experts", std::to_string(mm.moe->shared_experts), "shared experts");
   if (mm.moe && mm.moe->expert_ffn_hidden > 0 && mm.moe->expert_ffn_hidden != mm.ffn_hidden)
     unsupported("model.moe.expert_ffn_hidden", std::to_string(mm.moe->expert_ffn_hidden), "experts narrower or wider than the dense FFN");
+  if (mm.attention_window)
+    unsupported("model.attention_window", std::to_string(mm.attention_window->size), "sliding-window attention");
+  if (mm.attention_sinks) unsupported("model.attention_sinks", "true", "attention sinks");
+  if (mm.parallel_block) unsupported("model.parallel_block", "true", "the parallel attention + MLP block");
+  if (p.training.optimizer != Optimizer::adam)
+    unsupported("training.optimizer", to_string(p.training.optimizer), "optimizers other than AdamW");
   if (mm.moe && mm.moe->first_dense > 0)
     unsupported("model.moe.first_dense", std::to_string(mm.moe->first_dense), "leading dense layers in an MoE model");
   if (q.shard_group > 0 && q.shard_group != q.grad_ranks())

@@ -217,3 +217,51 @@ TEST(ParameterCount, DeepSeekV3WithLatentAttention) {
   // Attention core: QK^T over 192 dims per head, AV over 128: 2 T s 128 (192 + 128).
   EXPECT_DOUBLE_EQ(attention_core_forward_flops(m, 10, 4096).value(), 2.0 * 10 * 4096 * 128 * (192 + 128));
 }
+
+TEST(ParameterCount, GptNeoX20BParallelBlockMatchesThePaperExactly) {
+  // Black et al. 2022 (arXiv:2204.06745) Table 1: 20,554,567,680 parameters. Parallel attention +
+  // MLP with one layernorm per branch, untied embeddings of the padded 50432-token vocabulary.
+  const ModelSpec m = load_model(resolve_scenario("models", "gpt-neox-20b"));
+  EXPECT_TRUE(m.parallel_block);
+  EXPECT_EQ(m.norms_per_layer(), 2);
+  EXPECT_DOUBLE_EQ(parameter_count(m), 20554567680.0);
+  // One shared norm (GPT-J, PaLM) drops one norm's gain and bias per layer: 2 x 6144 x 44.
+  ModelSpec shared = m;
+  shared.parallel_block_norms = 1;
+  EXPECT_DOUBLE_EQ(parameter_count(m) - parameter_count(shared), 2.0 * 6144 * 44);
+}
+
+TEST(ParameterCount, GptOss120BAgainstTheModelCard) {
+  // OpenAI gpt-oss model card Table 1: 116.83B total, 5.13B active (without the input embedding);
+  // MLP 114.71B, attention 0.96B, embedding + unembedding 1.16B.
+  const ModelSpec m = load_model(resolve_scenario("models", "gpt-oss-120b"));
+  EXPECT_NEAR(parameter_count(m), 116.83e9, 116.83e9 * 0.005);
+  const double input_embedding = 201088.0 * 2880;
+  EXPECT_NEAR(active_parameter_count(m) - input_embedding, 5.13e9, 5.13e9 * 0.005);
+  EXPECT_NEAR(2 * input_embedding, 1.16e9, 0.01e9);
+  // Attention of one layer by hand: Q 2880 x 4096, K and V 2880 x 512 each, O 4096 x 2880, biases
+  // 4096 + 2 x 512 + 2880, one sink per head (64); 36 layers = the card's 0.96B.
+  const double attention = 2880.0 * (4096 + 1024) + 4096.0 * 2880 + (4096 + 1024 + 2880) + 64;
+  EXPECT_NEAR(36 * attention, 0.96e9, 0.005e9);
+  // The pattern [1, 0]: even layers (from 0) see 128 tokens, odd layers the whole context.
+  EXPECT_EQ(m.window_of(0), 128);
+  EXPECT_EQ(m.window_of(1), 0);
+  EXPECT_EQ(m.window_of(34), 128);
+  EXPECT_EQ(m.window_of(35), 0);
+}
+
+TEST(Flops, SlidingWindowLayersAttendToTheWindowOnly) {
+  ModelSpec m = gpt(4, 1024, 16, 1000, 4096);
+  m.attention_window = AttentionWindowSpec{.size = 512, .pattern = {1, 0}};
+  // Per token: QK^T and AV over min(window, s) keys (no causal halving, the full-attention
+  // convention): 4 T w h on windowed layers, 4 T s h on the others.
+  EXPECT_DOUBLE_EQ(attention_core_forward_flops(m, 10, 4096, 512).value(), 4.0 * 10 * 512 * 1024);
+  EXPECT_DOUBLE_EQ(attention_core_forward_flops(m, 10, 256, 512).value(), 4.0 * 10 * 256 * 1024);  // window > s
+  const double gemms = 2.0 * 4096 * 12 * 1024.0 * 1024;  // one layer's GEMMs for one sequence
+  const double windowed = gemms + 4.0 * 4096 * 512 * 1024, full = gemms + 4.0 * 4096 * 4096 * 1024;
+  const double head = 2.0 * 4096 * 1024 * 1000;
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(m, 1).value(), 3.0 * (2 * windowed + 2 * full + head));
+  // Selective recompute re-runs each layer's attention core at its own window.
+  EXPECT_DOUBLE_EQ((hardware_flops_per_iteration(m, 1, Recompute::selective) - model_flops_per_iteration(m, 1)).value(),
+                   2 * 4.0 * 4096 * 512 * 1024 + 2 * 4.0 * 4096 * 4096 * 1024);
+}

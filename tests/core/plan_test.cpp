@@ -56,6 +56,17 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.shard_group = 2; }, "plan.shard_group"},                    // zero 0
       {[](Fixture& f) { f.p.reshard_after_forward = false; f.p.zero = 1; }, "plan.reshard_after_forward"},
       {[](Fixture& f) { f.p.param_gather_overlap = true; f.p.zero = 3; }, "plan.param_gather_overlap"},
+      {[](Fixture& f) { f.m.attention_window = AttentionWindowSpec{.size = 128, .pattern = {1, 2}}; },
+       "model.attention_window.pattern"},                                              // 2 is not 0 or 1
+      {[](Fixture& f) { f.m.attention_window = AttentionWindowSpec{.size = 128, .pattern = {0, 0}}; },
+       "model.attention_window.pattern"},                                              // windows nothing
+      {[](Fixture& f) { f.m.attention_window = AttentionWindowSpec{.size = 128, .pattern = std::vector<int>(25, 1)}; },
+       "model.attention_window.pattern"},                                              // longer than 24 layers
+      {[](Fixture& f) { f.m.parallel_block_norms = 2; }, "model.parallel_block_norms"},  // sequential block
+      {[](Fixture& f) { f.m.parallel_block = true; f.m.parallel_block_norms = 3; }, "model.parallel_block_norms"},
+      {[](Fixture& f) { f.m.attention_window = AttentionWindowSpec{.size = 128, .pattern = {}};
+                        f.p.framework = Framework::megatron_core; f.p.attention = AttentionImpl::flash;
+                        f.p.cp = 2; f.p.dp = 2; }, "plan.cp"},                          // no windowed ring attention
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;

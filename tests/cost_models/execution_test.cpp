@@ -128,5 +128,18 @@ TEST(FusedAttentionShapeFactor, FollowsFlashAttention2sH100Sweep) {
   EXPECT_DOUBLE_EQ(fused_attention_shape_factor(256, 65536), 328.0 / 265.0);  // clamped
 }
 
+TEST(ExecutionModel, LambMovesTwentyMoreBytesPerParameterThanAdam) {
+  // apex's LAMB: Adam's pass (read grad 4, fp32 weight 4, m 4, v 4; write weight 4, m 4, v 4, the
+  // 16-bit copy 2 = 30) plus writing the update (4), the two norm passes over weights and update
+  // (4 + 4) and the second stage's reads of both (4 + 4): 50 bytes, same state as Adam.
+  const TrainingSpec lamb{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::lamb};
+  const ExecutionModel x = execution_model(lamb, plan_for(Framework::megatron));
+  EXPECT_EQ(x.bytes.optimizer_step, 50.0);
+  EXPECT_EQ(x.bytes.moments, 8.0);
+  EXPECT_EQ(x.bytes.optimizer_launches, 4);
+  const ExecutionModel adam = execution_model(kBf16, plan_for(Framework::megatron));
+  EXPECT_EQ(adam.bytes.optimizer_launches, 1);
+}
+
 }  // namespace
 }  // namespace foresight::cost_models

@@ -591,5 +591,22 @@ TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
   EXPECT_EQ(layer_times(xb, b.model, b.plan, 4096, 4096, false).forward_ops.fp8_casts.value(), 0.0);
 }
 
+
+TEST(ActivationBytesPerLayer, ParallelBlockStoresTheSharedInputOnce) {
+  // The Llama 3.1 8B layer of GatedMlpStoresGateUpAndProduct as a parallel block: one norm input
+  // (2) instead of two, and with one shared norm one normed input feeding both QKV and FC1 (2)
+  // instead of two: 4 sbh fewer bytes; with a norm per branch (GPT-NeoX) the two normed inputs
+  // stay and only the layer input is stored once: 2 sbh fewer.
+  ModelSpec m = load_model(resolve_scenario("models", "llama3.1-8b"));
+  PlanSpec p;
+  p.framework = Framework::megatron_core;
+  const double sbh = 8192.0 * 4096;
+  const Bytes sequential = activation_bytes_per_layer(exec(p), m, p, 1, 8192);
+  m.parallel_block = true;
+  EXPECT_DOUBLE_EQ((sequential - activation_bytes_per_layer(exec(p), m, p, 1, 8192)).value(), 4 * sbh);
+  m.parallel_block_norms = 2;
+  EXPECT_DOUBLE_EQ((sequential - activation_bytes_per_layer(exec(p), m, p, 1, 8192)).value(), 2 * sbh);
+}
+
 }  // namespace
 }  // namespace foresight::cost_models

@@ -157,3 +157,27 @@ TEST(Roofline, UnfusedAttentionIsGemmMathPlusScoreTrafficByHand) {
   EXPECT_NEAR(t.forward_ops.attention_core.value(), square + thin + 13.0 * scores / scores_GBps + 4 * kLaunch, 1e-9);
   EXPECT_NEAR(t.backward_ops.attention_core.value(), square + 3 * thin + 19.0 * scores / scores_GBps + 6 * kLaunch, 1e-9);
 }
+
+TEST(Roofline, SlidingWindowFlashAttentionCountsTheBandOnly) {
+  // Causal attention of 8 queries over 8 positions with a window of 3: query j (1-based) sees
+  // min(j, 3) keys, 1 + 2 + 3 x 6 = 21 of the 36 a full causal mask allows. Shape scaling off, so
+  // time = 4 bh (visible pairs) d / (peak x efficiency) + launch.
+  const GpuSpec g = a100();
+  RooflineParams p = roofline_params_for(g, AttentionImpl::flash);
+  p.fused_attention_shape = false;
+  const RooflineCompute rc(g, Dtype::bf16, p);
+  const double per_pair = 4.0 * 2 * 64 / (312e12 * p.flash_efficiency);
+  EXPECT_NEAR(rc.flash_forward(2, 8, 8, 64, true, 3).value(), 21 * per_pair + kLaunch, 1e-15);
+  EXPECT_NEAR(rc.flash_forward(2, 8, 8, 64, true).value(), 36 * per_pair + kLaunch, 1e-15);
+  // A TeraPipe-style slice: queries 5..8 of a context of 8 see 3 each; a window wider than the
+  // context changes nothing.
+  EXPECT_NEAR(rc.flash_forward(2, 4, 8, 64, true, 3).value(), 12 * per_pair + kLaunch, 1e-15);
+  EXPECT_NEAR(rc.flash_forward(2, 8, 8, 64, true, 100).value(), 36 * per_pair + kLaunch, 1e-15);
+  // With shape scaling a 128-wide band runs at the kernel's efficiency for a 128-token context
+  // (below the sweep's range: its 512-token end), not the 4096-token one.
+  const RooflineCompute shaped(g, Dtype::bf16, roofline_params_for(g, AttentionImpl::flash));
+  const double band = 4096.0 * 128 - 128.0 * 127 / 2;  // visible pairs per head
+  const double expected = 4.0 * 64 * band * 128 /
+                          (312e12 * p.flash_efficiency * fused_attention_shape_factor(128, 512));
+  EXPECT_NEAR(shaped.flash_forward(64, 4096, 4096, 128, true, 128).value(), expected + kLaunch, expected * 1e-12);
+}

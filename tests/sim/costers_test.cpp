@@ -17,7 +17,7 @@ namespace {
 // 0.5/1 ms (head); the optimizer 1 ns per parameter; a memory pass 1 ns per byte, launches free.
 ComputeCosts round_compute() {
   ComputeCosts c;
-  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0), {}, {}}; };
+  c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0), {}, {}}; };
   c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   c.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
@@ -178,7 +178,7 @@ TEST(CostLayerChunks, TensorParallelOverlapExposesWhatTheGemmsCannotHide) {
   e.plan.tp_overlap = true;
   validate_experiment(e);
   Costed k(e);
-  k.compute.layer = [](int, int, bool) {
+  k.compute.layer = [](int, int, bool, int) {
     LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}};
     lc.gemm_forward = {Seconds(1e-5), Seconds(1e-3), Seconds(1e-3), Seconds(1e-3)};
     lc.gemm_backward = lc.gemm_forward;
@@ -204,4 +204,55 @@ TEST(CostLayerChunks, TensorParallelOverlapExposesWhatTheGemmsCannotHide) {
   cost_layer_chunks(blocking.in(), blocking.c);
   EXPECT_NEAR(blocking.c.chunk[0][0][0].forward_tp_comm.value(), 12 * 2 * (ag + rs), 1e-12);
   EXPECT_LT(k.c.chunk[0][0][0].forward_tp_comm, blocking.c.chunk[0][0][0].forward_tp_comm);
+}
+
+TEST(CostLayerChunks, ParallelBlockSyncsOncePerDirection) {
+  // A parallel block (GPT-NeoX's gpt_j_residual) sums the attention and MLP partial outputs before
+  // one all-reduce: one per layer and direction instead of two.
+  Experiment e = small();
+  e.model.parallel_block = true;
+  validate_experiment(e);
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  const CommGroup tp = plan_groups(e.plan, e.cluster).tp;
+  const double ar = k.comm.time(Collective::all_reduce, Bytes(2.0 * 2048 * 2048), tp).value();
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_tp_comm.value(), 12 * ar, 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_tp_comm.value(), 12 * ar, 1e-12);
+  // With TP overlap: one all-gather hidden behind QKV + FC1, one reduce-scatter behind
+  // projection + FC2 (GEMMs 0.01, 1, 1, 1 ms).
+  e.plan.framework = Framework::megatron_core;
+  e.plan.sequence_parallel = true;
+  e.plan.tp_overlap = true;
+  validate_experiment(e);
+  Costed o(e);
+  o.compute.layer = [](int, int, bool, int) {
+    LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}};
+    lc.gemm_forward = {Seconds(1e-5), Seconds(1e-3), Seconds(1e-3), Seconds(1e-3)};
+    lc.gemm_backward = lc.gemm_forward;
+    return lc;
+  };
+  cost_layer_chunks(o.in(), o.c);
+  const Bytes act(2.0 * 2048 * 2048);
+  const double ag = o.comm.time(Collective::all_gather, act, tp).value();
+  const double rs = o.comm.time(Collective::reduce_scatter, act, tp).value();
+  const double f = 24.0 / 84.0;
+  auto one = [&](double c, double g) {
+    const double exposed = std::max(c / 2, c - g);
+    return exposed + f * std::min(c - exposed, g);
+  };
+  EXPECT_NEAR(o.c.chunk[0][0][0].forward_tp_comm.value(), 12 * (one(ag, 1.01e-3) + one(rs, 2e-3)), 1e-12);
+}
+
+TEST(CostOptimizer, ShardedLambAllReducesEachTensorsNorms) {
+  // LAMB under ZeRO-1 over dp 2: the shard's step (1 ns per parameter here) plus one all-reduce
+  // of two fp32 partial norms for each of the stage's 12 layers x 12 tensors (1,152 bytes).
+  Experiment e = small();
+  e.training.optimizer = Optimizer::lamb;
+  e.plan.zero = 1;
+  Costed k(e);
+  cost_optimizer(k.in(), k.c);
+  const CommGroup shard = plan_groups(e.plan, e.cluster).shard;
+  const double norms = k.comm.time(Collective::all_reduce, Bytes(2.0 * 4 * 12 * 12), shard).value();
+  EXPECT_NEAR(k.c.optimizer[1].value(), k.params(1) / 2 * 1e-9 + norms, 1e-12);
+  EXPECT_GT(norms, 0.0);
 }

@@ -16,7 +16,7 @@ namespace {
 // under an A100's peak: HFU must be <= 1); 10 us per 1e6 optimizer parameters.
 ComputeCosts fixed_compute() {
   ComputeCosts c;
-  c.layer = [](int tokens, int, bool) {
+  c.layer = [](int tokens, int, bool, int) {
     const double scale = tokens / 2048.0;
     return LayerCompute{Seconds(50e-3 * scale), Seconds(100e-3 * scale), Seconds(50e-3 * scale), Seconds(0), Seconds(0), {}, {}};
   };
@@ -216,7 +216,7 @@ TEST(Predict, EnginesAgreeWhenATensorParallelGroupUsesHalfTheNodesNics) {
   validate_experiment(e);
   // Compute 1000x cheaper than fixed_compute(), so that the transfers make up most of the time.
   ComputeCosts fast = fixed_compute();
-  fast.layer = [](int tokens, int, bool) {
+  fast.layer = [](int tokens, int, bool, int) {
     const double scale = tokens / 2048.0;
     return LayerCompute{Seconds(50e-6 * scale), Seconds(100e-6 * scale), Seconds(50e-6 * scale), Seconds(0), Seconds(0), {}, {}};
   };

@@ -24,7 +24,7 @@ ShardedUnit unit(double gather_ms, double compute_ms, double reduce_ms = 0) {
 // 1 ms forward, 2 ms backward, no recompute per layer; edges 0.1/0.2 ms and 0.5/1 ms.
 ComputeCosts round_compute() {
   ComputeCosts c;
-  c.layer = [](int, int, bool) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}}; };
+  c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}}; };
   c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   return c;
@@ -185,7 +185,7 @@ TEST(ZeroThree, WeakScalingFallsOnceGathersNoLongerHide) {
     const auto x = cost_models::resolve_execution(e);
     const ComputeCosts cc = compute_costs(e, x);
     const CommModel comm(e.cluster);
-    compute_per_unit.push_back(in_s(cc.layer(e.model.seq_len, e.model.seq_len, false).forward));
+    compute_per_unit.push_back(in_s(cc.layer(e.model.seq_len, e.model.seq_len, false, 0).forward));
     const double layer = cost_models::layer_parameters_on_gpu(e.model, e.plan, 0).total();
     gather_per_unit.push_back(in_s(comm.time(Collective::all_gather, Bytes(layer * 2), plan_groups(e.plan, e.cluster).shard)));
   }
