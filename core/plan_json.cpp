@@ -157,6 +157,11 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (p.model.moe && !p.model.moe->dropless) s << " --moe-expert-capacity-factor " << p.model.moe->capacity_factor;
   if (p.model.activation == Activation::swiglu) s << " --swiglu";
   if (p.model.activation == Activation::geglu) return "";  // no Megatron-LM flag for GeGLU
+  // Nor for these (sliding-window patterns, sinks and parallel blocks are other codebases':
+  // GPT-OSS, GPT-NeoX, PaLM; Megatron-LM's --optimizer is adam or sgd).
+  if (p.model.attention_window || p.model.attention_sinks || p.model.parallel_block) return "";
+  if (p.training.optimizer == Optimizer::lamb) return "";
+  if (p.training.optimizer == Optimizer::sgd) s << " --optimizer sgd";
   if (!p.model.tie_embeddings) s << " --untie-embeddings-and-output-weights";
   if (p.model.position == PositionEmbedding::rope) s << " --position-embedding-type rope";
   if (p.model.norm == Norm::rmsnorm) s << " --normalization RMSNorm";

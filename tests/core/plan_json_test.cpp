@@ -2,6 +2,8 @@
 // refused naming the field.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "core/plan_json.hpp"
 
 using namespace foresight;
@@ -123,4 +125,18 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   ExecutablePlan t = p;
   t.plan.schedule = Schedule::terapipe;
   EXPECT_TRUE(megatron_arguments(t).empty());  // no Megatron-LM equivalent
+  // Model features and an optimizer Megatron-LM has no flags for: no arguments rather than
+  // arguments for another model.
+  for (auto edit : std::vector<std::function<void(ExecutablePlan&)>>{
+           [](ExecutablePlan& x) { x.model.parallel_block = true; },
+           [](ExecutablePlan& x) { x.model.attention_window = AttentionWindowSpec{.size = 128, .pattern = {1, 0}}; },
+           [](ExecutablePlan& x) { x.model.attention_sinks = true; },
+           [](ExecutablePlan& x) { x.training.optimizer = Optimizer::lamb; }}) {
+    ExecutablePlan u = p;
+    edit(u);
+    EXPECT_TRUE(megatron_arguments(u).empty());
+  }
+  ExecutablePlan sgd = p;
+  sgd.training.optimizer = Optimizer::sgd;
+  EXPECT_NE(megatron_arguments(sgd).find("--optimizer sgd"), std::string::npos);
 }
