@@ -52,6 +52,11 @@ FORESIGHT_ENUM_NAMES(FlopsDefinition, {FlopsDefinition::hardware, "hardware"},
 /// What a measured peak memory counts: what the framework's caching allocator handed out
 /// (torch.cuda.max_memory_allocated), what it held from the device (max_memory_reserved), or the
 /// whole device use (nvidia-smi: also the CUDA context and NCCL buffers).
+/// What a published measurement is used for: pinning calibrated parameters (DESIGN.md, Fidelity
+/// rules) or judging a prediction.
+enum class MeasuredRole { prediction, calibration };
+FORESIGHT_ENUM_NAMES(MeasuredRole, {MeasuredRole::prediction, "prediction"}, {MeasuredRole::calibration, "calibration"});
+
 enum class MemoryKind { allocated, reserved, device };
 FORESIGHT_ENUM_NAMES(MemoryKind, {MemoryKind::allocated, "allocated"}, {MemoryKind::reserved, "reserved"},
                      {MemoryKind::device, "device"});

@@ -28,6 +28,9 @@ struct Measured {
   FlopsDefinition flops_definition = FlopsDefinition::hardware;
   std::string source;     // paper, table, figure
   std::string datapoint;  // id in shared/published/datapoints.yaml
+  /// calibration: the case pins calibrated parameters (scenarios/calibration.yaml) and is not a
+  /// prediction; prediction (default): everything else.
+  MeasuredRole role = MeasuredRole::prediction;
 };
 
 struct Experiment {

@@ -334,6 +334,7 @@ Experiment parse_experiment(const std::string& yaml, const std::string& path) {
     m.flops_definition = mr.get_enum<FlopsDefinition>("flops_definition", FlopsDefinition::hardware);
     m.source = mr.get_string("source", std::nullopt);
     m.datapoint = mr.get_string("datapoint", "");
+    m.role = mr.get_enum<MeasuredRole>("role", MeasuredRole::prediction);
     mr.finish();
     e.measured = m;
   }

@@ -53,11 +53,14 @@ std::shared_ptr<const ProfileData> bundled_profile(const std::string& gpu_name) 
   return p;
 }
 
-ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan) {
+ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan,
+                                 const CalibrationSet* calibration) {
   const GpuSpec& gpu = cluster.gpu;
   ExecutionModel x = execution_model(training, plan, &gpu);
+  x.calibrated = calibrated_terms(calibration ? *calibration : bundled_calibration(), cluster, training, plan);
+  auto params_for = [&](bool* has_figure) { return roofline_params_for(gpu, x.attention, has_figure); };
   bool has_attention_figure = false;
-  auto rc = std::make_shared<RooflineCompute>(gpu, training.dtype, roofline_params_for(gpu, x.attention, &has_attention_figure));
+  auto rc = std::make_shared<RooflineCompute>(gpu, training.dtype, params_for(&has_attention_figure));
   if (const auto data = bundled_profile(gpu.name)) {
     const CalibrationProfile selected =
         select_profile(*data, x.gemm_impl, x.dtype, to_string(x.attention), x.attention_dtype);
@@ -73,17 +76,22 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
                     std::string("gpu.kernels.") + to_string(x.attention) + "_attention_efficiency", "",
                     "is needed: " + x.framework->describe() + " runs " + to_string(x.attention) + " attention on " +
                         gpu.name + ", and neither the GPU file nor a calibration profile gives its speed");
+  // Calibrated scales on top of the GPU file's or the profile's kernel figures.
+  rc->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale, x.calibrated.attention_efficiency_scale);
   x.compute = std::move(rc);
   x.compute16 = x.compute;
   if (training.dtype == Dtype::fp8) {
-    auto rc16 = std::make_shared<RooflineCompute>(gpu, Dtype::bf16, roofline_params_for(gpu, x.attention, nullptr));
+    auto rc16 = std::make_shared<RooflineCompute>(gpu, Dtype::bf16, params_for(nullptr));
     if (const auto data = bundled_profile(gpu.name))
       rc16->use_profile(select_profile(*data, x.gemm_impl, Dtype::bf16, to_string(x.attention), x.attention_dtype));
+    rc16->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale, x.calibrated.attention_efficiency_scale);
     x.compute16 = std::move(rc16);
   }
   return x;
 }
 
-ExecutionModel resolve_execution(const Experiment& e) { return resolve_execution(e.cluster, e.training, e.plan); }
+ExecutionModel resolve_execution(const Experiment& e, const CalibrationSet* calibration) {
+  return resolve_execution(e.cluster, e.training, e.plan, calibration);
+}
 
 }  // namespace foresight::cost_models

@@ -15,6 +15,7 @@
 #include "core/hardware.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
+#include "cost_models/calibrated.hpp"
 #include "cost_models/precision.hpp"
 
 namespace foresight {
@@ -67,6 +68,8 @@ struct ExecutionModel {
   /// Otherwise the same model as `compute`.
   std::shared_ptr<const RooflineCompute> compute16;
   ProfileUse profile;
+  /// Calibrated parameters whose scope this execution falls in (scenarios/calibration.yaml).
+  CalibratedTerms calibrated;
 
   const RooflineCompute& roofline() const;  // the compute model; an invariant failure when absent
   const RooflineCompute& roofline16() const { return compute16 ? *compute16 : roofline(); }
@@ -81,8 +84,11 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
 /// model from the GPU's sourced kernel figures and the matching part of its bundled calibration
 /// profile (scenarios/profiles/<gpu name>.json, read once per process). A fused attention kernel
 /// the GPU file has no figure for and the profile did not measure is a SpecError naming the field.
-ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan);
-ExecutionModel resolve_execution(const Experiment& e);
+/// The calibrated parameters are the bundled ones (bundled_calibration()) unless `calibration`
+/// is given (the fit tries its candidates through it).
+ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan,
+                                 const CalibrationSet* calibration = nullptr);
+ExecutionModel resolve_execution(const Experiment& e, const CalibrationSet* calibration = nullptr);
 
 /// The bundled calibration profile of a GPU (by its scenario name), parsed once per process and
 /// shared; null when there is none.

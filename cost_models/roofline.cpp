@@ -41,12 +41,18 @@ void RooflineCompute::use_profile(CalibrationProfile profile) {
   if (!profile.gemm.empty()) profile_ = std::move(profile);
 }
 
+void RooflineCompute::apply_calibrated_scales(double gemm, double attention) {
+  FORESIGHT_CHECK(gemm > 0 && attention > 0) << gemm << " " << attention;
+  gemm_scale_ = gemm;
+  p_.flash_efficiency *= attention;
+}
+
 Seconds RooflineCompute::gemm(const GemmShape& s) const {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return Seconds(0);
   if (profile_) {
     const GemmEstimate e = profile_gemm(*profile_, s.m, s.n, s.k, s.batch);
     if (e.extrapolated) ++extrapolated_;
-    return Seconds(e.time_s);  // measured kernel times include their launch
+    return Seconds(e.time_s / gemm_scale_);  // measured kernel times include their launch
   }
   const double bytes = s.batch * (in_bytes_ * (s.m * s.k + s.k * s.n) + out_bytes_ * s.m * s.n);
   const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
@@ -79,7 +85,7 @@ double RooflineCompute::math_seconds(const GemmShape& s) const {
   const double wave_efficiency = tiles / (waves * gpu_.sms);
   // Tile quantization: partial tiles at the m and n edges compute padding.
   const double tile_efficiency = (s.m * s.n) / (std::ceil(s.m / tm) * tm * std::ceil(s.n / tn) * tn);
-  return flops / (peak_.value() * p_.gemm_efficiency * wave_efficiency * tile_efficiency);
+  return flops / (peak_.value() * p_.gemm_efficiency * gemm_scale_ * wave_efficiency * tile_efficiency);
 }
 
 Seconds RooflineCompute::memory_bound(Bytes bytes, int launches) const {

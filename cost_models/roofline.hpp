@@ -71,6 +71,9 @@ class RooflineCompute {
   /// times interpolated from its shapes, its copy bandwidth, attention efficiency and launch
   /// overhead; the GPU file's figures elsewhere.
   void use_profile(CalibrationProfile profile);
+  /// Calibrated scales (cost_models/calibrated.hpp) on what the GPU file or the profile gives:
+  /// GEMM times divided by `gemm`, the fused-attention efficiency multiplied by `attention`.
+  void apply_calibrated_scales(double gemm, double attention);
   /// GEMM queries answered outside the profile's measured range so far (0 without a profile).
   long extrapolated_queries() const { return extrapolated_; }
 
@@ -106,6 +109,7 @@ class RooflineCompute {
   double in_bytes_, out_bytes_;     // a GEMM's input and output element sizes
   RooflineParams p_;
   std::optional<CalibrationProfile> profile_;
+  double gemm_scale_ = 1.0;  // calibrated: GEMM throughput relative to the figures above
   mutable std::atomic<long> extrapolated_{0};  // shared by the planner's worker threads
   /// FLOPs / (peak * efficiency * wave and tile efficiency), in seconds.
   double math_seconds(const GemmShape& s) const;

@@ -68,6 +68,13 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           cc.forward += lc.forward;
           cc.backward += lc.backward;
           cc.recompute += lc.recompute;
+          if (p.zero >= 3 && in.x.calibrated.unit_overhead > Seconds(0)) {
+            // Calibrated host time per ZeRO-3 / FSDP unit and pass (hooks, flat-parameter views,
+            // the rate limiter's event waits): the host runs ahead of the GPU, so a unit costs
+            // whichever is longer, its kernels or its host work.
+            cc.forward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.forward);
+            cc.backward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.backward);
+          }
           Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
           Seconds tp_bwd = tp;
           if (p.tp_overlap && p.tp > 1) {
@@ -91,6 +98,12 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           }
         }
         cc.backward += accumulate;
+        // Calibrated host time (cost_models/calibrated.hpp) per micro-batch and stage, split over
+        // its chunks and between forward and backward.
+        if (k == 0) {
+          cc.forward += in.x.calibrated.slot_overhead / (2.0 * v);
+          cc.backward += in.x.calibrated.slot_overhead / (2.0 * v);
+        }
       }
     }
   }

@@ -209,7 +209,8 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
         opt += in.comm.time(Collective::all_reduce, Bytes(2.0 * 4.0 * tensors), plan_groups(p, in.e.cluster).shard);
       }
     }
-    c.optimizer.push_back(opt);
+    // Calibrated per-iteration host time (cost_models/calibrated.hpp), on every stage.
+    c.optimizer.push_back(opt + in.x.calibrated.step_overhead);
   }
 }
 

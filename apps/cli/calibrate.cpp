@@ -16,6 +16,8 @@
 #include "calibrate/calibrate.hpp"
 #include "calibrate/refit.hpp"
 #include "core/scenario.hpp"
+#include "cost_models/calibrated.hpp"
+#include "planner/validation.hpp"
 
 namespace foresight::cli {
 
@@ -26,6 +28,8 @@ struct CalibrateArgs {
   bool json = false;
   bool quick = false;
   std::string refit;
+  bool published = false;
+  std::string engine = "analytic";
 };
 }  // namespace
 
@@ -88,6 +92,36 @@ int refit_profile(const std::string& path, const std::string& out_path, std::ost
 }
 }  // namespace
 
+namespace {
+/// `foresight calibrate --published`: fits scenarios/calibration.yaml's declared parameters on the
+/// experiments marked measured.role: calibration and writes the file back (or to --out).
+int fit_published(const std::string& engine_name, const std::string& out_path, std::ostream& out) {
+  const std::string declared_path = (std::filesystem::path(scenarios_dir()) / "calibration.yaml").string();
+  const cost_models::CalibrationSet declared = cost_models::load_calibration(declared_path);
+  const auto engine = *parse_enum<sim::EngineKind>(engine_name);
+  const cost_models::CalibrationSet fitted = planner::fit_calibration(scenarios_dir(), declared, engine);
+  const std::string target = out_path.empty() ? declared_path : out_path;
+  write_file_atomically(target, cost_models::calibration_yaml(fitted), "--out");
+  char line[512];
+  out << "Calibrated parameters (fitted on measured.role: calibration cases, " << engine_name << " engine)\n";
+  for (const auto& p : fitted.parameters) {
+    std::snprintf(line, sizeof line, "  %-34s %12.6g %-2s  range [%g, %g]  %s\n", p.name.c_str(), p.value,
+                  p.unit == "1" ? "" : p.unit.c_str(), p.lo, p.hi, p.scope.describe().c_str());
+    out << line;
+    if (p.fit_cases.empty()) {
+      out << "      no calibration case in its scope: left at its neutral value\n";
+    } else {
+      std::string cases;
+      for (const auto& c : p.fit_cases) cases += (cases.empty() ? "" : ", ") + c;
+      std::snprintf(line, sizeof line, "      fitted on %zu case(s), rms residual %.2f%%: ", p.fit_cases.size(), p.fit_rms_pct);
+      out << line << cases << "\n";
+    }
+  }
+  out << "wrote " << target << "\n";
+  return kExitOk;
+}
+}  // namespace
+
 Command calibrate_command() {
   return {"calibrate", "Measure kernels and collectives on the local GPUs and write a calibration profile",
           [](CLI::App& sub) {
@@ -100,7 +134,19 @@ Command calibrate_command() {
             sub.add_option("--refit", a->refit,
                            "Fit again from a profile's measurements (no GPU needed); with --out, write the "
                            "profile with the new fit");
+            sub.add_flag("--published", a->published,
+                         "Fit the calibrated parameters declared in scenarios/calibration.yaml on the experiments "
+                         "marked measured.role: calibration (no GPU needed) and write the file back (or to --out)");
+            sub.add_option("--engine", a->engine, "Engine for --published: analytic or simgrid")
+                ->check(CLI::IsMember({"analytic", "simgrid"}));
             return [a, out_opt](std::ostream& out, std::ostream& err) -> int {
+              if (a->published) {
+                if (a->quick || a->json || !a->models.empty() || !a->refit.empty()) {
+                  err << "foresight calibrate: --published takes only --out and --engine (it measures nothing)\n";
+                  return kExitUserError;
+                }
+                return fit_published(a->engine, out_opt->count() > 0 ? a->out : "", out);
+              }
               if (!a->refit.empty()) {
                 // Refitting measures nothing: the measuring options would be silently ignored.
                 if (a->quick || a->json || !a->models.empty()) {

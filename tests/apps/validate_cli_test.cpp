@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -98,11 +100,13 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
   const std::map<std::string, Bound> bounds = {
       {"Korthikanti 2022 Table 4", {4.0, 10.0}},
       {"Megatron-LM SC21 Table 1", {8.0, 14.0}},  // target 5 / 10
-      {"MT-NLG (Smith et al. 2022)", {29.0, 30.0}},  // target 3 / 3
+      // The two prediction points; the 280-node run is the calibration case of the DeepSpeed v0.5
+      // slot overhead (scenarios/calibration.yaml). Target 5 / 5 (issue 22).
+      {"MT-NLG (Smith et al. 2022)", {3.5, 5.0}},
       {"TeraPipe (Li et al. 2021)", {9.0, 26.0}},    // target 15 / 15 (MAPE met; the 1B cases are not)
-      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {72.0, 87.0}},  // target 15 / 15
-      // Predicted too fast, most at long sequences (notes/status.md, session 9).
-      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {26.0, 82.0}},
+      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {58.0, 68.0}},  // target 15 / 15
+      // 24 prediction rows after the calibrated Triton-attention scale (two rows pin it).
+      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {7.0, 23.0}},
       {"torchtitan (Meta, FSDP2)", {18.0, 23.0}},
   };
   int seen = 0;
@@ -114,6 +118,21 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
     EXPECT_LE(g["max_abs_pct"].get<double>(), it->second.max_abs) << it->first;
   }
   EXPECT_EQ(seen, int(bounds.size()));
+  // The headline counts prediction cases only; calibration cases are reported apart, with their
+  // leave-one-out errors.
+  int calibration = 0;
+  for (const auto& c : j["cases"])
+    if (c["role"] == "calibration" && c["quantity"] != "peak_memory_GiB (allocated)" &&
+        !c["quantity"].get<std::string>().starts_with("tflops")) {
+      ++calibration;
+      EXPECT_TRUE(c.contains("left_out_error_pct")) << c["experiment"];
+    }
+  EXPECT_EQ(j["calibration"]["cases"].get<int>(), calibration);
+  EXPECT_EQ(j["leave_one_out"]["cases"].get<int>(), calibration);
+  int predictions = 0;
+  for (const auto& g : j["groups"])
+    if (g["group"] != "overall") predictions += g["cases"].get<int>();
+  EXPECT_EQ(j["groups"].back()["cases"].get<int>(), predictions);
   // The TeraPipe 13B and 175B cases meet the 15% target; hold them to it.
   for (const auto& c : j["cases"]) {
     const std::string name = c["experiment"].get<std::string>();
@@ -167,4 +186,20 @@ TEST(ValidateCli, TeraPipe1bWithinFifteenPercentOnSimGrid) {
   const double published_speedup = published["terapipe-gpt3-1b-p3-gpipe"] / published["terapipe-gpt3-1b-p3-terapipe"];
   const double speedup = predicted["terapipe-gpt3-1b-p3-gpipe"] / predicted["terapipe-gpt3-1b-p3-terapipe"];
   EXPECT_NEAR(speedup / published_speedup, 1.0, 0.15) << "speedup " << speedup << " vs " << published_speedup;
+}
+
+TEST(CalibrateCli, PublishedFitReproducesTheBundledFileByteForByte) {
+  // scenarios/calibration.yaml is the fit's output: fitting again from its declarations on the
+  // calibration cases writes the same bytes.
+  const std::string tmp = (std::filesystem::temp_directory_path() / "foresight_calibration_refit.yaml").string();
+  const std::string printed = run({"calibrate", "--published", "--out", tmp});
+  EXPECT_NE(printed.find("deepspeed_v05_slot_overhead"), std::string::npos);
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  EXPECT_EQ(slurp(tmp), slurp(foresight::scenarios_dir() + "/calibration.yaml"));
+  std::filesystem::remove(tmp);
 }

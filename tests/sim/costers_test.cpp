@@ -256,3 +256,30 @@ TEST(CostOptimizer, ShardedLambAllReducesEachTensorsNorms) {
   EXPECT_NEAR(k.c.optimizer[1].value(), k.params(1) / 2 * 1e-9 + norms, 1e-12);
   EXPECT_GT(norms, 0.0);
 }
+
+TEST(CostLayerChunks, CalibratedHostTimesByHand) {
+  // A 10 ms slot overhead per micro-batch and stage: 5 ms in each chunk's forward and backward
+  // (one chunk here); a 0.5 s step overhead on every stage's optimizer step.
+  Experiment e = small();
+  Costed k(e);
+  k.x.calibrated.slot_overhead = Seconds(0.01);
+  k.x.calibrated.step_overhead = Seconds(0.5);
+  cost_layer_chunks(k.in(), k.c);
+  cost_optimizer(k.in(), k.c);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward.value(), 12e-3 + 5e-3, 1e-12);
+  EXPECT_NEAR(k.c.optimizer[1].value(), k.params(1) * 1e-9 + 0.5, 1e-12);
+  // Per ZeRO-3 unit: the longer of its kernels (1 ms forward, 2 ms backward per layer here) and
+  // a 1.5 ms host time: +0.5 ms per layer forward, nothing backward.
+  e.plan.zero = 3;
+  e.plan.pp = 1;
+  e.plan.dp = 4;
+  e.training.global_batch = 4;
+  validate_experiment(e);
+  Costed z(e);
+  z.x.calibrated.unit_overhead = Seconds(1.5e-3);
+  cost_layer_chunks(z.in(), z.c);
+  Costed plain(e);
+  cost_layer_chunks(plain.in(), plain.c);
+  EXPECT_NEAR((z.c.chunk[0][0][0].forward - plain.c.chunk[0][0][0].forward).value(), 24 * 0.5e-3, 1e-12);
+  EXPECT_NEAR((z.c.chunk[0][0][0].backward - plain.c.chunk[0][0][0].backward).value(), 0.0, 1e-12);
+}

@@ -1,0 +1,258 @@
+#include "cost_models/calibrated.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/scenario.hpp"
+#include "core/yaml_reader.hpp"
+
+namespace foresight::cost_models {
+
+namespace {
+
+constexpr std::array<std::pair<CalibratedKnob, const char*>, 5> kKnobs = {{
+    {CalibratedKnob::slot_overhead, "slot_overhead"},
+    {CalibratedKnob::unit_overhead, "unit_overhead"},
+    {CalibratedKnob::step_overhead, "step_overhead"},
+    {CalibratedKnob::gemm_efficiency_scale, "gemm_efficiency_scale"},
+    {CalibratedKnob::attention_efficiency_scale, "attention_efficiency_scale"},
+}};
+
+const char* knob_name(CalibratedKnob k) {
+  for (const auto& [v, n] : kKnobs)
+    if (v == k) return n;
+  return "?";
+}
+
+std::string knob_names() {
+  std::string s;
+  for (const auto& [v, n] : kKnobs) {
+    if (!s.empty()) s += " | ";
+    s += n;
+  }
+  return s;
+}
+
+bool is_scale(CalibratedKnob k) {
+  return k == CalibratedKnob::gemm_efficiency_scale || k == CalibratedKnob::attention_efficiency_scale;
+}
+
+/// %.6g, so that a value written and read back prints the same.
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string range_text(double lo, double hi) {
+  std::string s = "[";
+  s += num(lo);
+  s += ", ";
+  s += num(hi);
+  s += "]";
+  return s;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+double CalibratedParameter::neutral() const { return is_scale(knob) ? 1.0 : 0.0; }
+
+bool CalibratedScope::matches(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan) const {
+  if (!frameworks.empty() && std::find(frameworks.begin(), frameworks.end(), plan.framework) == frameworks.end())
+    return false;
+  if (compute_capability && std::fabs(cluster.gpu.compute_capability - *compute_capability) > 1e-9) return false;
+  if (min_zero && plan.zero < *min_zero) return false;
+  if (dtype && training.dtype != *dtype) return false;
+  return true;
+}
+
+std::string CalibratedScope::describe() const {
+  std::string s;
+  auto add = [&s](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (!frameworks.empty()) {
+    std::string f = "framework ";
+    for (std::size_t i = 0; i < frameworks.size(); ++i) f += (i ? " or " : "") + std::string(to_string(frameworks[i]));
+    add(f);
+  }
+  if (compute_capability) add("compute capability " + num(*compute_capability));
+  if (min_zero) add("zero >= " + std::to_string(*min_zero));
+  if (dtype) add(std::string("dtype ") + to_string(*dtype));
+  return s.empty() ? "every execution" : s;
+}
+
+CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& cluster, const TrainingSpec& training,
+                                 const PlanSpec& plan) {
+  CalibratedTerms t;
+  for (const CalibratedParameter& p : set.parameters) {
+    if (!p.scope.matches(cluster, training, plan)) continue;
+    switch (p.knob) {
+      case CalibratedKnob::slot_overhead: t.slot_overhead += Seconds(p.value); break;
+      case CalibratedKnob::unit_overhead: t.unit_overhead += Seconds(p.value); break;
+      case CalibratedKnob::step_overhead: t.step_overhead += Seconds(p.value); break;
+      case CalibratedKnob::gemm_efficiency_scale: t.gemm_efficiency_scale *= p.value; break;
+      case CalibratedKnob::attention_efficiency_scale: t.attention_efficiency_scale *= p.value; break;
+    }
+    t.applied.push_back(p.name);
+  }
+  return t;
+}
+
+CalibrationSet load_calibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  YAML::Node root;
+  try {
+    root = YAML::Load(text.str());
+  } catch (const YAML::Exception& e) {
+    throw SpecError(SourceLocation{path, e.mark.is_null() ? 0 : e.mark.line + 1, 0}, "", "", "is not valid YAML: " + e.msg);
+  }
+  MapReader top(root, path, "");
+  MapReader cal(top.child("calibration", true), path, "calibration");
+  CalibrationSet set;
+  set.file = path;
+  cal.get_string("generated_by", "");
+  const YAML::Node list = cal.child("parameters", true);
+  if (!list.IsSequence())
+    throw SpecError(location_of(list, path), "calibration.parameters", "", "must be a list of parameters");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string prefix = "calibration.parameters[" + std::to_string(i) + "]";
+    MapReader r(list[i], path, prefix);
+    CalibratedParameter p;
+    p.name = r.get_string("name", std::nullopt);
+    const std::string knob = r.get_string("knob", std::nullopt);
+    bool found = false;
+    for (const auto& [v, n] : kKnobs)
+      if (knob == n) p.knob = v, found = true;
+    if (!found) throw SpecError(r.where("knob"), r.path("knob"), knob, "must be one of: " + knob_names());
+    p.unit = r.get_string("unit", std::nullopt);
+    const std::string expected_unit = is_scale(p.knob) ? "1" : "s";
+    if (p.unit != expected_unit)
+      throw SpecError(r.where("unit"), r.path("unit"), p.unit, std::string("must be \"") + expected_unit + "\" for knob " + knob);
+    p.meaning = r.get_string("meaning", std::nullopt);
+    const YAML::Node range = r.child("range", true);
+    if (!range.IsSequence() || range.size() != 2)
+      throw SpecError(r.where("range"), r.path("range"), "", "must be [low, high]");
+    try {
+      p.lo = range[0].as<double>();
+      p.hi = range[1].as<double>();
+    } catch (const YAML::Exception&) {
+      throw SpecError(r.where("range"), r.path("range"), "", "must be two numbers [low, high]");
+    }
+    if (!(std::isfinite(p.lo) && std::isfinite(p.hi) && p.lo <= p.hi) || (is_scale(p.knob) && p.lo <= 0) ||
+        (!is_scale(p.knob) && p.lo < 0))
+      throw SpecError(r.where("range"), r.path("range"), range_text(p.lo, p.hi),
+                      is_scale(p.knob) ? "must satisfy 0 < low <= high" : "must satisfy 0 <= low <= high");
+    p.range_source = r.get_string("range_source", std::nullopt);
+    if (r.has("scope")) {
+      MapReader s(r.child("scope", true), path, prefix + ".scope");
+      if (s.has("frameworks")) {
+        const YAML::Node fl = s.child("frameworks", true);
+        if (!fl.IsSequence()) throw SpecError(s.where("frameworks"), s.path("frameworks"), "", "must be a list of framework names");
+        for (const auto& f : fl) {
+          const auto fw = parse_enum<Framework>(f.Scalar());
+          if (!fw)
+            throw SpecError(location_of(f, path), s.path("frameworks"), f.Scalar(), "must be one of: " + allowed_values<Framework>());
+          p.scope.frameworks.push_back(*fw);
+        }
+      }
+      if (s.has("compute_capability")) p.scope.compute_capability = s.get_double("compute_capability", std::nullopt, 0.0, true);
+      if (s.has("min_zero")) p.scope.min_zero = s.get_int("min_zero", std::nullopt, 0);
+      if (s.has("dtype")) p.scope.dtype = s.get_enum<Dtype>("dtype", std::nullopt);
+      s.finish();
+    }
+    p.value = r.has("value") ? r.get_double("value", std::nullopt, -1e300) : p.neutral();
+    if (p.value < p.lo || p.value > p.hi)
+      throw SpecError(r.where("value"), r.path("value"), num(p.value),
+                      "must lie in the parameter's range " + range_text(p.lo, p.hi));
+    if (r.has("fit")) {
+      MapReader f(r.child("fit", true), path, prefix + ".fit");
+      if (f.has("cases")) {
+        const YAML::Node cl = f.child("cases", true);
+        if (cl.IsSequence())
+          for (const auto& c : cl) p.fit_cases.push_back(c.Scalar());
+      }
+      p.fit_rms_pct = f.get_double("rms_pct", 0.0, 0.0);
+      f.finish();
+    }
+    r.finish();
+    for (const auto& other : set.parameters)
+      if (other.name == p.name) throw SpecError(r.where("name"), r.path("name"), p.name, "must be unique in the file");
+    set.parameters.push_back(std::move(p));
+  }
+  cal.finish();
+  top.finish();
+  return set;
+}
+
+const CalibrationSet& bundled_calibration() {
+  static std::once_flag once;
+  static CalibrationSet set;
+  std::call_once(once, [] {
+    const std::filesystem::path path = std::filesystem::path(scenarios_dir()) / "calibration.yaml";
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) set = load_calibration(path.string());
+  });
+  return set;
+}
+
+std::string calibration_yaml(const CalibrationSet& set) {
+  std::string s;
+  s += "# Calibrated parameters (DESIGN.md, Fidelity rules): declared here with their meaning, range and\n";
+  s += "# scope; `value` and `fit` are written by `foresight calibrate --published` from the experiments\n";
+  s += "# marked measured.role: calibration. Edit the declarations, then re-run the fit.\n";
+  s += "calibration:\n";
+  s += "  generated_by: \"foresight calibrate --published\"\n";
+  s += "  parameters:\n";
+  for (const CalibratedParameter& p : set.parameters) {
+    s += "    - name: " + p.name + "\n";
+    s += std::string("      knob: ") + knob_name(p.knob) + "\n";
+    s += "      unit: " + quoted(p.unit) + "\n";
+    s += "      meaning: " + quoted(p.meaning) + "\n";
+    s += "      range: " + range_text(p.lo, p.hi) + "\n";
+    s += "      range_source: " + quoted(p.range_source) + "\n";
+    const CalibratedScope& sc = p.scope;
+    if (!sc.frameworks.empty() || sc.compute_capability || sc.min_zero || sc.dtype) {
+      s += "      scope:";
+      std::string inner;
+      auto add = [&inner](const std::string& x) { inner += (inner.empty() ? " {" : ", ") + x; };
+      if (!sc.frameworks.empty()) {
+        std::string f = "frameworks: [";
+        for (std::size_t i = 0; i < sc.frameworks.size(); ++i) f += (i ? ", " : "") + std::string(to_string(sc.frameworks[i]));
+        add(f + "]");
+      }
+      if (sc.compute_capability) add("compute_capability: " + num(*sc.compute_capability));
+      if (sc.min_zero) add("min_zero: " + std::to_string(*sc.min_zero));
+      if (sc.dtype) add(std::string("dtype: ") + to_string(*sc.dtype));
+      s += inner + "}\n";
+    }
+    s += "      value: " + num(p.value) + "\n";
+    if (!p.fit_cases.empty()) {
+      s += "      fit: {cases: [";
+      for (std::size_t i = 0; i < p.fit_cases.size(); ++i) s += (i ? ", " : "") + p.fit_cases[i];
+      s += "], rms_pct: " + num(p.fit_rms_pct) + "}\n";
+    }
+  }
+  return s;
+}
+
+}  // namespace foresight::cost_models

@@ -1,0 +1,80 @@
+// Calibrated parameters (DESIGN.md, Fidelity rules): what neither a kernel measurement nor a
+// hardware spec can pin, such as a 2021 pipeline engine's host time per micro-batch, fitted on the
+// experiments marked `measured.role: calibration` and nowhere else. Each parameter has a name, a
+// unit, a physical meaning, a plausible range with its source and a scope (frameworks, a GPU
+// generation, a ZeRO stage); an execution whose plan falls in the scope gets the parameter's
+// effect, every other execution is untouched. The declarations and the fitted values live in one
+// file, scenarios/calibration.yaml, written by `foresight calibrate --published`.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/enums.hpp"
+#include "core/hardware.hpp"
+#include "core/plan.hpp"
+#include "core/units.hpp"
+
+namespace foresight::cost_models {
+
+/// Which part of the cost model a calibrated parameter moves.
+enum class CalibratedKnob {
+  slot_overhead,               // seconds per micro-batch per pipeline stage (half forward, half backward)
+  unit_overhead,               // seconds per ZeRO-3 / FSDP unit per forward and per backward
+  step_overhead,               // seconds per iteration (host work outside the micro-batches)
+  gemm_efficiency_scale,       // multiplies the GEMM ceiling of the GPU file
+  attention_efficiency_scale,  // multiplies the fused-attention efficiency
+};
+
+/// Where a parameter applies: every listed condition must hold (an empty list or an unset value
+/// matches anything).
+struct CalibratedScope {
+  std::vector<Framework> frameworks = {};
+  std::optional<double> compute_capability = std::nullopt;  // e.g. 8.0 for A100, 9.0 for H100
+  std::optional<int> min_zero = std::nullopt;               // e.g. 3: sharded-parameter (FSDP) runs only
+  std::optional<Dtype> dtype = std::nullopt;
+  bool matches(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan) const;
+  std::string describe() const;
+};
+
+struct CalibratedParameter {
+  std::string name;
+  CalibratedKnob knob = CalibratedKnob::slot_overhead;
+  std::string unit;     // "s" or "1" (a dimensionless scale)
+  std::string meaning;  // the physical mechanism it stands for
+  double lo = 0, hi = 0;
+  std::string range_source;  // where the plausible range comes from
+  CalibratedScope scope;
+  double value = 0;          // the fitted value (lo..hi)
+  /// The fit that produced `value`: its calibration cases and their log residuals.
+  std::vector<std::string> fit_cases;
+  double fit_rms_pct = 0;
+  /// The value at which the parameter has no effect (0 for overheads, 1 for scales).
+  double neutral() const;
+};
+
+struct CalibrationSet {
+  std::string file;  // where it was read ("" when built in code)
+  std::vector<CalibratedParameter> parameters;
+};
+
+/// The effect of the parameters whose scope an execution falls in.
+struct CalibratedTerms {
+  Seconds slot_overhead, unit_overhead, step_overhead;
+  double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0;
+  std::vector<std::string> applied;  // names of the parameters in effect
+};
+
+CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& cluster, const TrainingSpec& training,
+                                 const PlanSpec& plan);
+
+/// Reads a calibration file; bad input is a SpecError naming the file, field, value and rule.
+CalibrationSet load_calibration(const std::string& path);
+/// scenarios/calibration.yaml, read once per process; an empty set when the file is absent.
+const CalibrationSet& bundled_calibration();
+/// The file's text for `set` (values with 6 significant digits, fixed key order), so that writing
+/// the same fit twice gives the same bytes.
+std::string calibration_yaml(const CalibrationSet& set);
+
+}  // namespace foresight::cost_models

@@ -1,0 +1,137 @@
+// Calibrated parameters: scope matching, what each knob does to an execution, and the file's
+// rules (bad input names file, field, value and rule).
+#include "cost_models/calibrated.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "core/scenario.hpp"
+#include "cost_models/execution.hpp"
+#include "cost_models/roofline.hpp"
+
+namespace foresight::cost_models {
+namespace {
+
+CalibratedParameter param(const char* name, CalibratedKnob knob, double value, CalibratedScope scope) {
+  CalibratedParameter p;
+  p.name = name;
+  p.knob = knob;
+  const bool scale = knob == CalibratedKnob::gemm_efficiency_scale || knob == CalibratedKnob::attention_efficiency_scale;
+  p.unit.assign(1, scale ? '1' : 's');
+  p.lo = 0;
+  p.hi = 10;
+  p.value = value;
+  p.scope = std::move(scope);
+  return p;
+}
+
+std::string write_temp(const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / "foresight_calibration_test.yaml";
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+}  // namespace
+
+TEST(Calibrated, ScopeSelectsFrameworkGpuAndZeroStage) {
+  const ClusterSpec a100 = load_cluster(resolve_scenario("clusters", "selene"));
+  const ClusterSpec h100 = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  const TrainingSpec t{.global_batch = 8};
+  PlanSpec ds;
+  ds.framework = Framework::deepspeed;
+  PlanSpec fsdp;
+  fsdp.framework = Framework::pytorch;
+  fsdp.zero = 3;
+  CalibrationSet set;
+  set.parameters = {param("slot", CalibratedKnob::slot_overhead, 0.01, {.frameworks = {Framework::deepspeed}, .compute_capability = 8.0}),
+                    param("unit", CalibratedKnob::unit_overhead, 0.002, {.frameworks = {Framework::pytorch}, .min_zero = 3}),
+                    param("attn", CalibratedKnob::attention_efficiency_scale, 0.5,
+                          {.frameworks = {Framework::pytorch}, .compute_capability = 9.0, .min_zero = 3})};
+  const CalibratedTerms on_a100 = calibrated_terms(set, a100, t, ds);
+  EXPECT_DOUBLE_EQ(on_a100.slot_overhead.value(), 0.01);
+  EXPECT_EQ(on_a100.applied, std::vector<std::string>{"slot"});
+  EXPECT_DOUBLE_EQ(calibrated_terms(set, h100, t, ds).slot_overhead.value(), 0.0);  // another GPU
+  const CalibratedTerms f = calibrated_terms(set, h100, t, fsdp);
+  EXPECT_DOUBLE_EQ(f.unit_overhead.value(), 0.002);
+  EXPECT_DOUBLE_EQ(f.attention_efficiency_scale, 0.5);
+  fsdp.zero = 1;  // DDP-style, not sharded parameters
+  EXPECT_TRUE(calibrated_terms(set, h100, t, fsdp).applied.empty());
+}
+
+TEST(Calibrated, ScalesDivideGemmTimesAndTheAttentionEfficiency) {
+  // Half the GEMM throughput doubles a GEMM's time without its launch; the attention scale
+  // multiplies the fused kernel's efficiency, so a compute-bound attention forward takes 1/0.5
+  // as long (launch aside).
+  const ClusterSpec c = load_cluster(resolve_scenario("clusters", "selene"));
+  PlanSpec p;
+  p.framework = Framework::megatron_core;
+  const TrainingSpec t{.global_batch = 8};
+  CalibrationSet half;
+  half.parameters = {param("g", CalibratedKnob::gemm_efficiency_scale, 0.5, {}),
+                     param("a", CalibratedKnob::attention_efficiency_scale, 0.5, {})};
+  const ExecutionModel base = resolve_execution(c, t, p, nullptr);
+  const ExecutionModel slow = resolve_execution(c, t, p, &half);
+  const double launch = base.roofline().params().launch_overhead.value();
+  const GemmShape s{8192, 8192, 8192, 1};
+  EXPECT_NEAR(slow.roofline().gemm(s).value() - launch, 2 * (base.roofline().gemm(s).value() - launch), 1e-12);
+  EXPECT_NEAR(slow.roofline().flash_forward(32, 2048, 2048, 128, true).value() - launch,
+              2 * (base.roofline().flash_forward(32, 2048, 2048, 128, true).value() - launch), 1e-12);
+}
+
+TEST(Calibrated, FileRulesNameTheFieldAndValue) {
+  const std::string head =
+      "calibration:\n  parameters:\n    - {name: x, knob: slot_overhead, unit: \"s\", meaning: m, range_source: r, ";
+  struct Case {
+    std::string body, field, needle;
+  };
+  const std::vector<Case> cases = {
+      {"range: [0, 1], value: 2}\n", "calibration.parameters[0].value", "must lie in the parameter's range [0, 1]"},
+      {"range: [1, 0]}\n", "calibration.parameters[0].range", "0 <= low <= high"},
+      {"range: [0, 1], colour: red}\n", "calibration.parameters[0].colour", "is not a known key"},
+      {"range: [0, 1], scope: {frameworks: [jax]}}\n", "calibration.parameters[0].scope.frameworks", "must be one of"},
+  };
+  for (const auto& c : cases) {
+    std::string text = head;
+    text.append(c.body);
+    const std::string path = write_temp(text);
+    try {
+      load_calibration(path);
+      ADD_FAILURE() << "accepted: " << c.body;
+    } catch (const SpecError& e) {
+      EXPECT_EQ(e.field(), c.field) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+    }
+  }
+  const std::string unit = write_temp(
+      "calibration:\n  parameters:\n    - {name: x, knob: gemm_efficiency_scale, unit: \"s\", meaning: m, range: [0.5, 1], "
+      "range_source: r}\n");
+  try {
+    load_calibration(unit);
+    ADD_FAILURE() << "a scale in seconds was accepted";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "calibration.parameters[0].unit");
+  }
+}
+
+TEST(Calibrated, WrittenFileReadsBackTheSame) {
+  CalibrationSet set;
+  CalibratedParameter p = param("slot", CalibratedKnob::slot_overhead, 0.0123456789, {.frameworks = {Framework::deepspeed}});
+  p.meaning = "a \"quoted\" meaning";
+  p.range_source = "somewhere";
+  p.hi = 0.06;
+  p.fit_cases = {"a", "b"};
+  p.fit_rms_pct = 1.5;
+  set.parameters = {p};
+  const std::string text = calibration_yaml(set);
+  const CalibrationSet back = load_calibration(write_temp(text));
+  ASSERT_EQ(back.parameters.size(), 1u);
+  EXPECT_DOUBLE_EQ(back.parameters[0].value, 0.0123457);  // 6 significant digits
+  EXPECT_EQ(back.parameters[0].meaning, p.meaning);
+  EXPECT_EQ(back.parameters[0].fit_cases, p.fit_cases);
+  EXPECT_EQ(calibration_yaml(back), text);
+}
+
+}  // namespace foresight::cost_models
