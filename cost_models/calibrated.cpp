@@ -98,9 +98,68 @@ std::string CalibratedScope::describe() const {
   return s.empty() ? "every execution" : s;
 }
 
+std::string ErrorBand::describe() const {
+  std::string s;
+  if (framework) s += to_string(*framework);
+  if (compute_capability) {
+    s += s.empty() ? "" : " on ";
+    s += "compute capability " + num(*compute_capability);
+  }
+  return s.empty() ? "all validation cases" : s;
+}
+
+std::optional<ErrorBand> band_for(const std::vector<ErrorBand>& bands, Framework framework, double cc) {
+  const ErrorBand* best = nullptr;
+  int best_rank = -1;
+  for (const ErrorBand& b : bands) {
+    if (b.framework && *b.framework != framework) continue;
+    if (b.compute_capability && std::fabs(*b.compute_capability - cc) > 1e-9) continue;
+    const int rank = (b.framework ? 2 : 0) + (b.compute_capability ? 1 : 0);
+    if (rank > best_rank) best = &b, best_rank = rank;
+  }
+  if (!best) return std::nullopt;
+  return *best;
+}
+
+std::vector<ErrorBand> error_bands(const std::vector<BandSample>& samples, int min_cases) {
+  std::vector<ErrorBand> out;
+  auto band = [&](std::optional<Framework> f, std::optional<double> cc) {
+    std::vector<double> r;
+    for (const BandSample& s : samples)
+      if ((!f || s.framework == *f) && (!cc || std::fabs(s.compute_capability - *cc) < 1e-9)) r.push_back(s.ratio);
+    if (int(r.size()) < min_cases) return;
+    std::sort(r.begin(), r.end());
+    // Nearest rank: the smallest value with at least p% of the cases at or below it.
+    auto rank = [&r](double p) { return r[std::size_t(std::max(0.0, std::ceil(p * double(r.size())) - 1.0))]; };
+    // Ranks ceil(0.1 n) .. ceil(0.9 n) hold at least 80% of the cases; the band always holds
+    // the prediction itself (lo <= 1 <= hi).
+    ErrorBand b{f, cc, int(r.size()), std::min(1.0, rank(0.10)), std::max(1.0, rank(0.90))};
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g", b.lo);
+    b.lo = std::strtod(buf, nullptr);
+    std::snprintf(buf, sizeof buf, "%.4g", b.hi);
+    b.hi = std::strtod(buf, nullptr);
+    out.push_back(b);
+  };
+  std::vector<Framework> frameworks;
+  std::vector<std::pair<Framework, double>> pairs;
+  for (const BandSample& s : samples) {
+    if (std::find(frameworks.begin(), frameworks.end(), s.framework) == frameworks.end()) frameworks.push_back(s.framework);
+    const auto key = std::make_pair(s.framework, s.compute_capability);
+    if (std::find(pairs.begin(), pairs.end(), key) == pairs.end()) pairs.push_back(key);
+  }
+  std::sort(frameworks.begin(), frameworks.end());
+  std::sort(pairs.begin(), pairs.end());
+  band(std::nullopt, std::nullopt);
+  for (Framework f : frameworks) band(f, std::nullopt);
+  for (const auto& [f, cc] : pairs) band(f, cc);
+  return out;
+}
+
 CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& cluster, const TrainingSpec& training,
                                  const PlanSpec& plan) {
   CalibratedTerms t;
+  t.band = band_for(set.bands, plan.framework, cluster.gpu.compute_capability);
   for (const CalibratedParameter& p : set.parameters) {
     if (!p.scope.matches(cluster, training, plan)) continue;
     switch (p.knob) {
@@ -199,6 +258,23 @@ CalibrationSet load_calibration(const std::string& path) {
       if (other.name == p.name) throw SpecError(r.where("name"), r.path("name"), p.name, "must be unique in the file");
     set.parameters.push_back(std::move(p));
   }
+  if (cal.has("error_bars")) {
+    const YAML::Node bl = cal.child("error_bars", true);
+    if (!bl.IsSequence()) throw SpecError(location_of(bl, path), "calibration.error_bars", "", "must be a list");
+    for (std::size_t i = 0; i < bl.size(); ++i) {
+      MapReader b(bl[i], path, "calibration.error_bars[" + std::to_string(i) + "]");
+      ErrorBand band;
+      if (b.has("framework")) band.framework = b.get_enum<Framework>("framework", std::nullopt);
+      if (b.has("compute_capability")) band.compute_capability = b.get_double("compute_capability", std::nullopt, 0.0, true);
+      band.cases = b.get_int("cases", std::nullopt, 1);
+      band.lo = b.get_double("lo", std::nullopt, 0.0, true);
+      band.hi = b.get_double("hi", std::nullopt, 0.0, true);
+      if (band.lo > 1.0 || band.hi < 1.0)
+        throw SpecError(b.where("lo"), b.path("lo"), num(band.lo) + " .. " + num(band.hi), "must satisfy lo <= 1 <= hi");
+      b.finish();
+      set.bands.push_back(band);
+    }
+  }
   cal.finish();
   top.finish();
   return set;
@@ -250,6 +326,17 @@ std::string calibration_yaml(const CalibrationSet& set) {
       s += "      fit: {cases: [";
       for (std::size_t i = 0; i < p.fit_cases.size(); ++i) s += (i ? ", " : "") + p.fit_cases[i];
       s += "], rms_pct: " + num(p.fit_rms_pct) + "}\n";
+    }
+  }
+  if (!set.bands.empty()) {
+    s += "  # Error bars: measured / predicted iteration time over the prediction cases of each scope\n";
+    s += "  # (10th and 90th percentiles), from `foresight validate` with the values above.\n";
+    s += "  error_bars:\n";
+    for (const ErrorBand& b : set.bands) {
+      s += "    - {";
+      if (b.framework) s += std::string("framework: ") + to_string(*b.framework) + ", ";
+      if (b.compute_capability) s += "compute_capability: " + num(*b.compute_capability) + ", ";
+      s += "cases: " + std::to_string(b.cases) + ", lo: " + num(b.lo) + ", hi: " + num(b.hi) + "}\n";
     }
   }
   return s;

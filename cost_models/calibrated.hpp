@@ -54,9 +54,23 @@ struct CalibratedParameter {
   double neutral() const;
 };
 
+/// An error bar from the validation residuals of one scope: over the prediction cases whose
+/// execution falls in it, the measured iteration time over the predicted one lies between `lo`
+/// and `hi` (nearest-rank 10th and 90th percentiles, so at least 80% of those cases fall inside).
+/// A prediction takes the band of the most specific scope with cases: its framework on its GPU
+/// generation, else its framework, else every case.
+struct ErrorBand {
+  std::optional<Framework> framework = std::nullopt;
+  std::optional<double> compute_capability = std::nullopt;
+  int cases = 0;
+  double lo = 1, hi = 1;
+  std::string describe() const;
+};
+
 struct CalibrationSet {
   std::string file;  // where it was read ("" when built in code)
   std::vector<CalibratedParameter> parameters;
+  std::vector<ErrorBand> bands;  // written with the fit (foresight calibrate --published)
 };
 
 /// The effect of the parameters whose scope an execution falls in.
@@ -64,7 +78,20 @@ struct CalibratedTerms {
   Seconds slot_overhead, unit_overhead, step_overhead;
   double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0;
   std::vector<std::string> applied;  // names of the parameters in effect
+  std::optional<ErrorBand> band;     // the error bar this execution's predictions carry
 };
+
+/// The band of the most specific scope (framework and GPU generation, framework, all) with cases.
+std::optional<ErrorBand> band_for(const std::vector<ErrorBand>& bands, Framework framework, double compute_capability);
+
+/// Bands from (framework, GPU generation, measured / predicted time) of prediction cases: one per
+/// framework and generation, one per framework, one over all, each with at least `min_cases`.
+struct BandSample {
+  Framework framework = Framework::generic;
+  double compute_capability = 0;
+  double ratio = 1;  // measured time / predicted time
+};
+std::vector<ErrorBand> error_bands(const std::vector<BandSample>& samples, int min_cases = 3);
 
 CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& cluster, const TrainingSpec& training,
                                  const PlanSpec& plan);

@@ -46,10 +46,14 @@ ExperimentPrediction predict_experiment(Experiment e, sim::EngineKind engine,
   ExperimentPrediction out;
   const Measured& m = *e.measured;
   const std::string group = group_of(e);
-  auto add = [&](std::string quantity, double published, double predicted) {
-    out.cases.push_back({e.name, m.source, group, std::move(quantity), published, predicted, m.role});
-  };
   const cost_models::ExecutionModel x = cost_models::resolve_execution(e, calibration);
+  auto add = [&](std::string quantity, double published, double predicted) {
+    ValidationCase c{e.name, m.source, group, std::move(quantity), published, predicted, m.role};
+    c.framework = e.plan.framework;
+    c.compute_capability = e.cluster.gpu.compute_capability;
+    c.band = x.calibrated.band;
+    out.cases.push_back(std::move(c));
+  };
   const CommModel comm(e.cluster);
   if (m.forward_ms || m.backward_ms) {
     // One transformer layer, forward and backward (recompute included), with its TP communication.
@@ -108,6 +112,25 @@ void summarise(ValidationSummary& s, double error_pct) {
 }
 
 }  // namespace
+
+double ValidationCase::time_ratio() const {
+  if (quantity == "iteration_s" || quantity == "forward_ms" || quantity == "backward_ms") return published / predicted;
+  if (quantity == "tokens_per_s") return predicted / published;
+  return 0;
+}
+
+bool ValidationCase::inside_band() const {
+  const double r = time_ratio();
+  return band && r > 0 && r >= band->lo * (1 - 1e-9) && r <= band->hi * (1 + 1e-9);
+}
+
+std::vector<cost_models::ErrorBand> error_bands_of(const ValidationReport& r) {
+  std::vector<cost_models::BandSample> samples;
+  for (const auto& c : r.cases)
+    if (c.role == MeasuredRole::prediction && c.time_ratio() > 0)
+      samples.push_back({c.framework, c.compute_capability, c.time_ratio()});
+  return cost_models::error_bands(samples);
+}
 
 cost_models::CalibrationSet fit_calibration(const std::string& root, const cost_models::CalibrationSet& declared,
                                             sim::EngineKind engine, const std::string& exclude) {
@@ -250,6 +273,10 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine,
     }
     summarise(groups[c.group], c.error_pct());
     summarise(overall, c.error_pct());
+    if (c.band && c.time_ratio() > 0) {
+      rep.band_cases += 1;
+      rep.inside_band += c.inside_band();
+    }
   }
   for (auto& [name, s] : groups) {
     s.group = name;
@@ -288,6 +315,13 @@ std::string validation_markdown(const ValidationReport& r, sim::EngineKind engin
     std::snprintf(buf, sizeof buf, "| %s | %d | %.1f%% | %.1f%% |\n", g->group.c_str(), g->cases, g->mape_pct, g->max_abs_pct);
     s += buf;
   }
+  if (r.band_cases > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "\nError bars: %d of %d prediction cases (%.0f%%) fall inside the error bar their prediction "
+                  "carries (10th-90th percentile of the residuals of their scope, scenarios/calibration.yaml).\n",
+                  r.inside_band, r.band_cases, 100.0 * r.inside_band / r.band_cases);
+    s += buf;
+  }
   s += std::string("\nEngine: ") + to_string(engine) + ". MAPE counts time-like quantities (iteration time, one layer's "
        "forward/backward, tokens/s, speedup); TFLOP/s rows restate the iteration time under the source's FLOP definition; "
        "peak-memory rows (the most loaded GPU, counted as the source counts it) are listed but not in the MAPE. "
@@ -317,6 +351,7 @@ nlohmann::ordered_json validation_json(const ValidationReport& r, sim::EngineKin
   for (const auto& [key, g] : {std::pair<const char*, const ValidationSummary*>{"calibration", &r.calibration},
                                {"leave_one_out", &r.leave_one_out}})
     j[key] = {{"cases", g->cases}, {"mape_pct", g->mape_pct}, {"max_abs_pct", g->max_abs_pct}};
+  j["error_bars"] = {{"cases", r.band_cases}, {"inside", r.inside_band}};
   j["mape_pct"] = r.groups.empty() ? 0.0 : r.groups.back().mape_pct;
   j["max_abs_pct"] = r.groups.empty() ? 0.0 : r.groups.back().max_abs_pct;
   return j;

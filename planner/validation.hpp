@@ -29,6 +29,12 @@ struct ValidationCase {
   /// Calibration cases: the prediction of a fit made without this case (leave-one-out); 0 when
   /// not computed.
   double predicted_left_out = 0;
+  Framework framework = Framework::generic;  // the execution's, for error bars per scope
+  double compute_capability = 0;
+  std::optional<cost_models::ErrorBand> band = std::nullopt;  // the error bar its prediction carried
+  /// Measured time over predicted time (tokens/s: predicted over measured); 0 for a speedup.
+  double time_ratio() const;
+  bool inside_band() const;
   double error_pct() const { return 100.0 * (predicted - published) / published; }
   double left_out_error_pct() const { return 100.0 * (predicted_left_out - published) / published; }
   /// Counted in the MAPE: time-like quantities (TFLOP/s restates the same run's time).
@@ -49,7 +55,12 @@ struct ValidationReport {
   /// Calibration cases: in-sample (the fit's own residuals) and leave-one-out.
   ValidationSummary calibration{"calibration cases (in-sample)"};
   ValidationSummary leave_one_out{"calibration cases (leave-one-out)"};
+  /// Prediction cases (time-like, not speedups) whose measurement falls inside their error bar.
+  int band_cases = 0, inside_band = 0;
 };
+
+/// Error bars from a report's prediction cases (cost_models::error_bands).
+std::vector<cost_models::ErrorBand> error_bands_of(const ValidationReport& r);
 
 /// Runs every experiment with a measured block under `scenarios_root`/experiments. Time-based
 /// quantities only enter the MAPE (TFLOP/s duplicates iteration time for the same run).

@@ -10,6 +10,12 @@ Seconds TimeBreakdown::total() const {
          bubble;
 }
 
+std::string Prediction::range_text() const {
+  if (!band) return "no error bar: no validation case of this kind";
+  return format_number(in_s(iteration_low()), 3) + " - " + format_number(in_s(iteration_high()), 3) +
+         " s (10th-90th percentile of " + std::to_string(band->cases) + " validation cases, " + band->describe() + ")";
+}
+
 bool Prediction::fits() const { return memory_shortfall() <= Bytes(0); }
 
 Bytes Prediction::memory_shortfall() const {

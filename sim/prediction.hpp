@@ -3,12 +3,14 @@
 // written once (prediction_sections) and drives both the console table and the JSON.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/enums.hpp"
 #include "core/report.hpp"
 #include "core/units.hpp"
+#include "cost_models/calibrated.hpp"
 #include "cost_models/memory.hpp"
 
 namespace foresight::sim {
@@ -48,6 +50,13 @@ struct Prediction {
   std::string framework;  // the framework entry and version the prediction assumes
   std::string attention;  // the attention kernel both compute and memory priced
   std::string profile;    // what the calibration profile contributed
+  /// The error bar (cost_models::ErrorBand): the iteration time measured runs of this kind took
+  /// relative to their prediction, 10th to 90th percentile; unset where no band applies.
+  std::optional<cost_models::ErrorBand> band;
+  Seconds iteration_low() const { return band ? iteration * band->lo : iteration; }
+  Seconds iteration_high() const { return band ? iteration * band->hi : iteration; }
+  /// "1.70 - 2.10 s (10th-90th percentile of 24 validation cases, pytorch on compute capability 9)".
+  std::string range_text() const;
 
   /// Whether the most loaded GPU's memory fits in the device, and by how much it does not.
   bool fits() const;

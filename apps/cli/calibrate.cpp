@@ -99,7 +99,9 @@ int fit_published(const std::string& engine_name, const std::string& out_path, s
   const std::string declared_path = (std::filesystem::path(scenarios_dir()) / "calibration.yaml").string();
   const cost_models::CalibrationSet declared = cost_models::load_calibration(declared_path);
   const auto engine = *parse_enum<sim::EngineKind>(engine_name);
-  const cost_models::CalibrationSet fitted = planner::fit_calibration(scenarios_dir(), declared, engine);
+  cost_models::CalibrationSet fitted = planner::fit_calibration(scenarios_dir(), declared, engine);
+  // Error bars from the prediction cases' residuals under the fitted values.
+  fitted.bands = planner::error_bands_of(planner::validate_all(scenarios_dir(), engine, {}, &fitted, false));
   const std::string target = out_path.empty() ? declared_path : out_path;
   write_file_atomically(target, cost_models::calibration_yaml(fitted), "--out");
   char line[512];
@@ -116,6 +118,11 @@ int fit_published(const std::string& engine_name, const std::string& out_path, s
       std::snprintf(line, sizeof line, "      fitted on %zu case(s), rms residual %.2f%%: ", p.fit_cases.size(), p.fit_rms_pct);
       out << line << cases << "\n";
     }
+  }
+  for (const auto& b : fitted.bands) {
+    std::snprintf(line, sizeof line, "  error bar %-46s %3d cases: measured / predicted time %.3g .. %.3g\n",
+                  b.describe().c_str(), b.cases, b.lo, b.hi);
+    out << line;
   }
   out << "wrote " << target << "\n";
   return kExitOk;

@@ -69,6 +69,7 @@ Table plan_table(const planner::SearchRequest& r, const planner::SearchResult& r
   t.columns = {{"rank", "rank", 0},
                {"plan", "plan", 0},
                {"iteration_s", "iteration s", 3},
+               {"iteration_s_range", "range s", 0},
                {"simgrid_iteration_s", "simgrid s", 3},
                {"tokens_per_s", "tokens/s", 0},
                {"tflops_per_gpu", "TFLOP/s", 1},
@@ -79,8 +80,13 @@ Table plan_table(const planner::SearchRequest& r, const planner::SearchResult& r
     const planner::Candidate& c = res.ranked[i];
     std::optional<double> simgrid;
     if (c.simgrid) simgrid = in_s(c.simgrid->iteration);
+    // The error bar of the analytic prediction (cost_models::ErrorBand), "-" where none applies.
+    const sim::Prediction& a = c.analytic;
+    const Cell range = a.band ? Cell(format_number(in_s(a.iteration_low()), 2) + "-" + format_number(in_s(a.iteration_high()), 2),
+                                     nlohmann::ordered_json::array({in_s(a.iteration_low()), in_s(a.iteration_high())}))
+                              : Cell("-");
     t.rows.push_back({Cell(double(i + 1)), Cell(describe_plan(c.plan), to_json(c.plan)), Cell(in_s(c.analytic.iteration)),
-                      Cell(simgrid), Cell(c.analytic.tokens_per_s), Cell(c.analytic.tflops_per_gpu), Cell(c.analytic.mfu),
+                      range, Cell(simgrid), Cell(c.analytic.tokens_per_s), Cell(c.analytic.tflops_per_gpu), Cell(c.analytic.mfu),
                       Cell(in_GB(c.peak_memory)), Cell(in_GB(r.memory_limit() - c.peak_memory))});
   }
   return t;
@@ -160,7 +166,8 @@ void print_console(std::ostream& out, const Report& p) {
       << " simulated\n\n"
       << format_console(p.table)
       << "  (TFLOP/s per GPU and MFU count model FLOPs, without recompute; spare: what is left of the "
-         "memory limit)\n";
+         "memory limit;\n   range: where the iteration time should fall, the 10th-90th percentile of measured over "
+         "predicted time in the validation cases of the same framework and GPU generation)\n";
   if (res.best_terapipe && res.best_without_terapipe) {
     const auto& t = *res.best_terapipe;
     out << "\nTeraPipe: best plan with token slicing (" << describe_plan(t.plan) << ", " << t.plan.token_slices.size()

@@ -71,6 +71,13 @@ Command simulate_command() {
             j["framework"] = p.framework;
             j["attention"] = p.attention;
             j["profile"] = p.profile;
+            if (p.band) {
+              j["iteration_s_range"] = {in_s(p.iteration_low()), in_s(p.iteration_high())};
+              j["iteration_s_range_basis"] = {{"cases", p.band->cases}, {"scope", p.band->describe()},
+                                              {"percentiles", {10, 90}}};
+            } else {
+              j["iteration_s_range"] = nullptr;
+            }
             j["fits"] = p.fits();
             j["memory_shortfall_GB"] = in_GB(p.memory_shortfall());
             j["checks_failed"] = broken;
@@ -83,7 +90,7 @@ Command simulate_command() {
                 << token_slices_text(e.plan) << ", recompute "
                 << to_string(e.plan.recompute) << ", zero " << e.plan.zero << "\n  executed as " << p.framework
                 << ", " << p.attention << " attention\n  calibration: " << p.profile << "\n\n"
-                << format_console(sections);
+                << format_console(sections) << "Iteration time range: " << p.range_text() << "\n";
             out << "Memory per GPU by stage (GB):";
             for (std::size_t s = 0; s < p.memory_per_stage.size(); ++s) {
               if (s % 10 == 0) out << "\n ";

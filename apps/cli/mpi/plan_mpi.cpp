@@ -33,12 +33,20 @@ bool launched_by_mpirun() {
 
 nlohmann::ordered_json prediction_json(const sim::Prediction& p) {
   const sim::TimeBreakdown& b = p.breakdown;
-  return {{"iteration", p.iteration.value()}, {"tokens", p.tokens_per_s},   {"tflops", p.tflops_per_gpu},
+  nlohmann::ordered_json band = nullptr;
+  if (p.band) {
+    band = {{"cases", p.band->cases}, {"lo", p.band->lo}, {"hi", p.band->hi}};
+    if (p.band->framework) band["framework"] = to_string(*p.band->framework);
+    if (p.band->compute_capability) band["cc"] = *p.band->compute_capability;
+  }
+  nlohmann::ordered_json j = {{"iteration", p.iteration.value()}, {"tokens", p.tokens_per_s},   {"tflops", p.tflops_per_gpu},
           {"hw_tflops", p.hw_tflops_per_gpu}, {"mfu", p.mfu},              {"hfu", p.hfu},
           {"engine", to_string(p.engine)},     {"critical", p.critical_stage},
           {"breakdown", {b.compute.value(), b.recompute.value(), b.tp_comm.value(), b.ep_comm.value(), b.cp_comm.value(),
                          b.pp_comm_exposed.value(), b.dp_comm_exposed.value(), b.optimizer.value(),
                          b.offload_stall.value(), b.bubble.value()}}};
+  j["band"] = band;
+  return j;
 }
 
 sim::Prediction prediction_from(const nlohmann::json& j) {
@@ -56,6 +64,16 @@ sim::Prediction prediction_from(const nlohmann::json& j) {
                       &p.breakdown.ep_comm, &p.breakdown.cp_comm, &p.breakdown.pp_comm_exposed, &p.breakdown.dp_comm_exposed,
                       &p.breakdown.optimizer, &p.breakdown.offload_stall, &p.breakdown.bubble};
   for (std::size_t i = 0; i < std::size(parts); ++i) *parts[i] = Seconds(b.at(i).get<double>());
+  if (j.contains("band") && !j.at("band").is_null()) {
+    const auto& bj = j.at("band");
+    cost_models::ErrorBand band;
+    band.cases = bj.at("cases");
+    band.lo = bj.at("lo");
+    band.hi = bj.at("hi");
+    if (bj.contains("framework")) band.framework = parse_enum<Framework>(bj.at("framework").get<std::string>());
+    if (bj.contains("cc")) band.compute_capability = bj.at("cc").get<double>();
+    p.band = band;
+  }
   return p;
 }
 
