@@ -338,6 +338,11 @@ nlohmann::ordered_json validation_json(const ValidationReport& r, sim::EngineKin
     cases.push_back({{"experiment", c.experiment}, {"group", c.group}, {"quantity", c.quantity},
                      {"role", to_string(c.role)}, {"published", c.published}, {"predicted", c.predicted},
                      {"error_pct", c.error_pct()}, {"source", c.source}});
+    if (c.band && c.time_ratio() > 0) {
+      cases.back()["band"] = {c.band->lo, c.band->hi};
+      cases.back()["time_ratio"] = c.time_ratio();
+      cases.back()["inside_band"] = c.inside_band();
+    }
     if (c.role == MeasuredRole::calibration && c.predicted_left_out > 0) {
       cases.back()["predicted_left_out"] = c.predicted_left_out;
       cases.back()["left_out_error_pct"] = c.left_out_error_pct();

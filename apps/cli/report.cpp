@@ -75,6 +75,9 @@ nlohmann::ordered_json search_json(const planner::SearchRequest& r, const planne
                               {"tflops_per_gpu", c.analytic.tflops_per_gpu},
                               {"mfu", c.analytic.mfu},
                               {"memory_GB", in_GB(c.peak_memory)}};
+    pj["iteration_s_range"] = c.analytic.band ? nlohmann::ordered_json::array({in_s(c.analytic.iteration_low()),
+                                                                              in_s(c.analytic.iteration_high())})
+                                              : nlohmann::ordered_json();
     pj["breakdown_s"] = to_json(sim::prediction_sections(c.analytic))["breakdown_s"];
     ranked.push_back(pj);
   }
