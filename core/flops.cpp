@@ -125,6 +125,16 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute r
   return model;
 }
 
+Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanSpec& plan) {
+  if (plan.recompute != Recompute::full || plan.recompute_layers <= 0)
+    return hardware_flops_per_iteration(m, batch, plan.recompute);
+  const double tokens = batch * m.seq_len;
+  Flops again;
+  for (int l = 0; l < m.layers; ++l)
+    if (recomputes_layer(m, plan, l)) again += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l));
+  return model_flops_per_iteration(m, batch) + again;
+}
+
 Flops narayanan_eq3_flops(double B, double s, double l, double h, double V) {
   return Flops(96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h)));
 }

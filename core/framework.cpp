@@ -91,6 +91,10 @@ std::array<FrameworkTraits, 6> make_table() {
   // sharding, and pipelines need num_layers divisible by the pipeline size (megatron/arguments.py).
   megatron.max_zero = megatron.max_zero_with_pipeline = 1;
   megatron.uneven_pipeline = false;
+  // --activations-checkpoint-method uniform | block with --activations-checkpoint-num-layers (the
+  // SC21 scripts pass the former; block checkpoints the first N layers of each pipeline stage and
+  // runs the rest normally, megatron/model/transformer.py _checkpointed_forward), later renamed
+  // --recompute-method / --recompute-num-layers: partial_recompute stays on.
 
   FrameworkTraits megatron_core = megatron;
   // Megatron-Core: --decoder-first/last-pipeline-num-layers; torch FSDP2 (--use-torch-fsdp2) for
@@ -141,6 +145,9 @@ std::array<FrameworkTraits, 6> make_table() {
   deepspeed.schedules[int(Schedule::gpipe)] = deepspeed.schedules[int(Schedule::interleaved)] = false;
   deepspeed.sequence_parallel = deepspeed.selective_recompute = false;
   deepspeed.max_zero_with_pipeline = 1;
+  // Its pipeline engine checkpoints every activation_checkpoint_interval-th layer boundary of the
+  // whole stage (pipe/module.py, PipelineModule.forward): no way to keep some layers' activations.
+  deepspeed.partial_recompute = false;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",
                                    "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "
@@ -157,7 +164,7 @@ std::array<FrameworkTraits, 6> make_table() {
   // (--checkpoint-gradients), no sharded optimizer.
   terapipe.schedules[int(Schedule::one_f_one_b)] = terapipe.schedules[int(Schedule::interleaved)] = false;
   terapipe.schedules[int(Schedule::terapipe)] = true;
-  terapipe.sequence_parallel = terapipe.full_recompute = false;
+  terapipe.sequence_parallel = terapipe.full_recompute = terapipe.partial_recompute = false;
   terapipe.max_zero = terapipe.max_zero_with_pipeline = 0;
   terapipe.uneven_pipeline = false;
 
@@ -210,6 +217,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.sequence_parallel && !sequence_parallel) return false;
   if (p.recompute == Recompute::selective && !selective_recompute) return false;
   if (p.recompute == Recompute::full && !full_recompute) return false;
+  if (p.recompute_layers > 0 && !partial_recompute) return false;
   if (p.cp > 1 && !context_parallel) return false;
   if (p.tp_overlap && !tp_overlap) return false;
   if (!uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)) return false;

@@ -143,6 +143,9 @@ struct FrameworkTraits {
   bool sequence_parallel = true;
   bool selective_recompute = true;
   bool full_recompute = true;
+  /// Full recompute of only the first N layers of each stage (plan.recompute_layers; Megatron-LM's
+  /// --recompute-method block).
+  bool partial_recompute = true;
   int max_zero = 3;
   int max_zero_with_pipeline = 3;
   /// Runs context parallelism (plan.cp > 1).

@@ -56,6 +56,20 @@ std::vector<int> stage_first_layers(const ModelSpec& m, const PlanSpec& p) {
   return first;
 }
 
+bool recomputes_layer(const ModelSpec& m, const PlanSpec& p, int layer) {
+  if (p.recompute != Recompute::full) return false;
+  if (p.recompute_layers <= 0) return true;
+  if (p.schedule == Schedule::interleaved && p.virtual_stages > 1) {
+    // Model chunks of layers / (pp * v) consecutive layers each (an even split).
+    const int per_chunk = std::max(1, m.layers / (p.pp * p.virtual_stages));
+    return recomputes_position(p, layer % per_chunk);
+  }
+  const std::vector<int> first = stage_first_layers(m, p);
+  const auto it = std::upper_bound(first.begin(), first.end(), layer);
+  const int stage = int(it - first.begin()) - 1;
+  return recomputes_position(p, layer - first[std::max(0, stage)]);
+}
+
 std::optional<PlanViolation> check_model(const ModelSpec& m) {
   if (m.attention_head_dim == 0 && m.hidden % m.heads != 0)
     return fail("model.heads", str((long long)m.heads),
@@ -216,6 +230,25 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.schedule", "interleaved",
                   "needs the micro-batches per pipeline (" + str((long long)p.micro_batches(t)) +
                       ") to be a multiple of plan.pp = " + str((long long)p.pp));
+  }
+  if (p.recompute_layers > 0) {
+    const std::string n = str((long long)p.recompute_layers);
+    if (p.recompute != Recompute::full)
+      return fail("plan.recompute_layers", n,
+                  "needs plan.recompute = full (it is " + std::string(to_string(p.recompute)) +
+                      "): it counts the whole layers of each stage that are recomputed");
+    const FrameworkTraits& rfw = framework_traits(p.framework);
+    if (!rfw.partial_recompute)
+      return fail("plan.recompute_layers", n,
+                  std::string(rfw.name) + " recomputes every layer or none (no block method; megatron, "
+                                          "megatron-core, pytorch or generic recompute the first N layers of a stage)");
+    const std::vector<int> counts = stage_layer_counts(m, p);
+    const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+    const int largest = *std::max_element(counts.begin(), counts.end()) / v;
+    if (p.recompute_layers > largest)
+      return fail("plan.recompute_layers", n,
+                  "must not exceed the layers of the largest stage" + std::string(v > 1 ? " chunk" : "") + " (" +
+                      str((long long)largest) + ")");
   }
   if (!p.token_slices.empty() && p.schedule != Schedule::terapipe)
     return fail("plan.token_slices", "[" + str((long long)p.token_slices.size()) + " slices]",

@@ -46,6 +46,11 @@ struct PlanSpec {
   /// sequence parallelism.
   bool tp_overlap = false;
   Recompute recompute = Recompute::none;
+  /// With recompute = full: how many transformer layers of each pipeline stage (of each model
+  /// chunk under interleaving) are recomputed, counted from the stage's first layer; the others
+  /// keep all their activations (Megatron-LM --recompute-method block --recompute-num-layers N).
+  /// 0: every layer (--recompute-method uniform --recompute-num-layers 1).
+  int recompute_layers = 0;
   int zero = 0;  // 0..3; 1 = distributed optimizer (optimizer state sharded over dp)
   /// The data-parallel ranks ZeRO shards over: the innermost `shard_group` ranks of each
   /// data-parallel group, replicated across dp / shard_group such groups (PyTorch HSDP,
@@ -91,6 +96,16 @@ struct PlanSpec {
 std::vector<int> stage_layer_counts(const ModelSpec& model, const PlanSpec& plan);
 /// The first transformer layer of each stage (pp entries), from stage_layer_counts.
 std::vector<int> stage_first_layers(const ModelSpec& model, const PlanSpec& plan);
+
+/// Whether the backward of transformer layer `layer` (0-based, model order) first re-runs its
+/// forward: recompute = full and the layer among the first plan.recompute_layers of its stage's
+/// model chunk (or recompute_layers = 0). Selective recompute re-runs only the attention core and
+/// is not counted here.
+bool recomputes_layer(const ModelSpec& model, const PlanSpec& plan, int layer);
+/// The same, for the layer at position `index_in_chunk` (0-based) of its stage's model chunk.
+inline bool recomputes_position(const PlanSpec& plan, int index_in_chunk) {
+  return plan.recompute == Recompute::full && (plan.recompute_layers <= 0 || index_in_chunk < plan.recompute_layers);
+}
 
 /// A rule a plan broke: the field (dotted path, e.g. "plan.pp"), its value and the rule, in words.
 struct PlanViolation {

@@ -139,7 +139,10 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --decoder-first-pipeline-num-layers " << l.front() << " --decoder-last-pipeline-num-layers " << l.back();
   }
   if (q.sequence_parallel) s << " --sequence-parallel";
-  if (q.recompute == Recompute::full) s << " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+  if (q.recompute == Recompute::full && q.recompute_layers > 0)
+    s << " --recompute-granularity full --recompute-method block --recompute-num-layers " << q.recompute_layers;
+  else if (q.recompute == Recompute::full)
+    s << " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   if (q.recompute == Recompute::selective) s << " --recompute-granularity selective";
   if (q.zero >= 1) s << " --use-distributed-optimizer";
   if (q.dp_overlap) s << " --overlap-grad-reduce";

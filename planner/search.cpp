@@ -34,6 +34,34 @@ bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const Pl
   return worst <= r.memory_limit();
 }
 
+/// Block recompute (plan.recompute_layers): for a full-recompute plan that fits without offload,
+/// the fewest recomputed layers per stage (chunk) that still fit, found by bisection (memory falls
+/// and recompute time grows with the count, so this is the fastest block variant that fits). False
+/// when the framework has no block method, the stages hold one layer, none below all fits, or the
+/// plan fits without recompute at all.
+bool fewest_recomputed_layers_that_fit(const cost_models::ExecutionModel& x, const SearchRequest& r, PlanSpec& p) {
+  if (p.recompute != Recompute::full || p.recompute_layers > 0 || !x.framework->partial_recompute) return false;
+  if (p.offload.optimizer || p.offload.activations > 0) return false;
+  // Where the plan fits without any recompute, that plan (enumerated too) is faster than every
+  // block variant: only plans that need recompute to fit get one.
+  PlanSpec none = p;
+  none.recompute = Recompute::none;
+  if (fits(x, r, none, nullptr)) return false;
+  const std::vector<int> counts = stage_layer_counts(r.model, p);
+  const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+  int lo = 1, hi = *std::max_element(counts.begin(), counts.end()) / v - 1;
+  if (hi < 1) return false;
+  p.recompute_layers = hi;
+  if (!fits(x, r, p, nullptr)) return false;
+  while (lo < hi) {
+    p.recompute_layers = (lo + hi) / 2;
+    if (fits(x, r, p, nullptr)) hi = p.recompute_layers;
+    else lo = p.recompute_layers + 1;
+  }
+  p.recompute_layers = hi;
+  return true;
+}
+
 /// Keeps in `into` the closer of its closest miss and `from`'s (ties: the lower plan index).
 void merge_closest(EvaluatedShare& into, const EvaluatedShare& from) {
   if (!from.closest) return;
@@ -241,6 +269,14 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         c.analytic = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::analytic);
         c.peak_memory = c.analytic.memory_per_stage[c.analytic.most_loaded_stage].total();
         local.fitting.push_back(std::move(c));
+        if (PlanSpec q = p; fewest_recomputed_layers_that_fit(x, r, q)) {
+          const Experiment eq = experiment_for(r, q);
+          Candidate cq;
+          cq.plan = q;
+          cq.analytic = sim::predict({eq, x, sim::compute_costs(eq, x), comm}, sim::EngineKind::analytic);
+          cq.peak_memory = cq.analytic.memory_per_stage[cq.analytic.most_loaded_stage].total();
+          local.fitting.push_back(std::move(cq));
+        }
       } else {
         ++pruned;
       }
@@ -273,7 +309,7 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
   auto key = [](const Candidate& c) {
     const PlanSpec& p = c.plan;
     return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
-                           p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.zero,
+                           p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.recompute_layers, p.zero,
                            p.shard_group, p.ep,
                            int(p.offload.optimizer), p.offload.activations);
   };

@@ -162,8 +162,11 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         chunk_params += params;
         const LayerCompute lc = layer(m.is_moe_layer(l));
         fwd.push_back({gather(params), lc.forward + tp, Seconds(0)});
-        const Seconds rtp = p.recompute == Recompute::full ? tp : Seconds(0);
-        bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), lc.recompute + rtp + lc.backward + tp,
+        // Full recompute re-runs the forward of the chunk's first plan.recompute_layers layers.
+        const bool redo = recomputes_position(p, i);
+        const Seconds rtp = redo ? tp : Seconds(0);
+        const Seconds rc = redo || p.recompute != Recompute::full ? lc.recompute : Seconds(0);
+        bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), rc + rtp + lc.backward + tp,
                        reduce(params)});
       }
       if (last_segment) {

@@ -234,7 +234,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   const double it = in_s(r.iteration);
   const double peak = e.cluster.gpu.peak(e.training.dtype).value();
   const Flops model = model_flops_per_iteration(e.model, e.training.global_batch);
-  const Flops hw = hardware_flops_per_iteration(e.model, e.training.global_batch, e.plan.recompute);
+  const Flops hw = hardware_flops_per_iteration(e.model, e.training.global_batch, e.plan);
   out.tokens_per_s = double(e.training.global_batch) * e.model.seq_len / it;
   out.tflops_per_gpu = model.value() / (it * gpus) / 1e12;
   out.hw_tflops_per_gpu = hw.value() / (it * gpus) / 1e12;

@@ -58,6 +58,8 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.cp > 1) unsupported("plan.cp", std::to_string(q.cp), "context parallelism");
+  if (q.recompute_layers > 0)
+    unsupported("plan.recompute_layers", std::to_string(q.recompute_layers), "recomputing only some layers of a stage");
   if (q.tp_overlap) unsupported("plan.tp_overlap", "true", "TP communication overlapped with GEMMs");
   // The bundled model is GPT-2/3-style (core/model.hpp defaults); other architectures are refused.
   const ModelSpec& mm = p.model;

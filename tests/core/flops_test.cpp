@@ -217,3 +217,20 @@ TEST(ParameterCount, DeepSeekV3WithLatentAttention) {
   // Attention core: QK^T over 192 dims per head, AV over 128: 2 T s 128 (192 + 128).
   EXPECT_DOUBLE_EQ(attention_core_forward_flops(m, 10, 4096).value(), 2.0 * 10 * 4096 * 128 * (192 + 128));
 }
+
+TEST(Flops, BlockRecomputeAddsTheForwardOfTheRecomputedLayersOnly) {
+  // GPT-3 175B (a = 96, h = 12288, s = 2048), batch 1, pp 8 (12 layers a stage), the first 4 of
+  // each stage recomputed: 32 layers run their forward again. One layer's forward is
+  // 24 s h^2 + 4 s^2 h = 24 x 2048 x 150,994,944 + 4 x 4,194,304 x 12288
+  // = 7,421,703,487,488 + 206,158,430,208 = 7,627,861,917,696 FLOPs; x 32 = 244,091,581,366,272.
+  const ModelSpec m = gpt(96, 12288, 96);
+  PlanSpec p;
+  p.pp = 8;
+  p.recompute = Recompute::full;
+  p.recompute_layers = 4;
+  const Flops extra = hardware_flops_per_iteration(m, 1, p) - model_flops_per_iteration(m, 1);
+  EXPECT_DOUBLE_EQ(extra.value(), 244091581366272.0);
+  // recompute_layers 0 is every layer: Narayanan's eq. 3 again.
+  p.recompute_layers = 0;
+  EXPECT_NEAR(hardware_flops_per_iteration(m, 1536, p) / narayanan_eq3_flops(1536, 2048, 96, 12288, 51200), 1.0, 1e-12);
+}

@@ -123,4 +123,11 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   ExecutablePlan t = p;
   t.plan.schedule = Schedule::terapipe;
   EXPECT_TRUE(megatron_arguments(t).empty());  // no Megatron-LM equivalent
+  EXPECT_NE(args.find("--recompute-method uniform --recompute-num-layers 1"), std::string::npos);
+  ExecutablePlan b = p;
+  b.plan.recompute_layers = 1;  // block: the first layer of each 2-layer stage
+  EXPECT_NE(megatron_arguments(b).find("--recompute-granularity full --recompute-method block --recompute-num-layers 1"),
+            std::string::npos);
+  // Block recompute survives the plan.json round trip.
+  EXPECT_EQ(parse_plan_json(to_json(b).dump(), "plan.json").plan.recompute_layers, 1);
 }

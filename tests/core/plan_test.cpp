@@ -113,3 +113,53 @@ TEST(CheckPlan, InterleavedNeedsMicroBatchesInGroupsOfPp) {
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->field, "plan.schedule");
 }
+
+TEST(CheckPlan, BlockRecomputeRules) {
+  // 24 layers on pp 4: 6 a stage. recompute_layers counts whole layers recomputed per stage.
+  Fixture f;
+  f.p.recompute = Recompute::full;
+  f.p.recompute_layers = 2;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.recompute_layers = 6;  // all of a stage: allowed (the same as 0)
+  EXPECT_FALSE(f.check().has_value());
+  f.p.recompute_layers = 7;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.recompute_layers");
+  EXPECT_NE(f.check()->rule.find("largest stage (6)"), std::string::npos) << f.check()->rule;
+  f.p.recompute_layers = 2;
+  f.p.recompute = Recompute::selective;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("needs plan.recompute = full"), std::string::npos) << f.check()->rule;
+  // DeepSpeed's pipeline engine checkpoints at a fixed interval: no block method.
+  f.p.recompute = Recompute::full;
+  f.p.framework = Framework::deepspeed;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.recompute_layers");
+  EXPECT_NE(f.check()->rule.find("deepspeed"), std::string::npos) << f.check()->rule;
+}
+
+TEST(RecomputesLayer, FirstNOfEachStageOrChunk) {
+  Fixture f;
+  f.p.recompute = Recompute::full;
+  // Uneven stages 2, 5, 5, 12 with N = 3: layers 0-1 (all of stage 0), 2-4, 7-9, 12-14.
+  f.p.stage_layers = {2, 5, 5, 12};
+  f.p.recompute_layers = 3;
+  std::vector<int> redone;
+  for (int l = 0; l < 24; ++l)
+    if (recomputes_layer(f.m, f.p, l)) redone.push_back(l);
+  EXPECT_EQ(redone, (std::vector<int>{0, 1, 2, 3, 4, 7, 8, 9, 12, 13, 14}));
+  // Interleaved, pp 4 x 2 chunks of 3 layers, N = 1: the first layer of every chunk.
+  f.p.stage_layers.clear();
+  f.p.schedule = Schedule::interleaved;
+  f.p.virtual_stages = 2;
+  f.p.recompute_layers = 1;
+  redone.clear();
+  for (int l = 0; l < 24; ++l)
+    if (recomputes_layer(f.m, f.p, l)) redone.push_back(l);
+  EXPECT_EQ(redone, (std::vector<int>{0, 3, 6, 9, 12, 15, 18, 21}));
+  // 0 is every layer; selective recompute re-runs no whole layer.
+  f.p.recompute_layers = 0;
+  EXPECT_TRUE(recomputes_layer(f.m, f.p, 23));
+  f.p.recompute = Recompute::selective;
+  EXPECT_FALSE(recomputes_layer(f.m, f.p, 0));
+}

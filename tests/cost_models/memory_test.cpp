@@ -591,5 +591,27 @@ TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
   EXPECT_EQ(layer_times(xb, b.model, b.plan, 4096, 4096, false).forward_ops.fp8_casts.value(), 0.0);
 }
 
+TEST(BlockRecompute, StageStoresRecomputedLayersInputOnly) {
+  // GPT-3 175B, tp 8 + SP, pp 8 (12 layers a stage), 1F1B, 64 micro-batches, full recompute of
+  // the first 4 layers of each stage (Megatron --recompute-method block --recompute-num-layers 4).
+  // sbh = 2048 x 12288 = 25,165,824. A recomputed layer keeps its 16-bit input split over the TP
+  // group, 2 sbh / 8 = 6,291,456 bytes; the other 8 keep Korthikanti's sbh (34/t + 5as/(ht)) =
+  // 14.25 sbh = 358,612,992. Per micro-batch 4 x 6,291,456 + 8 x 358,612,992 = 2,894,069,760;
+  // stage 0 holds 8 micro-batches: 23,152,558,080; the last stage one.
+  const ModelSpec m = gpt3_175b();
+  PlanSpec p = plan_with(8, true, Recompute::full);
+  p.pp = 8;
+  p.recompute_layers = 4;
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 0).value(), 23152558080.0);
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 7).value(), 2894069760.0);
+  // Interleaved with 2 chunks of 6 layers and N = 2: per chunk 2 recomputed + 4 kept; a unit (one
+  // micro-batch of one chunk) is 2 x 6,291,456 + 4 x 358,612,992 = 1,447,034,880.
+  p.schedule = Schedule::interleaved;
+  p.virtual_stages = 2;
+  p.recompute_layers = 2;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes_per_unit(exec(tr, p), m, p, 0).value(), 1447034880.0);
+}
+
 }  // namespace
 }  // namespace foresight::cost_models

@@ -205,3 +205,20 @@ TEST(CostLayerChunks, TensorParallelOverlapExposesWhatTheGemmsCannotHide) {
   EXPECT_NEAR(blocking.c.chunk[0][0][0].forward_tp_comm.value(), 12 * 2 * (ag + rs), 1e-12);
   EXPECT_LT(k.c.chunk[0][0][0].forward_tp_comm, blocking.c.chunk[0][0][0].forward_tp_comm);
 }
+
+TEST(CostLayerChunks, BlockRecomputeRerunsOnlyTheFirstLayersOfEachStage) {
+  // Full recompute of the first 5 of each stage's 12 layers: 5 ms of recompute (1 ms a layer) and
+  // 5 recomputed forwards' TP all-reduces; the forward and backward are unchanged.
+  Experiment e = small();
+  e.plan.recompute = Recompute::full;
+  e.plan.recompute_layers = 5;
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  const CommGroup tp = plan_groups(k.e.plan, k.e.cluster).tp;
+  const Seconds per_layer = 2.0 * k.comm.time(Collective::all_reduce, Bytes(2.0 * 2048 * 2048), tp);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_NEAR(k.c.chunk[s][0][0].recompute.value(), 5e-3, 1e-12) << s;
+    EXPECT_NEAR(k.c.chunk[s][0][0].forward.value(), 12e-3, 1e-12) << s;
+    EXPECT_NEAR(k.c.chunk[s][0][0].recompute_tp_comm.value(), 5 * per_layer.value(), 1e-12) << s;
+  }
+}
