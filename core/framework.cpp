@@ -148,6 +148,9 @@ std::array<FrameworkTraits, 6> make_table() {
   // Its pipeline engine checkpoints every activation_checkpoint_interval-th layer boundary of the
   // whole stage (pipe/module.py, PipelineModule.forward): no way to keep some layers' activations.
   deepspeed.partial_recompute = false;
+  // PipelineModule(partition_method=...): 'parameters' by default, Megatron-DeepSpeed's
+  // GPTModelPipe passes 'type:transformer' (BLOOM-176B: 70 layers on 12 stages).
+  deepspeed.partition_method = true;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",
                                    "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "
@@ -221,6 +224,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.cp > 1 && !context_parallel) return false;
   if (p.tp_overlap && !tp_overlap) return false;
   if (!uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)) return false;
+  if (!p.partition_method.empty() && !partition_method) return false;
   return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
 }
 

@@ -154,6 +154,8 @@ struct FrameworkTraits {
   bool tp_overlap = false;
   /// Splits layers unevenly over pipeline stages (plan.stage_layers, first/last_stage_layers).
   bool uneven_pipeline = true;
+  /// Splits layers over stages by DeepSpeed's PipelineModule partition_method (plan.partition_method).
+  bool partition_method = false;
 
   /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
   bool runs(const PlanSpec& plan) const;

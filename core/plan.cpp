@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/framework.hpp"
+#include "core/pipeline_partition.hpp"
 
 namespace foresight {
 
@@ -32,6 +33,10 @@ std::optional<PlanViolation> fail(std::string field, std::string value, std::str
 std::vector<int> stage_layer_counts(const ModelSpec& m, const PlanSpec& p) {
   const int pp = std::max(1, p.pp);
   if (int(p.stage_layers.size()) == pp) return p.stage_layers;
+  if (!p.partition_method.empty()) {
+    DeepSpeedPartition split = deepspeed_partition(m, p);
+    if (split.problem.empty()) return split.stage_layers;
+  }
   std::vector<int> counts(pp, 0);
   int rest = m.layers, first = 0, last = pp;
   if (p.first_stage_layers > 0 && pp > 1) {
@@ -121,8 +126,30 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("training.dtype", to_string(t.dtype),
                 "the cluster's GPU " + c.gpu.name + " has no " + std::string(to_string(t.dtype)) +
                     " peak in its GPU file (unsupported precision)");
-  const bool uneven = !p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0;
-  if (!p.stage_layers.empty()) {
+  const bool uneven = p.uneven_split();
+  if (!p.partition_method.empty()) {
+    const FrameworkTraits& pfw = framework_traits(p.framework);
+    if (!pfw.partition_method)
+      return fail("plan.partition_method", p.partition_method,
+                  std::string("is DeepSpeed's pipeline partitioning; ") + pfw.name +
+                      " does not split layers that way (use plan.framework = deepspeed, or plan.stage_layers)");
+    if (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)
+      return fail("plan.partition_method", p.partition_method,
+                  "cannot be combined with plan.stage_layers or plan.first_stage_layers / last_stage_layers (give one)");
+    const DeepSpeedPartition split = deepspeed_partition(m, p);
+    if (!split.problem.empty()) {
+      std::string rule = split.problem;
+      if (!split.stage_layers.empty()) {
+        rule += " (transformer layers per stage: ";
+        for (std::size_t i = 0; i < split.stage_layers.size(); ++i) {
+          if (i) rule += ' ';
+          rule += std::to_string(split.stage_layers[i]);
+        }
+        rule += "); the simulator needs the embedding on the first stage, the head on the last and a layer on each";
+      }
+      return fail("plan.partition_method", p.partition_method, rule);
+    }
+  } else if (!p.stage_layers.empty()) {
     if (int(p.stage_layers.size()) != p.pp)
       return fail("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
                   "must list one layer count per pipeline stage (plan.pp = " + str((long long)p.pp) + ")");

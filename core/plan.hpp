@@ -73,6 +73,12 @@ struct PlanSpec {
   /// first (last) stage holds this many layers and the others split the rest evenly (0: unset).
   int first_stage_layers = 0;
   int last_stage_layers = 0;
+  /// DeepSpeed's PipelineModule partition_method: `uniform` (every entry of the layer list, the
+  /// embedding, final norm, LM head and cast functions included, counts one), `parameters` (balance
+  /// the parameters per stage) or `type:<regex>` (balance the entries whose class name matches;
+  /// Megatron-DeepSpeed uses type:transformer). Empty: unset. core/pipeline_partition.hpp turns it
+  /// into transformer layers per stage.
+  std::string partition_method;
   Framework framework = Framework::megatron;
   /// The attention kernel, when it is not the framework's own (e.g. Megatron-LM with
   /// --use-flash-attn); unset: core/framework.hpp's entry decides.
@@ -80,6 +86,11 @@ struct PlanSpec {
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }
+  /// Whether layers are split over stages other than evenly (stage_layers, first/last counts or a
+  /// DeepSpeed partition method).
+  bool uneven_split() const {
+    return !stage_layers.empty() || first_stage_layers > 0 || last_stage_layers > 0 || !partition_method.empty();
+  }
   /// Ranks holding the same parameters, whose gradients are reduced together: dp x cp.
   int grad_ranks() const { return dp * cp; }
   /// Ranks ZeRO shards model state over (plan.shard_group, or all of dp x cp).
@@ -90,9 +101,10 @@ struct PlanSpec {
   int micro_batches(const TrainingSpec& t) const { return int(t.global_batch / ((long long)dp * micro_batch)); }
 };
 
-/// Transformer layers on each pipeline stage (pp entries): plan.stage_layers, or the stages
-/// plan.first_stage_layers / last_stage_layers fix with the rest even, or an even split. Assumes
-/// check_plan passed (a split it refuses comes back as the even split's rounding).
+/// Transformer layers on each pipeline stage (pp entries): plan.stage_layers, or DeepSpeed's
+/// partition of plan.partition_method, or the stages plan.first_stage_layers / last_stage_layers
+/// fix with the rest even, or an even split. Assumes check_plan passed (a split it refuses comes
+/// back as the even split's rounding).
 std::vector<int> stage_layer_counts(const ModelSpec& model, const PlanSpec& plan);
 /// The first transformer layer of each stage (pp entries), from stage_layer_counts.
 std::vector<int> stage_first_layers(const ModelSpec& model, const PlanSpec& plan);

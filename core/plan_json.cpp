@@ -121,6 +121,8 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.schedule == Schedule::gpipe) return "";
   // ZeRO-3 / HSDP runs under PyTorch FSDP, not the Megatron-LM flags written here.
   if (q.zero >= 2 || q.shard_group > 0) return "";
+  // Megatron-DeepSpeed's GPTModelPipe fixes partition_method='type:transformer'; others have no flag.
+  if (!q.partition_method.empty() && q.partition_method != "type:transformer") return "";
   std::ostringstream s;
   s << "--num-layers " << p.model.layers << " --hidden-size " << p.model.hidden << " --num-attention-heads "
     << p.model.heads << " --ffn-hidden-size " << p.model.ffn_hidden << " --seq-length " << p.model.seq_len

@@ -112,6 +112,7 @@ void visit_fields(V& v, S& p) {
   v.int_list("stage_layers", p.stage_layers, 1);
   v.integer("first_stage_layers", p.first_stage_layers, 0, 0);
   v.integer("last_stage_layers", p.last_stage_layers, 0, 0);
+  v.text("partition_method", p.partition_method, std::string());
   v.enumeration("framework", p.framework, Framework::megatron);
   v.optional_enumeration("attention", p.attention);
   v.enumeration("placement", p.placement, Placement::tp_dp_pp);

@@ -166,8 +166,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   const int chunks = plan.plan.schedule == Schedule::interleaved ? plan.plan.virtual_stages : 1;
   std::vector<std::unique_ptr<GptStage>> stages;
   // An uneven split (check_plan allows it without interleaving): this rank's layers from the plan.
-  const bool uneven = chunks == 1 && (!plan.plan.stage_layers.empty() || plan.plan.first_stage_layers > 0 ||
-                                      plan.plan.last_stage_layers > 0);
+  const bool uneven = chunks == 1 && plan.plan.uneven_split();
   const int first_layer = uneven ? stage_first_layers(plan.model, plan.plan)[layout.pp_rank] : 0;
   const int own_layers = uneven ? stage_layer_counts(plan.model, plan.plan)[layout.pp_rank] : -1;
   for (int c = 0; c < chunks; ++c)

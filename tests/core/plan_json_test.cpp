@@ -128,6 +128,10 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   b.plan.recompute_layers = 1;  // block: the first layer of each 2-layer stage
   EXPECT_NE(megatron_arguments(b).find("--recompute-granularity full --recompute-method block --recompute-num-layers 1"),
             std::string::npos);
-  // Block recompute survives the plan.json round trip.
+  // Block recompute and a DeepSpeed partition survive the plan.json round trip.
   EXPECT_EQ(parse_plan_json(to_json(b).dump(), "plan.json").plan.recompute_layers, 1);
+  ExecutablePlan d = p;
+  d.plan.framework = Framework::deepspeed;
+  d.plan.partition_method = "type:transformer";
+  EXPECT_EQ(parse_plan_json(to_json(d).dump(), "plan.json").plan.partition_method, "type:transformer");
 }

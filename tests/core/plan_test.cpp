@@ -163,3 +163,29 @@ TEST(RecomputesLayer, FirstNOfEachStageOrChunk) {
   f.p.recompute = Recompute::selective;
   EXPECT_FALSE(recomputes_layer(f.m, f.p, 0));
 }
+
+TEST(CheckPlan, PartitionMethodOnlyForDeepSpeedAndWhenItFits) {
+  Fixture f;
+  f.p.partition_method = "type:transformer";
+  ASSERT_TRUE(f.check().has_value());  // Megatron-LM has no such option
+  EXPECT_EQ(f.check()->field, "plan.partition_method");
+  EXPECT_NE(f.check()->rule.find("megatron does not"), std::string::npos) << f.check()->rule;
+  f.p.framework = Framework::deepspeed;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.stage_layers = {6, 6, 6, 6};
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("cannot be combined"), std::string::npos);
+  f.p.stage_layers.clear();
+  f.p.partition_method = "balanced";
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("not a DeepSpeed partition method"), std::string::npos);
+  f.p.partition_method = "type:attention";
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("matches none"), std::string::npos);
+  // 24 layers + 5 entries uniformly over 4 stages: 7 entries a stage, the last 8:
+  // [cast, embedding, 5 layers] [7] [7] [5 layers, norm, head, cast] -> 5, 7, 7, 5.
+  f.p.partition_method = "uniform";
+  EXPECT_FALSE(f.check().has_value());
+  EXPECT_EQ(stage_layer_counts(f.m, f.p), (std::vector<int>{5, 7, 7, 5}));
+  EXPECT_EQ(stage_first_layers(f.m, f.p), (std::vector<int>{0, 5, 12, 19}));
+}
