@@ -591,6 +591,27 @@ TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
   EXPECT_EQ(layer_times(xb, b.model, b.plan, 4096, 4096, false).forward_ops.fp8_casts.value(), 0.0);
 }
 
+TEST(Fp8Recipe, RoutedExpertsQuantizeTheirRoutedRows) {
+  // Mixtral 8x7B on one H100, tp 1, ep 1, one sequence of T = 4096 tokens, FP8 linears, dropless
+  // top-2 routing (imbalance 1): the experts see 2T rows. Forward casts: QKV input T h, projection
+  // input T q, the experts' FC1 input 2T h (the permuted rows, not T h), their FC2 input 2T f.
+  // Backward: output gradients of QKV T (q + 2 kv), projection T h, FC1 2T x 2f (gate and up),
+  // FC2 2T h; plus the transposes of the saved inputs.
+  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  e.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
+  e.training.dtype = Dtype::fp8;
+  e.plan.framework = Framework::megatron_core;
+  e.plan.micro_batch = 1;
+  const ExecutionModel x = resolve_execution(e);
+  const double T = 4096, h = 4096, q = 4096, kv = 1024, f = 14336;
+  const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, true);
+  const double inputs = T * h + T * q + 2 * T * h + 2 * T * f;
+  const double grads = T * (q + 2 * kv) + T * h + 2 * T * 2 * f + 2 * T * h;
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3 * inputs), 4).value());
+  EXPECT_DOUBLE_EQ(lt.backward_ops.fp8_casts.value(),
+                   x.roofline().memory_bound(Bytes(4 * grads + 2 * inputs), 8).value());
+}
+
 TEST(BlockRecompute, StageStoresRecomputedLayersInputOnly) {
   // GPT-3 175B, tp 8 + SP, pp 8 (12 layers a stage), 1F1B, 64 micro-batches, full recompute of
   // the first 4 layers of each stage (Megatron --recompute-method block --recompute-num-layers 4).
