@@ -35,8 +35,9 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
         sync = in.comm.time(Collective::reduce_scatter, grads, groups.shard);
         sync_bytes = grads * ((k - 1.0) / k) * host_ranks;
       }
-      // HSDP: each shard, reduced inside its group, is all-reduced across the replicas.
-      if (p.zero >= 1 && replicas > 1 && !(p.zero <= 2 && fw.zero_reduction == ZeroReduction::all_reduce)) {
+      // HSDP: each shard, reduced inside its group, is all-reduced across the replicas (ZeRO-3:
+      // unit by unit inside the backward, cost_sharded_parameters).
+      if (p.zero >= 1 && p.zero <= 2 && replicas > 1 && fw.zero_reduction != ZeroReduction::all_reduce) {
         sync += in.comm.time(Collective::all_reduce, grads / double(k), groups.replicate);
         sync_bytes += grads / double(k) * (2.0 * (replicas - 1.0) / replicas) * host_ranks;
       }
@@ -125,8 +126,17 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   auto gather = [&](double params) {
     return params > 0 ? in.comm.time(Collective::all_gather, Bytes(params * gb), shard) : Seconds(0);
   };
+  // HSDP: the reduce-scattered shard of each unit is then all-reduced across the replicas, on the
+  // same stream before the next unit's reduction (PyTorch FSDP HYBRID_SHARD's post-backward
+  // reduce: reduce_scatter in the shard group, all_reduce in the replicate group; FSDP2's
+  // foreach_reduce the same).
+  const int replicas = p.grad_ranks() / k;
+  const CommGroup replicate = plan_groups(p, in.e.cluster).replicate;
   auto reduce = [&](double params) {
-    return params > 0 ? in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard) : Seconds(0);
+    if (!(params > 0)) return Seconds(0);
+    Seconds t = in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard);
+    if (replicas > 1) t += in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
+    return t;
   };
   // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
   const int tokens = p.local_tokens(m);
@@ -186,6 +196,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       const double reduced = (first_segment ? edge_params : 0.0) + chunk_params + head;
       c.zero3_gather_bytes[s] += Bytes(gathered * gb * sent * micro_batches);
       c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * micro_batches);
+      if (replicas > 1)  // each GPU's shard through a ring all-reduce over the replicas
+        c.zero3_reduce_bytes[s] += Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * micro_batches);
     }
   }
 }
