@@ -13,7 +13,11 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   const FrameworkTraits& fw = *in.x.framework;
   const PlanGroups groups = plan_groups(p, in.e.cluster);
   const CommGroup& dp = groups.dp;
-  const double host_ranks = std::min(p.tp * p.cp, in.e.cluster.gpus_per_node);
+  // NIC bytes per SimGrid host (one per TP x CP group) are those of the data-parallel rings that
+  // leave it: one ring per TP rank (over its dp x cp ranks, the host's cp ranks adjacent in the
+  // tp-cp-dp-pp order, so each ring crosses out of a node once, as the comm model's ring path
+  // assumes), at most one per GPU of the node.
+  const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
   const int n = p.grad_ranks();  // dp x cp ranks hold the same parameters
   const int k = p.shard_ways();  // ranks each shard group spans
   const int replicas = n / k;    // HSDP: shard groups holding the same shards

@@ -148,3 +148,19 @@ TEST(ContextParallel, PredictionCarriesTheExchangeAndFits) {
   const Prediction q = predict(cp_plan(1), EngineKind::analytic);
   EXPECT_LT(p.iteration.value(), q.iteration.value() / 2.5);
 }
+
+TEST(ContextParallel, SimgridDataParallelBytesCountEachRingOncePerHost) {
+  // tp 2 x cp 4 fills one DGX H100 node (one SimGrid host); dp 2 puts the two hosts on two nodes.
+  // The gradient group of each TP rank is dp x cp = 8 ranks whose 4 cp ranks sit side by side in
+  // the node: its ring leaves the node once. Two such rings (one per TP rank) leave each host, so
+  // a host's NICs carry 2 x 2 (8 - 1) / 8 of a GPU's gradients, the analytic ring's bytes per link
+  // over the 4 NICs its 4 ranks own, scaled to the node's 8. Counting every cp rank as a ring
+  // crossing (tp x cp = 8 rings) sent 4x that.
+  const Experiment e = cp_plan(4);
+  Inputs k(e);
+  WorkloadCosts c;
+  c.shape = ScheduleShape{e.plan.schedule, e.plan.pp, e.plan.micro_batches(e.training), 1, 1};
+  cost_data_parallel(k.in(), c);
+  const double grads = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0).total() * k.x.bytes.grad;
+  EXPECT_NEAR(c.dp_grad_sync_bytes[0].value(), grads * 2.0 * 7.0 / 8.0 * 2.0, grads * 1e-12);
+}
