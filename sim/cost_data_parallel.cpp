@@ -174,14 +174,13 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         const int l = layers[ch * per_chunk + i];
         const double params = cost_models::layer_parameters_on_gpu(m, p, l).total();
         chunk_params += params;
-        const LayerCompute lc = layer(m.is_moe_layer(l));
-        fwd.push_back({gather(params), lc.forward + tp, Seconds(0)});
-        // Full recompute re-runs the forward of the chunk's first plan.recompute_layers layers.
-        const bool redo = recomputes_position(p, i);
-        const Seconds rtp = redo ? tp : Seconds(0);
-        const Seconds rc = redo || p.recompute != Recompute::full ? lc.recompute : Seconds(0);
-        bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), rc + rtp + lc.backward + tp,
-                       reduce(params)});
+        // What the compute stream does between two units' gathers: the layer with its TP (as
+        // overlapped), CP and EP communication, as cost_layer_chunks charges it.
+        const bool moe = m.is_moe_layer(l);
+        const LayerStep ls = layer_step(in, layer(moe), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
+                                        recomputes_position(p, i));
+        fwd.push_back({gather(params), ls.forward_total(), Seconds(0)});
+        bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), ls.backward_total(), reduce(params)});
       }
       if (last_segment) {
         fwd.push_back({gather(head_params), edges.head_forward, Seconds(0)});
