@@ -57,7 +57,9 @@ Flops model_flops_per_iteration(const ModelSpec& m, double batch);
 /// Narayanan eq. 3 = 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)); selective: the attention core again).
 Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute recompute);
 /// The same for a plan: with plan.recompute_layers (block recompute) only the layers it recomputes
-/// (core/plan.hpp recomputes_layer) run their forward twice.
+/// (core/plan.hpp recomputes_layer) run their forward twice; with partial_recompute_microbatches
+/// the others run it again for the micro-batches that recompute every layer. `batch` is the
+/// global batch (micro-batches per pipeline follow from plan.dp and plan.micro_batch).
 Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanSpec& plan);
 
 /// Narayanan et al. 2021 eq. 3 written literally (dense, ffn = 4h, full recompute): a cross-check.

@@ -122,6 +122,11 @@ std::array<FrameworkTraits, 6> make_table() {
   megatron_core.context_parallel = true;
   // --tp-comm-overlap: Transformer Engine userbuffers (TE v1.x, transformer_engine/pytorch/module/base.py).
   megatron_core.tp_overlap = true;
+  // Micro-batch-level recompute: Megatron-Core's 1F1B schedule passes checkpoint_activations_microbatch
+  // to the forward step (schedules.py, since 2023-04, commit 13c96dc0); NeMo's GPT model honours it.
+  // Megatron-LM's own pretrain_gpt.py forward step does not take the argument (NVIDIA/Megatron-LM
+  // issue #767), which the megatron entry (2021-22) predates anyway.
+  megatron_core.microbatch_recompute = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
                                     "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
@@ -198,6 +203,7 @@ std::array<FrameworkTraits, 6> make_table() {
   generic.schedules[int(Schedule::terapipe)] = true;
   generic.context_parallel = true;
   generic.tp_overlap = true;
+  generic.microbatch_recompute = true;
   return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic};
 }
 
@@ -221,6 +227,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.recompute == Recompute::selective && !selective_recompute) return false;
   if (p.recompute == Recompute::full && !full_recompute) return false;
   if (p.recompute_layers > 0 && !partial_recompute) return false;
+  if (p.partial_recompute_microbatches > 0 && !microbatch_recompute) return false;
   if (p.cp > 1 && !context_parallel) return false;
   if (p.tp_overlap && !tp_overlap) return false;
   if (!uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)) return false;

@@ -146,6 +146,8 @@ struct FrameworkTraits {
   /// Full recompute of only the first N layers of each stage (plan.recompute_layers; Megatron-LM's
   /// --recompute-method block).
   bool partial_recompute = true;
+  /// Varies recompute by micro-batch (plan.partial_recompute_microbatches).
+  bool microbatch_recompute = false;
   int max_zero = 3;
   int max_zero_with_pipeline = 3;
   /// Runs context parallelism (plan.cp > 1).

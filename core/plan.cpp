@@ -75,6 +75,20 @@ bool recomputes_layer(const ModelSpec& m, const PlanSpec& p, int layer) {
   return recomputes_position(p, layer - first[std::max(0, stage)]);
 }
 
+double whole_recompute_microbatch_share(const PlanSpec& p, int stage, int micro_batches) {
+  const int K = p.partial_recompute_microbatches;
+  if (K <= 0 || p.recompute != Recompute::full || micro_batches <= 0) return 0.0;
+  const int window = std::min(p.pp - stage - 1, micro_batches) + 1;
+  int whole = 0;
+  for (int k = 0; k < micro_batches; ++k) whole += k % window >= K;
+  return double(whole) / micro_batches;
+}
+
+double layer_recompute_share(const PlanSpec& p, int index_in_chunk, int stage, int micro_batches) {
+  if (recomputes_position(p, index_in_chunk)) return 1.0;
+  return whole_recompute_microbatch_share(p, stage, micro_batches);
+}
+
 std::optional<PlanViolation> check_model(const ModelSpec& m) {
   if (m.attention_head_dim == 0 && m.hidden % m.heads != 0)
     return fail("model.heads", str((long long)m.heads),
@@ -276,6 +290,20 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.recompute_layers", n,
                   "must not exceed the layers of the largest stage" + std::string(v > 1 ? " chunk" : "") + " (" +
                       str((long long)largest) + ")");
+  }
+  if (p.partial_recompute_microbatches > 0) {
+    const std::string k = str((long long)p.partial_recompute_microbatches);
+    if (p.recompute != Recompute::full || p.recompute_layers <= 0)
+      return fail("plan.partial_recompute_microbatches", k,
+                  "needs plan.recompute = full with plan.recompute_layers > 0 (the layers the partial micro-batches "
+                  "recompute; the others recompute all)");
+    if (p.pp < 2 || p.schedule != Schedule::one_f_one_b)
+      return fail("plan.partial_recompute_microbatches", k,
+                  "needs a 1F1B pipeline (plan.pp > 1, plan.schedule = 1f1b): the window is the stage's outstanding micro-batches");
+    const FrameworkTraits& kfw = framework_traits(p.framework);
+    if (!kfw.microbatch_recompute)
+      return fail("plan.partial_recompute_microbatches", k,
+                  std::string(kfw.name) + " does not vary recompute by micro-batch (megatron-core or generic do)");
   }
   if (!p.token_slices.empty() && p.schedule != Schedule::terapipe)
     return fail("plan.token_slices", "[" + str((long long)p.token_slices.size()) + " slices]",

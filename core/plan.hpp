@@ -51,6 +51,11 @@ struct PlanSpec {
   /// keep all their activations (Megatron-LM --recompute-method block --recompute-num-layers N).
   /// 0: every layer (--recompute-method uniform --recompute-num-layers 1).
   int recompute_layers = 0;
+  /// Micro-batch-level recompute (Korthikanti et al. 2022's micro-batch granularity; Megatron-Core's
+  /// schedules num_microbatches_with_partial_activation_checkpoints, which NeMo drives): in each
+  /// window of a stage's outstanding micro-batches (1F1B: min(pp - stage - 1, m) + 1), the first
+  /// K recompute only their first recompute_layers layers, the others recompute every layer. 0: off.
+  int partial_recompute_microbatches = 0;
   int zero = 0;  // 0..3; 1 = distributed optimizer (optimizer state sharded over dp)
   /// The data-parallel ranks ZeRO shards over: the innermost `shard_group` ranks of each
   /// data-parallel group, replicated across dp / shard_group such groups (PyTorch HSDP,
@@ -118,6 +123,16 @@ bool recomputes_layer(const ModelSpec& model, const PlanSpec& plan, int layer);
 inline bool recomputes_position(const PlanSpec& plan, int index_in_chunk) {
   return plan.recompute == Recompute::full && (plan.recompute_layers <= 0 || index_in_chunk < plan.recompute_layers);
 }
+
+/// Of a stage's micro-batches, the share that recompute every layer under micro-batch-level
+/// recompute (plan.partial_recompute_microbatches = K > 0): those whose index k has k % W >= K,
+/// W = min(pp - stage - 1, m) + 1 (Megatron-Core's forward_backward_pipelining_without_interleaving);
+/// 0 without it.
+double whole_recompute_microbatch_share(const PlanSpec& plan, int stage, int micro_batches);
+/// How often per micro-batch (0..1, on average over the stage's micro-batches) the layer at
+/// `index_in_chunk` of `stage` re-runs its forward: 1 where block recompute covers it (or every
+/// layer is recomputed), the share above for the others, 0 without full recompute.
+double layer_recompute_share(const PlanSpec& plan, int index_in_chunk, int stage, int micro_batches);
 
 /// A rule a plan broke: the field (dotted path, e.g. "plan.pp"), its value and the rule, in words.
 struct PlanViolation {

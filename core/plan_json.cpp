@@ -121,6 +121,9 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.schedule == Schedule::gpipe) return "";
   // ZeRO-3 / HSDP runs under PyTorch FSDP, not the Megatron-LM flags written here.
   if (q.zero >= 2 || q.shard_group > 0) return "";
+  // Micro-batch-level recompute has no Megatron-LM flag (NeMo's
+  // num_micro_batches_with_partial_activation_checkpoints drives Megatron-Core's schedule).
+  if (q.partial_recompute_microbatches > 0) return "";
   // Megatron-DeepSpeed's GPTModelPipe fixes partition_method='type:transformer'; others have no flag.
   if (!q.partition_method.empty() && q.partition_method != "type:transformer") return "";
   std::ostringstream s;

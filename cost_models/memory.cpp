@@ -301,7 +301,17 @@ Bytes layer_activation_bytes_per_unit(const ExecutionModel& x, const ModelSpec& 
 Bytes stashed_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& model,
                                      const TrainingSpec& training, const PlanSpec& plan, int stage) {
   const int m = plan.micro_batches(training);
-  return layer_activation_bytes_per_unit(x, model, plan, stage) * double(microbatches_in_flight(plan, m, stage));
+  const int in_flight = microbatches_in_flight(plan, m, stage);
+  if (plan.partial_recompute_microbatches > 0 && plan.recompute == Recompute::full) {
+    // Micro-batch-level recompute: the in-flight micro-batches are consecutive, so min(K, in
+    // flight) of them are partial ones (block recompute) and the rest recompute every layer.
+    const int partial = std::min(plan.partial_recompute_microbatches, in_flight);
+    PlanSpec whole = plan;
+    whole.recompute_layers = 0;
+    return layer_activation_bytes_per_unit(x, model, plan, stage) * double(partial) +
+           layer_activation_bytes_per_unit(x, model, whole, stage) * double(in_flight - partial);
+  }
+  return layer_activation_bytes_per_unit(x, model, plan, stage) * double(in_flight);
 }
 
 Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,

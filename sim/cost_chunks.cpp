@@ -25,15 +25,16 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
 }
 
 LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, Seconds tp_blocking, Seconds ep,
-                     bool redo) {
+                     double redo) {
   const PlanSpec& p = in.e.plan;
   LayerStep s;
   s.forward = lc.forward;
   s.backward = lc.backward;
   // Full recompute re-runs the forward of the layers it recomputes (block: the first
-  // plan.recompute_layers of a chunk), with its TP, CP and EP communication; selective, the
-  // attention core (what compute.layer returned).
-  if (redo || p.recompute != Recompute::full) s.recompute = lc.recompute;
+  // plan.recompute_layers of a chunk; micro-batch level: the others for some micro-batches), with
+  // its TP, CP and EP communication; selective, the attention core (what compute.layer returned).
+  if (p.recompute != Recompute::full) s.recompute = lc.recompute;
+  else if (redo > 0) s.recompute = lc.recompute * redo;
   s.forward_tp = s.backward_tp = tp_blocking;
   if (p.tp_overlap && p.tp > 1) {
     s.forward_tp = tp_comm_overlapped(in, tokens, lc.gemm_forward);
@@ -43,11 +44,10 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
     const CpLayerComm cpc = cp_comm_per_layer(in, lc.attention_forward, lc.attention_backward);
     s.forward_cp = cpc.forward;
     s.backward_cp = cpc.backward;
-    if (redo) s.backward_cp += cpc.forward;  // the recomputed forward
+    if (redo > 0) s.backward_cp += cpc.forward * redo;  // the recomputed forward
   }
-  if (redo) s.recompute_comm = s.forward_tp;
+  if (redo > 0) s.recompute_comm = (s.forward_tp + ep) * redo;
   s.forward_ep = s.backward_ep = ep;
-  if (redo) s.recompute_comm += ep;
   return s;
 }
 
@@ -95,7 +95,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           const LayerCompute lc = layer_compute(tokens, context, moe);
           const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
           const LayerStep ls = layer_step(in, lc, tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
-                                          recomputes_position(p, i));
+                                          layer_recompute_share(p, i, s, micro_batches));
           cc.forward += ls.forward;
           cc.backward += ls.backward;
           cc.recompute += ls.recompute;

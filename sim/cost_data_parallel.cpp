@@ -178,7 +178,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         // overlapped), CP and EP communication, as cost_layer_chunks charges it.
         const bool moe = m.is_moe_layer(l);
         const LayerStep ls = layer_step(in, layer(moe), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
-                                        recomputes_position(p, i));
+                                        layer_recompute_share(p, i, s, micro_batches));
         fwd.push_back({gather(params), ls.forward_total(), Seconds(0)});
         bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), ls.backward_total(), reduce(params)});
       }

@@ -17,9 +17,11 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c);
 /// One transformer layer of one micro-batch (or slice) as a chunk runs it, its communication
 /// included: the forward with its TP collectives (overlapped with the GEMMs under plan.tp_overlap),
 /// CP exchange and EP all-to-alls; what recompute re-runs (full: the whole forward with its
-/// collectives where the layer is recomputed, `redo`; selective: the attention core); the backward
-/// with its collectives. `tp_blocking`: the layer's TP communication without overlap
-/// (tp_comm_per_layer); `ep`: one direction's dispatch + combine all-to-alls (0 for dense layers).
+/// collectives where the layer is recomputed, scaled by `redo`, the share of micro-batches that
+/// recompute it (core/plan.hpp layer_recompute_share; the engines charge every micro-batch of a
+/// stage the mean); selective: the attention core); the backward with its collectives.
+/// `tp_blocking`: the layer's TP communication without overlap (tp_comm_per_layer); `ep`: one
+/// direction's dispatch + combine all-to-alls (0 for dense layers).
 struct LayerStep {
   Seconds forward, forward_tp, forward_cp, forward_ep;
   Seconds recompute, recompute_comm;  // recompute_comm: the recomputed forward's TP and EP collectives
@@ -28,7 +30,7 @@ struct LayerStep {
   Seconds backward_total() const { return recompute + recompute_comm + backward + backward_tp + backward_cp + backward_ep; }
 };
 LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, Seconds tp_blocking, Seconds ep,
-                     bool redo);
+                     double redo);
 
 /// An MoE layer's expert-parallel communication in one direction: the dispatch and combine
 /// all-to-alls of routed_factor() token copies per token over the ep group (0 at ep = 1).

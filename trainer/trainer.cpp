@@ -60,6 +60,9 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   if (q.cp > 1) unsupported("plan.cp", std::to_string(q.cp), "context parallelism");
   if (q.recompute_layers > 0)
     unsupported("plan.recompute_layers", std::to_string(q.recompute_layers), "recomputing only some layers of a stage");
+  if (q.partial_recompute_microbatches > 0)
+    unsupported("plan.partial_recompute_microbatches", std::to_string(q.partial_recompute_microbatches),
+                "recompute varied by micro-batch");
   if (q.tp_overlap) unsupported("plan.tp_overlap", "true", "TP communication overlapped with GEMMs");
   // The bundled model is GPT-2/3-style (core/model.hpp defaults); other architectures are refused.
   const ModelSpec& mm = p.model;

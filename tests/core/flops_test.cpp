@@ -234,3 +234,19 @@ TEST(Flops, BlockRecomputeAddsTheForwardOfTheRecomputedLayersOnly) {
   p.recompute_layers = 0;
   EXPECT_NEAR(hardware_flops_per_iteration(m, 1536, p) / narayanan_eq3_flops(1536, 2048, 96, 12288, 51200), 1.0, 1e-12);
 }
+
+TEST(Flops, MicrobatchLevelRecomputeAddsTheWholeMicrobatchesShare) {
+  // GPT-3 175B, batch 64 on one pipeline of pp 8 (12 layers a stage, 64 micro-batches), block of
+  // 4 layers, K = 3 partial micro-batches per window. Stage s's window is 8 - s; k % (8 - s) >= 3
+  // recompute all 12 layers: stage 0 40 of 64, stage 1 36, stage 2 31, stage 3 25, stage 4 16,
+  // stages 5-7 none. Layer-forwards again: 8 x 4 block layers + 8 x (40+36+31+25+16)/64 = 32 +
+  // 18.5 = 50.5, each 64 x 7,627,861,917,696 FLOPs: 24,653,249,717,993,472.
+  const ModelSpec m = gpt(96, 12288, 96);
+  PlanSpec p;
+  p.pp = 8;
+  p.recompute = Recompute::full;
+  p.recompute_layers = 4;
+  p.partial_recompute_microbatches = 3;
+  const Flops extra = hardware_flops_per_iteration(m, 64, p) - model_flops_per_iteration(m, 64);
+  EXPECT_DOUBLE_EQ(extra.value(), 24653249717993472.0);
+}

@@ -189,3 +189,31 @@ TEST(CheckPlan, PartitionMethodOnlyForDeepSpeedAndWhenItFits) {
   EXPECT_EQ(stage_layer_counts(f.m, f.p), (std::vector<int>{5, 7, 7, 5}));
   EXPECT_EQ(stage_first_layers(f.m, f.p), (std::vector<int>{0, 5, 12, 19}));
 }
+
+TEST(CheckPlan, MicrobatchLevelRecomputeRulesAndShares) {
+  Fixture f;  // 24 layers, pp 4, dp 4, micro-batch 2: 64 micro-batches per pipeline
+  f.p.recompute = Recompute::full;
+  f.p.partial_recompute_microbatches = 1;
+  ASSERT_TRUE(f.check().has_value());  // needs the block the partial micro-batches recompute
+  EXPECT_EQ(f.check()->field, "plan.partial_recompute_microbatches");
+  f.p.recompute_layers = 2;
+  ASSERT_TRUE(f.check().has_value());  // Megatron-LM 2021-22 has no micro-batch granularity
+  EXPECT_NE(f.check()->rule.find("megatron does not"), std::string::npos) << f.check()->rule;
+  f.p.framework = Framework::megatron_core;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.schedule = Schedule::gpipe;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("1F1B"), std::string::npos);
+  f.p.schedule = Schedule::one_f_one_b;
+  // 8 micro-batches on pp 4 with K = 1: stage s's window is min(3 - s, 8) + 1 = 4 - s micro-batches,
+  // and k % window >= 1 recompute every layer: stage 0 6 of 8, stage 2 4 of 8, stage 3 (window 1)
+  // none.
+  EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 0, 8), 0.75);
+  EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 2, 8), 0.5);
+  EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 3, 8), 0.0);
+  // Block layers always; the others at the stage's share.
+  EXPECT_DOUBLE_EQ(layer_recompute_share(f.p, 1, 0, 8), 1.0);
+  EXPECT_DOUBLE_EQ(layer_recompute_share(f.p, 2, 0, 8), 0.75);
+  // Fewer micro-batches than the pipeline is deep: window m + 1, so only k >= K recompute all.
+  EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 0, 2), 0.5);
+}

@@ -634,5 +634,21 @@ TEST(BlockRecompute, StageStoresRecomputedLayersInputOnly) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes_per_unit(exec(tr, p), m, p, 0).value(), 1447034880.0);
 }
 
+TEST(MicrobatchRecompute, InFlightPartialAndWholeMicrobatches) {
+  // As BlockRecompute's stage, with K = 3 partial micro-batches per window: stage 0 holds 8
+  // consecutive micro-batches, 3 partial (2,894,069,760 bytes each, above) and 5 recomputing all
+  // 12 layers (12 x 6,291,456 = 75,497,472): 9,059,696,640; stage 5 holds 3, all partial; the
+  // last stage 1.
+  const ModelSpec m = gpt3_175b();
+  PlanSpec p = plan_with(8, true, Recompute::full);
+  p.pp = 8;
+  p.recompute_layers = 4;
+  p.partial_recompute_microbatches = 3;  // (the memory model does not check the framework's rules)
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 0).value(), 9059696640.0);
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 5).value(), 3 * 2894069760.0);
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 7).value(), 2894069760.0);
+}
+
 }  // namespace
 }  // namespace foresight::cost_models
