@@ -62,6 +62,33 @@ bool fewest_recomputed_layers_that_fit(const cost_models::ExecutionModel& x, con
   return true;
 }
 
+/// Micro-batch-level recompute (plan.partial_recompute_microbatches): for a full-recompute 1F1B
+/// plan that fits but whose no-recompute twin does not, a block of one layer for the partial
+/// micro-batches and the most partial micro-batches per window that still fit (bisection on
+/// memory, which grows with the count); counts of a whole window or more are the block variant's.
+/// False when the framework does not vary recompute by micro-batch or not even one fits.
+bool most_partial_microbatches_that_fit(const cost_models::ExecutionModel& x, const SearchRequest& r, PlanSpec& p) {
+  if (p.recompute != Recompute::full || p.recompute_layers > 0 || p.partial_recompute_microbatches > 0) return false;
+  if (!x.framework->microbatch_recompute || p.pp < 2 || p.schedule != Schedule::one_f_one_b) return false;
+  if (p.offload.optimizer || p.offload.activations > 0) return false;
+  PlanSpec none = p;
+  none.recompute = Recompute::none;
+  if (fits(x, r, none, nullptr)) return false;
+  const int window = std::min(p.pp - 1, p.micro_batches(r.training)) + 1;  // stage 0's, the widest
+  int lo = 1, hi = window - 1;
+  if (hi < 1) return false;
+  p.recompute_layers = 1;
+  p.partial_recompute_microbatches = lo;
+  if (!fits(x, r, p, nullptr)) return false;
+  while (lo < hi) {
+    p.partial_recompute_microbatches = (lo + hi + 1) / 2;
+    if (fits(x, r, p, nullptr)) lo = p.partial_recompute_microbatches;
+    else hi = p.partial_recompute_microbatches - 1;
+  }
+  p.partial_recompute_microbatches = lo;
+  return true;
+}
+
 /// Keeps in `into` the closer of its closest miss and `from`'s (ties: the lower plan index).
 void merge_closest(EvaluatedShare& into, const EvaluatedShare& from) {
   if (!from.closest) return;
@@ -269,14 +296,18 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         c.analytic = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::analytic);
         c.peak_memory = c.analytic.memory_per_stage[c.analytic.most_loaded_stage].total();
         local.fitting.push_back(std::move(c));
-        if (PlanSpec q = p; fewest_recomputed_layers_that_fit(x, r, q)) {
+        // Partial recompute variants of a plan that needs recompute to fit: block (fewest layers
+        // per stage) and micro-batch level (most partial micro-batches).
+        auto add_variant = [&](const PlanSpec& q) {
           const Experiment eq = experiment_for(r, q);
           Candidate cq;
           cq.plan = q;
           cq.analytic = sim::predict({eq, x, sim::compute_costs(eq, x), comm}, sim::EngineKind::analytic);
           cq.peak_memory = cq.analytic.memory_per_stage[cq.analytic.most_loaded_stage].total();
           local.fitting.push_back(std::move(cq));
-        }
+        };
+        if (PlanSpec q = p; fewest_recomputed_layers_that_fit(x, r, q)) add_variant(q);
+        if (PlanSpec q = p; most_partial_microbatches_that_fit(x, r, q)) add_variant(q);
       } else {
         ++pruned;
       }
@@ -309,7 +340,8 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
   auto key = [](const Candidate& c) {
     const PlanSpec& p = c.plan;
     return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
-                           p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.recompute_layers, p.zero,
+                           p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.recompute_layers,
+                           p.partial_recompute_microbatches, p.zero,
                            p.shard_group, p.ep,
                            int(p.offload.optimizer), p.offload.activations);
   };

@@ -183,3 +183,47 @@ TEST(DefaultThreads, FollowTheAffinityMaskAndShareAnUnboundNode) {
   EXPECT_EQ(foresight::planner::default_threads(2), 1u);
   ASSERT_EQ(::sched_setaffinity(0, sizeof saved, &saved), 0);
 }
+
+TEST(Search, PartialRecomputeVariantsAreTheCheapestThatFit) {
+  // Tight memory: some plans fit only with full recompute. For each, the search adds the block
+  // variant with the fewest recomputed layers that fits (one fewer does not) and the micro-batch
+  // variant with the most partial micro-batches that fits (one more does not, short of a whole
+  // window); neither is offered where the plan fits without recompute.
+  SearchRequest r = small_request();
+  r.framework = Framework::megatron_core;
+  r.cluster.gpu.hbm = gibibytes(16);
+  const cost_models::ExecutionModel x = execution_for(r);
+  auto fits = [&](const PlanSpec& p) {
+    const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
+    return mem[cost_models::most_loaded_stage(mem)].total() <= r.memory_limit();
+  };
+  const SearchResult res = search_plans(r);
+  int block = 0, microbatch = 0;
+  for (const auto& c : res.ranked) {
+    const PlanSpec& p = c.plan;
+    if (p.recompute_layers == 0) continue;
+    EXPECT_TRUE(fits(p));
+    PlanSpec none = p;
+    none.recompute = Recompute::none;
+    none.recompute_layers = none.partial_recompute_microbatches = 0;
+    EXPECT_FALSE(fits(none));
+    PlanSpec more = p;
+    if (p.partial_recompute_microbatches == 0) {
+      ++block;
+      more.recompute_layers = p.recompute_layers - 1;  // 0 would be every layer
+      if (more.recompute_layers > 0) {
+        EXPECT_FALSE(fits(more)) << p.recompute_layers;
+      }
+    } else {
+      ++microbatch;
+      EXPECT_EQ(p.recompute_layers, 1);
+      more.partial_recompute_microbatches = p.partial_recompute_microbatches + 1;
+      const int window = std::min(p.pp - 1, p.micro_batches(r.training)) + 1;
+      if (more.partial_recompute_microbatches < window) {
+        EXPECT_FALSE(fits(more)) << p.partial_recompute_microbatches;
+      }
+    }
+  }
+  EXPECT_GT(block, 0);
+  EXPECT_GT(microbatch, 0);
+}
