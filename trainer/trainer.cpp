@@ -58,8 +58,6 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.cp > 1) unsupported("plan.cp", std::to_string(q.cp), "context parallelism");
-  if (q.recompute_layers > 0)
-    unsupported("plan.recompute_layers", std::to_string(q.recompute_layers), "recomputing only some layers of a stage");
   if (q.partial_recompute_microbatches > 0)
     unsupported("plan.partial_recompute_microbatches", std::to_string(q.partial_recompute_microbatches),
                 "recompute varied by micro-batch");
@@ -176,6 +174,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     stages.push_back(std::make_unique<GptStage>(plan.model, layout,
                                                 StageConfig{.micro_batch = plan.plan.micro_batch,
                                                             .recompute = plan.plan.recompute,
+                                                            .recompute_layers = plan.plan.recompute_layers,
                                                             .sequence_parallel = plan.plan.sequence_parallel,
                                                             .chunk = c,
                                                             .chunks = chunks,
