@@ -197,8 +197,10 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   const double nic_eff = e.cluster.inter.topology == NetworkTopology::ethernet ? comm.params().socket_efficiency
                                                                               : comm.params().nic_efficiency;
   pf.node_injection = e.cluster.inter.nic_bandwidth * (e.cluster.inter.nics_per_node * nic_eff);
-  // A TP group's share of the NICs (nic_bandwidth_per_node's rule: at least one whole NIC).
-  const double group_gpus = std::min(e.plan.tp, e.cluster.gpus_per_node);
+  // A host's share of the NICs (nic_bandwidth_per_node's rule: at least one whole NIC). A host is a
+  // TP x CP group, so with cp > 1 it owns the NICs of tp x cp GPUs (its cp ranks' gradient rings
+  // all leave through them).
+  const double group_gpus = std::min(e.plan.tp * e.plan.cp, e.cluster.gpus_per_node);
   const double group_nics = std::max(1.0, group_gpus * e.cluster.inter.nics_per_node / e.cluster.gpus_per_node);
   pf.group_injection = e.cluster.inter.nic_bandwidth * (std::min<double>(group_nics, e.cluster.inter.nics_per_node) * nic_eff);
   if (!(pf.node_injection > BytesPerSecond(0))) pf.node_injection = BytesPerSecond(1e18);
