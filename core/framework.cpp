@@ -156,6 +156,9 @@ std::array<FrameworkTraits, 6> make_table() {
   // PipelineModule(partition_method=...): 'parameters' by default, Megatron-DeepSpeed's
   // GPTModelPipe passes 'type:transformer' (BLOOM-176B: 70 layers on 12 stages).
   deepspeed.partition_method = true;
+  // It has no per-stage layer counts (no Megatron --decoder-first/last-pipeline-num-layers, no
+  // explicit list in v0.5): uneven splits come only from partition_method.
+  deepspeed.uneven_pipeline = false;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",
                                    "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "

@@ -132,16 +132,26 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
     // Pipeline depths: divisors of the layer count (even splits), and the powers of two that do
     // not divide it, split as Llama 3 split 126 layers over 16 stages: every stage ceil(L / pp)
     // layers but the first and the last, which give up the surplus (Megatron-LM's
-    // --decoder-first/last-pipeline-num-layers).
-    std::vector<std::pair<int, std::pair<int, int>>> pps;
-    for (int pp : divisors(m.layers)) pps.push_back({pp, {0, 0}});
+    // --decoder-first/last-pipeline-num-layers); or, where the framework splits by DeepSpeed's
+    // partition_method, as Megatron-DeepSpeed does (type:transformer).
+    struct Split {
+      int pp = 1;
+      std::pair<int, int> first_last{0, 0};
+      bool deepspeed = false;
+    };
+    std::vector<Split> pps;
+    for (int pp : divisors(m.layers)) pps.push_back({pp, {0, 0}, false});
     for (int pp = 4; pp <= m.layers / 2; pp *= 2) {
       if (m.layers % pp == 0) continue;
+      if (fw.partition_method) {
+        pps.push_back({pp, {0, 0}, true});
+        continue;
+      }
       const int per = (m.layers + pp - 1) / pp, surplus = per * pp - m.layers;
       const int first = per - surplus / 2, last = per - (surplus - surplus / 2);
-      if (first >= 1 && last >= 1) pps.push_back({pp, {first, last}});
+      if (first >= 1 && last >= 1) pps.push_back({pp, {first, last}, false});
     }
-    for (const auto& [pp, split] : pps) {
+    for (const auto& [pp, split, deepspeed_split] : pps) {
       if ((r.gpus / tp / cp) % pp != 0) continue;
       const int dp = r.gpus / tp / cp / pp;
       std::vector<int> eps{1};
@@ -189,7 +199,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   p.shard_group = shard;
                   p.first_stage_layers = split.first;
                   p.last_stage_layers = split.second;
-                  if (split.first > 0 && sched == Schedule::interleaved) continue;  // needs an even split
+                  if (deepspeed_split) p.partition_method = "type:transformer";
+                  if ((split.first > 0 || deepspeed_split) && sched == Schedule::interleaved) continue;  // needs an even split
                   p.ep = ep;
                   p.framework = r.framework;
                   if (!fw.runs(p)) continue;

@@ -65,6 +65,16 @@ TEST(DeepSpeedPartition, BloomTypeTransformerOn12Stages) {
   EXPECT_EQ(u.stage_layers, (std::vector<int>{4, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6}));
 }
 
+TEST(DeepSpeedPartition, BloomOn16StagesLeavesTheLastTwoEmptyAsDeepSpeedV05Did) {
+  // 70 layers on 16 stages: with B in (5, 6] each stage takes 5 layers, 14 stages hold all 70
+  // and the probe returns early with the last two stages empty; B <= 5 (4 a stage) leaves 10 for
+  // the last stage and fails. So v0.5's bisection settles there (DeepSpeed PR #4312 replaced
+  // the algorithm in 2023). The simulator refuses the split, naming the counts.
+  const DeepSpeedPartition d = deepspeed_partition(bloom(), deepspeed_plan(4, 16, "type:transformer"));
+  EXPECT_EQ(d.stage_layers, (std::vector<int>{5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 0, 0}));
+  EXPECT_NE(d.problem, "");
+}
+
 TEST(DeepSpeedPartition, ParametersBalanceTheEmbeddingAndHead) {
   // Per entry on one rank (tp 1): a layer 12h^2 + 13h = 49,152 + 832 = 49,984; the embedding
   // 4000 x 64 + 128 x 64 = 264,192; the norm 128; the tied head (the whole EmbeddingPipe again)

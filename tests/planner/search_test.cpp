@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <set>
 #include <thread>
 
 #include "core/scenario.hpp"
@@ -226,4 +227,35 @@ TEST(Search, PartialRecomputeVariantsAreTheCheapestThatFit) {
   }
   EXPECT_GT(block, 0);
   EXPECT_GT(microbatch, 0);
+}
+
+TEST(Search, DeepSpeedSplitsUnevenPipelinesByItsPartitionMethod) {
+  // BLOOM-176B's 70 layers: pipelines of 4, 8, 16, 32 stages do not divide them. Megatron-Core
+  // gets Llama-3-style first/last counts where they exist (4: 17 + 2 x 18 + 17, 8: 8 + 6 x 9 + 8;
+  // not 16 or 32, whose end stages would give up 5 and 13 layers each); DeepSpeed (no per-stage
+  // counts) gets Megatron-DeepSpeed's partition_method type:transformer where it leaves every stage
+  // a layer (4: 18, 18, 18, 16; 8: 7 x 9 + 7; on 16 and 32 DeepSpeed v0.5 leaves stages empty).
+  SearchRequest r = small_request();
+  r.model = load_model(resolve_scenario("models", "bloom-176b"));
+  r.gpus = 128;
+  r.training.global_batch = 256;
+  std::set<int> deepspeed_uneven, core_uneven;
+  r.framework = Framework::deepspeed;
+  for (const auto& p : enumerate_plans(r)) {
+    EXPECT_EQ(p.first_stage_layers + p.last_stage_layers, 0);
+    EXPECT_TRUE(p.stage_layers.empty());
+    if (70 % p.pp != 0) {
+      EXPECT_EQ(p.partition_method, "type:transformer");
+      deepspeed_uneven.insert(p.pp);
+    } else {
+      EXPECT_EQ(p.partition_method, "");
+    }
+  }
+  EXPECT_EQ(deepspeed_uneven, (std::set<int>{4, 8}));
+  r.framework = Framework::megatron_core;
+  for (const auto& p : enumerate_plans(r)) {
+    EXPECT_EQ(p.partition_method, "");
+    if (70 % p.pp != 0) core_uneven.insert(p.pp);
+  }
+  EXPECT_EQ(core_uneven, (std::set<int>{4, 8}));
 }
