@@ -133,6 +133,26 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute r
   return model;
 }
 
+Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanSpec& plan) {
+  if (plan.recompute != Recompute::full || plan.recompute_layers <= 0)
+    return hardware_flops_per_iteration(m, batch, plan.recompute);
+  const double tokens = batch * m.seq_len;
+  // Micro-batch-level recompute (1F1B only): a layer outside the block re-runs its forward for the
+  // share of its stage's micro-batches that recompute every layer.
+  const int micro_batches = int(batch / (double(plan.dp) * plan.micro_batch));
+  const std::vector<int> first = stage_first_layers(m, plan);
+  Flops again;
+  for (int l = 0; l < m.layers; ++l) {
+    double share = recomputes_layer(m, plan, l) ? 1.0 : 0.0;
+    if (share == 0.0 && plan.partial_recompute_microbatches > 0) {
+      const int stage = int(std::upper_bound(first.begin(), first.end(), l) - first.begin()) - 1;
+      share = whole_recompute_microbatch_share(plan, stage, micro_batches);
+    }
+    again += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l)) * share;
+  }
+  return model_flops_per_iteration(m, batch) + again;
+}
+
 Flops narayanan_eq3_flops(double B, double s, double l, double h, double V) {
   return Flops(96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h)));
 }

@@ -7,6 +7,7 @@
 
 #include "core/enums.hpp"
 #include "core/model.hpp"
+#include "core/plan.hpp"
 #include "core/units.hpp"
 
 namespace foresight {
@@ -58,6 +59,11 @@ Flops model_flops_per_iteration(const ModelSpec& m, double batch);
 /// Hardware FLOPs: model FLOPs plus what recompute adds (full: one more forward of every layer,
 /// Narayanan eq. 3 = 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)); selective: the attention core again).
 Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute recompute);
+/// The same for a plan: with plan.recompute_layers (block recompute) only the layers it recomputes
+/// (core/plan.hpp recomputes_layer) run their forward twice; with partial_recompute_microbatches
+/// the others run it again for the micro-batches that recompute every layer. `batch` is the
+/// global batch (micro-batches per pipeline follow from plan.dp and plan.micro_batch).
+Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanSpec& plan);
 
 /// Narayanan et al. 2021 eq. 3 written literally (dense, ffn = 4h, full recompute): a cross-check.
 Flops narayanan_eq3_flops(double batch, double seq, double layers, double hidden, double vocab);

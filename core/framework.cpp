@@ -91,6 +91,10 @@ std::array<FrameworkTraits, 6> make_table() {
   // sharding, and pipelines need num_layers divisible by the pipeline size (megatron/arguments.py).
   megatron.max_zero = megatron.max_zero_with_pipeline = 1;
   megatron.uneven_pipeline = false;
+  // --activations-checkpoint-method uniform | block with --activations-checkpoint-num-layers (the
+  // SC21 scripts pass the former; block checkpoints the first N layers of each pipeline stage and
+  // runs the rest normally, megatron/model/transformer.py _checkpointed_forward), later renamed
+  // --recompute-method / --recompute-num-layers: partial_recompute stays on.
 
   FrameworkTraits megatron_core = megatron;
   // Megatron-Core: --decoder-first/last-pipeline-num-layers; torch FSDP2 (--use-torch-fsdp2) for
@@ -118,6 +122,11 @@ std::array<FrameworkTraits, 6> make_table() {
   megatron_core.context_parallel = true;
   // --tp-comm-overlap: Transformer Engine userbuffers (TE v1.x, transformer_engine/pytorch/module/base.py).
   megatron_core.tp_overlap = true;
+  // Micro-batch-level recompute: Megatron-Core's 1F1B schedule passes checkpoint_activations_microbatch
+  // to the forward step (schedules.py, since 2023-04, commit 13c96dc0); NeMo's GPT model honours it.
+  // Megatron-LM's own pretrain_gpt.py forward step does not take the argument (NVIDIA/Megatron-LM
+  // issue #767), which the megatron entry (2021-22) predates anyway.
+  megatron_core.microbatch_recompute = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
                                     "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
@@ -141,6 +150,15 @@ std::array<FrameworkTraits, 6> make_table() {
   deepspeed.schedules[int(Schedule::gpipe)] = deepspeed.schedules[int(Schedule::interleaved)] = false;
   deepspeed.sequence_parallel = deepspeed.selective_recompute = false;
   deepspeed.max_zero_with_pipeline = 1;
+  // Its pipeline engine checkpoints every activation_checkpoint_interval-th layer boundary of the
+  // whole stage (pipe/module.py, PipelineModule.forward): no way to keep some layers' activations.
+  deepspeed.partial_recompute = false;
+  // PipelineModule(partition_method=...): 'parameters' by default, Megatron-DeepSpeed's
+  // GPTModelPipe passes 'type:transformer' (BLOOM-176B: 70 layers on 12 stages).
+  deepspeed.partition_method = true;
+  // It has no per-stage layer counts (no Megatron --decoder-first/last-pipeline-num-layers, no
+  // explicit list in v0.5): uneven splits come only from partition_method.
+  deepspeed.uneven_pipeline = false;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",
                                    "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "
@@ -157,7 +175,7 @@ std::array<FrameworkTraits, 6> make_table() {
   // (--checkpoint-gradients), no sharded optimizer.
   terapipe.schedules[int(Schedule::one_f_one_b)] = terapipe.schedules[int(Schedule::interleaved)] = false;
   terapipe.schedules[int(Schedule::terapipe)] = true;
-  terapipe.sequence_parallel = terapipe.full_recompute = false;
+  terapipe.sequence_parallel = terapipe.full_recompute = terapipe.partial_recompute = false;
   terapipe.max_zero = terapipe.max_zero_with_pipeline = 0;
   terapipe.uneven_pipeline = false;
 
@@ -188,6 +206,7 @@ std::array<FrameworkTraits, 6> make_table() {
   generic.schedules[int(Schedule::terapipe)] = true;
   generic.context_parallel = true;
   generic.tp_overlap = true;
+  generic.microbatch_recompute = true;
   return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic};
 }
 
@@ -210,9 +229,12 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.sequence_parallel && !sequence_parallel) return false;
   if (p.recompute == Recompute::selective && !selective_recompute) return false;
   if (p.recompute == Recompute::full && !full_recompute) return false;
+  if (p.recompute_layers > 0 && !partial_recompute) return false;
+  if (p.partial_recompute_microbatches > 0 && !microbatch_recompute) return false;
   if (p.cp > 1 && !context_parallel) return false;
   if (p.tp_overlap && !tp_overlap) return false;
   if (!uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)) return false;
+  if (!p.partition_method.empty() && !partition_method) return false;
   return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
 }
 

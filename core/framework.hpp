@@ -143,6 +143,11 @@ struct FrameworkTraits {
   bool sequence_parallel = true;
   bool selective_recompute = true;
   bool full_recompute = true;
+  /// Full recompute of only the first N layers of each stage (plan.recompute_layers; Megatron-LM's
+  /// --recompute-method block).
+  bool partial_recompute = true;
+  /// Varies recompute by micro-batch (plan.partial_recompute_microbatches).
+  bool microbatch_recompute = false;
   int max_zero = 3;
   int max_zero_with_pipeline = 3;
   /// Runs context parallelism (plan.cp > 1).
@@ -151,6 +156,8 @@ struct FrameworkTraits {
   bool tp_overlap = false;
   /// Splits layers unevenly over pipeline stages (plan.stage_layers, first/last_stage_layers).
   bool uneven_pipeline = true;
+  /// Splits layers over stages by DeepSpeed's PipelineModule partition_method (plan.partition_method).
+  bool partition_method = false;
 
   /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
   bool runs(const PlanSpec& plan) const;

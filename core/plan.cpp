@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/framework.hpp"
+#include "core/pipeline_partition.hpp"
 
 namespace foresight {
 
@@ -32,6 +33,10 @@ std::optional<PlanViolation> fail(std::string field, std::string value, std::str
 std::vector<int> stage_layer_counts(const ModelSpec& m, const PlanSpec& p) {
   const int pp = std::max(1, p.pp);
   if (int(p.stage_layers.size()) == pp) return p.stage_layers;
+  if (!p.partition_method.empty()) {
+    DeepSpeedPartition split = deepspeed_partition(m, p);
+    if (split.problem.empty()) return split.stage_layers;
+  }
   std::vector<int> counts(pp, 0);
   int rest = m.layers, first = 0, last = pp;
   if (p.first_stage_layers > 0 && pp > 1) {
@@ -54,6 +59,34 @@ std::vector<int> stage_first_layers(const ModelSpec& m, const PlanSpec& p) {
   std::vector<int> first(counts.size(), 0);
   for (std::size_t s = 1; s < counts.size(); ++s) first[s] = first[s - 1] + counts[s - 1];
   return first;
+}
+
+bool recomputes_layer(const ModelSpec& m, const PlanSpec& p, int layer) {
+  if (p.recompute != Recompute::full) return false;
+  if (p.recompute_layers <= 0) return true;
+  if (p.schedule == Schedule::interleaved && p.virtual_stages > 1) {
+    // Model chunks of layers / (pp * v) consecutive layers each (an even split).
+    const int per_chunk = std::max(1, m.layers / (p.pp * p.virtual_stages));
+    return recomputes_position(p, layer % per_chunk);
+  }
+  const std::vector<int> first = stage_first_layers(m, p);
+  const auto it = std::upper_bound(first.begin(), first.end(), layer);
+  const int stage = int(it - first.begin()) - 1;
+  return recomputes_position(p, layer - first[std::max(0, stage)]);
+}
+
+double whole_recompute_microbatch_share(const PlanSpec& p, int stage, int micro_batches) {
+  const int K = p.partial_recompute_microbatches;
+  if (K <= 0 || p.recompute != Recompute::full || micro_batches <= 0) return 0.0;
+  const int window = std::min(p.pp - stage - 1, micro_batches) + 1;
+  int whole = 0;
+  for (int k = 0; k < micro_batches; ++k) whole += k % window >= K;
+  return double(whole) / micro_batches;
+}
+
+double layer_recompute_share(const PlanSpec& p, int index_in_chunk, int stage, int micro_batches) {
+  if (recomputes_position(p, index_in_chunk)) return 1.0;
+  return whole_recompute_microbatch_share(p, stage, micro_batches);
 }
 
 std::optional<PlanViolation> check_model(const ModelSpec& m) {
@@ -124,8 +157,30 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("training.dtype", to_string(t.dtype),
                 "the cluster's GPU " + c.gpu.name + " has no " + std::string(to_string(t.dtype)) +
                     " peak in its GPU file (unsupported precision)");
-  const bool uneven = !p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0;
-  if (!p.stage_layers.empty()) {
+  const bool uneven = p.uneven_split();
+  if (!p.partition_method.empty()) {
+    const FrameworkTraits& pfw = framework_traits(p.framework);
+    if (!pfw.partition_method)
+      return fail("plan.partition_method", p.partition_method,
+                  std::string("is DeepSpeed's pipeline partitioning; ") + pfw.name +
+                      " does not split layers that way (use plan.framework = deepspeed, or plan.stage_layers)");
+    if (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)
+      return fail("plan.partition_method", p.partition_method,
+                  "cannot be combined with plan.stage_layers or plan.first_stage_layers / last_stage_layers (give one)");
+    const DeepSpeedPartition split = deepspeed_partition(m, p);
+    if (!split.problem.empty()) {
+      std::string rule = split.problem;
+      if (!split.stage_layers.empty()) {
+        rule += " (transformer layers per stage: ";
+        for (std::size_t i = 0; i < split.stage_layers.size(); ++i) {
+          if (i) rule += ' ';
+          rule += std::to_string(split.stage_layers[i]);
+        }
+        rule += "); the simulator needs the embedding on the first stage, the head on the last and a layer on each";
+      }
+      return fail("plan.partition_method", p.partition_method, rule);
+    }
+  } else if (!p.stage_layers.empty()) {
     if (int(p.stage_layers.size()) != p.pp)
       return fail("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
                   "must list one layer count per pipeline stage (plan.pp = " + str((long long)p.pp) + ")");
@@ -237,6 +292,39 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.schedule", "interleaved",
                   "needs the micro-batches per pipeline (" + str((long long)p.micro_batches(t)) +
                       ") to be a multiple of plan.pp = " + str((long long)p.pp));
+  }
+  if (p.recompute_layers > 0) {
+    const std::string n = str((long long)p.recompute_layers);
+    if (p.recompute != Recompute::full)
+      return fail("plan.recompute_layers", n,
+                  "needs plan.recompute = full (it is " + std::string(to_string(p.recompute)) +
+                      "): it counts the whole layers of each stage that are recomputed");
+    const FrameworkTraits& rfw = framework_traits(p.framework);
+    if (!rfw.partial_recompute)
+      return fail("plan.recompute_layers", n,
+                  std::string(rfw.name) + " recomputes every layer or none (no block method; megatron, "
+                                          "megatron-core, pytorch or generic recompute the first N layers of a stage)");
+    const std::vector<int> counts = stage_layer_counts(m, p);
+    const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+    const int largest = *std::max_element(counts.begin(), counts.end()) / v;
+    if (p.recompute_layers > largest)
+      return fail("plan.recompute_layers", n,
+                  "must not exceed the layers of the largest stage" + std::string(v > 1 ? " chunk" : "") + " (" +
+                      str((long long)largest) + ")");
+  }
+  if (p.partial_recompute_microbatches > 0) {
+    const std::string k = str((long long)p.partial_recompute_microbatches);
+    if (p.recompute != Recompute::full || p.recompute_layers <= 0)
+      return fail("plan.partial_recompute_microbatches", k,
+                  "needs plan.recompute = full with plan.recompute_layers > 0 (the layers the partial micro-batches "
+                  "recompute; the others recompute all)");
+    if (p.pp < 2 || p.schedule != Schedule::one_f_one_b)
+      return fail("plan.partial_recompute_microbatches", k,
+                  "needs a 1F1B pipeline (plan.pp > 1, plan.schedule = 1f1b): the window is the stage's outstanding micro-batches");
+    const FrameworkTraits& kfw = framework_traits(p.framework);
+    if (!kfw.microbatch_recompute)
+      return fail("plan.partial_recompute_microbatches", k,
+                  std::string(kfw.name) + " does not vary recompute by micro-batch (megatron-core or generic do)");
   }
   if (!p.token_slices.empty() && p.schedule != Schedule::terapipe)
     return fail("plan.token_slices", "[" + str((long long)p.token_slices.size()) + " slices]",

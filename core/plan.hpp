@@ -46,6 +46,16 @@ struct PlanSpec {
   /// sequence parallelism.
   bool tp_overlap = false;
   Recompute recompute = Recompute::none;
+  /// With recompute = full: how many transformer layers of each pipeline stage (of each model
+  /// chunk under interleaving) are recomputed, counted from the stage's first layer; the others
+  /// keep all their activations (Megatron-LM --recompute-method block --recompute-num-layers N).
+  /// 0: every layer (--recompute-method uniform --recompute-num-layers 1).
+  int recompute_layers = 0;
+  /// Micro-batch-level recompute (Korthikanti et al. 2022's micro-batch granularity; Megatron-Core's
+  /// schedules num_microbatches_with_partial_activation_checkpoints, which NeMo drives): in each
+  /// window of a stage's outstanding micro-batches (1F1B: min(pp - stage - 1, m) + 1), the first
+  /// K recompute only their first recompute_layers layers, the others recompute every layer. 0: off.
+  int partial_recompute_microbatches = 0;
   int zero = 0;  // 0..3; 1 = distributed optimizer (optimizer state sharded over dp)
   /// The data-parallel ranks ZeRO shards over: the innermost `shard_group` ranks of each
   /// data-parallel group, replicated across dp / shard_group such groups (PyTorch HSDP,
@@ -68,6 +78,12 @@ struct PlanSpec {
   /// first (last) stage holds this many layers and the others split the rest evenly (0: unset).
   int first_stage_layers = 0;
   int last_stage_layers = 0;
+  /// DeepSpeed's PipelineModule partition_method: `uniform` (every entry of the layer list, the
+  /// embedding, final norm, LM head and cast functions included, counts one), `parameters` (balance
+  /// the parameters per stage) or `type:<regex>` (balance the entries whose class name matches;
+  /// Megatron-DeepSpeed uses type:transformer). Empty: unset. core/pipeline_partition.hpp turns it
+  /// into transformer layers per stage.
+  std::string partition_method;
   Framework framework = Framework::megatron;
   /// The attention kernel, when it is not the framework's own (e.g. Megatron-LM with
   /// --use-flash-attn); unset: core/framework.hpp's entry decides.
@@ -75,6 +91,11 @@ struct PlanSpec {
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }
+  /// Whether layers are split over stages other than evenly (stage_layers, first/last counts or a
+  /// DeepSpeed partition method).
+  bool uneven_split() const {
+    return !stage_layers.empty() || first_stage_layers > 0 || last_stage_layers > 0 || !partition_method.empty();
+  }
   /// Ranks holding the same parameters, whose gradients are reduced together: dp x cp.
   int grad_ranks() const { return dp * cp; }
   /// Ranks ZeRO shards model state over (plan.shard_group, or all of dp x cp).
@@ -85,12 +106,33 @@ struct PlanSpec {
   int micro_batches(const TrainingSpec& t) const { return int(t.global_batch / ((long long)dp * micro_batch)); }
 };
 
-/// Transformer layers on each pipeline stage (pp entries): plan.stage_layers, or the stages
-/// plan.first_stage_layers / last_stage_layers fix with the rest even, or an even split. Assumes
-/// check_plan passed (a split it refuses comes back as the even split's rounding).
+/// Transformer layers on each pipeline stage (pp entries): plan.stage_layers, or DeepSpeed's
+/// partition of plan.partition_method, or the stages plan.first_stage_layers / last_stage_layers
+/// fix with the rest even, or an even split. Assumes check_plan passed (a split it refuses comes
+/// back as the even split's rounding).
 std::vector<int> stage_layer_counts(const ModelSpec& model, const PlanSpec& plan);
 /// The first transformer layer of each stage (pp entries), from stage_layer_counts.
 std::vector<int> stage_first_layers(const ModelSpec& model, const PlanSpec& plan);
+
+/// Whether the backward of transformer layer `layer` (0-based, model order) first re-runs its
+/// forward: recompute = full and the layer among the first plan.recompute_layers of its stage's
+/// model chunk (or recompute_layers = 0). Selective recompute re-runs only the attention core and
+/// is not counted here.
+bool recomputes_layer(const ModelSpec& model, const PlanSpec& plan, int layer);
+/// The same, for the layer at position `index_in_chunk` (0-based) of its stage's model chunk.
+inline bool recomputes_position(const PlanSpec& plan, int index_in_chunk) {
+  return plan.recompute == Recompute::full && (plan.recompute_layers <= 0 || index_in_chunk < plan.recompute_layers);
+}
+
+/// Of a stage's micro-batches, the share that recompute every layer under micro-batch-level
+/// recompute (plan.partial_recompute_microbatches = K > 0): those whose index k has k % W >= K,
+/// W = min(pp - stage - 1, m) + 1 (Megatron-Core's forward_backward_pipelining_without_interleaving);
+/// 0 without it.
+double whole_recompute_microbatch_share(const PlanSpec& plan, int stage, int micro_batches);
+/// How often per micro-batch (0..1, on average over the stage's micro-batches) the layer at
+/// `index_in_chunk` of `stage` re-runs its forward: 1 where block recompute covers it (or every
+/// layer is recomputed), the share above for the others, 0 without full recompute.
+double layer_recompute_share(const PlanSpec& plan, int index_in_chunk, int stage, int micro_batches);
 
 /// A rule a plan broke: the field (dotted path, e.g. "plan.pp"), its value and the rule, in words.
 struct PlanViolation {

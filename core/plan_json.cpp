@@ -121,6 +121,11 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.schedule == Schedule::gpipe) return "";
   // ZeRO-3 / HSDP runs under PyTorch FSDP, not the Megatron-LM flags written here.
   if (q.zero >= 2 || q.shard_group > 0) return "";
+  // Micro-batch-level recompute has no Megatron-LM flag (NeMo's
+  // num_micro_batches_with_partial_activation_checkpoints drives Megatron-Core's schedule).
+  if (q.partial_recompute_microbatches > 0) return "";
+  // Megatron-DeepSpeed's GPTModelPipe fixes partition_method='type:transformer'; others have no flag.
+  if (!q.partition_method.empty() && q.partition_method != "type:transformer") return "";
   std::ostringstream s;
   s << "--num-layers " << p.model.layers << " --hidden-size " << p.model.hidden << " --num-attention-heads "
     << p.model.heads << " --ffn-hidden-size " << p.model.ffn_hidden << " --seq-length " << p.model.seq_len
@@ -139,7 +144,10 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --decoder-first-pipeline-num-layers " << l.front() << " --decoder-last-pipeline-num-layers " << l.back();
   }
   if (q.sequence_parallel) s << " --sequence-parallel";
-  if (q.recompute == Recompute::full) s << " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+  if (q.recompute == Recompute::full && q.recompute_layers > 0)
+    s << " --recompute-granularity full --recompute-method block --recompute-num-layers " << q.recompute_layers;
+  else if (q.recompute == Recompute::full)
+    s << " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   if (q.recompute == Recompute::selective) s << " --recompute-granularity selective";
   if (q.zero >= 1) s << " --use-distributed-optimizer";
   if (q.dp_overlap) s << " --overlap-grad-reduce";

@@ -111,6 +111,8 @@ void visit_fields(V& v, S& p) {
   v.boolean("dp_overlap", p.dp_overlap, false);
   v.boolean("tp_overlap", p.tp_overlap, false);
   v.enumeration("recompute", p.recompute, Recompute::none);
+  v.integer("recompute_layers", p.recompute_layers, 0, 0);
+  v.integer("partial_recompute_microbatches", p.partial_recompute_microbatches, 0, 0);
   v.integer("zero", p.zero, 0, 0);
   v.integer("shard_group", p.shard_group, 0, 0);
   v.boolean("reshard_after_forward", p.reshard_after_forward, true);
@@ -121,6 +123,7 @@ void visit_fields(V& v, S& p) {
   v.int_list("stage_layers", p.stage_layers, 1);
   v.integer("first_stage_layers", p.first_stage_layers, 0, 0);
   v.integer("last_stage_layers", p.last_stage_layers, 0, 0);
+  v.text("partition_method", p.partition_method, std::string());
   v.enumeration("framework", p.framework, Framework::megatron);
   v.optional_enumeration("attention", p.attention);
   v.enumeration("placement", p.placement, Placement::tp_dp_pp);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
@@ -282,16 +283,38 @@ StateBytesPerParam state_bytes_per_param(const ElementSizes& bytes, int zero, do
 
 Bytes layer_activation_bytes_per_unit(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
                                       int stage) {
-  Bytes all_layers;
-  for (int layer : stage_layers(model, plan, stage)) all_layers += layer_bytes_for_plan(x, model, plan, layer);
+  const std::vector<int> layers = stage_layers(model, plan, stage);
   const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
+  const int per_chunk = std::max(1, int(layers.size()) / v);
+  // Block recompute (plan.recompute_layers): the layers past the first N of each chunk store
+  // everything, as without recompute.
+  std::optional<PlanSpec> kept;
+  if (plan.recompute == Recompute::full && plan.recompute_layers > 0) {
+    kept = plan;
+    kept->recompute = Recompute::none;
+  }
+  Bytes all_layers;
+  for (int i = 0; i < int(layers.size()); ++i) {
+    const bool stores_all = kept && !recomputes_position(plan, i % per_chunk);
+    all_layers += layer_bytes_for_plan(x, model, stores_all ? *kept : plan, layers[i]);
+  }
   return all_layers / double(v);
 }
 
 Bytes stashed_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& model,
                                      const TrainingSpec& training, const PlanSpec& plan, int stage) {
   const int m = plan.micro_batches(training);
-  return layer_activation_bytes_per_unit(x, model, plan, stage) * double(microbatches_in_flight(plan, m, stage));
+  const int in_flight = microbatches_in_flight(plan, m, stage);
+  if (plan.partial_recompute_microbatches > 0 && plan.recompute == Recompute::full) {
+    // Micro-batch-level recompute: the in-flight micro-batches are consecutive, so min(K, in
+    // flight) of them are partial ones (block recompute) and the rest recompute every layer.
+    const int partial = std::min(plan.partial_recompute_microbatches, in_flight);
+    PlanSpec whole = plan;
+    whole.recompute_layers = 0;
+    return layer_activation_bytes_per_unit(x, model, plan, stage) * double(partial) +
+           layer_activation_bytes_per_unit(x, model, whole, stage) * double(in_flight - partial);
+  }
+  return layer_activation_bytes_per_unit(x, model, plan, stage) * double(in_flight);
 }
 
 Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,

@@ -246,9 +246,11 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // transposed for the weight-gradient GEMM (read 2, write 1 + 1) and each saved FP8 input is
   // transposed (read 1, write 1). Weight casts happen once per step (cached across micro-batches)
   // and are left out. Elements: the inputs of QKV, projection, FC1 and FC2 and their output
-  // gradients, on this GPU.
+  // gradients, on this GPU. In an MoE layer the routed experts' FC1 quantizes the permuted rows
+  // it multiplies (ffn_tokens of them), and the shared experts' FC1 the T tokens again.
   if (x.dtype == Dtype::fp8) {
-    const double inputs = T * h + T * v_w / t + T * h + ffn_tokens * ffn_width / t + T * shared_width / t;
+    const double fc1_inputs = ffn_tokens * h + (shared_width > 0 ? T * h : 0.0);
+    const double inputs = T * h + T * v_w / t + fc1_inputs + ffn_tokens * ffn_width / t + T * shared_width / t;
     const double grads = T * (q + 2 * kv_dim) / t + T * h + (ffn_tokens * ffn_width + T * shared_width) * up / t +
                          (ffn_tokens + (shared_width > 0 ? T : 0.0)) * h;
     F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs), 4);

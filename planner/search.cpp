@@ -34,6 +34,61 @@ bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const Pl
   return worst <= r.memory_limit();
 }
 
+/// Block recompute (plan.recompute_layers): for a full-recompute plan that fits without offload,
+/// the fewest recomputed layers per stage (chunk) that still fit, found by bisection (memory falls
+/// and recompute time grows with the count, so this is the fastest block variant that fits). False
+/// when the framework has no block method, the stages hold one layer, none below all fits, or the
+/// plan fits without recompute at all.
+bool fewest_recomputed_layers_that_fit(const cost_models::ExecutionModel& x, const SearchRequest& r, PlanSpec& p) {
+  if (p.recompute != Recompute::full || p.recompute_layers > 0 || !x.framework->partial_recompute) return false;
+  if (p.offload.optimizer || p.offload.activations > 0) return false;
+  // Where the plan fits without any recompute, that plan (enumerated too) is faster than every
+  // block variant: only plans that need recompute to fit get one.
+  PlanSpec none = p;
+  none.recompute = Recompute::none;
+  if (fits(x, r, none, nullptr)) return false;
+  const std::vector<int> counts = stage_layer_counts(r.model, p);
+  const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+  int lo = 1, hi = *std::max_element(counts.begin(), counts.end()) / v - 1;
+  if (hi < 1) return false;
+  p.recompute_layers = hi;
+  if (!fits(x, r, p, nullptr)) return false;
+  while (lo < hi) {
+    p.recompute_layers = (lo + hi) / 2;
+    if (fits(x, r, p, nullptr)) hi = p.recompute_layers;
+    else lo = p.recompute_layers + 1;
+  }
+  p.recompute_layers = hi;
+  return true;
+}
+
+/// Micro-batch-level recompute (plan.partial_recompute_microbatches): for a full-recompute 1F1B
+/// plan that fits but whose no-recompute twin does not, a block of one layer for the partial
+/// micro-batches and the most partial micro-batches per window that still fit (bisection on
+/// memory, which grows with the count); counts of a whole window or more are the block variant's.
+/// False when the framework does not vary recompute by micro-batch or not even one fits.
+bool most_partial_microbatches_that_fit(const cost_models::ExecutionModel& x, const SearchRequest& r, PlanSpec& p) {
+  if (p.recompute != Recompute::full || p.recompute_layers > 0 || p.partial_recompute_microbatches > 0) return false;
+  if (!x.framework->microbatch_recompute || p.pp < 2 || p.schedule != Schedule::one_f_one_b) return false;
+  if (p.offload.optimizer || p.offload.activations > 0) return false;
+  PlanSpec none = p;
+  none.recompute = Recompute::none;
+  if (fits(x, r, none, nullptr)) return false;
+  const int window = std::min(p.pp - 1, p.micro_batches(r.training)) + 1;  // stage 0's, the widest
+  int lo = 1, hi = window - 1;
+  if (hi < 1) return false;
+  p.recompute_layers = 1;
+  p.partial_recompute_microbatches = lo;
+  if (!fits(x, r, p, nullptr)) return false;
+  while (lo < hi) {
+    p.partial_recompute_microbatches = (lo + hi + 1) / 2;
+    if (fits(x, r, p, nullptr)) lo = p.partial_recompute_microbatches;
+    else hi = p.partial_recompute_microbatches - 1;
+  }
+  p.partial_recompute_microbatches = lo;
+  return true;
+}
+
 /// Keeps in `into` the closer of its closest miss and `from`'s (ties: the lower plan index).
 void merge_closest(EvaluatedShare& into, const EvaluatedShare& from) {
   if (!from.closest) return;
@@ -77,16 +132,26 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
     // Pipeline depths: divisors of the layer count (even splits), and the powers of two that do
     // not divide it, split as Llama 3 split 126 layers over 16 stages: every stage ceil(L / pp)
     // layers but the first and the last, which give up the surplus (Megatron-LM's
-    // --decoder-first/last-pipeline-num-layers).
-    std::vector<std::pair<int, std::pair<int, int>>> pps;
-    for (int pp : divisors(m.layers)) pps.push_back({pp, {0, 0}});
+    // --decoder-first/last-pipeline-num-layers); or, where the framework splits by DeepSpeed's
+    // partition_method, as Megatron-DeepSpeed does (type:transformer).
+    struct Split {
+      int pp = 1;
+      std::pair<int, int> first_last{0, 0};
+      bool deepspeed = false;
+    };
+    std::vector<Split> pps;
+    for (int pp : divisors(m.layers)) pps.push_back({pp, {0, 0}, false});
     for (int pp = 4; pp <= m.layers / 2; pp *= 2) {
       if (m.layers % pp == 0) continue;
+      if (fw.partition_method) {
+        pps.push_back({pp, {0, 0}, true});
+        continue;
+      }
       const int per = (m.layers + pp - 1) / pp, surplus = per * pp - m.layers;
       const int first = per - surplus / 2, last = per - (surplus - surplus / 2);
-      if (first >= 1 && last >= 1) pps.push_back({pp, {first, last}});
+      if (first >= 1 && last >= 1) pps.push_back({pp, {first, last}, false});
     }
-    for (const auto& [pp, split] : pps) {
+    for (const auto& [pp, split, deepspeed_split] : pps) {
       if ((r.gpus / tp / cp) % pp != 0) continue;
       const int dp = r.gpus / tp / cp / pp;
       std::vector<int> eps{1};
@@ -134,7 +199,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   p.shard_group = shard;
                   p.first_stage_layers = split.first;
                   p.last_stage_layers = split.second;
-                  if (split.first > 0 && sched == Schedule::interleaved) continue;  // needs an even split
+                  if (deepspeed_split) p.partition_method = "type:transformer";
+                  if ((split.first > 0 || deepspeed_split) && sched == Schedule::interleaved) continue;  // needs an even split
                   p.ep = ep;
                   p.framework = r.framework;
                   if (!fw.runs(p)) continue;
@@ -241,6 +307,18 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         c.analytic = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::analytic);
         c.peak_memory = c.analytic.memory_per_stage[c.analytic.most_loaded_stage].total();
         local.fitting.push_back(std::move(c));
+        // Partial recompute variants of a plan that needs recompute to fit: block (fewest layers
+        // per stage) and micro-batch level (most partial micro-batches).
+        auto add_variant = [&](const PlanSpec& q) {
+          const Experiment eq = experiment_for(r, q);
+          Candidate cq;
+          cq.plan = q;
+          cq.analytic = sim::predict({eq, x, sim::compute_costs(eq, x), comm}, sim::EngineKind::analytic);
+          cq.peak_memory = cq.analytic.memory_per_stage[cq.analytic.most_loaded_stage].total();
+          local.fitting.push_back(std::move(cq));
+        };
+        if (PlanSpec q = p; fewest_recomputed_layers_that_fit(x, r, q)) add_variant(q);
+        if (PlanSpec q = p; most_partial_microbatches_that_fit(x, r, q)) add_variant(q);
       } else {
         ++pruned;
       }
@@ -273,7 +351,8 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
   auto key = [](const Candidate& c) {
     const PlanSpec& p = c.plan;
     return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
-                           p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.zero,
+                           p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.recompute_layers,
+                           p.partial_recompute_microbatches, p.zero,
                            p.shard_group, p.ep,
                            int(p.offload.optimizer), p.offload.activations);
   };

@@ -1,6 +1,7 @@
 // Plan search: enumerate parallel plans for a model on a cluster (tensor, pipeline and data
-// parallel degrees, micro-batch, schedule with virtual stages, sequence parallelism, recompute,
-// ZeRO, offload when nothing fits without it, expert parallelism for MoE), prune by the memory
+// parallel degrees, micro-batch, schedule with virtual stages, sequence parallelism, recompute
+// (for plans that fit only with full recompute also its cheapest fitting block and micro-batch-level
+// variants), ZeRO, offload when nothing fits without it, expert parallelism for MoE), prune by the memory
 // model, rank every survivor with the analytic engine, re-simulate the best with SimGrid.
 // TeraPipe plans (with request.terapipe) get their token slices from TeraPipe's dynamic program
 // over the same costs the simulator uses. Left out: capacity-factor choice, ZeRO-2/3 with

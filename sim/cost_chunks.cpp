@@ -14,22 +14,51 @@ std::vector<int> token_slices(const Experiment& e) {
 }
 }  // namespace
 
+Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
+  const ModelSpec& m = in.e.model;
+  const PlanSpec& p = in.e.plan;
+  if (!m.moe || p.ep == 1) return Seconds(0);
+  // Dispatch and combine all-to-alls of routed_factor() token copies per token (top_k x
+  // capacity_factor, dropless top_k x imbalance on the busiest rank).
+  const Bytes routed = activation_tensor(in.x, p.micro_batch, tokens, m.hidden) * m.moe->routed_factor();
+  return 2.0 * in.comm.time(Collective::all_to_all, routed, plan_groups(p, in.e.cluster).ep);
+}
+
+LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, Seconds tp_blocking, Seconds ep,
+                     double redo) {
+  const PlanSpec& p = in.e.plan;
+  LayerStep s;
+  s.forward = lc.forward;
+  s.backward = lc.backward;
+  // Full recompute re-runs the forward of the layers it recomputes (block: the first
+  // plan.recompute_layers of a chunk; micro-batch level: the others for some micro-batches), with
+  // its TP, CP and EP communication; selective, the attention core (what compute.layer returned).
+  if (p.recompute != Recompute::full) s.recompute = lc.recompute;
+  else if (redo > 0) s.recompute = lc.recompute * redo;
+  s.forward_tp = s.backward_tp = tp_blocking;
+  if (p.tp_overlap && p.tp > 1) {
+    s.forward_tp = tp_comm_overlapped(in, tokens, lc.gemm_forward);
+    s.backward_tp = tp_comm_overlapped(in, tokens, lc.gemm_backward, true);
+  }
+  if (p.cp > 1) {
+    const CpLayerComm cpc = cp_comm_per_layer(in, lc.attention_forward, lc.attention_backward);
+    s.forward_cp = cpc.forward;
+    s.backward_cp = cpc.backward;
+    if (redo > 0) s.backward_cp += cpc.forward * redo;  // the recomputed forward
+  }
+  if (redo > 0) s.recompute_comm = (s.forward_tp + ep) * redo;
+  s.forward_ep = s.backward_ep = ep;
+  return s;
+}
+
 void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
   const ModelSpec& m = in.e.model;
   const PlanSpec& p = in.e.plan;
   const int v = c.shape.virtual_stages;
   const std::vector<int> slices = token_slices(in.e);
   const int n_slices = int(slices.size());
-  const CommGroup ep_group = plan_groups(p, in.e.cluster).ep;
   c.chunk.assign(p.pp, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(n_slices)));
 
-  // MoE: dispatch and combine all-to-alls of routed_factor() token copies per token (top_k x
-  // capacity_factor, dropless top_k x imbalance on the busiest rank).
-  auto ep_layer_comm = [&](int tokens) {
-    if (!m.moe || p.ep == 1) return Seconds(0);
-    const Bytes routed = activation_tensor(in.x, p.micro_batch, tokens, m.hidden) * m.moe->routed_factor();
-    return 2.0 * in.comm.time(Collective::all_to_all, routed, ep_group);
-  };
   // Every layer of a kind costs the same: compute each (tokens, context, moe, window) once.
   std::map<std::tuple<int, int, bool, int>, LayerCompute> cache;
   auto layer_compute = [&](int tokens, int context, bool moe, int window) {
@@ -65,9 +94,12 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           const int l = layers[ch * per_chunk + i];
           const bool moe = m.is_moe_layer(l);
           const LayerCompute lc = layer_compute(tokens, context, moe, m.window_of(l));
-          cc.forward += lc.forward;
-          cc.backward += lc.backward;
-          cc.recompute += lc.recompute;
+          const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
+          const LayerStep ls = layer_step(in, lc, tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
+                                          layer_recompute_share(p, i, s, micro_batches));
+          cc.forward += ls.forward;
+          cc.backward += ls.backward;
+          cc.recompute += ls.recompute;
           if (p.zero >= 3 && in.x.calibrated.unit_overhead > Seconds(0)) {
             // Calibrated host time per ZeRO-3 / FSDP unit and pass (hooks, flat-parameter views,
             // the rate limiter's event waits): the host runs ahead of the GPU, so a unit costs
@@ -75,27 +107,13 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
             cc.forward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.forward);
             cc.backward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.backward);
           }
-          Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
-          Seconds tp_bwd = tp;
-          if (p.tp_overlap && p.tp > 1) {
-            tp = tp_comm_overlapped(in, tokens, lc.gemm_forward);
-            tp_bwd = tp_comm_overlapped(in, tokens, lc.gemm_backward, true);
-          }
-          if (p.cp > 1) {
-            const CpLayerComm cpc = cp_comm_per_layer(in, lc.attention_forward, lc.attention_backward);
-            cc.forward_cp_comm += cpc.forward;
-            cc.backward_cp_comm += cpc.backward;
-            if (p.recompute == Recompute::full) cc.backward_cp_comm += cpc.forward;  // the recomputed forward
-          }
-          cc.forward_tp_comm += tp;
-          cc.backward_tp_comm += tp_bwd;
-          if (p.recompute == Recompute::full) cc.recompute_tp_comm += tp;
-          if (moe) {
-            const Seconds ep = ep_layer_comm(tokens);
-            cc.forward_ep_comm += ep;
-            cc.backward_ep_comm += ep;
-            if (p.recompute == Recompute::full) cc.recompute_tp_comm += ep;
-          }
+          cc.forward_cp_comm += ls.forward_cp;
+          cc.backward_cp_comm += ls.backward_cp;
+          cc.forward_tp_comm += ls.forward_tp;
+          cc.backward_tp_comm += ls.backward_tp;
+          cc.recompute_tp_comm += ls.recompute_comm;
+          cc.forward_ep_comm += ls.forward_ep;
+          cc.backward_ep_comm += ls.backward_ep;
         }
         cc.backward += accumulate;
         // Calibrated host time (cost_models/calibrated.hpp) per micro-batch and stage, split over
@@ -152,8 +170,13 @@ void cost_activation_offload(const CostInputs& in, WorkloadCosts& c) {
     const int layers_in_chunk = int(cost_models::stage_layers(m, p, s).size()) / v;
     for (int ch = 0; ch < v; ++ch)
       for (int k = 0; k < int(slices.size()); ++k) {
-        const Bytes per_layer = cost_models::activation_bytes_per_layer(in.x, m, p, p.micro_batch, slices[k]);
-        const Bytes moved = per_layer * (layers_in_chunk * p.offload.activations);
+        // One slice: the chunk's own layers (MoE layers and, under block recompute, the layers that
+        // keep everything store more than a dense recomputed one); TeraPipe slices: per slice.
+        const Bytes stored = slices.size() == 1
+                                 ? cost_models::layer_activation_bytes_per_unit(in.x, m, p, s)
+                                 : cost_models::activation_bytes_per_layer(in.x, m, p, p.micro_batch, slices[k]) *
+                                       double(layers_in_chunk);
+        const Bytes moved = stored * p.offload.activations;
         c.chunk[s][ch][k].offload_out = moved / pcie;
         c.chunk[s][ch][k].offload_in = moved / pcie;
       }

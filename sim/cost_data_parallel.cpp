@@ -13,7 +13,11 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   const FrameworkTraits& fw = *in.x.framework;
   const PlanGroups groups = plan_groups(p, in.e.cluster);
   const CommGroup& dp = groups.dp;
-  const double host_ranks = std::min(p.tp * p.cp, in.e.cluster.gpus_per_node);
+  // NIC bytes per SimGrid host (one per TP x CP group) are those of the data-parallel rings that
+  // leave it: one ring per TP rank (over its dp x cp ranks, the host's cp ranks adjacent in the
+  // tp-cp-dp-pp order, so each ring crosses out of a node once, as the comm model's ring path
+  // assumes), at most one per GPU of the node.
+  const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
   const int n = p.grad_ranks();  // dp x cp ranks hold the same parameters
   const int k = p.shard_ways();  // ranks each shard group spans
   const int replicas = n / k;    // HSDP: shard groups holding the same shards
@@ -35,8 +39,9 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
         sync = in.comm.time(Collective::reduce_scatter, grads, groups.shard);
         sync_bytes = grads * ((k - 1.0) / k) * host_ranks;
       }
-      // HSDP: each shard, reduced inside its group, is all-reduced across the replicas.
-      if (p.zero >= 1 && replicas > 1 && !(p.zero <= 2 && fw.zero_reduction == ZeroReduction::all_reduce)) {
+      // HSDP: each shard, reduced inside its group, is all-reduced across the replicas (ZeRO-3:
+      // unit by unit inside the backward, cost_sharded_parameters).
+      if (p.zero >= 1 && p.zero <= 2 && replicas > 1 && fw.zero_reduction != ZeroReduction::all_reduce) {
         sync += in.comm.time(Collective::all_reduce, grads / double(k), groups.replicate);
         sync_bytes += grads / double(k) * (2.0 * (replicas - 1.0) / replicas) * host_ranks;
       }
@@ -125,8 +130,17 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   auto gather = [&](double params) {
     return params > 0 ? in.comm.time(Collective::all_gather, Bytes(params * gb), shard) : Seconds(0);
   };
+  // HSDP: the reduce-scattered shard of each unit is then all-reduced across the replicas, on the
+  // same stream before the next unit's reduction (PyTorch FSDP HYBRID_SHARD's post-backward
+  // reduce: reduce_scatter in the shard group, all_reduce in the replicate group; FSDP2's
+  // foreach_reduce the same).
+  const int replicas = p.grad_ranks() / k;
+  const CommGroup replicate = plan_groups(p, in.e.cluster).replicate;
   auto reduce = [&](double params) {
-    return params > 0 ? in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard) : Seconds(0);
+    if (!(params > 0)) return Seconds(0);
+    Seconds t = in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard);
+    if (replicas > 1) t += in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
+    return t;
   };
   // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
   const int tokens = p.local_tokens(m);
@@ -161,11 +175,13 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         const int l = layers[ch * per_chunk + i];
         const double params = cost_models::layer_parameters_on_gpu(m, p, l).total();
         chunk_params += params;
-        const LayerCompute lc = layer(m.is_moe_layer(l), m.window_of(l));
-        fwd.push_back({gather(params), lc.forward + tp, Seconds(0)});
-        const Seconds rtp = p.recompute == Recompute::full ? tp : Seconds(0);
-        bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), lc.recompute + rtp + lc.backward + tp,
-                       reduce(params)});
+        // What the compute stream does between two units' gathers: the layer with its TP (as
+        // overlapped), CP and EP communication, as cost_layer_chunks charges it.
+        const bool moe = m.is_moe_layer(l);
+        const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
+                                        layer_recompute_share(p, i, s, micro_batches));
+        fwd.push_back({gather(params), ls.forward_total(), Seconds(0)});
+        bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), ls.backward_total(), reduce(params)});
       }
       if (last_segment) {
         fwd.push_back({gather(head_params), edges.head_forward, Seconds(0)});
@@ -184,6 +200,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       const double reduced = (first_segment ? edge_params : 0.0) + chunk_params + head;
       c.zero3_gather_bytes[s] += Bytes(gathered * gb * sent * micro_batches);
       c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * micro_batches);
+      if (replicas > 1)  // each GPU's shard through a ring all-reduce over the replicas
+        c.zero3_reduce_bytes[s] += Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * micro_batches);
     }
   }
 }

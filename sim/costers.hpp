@@ -14,6 +14,28 @@ namespace foresight::sim {
 /// steps). Sizes c.chunk.
 void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c);
 
+/// One transformer layer of one micro-batch (or slice) as a chunk runs it, its communication
+/// included: the forward with its TP collectives (overlapped with the GEMMs under plan.tp_overlap),
+/// CP exchange and EP all-to-alls; what recompute re-runs (full: the whole forward with its
+/// collectives where the layer is recomputed, scaled by `redo`, the share of micro-batches that
+/// recompute it (core/plan.hpp layer_recompute_share; the engines charge every micro-batch of a
+/// stage the mean); selective: the attention core); the backward with its collectives.
+/// `tp_blocking`: the layer's TP communication without overlap (tp_comm_per_layer); `ep`: one
+/// direction's dispatch + combine all-to-alls (0 for dense layers).
+struct LayerStep {
+  Seconds forward, forward_tp, forward_cp, forward_ep;
+  Seconds recompute, recompute_comm;  // recompute_comm: the recomputed forward's TP and EP collectives
+  Seconds backward, backward_tp, backward_cp, backward_ep;  // backward_cp holds a recomputed forward's CP exchange
+  Seconds forward_total() const { return forward + forward_tp + forward_cp + forward_ep; }
+  Seconds backward_total() const { return recompute + recompute_comm + backward + backward_tp + backward_cp + backward_ep; }
+};
+LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, Seconds tp_blocking, Seconds ep,
+                     double redo);
+
+/// An MoE layer's expert-parallel communication in one direction: the dispatch and combine
+/// all-to-alls of routed_factor() token copies per token over the ep group (0 at ep = 1).
+Seconds ep_comm_per_layer(const CostInputs& in, int tokens);
+
 /// The embedding on the first model chunk and the LM head + loss on the last, with their
 /// tensor-parallel collectives (vocab-parallel embedding all-reduce, the head's input-gradient
 /// all-reduce); and the all-gather a framework re-runs before a backward when it kept only a TP

@@ -207,8 +207,10 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   const double nic_eff = e.cluster.inter.topology == NetworkTopology::ethernet ? comm.params().socket_efficiency
                                                                               : comm.params().nic_efficiency;
   pf.node_injection = e.cluster.inter.nic_bandwidth * (e.cluster.inter.nics_per_node * nic_eff);
-  // A TP group's share of the NICs (nic_bandwidth_per_node's rule: at least one whole NIC).
-  const double group_gpus = std::min(e.plan.tp, e.cluster.gpus_per_node);
+  // A host's share of the NICs (nic_bandwidth_per_node's rule: at least one whole NIC). A host is a
+  // TP x CP group, so with cp > 1 it owns the NICs of tp x cp GPUs (its cp ranks' gradient rings
+  // all leave through them).
+  const double group_gpus = std::min(e.plan.tp * e.plan.cp, e.cluster.gpus_per_node);
   const double group_nics = std::max(1.0, group_gpus * e.cluster.inter.nics_per_node / e.cluster.gpus_per_node);
   pf.group_injection = e.cluster.inter.nic_bandwidth * (std::min<double>(group_nics, e.cluster.inter.nics_per_node) * nic_eff);
   if (!(pf.node_injection > BytesPerSecond(0))) pf.node_injection = BytesPerSecond(1e18);
@@ -244,7 +246,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   const double it = in_s(r.iteration);
   const double peak = e.cluster.gpu.peak(e.training.dtype).value();
   const Flops model = model_flops_per_iteration(e.model, e.training.global_batch);
-  const Flops hw = hardware_flops_per_iteration(e.model, e.training.global_batch, e.plan.recompute);
+  const Flops hw = hardware_flops_per_iteration(e.model, e.training.global_batch, e.plan);
   out.tokens_per_s = double(e.training.global_batch) * e.model.seq_len / it;
   out.tflops_per_gpu = model.value() / (it * gpus) / 1e12;
   out.hw_tflops_per_gpu = hw.value() / (it * gpus) / 1e12;

@@ -15,6 +15,7 @@ GptStage::GptStage(const ModelSpec& model, const RankLayout& layout, const Stage
     : model_(model),
       layout_(layout),
       recompute_(config.recompute),
+      recompute_layers_(config.recompute_layers),
       virtual_stage_(config.chunk * layout.pp + layout.pp_rank),
       virtual_stages_(config.chunks * layout.pp),
       store_(store) {
@@ -203,7 +204,7 @@ Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch
     layer_forward(be, tp, d, layer_tensors(int(l), false), a, moe ? &*moe : nullptr);
     if (keep_kv) (*cache)[l] = attention_context(a);  // what the next slice attends to
     x = a.out;
-    if (recompute_ == Recompute::full) a.keep_input_only();
+    if (recomputes(int(l))) a.keep_input_only();
     if (recompute_ == Recompute::selective) a.drop_attention_core();
     if (int(l) < offloaded_layers_) offload_.offload(be, offload_key(id, int(l)), a);
   }
@@ -286,7 +287,7 @@ Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatc
     std::optional<MoeLayer> moe = moe_layer(l);
     // The load-balancing loss of this router call, weighed like its N tokens' cross-entropy.
     if (moe) moe->aux_scale = double(loss_scale) * double(moe->dims.tokens);
-    if (recompute_ == Recompute::full) layer_forward(be, tp, d, layer_tensors(l, false), a, moe ? &*moe : nullptr);
+    if (recomputes(l)) layer_forward(be, tp, d, layer_tensors(l, false), a, moe ? &*moe : nullptr);
     dx = layer_backward(be, tp, d, layer_tensors(l, false), layer_tensors(l, true), a, dx,
                         kv_grad ? (*kv_grad)[std::size_t(l)] : Tensor{}, moe ? &*moe : nullptr);
     a = LayerActivations{};

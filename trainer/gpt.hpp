@@ -36,6 +36,9 @@ struct MicroBatch {
 struct StageConfig {
   int micro_batch = 1;
   Recompute recompute = Recompute::none;
+  /// plan.recompute_layers: with full recompute only the chunk's first N layers re-run their
+  /// forward; the others keep their activations (0: every layer).
+  int recompute_layers = 0;
   bool sequence_parallel = false;  // effective only with tp > 1
   int chunk = 0;                   // model chunk of this pipeline rank
   int chunks = 1;                  // plan.virtual_stages
@@ -109,6 +112,9 @@ class GptStage {
   ModelSpec model_;
   RankLayout layout_;
   Recompute recompute_;
+  int recompute_layers_ = 0;
+  /// Whether this chunk's layer `l` keeps only its input and re-runs its forward in the backward.
+  bool recomputes(int l) const { return recompute_ == Recompute::full && (recompute_layers_ <= 0 || l < recompute_layers_); }
   int virtual_stage_ = 0, virtual_stages_ = 1;
   ParamStore& store_;
   LayerDims dims_;

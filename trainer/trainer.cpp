@@ -58,6 +58,9 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
   if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
   if (q.cp > 1) unsupported("plan.cp", std::to_string(q.cp), "context parallelism");
+  if (q.partial_recompute_microbatches > 0)
+    unsupported("plan.partial_recompute_microbatches", std::to_string(q.partial_recompute_microbatches),
+                "recompute varied by micro-batch");
   if (q.tp_overlap) unsupported("plan.tp_overlap", "true", "TP communication overlapped with GEMMs");
   // The bundled model is GPT-2/3-style (core/model.hpp defaults); other architectures are refused.
   const ModelSpec& mm = p.model;
@@ -170,14 +173,14 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   const int chunks = plan.plan.schedule == Schedule::interleaved ? plan.plan.virtual_stages : 1;
   std::vector<std::unique_ptr<GptStage>> stages;
   // An uneven split (check_plan allows it without interleaving): this rank's layers from the plan.
-  const bool uneven = chunks == 1 && (!plan.plan.stage_layers.empty() || plan.plan.first_stage_layers > 0 ||
-                                      plan.plan.last_stage_layers > 0);
+  const bool uneven = chunks == 1 && plan.plan.uneven_split();
   const int first_layer = uneven ? stage_first_layers(plan.model, plan.plan)[layout.pp_rank] : 0;
   const int own_layers = uneven ? stage_layer_counts(plan.model, plan.plan)[layout.pp_rank] : -1;
   for (int c = 0; c < chunks; ++c)
     stages.push_back(std::make_unique<GptStage>(plan.model, layout,
                                                 StageConfig{.micro_batch = plan.plan.micro_batch,
                                                             .recompute = plan.plan.recompute,
+                                                            .recompute_layers = plan.plan.recompute_layers,
                                                             .sequence_parallel = plan.plan.sequence_parallel,
                                                             .chunk = c,
                                                             .chunks = chunks,

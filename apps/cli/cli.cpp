@@ -36,6 +36,14 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.sequence_parallel) s += " sp";
   if (p.tp_overlap) s += " tp-overlap";
   s += std::string(" rc:") + to_string(p.recompute);
+  if (p.recompute_layers > 0) {
+    s += '/';
+    s += std::to_string(p.recompute_layers);
+  }
+  if (p.partial_recompute_microbatches > 0) {
+    s += " partial-mb:";
+    s += std::to_string(p.partial_recompute_microbatches);
+  }
   if (p.zero) s += " zero" + std::to_string(p.zero);
   if (p.zero && p.shard_group > 0 && p.shard_group < p.dp) s += "/" + std::to_string(p.shard_group);
   if (p.zero == 3 && !p.reshard_after_forward) s += " keep-fwd";

@@ -18,7 +18,7 @@ namespace {
 std::vector<Section> describe_sections(const Experiment& e) {
   const double batch = e.training.global_batch;
   const Flops model = model_flops_per_iteration(e.model, batch);
-  const Flops hw = hardware_flops_per_iteration(e.model, batch, e.plan.recompute);
+  const Flops hw = hardware_flops_per_iteration(e.model, batch, e.plan);
   const double peak_total = e.gpus * e.cluster.gpu.peak(e.training.dtype).value();
   std::vector<Section> s;
   s.push_back({"Model", "",

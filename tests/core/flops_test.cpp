@@ -265,3 +265,36 @@ TEST(Flops, SlidingWindowLayersAttendToTheWindowOnly) {
   EXPECT_DOUBLE_EQ((hardware_flops_per_iteration(m, 1, Recompute::selective) - model_flops_per_iteration(m, 1)).value(),
                    2 * 4.0 * 4096 * 512 * 1024 + 2 * 4.0 * 4096 * 4096 * 1024);
 }
+
+TEST(Flops, BlockRecomputeAddsTheForwardOfTheRecomputedLayersOnly) {
+  // GPT-3 175B (a = 96, h = 12288, s = 2048), batch 1, pp 8 (12 layers a stage), the first 4 of
+  // each stage recomputed: 32 layers run their forward again. One layer's forward is
+  // 24 s h^2 + 4 s^2 h = 24 x 2048 x 150,994,944 + 4 x 4,194,304 x 12288
+  // = 7,421,703,487,488 + 206,158,430,208 = 7,627,861,917,696 FLOPs; x 32 = 244,091,581,366,272.
+  const ModelSpec m = gpt(96, 12288, 96);
+  PlanSpec p;
+  p.pp = 8;
+  p.recompute = Recompute::full;
+  p.recompute_layers = 4;
+  const Flops extra = hardware_flops_per_iteration(m, 1, p) - model_flops_per_iteration(m, 1);
+  EXPECT_DOUBLE_EQ(extra.value(), 244091581366272.0);
+  // recompute_layers 0 is every layer: Narayanan's eq. 3 again.
+  p.recompute_layers = 0;
+  EXPECT_NEAR(hardware_flops_per_iteration(m, 1536, p) / narayanan_eq3_flops(1536, 2048, 96, 12288, 51200), 1.0, 1e-12);
+}
+
+TEST(Flops, MicrobatchLevelRecomputeAddsTheWholeMicrobatchesShare) {
+  // GPT-3 175B, batch 64 on one pipeline of pp 8 (12 layers a stage, 64 micro-batches), block of
+  // 4 layers, K = 3 partial micro-batches per window. Stage s's window is 8 - s; k % (8 - s) >= 3
+  // recompute all 12 layers: stage 0 40 of 64, stage 1 36, stage 2 31, stage 3 25, stage 4 16,
+  // stages 5-7 none. Layer-forwards again: 8 x 4 block layers + 8 x (40+36+31+25+16)/64 = 32 +
+  // 18.5 = 50.5, each 64 x 7,627,861,917,696 FLOPs: 24,653,249,717,993,472.
+  const ModelSpec m = gpt(96, 12288, 96);
+  PlanSpec p;
+  p.pp = 8;
+  p.recompute = Recompute::full;
+  p.recompute_layers = 4;
+  p.partial_recompute_microbatches = 3;
+  const Flops extra = hardware_flops_per_iteration(m, 64, p) - model_flops_per_iteration(m, 64);
+  EXPECT_DOUBLE_EQ(extra.value(), 24653249717993472.0);
+}

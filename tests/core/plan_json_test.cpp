@@ -139,4 +139,15 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   ExecutablePlan sgd = p;
   sgd.training.optimizer = Optimizer::sgd;
   EXPECT_NE(megatron_arguments(sgd).find("--optimizer sgd"), std::string::npos);
+  EXPECT_NE(args.find("--recompute-method uniform --recompute-num-layers 1"), std::string::npos);
+  ExecutablePlan b = p;
+  b.plan.recompute_layers = 1;  // block: the first layer of each 2-layer stage
+  EXPECT_NE(megatron_arguments(b).find("--recompute-granularity full --recompute-method block --recompute-num-layers 1"),
+            std::string::npos);
+  // Block recompute and a DeepSpeed partition survive the plan.json round trip.
+  EXPECT_EQ(parse_plan_json(to_json(b).dump(), "plan.json").plan.recompute_layers, 1);
+  ExecutablePlan d = p;
+  d.plan.framework = Framework::deepspeed;
+  d.plan.partition_method = "type:transformer";
+  EXPECT_EQ(parse_plan_json(to_json(d).dump(), "plan.json").plan.partition_method, "type:transformer");
 }

@@ -124,3 +124,107 @@ TEST(CheckPlan, InterleavedNeedsMicroBatchesInGroupsOfPp) {
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->field, "plan.schedule");
 }
+
+TEST(CheckPlan, BlockRecomputeRules) {
+  // 24 layers on pp 4: 6 a stage. recompute_layers counts whole layers recomputed per stage.
+  Fixture f;
+  f.p.recompute = Recompute::full;
+  f.p.recompute_layers = 2;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.recompute_layers = 6;  // all of a stage: allowed (the same as 0)
+  EXPECT_FALSE(f.check().has_value());
+  f.p.recompute_layers = 7;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.recompute_layers");
+  EXPECT_NE(f.check()->rule.find("largest stage (6)"), std::string::npos) << f.check()->rule;
+  f.p.recompute_layers = 2;
+  f.p.recompute = Recompute::selective;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("needs plan.recompute = full"), std::string::npos) << f.check()->rule;
+  // DeepSpeed's pipeline engine checkpoints at a fixed interval: no block method.
+  f.p.recompute = Recompute::full;
+  f.p.framework = Framework::deepspeed;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.recompute_layers");
+  EXPECT_NE(f.check()->rule.find("deepspeed"), std::string::npos) << f.check()->rule;
+}
+
+TEST(RecomputesLayer, FirstNOfEachStageOrChunk) {
+  Fixture f;
+  f.p.recompute = Recompute::full;
+  // Uneven stages 2, 5, 5, 12 with N = 3: layers 0-1 (all of stage 0), 2-4, 7-9, 12-14.
+  f.p.stage_layers = {2, 5, 5, 12};
+  f.p.recompute_layers = 3;
+  std::vector<int> redone;
+  for (int l = 0; l < 24; ++l)
+    if (recomputes_layer(f.m, f.p, l)) redone.push_back(l);
+  EXPECT_EQ(redone, (std::vector<int>{0, 1, 2, 3, 4, 7, 8, 9, 12, 13, 14}));
+  // Interleaved, pp 4 x 2 chunks of 3 layers, N = 1: the first layer of every chunk.
+  f.p.stage_layers.clear();
+  f.p.schedule = Schedule::interleaved;
+  f.p.virtual_stages = 2;
+  f.p.recompute_layers = 1;
+  redone.clear();
+  for (int l = 0; l < 24; ++l)
+    if (recomputes_layer(f.m, f.p, l)) redone.push_back(l);
+  EXPECT_EQ(redone, (std::vector<int>{0, 3, 6, 9, 12, 15, 18, 21}));
+  // 0 is every layer; selective recompute re-runs no whole layer.
+  f.p.recompute_layers = 0;
+  EXPECT_TRUE(recomputes_layer(f.m, f.p, 23));
+  f.p.recompute = Recompute::selective;
+  EXPECT_FALSE(recomputes_layer(f.m, f.p, 0));
+}
+
+TEST(CheckPlan, PartitionMethodOnlyForDeepSpeedAndWhenItFits) {
+  Fixture f;
+  f.p.partition_method = "type:transformer";
+  ASSERT_TRUE(f.check().has_value());  // Megatron-LM has no such option
+  EXPECT_EQ(f.check()->field, "plan.partition_method");
+  EXPECT_NE(f.check()->rule.find("megatron does not"), std::string::npos) << f.check()->rule;
+  f.p.framework = Framework::deepspeed;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.stage_layers = {6, 6, 6, 6};
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("cannot be combined"), std::string::npos);
+  f.p.stage_layers.clear();
+  f.p.partition_method = "balanced";
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("not a DeepSpeed partition method"), std::string::npos);
+  f.p.partition_method = "type:attention";
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("matches none"), std::string::npos);
+  // 24 layers + 5 entries uniformly over 4 stages: 7 entries a stage, the last 8:
+  // [cast, embedding, 5 layers] [7] [7] [5 layers, norm, head, cast] -> 5, 7, 7, 5.
+  f.p.partition_method = "uniform";
+  EXPECT_FALSE(f.check().has_value());
+  EXPECT_EQ(stage_layer_counts(f.m, f.p), (std::vector<int>{5, 7, 7, 5}));
+  EXPECT_EQ(stage_first_layers(f.m, f.p), (std::vector<int>{0, 5, 12, 19}));
+}
+
+TEST(CheckPlan, MicrobatchLevelRecomputeRulesAndShares) {
+  Fixture f;  // 24 layers, pp 4, dp 4, micro-batch 2: 64 micro-batches per pipeline
+  f.p.recompute = Recompute::full;
+  f.p.partial_recompute_microbatches = 1;
+  ASSERT_TRUE(f.check().has_value());  // needs the block the partial micro-batches recompute
+  EXPECT_EQ(f.check()->field, "plan.partial_recompute_microbatches");
+  f.p.recompute_layers = 2;
+  ASSERT_TRUE(f.check().has_value());  // Megatron-LM 2021-22 has no micro-batch granularity
+  EXPECT_NE(f.check()->rule.find("megatron does not"), std::string::npos) << f.check()->rule;
+  f.p.framework = Framework::megatron_core;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.schedule = Schedule::gpipe;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_NE(f.check()->rule.find("1F1B"), std::string::npos);
+  f.p.schedule = Schedule::one_f_one_b;
+  // 8 micro-batches on pp 4 with K = 1: stage s's window is min(3 - s, 8) + 1 = 4 - s micro-batches,
+  // and k % window >= 1 recompute every layer: stage 0 6 of 8, stage 2 4 of 8, stage 3 (window 1)
+  // none.
+  EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 0, 8), 0.75);
+  EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 2, 8), 0.5);
+  EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 3, 8), 0.0);
+  // Block layers always; the others at the stage's share.
+  EXPECT_DOUBLE_EQ(layer_recompute_share(f.p, 1, 0, 8), 1.0);
+  EXPECT_DOUBLE_EQ(layer_recompute_share(f.p, 2, 0, 8), 0.75);
+  // Fewer micro-batches than the pipeline is deep: window m + 1, so only k >= K recompute all.
+  EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 0, 2), 0.5);
+}

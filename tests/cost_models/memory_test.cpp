@@ -608,5 +608,64 @@ TEST(ActivationBytesPerLayer, ParallelBlockStoresTheSharedInputOnce) {
   EXPECT_DOUBLE_EQ((sequential - activation_bytes_per_layer(exec(p), m, p, 1, 8192)).value(), 2 * sbh);
 }
 
+TEST(Fp8Recipe, RoutedExpertsQuantizeTheirRoutedRows) {
+  // Mixtral 8x7B on one H100, tp 1, ep 1, one sequence of T = 4096 tokens, FP8 linears, dropless
+  // top-2 routing (imbalance 1): the experts see 2T rows. Forward casts: QKV input T h, projection
+  // input T q, the experts' FC1 input 2T h (the permuted rows, not T h), their FC2 input 2T f.
+  // Backward: output gradients of QKV T (q + 2 kv), projection T h, FC1 2T x 2f (gate and up),
+  // FC2 2T h; plus the transposes of the saved inputs.
+  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  e.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
+  e.training.dtype = Dtype::fp8;
+  e.plan.framework = Framework::megatron_core;
+  e.plan.micro_batch = 1;
+  const ExecutionModel x = resolve_execution(e);
+  const double T = 4096, h = 4096, q = 4096, kv = 1024, f = 14336;
+  const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, true);
+  const double inputs = T * h + T * q + 2 * T * h + 2 * T * f;
+  const double grads = T * (q + 2 * kv) + T * h + 2 * T * 2 * f + 2 * T * h;
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3 * inputs), 4).value());
+  EXPECT_DOUBLE_EQ(lt.backward_ops.fp8_casts.value(),
+                   x.roofline().memory_bound(Bytes(4 * grads + 2 * inputs), 8).value());
+}
+
+TEST(BlockRecompute, StageStoresRecomputedLayersInputOnly) {
+  // GPT-3 175B, tp 8 + SP, pp 8 (12 layers a stage), 1F1B, 64 micro-batches, full recompute of
+  // the first 4 layers of each stage (Megatron --recompute-method block --recompute-num-layers 4).
+  // sbh = 2048 x 12288 = 25,165,824. A recomputed layer keeps its 16-bit input split over the TP
+  // group, 2 sbh / 8 = 6,291,456 bytes; the other 8 keep Korthikanti's sbh (34/t + 5as/(ht)) =
+  // 14.25 sbh = 358,612,992. Per micro-batch 4 x 6,291,456 + 8 x 358,612,992 = 2,894,069,760;
+  // stage 0 holds 8 micro-batches: 23,152,558,080; the last stage one.
+  const ModelSpec m = gpt3_175b();
+  PlanSpec p = plan_with(8, true, Recompute::full);
+  p.pp = 8;
+  p.recompute_layers = 4;
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 0).value(), 23152558080.0);
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 7).value(), 2894069760.0);
+  // Interleaved with 2 chunks of 6 layers and N = 2: per chunk 2 recomputed + 4 kept; a unit (one
+  // micro-batch of one chunk) is 2 x 6,291,456 + 4 x 358,612,992 = 1,447,034,880.
+  p.schedule = Schedule::interleaved;
+  p.virtual_stages = 2;
+  p.recompute_layers = 2;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes_per_unit(exec(tr, p), m, p, 0).value(), 1447034880.0);
+}
+
+TEST(MicrobatchRecompute, InFlightPartialAndWholeMicrobatches) {
+  // As BlockRecompute's stage, with K = 3 partial micro-batches per window: stage 0 holds 8
+  // consecutive micro-batches, 3 partial (2,894,069,760 bytes each, above) and 5 recomputing all
+  // 12 layers (12 x 6,291,456 = 75,497,472): 9,059,696,640; stage 5 holds 3, all partial; the
+  // last stage 1.
+  const ModelSpec m = gpt3_175b();
+  PlanSpec p = plan_with(8, true, Recompute::full);
+  p.pp = 8;
+  p.recompute_layers = 4;
+  p.partial_recompute_microbatches = 3;  // (the memory model does not check the framework's rules)
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 0).value(), 9059696640.0);
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 5).value(), 3 * 2894069760.0);
+  EXPECT_DOUBLE_EQ(stashed_layer_activation_bytes(exec(tr, p), m, tr, p, 7).value(), 2894069760.0);
+}
+
 }  // namespace
 }  // namespace foresight::cost_models

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <set>
 #include <thread>
 
 #include "core/scenario.hpp"
@@ -182,4 +183,79 @@ TEST(DefaultThreads, FollowTheAffinityMaskAndShareAnUnboundNode) {
   EXPECT_EQ(foresight::planner::default_threads(), 1u);
   EXPECT_EQ(foresight::planner::default_threads(2), 1u);
   ASSERT_EQ(::sched_setaffinity(0, sizeof saved, &saved), 0);
+}
+
+TEST(Search, PartialRecomputeVariantsAreTheCheapestThatFit) {
+  // Tight memory: some plans fit only with full recompute. For each, the search adds the block
+  // variant with the fewest recomputed layers that fits (one fewer does not) and the micro-batch
+  // variant with the most partial micro-batches that fits (one more does not, short of a whole
+  // window); neither is offered where the plan fits without recompute.
+  SearchRequest r = small_request();
+  r.framework = Framework::megatron_core;
+  r.cluster.gpu.hbm = gibibytes(16);
+  const cost_models::ExecutionModel x = execution_for(r);
+  auto fits = [&](const PlanSpec& p) {
+    const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
+    return mem[cost_models::most_loaded_stage(mem)].total() <= r.memory_limit();
+  };
+  const SearchResult res = search_plans(r);
+  int block = 0, microbatch = 0;
+  for (const auto& c : res.ranked) {
+    const PlanSpec& p = c.plan;
+    if (p.recompute_layers == 0) continue;
+    EXPECT_TRUE(fits(p));
+    PlanSpec none = p;
+    none.recompute = Recompute::none;
+    none.recompute_layers = none.partial_recompute_microbatches = 0;
+    EXPECT_FALSE(fits(none));
+    PlanSpec more = p;
+    if (p.partial_recompute_microbatches == 0) {
+      ++block;
+      more.recompute_layers = p.recompute_layers - 1;  // 0 would be every layer
+      if (more.recompute_layers > 0) {
+        EXPECT_FALSE(fits(more)) << p.recompute_layers;
+      }
+    } else {
+      ++microbatch;
+      EXPECT_EQ(p.recompute_layers, 1);
+      more.partial_recompute_microbatches = p.partial_recompute_microbatches + 1;
+      const int window = std::min(p.pp - 1, p.micro_batches(r.training)) + 1;
+      if (more.partial_recompute_microbatches < window) {
+        EXPECT_FALSE(fits(more)) << p.partial_recompute_microbatches;
+      }
+    }
+  }
+  EXPECT_GT(block, 0);
+  EXPECT_GT(microbatch, 0);
+}
+
+TEST(Search, DeepSpeedSplitsUnevenPipelinesByItsPartitionMethod) {
+  // BLOOM-176B's 70 layers: pipelines of 4, 8, 16, 32 stages do not divide them. Megatron-Core
+  // gets Llama-3-style first/last counts where they exist (4: 17 + 2 x 18 + 17, 8: 8 + 6 x 9 + 8;
+  // not 16 or 32, whose end stages would give up 5 and 13 layers each); DeepSpeed (no per-stage
+  // counts) gets Megatron-DeepSpeed's partition_method type:transformer where it leaves every stage
+  // a layer (4: 18, 18, 18, 16; 8: 7 x 9 + 7; on 16 and 32 DeepSpeed v0.5 leaves stages empty).
+  SearchRequest r = small_request();
+  r.model = load_model(resolve_scenario("models", "bloom-176b"));
+  r.gpus = 128;
+  r.training.global_batch = 256;
+  std::set<int> deepspeed_uneven, core_uneven;
+  r.framework = Framework::deepspeed;
+  for (const auto& p : enumerate_plans(r)) {
+    EXPECT_EQ(p.first_stage_layers + p.last_stage_layers, 0);
+    EXPECT_TRUE(p.stage_layers.empty());
+    if (70 % p.pp != 0) {
+      EXPECT_EQ(p.partition_method, "type:transformer");
+      deepspeed_uneven.insert(p.pp);
+    } else {
+      EXPECT_EQ(p.partition_method, "");
+    }
+  }
+  EXPECT_EQ(deepspeed_uneven, (std::set<int>{4, 8}));
+  r.framework = Framework::megatron_core;
+  for (const auto& p : enumerate_plans(r)) {
+    EXPECT_EQ(p.partition_method, "");
+    if (70 % p.pp != 0) core_uneven.insert(p.pp);
+  }
+  EXPECT_EQ(core_uneven, (std::set<int>{4, 8}));
 }

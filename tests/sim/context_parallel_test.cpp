@@ -148,3 +148,66 @@ TEST(ContextParallel, PredictionCarriesTheExchangeAndFits) {
   const Prediction q = predict(cp_plan(1), EngineKind::analytic);
   EXPECT_LT(p.iteration.value(), q.iteration.value() / 2.5);
 }
+
+TEST(ContextParallel, SimgridDataParallelBytesCountEachRingOncePerHost) {
+  // tp 2 x cp 4 fills one DGX H100 node (one SimGrid host); dp 2 puts the two hosts on two nodes.
+  // The gradient group of each TP rank is dp x cp = 8 ranks whose 4 cp ranks sit side by side in
+  // the node: its ring leaves the node once. Two such rings (one per TP rank) leave each host, so
+  // a host's NICs carry 2 x 2 (8 - 1) / 8 of a GPU's gradients, the analytic ring's bytes per link
+  // over the 4 NICs its 4 ranks own, scaled to the node's 8. Counting every cp rank as a ring
+  // crossing (tp x cp = 8 rings) sent 4x that.
+  const Experiment e = cp_plan(4);
+  Inputs k(e);
+  WorkloadCosts c;
+  c.shape = ScheduleShape{e.plan.schedule, e.plan.pp, e.plan.micro_batches(e.training), 1, 1};
+  cost_data_parallel(k.in(), c);
+  const double grads = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0).total() * k.x.bytes.grad;
+  EXPECT_NEAR(c.dp_grad_sync_bytes[0].value(), grads * 2.0 * 7.0 / 8.0 * 2.0, grads * 1e-12);
+}
+
+TEST(ContextParallel, ZeroThreeUnitsHideGathersBehindTheRingExchangeToo) {
+  // ZeRO-3 over dp x cp = 8 ranks with cp 4: between two gathers the compute stream runs a layer's
+  // forward and the part of its K/V ring exchange the attention cannot hide, so each unit's
+  // compute is forward + TP + exposed CP. With a 0.3 ms forward (attention 0.1 ms) the layer's
+  // gather (0.77 ms here) outlasts forward + TP (0.70 ms) but not forward + TP + the exposed ring
+  // steps (0.78 ms): leaving the exchange out would expose 32 x 0.07 ms that the exchange hides.
+  Experiment e = cp_plan(4);
+  e.plan.zero = 3;
+  validate_experiment(e);
+  Inputs k(e);
+  k.compute.layer = [](int, int, bool, int) {
+    return LayerCompute{Seconds(3e-4), Seconds(6e-4), Seconds(0), Seconds(1e-4), Seconds(2e-4), {}, {}};
+  };
+  k.compute.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
+  WorkloadCosts c;
+  c.shape = ScheduleShape{e.plan.schedule, e.plan.pp, e.plan.micro_batches(e.training), 1, 1};
+  cost_layer_chunks(k.in(), c);
+  cost_sharded_parameters(k.in(), c);
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  const CpLayerComm cpc = cp_comm_per_layer(k.in(), Seconds(1e-4), Seconds(2e-4));
+  ASSERT_GT(cpc.forward, Seconds(0));
+  const Seconds tp = tp_comm_per_layer(k.in(), e.plan.local_tokens(e.model));
+  const double layer = cost_models::layer_parameters_on_gpu(e.model, e.plan, 0).total();
+  const double edge = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0).total() - 32 * layer;
+  auto gather = [&](double params) { return k.comm.time(Collective::all_gather, Bytes(params * k.x.bytes.gather), g.shard); };
+  std::vector<ShardedUnit> fwd{{gather(edge), Seconds(1e-4), Seconds(0)}};
+  ASSERT_GT(gather(layer), Seconds(3e-4) + tp);
+  ASSERT_LT(gather(layer), Seconds(3e-4) + tp + cpc.forward);
+  for (int i = 0; i < 32; ++i) fwd.push_back({gather(layer), Seconds(3e-4) + tp + cpc.forward, Seconds(0)});
+  fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  EXPECT_NEAR(c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd, overlap_contention(k.in())).value(),
+              1e-12);
+}
+
+TEST(ContextParallel, EnginesAgreeOnTheDataParallelSyncWithoutContention) {
+  // One TP x CP group per node, one stage, dp 2: the only flows are the gradient rings' crossings,
+  // one per host pair, each alone on its NICs, so SimGrid must reproduce the analytic engine. A
+  // host owns the NICs of its tp x cp = 8 GPUs (it had been given tp = 2 GPUs' worth, 4x slower).
+  if (!simgrid_available()) GTEST_SKIP() << "SimGrid not in this build";
+  const Experiment e = cp_plan(4);
+  const Prediction a = predict(e, EngineKind::analytic);
+  const Prediction s = predict(e, EngineKind::simgrid);
+  ASSERT_GT(a.breakdown.dp_comm_exposed, Seconds(0));
+  EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << "simgrid " << s.iteration.value() << " s, analytic "
+                                                     << a.iteration.value() << " s";
+}

@@ -283,3 +283,37 @@ TEST(CostLayerChunks, CalibratedHostTimesByHand) {
   EXPECT_NEAR((z.c.chunk[0][0][0].forward - plain.c.chunk[0][0][0].forward).value(), 24 * 0.5e-3, 1e-12);
   EXPECT_NEAR((z.c.chunk[0][0][0].backward - plain.c.chunk[0][0][0].backward).value(), 0.0, 1e-12);
 }
+
+TEST(CostLayerChunks, BlockRecomputeRerunsOnlyTheFirstLayersOfEachStage) {
+  // Full recompute of the first 5 of each stage's 12 layers: 5 ms of recompute (1 ms a layer) and
+  // 5 recomputed forwards' TP all-reduces; the forward and backward are unchanged.
+  Experiment e = small();
+  e.plan.recompute = Recompute::full;
+  e.plan.recompute_layers = 5;
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  const CommGroup tp = plan_groups(k.e.plan, k.e.cluster).tp;
+  const Seconds per_layer = 2.0 * k.comm.time(Collective::all_reduce, Bytes(2.0 * 2048 * 2048), tp);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_NEAR(k.c.chunk[s][0][0].recompute.value(), 5e-3, 1e-12) << s;
+    EXPECT_NEAR(k.c.chunk[s][0][0].forward.value(), 12e-3, 1e-12) << s;
+    EXPECT_NEAR(k.c.chunk[s][0][0].recompute_tp_comm.value(), 5 * per_layer.value(), 1e-12) << s;
+  }
+}
+
+TEST(CostLayerChunks, MicrobatchLevelRecomputeChargesTheMeanPerMicrobatch) {
+  // 8 micro-batches per pipeline, pp 2, block of 5 layers, K = 1: stage 0's window is 2, so
+  // micro-batches 1, 3, 5, 7 recompute all 12 layers and the others the first 5: on average
+  // 5 + 7 x 0.5 = 8.5 ms of recompute per micro-batch; stage 1 (window 1) only the block, 5 ms.
+  Experiment e = small();
+  e.training.global_batch = 16;
+  e.plan.framework = Framework::megatron_core;
+  e.plan.recompute = Recompute::full;
+  e.plan.recompute_layers = 5;
+  e.plan.partial_recompute_microbatches = 1;
+  validate_experiment(e);
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  EXPECT_NEAR(k.c.chunk[0][0][0].recompute.value(), 8.5e-3, 1e-12);
+  EXPECT_NEAR(k.c.chunk[1][0][0].recompute.value(), 5e-3, 1e-12);
+}

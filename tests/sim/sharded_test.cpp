@@ -123,9 +123,11 @@ TEST(CostShardedParameters, ExposedPartMatchesThePrefetchModel) {
   EXPECT_LT(g, Seconds(1e-3));
 }
 
-TEST(CostDataParallel, HsdpAllReducesEachShardAcrossReplicas) {
-  // dp 16 as 2 replicas of 8-way shards (one node each): the step ends with an all-reduce of each
-  // rank's 1/8 of the fp32 gradients across the 2 replicas.
+TEST(CostShardedParameters, HsdpAllReducesEachUnitsShardInsideTheBackward) {
+  // dp 16 as 2 replicas of 8-way shards (one node each). As FSDP's HYBRID_SHARD runs it, each
+  // unit's gradients are reduce-scattered in its node and the unit's 1/8 shard (fp32) all-reduced
+  // across the 2 replicas at once, on the same stream, while the backward goes on: nothing is
+  // left for after the backward.
   Experiment e = fsdp();
   e.plan.shard_group = 8;
   validate_experiment(e);
@@ -135,8 +137,24 @@ TEST(CostDataParallel, HsdpAllReducesEachShardAcrossReplicas) {
   EXPECT_EQ(g.shard.nodes, 1);
   EXPECT_EQ(g.replicate.ranks, 2);
   EXPECT_EQ(g.replicate.nodes, 2);
-  const double grads = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0).total() * 4;
-  EXPECT_NEAR(k.c.dp_grad_sync[0].value(), k.comm.time(Collective::all_reduce, Bytes(grads / 8), g.replicate).value(), 1e-15);
+  EXPECT_EQ(k.c.dp_grad_sync[0].value(), 0.0);
+  // The backward: the head (gather, 1 ms, reduce), 24 layers (gather G, 2 ms, reduce R) in
+  // reverse, the embedding (0.2 ms, reduce), each reduce = reduce-scatter + replica all-reduce.
+  const double h = e.model.hidden, layer = 12 * h * h + 13 * h;
+  const double embedding = double(e.model.vocab) * h + double(e.model.seq_len) * h + 2 * h;
+  auto reduce = [&](double params) {
+    return k.comm.time(Collective::reduce_scatter, Bytes(params * 4), g.shard) +
+           k.comm.time(Collective::all_reduce, Bytes(params * 4 / 8), g.replicate);
+  };
+  const Seconds gl = k.comm.time(Collective::all_gather, Bytes(layer * 2), g.shard);
+  std::vector<ShardedUnit> bwd{{Seconds(0), Seconds(1e-3), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) bwd.push_back({gl, Seconds(2e-3), reduce(layer)});
+  bwd.push_back({Seconds(0), Seconds(2e-4), reduce(embedding)});
+  const double f = 24.0 / (e.cluster.gpu.sms - 24.0);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), exposed_under_prefetch(bwd, f).value(), 1e-12);
+  // Bytes per GPU per step: the reduce-scatters (7/8 of each unit) and the replica all-reduce of
+  // the shard (2 (2 - 1) / 2 of 1/8), fp32, two micro-batches.
+  EXPECT_NEAR(k.c.zero3_reduce_bytes[0].value(), (24 * layer + embedding) * 4 * (7.0 / 8 + 1.0 / 8) * 2, 1.0);
   // Model state shards 8 ways, not 16.
   const auto mem = cost_models::memory_per_gpu(k.x, e.model, e.training, e.plan, 0);
   const auto full = cost_models::memory_per_gpu(Costed(fsdp()).x, e.model, e.training, fsdp().plan, 0);
