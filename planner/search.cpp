@@ -133,7 +133,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
     // not divide it, split as Llama 3 split 126 layers over 16 stages: every stage ceil(L / pp)
     // layers but the first and the last, which give up the surplus (Megatron-LM's
     // --decoder-first/last-pipeline-num-layers); or, where the framework splits by DeepSpeed's
-    // partition_method, as Megatron-DeepSpeed does (type:transformer).
+    // partition_method, every depth up to L / 2 that divides the GPUs, split as Megatron-DeepSpeed
+    // splits (type:transformer; BLOOM-176B ran 70 layers on 12 stages).
     struct Split {
       int pp = 1;
       std::pair<int, int> first_last{0, 0};
@@ -141,12 +142,11 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
     };
     std::vector<Split> pps;
     for (int pp : divisors(m.layers)) pps.push_back({pp, {0, 0}, false});
-    for (int pp = 4; pp <= m.layers / 2; pp *= 2) {
+    if (fw.partition_method)
+      for (int pp = 2; pp <= m.layers / 2; ++pp)
+        if (m.layers % pp != 0 && r.gpus % pp == 0) pps.push_back({pp, {0, 0}, true});
+    for (int pp = 4; pp <= m.layers / 2 && !fw.partition_method; pp *= 2) {
       if (m.layers % pp == 0) continue;
-      if (fw.partition_method) {
-        pps.push_back({pp, {0, 0}, true});
-        continue;
-      }
       const int per = (m.layers + pp - 1) / pp, surplus = per * pp - m.layers;
       const int first = per - surplus / 2, last = per - (surplus - surplus / 2);
       if (first >= 1 && last >= 1) pps.push_back({pp, {first, last}, false});

@@ -33,6 +33,10 @@ std::string describe_plan(const PlanSpec& p) {
     s += " last:";
     s += std::to_string(p.last_stage_layers);
   }
+  if (!p.partition_method.empty()) {
+    s += " partition:";
+    s += p.partition_method;
+  }
   if (p.sequence_parallel) s += " sp";
   if (p.tp_overlap) s += " tp-overlap";
   s += std::string(" rc:") + to_string(p.recompute);

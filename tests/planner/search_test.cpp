@@ -234,7 +234,8 @@ TEST(Search, DeepSpeedSplitsUnevenPipelinesByItsPartitionMethod) {
   // gets Llama-3-style first/last counts where they exist (4: 17 + 2 x 18 + 17, 8: 8 + 6 x 9 + 8;
   // not 16 or 32, whose end stages would give up 5 and 13 layers each); DeepSpeed (no per-stage
   // counts) gets Megatron-DeepSpeed's partition_method type:transformer where it leaves every stage
-  // a layer (4: 18, 18, 18, 16; 8: 7 x 9 + 7; on 16 and 32 DeepSpeed v0.5 leaves stages empty).
+  // a layer (4: 18, 18, 18, 16; 8: 7 x 9 + 7; on 16 and 32 DeepSpeed v0.5 leaves stages empty;
+  // the other depths that do not divide 70 do not divide the 128 GPUs).
   SearchRequest r = small_request();
   r.model = load_model(resolve_scenario("models", "bloom-176b"));
   r.gpus = 128;
@@ -258,4 +259,16 @@ TEST(Search, DeepSpeedSplitsUnevenPipelinesByItsPartitionMethod) {
     if (70 % p.pp != 0) core_uneven.insert(p.pp);
   }
   EXPECT_EQ(core_uneven, (std::set<int>{4, 8}));
+  // BLOOM's own layout, tp 4 x pp 12 x dp 8 on 384 GPUs with batch 2048: DeepSpeed plans may use
+  // any depth that divides the GPUs, and pp 12 splits as BLOOM's did (6 a stage, 4 on the last).
+  r.framework = Framework::deepspeed;
+  r.gpus = 384;
+  r.training.global_batch = 2048;
+  bool bloom_layout = false;
+  for (const auto& p : enumerate_plans(r))
+    if (p.tp == 4 && p.pp == 12 && p.dp == 8) {
+      bloom_layout = true;
+      EXPECT_EQ(stage_layer_counts(r.model, p), (std::vector<int>{6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 4}));
+    }
+  EXPECT_TRUE(bloom_layout);
 }
