@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The one command to run on a lent GPU machine (H100 or H200): time-boxed phases, each writing
+# into RESULTS_DIR and never stopping the next, then summary.md and results.json there.
+#   scripts/gpu-run.sh RESULTS_DIR        (default: $OUT, else out/)
+# Uses gpu-bundle/ (scripts/gpu-bundle.sh, built on a machine without a GPU) when its binaries
+# run here; otherwise builds on the spot into build-gpu/ (minutes of the GPU machine's time).
+# Phases (seconds, override with PHASE_<NAME>_S): probe 60, correctness 300, kernels 300,
+# calibrate 420, baseline 420 (../shared/bench/torch_gpt_baseline.py: PyTorch eager and compile
+# tokens/s and peak memory of GPT 124M-2.7B), train 300 (foresight-train --backend cuda on the
+# local 350M and 1.3B plans).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS=${1:-${OUT:-out}}
+mkdir -p "$RESULTS"
+BUNDLE=${BUNDLE:-gpu-bundle}
+[ ! -d "$BUNDLE" ] && [ -f "$BUNDLE.tar.xz" ] && tar -xJf "$BUNDLE.tar.xz"
+declare -A phase_rc phase_s
+log() { echo "[gpu-run $(date +%H:%M:%S)] $*" | tee -a "$RESULTS/gpu-run.log"; }
+
+# Runs "$@" for at most $1 seconds with stdout+stderr into RESULTS/<name>.log; records rc and time.
+phase() {
+  local name=$1 limit=$2
+  shift 2
+  local var="PHASE_${name^^}_S"
+  limit=${!var:-$limit}
+  log "phase $name (limit ${limit} s)"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" bash -c "$*" >"$RESULTS/$name.log" 2>&1
+  phase_rc[$name]=$?
+  phase_s[$name]=$((SECONDS - t0))
+  log "phase $name: exit ${phase_rc[$name]} after ${phase_s[$name]} s"
+}
+
+# ---- binaries: the bundle where it runs here, else a build on the spot
+BIN=""
+if [ -x "$BUNDLE/bin/foresight" ]; then
+  # Only the libraries this machine lacks come from the bundle.
+  mkdir -p "$RESULTS/.libs"
+  for b in "$BUNDLE"/bin/*; do
+    ldd "$b" 2>/dev/null | awk '/not found/ {print $1}'
+  done | sort -u | while read -r lib; do
+    [ -f "$BUNDLE/lib/$lib" ] && ln -sf "$(realpath "$BUNDLE/lib/$lib")" "$RESULTS/.libs/$lib"
+  done
+  export LD_LIBRARY_PATH="$(realpath "$RESULTS/.libs")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if "$BUNDLE/bin/foresight" --version >/dev/null 2>&1 && "$BUNDLE/bin/foresight-train" --help >/dev/null 2>&1; then
+    BIN=$(realpath "$BUNDLE/bin")
+    log "using the bundle built at $(cat "$BUNDLE/commit" 2>/dev/null)"
+  else
+    log "bundle binaries do not run here: $("$BUNDLE/bin/foresight" --version 2>&1 | head -2)"
+  fi
+fi
+if [ -z "$BIN" ]; then
+  phase build 900 "cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 && \
+    cmake --build build-gpu -j \$(nproc) --target foresight foresight-train bench_kernels gpu_gemm_attention_gpu_test \
+    gpu_kernels_gpu_test gpu_trainer_backend_gpu_test && mkdir -p build-gpu/bin && \
+    cp build-gpu/apps/foresight build-gpu/trainer/foresight-train build-gpu/calibrate/bench_kernels \
+       build-gpu/tests/gpu/gpu_*_test build-gpu/bin/"
+  BIN=$(realpath build-gpu/bin 2>/dev/null || echo build-gpu/bin)
+fi
+export FORESIGHT_SCENARIOS=$(realpath scenarios) FORESIGHT_PROGRESS=lines
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# ---- phases
+phase probe 60 "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -60; nvcc --version; \
+  python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'; \
+  ls /usr/local/cuda/lib64 | grep -E 'cudnn|nccl|cublas' | head -20"
+
+phase correctness 300 "rc=0; for t in $BIN/gpu_*_test; do n=\$(basename \$t); \
+  \$t --gtest_output=json:$RESULTS/\$n.json > $RESULTS/\$n.txt 2>&1 || { rc=1; \
+    if command -v compute-sanitizer >/dev/null; then CUBLASLT_LOG_LEVEL=2 CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr \
+      timeout 120 compute-sanitizer --print-limit 20 \$t > $RESULTS/\$n.sanitizer.txt 2>&1; fi; }; \
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $RESULTS/\$n.txt; done; exit \$rc"
+
+phase kernels 300 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
+  python3 calibrate/bench_torch.py $RESULTS/bench_torch.json && \
+  python3 calibrate/compare_bench.py $RESULTS/bench_kernels.json $RESULTS/bench_torch.json"
+
+phase calibrate 420 "$BIN/foresight calibrate --quick --out $RESULTS/profile-quick.json"
+
+baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
+[ -f "$baseline" ] || baseline=../shared/bench/torch_gpt_baseline.py
+phase baseline 420 "python3 $baseline | tee $RESULTS/torch_baseline.jsonl"
+
+# The trainer on the GPU: one rank, the local experiments' models as plans (bf16 where it runs it).
+phase train 300 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
+  mkdir -p $RESULTS/train-\$e && $BIN/foresight plan --experiment \$e --no-simgrid --top 1 --out $RESULTS/train-\$e \
+    > $RESULTS/train-\$e/plan.txt && \
+  timeout 140 $BIN/foresight-train --plan $RESULTS/train-\$e/plan.json --backend cuda --steps 12 \
+    --summary $RESULTS/train-\$e/summary.json \
+    > $RESULTS/train-\$e/train.txt 2>&1; echo \"\$e: exit \$?\"; tail -5 $RESULTS/train-\$e/train.txt; done"
+
+# ---- summary
+{
+  echo "# GPU run $(date -u +%Y-%m-%dT%H:%MZ) at $(git rev-parse --short HEAD 2>/dev/null)"
+  echo
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  echo
+  echo "| phase | exit | seconds | log |"
+  echo "| --- | --- | --- | --- |"
+  for p in build probe correctness kernels calibrate baseline train; do
+    [ -n "${phase_rc[$p]+x}" ] && echo "| $p | ${phase_rc[$p]} | ${phase_s[$p]} | $p.log |"
+  done
+  echo
+  echo "## GPU tests"
+  grep -hE '^\[  (PASSED|FAILED|SKIPPED) ' "$RESULTS"/gpu_*_test.txt 2>/dev/null
+  echo
+  echo "## PyTorch baseline (tokens/s, peak memory GiB)"
+  grep -h '"name"' "$RESULTS/torch_baseline.jsonl" 2>/dev/null
+} >"$RESULTS/summary.md"
+python3 - "$RESULTS" <<'EOF'
+import json, os, sys
+d = sys.argv[1]
+out = {"phases": {}, "torch_baseline": []}
+for line in open(os.path.join(d, "gpu-run.log")):
+    if ": exit " in line and "phase " in line:
+        name = line.split("phase ")[1].split(":")[0]
+        rc = int(line.split(": exit ")[1].split()[0])
+        out["phases"][name] = rc
+try:
+    for line in open(os.path.join(d, "torch_baseline.jsonl")):
+        line = line.strip()
+        if line.startswith("{"):
+            out["torch_baseline"].append(json.loads(line))
+except OSError:
+    pass
+json.dump(out, open(os.path.join(d, "results.json"), "w"), indent=1)
+EOF
+log "done: $RESULTS/summary.md, $RESULTS/results.json"
