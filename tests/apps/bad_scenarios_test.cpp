@@ -51,7 +51,11 @@ const std::vector<BadCase> kCases = {
     {"bad_fabric", {"cluster.intra_node.kind = infiniband", "nvswitch | nvlink-mesh | pcie"}},
     {"wrong_top_key_in_ref", {"exactly one top-level key 'model'"}},
     {"negative_bandwidth", {"cluster.intra_node.bandwidth_GBps = -300", "must be greater than 0"}},
-    {"gpu_efficiency_above_one", {"gpu.kernels.gemm_efficiency.value = 1.057", "must be at most 1", ":15:"}}
+    {"gpu_efficiency_above_one", {"gpu.kernels.gemm_efficiency.value = 1.057", "must be at most 1", ":15:"}},
+    // Switch tiers (cluster.inter_node.tiers): groups must nest, one form only, ratios >= 1.
+    {"tiers_not_nesting", {"cluster.inter_node.tiers[1].nodes = 6", "multiple of the tier below's 4 nodes", ":9:"}},
+    {"tiers_and_oversubscription", {"cluster.inter_node.tiers", "not both", ":9:"}},
+    {"tiers_oversubscription_below_one", {"cluster.inter_node.tiers[0].oversubscription = 0.5", "at least 1"}}
 };
 
 class BadScenario : public ::testing::TestWithParam<BadCase> {};
