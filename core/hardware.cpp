@@ -14,3 +14,16 @@ FlopsPerSecond GpuSpec::peak(Dtype dt) const {
 }
 
 }  // namespace foresight
+
+namespace foresight {
+
+double InterNodeSpec::tier_oversubscription(long long a, long long b) const {
+  // Groups nest (each tier's nodes divide the next's), so a pair split at tier t is split at every
+  // tier below it too: its traffic climbs through the uplinks of all of them.
+  double o = 1.0;
+  for (const NetworkTier& t : tiers)
+    if (a / t.nodes != b / t.nodes) o *= t.oversubscription;
+  return o;
+}
+
+}  // namespace foresight

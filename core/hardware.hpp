@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/enums.hpp"
 #include "core/units.hpp"
@@ -57,12 +58,30 @@ struct IntraNodeSpec {
   Seconds latency;           // one small message between two GPUs of a node
 };
 
+/// One switch layer above the nodes. `nodes` nodes share one switch group of this tier (a leaf
+/// group, a pod); the group's links to the tier above carry 1/oversubscription of what the layer
+/// below offers them (the usual down:up port ratio), so traffic that leaves a group of tier t sees
+/// the product of the oversubscriptions of tiers 0..t. Inside a group, the tiers below decide.
+struct NetworkTier {
+  int nodes = 1;                  // nodes under one group of this tier
+  double oversubscription = 1.0;  // down:up bandwidth ratio of the group's uplinks; 1 = full bisection
+};
+
 struct InterNodeSpec {
   int nics_per_node = 0;
   BytesPerSecond nic_bandwidth;   // per NIC, per direction
   Seconds latency;                // one small message between two nodes
   NetworkTopology topology = NetworkTopology::fat_tree;
-  double oversubscription = 1.0;  // 1 = full bisection
+  /// One-layer form: the fabric core above the leaves; rail-aligned traffic stays on its leaf and
+  /// only traffic through the core is divided by it. 1 = full bisection.
+  double oversubscription = 1.0;
+  /// Multi-tier form, innermost first (Llama 3's 24K cluster: pods of 384 nodes, 1:7 above them).
+  /// Empty: the one-layer form above. The file gives one or the other.
+  std::vector<NetworkTier> tiers{};
+
+  /// Product of the oversubscriptions a flow between node indices a and b crosses (1 when both
+  /// sit in one group of every tier). Groups are consecutive node indices.
+  double tier_oversubscription(long long a, long long b) const;
 };
 
 struct HostSpec {

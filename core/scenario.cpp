@@ -177,6 +177,42 @@ GpuSpec read_gpu(const Section& s) {
   return g;
 }
 
+/// cluster.inter_node.tiers: a list of {nodes, oversubscription}, innermost first. Groups must nest
+/// (each tier's nodes a multiple of the one below) and grow, so every node pair has one path.
+std::vector<NetworkTier> read_tiers(MapReader& out, int cluster_nodes) {
+  const YAML::Node list = out.child("tiers", true);
+  const std::string field = out.path("tiers");
+  if (!list.IsSequence() || list.size() == 0)
+    throw SpecError(out.where("tiers"), field, "", "must be a non-empty list of {nodes, oversubscription}");
+  std::vector<NetworkTier> tiers;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    std::string at = field;
+    at += "[";
+    at += std::to_string(i);
+    at += "]";
+    if (!list[i].IsMap())
+      throw SpecError(location_of(list[i], out.file()), at, "", "must be a mapping {nodes, oversubscription}");
+    MapReader t(list[i], out.file(), at);
+    NetworkTier tier;
+    tier.nodes = t.get_int("nodes", std::nullopt, 1);
+    tier.oversubscription = t.get_double("oversubscription", std::nullopt, 1.0);
+    if (!tiers.empty() && (tier.nodes <= tiers.back().nodes || tier.nodes % tiers.back().nodes != 0)) {
+      std::string rule = "must be a multiple of the tier below's ";
+      rule += std::to_string(tiers.back().nodes);
+      rule += " nodes and larger (switch groups nest)";
+      throw SpecError(t.where("nodes"), t.path("nodes"), std::to_string(tier.nodes), rule);
+    }
+    if (tier.nodes > cluster_nodes) {
+      std::string rule = "must not exceed cluster.nodes = ";
+      rule += std::to_string(cluster_nodes);
+      throw SpecError(t.where("nodes"), t.path("nodes"), std::to_string(tier.nodes), rule);
+    }
+    t.finish();
+    tiers.push_back(tier);
+  }
+  return tiers;
+}
+
 ClusterSpec read_cluster(const Section& s, Resolver& res) {
   MapReader r(s.node, s.file, "cluster");
   ClusterSpec c;
@@ -202,7 +238,11 @@ ClusterSpec read_cluster(const Section& s, Resolver& res) {
     c.inter.nic_bandwidth = gigabits_per_s(out.get_double("nic_Gbps", std::nullopt, 0.0));
     c.inter.latency = microseconds(out.get_double("latency_us", std::nullopt, 0.0));
     c.inter.topology = out.get_enum<NetworkTopology>("topology", NetworkTopology::fat_tree);
+    if (out.has("oversubscription") && out.has("tiers"))
+      throw SpecError(out.where("tiers"), "cluster.inter_node.tiers", "",
+                      "give either cluster.inter_node.oversubscription (one layer) or cluster.inter_node.tiers, not both");
     c.inter.oversubscription = out.get_double("oversubscription", 1.0, 1.0);
+    if (out.has("tiers")) c.inter.tiers = read_tiers(out, c.nodes);
     out.finish();
   }
   {

@@ -44,6 +44,14 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
           {"kernels", kernels}};
 }
 
+namespace {
+nlohmann::ordered_json tiers_json(const std::vector<NetworkTier>& tiers) {
+  auto out = nlohmann::ordered_json::array();
+  for (const NetworkTier& t : tiers) out.push_back({{"nodes", t.nodes}, {"oversubscription", t.oversubscription}});
+  return out;
+}
+}  // namespace
+
 nlohmann::ordered_json to_json(const ClusterSpec& c) {
   return {{"name", c.name},
           {"nodes", c.nodes},
@@ -58,7 +66,8 @@ nlohmann::ordered_json to_json(const ClusterSpec& c) {
             {"nic_Gbps", in_GBps(c.inter.nic_bandwidth) * 8.0},
             {"latency_us", in_us(c.inter.latency)},
             {"topology", to_string(c.inter.topology)},
-            {"oversubscription", c.inter.oversubscription}}},
+            {"oversubscription", c.inter.oversubscription},
+            {"tiers", tiers_json(c.inter.tiers)}}},
           {"host", {{"pcie_GBps", in_GBps(c.host.pcie_bandwidth)}, {"memory_GB", in_GB(c.host.memory)}}}};
 }
 

@@ -99,10 +99,31 @@ CommParams CommParams::nccl_defaults() {
   return p;
 }
 
+CommParams CommParams::nccl_defaults(double compute_capability) {
+  CommParams p = nccl_defaults();
+  // tuning.cc (2.30.7) indexes its per-architecture tables by compCapIndex: Volta, Ampere, Hopper,
+  // Blackwell. nvlsEfficiency = {0, 0, 0.85, 0.74}; llMaxBws[...][0] (one node) = 39.0 Volta,
+  // 87.7 Ampere, 141.0 Hopper, 2*141.0 Blackwell. The 2- and >2-node LL caps stay the CPU rows
+  // (Intel 39.0 / 20.4) that nccl_defaults() uses: NCCL picks those by CPU vendor, not by GPU.
+  if (compute_capability >= 10.0) {
+    p.nvls_efficiency = 0.74;
+    p.ll_max_bus_bandwidth[0] = gigabytes_per_s(2 * 141.0);
+  } else if (compute_capability >= 9.0) {
+    p.nvls_efficiency = 0.85;
+    p.ll_max_bus_bandwidth[0] = gigabytes_per_s(141.0);
+  } else if (compute_capability > 0 && compute_capability < 8.0) {
+    p.ll_max_bus_bandwidth[0] = gigabytes_per_s(39.0);
+  }
+  return p;
+}
+
 struct CommModel::Path {
   BytesPerSecond bandwidth;  // per rank along the busiest link class (what busbw measures)
   CommLink bottleneck = CommLink::none;
 };
+
+CommModel::CommModel(const ClusterSpec& cluster)
+    : CommModel(cluster, CommParams::nccl_defaults(cluster.gpu.compute_capability)) {}
 
 CommModel::CommModel(const ClusterSpec& cluster, CommParams params)
     : cluster_(cluster), params_(std::move(params)) {}
@@ -164,6 +185,30 @@ BytesPerSecond CommModel::nic_bandwidth_per_node(const CommGroup& g) const {
   return net.nic_bandwidth * (eff * usable);
 }
 
+/// How much slower than its NICs a group's inter-node hops run because some cross an
+/// oversubscribed tier (cluster.inter_node.tiers; 1 = not at all). For tier t with groups of G
+/// nodes: the group's nodes 0, s, 2s, ... (s = node_stride) form a cycle of ring_nodes hops that run
+/// at once; a fraction f of them joins two different tier-t groups. Every node of a pod is placed
+/// like this one (sibling groups tile the cluster and run the same collective), so a fraction f of
+/// the pod's nodes push a hop's worth of traffic through uplinks that carry 1/O_t of the pod's
+/// injection (O_t: product of the oversubscriptions of tiers 0..t). Fair sharing gives each
+/// crossing hop NIC / max(1, f * O_t); a ring moves in lockstep, so its slowest hop sets the pace.
+/// Groups are taken to start at a node index that is a multiple of their span (rank 0's group).
+double CommModel::tier_penalty(const CommGroup& g) const {
+  const auto& tiers = cluster_.inter.tiers;
+  if (tiers.empty() || g.nodes <= 1) return 1.0;
+  const long long n = std::max(g.ring_nodes, g.nodes), s = std::max(1, g.node_stride);
+  double penalty = 1.0, cumulative = 1.0;
+  for (const NetworkTier& t : tiers) {
+    cumulative *= t.oversubscription;
+    long long crossing = 0;
+    for (long long i = 0; i < n; ++i)
+      if ((i * s) / t.nodes != (((i + 1) % n) * s) / t.nodes) ++crossing;
+    penalty = std::max(penalty, double(crossing) / double(n) * cumulative);
+  }
+  return penalty;
+}
+
 CommModel::Path CommModel::ring_path(const CommGroup& g) const {
   const CommLink intra_link =
       cluster_.intra.kind == IntraFabric::pcie ? CommLink::pcie : CommLink::nvlink;
@@ -174,6 +219,7 @@ CommModel::Path CommModel::ring_path(const CommGroup& g) const {
   if (!g.rail_aligned && cluster_.inter.oversubscription > 1.0) {
     p = {p.bandwidth / cluster_.inter.oversubscription, CommLink::network_core};
   }
+  if (const double tier = tier_penalty(g); tier > 1.0) p = {p.bandwidth / tier, CommLink::network_core};
   if (g.ranks_per_node > 1) {
     // Inside the node a ring makes r-1 NVLink hops and one NIC hop (GPUDirect RDMA reads the exit
     // GPU's memory over PCIe), so each GPU's NVLink carries (r-1)/r of the ring traffic.
@@ -283,10 +329,11 @@ CommEstimate CommModel::nvls(Bytes message, const CommGroup& g) const {
 /// nodes by r concurrent one-rank-per-node groups (one per rail), all-gather inside the node.
 CommEstimate CommModel::hierarchical(Bytes message, const CommGroup& g) const {
   const int r = g.ranks_per_node;
-  const CommGroup in_node{.ranks = r, .ranks_per_node = r, .nodes = 1,
-                          .rail_aligned = true, .concurrent_groups = g.concurrent_groups};
+  const CommGroup in_node{.ranks = r, .ranks_per_node = r, .nodes = 1, .rail_aligned = true,
+                          .concurrent_groups = g.concurrent_groups, .node_stride = 1, .ring_nodes = 0};
   const CommGroup across{.ranks = g.nodes, .ranks_per_node = 1, .nodes = g.nodes,
-                         .rail_aligned = g.rail_aligned, .concurrent_groups = r * g.concurrent_groups};
+                         .rail_aligned = g.rail_aligned, .concurrent_groups = r * g.concurrent_groups,
+                         .node_stride = g.node_stride, .ring_nodes = g.ring_nodes};
   const CommEstimate rs = best(Collective::reduce_scatter, message, in_node, CommAlgorithm::ring);
   const CommEstimate ar = best(Collective::all_reduce, message / r, across, CommAlgorithm::automatic);
   const CommEstimate ag = best(Collective::all_gather, message, in_node, CommAlgorithm::ring);
@@ -314,6 +361,10 @@ CommEstimate CommModel::point_to_point(Collective c, Bytes message, const CommGr
     nic_per_rank = nic_bandwidth_per_node(g) / r;
     if (!g.rail_aligned && cluster_.inter.oversubscription > 1.0) {
       nic_per_rank = nic_per_rank / cluster_.inter.oversubscription;
+      nic_link = CommLink::network_core;
+    }
+    if (const double tier = tier_penalty(g); tier > 1.0) {
+      nic_per_rank = nic_per_rank / tier;
       nic_link = CommLink::network_core;
     }
   }

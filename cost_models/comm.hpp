@@ -70,6 +70,12 @@ struct CommGroup {
   /// Identical groups running the same collective at the same moment and sharing each node's NICs
   /// (e.g. the 8 data-parallel groups of a TP=8 plan). 1 = this group alone.
   int concurrent_groups = 1;
+  /// Node indices between consecutive nodes of the group (a DP group whose ranks are 2 nodes apart:
+  /// 2). With the cluster's tiers, it says which switch groups (pods) the group spans.
+  int node_stride = 1;
+  /// Nodes of the cyclic sequence whose hops run at the same moment as this group's (a ring's own
+  /// nodes; for a pipeline send, every stage boundary of the pipeline sends at once). 0: `nodes`.
+  int ring_nodes = 0;
 };
 
 /// One collective's predicted cost, with what decided it.
@@ -128,14 +134,20 @@ struct CommParams {
   /// "Compute-Communication Overlap Causes Severe GEMM Performance Degradation", 2025).
   int overlap_ctas = 24;
 
-  /// NCCL 2.30.7's tuner constants and link efficiencies from NCCL's topology model.
+  /// NCCL 2.30.7's tuner constants and link efficiencies from NCCL's topology model, with the
+  /// GPU-generation-specific ones (NVLS efficiency, single-node LL bandwidth cap) of Ampere.
   static CommParams nccl_defaults();
+  /// The same with NCCL's per-generation constants picked by CUDA compute capability
+  /// (NCCL's compCapIndex: Volta < 8, Ampere 8.x, Hopper 9.x, Blackwell >= 10).
+  static CommParams nccl_defaults(double compute_capability);
 };
 
 /// The cost model. Pure: the same inputs give the same answer; no state besides the cluster.
 class CommModel {
  public:
-  explicit CommModel(const ClusterSpec& cluster, CommParams params = CommParams::nccl_defaults());
+  /// With NCCL's constants for the cluster's GPU generation (CommParams::nccl_defaults(cc)).
+  explicit CommModel(const ClusterSpec& cluster);
+  CommModel(const ClusterSpec& cluster, CommParams params);
 
   /// Time of one collective. `message` follows NCCL's count*sizeof(dtype) convention: all_reduce and
   /// broadcast the buffer, all_gather the OUTPUT, reduce_scatter the INPUT, all_to_all the total bytes
@@ -165,6 +177,7 @@ class CommModel {
   Path ring_path(const CommGroup& g) const;
   BytesPerSecond nic_bandwidth_per_node(const CommGroup& g) const;
   BytesPerSecond intra_bandwidth(int ranks_in_node) const;
+  double tier_penalty(const CommGroup& g) const;
   CommEstimate ring(Collective c, Bytes message, const CommGroup& g, NcclProtocol p) const;
   CommEstimate tree(Bytes message, const CommGroup& g, NcclProtocol p) const;
   CommEstimate nvls(Bytes message, const CommGroup& g) const;

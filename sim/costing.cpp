@@ -47,13 +47,21 @@ CommGroup group_of(int ranks, long long stride, int gpn) {
     g.ranks_per_node = 1;
     g.nodes = ranks;
     g.concurrent_groups = int(std::min<long long>(gpn, stride));
+    // Consecutive members sit stride / gpn nodes apart (which switch groups they span).
+    g.node_stride = int(std::max<long long>(1, stride / gpn));
   } else {
     const int per_node = int(std::min<long long>(ranks, std::max<long long>(1, gpn / stride)));
     g.ranks_per_node = per_node;
     g.nodes = ceil_div(ranks, per_node);
-    if (g.ranks_per_node * g.nodes != ranks) {  // uneven split: treat as one rank per node (conservative)
-      g.ranks_per_node = 1;
-      g.nodes = ranks;
+    if (g.ranks_per_node * g.nodes != ranks) {
+      // Uneven split (18 ranks 18 apart on 72-GPU nodes: 4, 4, 4, 4, 2): model it as the largest
+      // even split with no more ranks per node than the real one (3 per node on 6 nodes), which
+      // is conservative on NIC sharing and, unlike one rank per node, does not span more nodes
+      // than the cluster has whenever the real placement fits.
+      int d = per_node;
+      while (ranks % d != 0) --d;
+      g.ranks_per_node = d;
+      g.nodes = ranks / d;
     }
     g.concurrent_groups = int(std::max<long long>(1, stride));
   }
@@ -79,6 +87,9 @@ PlanGroups plan_groups(const PlanSpec& p, const ClusterSpec& c) {
   // A pipeline transfer: two ranks `pp stride` apart; each rank of the TP group sends at once.
   g.pp = group_of(p.pp > 1 ? 2 : 1, st.pp, gpn);
   if (p.pp > 1) g.pp.concurrent_groups = int(std::min<long long>(gpn, std::max<long long>(1, st.pp)));
+  // Every stage boundary sends at once: the pipeline's nodes are the cycle whose hops share the
+  // fabric's upper tiers (CommModel::tier_penalty).
+  if (p.pp > 1) g.pp.ring_nodes = group_of(p.pp, st.pp, gpn).nodes;
   g.pp_crosses_nodes = p.pp > 1 && g.pp.nodes > 1;
   return g;
 }
@@ -216,6 +227,7 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   if (!(pf.node_injection > BytesPerSecond(0))) pf.node_injection = BytesPerSecond(1e18);
   pf.network_latency = e.cluster.inter.latency;
   pf.oversubscription = e.cluster.inter.oversubscription;
+  pf.tiers = e.cluster.inter.tiers;
   return pf;
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -107,6 +108,59 @@ int node_of(const SimgridPlatform& pf, int stages, int replica, int stage) {
   return int(first_gpu / pf.gpus_per_node);
 }
 
+/// The zones of the platform. Without tiers: one star zone. With tiers: the groups of tier t are
+/// star zones holding the groups of tier t-1 (tier 0 holds the hosts); group k of tier t spans nodes
+/// [k G_t, (k+1) G_t) and reaches its parent through a split-duplex uplink of its nodes' injection
+/// divided by o_0 x ... x o_t, so a flow between two pods crosses both pods' uplinks and only those.
+class Fabric {
+ public:
+  Fabric(const SimgridPlatform& pf, int nodes) : pf_(pf) {
+    root_ = sg4::create_star_zone("fabric");
+    const int T = int(pf.tiers.size());
+    zones_.resize(T);
+    double cumulative = 1.0;
+    std::vector<double> upper(T);
+    for (int t = 0; t < T; ++t) upper[t] = cumulative *= pf.tiers[t].oversubscription;
+    for (int t = T - 1; t >= 0; --t) {
+      const int size = pf.tiers[t].nodes, groups = (nodes + size - 1) / size;
+      for (int k = 0; k < groups; ++k) {
+        sg4::NetZone* parent = t == T - 1 ? root_ : zones_[t + 1][k * size / pf.tiers[t + 1].nodes];
+        char name[64];
+        std::snprintf(name, sizeof name, "tier%d.group%d", t, k);
+        sg4::NetZone* z = sg4::create_star_zone(name);
+        z->set_parent(parent);
+        // The gateway sits at the zone's centre: it adds no link of its own.
+        std::snprintf(name, sizeof name, "tier%d.group%d.gw", t, k);
+        auto* gw = z->create_router(name);
+        z->add_route(gw, nullptr, nullptr, nullptr, {}, true);
+        const int members = std::min(size, nodes - k * size);
+        std::snprintf(name, sizeof name, "tier%d.group%d.up", t, k);
+        auto* up = parent->create_split_duplex_link(name, members * pf.node_injection.value() / upper[t]);
+        up->set_latency(0)->seal();
+        parent->add_route(z->get_netpoint(), nullptr, gw, nullptr,
+                          {sg4::LinkInRoute(up, sg4::LinkInRoute::Direction::UP)}, true);
+        zones_[t].push_back(z);
+      }
+    }
+    if (T > 0) {  // the root's children need a centre to meet at
+      auto* gw = root_->create_router("fabric.gw");
+      root_->add_route(gw, nullptr, nullptr, nullptr, {}, true);
+    }
+  }
+  /// The zone that holds node n's hosts and NIC links.
+  sg4::NetZone* leaf(int n) const { return zones_.empty() ? root_ : zones_[0][n / pf_.tiers[0].nodes]; }
+  void seal() {
+    for (auto& level : zones_)
+      for (sg4::NetZone* z : level) z->seal();
+    root_->seal();
+  }
+
+ private:
+  const SimgridPlatform& pf_;
+  sg4::NetZone* root_ = nullptr;
+  std::vector<std::vector<sg4::NetZone*>> zones_;  // [tier][group]
+};
+
 /// Runs in the child: builds the platform and the activities, runs, returns replica 0's timings.
 std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
   xbt_log_control_set("root.thresh:critical");
@@ -116,20 +170,22 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
   sg4::Engine::set_config("network/crosstraffic:0");
 
   const int p = w.shape.stages, R = pf.dp;
-  auto* zone = sg4::create_star_zone("fabric");
   int nodes = 0;
   for (int r = 0; r < R; ++r)
     for (int s = 0; s < p; ++s) nodes = std::max(nodes, node_of(pf, p, r, s) + 1);
+  // Zones: one flat star without tiers; with tiers, a star per switch group, nested innermost
+  // first, each group reaching its parent through its own oversubscribed uplink.
+  Fabric fabric(pf, nodes);
   std::vector<sg4::SplitDuplexLink*> nic(nodes);
   for (int n = 0; n < nodes; ++n) {
     char name[48];
     std::snprintf(name, sizeof name, "node%d.nics", n);
-    nic[n] = zone->create_split_duplex_link(name, pf.node_injection.value());
+    nic[n] = fabric.leaf(n)->create_split_duplex_link(name, pf.node_injection.value());
     nic[n]->set_latency(pf.network_latency.value() / 2)->seal();
   }
   sg4::Link* core = nullptr;
-  if (pf.oversubscription > 1.0) {
-    core = zone->create_link("core", nodes * pf.node_injection.value() / pf.oversubscription);
+  if (pf.oversubscription > 1.0 && pf.tiers.empty()) {
+    core = fabric.leaf(0)->create_link("core", nodes * pf.node_injection.value() / pf.oversubscription);
     core->set_sharing_policy(sg4::Link::SharingPolicy::SHARED)->seal();
   }
   // Each TP group's own NICs (rails): a flow crosses them, then the node's NICs it shares with
@@ -140,6 +196,7 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
   for (int r = 0; r < R; ++r)
     for (int s = 0; s < p; ++s) {
       node[r][s] = node_of(pf, p, r, s);
+      sg4::NetZone* zone = fabric.leaf(node[r][s]);
       // (snprintf, not string concatenation: g++ 12 -Wrestrict misfires on "r" + std::to_string.)
       char name[48];
       std::snprintf(name, sizeof name, "r%ds%d", r, s);
@@ -155,7 +212,7 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
       if (core) up.emplace_back(core);
       zone->add_route(host[r][s]->get_netpoint(), nullptr, nullptr, nullptr, up, true);
     }
-  zone->seal();
+  fabric.seal();
 
   const Graph& g = w.graph;
   const std::size_t n = boost::num_vertices(g);

@@ -1,14 +1,18 @@
 // The SimGrid engine: replays the workload graph on a simulated platform so that flows contend.
 // One host per tensor-parallel group (its NVSwitch collectives are costed by the comm model and
 // replayed as delays); every transfer that crosses nodes is a real flow through the node's NICs
-// (and the fat tree's core when it is oversubscribed). All data-parallel replicas are instantiated,
+// (and the fat tree's core when it is oversubscribed, or the uplinks of each switch tier a flow
+// crosses: leaf groups and pods are nested zones). All data-parallel replicas are instantiated,
 // so pipeline and data-parallel traffic share NICs. Data-parallel collectives are coarse: one flow
 // per rank to its ring neighbour plus the collective's latency term (DESIGN.md fidelity rules).
 // Network model CM02 with TCP-gamma 0 and no cross-traffic, as GPU fabrics need.
 // SimGrid's engine is a process-wide singleton, so each run happens in a forked child process.
 #pragma once
 
+#include <vector>
+
 #include "core/enums.hpp"
+#include "core/hardware.hpp"
 #include "sim/analytic_engine.hpp"
 
 namespace foresight::sim {
@@ -24,6 +28,9 @@ struct SimgridPlatform {
   BytesPerSecond group_injection;
   Seconds network_latency;        // one-way, node to node
   double oversubscription = 1.0;  // fat-tree core: 1 = full bisection
+  /// Switch tiers above the nodes (cluster.inter_node.tiers), innermost first; empty: one layer.
+  /// Each group of tier t is a zone whose uplink carries its nodes' injection / (o_0 x ... x o_t).
+  std::vector<NetworkTier> tiers{};
 };
 
 /// True when this build has SimGrid.

@@ -53,7 +53,11 @@ const std::vector<BadCase> kCases = {
     {"negative_bandwidth", {"cluster.intra_node.bandwidth_GBps = -300", "must be greater than 0"}},
     {"gpu_efficiency_above_one", {"gpu.kernels.gemm_efficiency.value = 1.057", "must be at most 1", ":15:"}},
     {"window_pattern_value", {"model.attention_window.pattern = 2", "must be 1 (windowed) or 0 (full attention)", ":2:"}},
-    {"bad_optimizer", {"training.optimizer = adafactor", "adam | sgd | lamb"}}
+    {"bad_optimizer", {"training.optimizer = adafactor", "adam | sgd | lamb"}},
+    // Switch tiers (cluster.inter_node.tiers): groups must nest, one form only, ratios >= 1.
+    {"tiers_not_nesting", {"cluster.inter_node.tiers[1].nodes = 6", "multiple of the tier below's 4 nodes", ":9:"}},
+    {"tiers_and_oversubscription", {"cluster.inter_node.tiers", "not both", ":9:"}},
+    {"tiers_oversubscription_below_one", {"cluster.inter_node.tiers[0].oversubscription = 0.5", "at least 1"}}
 };
 
 class BadScenario : public ::testing::TestWithParam<BadCase> {};

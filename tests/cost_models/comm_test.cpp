@@ -308,3 +308,70 @@ TEST(CommModel, MeshAndPcieNodes) {
   EXPECT_NE(mp.estimate(Collective::all_reduce, 8_KiB, node).protocol, NcclProtocol::ll128);
   EXPECT_EQ(mp.estimate(Collective::all_reduce, 1_GiB, node).bottleneck, CommLink::pcie);
 }
+
+// Switch tiers (cluster.inter_node.tiers). Hand computations: one NDR NIC per GPU, 400 Gb/s x 0.96 =
+// 48 GB/s per rank when one rank per node; pods of P nodes joined 1:7.
+namespace {
+ClusterSpec two_tier(int pod_nodes) {
+  ClusterSpec c = dgx_h100_like();
+  c.nodes = 8;
+  c.inter.tiers = {{.nodes = pod_nodes, .oversubscription = 7.0}};
+  return c;
+}
+}  // namespace
+
+TEST(CommTiers, RingOverTwoPodsOfOneNodePaysTheFullOversubscription) {
+  // Two nodes in two pods: every ring hop crosses, so the ring runs at 48 / 7 GB/s.
+  const CommModel m(two_tier(1));
+  const CommGroup g{.ranks = 2, .ranks_per_node = 1, .nodes = 2, .concurrent_groups = 8};
+  const CommEstimate e = m.estimate(Collective::all_reduce, 1_GiB, g, CommAlgorithm::ring);
+  const double hand_s = 2.0 * (2 - 1) / 2 * 1073741824.0 / (400e9 / 8 * 0.96 / 7.0);
+  EXPECT_NEAR(in_s(e.transfer), hand_s, hand_s * 1e-9);
+  EXPECT_EQ(e.bottleneck, CommLink::network_core);
+}
+
+TEST(CommTiers, RingOverFourNodesInTwoPodsChargesTheCrossingHops) {
+  // Nodes 0,1 | 2,3: hops 1->2 and 3->0 cross (2 of 4). Half the nodes of each pod push a hop
+  // through uplinks worth 2 x 48 / 7 GB/s, so each crossing hop gets 48 / (0.5 x 7) = 13.71 GB/s.
+  const CommModel m(two_tier(2));
+  const CommGroup g{.ranks = 4, .ranks_per_node = 1, .nodes = 4, .concurrent_groups = 8};
+  const CommEstimate e = m.estimate(Collective::all_reduce, 1_GiB, g, CommAlgorithm::ring);
+  const double hand_s = 2.0 * 3 / 4 * 1073741824.0 / (48e9 / 3.5);
+  EXPECT_NEAR(in_s(e.transfer), hand_s, hand_s * 1e-9);
+}
+
+TEST(CommTiers, GroupInsideOnePodIsNotPenalised) {
+  const CommModel tiered(two_tier(2)), flat(dgx_h100_like());
+  const CommGroup g{.ranks = 2, .ranks_per_node = 1, .nodes = 2, .concurrent_groups = 8};
+  EXPECT_DOUBLE_EQ(in_s(tiered.time(Collective::all_reduce, 1_GiB, g)), in_s(flat.time(Collective::all_reduce, 1_GiB, g)));
+  // Full-node ranks (8 per node) too: 2 nodes, one pod.
+  const CommGroup full{.ranks = 16, .ranks_per_node = 8, .nodes = 2};
+  EXPECT_DOUBLE_EQ(in_s(tiered.time(Collective::all_reduce, 1_GiB, full)), in_s(flat.time(Collective::all_reduce, 1_GiB, full)));
+}
+
+TEST(CommTiers, StridedGroupCrossesEveryHopAndSendRecvPaysToo) {
+  // Node stride 2 with pods of 2 nodes: nodes 0, 2, 4, 6 sit in four pods, every hop crosses.
+  const CommModel m(two_tier(2));
+  const CommGroup g{.ranks = 4, .ranks_per_node = 1, .nodes = 4, .concurrent_groups = 8, .node_stride = 2};
+  const CommEstimate e = m.estimate(Collective::all_reduce, 1_GiB, g, CommAlgorithm::ring);
+  EXPECT_NEAR(in_s(e.transfer), 1.5 * 1073741824.0 / (48e9 / 7.0), 1e-9);
+  // A pipeline send between nodes 0 and 2 of a 4-stage pipeline strided the same way.
+  const CommGroup pp{.ranks = 2, .ranks_per_node = 1, .nodes = 2, .concurrent_groups = 8, .node_stride = 2, .ring_nodes = 4};
+  const CommEstimate s = m.estimate(Collective::send_recv, 1_GiB, pp);
+  EXPECT_NEAR(in_s(s.transfer), 1073741824.0 / (48e9 / 7.0), 1e-9);
+}
+
+TEST(CommTiers, TwoTiersMultiply) {
+  // Leaves of 2 nodes at 1:2 under pods of 4 nodes at 1:7: a hop between pods climbs both, 1:14.
+  ClusterSpec c = dgx_h100_like();
+  c.nodes = 8;
+  c.inter.tiers = {{.nodes = 2, .oversubscription = 2.0}, {.nodes = 4, .oversubscription = 7.0}};
+  EXPECT_DOUBLE_EQ(c.inter.tier_oversubscription(0, 1), 1.0);
+  EXPECT_DOUBLE_EQ(c.inter.tier_oversubscription(1, 2), 2.0);
+  EXPECT_DOUBLE_EQ(c.inter.tier_oversubscription(3, 4), 14.0);
+  // One rank on each of nodes 0 and 4: every hop leaves a pod.
+  const CommModel m(c);
+  const CommGroup g{.ranks = 2, .ranks_per_node = 1, .nodes = 2, .concurrent_groups = 8, .node_stride = 4};
+  const CommEstimate e = m.estimate(Collective::all_reduce, 1_GiB, g, CommAlgorithm::ring);
+  EXPECT_NEAR(in_s(e.transfer), 1073741824.0 / (48e9 / 14.0), 1e-9);
+}

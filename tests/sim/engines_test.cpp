@@ -69,3 +69,26 @@ TEST(Engines, DataParallelFlowsContendOnTheNics) {
   const double compute = 1e-3 + 0.1e-3 + 2e-3 + 0.1e-3 + 0.3e-3;
   EXPECT_NEAR(s.iteration.value(), compute + 20e-6 + 5e-3, 1e-5);
 }
+
+TEST(Engines, TieredFabricChargesTheCrossingFlowsAsTheCommModelDoes) {
+  if (!simgrid_available()) GTEST_SKIP() << "SimGrid not in this build";
+  // 4 replicas on 4 nodes, pods of 2 nodes joined 1:7. The coarse ring sends 1 GB 0->1, 1->2, 2->3,
+  // 3->0; 1->2 and 3->0 cross. Each pod's uplink carries 2 x 200 / 7 = 57.14 GB/s per direction and
+  // one crossing flow each way: 1e9 / 57.14e9 = 17.5 ms. The comm model's hand figure is the same:
+  // half the hops cross, NIC / (0.5 x 7) = 57.14 GB/s (CommTiers tests).
+  WorkloadCosts c = costs(Schedule::one_f_one_b, 1, 1, 1);
+  c.dp_grad_sync = {Seconds(1.0)};
+  c.dp_grad_sync_bytes = {Bytes(1e9)};
+  c.dp_latency = Seconds(20e-6);
+  const Workload w = build_workload(c);
+  SimgridPlatform pf{.dp = 4, .tp = 8, .gpus_per_node = 8, .placement = Placement::tp_dp_pp,
+                     .node_injection = BytesPerSecond(200e9), .group_injection = BytesPerSecond(0),
+                     .network_latency = Seconds(0), .oversubscription = 1.0,
+                     .tiers = {{.nodes = 2, .oversubscription = 7.0}}};
+  const SimResult s = run_simgrid(w, pf);
+  const double compute = 1e-3 + 0.1e-3 + 2e-3 + 0.1e-3 + 0.3e-3;
+  EXPECT_NEAR(s.iteration.value(), compute + 20e-6 + 1e9 / (2 * 200e9 / 7.0), 1e-5);
+  // Pods of 4 nodes hold the whole ring: no flow crosses, 1e9 / 200e9 = 5 ms as without tiers.
+  pf.tiers = {{.nodes = 4, .oversubscription = 7.0}};
+  EXPECT_NEAR(run_simgrid(w, pf).iteration.value(), compute + 20e-6 + 5e-3, 1e-5);
+}
