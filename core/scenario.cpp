@@ -30,26 +30,6 @@ std::string resolve_scenario(const std::string& kind, const std::string& name_or
 
 namespace {
 
-/// Parses YAML text that `path` names, turning yaml-cpp's exceptions into SpecErrors with a location.
-YAML::Node parse_text(const std::string& text, const std::string& path) {
-  try {
-    return YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
-    const int col = e.mark.is_null() ? 0 : e.mark.column + 1;
-    throw SpecError(SourceLocation{path, line, col}, "", "", "is not valid YAML: " + e.msg);
-  }
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-YAML::Node parse_file(const std::string& path) { return parse_text(read_file(path), path); }
 
 struct Section {
   YAML::Node node;
@@ -81,7 +61,7 @@ class Resolver {
           throw SpecError(at, field, ref, "makes a cyclic reference: " + cyc + canon);
         }
       chain.push_back(canon);
-      YAML::Node root = parse_file(target);
+      YAML::Node root = parse_yaml_file(target);
       if (!root.IsMap() || root.size() != 1 || !root[top_key])
         throw SpecError(location_of(root, target), top_key, "",
                         "a file referenced as " + field + " (at " + at.to_string() +
@@ -283,7 +263,7 @@ ModelSpec read_model(const Section& s) {
 }  // namespace
 
 GpuSpec parse_gpu(const std::string& yaml, const std::string& path) {
-  YAML::Node root = parse_text(yaml, path);
+  YAML::Node root = parse_yaml(yaml, path);
   MapReader top(root, path, "");
   Resolver res;
   GpuSpec g = read_gpu(res.resolve(top, "gpu", "gpu", "gpus"));
@@ -292,7 +272,7 @@ GpuSpec parse_gpu(const std::string& yaml, const std::string& path) {
 }
 
 ClusterSpec parse_cluster(const std::string& yaml, const std::string& path) {
-  YAML::Node root = parse_text(yaml, path);
+  YAML::Node root = parse_yaml(yaml, path);
   MapReader top(root, path, "");
   Resolver res;
   ClusterSpec c = read_cluster(res.resolve(top, "cluster", "cluster", "clusters"), res);
@@ -301,7 +281,7 @@ ClusterSpec parse_cluster(const std::string& yaml, const std::string& path) {
 }
 
 ModelSpec parse_model(const std::string& yaml, const std::string& path) {
-  YAML::Node root = parse_text(yaml, path);
+  YAML::Node root = parse_yaml(yaml, path);
   MapReader top(root, path, "");
   Resolver res;
   ModelSpec m = read_model(res.resolve(top, "model", "model", "models"));
@@ -310,7 +290,7 @@ ModelSpec parse_model(const std::string& yaml, const std::string& path) {
 }
 
 Experiment parse_experiment(const std::string& yaml, const std::string& path) {
-  YAML::Node root = parse_text(yaml, path);
+  YAML::Node root = parse_yaml(yaml, path);
   MapReader top(root, path, "");
   Resolver res;
   const Section sec = res.resolve(top, "experiment", "experiment", "experiments");
@@ -385,10 +365,10 @@ Experiment parse_experiment(const std::string& yaml, const std::string& path) {
   return e;
 }
 
-GpuSpec load_gpu(const std::string& path) { return parse_gpu(read_file(path), path); }
-ClusterSpec load_cluster(const std::string& path) { return parse_cluster(read_file(path), path); }
-ModelSpec load_model(const std::string& path) { return parse_model(read_file(path), path); }
-Experiment load_experiment(const std::string& path) { return parse_experiment(read_file(path), path); }
+GpuSpec load_gpu(const std::string& path) { return parse_gpu(read_text_file(path), path); }
+ClusterSpec load_cluster(const std::string& path) { return parse_cluster(read_text_file(path), path); }
+ModelSpec load_model(const std::string& path) { return parse_model(read_text_file(path), path); }
+Experiment load_experiment(const std::string& path) { return parse_experiment(read_text_file(path), path); }
 
 void validate_experiment(const Experiment& e) {
   if (auto v = check_plan(e.model, e.cluster, e.training, e.plan, e.gpus))

@@ -1,6 +1,7 @@
 #include "core/yaml_reader.hpp"
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 namespace foresight {
@@ -10,6 +11,26 @@ SourceLocation location_of(const YAML::Node& node, const std::string& file) {
   if (m.is_null() || m.line < 0) return SourceLocation{file, 0, 0};
   return SourceLocation{file, m.line + 1, m.column + 1};
 }
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& path) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    const int line = e.mark.is_null() ? 0 : e.mark.line + 1;
+    const int col = e.mark.is_null() ? 0 : e.mark.column + 1;
+    throw SpecError(SourceLocation{path, line, col}, "", "", "is not valid YAML: " + e.msg);
+  }
+}
+
+YAML::Node parse_yaml_file(const std::string& path) { return parse_yaml(read_text_file(path), path); }
 
 // yaml-cpp's default Node() is a defined null, so "absent" means undefined or null.
 static bool missing(const YAML::Node& n) { return !n.IsDefined() || n.IsNull(); }

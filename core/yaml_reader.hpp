@@ -21,6 +21,12 @@ namespace foresight {
 /// Location of a node (yaml-cpp marks are 0-based; ours are 1-based).
 SourceLocation location_of(const YAML::Node& node, const std::string& file);
 
+/// A file's whole text; a SpecError naming the file when it cannot be read.
+std::string read_text_file(const std::string& path);
+/// Parses YAML text that `path` names, turning yaml-cpp's exceptions into SpecErrors with a location.
+YAML::Node parse_yaml(const std::string& text, const std::string& path);
+YAML::Node parse_yaml_file(const std::string& path);
+
 class MapReader {
  public:
   /// `node` must be a mapping; `prefix` is its dotted path ("plan", "cluster.inter_node").

@@ -7,9 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "core/error.hpp"
 #include "core/scenario.hpp"
@@ -175,16 +173,7 @@ CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& c
 }
 
 CalibrationSet load_calibration(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw SpecError(SourceLocation{path, 0, 0}, "", "", "cannot be opened for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  YAML::Node root;
-  try {
-    root = YAML::Load(text.str());
-  } catch (const YAML::Exception& e) {
-    throw SpecError(SourceLocation{path, e.mark.is_null() ? 0 : e.mark.line + 1, 0}, "", "", "is not valid YAML: " + e.msg);
-  }
+  const YAML::Node root = parse_yaml_file(path);
   MapReader top(root, path, "");
   MapReader cal(top.child("calibration", true), path, "calibration");
   CalibrationSet set;

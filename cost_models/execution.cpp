@@ -58,9 +58,8 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
   const GpuSpec& gpu = cluster.gpu;
   ExecutionModel x = execution_model(training, plan, &gpu);
   x.calibrated = calibrated_terms(calibration ? *calibration : bundled_calibration(), cluster, training, plan);
-  auto params_for = [&](bool* has_figure) { return roofline_params_for(gpu, x.attention, has_figure); };
   bool has_attention_figure = false;
-  auto rc = std::make_shared<RooflineCompute>(gpu, training.dtype, params_for(&has_attention_figure));
+  auto rc = std::make_shared<RooflineCompute>(gpu, training.dtype, roofline_params_for(gpu, x.attention, &has_attention_figure));
   if (const auto data = bundled_profile(gpu.name)) {
     const CalibrationProfile selected =
         select_profile(*data, x.gemm_impl, x.dtype, to_string(x.attention), x.attention_dtype);
@@ -81,7 +80,7 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
   x.compute = std::move(rc);
   x.compute16 = x.compute;
   if (training.dtype == Dtype::fp8) {
-    auto rc16 = std::make_shared<RooflineCompute>(gpu, Dtype::bf16, params_for(nullptr));
+    auto rc16 = std::make_shared<RooflineCompute>(gpu, Dtype::bf16, roofline_params_for(gpu, x.attention, nullptr));
     if (const auto data = bundled_profile(gpu.name))
       rc16->use_profile(select_profile(*data, x.gemm_impl, Dtype::bf16, to_string(x.attention), x.attention_dtype));
     rc16->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale, x.calibrated.attention_efficiency_scale);

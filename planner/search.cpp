@@ -301,15 +301,7 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         }
       }
       if (ok) {
-        const Experiment e = experiment_for(r, p);
-        Candidate c;
-        c.plan = p;
-        c.analytic = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::analytic);
-        c.peak_memory = c.analytic.memory_per_stage[c.analytic.most_loaded_stage].total();
-        local.fitting.push_back(std::move(c));
-        // Partial recompute variants of a plan that needs recompute to fit: block (fewest layers
-        // per stage) and micro-batch level (most partial micro-batches).
-        auto add_variant = [&](const PlanSpec& q) {
+        auto add_fitting = [&](const PlanSpec& q) {
           const Experiment eq = experiment_for(r, q);
           Candidate cq;
           cq.plan = q;
@@ -317,8 +309,11 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
           cq.peak_memory = cq.analytic.memory_per_stage[cq.analytic.most_loaded_stage].total();
           local.fitting.push_back(std::move(cq));
         };
-        if (PlanSpec q = p; fewest_recomputed_layers_that_fit(x, r, q)) add_variant(q);
-        if (PlanSpec q = p; most_partial_microbatches_that_fit(x, r, q)) add_variant(q);
+        add_fitting(p);
+        // Partial recompute variants of a plan that needs recompute to fit: block (fewest layers
+        // per stage) and micro-batch level (most partial micro-batches).
+        if (PlanSpec q = p; fewest_recomputed_layers_that_fit(x, r, q)) add_fitting(q);
+        if (PlanSpec q = p; most_partial_microbatches_that_fit(x, r, q)) add_fitting(q);
       } else {
         ++pruned;
       }
