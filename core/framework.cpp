@@ -78,7 +78,7 @@ FrameworkTraits entry(Framework id, const char* name, const char* version, const
   return t;
 }
 
-std::array<FrameworkTraits, 6> make_table() {
+std::array<FrameworkTraits, 7> make_table() {
   FrameworkTraits megatron = entry(Framework::megatron, "megatron", "Megatron-LM v2.x-v3.0 (2021-22)",
                                    "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
                                    "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)");
@@ -207,13 +207,29 @@ std::array<FrameworkTraits, 6> make_table() {
   generic.context_parallel = true;
   generic.tp_overlap = true;
   generic.microbatch_recompute = true;
-  return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic};
+
+  // The bundled trainer (trainer/README.md): every op a Backend call (fp32 storage on its CPU and
+  // CUDA backends), Megatron-LM's unfused attention without dropout, every TP rank sending its whole
+  // boundary tensor (its shard under sequence parallelism), gradients all-reduced in
+  // --dp-bucket-kB buckets (25 MiB) launched during the last micro-batch's backward, ZeRO-1 as an
+  // all-reduce followed by the shard's step and a parameter all-gather, every schedule.
+  FrameworkTraits trainer = entry(Framework::foresight_train, "foresight-train", "this repository's trainer",
+                                  "trainer/README.md; trainer/layer.cpp, trainer/trainer.cpp, trainer/grad_sync.cpp");
+  trainer.precision = {.fp32_parameters = true, .residual_bytes = 4, .fp32_main_grads = false,
+                       .grads_freed_between_steps = false};
+  trainer.activations = {.dropout = false, .attention_output_copy = false, .logits_bytes = 4};
+  trainer.zero_reduction = ZeroReduction::all_reduce;
+  trainer.dp_bucket_bytes = kDdpBucketBytes;
+  trainer.dp_overlap_bucket_bytes = kDdpBucketBytes;
+  trainer.schedules[int(Schedule::terapipe)] = true;
+  trainer.max_zero = trainer.max_zero_with_pipeline = 1;
+  return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic, trainer};
 }
 
 }  // namespace
 
 const FrameworkTraits& framework_traits(Framework f) {
-  static const std::array<FrameworkTraits, 6> table = make_table();
+  static const std::array<FrameworkTraits, 7> table = make_table();
   for (const auto& t : table)
     if (t.id == f) return t;
   FORESIGHT_CHECK(false) << "no traits for framework " << int(f);

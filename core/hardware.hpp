@@ -46,6 +46,10 @@ struct GpuSpec {
   FlopsPerSecond peak_fp8;  // dense FP8 peak; 0 where the GPU has no FP8 tensor cores (A100, V100)
   GpuKernelFigures kernels;
   std::string source;
+  /// A CPU device (the trainer's CPU backend on a host, issue 24): the calibration profile of
+  /// `foresight calibrate --backend cpu` that prices every op and every collective inside the
+  /// host (cost_models/host_profile.hpp) in place of peaks and kernel figures. Empty for a GPU.
+  std::string host_profile{};
 
   /// Dense peak for a compute dtype (tf32 and fp32 are distinct; fp8 is 0, and refused by
   /// check_plan, where the GPU file gives none).

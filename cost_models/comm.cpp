@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "cost_models/host_profile.hpp"
 
 namespace foresight {
 
@@ -126,7 +127,45 @@ CommModel::CommModel(const ClusterSpec& cluster)
     : CommModel(cluster, CommParams::nccl_defaults(cluster.gpu.compute_capability)) {}
 
 CommModel::CommModel(const ClusterSpec& cluster, CommParams params)
-    : cluster_(cluster), params_(std::move(params)) {}
+    : cluster_(cluster), params_(std::move(params)) {
+  if (!cluster_.gpu.host_profile.empty()) host_ = cost_models::cached_host_profile(cluster_.gpu.host_profile);
+}
+
+CommEstimate CommModel::measured(Collective c, Bytes message, const CommGroup& g) const {
+  // The fit of the nearest measured group size; another size scales the per-byte term by the
+  // ring's bus-bandwidth factor and the fixed term by the ring's steps (n - 1), as MPI's ring
+  // algorithms for large messages move and step. Broadcast was not measured: a chain of sends.
+  const Collective asked = c == Collective::broadcast ? Collective::send_recv : c;
+  const cost_models::MeasuredCollectives* best_group = nullptr;
+  for (const auto& m : host_->mpi)
+    if (m.fits[std::size_t(asked)] &&
+        (!best_group || std::abs(m.ranks - g.ranks) < std::abs(best_group->ranks - g.ranks)))
+      best_group = &m;
+  if (!best_group)
+    throw SpecError(SourceLocation{host_->source, 0, 0}, "mpi", "",
+                    std::string("has no measured ") + to_string(asked) +
+                        " (run `foresight calibrate --backend cpu` where mpirun is available)");
+  const cost_models::LinearFit& f = *best_group->fits[std::size_t(asked)];
+  const double n = g.ranks, n0 = best_group->ranks;
+  const double steps = asked == Collective::send_recv ? 1.0 : (n - 1.0) / (n0 - 1.0);
+  const double per_byte = asked == Collective::send_recv
+                              ? 1.0
+                              : bus_bandwidth_factor(asked, g.ranks) / bus_bandwidth_factor(asked, best_group->ranks);
+  const double hops = c == Collective::broadcast ? std::ceil(std::log2(n)) : 1.0;
+  CommEstimate e;
+  e.latency = Seconds(hops * f.fixed_s * steps);
+  e.transfer = Seconds(hops * f.per_unit_s * per_byte * message.value());
+  e.time = e.latency + e.transfer;
+  e.algorithm = c == Collective::send_recv || c == Collective::all_to_all ? CommAlgorithm::point_to_point
+                                                                           : CommAlgorithm::ring;
+  e.protocol = NcclProtocol::simple;
+  e.bottleneck = CommLink::none;
+  if (e.time.value() > 0) {
+    e.algorithm_bandwidth = BytesPerSecond(message.value() / e.time.value());
+    e.bus_bandwidth = BytesPerSecond(e.algorithm_bandwidth.value() * bus_bandwidth_factor(c, g.ranks));
+  }
+  return e;
+}
 
 double CommModel::bus_bandwidth_factor(Collective c, int ranks) {
   FORESIGHT_CHECK(ranks >= 1) << "ranks=" << ranks;
@@ -456,6 +495,7 @@ CommEstimate CommModel::estimate(Collective c, Bytes message, const CommGroup& g
     e.algorithm = a == CommAlgorithm::automatic ? CommAlgorithm::ring : a;
     return e;
   }
+  if (host_ && g.nodes == 1) return measured(c, message, g);
   return best(c, message, g, a);
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <utility>
 
 #include "core/enums.hpp"
@@ -16,6 +17,10 @@
 #include "core/units.hpp"
 
 namespace foresight {
+
+namespace cost_models {
+struct HostProfile;
+}
 
 /// The collectives NCCL offers (send_recv: one point-to-point transfer per rank pair).
 enum class Collective { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv };
@@ -185,9 +190,13 @@ class CommModel {
   CommEstimate point_to_point(Collective c, Bytes message, const CommGroup& g) const;
   CommEstimate best(Collective c, Bytes message, const CommGroup& g, CommAlgorithm a) const;
   void finish(CommEstimate& e, Collective c, Bytes message, int ranks) const;
+  CommEstimate measured(Collective c, Bytes message, const CommGroup& g) const;
 
   ClusterSpec cluster_;
   CommParams params_;
+  /// A CPU device (GpuSpec::host_profile): collectives inside the host are the trainer's MPI
+  /// communicator as measured there, not NCCL.
+  std::shared_ptr<const cost_models::HostProfile> host_;
 };
 
 }  // namespace foresight

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/experiment.hpp"
 #include "core/scenario.hpp"
+#include "cost_models/host_profile.hpp"
 #include "cost_models/profile.hpp"
 #include "cost_models/roofline.hpp"
 
@@ -60,7 +61,13 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
   x.calibrated = calibrated_terms(calibration ? *calibration : bundled_calibration(), cluster, training, plan);
   bool has_attention_figure = false;
   auto rc = std::make_shared<RooflineCompute>(gpu, training.dtype, roofline_params_for(gpu, x.attention, &has_attention_figure));
-  if (const auto data = bundled_profile(gpu.name)) {
+  if (!gpu.host_profile.empty()) {
+    // A CPU device: its ops come from the host profile; the roofline (the profile's best GEMM
+    // rate and copy bandwidth, in the device's GpuSpec) remains for what no host op describes.
+    x.host = std::make_shared<const HostOps>(cached_host_profile(gpu.host_profile), plan.gpus());
+    x.profile.file = gpu.host_profile;
+    has_attention_figure = true;
+  } else if (const auto data = bundled_profile(gpu.name)) {
     const CalibrationProfile selected =
         select_profile(*data, x.gemm_impl, x.dtype, to_string(x.attention), x.attention_dtype);
     x.profile.file = data->source;

@@ -25,6 +25,7 @@ struct Experiment;
 namespace foresight::cost_models {
 
 class RooflineCompute;
+class HostOps;
 struct ProfileData;
 
 /// Memory that is neither model state nor activations. The defaults are estimates with their
@@ -68,6 +69,10 @@ struct ExecutionModel {
   /// Otherwise the same model as `compute`.
   std::shared_ptr<const RooflineCompute> compute16;
   ProfileUse profile;
+  /// A CPU device (GpuSpec::host_profile): the trainer's CPU backend ops as measured on the host,
+  /// for this plan's rank count. When set, layers, the embedding and head and the optimizer step
+  /// are priced from it (layer_times, edge_times, optimizer_time) rather than from the roofline.
+  std::shared_ptr<const HostOps> host;
   /// Calibrated parameters whose scope this execution falls in (scenarios/calibration.yaml).
   CalibratedTerms calibrated;
 

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
+#include "cost_models/host_compute.hpp"
 
 namespace foresight::cost_models {
 
@@ -135,6 +136,7 @@ Seconds LayerOpTimes::forward() const {
 
 LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
                        bool moe_layer, int window) {
+  if (x.host) return host_layer_times(*x.host, m, p, tokens, context, moe_layer);
   const RooflineCompute& rc = x.roofline();
   const ElementwiseTraffic& tr = x.framework->elementwise;
   const double scale = x.bytes.traffic_scale;
@@ -290,6 +292,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
 }
 
 EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens) {
+  if (x.host) return host_edge_times(*x.host, m, p, tokens);
   const RooflineCompute& rc = x.roofline();
   const ElementwiseTraffic& tr = x.framework->elementwise;
   const double scale = x.bytes.traffic_scale;

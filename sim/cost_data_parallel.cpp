@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <map>
 
+#include "cost_models/host_compute.hpp"
 #include "cost_models/memory.hpp"
 #include "cost_models/offload.hpp"
 #include "sim/costers.hpp"
@@ -216,6 +217,12 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
       const cost_models::OffloadCost oc = cost_models::offload_cost(in.x, in.e.model, in.e.training, p, in.e.cluster, s);
       const BytesPerSecond pcie = in.e.cluster.host.pcie_bandwidth;
       opt = oc.optimizer_to_host / pcie + oc.optimizer_to_device / pcie;
+    } else if (in.x.host) {
+      // The trainer on a CPU device: per tensor norms and AdamW, the shard's step under ZeRO-1.
+      const double local = sp.dense + sp.expert, shard = p.zero >= 1 ? double(p.shard_ways()) : 1.0;
+      const int tensors = 12 * int(cost_models::stage_layers(in.e.model, p, s).size()) + (s == 0 ? 2 : 0) +
+                          (s == p.pp - 1 ? (p.pp > 1 ? 3 : 2) : 0);
+      opt = cost_models::host_optimizer_time(*in.x.host, local, local / shard, tensors);
     } else {
       const double shard = p.zero >= 1 ? double(p.shard_ways()) : 1.0;
       opt = in.compute.optimizer(sp.dense / shard + sp.expert / std::max(1.0, shard / p.ep));

@@ -9,6 +9,7 @@
 #include "cost_models/memory.hpp"
 #include "sim/costers.hpp"
 #include "sim/fast_engine.hpp"
+#include "sim/host_memory.hpp"
 #include "sim/limits.hpp"
 #include "sim/trace.hpp"
 
@@ -280,7 +281,8 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   b.offload_stall = busy(Category::offload) + sb.offload_wait;
   b.bubble = sb.idle - sb.pp_wait - sb.offload_wait;
 
-  out.memory_per_stage = cost_models::memory_per_stage(in.x, e.model, e.training, e.plan);
+  out.memory_per_stage = in.x.host ? host_memory_per_stage(e, in.x)
+                                   : cost_models::memory_per_stage(in.x, e.model, e.training, e.plan);
   out.most_loaded_stage = cost_models::most_loaded_stage(out.memory_per_stage);
   out.device_memory = e.cluster.gpu.hbm;
   out.framework = in.x.framework->describe();

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/cli/cli.hpp"
+#include "apps/cli/local_loop.hpp"
 #include "apps/cli/progress.hpp"
 #include "core/scenario.hpp"
 #include "planner/validation.hpp"
@@ -14,6 +15,7 @@ Command validate_command() {
   struct Opts {
     std::string engine = "analytic", markdown;
     bool json = false, local = false;
+    LocalLoopOptions loop;
   };
   return Command{
       "validate", "Compare predictions with every published measurement in the scenario library",
@@ -22,11 +24,27 @@ Command validate_command() {
         sub.add_option("--engine", o->engine, "analytic or simgrid")->check(CLI::IsMember({"analytic", "simgrid"}));
         sub.add_flag("--json", o->json, "Print machine-readable JSON: {cases: [...], mape_pct, max_abs_pct}");
         sub.add_option("--markdown", o->markdown, "Also write the report as a markdown table to this file");
-        sub.add_flag("--local", o->local, "Closed loop on the local GPUs: predict, run the trainer, compare (not yet available)");
+        sub.add_flag("--local", o->local,
+                     "Closed loop on this machine: calibrate the trainer's backend, predict a set of small-GPT "
+                     "plans, run foresight-train on each, compare step time and peak memory per rank");
+        sub.add_option("--backend", o->loop.backend, "--local: the trainer backend (cpu)")->capture_default_str();
+        sub.add_option("--work-dir", o->loop.work_dir, "--local: profile, plans, logs and summaries go here")
+            ->capture_default_str();
+        sub.add_option("--profile", o->loop.profile,
+                       "--local: reuse this host profile instead of calibrating (default: WORK_DIR/cpu-profile.json "
+                       "when it is of this host and these kernels and under a day old)");
+        sub.add_option("--results", o->loop.results, "--local: write the comparison JSON here")->capture_default_str();
+        sub.add_option("--steps", o->loop.steps, "--local: trainer steps per plan (the first is warm-up)")
+            ->capture_default_str();
+        sub.add_option("--max-ranks", o->loop.max_ranks, "--local: most ranks per plan (default: the host's cores, at least 2)");
         return [o](std::ostream& out, std::ostream& err) {
-          if (o->local)
-            throw SpecError(SourceLocation{"<command line>", 0, 0}, "--local", "",
-                            "the closed loop needs the bundled trainer and a GPU; not available in this build yet");
+          if (o->local) {
+            LocalLoopOptions l = o->loop;
+            l.json = o->json;
+            l.markdown = o->markdown.empty() ? l.markdown : o->markdown;
+            l.command = "foresight validate --local --backend " + l.backend;
+            return run_local_loop(l, out, err);
+          }
           const auto engine = *parse_enum<sim::EngineKind>(o->engine);
           Progress bar(err, o->json ? ProgressMode::lines : progress_mode(::isatty(STDERR_FILENO)),
                        std::string("validate: ") + o->engine + " engine", 0, "experiments");

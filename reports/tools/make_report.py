@@ -74,11 +74,16 @@ def fig_pareto(search: dict, out: str) -> None:
 
 
 def fig_closed_loop(loop: dict, out: str) -> None:
-    cases = loop["cases"]
+    cases = [c for c in loop["cases"] if c.get("measured_step_s") is not None]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-    for ax, (key, unit) in zip(axes, [("step_s", "step time (s)"), ("memory_GB", "peak memory (GB)")]):
-        xs = [c["measured_" + key] for c in cases]
-        ys = [c["predicted_" + key] for c in cases]
+    for ax, (key, unit) in zip(axes, [("step_s", "step time (s)"), ("mem_GB", "peak memory per rank (GB)")]):
+        pairs = [(c["measured_" + key], c["predicted_" + key]) for c in cases if c.get("measured_" + key) is not None]
+        if not pairs:
+            continue
+        xs = [p[0] for p in pairs]
+        ys = [p[1] for p in pairs]
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         lo, hi = min(xs + ys) / 1.2, max(xs + ys) * 1.2
         ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
         ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="grey", alpha=0.2,
@@ -90,8 +95,9 @@ def fig_closed_loop(loop: dict, out: str) -> None:
         ax.set_ylim(lo, hi)
         ax.grid(True, lw=0.3, alpha=0.5)
         ax.legend(fontsize=8)
-    fig.suptitle("Closed loop: the simulator against the bundled trainer on " + loop.get("device", "the local GPU"),
-                 fontsize=10)
+    host = loop.get("host", {})
+    fig.suptitle(f"Closed loop: the simulator against the bundled trainer ({loop.get('backend', '?')} backend on "
+                 f"{host.get('hostname', 'this machine')})", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -180,15 +186,23 @@ def build(data: dict, data_dir: str, out_dir: str) -> None:
     loop = data.get("closed_loop")
     if loop and loop.get("cases"):
         fig_closed_loop(loop, os.path.join(figs, "report-closed-loop.png"))
-        doc.figure("figures/report-closed-loop.png", "Each plan run by the bundled trainer; the band is +-5%.")
-        doc.table(["plan", "predicted step (s)", "measured step (s)", "error (%)", "predicted memory (GB)",
-                   "measured memory (GB)"],
-                  [[c["name"], f"{c['predicted_step_s']:.4g}", f"{c['measured_step_s']:.4g}",
-                    f"{100 * (c['predicted_step_s'] / c['measured_step_s'] - 1):+.1f}", f"{c['predicted_memory_GB']:.2f}",
-                    f"{c['measured_memory_GB']:.2f}"] for c in loop["cases"]])
+        doc.figure("figures/report-closed-loop.png", "Each plan predicted from the host profile, then run by the bundled "
+                   "trainer; the band is +-5%.")
+
+        def num(v, f):
+            return "n/a" if v is None else format(v, f)
+        doc.table(["plan", "ranks", "predicted step (s)", "measured step (s)", "error (%)",
+                   "predicted peak (MB/rank)", "measured peak (MB/rank)", "memory error (%)"],
+                  [[c["plan"], str(c["ranks"]), num(c["predicted_step_s"], ".4g"), num(c.get("measured_step_s"), ".4g"),
+                    num(c.get("error_pct"), "+.1f"), num(c["predicted_mem_GB"] * 1e3, ".2f"),
+                    num(None if c.get("measured_mem_GB") is None else c["measured_mem_GB"] * 1e3, ".2f"),
+                    num(c.get("mem_error_pct"), "+.1f")] for c in loop["cases"]])
+        doc.para(f"Step time: median |error| {loop['median_abs_pct']:.1f}%, largest {loop['max_abs_pct']:.1f}%; "
+                 f"peak memory per rank: largest |error| {loop['mem_max_abs_pct']:.1f}% "
+                 f"(`foresight validate --local --backend {loop.get('backend', 'cpu')}`).")
     else:
-        doc.para("No closed-loop measurements yet: they come from `foresight validate --local` on a machine with a "
-                 "GPU, which writes reports/closed-loop.json.")
+        doc.para("No closed-loop measurements yet: they come from `foresight validate --local`, which writes "
+                 "reports/closed-loop.json.")
 
     tl = data["timeline"]
     doc.heading("Timeline of one iteration")

@@ -1,0 +1,100 @@
+// A CPU device: the bundled trainer's CPU backend (trainer/cpu_backend.cpp) on the machine at hand,
+// priced op by op from what `foresight calibrate --backend cpu` measured there (issue 24). The
+// backend runs every op as single-threaded loops, one rank per process, so its cost is not a
+// roofline of datasheet peaks but a per-op function of the op's size: GEMM time interpolated over
+// measured shapes (per transpose variant: the loops stride differently), every other op a fitted
+// fixed + per-unit time, MPI collectives between ranks of the host fitted as latency + bytes /
+// bandwidth, and the slowdown the host's scheduler imposes when ranks outnumber cores.
+//
+// A GPU file names such a profile in `host_profile` (GpuSpec::host_profile); the execution model
+// then prices layers, the embedding and head, and the optimizer step from it (ExecutionModel::host)
+// and the communication model uses its MPI fits for groups inside the host.
+// Left out: cache effects between consecutive ops, memory-bandwidth contention between ranks
+// (folded into the measured slowdown), MPI progress while a rank computes (the trainer's sends
+// complete in its waits).
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/units.hpp"
+
+namespace foresight::cost_models {
+
+/// Backend::matmul's three call patterns in the trainer: nn C = A B (forward), nt C = A B^T (input
+/// gradients), tn C += A^T B (weight gradients). C is m x n, the inner dimension k.
+enum class MatmulVariant { nn = 0, nt = 1, tn = 2 };
+
+struct MatmulSample {
+  double m = 0, n = 0, k = 0;
+  double time_s = 0;  // median
+};
+
+/// time = fixed_s + per_unit_s * units, least squares over the measured sizes.
+struct LinearFit {
+  double fixed_s = 0, per_unit_s = 0;
+  double time(double units) const { return fixed_s + per_unit_s * units; }
+};
+
+/// A collective between `ranks` ranks of the host through the trainer's MPI communicator; bytes
+/// as the communication model counts them (cost_models/comm.hpp).
+struct MeasuredCollectives {
+  int ranks = 0;
+  /// Indexed by foresight::Collective (all_reduce, all_gather, reduce_scatter, all_to_all,
+  /// broadcast, send_recv).
+  std::array<std::optional<LinearFit>, 6> fits{};
+};
+
+struct HostProfile {
+  std::string source;  // the file
+  std::string hostname, cpu_model, kernels;
+  int cores = 0;
+  long long created_unix = 0;
+  std::array<std::vector<MatmulSample>, 3> matmul;  // by MatmulVariant
+  std::map<std::string, LinearFit> ops;            // by Backend method name
+  double copy_GBps = 0;
+  std::vector<MeasuredCollectives> mpi;          // by rank count, ascending
+  std::vector<std::pair<int, double>> slowdown;  // (ranks, per-process slowdown), ascending
+  std::vector<std::string> mpirun;               // launch template; "{ranks}" stands for the count
+
+  /// Per-process slowdown of `ranks` busy processes on this host: the measured value, linear
+  /// between measured counts, ranks / cores beyond the last (time-sharing).
+  double slowdown_for(int ranks) const;
+  /// Fastest GEMM measured, FLOP/s (the device's "peak" for MFU figures).
+  double best_gemm_flops() const;
+};
+
+/// Reads a profile written by `foresight calibrate --backend cpu`. A missing op, a non-positive
+/// time or an unknown format is a SpecError naming the file and the field.
+HostProfile parse_host_profile(const std::string& text, const std::string& source);
+HostProfile load_host_profile(const std::string& path);
+/// load_host_profile once per process and path (shared by the planner's threads).
+std::shared_ptr<const HostProfile> cached_host_profile(const std::string& path);
+
+/// The ops every layer, embedding, head and optimizer step of the trainer calls (a profile must
+/// have them all).
+const std::vector<std::string>& host_profile_ops();
+
+/// Op times of the CPU backend on this host for a plan of `ranks` ranks: each measured time times
+/// the slowdown of that many processes sharing the host's cores.
+class HostOps {
+ public:
+  HostOps(std::shared_ptr<const HostProfile> profile, int ranks);
+  /// Inverse-distance weighting (in log m, log n, log k) of the time per multiply-add of the 4
+  /// nearest measured shapes of the variant, times m n k.
+  Seconds matmul(MatmulVariant v, double m, double n, double k) const;
+  /// One call of a linear-fit op on `units` units.
+  Seconds op(const std::string& name, double units) const;
+  double slowdown() const { return slowdown_; }
+  const HostProfile& profile() const { return *profile_; }
+
+ private:
+  std::shared_ptr<const HostProfile> profile_;
+  double slowdown_ = 1.0;
+};
+
+}  // namespace foresight::cost_models

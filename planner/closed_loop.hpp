@@ -1,0 +1,66 @@
+// The closed loop on the machine at hand (issue 24, `foresight validate --local`): the bundled
+// trainer's CPU backend calibrated on this host (cost_models/host_profile.hpp), a set of plans for a
+// small GPT that the trainer runs on local ranks, each plan's step time and peak memory per rank
+// predicted by the simulator BEFORE it runs (written into its plan.json), and the comparison.
+// This file holds everything but running processes (apps/cli/validate.cpp does that): the plan set,
+// the local device as a cluster, the predictions and the report, so that tests can check that the
+// predictions depend on nothing measured.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/plan_json.hpp"
+#include "sim/prediction.hpp"
+
+namespace foresight::planner {
+
+/// The host as a cluster: one node with `ranks` devices, each one CPU rank of the trainer's CPU
+/// backend priced by the profile at `profile_path` (GpuSpec::host_profile); its "peak" is the
+/// fastest GEMM the profile measured and its memory the host's.
+ClusterSpec local_cpu_cluster(const std::string& profile_path, int ranks);
+
+/// One plan of the loop: a short name and what the trainer executes.
+struct LoopCase {
+  std::string name;  // e.g. "pp2-1f1b"
+  ExecutablePlan plan;
+};
+
+/// The loop's small GPT (4 layers, hidden 64, 4 heads, sequence 64, vocabulary 256; with `moe`
+/// every other MLP is 4 experts, top-2, capacity factor 1.25), trained in fp32 on synthetic data.
+ModelSpec closed_loop_model(bool moe);
+
+/// The plans for at most `max_ranks` ranks: on one rank the baseline, full and selective
+/// recompute, activation offload; on two, tp, tp with sequence parallelism, pp with 1F1B, GPipe,
+/// interleaved and TeraPipe slices, dp, dp with ZeRO-1, MoE with ep; on four (max_ranks >= 4),
+/// tp x pp, pp x dp and tp x dp. Each runs `steps` steps (the first is warm-up).
+std::vector<LoopCase> closed_loop_plans(int max_ranks, int steps);
+
+/// The simulator's prediction (analytic engine) of one case on the host profile; also stored as
+/// the plan's `prediction`. Made before anything runs and from the profile alone.
+sim::Prediction predict_local(LoopCase& c, const std::string& profile_path);
+
+/// What one trainer run measured (from its summary.json), or why it failed.
+struct LoopMeasurement {
+  std::optional<double> step_s;     // median step after the first, seconds
+  std::optional<double> memory_GB;  // peak of live tensors on the fullest rank, 1e9 bytes
+  std::string error;                // empty when the run succeeded
+};
+
+/// Reads `measured.iteration_s` and `measured.memory_GB` of a trainer summary.
+LoopMeasurement measurement_from_summary(const nlohmann::json& summary);
+
+/// {backend, host, profile, cases: [{plan, ranks, predicted_step_s, measured_step_s, error_pct,
+/// predicted_mem_GB, measured_mem_GB, mem_error_pct, breakdown}], median_abs_pct, max_abs_pct,
+/// mem_max_abs_pct}. error = measured / predicted - 1.
+nlohmann::ordered_json closed_loop_json(const std::vector<LoopCase>& cases, const std::vector<sim::Prediction>& predicted,
+                                        const std::vector<LoopMeasurement>& measured, const std::string& backend,
+                                        const std::string& profile_path);
+
+/// reports/closed-loop.md: the table, the summary figures and the command that produced them.
+std::string closed_loop_markdown(const nlohmann::ordered_json& report, const std::string& command);
+
+}  // namespace foresight::planner

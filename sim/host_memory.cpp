@@ -1,0 +1,130 @@
+#include "sim/host_memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/schedule.hpp"
+
+namespace foresight::sim {
+
+namespace {
+
+constexpr double kFloat = 4.0;  // every tensor of the trainer's CPU backend is fp32
+
+/// Elements of the tensors one transformer layer keeps, and of its backward's working set, for a
+/// unit of `S` tokens per sequence attending to `C` positions (trainer/layer.cpp).
+struct LayerElements {
+  double saved = 0;      // kept from the forward to the backward (under the plan's recompute)
+  double full = 0;       // what an un-recomputed layer keeps (recomputed in the backward)
+  double backward = 0;   // temporaries alive at once inside layer_backward
+  double forward = 0;    // temporaries alive at once inside layer_forward
+};
+
+LayerElements layer_elements(const ModelSpec& m, const PlanSpec& p, double S, double C, bool moe_layer,
+                             Recompute recompute) {
+  const double t = p.tp, b = p.micro_batch, N = b * S, H = m.hidden, heads = double(m.heads) / t;
+  const double HD = heads * m.head_dim(), F = double(m.ffn_hidden) / t;
+  const bool sp = p.sequence_parallel && t > 1;
+  const double n = sp ? N / t : N;
+  const double past = C - S;
+  const double core = b * heads * S * C + N * HD;  // probs and attention output
+  double mlp = 2 * N * F;                          // fc1 and GeLU outputs
+  double mlp_backward = 2 * N * F + N * H;         // dgelu, dfc1, the partial input gradient
+  if (moe_layer && m.moe) {
+    // trainer/moe.cpp: router logits and probabilities, the dispatched rows, each expert's FC1
+    // and GeLU outputs over its capacity, the combined output.
+    const MoeSpec& e = *m.moe;
+    const double routed = std::ceil(e.capacity_factor * N * e.top_k / e.experts) * e.experts / p.ep;
+    const double Fe = double(m.expert_ffn());
+    mlp = 2 * N * e.experts + routed * H + 2 * routed * Fe + routed * H + N * H;
+    mlp_backward = 2 * routed * Fe + 2 * routed * H + N * H;
+  }
+  LayerElements L;
+  // a, x1, c, out (n x h each), two norms' mean and rstd, QKV, the core, FC1/GeLU (or the MoE's),
+  // and for a later TeraPipe slice the prefix-joined K/V.
+  L.full = 4 * n * H + 4 * n + 3 * N * HD + core + mlp + (past > 0 ? b * C * 3 * HD : 0.0);
+  switch (recompute) {
+    case Recompute::none: L.saved = L.full; break;
+    case Recompute::selective: L.saved = L.full - core; break;
+    case Recompute::full: L.saved = n * H + (past > 0 ? b * past * 3 * HD : 0.0); break;  // input (+ cached K/V)
+  }
+  const double gather = sp ? N * H : 0.0;
+  L.forward = gather + N * H;  // a gathered input and the row-parallel partial output
+  // The attention half of the backward: dx1, d(attention output), dQKV, the partial input
+  // gradient and dx, with the incoming gradient; the MLP half's temporaries are gone by then.
+  const double attention_backward = 2 * n * H + N * HD + 3 * N * HD + N * H + gather + n * H;
+  L.backward = std::max(mlp_backward + gather + n * H, attention_backward) +
+               (recompute == Recompute::selective ? core : 0.0) + (past > 0 ? b * C * 3 * HD : 0.0);
+  if (recompute == Recompute::full) L.backward += L.full;  // the layer re-run before its backward
+  return L;
+}
+
+}  // namespace
+
+std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment& e,
+                                                                const cost_models::ExecutionModel& x) {
+  const ModelSpec& m = e.model;
+  const PlanSpec& p = e.plan;
+  const int micro_batches = p.micro_batches(e.training);
+  const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+  const std::vector<int> slices =
+      p.schedule == Schedule::terapipe && !p.token_slices.empty() ? p.token_slices : std::vector<int>{m.seq_len};
+  const double t = p.tp, H = m.hidden, V = double(m.vocab) / t;
+  const bool sp = p.sequence_parallel && t > 1;
+  std::vector<cost_models::MemoryBreakdown> out;
+  for (int s = 0; s < p.pp; ++s) {
+    const cost_models::StageParameters params = cost_models::parameters_on_gpu(*x.framework, m, p, s);
+    const double P = params.dense + params.expert;
+    const double shard = p.zero >= 1 ? double(p.shard_ways()) : 1.0;
+    cost_models::MemoryBreakdown mem;
+    mem.weights = Bytes(kFloat * P);
+    mem.grads = Bytes(kFloat * P);
+    mem.optimizer = Bytes(2 * kFloat * P / shard);
+
+    const std::vector<int> layers = cost_models::stage_layers(m, p, s);
+    const int per_chunk = int(layers.size()) / v;
+    const double offloaded = std::round(p.offload.activations * per_chunk);
+    ScheduleShape shape{.schedule = p.schedule, .stages = p.pp, .microbatches = micro_batches,
+                        .virtual_stages = v, .slices = int(slices.size())};
+    double held = 0, sent = 0, peak = 0;
+    for (const ScheduledOp& op : stage_schedule(shape, s)) {
+      const int segment = op.chunk * p.pp + s;
+      const bool first = segment == 0, last = segment == p.pp * v - 1;
+      const double S = slices[std::size_t(op.slice)];
+      double C = 0;
+      for (int i = 0; i <= op.slice; ++i) C += slices[std::size_t(i)];
+      const double N = p.micro_batch * S, n = sp ? N / t : N;
+      // The unit's stash: its input, each layer's tensors (an offloaded layer keeps only what the
+      // next layer reads), the head's norm output, gathered input, logits, max and sums.
+      double unit = n * H, working = 0, head_backward = 0;
+      for (int l = 0; l < per_chunk; ++l) {
+        const int layer = layers[std::size_t(op.chunk * per_chunk + l)];
+        const bool moe_layer = m.is_moe_layer(layer);
+        Recompute r = p.recompute;
+        if (p.recompute_layers > 0) r = l < p.recompute_layers ? Recompute::full : Recompute::none;
+        const LayerElements L = layer_elements(m, p, S, C, moe_layer, r);
+        unit += l < offloaded ? n * H : L.saved;
+        working = std::max(working, op.pass == Pass::forward ? L.forward : L.backward + (l < offloaded ? L.saved : 0.0));
+      }
+      if (last) {
+        unit += n * H + 2 * n + (sp ? N * H : 0.0) + N * V + 3 * N;
+        head_backward = N * V + N * H + 2 * n * H;  // dlogits, the partial input gradient, dx
+      }
+      if (first && sp) working = std::max(working, N * H);  // the embedding before its reduce-scatter
+      if (op.pass == Pass::forward) {
+        held += unit;
+        peak = std::max(peak, held + sent + working);
+        if (!last) sent += n * H;  // the request keeps the tensor until the step's end
+      } else {
+        peak = std::max(peak, held + sent + std::max(working, head_backward) + (last ? 0.0 : n * H));
+        held -= unit;
+        if (!first) sent += n * H;
+      }
+    }
+    mem.activations = Bytes(kFloat * peak);
+    out.push_back(mem);
+  }
+  return out;
+}
+
+}  // namespace foresight::sim

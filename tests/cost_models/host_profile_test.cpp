@@ -1,0 +1,159 @@
+// The CPU device (cost_models/host_profile.hpp, host_compute.hpp): profile parsing and its errors,
+// GEMM interpolation, the per-op count of one trainer layer against a hand count of the backend
+// calls trainer/layer.cpp makes, measured MPI collectives in the communication model, and the
+// oversubscription slowdown.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "cost_models/comm.hpp"
+#include "cost_models/host_compute.hpp"
+#include "cost_models/host_profile.hpp"
+
+namespace foresight::cost_models {
+namespace {
+
+/// A profile where every GEMM costs `mac_s` per multiply-add and every other op `fixed_s` per call
+/// plus `unit_s` per unit; MPI all-reduce 10 us + 1 ns/byte and send-recv 2 us + 0.5 ns/byte on
+/// 2 ranks; slowdown 1 on 1-2 ranks, 2.2 on 4.
+nlohmann::json synthetic(double mac_s, double fixed_s, double unit_s) {
+  nlohmann::json j;
+  j["format"] = "foresight-cpu-profile/1";
+  j["host"] = {{"hostname", "testhost"}, {"cpu_model", "test cpu"}, {"cores", 2}, {"backend", "cpu"},
+               {"kernels", "foresight-train cpu backend @ test"}};
+  j["created_unix"] = 1;
+  for (const char* v : {"matmul_nn", "matmul_nt", "matmul_tn"}) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (double m : {4.0, 64.0})
+      for (double n : {8.0, 256.0})
+        for (double k : {8.0, 256.0}) samples.push_back({{"m", m}, {"n", n}, {"k", k}, {"time_s", mac_s * m * n * k}});
+    j["ops"][v]["samples"] = samples;
+  }
+  for (const std::string& op : host_profile_ops())
+    j["ops"][op] = {{"unit", "element"}, {"fixed_s", fixed_s}, {"per_unit_s", unit_s}, {"samples", nlohmann::json::array()}};
+  j["memory"] = {{"copy_GBps", 10.0}};
+  j["mpi"] = {{{"ranks", 2},
+               {"collectives",
+                {{"all_reduce", {{"fixed_s", 10e-6}, {"per_byte_s", 1e-9}}},
+                 {"send_recv", {{"fixed_s", 2e-6}, {"per_byte_s", 0.5e-9}}}}}}};
+  j["oversubscription"] = {{{"ranks", 1}, {"slowdown", 1.0}}, {{"ranks", 2}, {"slowdown", 1.0}}, {{"ranks", 4}, {"slowdown", 2.2}}};
+  return j;
+}
+
+std::shared_ptr<const HostProfile> profile_of(const nlohmann::json& j) {
+  return std::make_shared<const HostProfile>(parse_host_profile(j.dump(), "test.json"));
+}
+
+// A 1-rank layer of hidden 8, 2 heads (head dim 4), FFN 32, one sequence of 4 tokens.
+ModelSpec small_model() {
+  return ModelSpec{.name = "t", .layers = 2, .hidden = 8, .heads = 2, .seq_len = 4, .vocab = 16, .ffn_hidden = 32,
+                   .kv_heads = 2, .moe = std::nullopt};
+}
+
+TEST(HostProfile, LayerUnitsMatchAHandCountOfTheBackendCalls) {
+  // 1 ns per unit and per multiply-add, no fixed cost: the time in ns is the work.
+  const HostOps ops(profile_of(synthetic(1e-9, 0, 1e-9)), 1);
+  PlanSpec p;
+  const LayerTimes t = host_layer_times(ops, small_model(), p, 4, 4, false);
+  // Forward (n = N = 4 tokens, h = 8, 3h = 24, f = 32; causal pairs 4*5/2 = 10 per head):
+  //  norms 2 x (32 + 2 x 4 + 32) = 144; QKV 96 + 4*24*8 + 96 = 960; core 32 + 32 + 2*10*4 = 144;
+  //  projection 32 + 4*8*8 = 288; bias+residual 2 x (32 + 32) = 128; FC1 128 + 4*32*8 + 128 = 1280;
+  //  GeLU 128 + 128 = 256; FC2 32 + 4*8*32 = 1056.  Sum 4256.
+  EXPECT_NEAR(t.forward().value(), 4256e-9, 1e-15);
+  EXPECT_NEAR(t.recompute_selective().value(), 144e-9, 1e-15);
+  // Backward: FC2 32 + 1024 + 128 + 1024 = 2208; GeLU 128 + 128 + 128 = 384; FC1 1024 + 32 + 1024
+  //  = 2080; norms 2 x (32 + 32) = 128; residual adds 64; projection 32 + 256 + 32 + 256 = 576;
+  //  core 96 + 80 = 176; QKV 96 + 768 + 32 + 768 = 1664.  Sum 7280.
+  EXPECT_NEAR(t.backward().value(), 7280e-9, 1e-15);
+}
+
+TEST(HostProfile, LayerCallsMatchAHandCountOfTheBackendCalls) {
+  // 1 s per call of every non-GEMM op and nothing per unit: the time counts the calls.
+  const HostOps ops(profile_of(synthetic(1e-30, 1.0, 0)), 1);
+  PlanSpec p;
+  const LayerTimes t = host_layer_times(ops, small_model(), p, 4, 4, false);
+  // Forward: norms 2 x (zeros, 2 zeros, layernorm) 8; QKV zeros + bias 2; core 2 zeros + attention
+  // 3; projection zeros 1; 2 x (bias, add) 4; FC1 zeros + bias 2; GeLU zeros + gelu 2; FC2 zeros 1.
+  EXPECT_NEAR(t.forward().value(), 23.0, 1e-6);
+  // Backward: FC2 bias_backward + zeros 2; GeLU zeros + gelu + bias 3; FC1 zeros 1; norms 2 x 2 = 4;
+  // adds 2; projection bias + zeros 2; core zeros + attention 2; QKV bias + zeros 2.
+  EXPECT_NEAR(t.backward().value(), 18.0, 1e-6);
+}
+
+TEST(HostProfile, GemmOfAMeasuredShapeIsItsTimeAndOthersInterpolateTheRate) {
+  nlohmann::json j = synthetic(1e-9, 0, 1e-9);
+  // Make the tn variant twice as slow at m = 64 than at m = 4.
+  for (auto& s : j["ops"]["matmul_tn"]["samples"])
+    if (s["m"] == 64.0) s["time_s"] = 2e-9 * s["m"].get<double>() * s["n"].get<double>() * s["k"].get<double>();
+  const HostOps ops(profile_of(j), 1);
+  EXPECT_NEAR(ops.matmul(MatmulVariant::nn, 64, 256, 8).value(), 1e-9 * 64 * 256 * 8, 1e-15);
+  EXPECT_NEAR(ops.matmul(MatmulVariant::tn, 64, 256, 8).value(), 2e-9 * 64 * 256 * 8, 1e-15);
+  // Between the two m values, the rate lies between 1 and 2 ns per multiply-add.
+  const double rate = ops.matmul(MatmulVariant::tn, 16, 256, 8).value() / (16.0 * 256 * 8);
+  EXPECT_GT(rate, 1e-9);
+  EXPECT_LT(rate, 2e-9);
+}
+
+TEST(HostProfile, SlowdownInterpolatesAndTimeSharesBeyondTheMeasuredCounts) {
+  const auto p = profile_of(synthetic(1e-9, 0, 1e-9));
+  EXPECT_DOUBLE_EQ(p->slowdown_for(1), 1.0);
+  EXPECT_DOUBLE_EQ(p->slowdown_for(3), 1.6);       // halfway between 1.0 (2 ranks) and 2.2 (4)
+  EXPECT_DOUBLE_EQ(p->slowdown_for(8), 2.2 * 2);   // twice the ranks of the last measured count
+  const HostOps four(p, 4);
+  EXPECT_NEAR(four.op("add", 1000).value(), 2.2 * 1000e-9, 1e-15);
+}
+
+TEST(HostProfile, MissingOpsAndBadValuesNameTheField) {
+  nlohmann::json j = synthetic(1e-9, 0, 1e-9);
+  j["ops"].erase("gelu_backward");
+  try {
+    parse_host_profile(j.dump(), "p.json");
+    FAIL() << "accepted a profile without gelu_backward";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "ops.gelu_backward");
+  }
+  j = synthetic(1e-9, 0, 1e-9);
+  j["ops"]["matmul_nt"]["samples"][0]["time_s"] = -1;
+  try {
+    parse_host_profile(j.dump(), "p.json");
+    FAIL() << "accepted a negative GEMM time";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "ops.matmul_nt.samples[0].time_s");
+  }
+  j = synthetic(1e-9, 0, 1e-9);
+  j["format"] = "something-else";
+  EXPECT_THROW(parse_host_profile(j.dump(), "p.json"), SpecError);
+  EXPECT_THROW(parse_host_profile("{not json", "p.json"), SpecError);
+}
+
+TEST(HostProfile, CollectivesInTheHostUseTheMeasuredFits) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / "foresight-host-profile-comm.json";
+  std::ofstream(path) << synthetic(1e-9, 0, 1e-9).dump();
+  ClusterSpec c;
+  c.name = "host";
+  c.nodes = 1;
+  c.gpus_per_node = 4;
+  c.gpu.name = "cpu";
+  c.gpu.host_profile = path.string();
+  c.intra.bandwidth = BytesPerSecond(1e12);  // what NCCL's model would use: far faster than measured
+  const CommModel comm(c);
+  auto group = [](int n) {
+    CommGroup g;
+    g.ranks = g.ranks_per_node = n;
+    return g;
+  };
+  const CommGroup two = group(2);
+  EXPECT_NEAR(comm.time(Collective::all_reduce, Bytes(1e6), two).value(), 10e-6 + 1e-3, 1e-12);
+  EXPECT_NEAR(comm.time(Collective::send_recv, Bytes(1e6), two).value(), 2e-6 + 0.5e-3, 1e-12);
+  // Four ranks: the ring's bus factor 2(n-1)/n grows from 1 to 1.5, its steps from 1 to 3.
+  const CommGroup four = group(4);
+  EXPECT_NEAR(comm.time(Collective::all_reduce, Bytes(1e6), four).value(), 3 * 10e-6 + 1.5e-3, 1e-12);
+  // Nothing measured for all-gather: refused with the file named, not priced as NCCL.
+  EXPECT_THROW(comm.time(Collective::all_gather, Bytes(1e6), two), SpecError);
+}
+
+}  // namespace
+}  // namespace foresight::cost_models

@@ -1,0 +1,102 @@
+// The closed loop's bookkeeping (planner/closed_loop.hpp): the plan set, predictions made from the
+// host profile alone, and the comparison's arithmetic. The runs themselves are the ClosedLoop.Cpu
+// CTest (tests/apps), which checks the acceptance figures against the real trainer.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "cost_models/host_profile.hpp"
+#include "planner/closed_loop.hpp"
+
+namespace foresight::planner {
+namespace {
+
+std::string write_profile() {
+  nlohmann::json j;
+  j["format"] = "foresight-cpu-profile/1";
+  j["host"] = {{"hostname", "testhost"}, {"cpu_model", "test cpu"}, {"cores", 2}, {"backend", "cpu"},
+               {"kernels", "foresight-train cpu backend @ test"}};
+  for (const char* v : {"matmul_nn", "matmul_nt", "matmul_tn"})
+    j["ops"][v]["samples"] = {{{"m", 64}, {"n", 64}, {"k", 64}, {"time_s", 64.0 * 64 * 64 * 1e-9}},
+                              {{"m", 256}, {"n", 256}, {"k", 256}, {"time_s", 256.0 * 256 * 256 * 1.2e-9}}};
+  for (const std::string& op : cost_models::host_profile_ops())
+    j["ops"][op] = {{"fixed_s", 1e-6}, {"per_unit_s", 2e-9}};
+  j["memory"] = {{"copy_GBps", 10.0}};
+  nlohmann::json fits;
+  for (const char* c : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"})
+    fits[c] = {{"fixed_s", 5e-6}, {"per_byte_s", 1e-9}};
+  j["mpi"] = {{{"ranks", 2}, {"collectives", fits}}};
+  j["oversubscription"] = {{{"ranks", 1}, {"slowdown", 1.0}}, {{"ranks", 2}, {"slowdown", 1.05}}};
+  const auto path = std::filesystem::temp_directory_path() / "foresight-closed-loop-test-profile.json";
+  std::ofstream(path) << j.dump();
+  return path.string();
+}
+
+TEST(ClosedLoop, PlanSetCoversTheIssuesLayoutsOnTwoRanks) {
+  const std::vector<LoopCase> cases = closed_loop_plans(2, 8);
+  EXPECT_GE(cases.size(), 8u);
+  std::set<std::string> names;
+  for (const LoopCase& c : cases) {
+    names.insert(c.name);
+    EXPECT_LE(c.plan.gpus, 2) << c.name;
+    EXPECT_EQ(c.plan.plan.framework, Framework::foresight_train) << c.name;
+  }
+  for (const char* n : {"tp2-sp", "pp2-1f1b", "pp2-gpipe", "pp2-interleaved", "pp2-terapipe", "dp2-zero1",
+                        "full-recompute", "selective-recompute", "moe-dp2-ep2", "offload-0.5"})
+    EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_GT(closed_loop_plans(4, 8).size(), cases.size());  // four-rank layouts join on 4 cores
+}
+
+TEST(ClosedLoop, PredictionsDoNotDependOnWhatWasMeasured) {
+  const std::string profile = write_profile();
+  std::vector<LoopCase> cases = closed_loop_plans(2, 8);
+  std::vector<sim::Prediction> predicted;
+  for (LoopCase& c : cases) {
+    predicted.push_back(predict_local(c, profile));
+    ASSERT_TRUE(c.plan.prediction) << c.name;  // written into plan.json before the run
+    EXPECT_GT(c.plan.prediction->iteration_s, 0) << c.name;
+  }
+  std::vector<LoopMeasurement> a(cases.size()), b(cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    a[i].step_s = 1.0;
+    a[i].memory_GB = 0.01;
+    b[i].step_s = 123.0 + double(i);
+    b[i].memory_GB = 7.0;
+  }
+  const auto ja = closed_loop_json(cases, predicted, a, "cpu", profile);
+  const auto jb = closed_loop_json(cases, predicted, b, "cpu", profile);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(ja["cases"][i]["predicted_step_s"], jb["cases"][i]["predicted_step_s"]);
+    EXPECT_EQ(ja["cases"][i]["predicted_mem_GB"], jb["cases"][i]["predicted_mem_GB"]);
+    EXPECT_NE(ja["cases"][i]["measured_step_s"], jb["cases"][i]["measured_step_s"]);
+  }
+}
+
+TEST(ClosedLoop, ErrorsAreMeasuredOverPredictedAndSummarised) {
+  const std::string profile = write_profile();
+  std::vector<LoopCase> cases = closed_loop_plans(1, 8);  // the four one-rank plans
+  ASSERT_EQ(cases.size(), 4u);
+  std::vector<sim::Prediction> predicted;
+  for (LoopCase& c : cases) predicted.push_back(predict_local(c, profile));
+  std::vector<LoopMeasurement> m(cases.size());
+  const double factors[4] = {1.10, 0.95, 1.02, 0.80};  // errors +10%, -5%, +2%, -20%
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    m[i].step_s = factors[i] * in_s(predicted[i].iteration);
+    m[i].memory_GB = in_GB(predicted[i].memory_per_stage[0].total());
+  }
+  m[3].step_s.reset();  // a failed run: reported, not counted
+  m[3].error = "exited 1";
+  const auto j = closed_loop_json(cases, predicted, m, "cpu", profile);
+  EXPECT_NEAR(j["cases"][0]["error_pct"].get<double>(), 10.0, 1e-9);
+  EXPECT_NEAR(j["cases"][1]["error_pct"].get<double>(), -5.0, 1e-9);
+  EXPECT_TRUE(j["cases"][3]["error_pct"].is_null());
+  EXPECT_EQ(j["measured_cases"], 3);
+  EXPECT_NEAR(j["median_abs_pct"].get<double>(), 5.0, 1e-9);  // median of 10, 5, 2
+  EXPECT_NEAR(j["max_abs_pct"].get<double>(), 10.0, 1e-9);
+  EXPECT_NEAR(j["mem_max_abs_pct"].get<double>(), 0.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace foresight::planner
