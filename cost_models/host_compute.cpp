@@ -53,22 +53,33 @@ LayerTimes host_layer_times(const HostOps& ops, const ModelSpec& m, const PlanSp
   F_.projection = P.zeros(N, H) + P.mm(MatmulVariant::nn, N, H, HD) + scatter;
   F_.dropout_residual = 2.0 * (P.op("add_bias", n * H) + P.op("add", n * H));
   if (moe_layer) {
-    // MoE layers (trainer/moe.cpp): router GEMM and its softmax/top-k, then each local expert a
-    // GeLU MLP over its capacity of routed rows. The expert count per rank is experts / ep.
+    // trainer/moe.cpp: the router GEMM; softmax, top-k and capacity slots on the host (priced as
+    // the loss's exponential pass over the (tokens, experts) logits); one row copy per routed
+    // token into the dispatch buffer; on each rank every (source rank, local expert) pair is a
+    // GeLU MLP over `cap` rows, E x cap rows in all (the all-to-alls are the engine's); the
+    // weighted combine on the host (per element an add).
     const MoeSpec& e = *m.moe;
-    const double routed = std::ceil(e.capacity_factor * N * e.top_k / e.experts) * e.experts / p.ep;
+    const double E = e.experts, K = e.top_k;
+    const double cap = std::ceil(e.capacity_factor * N * K / E - 1e-9), rows = E * cap, groups = E;
     const double Fe = double(m.expert_ffn());
-    F_.moe_router = P.zeros(N, e.experts) + P.mm(MatmulVariant::nn, N, e.experts, H) + P.op("add", N * e.experts);
-    F_.moe_permute = 2.0 * (P.zeros(routed, H) + P.op("copy", routed * H)) + P.op("add", N * H);
-    F_.fc1 = P.zeros(routed, Fe) + P.mm(MatmulVariant::nn, routed, Fe, H) + P.op("add_bias", routed * Fe);
-    F_.gelu = P.zeros(routed, Fe) + P.op("gelu_forward", routed * Fe);
-    F_.fc2 = P.zeros(routed, H) + P.mm(MatmulVariant::nn, routed, H, Fe) + P.op("add_bias", routed * H);
-    B_.moe_router = 2.0 * F_.moe_router;
-    B_.moe_permute = F_.moe_permute;
-    B_.fc2 = P.mm(MatmulVariant::tn, Fe, H, routed) + P.zeros(routed, Fe) + P.mm(MatmulVariant::nt, routed, Fe, H) +
-             P.op("bias_backward", routed * H);
-    B_.gelu = P.zeros(routed, Fe) + P.op("gelu_backward", routed * Fe) + P.op("bias_backward", routed * Fe);
-    B_.fc1 = P.mm(MatmulVariant::tn, H, Fe, routed) + P.zeros(routed, H) + P.mm(MatmulVariant::nt, routed, H, Fe);
+    const Seconds host_round_trip = P.op("copy", N * E) + P.op("logits_sum_exp_and_target", N * E);
+    F_.moe_router = P.zeros(N, E) + P.mm(MatmulVariant::nn, N, E, H) + host_round_trip;
+    F_.moe_permute = P.zeros(rows, H) + N * K * P.op("copy", H) + P.zeros(rows, H) + P.zeros(rows, H) +
+                     P.zeros(rows, H) + P.op("copy", rows * H) + P.op("add", N * H * K) + P.zeros(N, H) +
+                     P.op("copy", N * H);
+    F_.fc1 = 2.0 * P.zeros(rows, Fe) +
+             groups * (P.mm(MatmulVariant::nn, cap, Fe, H) + P.op("add_bias", cap * Fe));
+    F_.gelu = groups * P.op("gelu_forward", cap * Fe);
+    F_.fc2 = groups * (P.mm(MatmulVariant::nn, cap, H, Fe) + P.op("add_bias", cap * H));
+    B_.moe_permute = P.op("copy", N * H) + P.op("copy", rows * H) + P.op("add", N * H * K) + P.zeros(rows, H) +
+                     P.op("copy", rows * H) + P.zeros(rows, H) + P.zeros(rows, H) + P.zeros(rows, H) +
+                     P.op("copy", rows * H) + P.op("add", N * H * K);
+    B_.moe_router = host_round_trip + P.zeros(N, E) + P.op("copy", N * E) + P.mm(MatmulVariant::tn, H, E, N) +
+                    P.zeros(N, H) + P.op("copy", N * H) + P.mm(MatmulVariant::nt, N, H, E);
+    B_.fc2 = groups * (P.op("bias_backward", cap * H) + P.mm(MatmulVariant::tn, Fe, H, cap) + P.zeros(cap, Fe) +
+                       P.mm(MatmulVariant::nt, cap, Fe, H));
+    B_.gelu = groups * (P.zeros(cap, Fe) + P.op("gelu_backward", cap * Fe) + P.op("bias_backward", cap * Fe));
+    B_.fc1 = groups * (P.mm(MatmulVariant::tn, H, Fe, cap) + P.mm(MatmulVariant::nt, cap, H, Fe));
   } else {
     F_.fc1 = P.zeros(N, F) + gather + P.mm(MatmulVariant::nn, N, F, H) + P.op("add_bias", N * F);
     F_.gelu = P.zeros(N, F) + P.op("gelu_forward", N * F);

@@ -138,8 +138,10 @@ HostProfile parse_host_profile(const std::string& text, const std::string& sourc
     for (std::size_t i = 0; i < o.size(); ++i) {
       const std::string where = "oversubscription[" + std::to_string(i) + "]";
       p.slowdown.emplace_back(int(number(o[i], "ranks", where, true)), number(o[i], "slowdown", where, true));
+      p.probe_s.push_back(o[i].contains("probe_s") ? number(o[i], "probe_s", where, true) : 0.0);
+      if (i > 0 && p.slowdown[i].first <= p.slowdown[i - 1].first)
+        fail(where + ".ranks", std::to_string(p.slowdown[i].first), "must increase along the list");
     }
-    std::sort(p.slowdown.begin(), p.slowdown.end());
   }
   if (j.contains("launch") && j["launch"].contains("mpirun") && j["launch"]["mpirun"].is_array())
     for (const auto& a : j["launch"]["mpirun"])
@@ -174,14 +176,16 @@ HostOps::HostOps(std::shared_ptr<const HostProfile> profile, int ranks) : profil
 Seconds HostOps::matmul(MatmulVariant v, double m, double n, double k) const {
   if (m <= 0 || n <= 0 || k <= 0) return Seconds(0);
   const auto& samples = profile_->matmul[std::size_t(v)];
-  // The 4 nearest shapes in log space; a shape measured exactly gets its own time.
+  // The 8 nearest shapes in log space (a cell's corners when the samples form a grid: with fewer,
+  // a shape at a cell's centre would take an arbitrary half of its equidistant corners); a shape
+  // measured exactly gets its own time.
   std::vector<std::pair<double, double>> near;  // (distance^2, seconds per multiply-add)
   near.reserve(samples.size());
   for (const MatmulSample& s : samples) {
     const double dm = std::log(m / s.m), dn = std::log(n / s.n), dk = std::log(k / s.k);
     near.emplace_back(dm * dm + dn * dn + dk * dk, s.time_s / (s.m * s.n * s.k));
   }
-  const std::size_t take = std::min<std::size_t>(4, near.size());
+  const std::size_t take = std::min<std::size_t>(8, near.size());
   std::partial_sort(near.begin(), near.begin() + long(take), near.end());
   if (near.front().first < 1e-12) return Seconds(near.front().second * m * n * k * slowdown_);
   double wsum = 0, acc = 0;

@@ -59,6 +59,10 @@ struct HostProfile {
   double copy_GBps = 0;
   std::vector<MeasuredCollectives> mpi;          // by rank count, ascending
   std::vector<std::pair<int, double>> slowdown;  // (ranks, per-process slowdown), ascending
+  /// Seconds per call of the oversubscription probe (calibrate/cpu_bench.hpp) with that many
+  /// ranks at once, at calibration: the host's speed then, which `validate --local` checks again
+  /// around every run. Same order as `slowdown`; 0 where not recorded.
+  std::vector<double> probe_s;
   std::vector<std::string> mpirun;               // launch template; "{ranks}" stands for the count
 
   /// Per-process slowdown of `ranks` busy processes on this host: the measured value, linear
@@ -84,8 +88,8 @@ const std::vector<std::string>& host_profile_ops();
 class HostOps {
  public:
   HostOps(std::shared_ptr<const HostProfile> profile, int ranks);
-  /// Inverse-distance weighting (in log m, log n, log k) of the time per multiply-add of the 4
-  /// nearest measured shapes of the variant, times m n k.
+  /// Inverse-distance weighting (in log m, log n, log k) of the log time per multiply-add of the
+  /// 8 nearest measured shapes of the variant, times m n k.
   Seconds matmul(MatmulVariant v, double m, double n, double k) const;
   /// One call of a linear-fit op on `units` units.
   Seconds op(const std::string& name, double units) const;

@@ -85,6 +85,10 @@ std::vector<LoopCase> closed_loop_plans(int max_ranks, int steps) {
   v.back().plan.recompute = Recompute::selective;
   v.push_back({"offload-0.5", plan(1, 1, 1)});
   v.back().plan.offload.activations = 0.5;
+  v.push_back({"moe", plan(1, 1, 1), true});
+  v.push_back({"terapipe-slices", plan(1, 1, 1)});
+  v.back().plan.schedule = Schedule::terapipe;
+  v.back().plan.token_slices = {32, 32};
   if (max_ranks >= 2) {
     v.push_back({"tp2", plan(2, 1, 1)});
     v.push_back({"tp2-sp", plan(2, 1, 1)});
@@ -148,18 +152,31 @@ sim::Prediction predict_local(LoopCase& c, const std::string& profile_path) {
   return p;
 }
 
-LoopMeasurement measurement_from_summary(const nlohmann::json& summary) {
+namespace {
+double median_of(std::vector<double> v);
+}
+
+LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries) {
   LoopMeasurement m;
-  if (!summary.is_object() || !summary.contains("measured") || !summary["measured"].is_object()) {
-    m.error = "the summary has no measured block";
-    return m;
+  std::vector<double> steps;
+  for (std::size_t r = 0; r < summaries.size(); ++r) {
+    const nlohmann::json& s = summaries[r];
+    const std::string run = "run " + std::to_string(r + 1) + ": ";
+    if (!s.is_object() || !s.contains("steps") || !s["steps"].is_array()) {
+      m.error += run + "no summary; ";
+      continue;
+    }
+    if (s.contains("status") && s["status"] != "ok") m.error += run + "status " + s["status"].dump() + "; ";
+    const nlohmann::json& st = s["steps"];
+    for (std::size_t i = 1; i < st.size(); ++i)  // the first step pays for warm-up
+      if (st[i].contains("step_s") && st[i]["step_s"].is_number()) steps.push_back(st[i]["step_s"].get<double>());
+    if (s.contains("measured") && s["measured"].is_object() && s["measured"].contains("memory_GB") &&
+        s["measured"]["memory_GB"].is_number())
+      m.memory_GB = std::max(m.memory_GB.value_or(0.0), s["measured"]["memory_GB"].get<double>());
   }
-  const nlohmann::json& j = summary["measured"];
-  if (summary.contains("status") && summary["status"] != "ok")
-    m.error = "status " + summary["status"].dump();
-  if (j.contains("iteration_s") && j["iteration_s"].is_number()) m.step_s = j["iteration_s"].get<double>();
-  if (j.contains("memory_GB") && j["memory_GB"].is_number()) m.memory_GB = j["memory_GB"].get<double>();
-  if (!m.step_s && m.error.empty()) m.error = "the summary has no measured iteration_s";
+  if (!steps.empty()) m.step_s = median_of(steps);
+  m.steps = int(steps.size());
+  if (!m.step_s && m.error.empty()) m.error = "no measured steps";
   return m;
 }
 
@@ -200,6 +217,9 @@ nlohmann::ordered_json closed_loop_json(const std::vector<LoopCase>& cases, cons
     r["ranks"] = cases[i].plan.gpus;
     r["predicted_step_s"] = ps;
     r["measured_step_s"] = number_or_null(m.step_s);
+    r["measured_steps"] = m.steps;
+    r["disturbed_runs"] = m.disturbed_runs;
+    r["host_slowdown"] = m.host_slowdown;
     std::optional<double> err, merr;
     if (m.step_s && ps > 0) err = 100.0 * (*m.step_s / ps - 1.0);
     if (m.memory_GB && pm > 0) merr = 100.0 * (*m.memory_GB / pm - 1.0);
@@ -238,9 +258,11 @@ std::string closed_loop_markdown(const nlohmann::ordered_json& r, const std::str
   s += "Backend " + r["backend"].get<std::string>() + " on " + r["host"]["hostname"].get<std::string>() + " (" +
        r["host"]["cpu_model"].get<std::string>() + ", " + std::to_string(r["host"]["cores"].get<int>()) +
        " cores), profile `" + r["profile"].get<std::string>() + "`. Each plan was predicted by the analytic engine " +
-       "from the host profile before the trainer ran it; error = measured / predicted - 1.\n\n";
+       "from the host profile before the trainer ran it; error = measured / predicted - 1. Host speed: the "
+       "largest ratio, around a kept run, of the host probe's time to its time at calibration (1.00: as calibrated; "
+       "\"busy\": runs kept although no attempt found the host within tolerance).\n\n";
   s += "| plan | ranks | predicted step (s) | measured step (s) | error | predicted peak (MB/rank) | measured peak "
-       "(MB/rank) | memory error |\n|---|---:|---:|---:|---:|---:|---:|---:|\n";
+       "(MB/rank) | memory error | host speed |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& c : r["cases"]) {
     s += "| " + c["plan"].get<std::string>() + " | " + std::to_string(c["ranks"].get<int>()) + " | " +
          fmt(c["predicted_step_s"], "%.4f") + " | " + fmt(c["measured_step_s"], "%.4f") + " | " +
@@ -248,7 +270,9 @@ std::string closed_loop_markdown(const nlohmann::ordered_json& r, const std::str
          fmt(nlohmann::ordered_json(c["predicted_mem_GB"].get<double>() * 1e3), "%.2f") + " | " +
          (c["measured_mem_GB"].is_number() ? fmt(nlohmann::ordered_json(c["measured_mem_GB"].get<double>() * 1e3), "%.2f")
                                            : std::string("n/a")) +
-         " | " + fmt(c["mem_error_pct"], "%+.1f%%") + " |\n";
+         " | " + fmt(c["mem_error_pct"], "%+.1f%%") + " | " + fmt(c["host_slowdown"], "%.2f") +
+         (c["disturbed_runs"].get<int>() > 0 ? " (" + std::to_string(c["disturbed_runs"].get<int>()) + " busy)" : "") +
+         " |\n";
   }
   s += "\nStep time: median |error| " + fmt(r["median_abs_pct"], "%.1f%%") + ", largest " +
        fmt(r["max_abs_pct"], "%.1f%%") + " over " + std::to_string(r["measured_cases"].get<int>()) +

@@ -34,7 +34,7 @@ struct LoopCase {
 ModelSpec closed_loop_model(bool moe);
 
 /// The plans for at most `max_ranks` ranks: on one rank the baseline, full and selective
-/// recompute, activation offload; on two, tp, tp with sequence parallelism, pp with 1F1B, GPipe,
+/// recompute, activation offload, MoE, TeraPipe token slices; on two, tp, tp with sequence parallelism, pp with 1F1B, GPipe,
 /// interleaved and TeraPipe slices, dp, dp with ZeRO-1, MoE with ep; on four (max_ranks >= 4),
 /// tp x pp, pp x dp and tp x dp. Each runs `steps` steps (the first is warm-up).
 std::vector<LoopCase> closed_loop_plans(int max_ranks, int steps);
@@ -45,13 +45,17 @@ sim::Prediction predict_local(LoopCase& c, const std::string& profile_path);
 
 /// What one trainer run measured (from its summary.json), or why it failed.
 struct LoopMeasurement {
-  std::optional<double> step_s;     // median step after the first, seconds
+  std::optional<double> step_s;     // median step, warm-up steps left out, seconds
+  int steps = 0;                    // steps the median is over
   std::optional<double> memory_GB;  // peak of live tensors on the fullest rank, 1e9 bytes
   std::string error;                // empty when the run succeeded
+  int disturbed_runs = 0;           // runs kept although the host was slower than at calibration
+  double host_slowdown = 0;         // the largest host probe / calibration ratio around a kept run
 };
 
-/// Reads `measured.iteration_s` and `measured.memory_GB` of a trainer summary.
-LoopMeasurement measurement_from_summary(const nlohmann::json& summary);
+/// The runs of one plan (one trainer summary per round): the median step time over every step
+/// but each run's first (warm-up), and the largest peak memory. A failed run is skipped and named.
+LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries);
 
 /// {backend, host, profile, cases: [{plan, ranks, predicted_step_s, measured_step_s, error_pct,
 /// predicted_mem_GB, measured_mem_GB, mem_error_pct, breakdown}], median_abs_pct, max_abs_pct,

@@ -31,13 +31,14 @@ LayerElements layer_elements(const ModelSpec& m, const PlanSpec& p, double S, do
   double mlp = 2 * N * F;                          // fc1 and GeLU outputs
   double mlp_backward = 2 * N * F + N * H;         // dgelu, dfc1, the partial input gradient
   if (moe_layer && m.moe) {
-    // trainer/moe.cpp: router logits and probabilities, the dispatched rows, each expert's FC1
-    // and GeLU outputs over its capacity, the combined output.
+    // trainer/moe.cpp keeps the experts' input rows, their FC1 and GeLU outputs and the combined
+    // rows (E x capacity rows on every rank); its backward holds the gradients of the combined,
+    // returned and dispatched rows, one expert's FC1/GeLU gradients and the input gradient.
     const MoeSpec& e = *m.moe;
-    const double routed = std::ceil(e.capacity_factor * N * e.top_k / e.experts) * e.experts / p.ep;
+    const double cap = std::ceil(e.capacity_factor * N * e.top_k / e.experts - 1e-9), rows = e.experts * cap;
     const double Fe = double(m.expert_ffn());
-    mlp = 2 * N * e.experts + routed * H + 2 * routed * Fe + routed * H + N * H;
-    mlp_backward = 2 * routed * Fe + 2 * routed * H + N * H;
+    mlp = 2 * rows * H + 2 * rows * Fe;
+    mlp_backward = 4 * rows * H + 2 * cap * Fe + N * H + N * e.experts;
   }
   LayerElements L;
   // a, x1, c, out (n x h each), two norms' mean and rstd, QKV, the core, FC1/GeLU (or the MoE's),
@@ -96,27 +97,46 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
       const double N = p.micro_batch * S, n = sp ? N / t : N;
       // The unit's stash: its input, each layer's tensors (an offloaded layer keeps only what the
       // next layer reads), the head's norm output, gathered input, logits, max and sums.
-      double unit = n * H, working = 0, head_backward = 0;
+      // Per layer: what it keeps until its backward (an offloaded layer only its output: the rest,
+      // and for the chunk's first layer its input, waits in the host store), the working set of its
+      // pass, and what comes back from the host before its backward.
+      struct Kept {
+        double kept = 0, working = 0, restored = 0;
+      };
+      std::vector<Kept> kept;
+      const bool input_offloaded = offloaded > 0;
+      double unit = input_offloaded ? 0.0 : n * H, head_backward = 0, forward_working = 0;
       for (int l = 0; l < per_chunk; ++l) {
         const int layer = layers[std::size_t(op.chunk * per_chunk + l)];
         const bool moe_layer = m.is_moe_layer(layer);
         Recompute r = p.recompute;
         if (p.recompute_layers > 0) r = l < p.recompute_layers ? Recompute::full : Recompute::none;
         const LayerElements L = layer_elements(m, p, S, C, moe_layer, r);
-        unit += l < offloaded ? n * H : L.saved;
-        working = std::max(working, op.pass == Pass::forward ? L.forward : L.backward + (l < offloaded ? L.saved : 0.0));
+        const bool off = l < offloaded;
+        kept.push_back({off ? n * H : L.saved, L.backward, off ? L.saved - n * H + (l == 0 ? n * H : 0.0) : 0.0});
+        unit += kept.back().kept;
+        forward_working = std::max(forward_working, L.forward);
       }
       if (last) {
         unit += n * H + 2 * n + (sp ? N * H : 0.0) + N * V + 3 * N;
         head_backward = N * V + N * H + 2 * n * H;  // dlogits, the partial input gradient, dx
       }
-      if (first && sp) working = std::max(working, N * H);  // the embedding before its reduce-scatter
+      if (first && sp) forward_working = std::max(forward_working, N * H);  // the embedding before its reduce-scatter
       if (op.pass == Pass::forward) {
         held += unit;
-        peak = std::max(peak, held + sent + working);
+        peak = std::max(peak, held + sent + forward_working);
         if (!last) sent += n * H;  // the request keeps the tensor until the step's end
       } else {
-        peak = std::max(peak, held + sent + std::max(working, head_backward) + (last ? 0.0 : n * H));
+        // The head's backward with every layer still kept, then the layers in reverse, each freeing
+        // what it kept once its backward is done; the incoming gradient (n x h) throughout.
+        const double incoming = last ? 0.0 : n * H;
+        double now = held + sent + incoming;
+        peak = std::max(peak, now + head_backward);
+        for (int l = per_chunk - 1; l >= 0; --l) {
+          const Kept& k = kept[std::size_t(l)];
+          peak = std::max(peak, now + k.restored + k.working);
+          now -= k.kept;
+        }
         held -= unit;
         if (!first) sent += n * H;
       }

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "apps/cli/cli.hpp"
+#include "apps/cli/local_loop.hpp"
 #include "apps/cli/progress.hpp"
 #include "foresight/git_sha.hpp"
 #include "calibrate/calibrate.hpp"
@@ -30,6 +31,7 @@ struct CalibrateArgs {
   std::string refit;
   bool published = false;
   std::string engine = "analytic";
+  std::string backend = "cuda";
 };
 }  // namespace
 
@@ -146,7 +148,23 @@ Command calibrate_command() {
                          "marked measured.role: calibration (no GPU needed) and write the file back (or to --out)");
             sub.add_option("--engine", a->engine, "Engine for --published: analytic or simgrid")
                 ->check(CLI::IsMember({"analytic", "simgrid"}));
+            sub.add_option("--backend", a->backend,
+                           "What to measure: cuda (the GPUs' kernels and NCCL, the default) or cpu (the bundled "
+                           "trainer's CPU backend op by op, its MPI collectives and the slowdown of concurrent ranks "
+                           "on this host, under a minute; --out default cpu-profile.json)")
+                ->check(CLI::IsMember({"cuda", "cpu"}));
             return [a, out_opt](std::ostream& out, std::ostream& err) -> int {
+              if (a->backend == "cpu") {
+                if (a->published || !a->refit.empty() || a->json || !a->models.empty()) {
+                  err << "foresight calibrate: --backend cpu takes only --out and --quick\n";
+                  return kExitUserError;
+                }
+                if (out_opt->count() > 0 && a->out.empty()) {
+                  err << "foresight calibrate: --out \"\": give a file name\n";
+                  return kExitUserError;
+                }
+                return calibrate_cpu(out_opt->count() > 0 ? a->out : "cpu-profile.json", a->quick, out, err);
+              }
               if (a->published) {
                 if (a->quick || a->json || !a->models.empty() || !a->refit.empty()) {
                   err << "foresight calibrate: --published takes only --out and --engine (it measures nothing)\n";

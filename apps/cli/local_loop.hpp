@@ -3,6 +3,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace foresight::cli {
 
@@ -12,11 +13,21 @@ struct LocalLoopOptions {
   std::string profile;                       // reuse this profile instead of calibrating
   std::string results = "reports/closed-loop.json";
   std::string markdown = "reports/closed-loop.md";
+  std::vector<std::string> plans;  // run only these plans of the set (empty: all)
   int steps = 8;
+  int rounds = 3;     // each plan runs once per round, rounds one after another
+  int attempts = 2;   // runs of a plan per round until one is quiet
+  double quiet_tolerance = 0.07;  // a run is quiet when the host probe is at most this much slower than at calibration
   int max_ranks = 0;  // 0: the host's cores (at least 2)
   bool json = false;
   std::string command;  // as typed, for the report
 };
+
+/// `foresight calibrate --backend cpu`: the trainer's CPU backend op by op (calibrate/cpu_bench.hpp),
+/// then foresight-commbench under mpirun for the MPI collectives (2 ranks, and 4 on 4 or more
+/// cores) and the slowdown of 1 .. 2 x cores concurrent ranks; writes the profile to `path`
+/// (whole or not at all). Exit 0, or 1 when a measurement failed.
+int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::ostream& err);
 
 /// Exit 0 when every run succeeded (the comparison is the output, not the exit code), 1 when a
 /// run failed (its row says why), 2 on bad options.

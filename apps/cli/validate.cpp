@@ -36,6 +36,12 @@ Command validate_command() {
         sub.add_option("--results", o->loop.results, "--local: write the comparison JSON here")->capture_default_str();
         sub.add_option("--steps", o->loop.steps, "--local: trainer steps per plan (the first is warm-up)")
             ->capture_default_str();
+        sub.add_option("--rounds", o->loop.rounds,
+                       "--local: runs of each plan, in rounds over the whole set (a slow spell of a shared machine "
+                       "then spoils one run of a plan, not the plan); the median is over all their steps")
+            ->capture_default_str();
+        sub.add_option("--plans", o->loop.plans, "--local: run only these plans of the set (names as in the table)")
+            ->delimiter(',');
         sub.add_option("--max-ranks", o->loop.max_ranks, "--local: most ranks per plan (default: the host's cores, at least 2)");
         return [o](std::ostream& out, std::ostream& err) {
           if (o->local) {

@@ -1,0 +1,312 @@
+#include "calibrate/cpu_bench.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "core/error.hpp"
+#include "trainer/cpu_backend.hpp"
+
+namespace foresight::calibrate {
+
+using trainer::AdamWStep;
+using trainer::AttentionShape;
+using trainer::Backend;
+using trainer::Tensor;
+using trainer::TokenPositions;
+
+LinearFitResult fit_linear(const std::vector<double>& units, const std::vector<double>& times) {
+  FORESIGHT_CHECK(units.size() == times.size() && units.size() >= 2) << units.size() << " samples";
+  const long n = long(units.size());
+  // Relative residuals: row i is (1 / t_i, u_i / t_i) . (a, b) = 1.
+  Eigen::MatrixXd A(n, 2);
+  Eigen::VectorXd ones = Eigen::VectorXd::Ones(n);
+  for (long i = 0; i < n; ++i) {
+    FORESIGHT_CHECK(times[std::size_t(i)] > 0) << "time " << times[std::size_t(i)];
+    A(i, 0) = 1.0 / times[std::size_t(i)];
+    A(i, 1) = units[std::size_t(i)] / times[std::size_t(i)];
+  }
+  Eigen::Vector2d ab = A.colPivHouseholderQr().solve(ones);
+  LinearFitResult r{.fixed_s = ab(0), .per_unit_s = ab(1)};
+  if (r.fixed_s < 0 || r.per_unit_s < 0) {
+    // Through the origin: minimise sum (b u_i / t_i - 1)^2.
+    const Eigen::VectorXd x = A.col(1);
+    r.fixed_s = 0;
+    r.per_unit_s = std::max(0.0, x.dot(ones) / x.dot(x));
+  }
+  for (long i = 0; i < n; ++i)
+    r.max_rel_residual = std::max(r.max_rel_residual, std::abs((r.fixed_s + r.per_unit_s * units[std::size_t(i)]) /
+                                                                   times[std::size_t(i)] -
+                                                               1.0));
+  return r;
+}
+
+double median_time(const std::function<void()>& f, int reps) {
+  using Clock = std::chrono::steady_clock;
+  f();  // warm-up: page faults, caches
+  std::vector<double> t;
+  for (int i = 0; i < std::max(1, reps); ++i) {
+    const auto a = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+namespace {
+
+// Repeats: enough to take a median, fewer for long calls (keeps the whole run under a minute).
+int reps_for(double seconds) { return seconds > 0.05 ? 1 : seconds > 0.01 ? 3 : 5; }
+
+double timed(const std::function<void()>& f) {
+  using Clock = std::chrono::steady_clock;
+  const auto a = Clock::now();
+  f();
+  const double first = std::chrono::duration<double>(Clock::now() - a).count();
+  return median_time(f, reps_for(first));
+}
+
+/// A linear op measured at `sizes` units: samples and fit.
+nlohmann::ordered_json linear_op(const char* unit, const std::vector<double>& sizes,
+                                 const std::function<double(double)>& run, std::ostream& log, const char* name) {
+  std::vector<double> times;
+  nlohmann::ordered_json samples = nlohmann::ordered_json::array();
+  for (double u : sizes) {
+    times.push_back(run(u));
+    samples.push_back({{"units", u}, {"time_s", times.back()}});
+  }
+  const LinearFitResult f = fit_linear(sizes, times);
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-26s %8.2f us + %7.3f ns/%s (largest residual %.1f%%)\n", name, f.fixed_s * 1e6,
+                f.per_unit_s * 1e9, unit, 100 * f.max_rel_residual);
+  log << line;
+  return {{"unit", unit}, {"fixed_s", f.fixed_s}, {"per_unit_s", f.per_unit_s}, {"samples", samples}};
+}
+
+}  // namespace
+
+double slowdown_probe_seconds(double duration_s) {
+  using Clock = std::chrono::steady_clock;
+  auto be = trainer::make_cpu_backend();
+  Tensor a = be->zeros(128, 256), b = be->zeros(256, 256), c = be->zeros(128, 256);
+  be->matmul(c, a, false, b, false, false);  // warm-up
+  // Calls for a fixed wall time, so that ranks started together overlap for all of it.
+  const auto start = Clock::now();
+  long calls = 0;
+  double elapsed = 0;
+  do {
+    be->matmul(c, a, false, b, false, false);
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < duration_s);
+  return elapsed / double(calls);
+}
+
+namespace {
+
+nlohmann::ordered_json measure_pass(const CpuBenchOptions& o, std::ostream& log) {
+  auto be = trainer::make_cpu_backend();
+  nlohmann::ordered_json j;
+  // ---- GEMMs: a log2 grid; the largest products left out (they take seconds and no small GPT has them).
+  const std::vector<int> ms = o.quick ? std::vector<int>{32, 128, 512} : std::vector<int>{32, 64, 128, 256, 512};
+  const std::vector<int> nks =
+      o.quick ? std::vector<int>{32, 128, 512} : std::vector<int>{32, 64, 128, 256, 512, 1024};
+  const double max_macs = o.quick ? double(1 << 22) : double(1 << 25);
+  const char* names[3] = {"matmul_nn", "matmul_nt", "matmul_tn"};
+  for (int v = 0; v < 3; ++v) {
+    const bool ta = v == 2, tb = v == 1;
+    nlohmann::ordered_json samples = nlohmann::ordered_json::array();
+    double lo = 1e30, hi = 0;
+    for (int m : ms)
+      for (int n : nks)
+        for (int k : nks) {
+          const double macs = double(m) * n * k;
+          if (macs > max_macs) continue;
+          Tensor a = ta ? be->zeros(k, m) : be->zeros(m, k);
+          Tensor b = tb ? be->zeros(n, k) : be->zeros(k, n);
+          Tensor c = be->zeros(m, n);
+          be->fill(a, 0.5f);
+          be->fill(b, 0.25f);
+          const double t = timed([&] { be->matmul(c, a, ta, b, tb, ta); });  // tn accumulates, as weight gradients do
+          samples.push_back({{"m", m}, {"n", n}, {"k", k}, {"time_s", t}});
+          lo = std::min(lo, 2 * macs / t);
+          hi = std::max(hi, 2 * macs / t);
+        }
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-26s %3zu shapes, %.2f - %.2f GFLOP/s\n", names[v], samples.size(), lo / 1e9,
+                  hi / 1e9);
+    log << line;
+    j["ops"][names[v]] = {{"samples", samples}};
+  }
+
+  // ---- Everything else, fixed + per unit.
+  const double C = 64;  // row width of the (rows, C) tensors
+  const std::vector<double> el = {4096, 16384, 65536, 262144};
+  auto rows = [&](double u) { return std::int64_t(u / C); };
+  auto& ops = j["ops"];
+  ops["zeros"] = linear_op("element", el, [&](double u) { return timed([&] { Tensor t = be->zeros(rows(u), std::int64_t(C)); }); }, log, "zeros");
+  auto pair = [&](double u, const std::function<void(Tensor&, Tensor&)>& f) {
+    Tensor a = be->zeros(rows(u), std::int64_t(C)), b = be->zeros(rows(u), std::int64_t(C));
+    be->fill(b, 0.5f);
+    return timed([&] { f(a, b); });
+  };
+  ops["copy"] = linear_op("element", el, [&](double u) { return pair(u, [&](Tensor& a, Tensor& b) { be->copy(a, b); }); }, log, "copy");
+  ops["add"] = linear_op("element", el, [&](double u) { return pair(u, [&](Tensor& a, Tensor& b) { be->add(a, b); }); }, log, "add");
+  Tensor bias = be->zeros(1, std::int64_t(C));
+  ops["add_bias"] = linear_op("element", el, [&](double u) { return pair(u, [&](Tensor& a, Tensor&) { be->add_bias(a, bias); }); }, log, "add_bias");
+  ops["bias_backward"] = linear_op("element", el, [&](double u) { return pair(u, [&](Tensor& a, Tensor&) { be->bias_backward(bias, a); }); }, log, "bias_backward");
+  ops["sum_squares"] = linear_op("element", el, [&](double u) { return pair(u, [&](Tensor& a, Tensor&) { (void)be->sum_squares(a); }); }, log, "sum_squares");
+  ops["gelu_forward"] = linear_op("element", el, [&](double u) { return pair(u, [&](Tensor& a, Tensor& b) { be->gelu_forward(a, b); }); }, log, "gelu_forward");
+  ops["gelu_backward"] = linear_op("element", el, [&](double u) {
+    Tensor dy = be->zeros(rows(u), std::int64_t(C));
+    be->fill(dy, 1.0f);
+    return pair(u, [&](Tensor& a, Tensor& b) { be->gelu_backward(a, dy, b); });
+  }, log, "gelu_backward");
+  Tensor g = be->zeros(1, std::int64_t(C)), beta = be->zeros(1, std::int64_t(C));
+  be->fill(g, 1.0f);
+  ops["layernorm_forward"] = linear_op("element", el, [&](double u) {
+    Tensor mean = be->zeros(rows(u), 1), rstd = be->zeros(rows(u), 1);
+    return pair(u, [&](Tensor& y, Tensor& x) { be->layernorm_forward(y, mean, rstd, x, g, beta); });
+  }, log, "layernorm_forward");
+  ops["layernorm_backward"] = linear_op("element", el, [&](double u) {
+    Tensor mean = be->zeros(rows(u), 1), rstd = be->zeros(rows(u), 1), dy = be->zeros(rows(u), std::int64_t(C));
+    be->fill(rstd, 1.0f);
+    be->fill(dy, 0.5f);
+    Tensor dg = be->zeros(1, std::int64_t(C)), db = be->zeros(1, std::int64_t(C));
+    return pair(u, [&](Tensor& dx, Tensor& x) { be->layernorm_backward(dx, dg, db, dy, x, mean, rstd, g); });
+  }, log, "layernorm_backward");
+  ops["adamw"] = linear_op("parameter", el, [&](double u) {
+    Tensor p = be->zeros(std::int64_t(u), 1), gr = be->zeros(std::int64_t(u), 1), m = be->zeros(std::int64_t(u), 1),
+           v = be->zeros(std::int64_t(u), 1);
+    be->fill(gr, 0.01f);
+    const AdamWStep h{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1.0f, .step = 1};
+    return timed([&] { be->adamw(p, gr, m, v, h); });
+  }, log, "adamw");
+  // Attention: batch 2, 4 heads of 16, causal over `seq` positions; units = the (query, key)
+  // pairs computed times the head dim.
+  auto attention = [&](bool backward, double seq) {
+    const int S = int(seq), heads = 4, D = 16, HD = heads * D;
+    const AttentionShape s{.batch = 2, .seq = S, .heads = heads, .head_dim = D, .context = 0};
+    Tensor qkv = be->zeros(2 * S, 3 * HD), out = be->zeros(2 * S, HD), probs = be->zeros(2 * heads * S, S),
+           d = be->zeros(2 * S, 3 * HD), dout = be->zeros(2 * S, HD);
+    be->fill(qkv, 0.1f);
+    be->fill(dout, 0.1f);
+    be->attention_forward(out, probs, qkv, qkv, s);
+    return backward ? timed([&] { be->attention_backward(d, d, dout, probs, qkv, qkv, s); })
+                    : timed([&] { be->attention_forward(out, probs, qkv, qkv, s); });
+  };
+  const std::vector<double> seqs = {16, 32, 64, 128, 256};
+  std::vector<double> att_units;
+  for (double S : seqs) att_units.push_back(2.0 * 4 * (S * (S + 1) / 2) * 16);
+  auto att_op = [&](bool backward, const char* name) {
+    std::size_t i = 0;
+    return linear_op("score_dim", att_units, [&](double) { return attention(backward, seqs[i++]); }, log, name);
+  };
+  ops["attention_forward"] = att_op(false, "attention_forward");
+  ops["attention_backward"] = att_op(true, "attention_backward");
+  // Embedding and positions: tokens x C elements from a 256-row table and 64 positions.
+  std::vector<std::int32_t> tokens(std::size_t(262144 / C));
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = std::int32_t((i * 37) % 256);
+  Tensor table = be->zeros(256, std::int64_t(C)), positions = be->zeros(64, std::int64_t(C));
+  auto tok = [&](double u) { return std::span<const std::int32_t>(tokens.data(), std::size_t(rows(u))); };
+  ops["embedding_forward"] = linear_op("element", el, [&](double u) {
+    return pair(u, [&](Tensor& x, Tensor&) { be->embedding_forward(x, table, tok(u), 0); });
+  }, log, "embedding_forward");
+  ops["embedding_backward"] = linear_op("element", el, [&](double u) {
+    return pair(u, [&](Tensor&, Tensor& dx) { be->embedding_backward(table, dx, tok(u), 0); });
+  }, log, "embedding_backward");
+  ops["add_positions"] = linear_op("element", el, [&](double u) {
+    return pair(u, [&](Tensor& x, Tensor&) { be->add_positions(x, positions, TokenPositions{.first_row = 0, .period = 64, .offset = 0}); });
+  }, log, "add_positions");
+  ops["positions_backward"] = linear_op("element", el, [&](double u) {
+    return pair(u, [&](Tensor&, Tensor& dx) { be->positions_backward(positions, dx, TokenPositions{.first_row = 0, .period = 64, .offset = 0}); });
+  }, log, "positions_backward");
+  // The loss over (rows, V) logits, V = 256.
+  const double V = 256;
+  const std::vector<double> lel = {8192, 32768, 131072, 262144};
+  auto logits = [&](double u, const std::function<void(Tensor&, Tensor&, Tensor&, std::span<const std::int32_t>)>& f) {
+    const std::int64_t r = std::int64_t(u / V);
+    Tensor l = be->zeros(r, std::int64_t(V)), mx = be->zeros(r, 1), st = be->zeros(r, 2);
+    be->fill(l, 0.01f);
+    be->fill(st, 2.0f);
+    return timed([&] { f(l, mx, st, std::span<const std::int32_t>(tokens.data(), std::size_t(r))); });
+  };
+  ops["logits_row_max"] = linear_op("element", lel, [&](double u) {
+    return logits(u, [&](Tensor& l, Tensor& mx, Tensor&, std::span<const std::int32_t>) { be->logits_row_max(mx, l); });
+  }, log, "logits_row_max");
+  ops["logits_sum_exp_and_target"] = linear_op("element", lel, [&](double u) {
+    return logits(u, [&](Tensor& l, Tensor& mx, Tensor& st, std::span<const std::int32_t> t) { be->logits_sum_exp_and_target(st, l, mx, t, 0); });
+  }, log, "logits_sum_exp_and_target");
+  ops["cross_entropy_backward"] = linear_op("element", lel, [&](double u) {
+    Tensor d = be->zeros(std::int64_t(u / V), std::int64_t(V));
+    return logits(u, [&](Tensor& l, Tensor& mx, Tensor& st, std::span<const std::int32_t> t) {
+      be->cross_entropy_backward(d, l, mx, st, t, 0, 1.0f);
+    });
+  }, log, "cross_entropy_backward");
+
+  // ---- Host copy bandwidth: a 64 MiB memcpy, read + write bytes counted.
+  const std::size_t bytes = std::size_t(64) << 20;
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  const double t = median_time([&] { std::memcpy(dst.data(), src.data(), bytes); }, 3);
+  j["memory"] = {{"copy_GBps", 2.0 * double(bytes) / t / 1e9}};
+  char line[96];
+  std::snprintf(line, sizeof line, "  memcpy                     %8.2f GB/s (read + write)\n", 2.0 * double(bytes) / t / 1e9);
+  log << line;
+  return j;
+}
+
+}  // namespace
+
+nlohmann::ordered_json measure_cpu_backend(const CpuBenchOptions& o, std::ostream& log) {
+  // Two passes some seconds apart, each sample the faster of the two: on a shared machine a slow
+  // spell (another tenant's burst) then spoils one pass of a sample, not the sample.
+  std::ostringstream first_log;
+  nlohmann::ordered_json j = measure_pass(o, o.quick ? log : first_log);
+  if (o.quick) return j;
+  log << "  (second pass; each sample the faster of the two)\n";
+  const nlohmann::ordered_json second = measure_pass(o, first_log);
+  for (auto& [name, op] : j["ops"].items()) {
+    auto& samples = op["samples"];
+    const auto& other = second["ops"][name]["samples"];
+    std::vector<double> units, times;
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      const double t = std::min(samples[i]["time_s"].get<double>(), other[i]["time_s"].get<double>());
+      samples[i]["time_s"] = t;
+      if (samples[i].contains("units")) {
+        units.push_back(samples[i]["units"].get<double>());
+        times.push_back(t);
+      }
+    }
+    if (!units.empty()) {
+      const LinearFitResult f = fit_linear(units, times);
+      op["fixed_s"] = f.fixed_s;
+      op["per_unit_s"] = f.per_unit_s;
+      char line[160];
+      std::snprintf(line, sizeof line, "  %-26s %8.2f us + %7.3f ns/%s (largest residual %.1f%%)\n", name.c_str(),
+                    f.fixed_s * 1e6, f.per_unit_s * 1e9, op["unit"].get<std::string>().c_str(), 100 * f.max_rel_residual);
+      log << line;
+    } else {
+      double lo = 1e30, hi = 0;
+      for (const auto& smp : samples) {
+        const double r = 2 * smp["m"].get<double>() * smp["n"].get<double>() * smp["k"].get<double>() / smp["time_s"].get<double>();
+        lo = std::min(lo, r);
+        hi = std::max(hi, r);
+      }
+      char line[160];
+      std::snprintf(line, sizeof line, "  %-26s %3zu shapes, %.2f - %.2f GFLOP/s\n", name.c_str(), samples.size(), lo / 1e9, hi / 1e9);
+      log << line;
+    }
+  }
+  j["memory"]["copy_GBps"] = std::max(j["memory"]["copy_GBps"].get<double>(), second["memory"]["copy_GBps"].get<double>());
+  char line[96];
+  std::snprintf(line, sizeof line, "  memcpy                     %8.2f GB/s (read + write)\n", j["memory"]["copy_GBps"].get<double>());
+  log << line;
+  return j;
+}
+
+}  // namespace foresight::calibrate

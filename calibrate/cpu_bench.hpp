@@ -1,0 +1,42 @@
+// `foresight calibrate --backend cpu` (issue 24): times the bundled trainer's CPU backend
+// (trainer/cpu_backend.cpp, the kernels foresight-train runs) op by op on this host and fits what the
+// CPU device's cost model reads (cost_models/host_profile.hpp, format foresight-cpu-profile/1):
+// GEMMs per transpose variant over a log2 grid of shapes, every other op as fixed + per-unit time,
+// the host's copy bandwidth. The MPI collectives and the slowdown of concurrent ranks are measured
+// by foresight-commbench under mpirun (trainer/commbench_main.cpp), through the trainer's own
+// MPI communicator, with the same launch line foresight-train is run with.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace foresight::calibrate {
+
+/// time = fixed_s + per_unit_s * units, least squares relative to each time (small and large
+/// sizes count alike); an intercept that comes out negative is refitted through the origin.
+struct LinearFitResult {
+  double fixed_s = 0, per_unit_s = 0;
+  double max_rel_residual = 0;  // largest |fit / measured - 1| over the samples
+};
+LinearFitResult fit_linear(const std::vector<double>& units, const std::vector<double>& times);
+
+/// Median of `reps` timed calls of `f` after one warm-up call, seconds (steady_clock).
+double median_time(const std::function<void()>& f, int reps);
+
+struct CpuBenchOptions {
+  bool quick = false;  // a smaller GEMM grid (smoke tests)
+};
+
+/// The backend's ops on this process's core: {"ops": {matmul_nn|nt|tn: {samples}, <op>: {unit,
+/// fixed_s, per_unit_s, samples}}, "memory": {copy_GBps}}. Progress lines go to `log`.
+nlohmann::ordered_json measure_cpu_backend(const CpuBenchOptions& o, std::ostream& log);
+
+/// The oversubscription probe: a GEMM of the backend (about 2 ms on one core) called for
+/// `duration_s` of wall time; seconds per call.
+double slowdown_probe_seconds(double duration_s);
+
+}  // namespace foresight::calibrate

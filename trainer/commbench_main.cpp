@@ -1,0 +1,143 @@
+// foresight-commbench: what `foresight calibrate --backend cpu` launches under mpirun.
+//   mpirun -np N foresight-commbench --collectives --out F   the trainer's MPI communicator: every
+//       collective at message sizes 1 KiB .. 4 MiB (the slowest rank's time, median of repeats),
+//       fitted as fixed + per-byte; bytes as the communication model counts them (all-gather its
+//       output, reduce-scatter its input, all-to-all what each rank sends, send-recv one way).
+//   mpirun -np N foresight-commbench --slowdown --out F      the GEMM probe on every rank at once:
+//       the mean per-rank time (the caller divides by the one-rank time).
+// Rank 0 writes F as JSON.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calibrate/cpu_bench.hpp"
+#include "trainer/bootstrap.hpp"
+#include "trainer/cpu_backend.hpp"
+
+using namespace foresight;
+using namespace foresight::trainer;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// The slowest rank's time of `f`, median over `reps` after a warm-up, every repeat started together.
+double collective_time(Communicator& world, const std::function<void()>& f, int reps) {
+  std::vector<double> t;
+  for (int i = 0; i <= reps; ++i) {
+    world.barrier();
+    const auto a = Clock::now();
+    f();
+    double d[1] = {std::chrono::duration<double>(Clock::now() - a).count()};
+    world.all_reduce(d, ReduceOp::max);
+    if (i > 0) t.push_back(d[0]);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+nlohmann::ordered_json collectives(Communicator& world, Backend& be) {
+  const int n = world.size(), me = world.rank();
+  nlohmann::ordered_json out;
+  std::vector<double> sizes;
+  for (double b = 1024; b <= 4.0 * 1048576; b *= 4) sizes.push_back(b);
+  auto elems = [&](double bytes) { return std::max<std::int64_t>(n, std::int64_t(bytes / 4) / n * n); };
+  auto fit = [&](const char* name, const std::function<double(double)>& run) {
+    std::vector<double> xs, ts;
+    nlohmann::ordered_json samples = nlohmann::ordered_json::array();
+    for (double b : sizes) {
+      const double t = run(b);
+      xs.push_back(double(elems(b)) * 4);
+      ts.push_back(t);
+      samples.push_back({{"bytes", xs.back()}, {"time_s", t}});
+    }
+    const calibrate::LinearFitResult f = calibrate::fit_linear(xs, ts);
+    out[name] = {{"fixed_s", f.fixed_s}, {"per_byte_s", f.per_unit_s}, {"samples", samples}};
+  };
+  auto reps = [](double bytes) { return bytes >= 1048576 ? 5 : 20; };
+  fit("all_reduce", [&](double b) {
+    Tensor t = be.zeros(elems(b), 1);
+    return collective_time(world, [&] { world.all_reduce(t, ReduceOp::sum); }, reps(b));
+  });
+  fit("all_gather", [&](double b) {
+    Tensor o = be.zeros(elems(b), 1), i = be.zeros(elems(b) / n, 1);
+    return collective_time(world, [&] { world.all_gather(o, i); }, reps(b));
+  });
+  fit("reduce_scatter", [&](double b) {
+    Tensor i = be.zeros(elems(b), 1), o = be.zeros(elems(b) / n, 1);
+    return collective_time(world, [&] { world.reduce_scatter(o, i, ReduceOp::sum); }, reps(b));
+  });
+  fit("all_to_all", [&](double b) {
+    Tensor i = be.zeros(elems(b), 1), o = be.zeros(elems(b), 1);
+    return collective_time(world, [&] { world.all_to_all(o, i); }, reps(b));
+  });
+  // One way between ranks 0 and 1: half a ping-pong (the others wait at the barrier).
+  fit("send_recv", [&](double b) {
+    Tensor t = be.zeros(elems(b), 1);
+    return 0.5 * collective_time(world, [&] {
+      if (me == 0) {
+        world.send(t, 1, 7)->wait();
+        world.recv(t, 1, 8);
+      } else if (me == 1) {
+        world.recv(t, 0, 7);
+        world.send(t, 0, 8)->wait();
+      }
+    }, reps(b));
+  });
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Runtime runtime(argc, argv);
+  std::string out_path;
+  bool slowdown = false, comm = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out" && i + 1 < argc) out_path = argv[++i];
+    else if (a == "--slowdown") slowdown = true;
+    else if (a == "--collectives") comm = true;
+    else {
+      std::cerr << "foresight-commbench: unknown argument '" << a
+                << "'\nusage: mpirun -np N foresight-commbench (--collectives | --slowdown) --out FILE\n";
+      return 2;
+    }
+  }
+  if (out_path.empty() || slowdown == comm) {
+    std::cerr << "usage: mpirun -np N foresight-commbench (--collectives | --slowdown) --out FILE\n";
+    return 2;
+  }
+  auto world = runtime.world();
+  auto be = make_cpu_backend();
+  nlohmann::ordered_json j;
+  j["ranks"] = world->size();
+  if (comm) {
+    if (world->size() < 2) {
+      std::cerr << "foresight-commbench: --collectives needs at least 2 ranks\n";
+      return 2;
+    }
+    j["collectives"] = collectives(*world, *be);
+  } else {
+    world->barrier();
+    double t[1] = {calibrate::slowdown_probe_seconds(0.4)};
+    world->all_reduce(t, ReduceOp::sum);
+    j["seconds"] = t[0] / world->size();
+  }
+  if (world->rank() == 0) {
+    std::ofstream f(out_path);
+    f << j.dump(1) << "\n";
+    if (!f) {
+      std::cerr << "foresight-commbench: cannot write " << out_path << "\n";
+      return 1;
+    }
+  }
+  world->barrier();
+  return 0;
+}
