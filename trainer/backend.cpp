@@ -9,11 +9,6 @@
 
 namespace foresight::trainer {
 
-void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  FORESIGHT_CHECK(a.rows() == b.rows() && a.cols() == b.cols())
-      << op << ": (" << a.rows() << "," << a.cols() << ") vs (" << b.rows() << "," << b.cols() << ")";
-}
-
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "cpu-staged") return make_cpu_staged_backend();

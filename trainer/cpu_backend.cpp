@@ -11,6 +11,14 @@
 
 namespace foresight::trainer {
 
+// Here rather than in backend.cpp: the CPU backend is a library of its own (foresight_trainer_cpu,
+// which `foresight calibrate --backend cpu` links without the trainer's MPI), and every backend
+// uses this check.
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  FORESIGHT_CHECK(a.rows() == b.rows() && a.cols() == b.cols())
+      << op << ": (" << a.rows() << "," << a.cols() << ") vs (" << b.rows() << "," << b.cols() << ")";
+}
+
 namespace {
 
 /// Allocation counters shared by the backend and its buffers (a buffer may outlive a call).

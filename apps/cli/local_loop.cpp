@@ -280,14 +280,16 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
   if (o.steps < 3)
     throw SpecError(SourceLocation{"<command line>", 0, 0}, "--steps", std::to_string(o.steps),
                     "must be at least 3 (the first step is warm-up; the median needs two more)");
+  if (o.rounds < 1)
+    throw SpecError(SourceLocation{"<command line>", 0, 0}, "--rounds", std::to_string(o.rounds), "must be at least 1");
   const fs::path dir = o.work_dir;
-  fs::create_directories(dir);
   const fs::path profile = o.profile.empty() ? dir / "cpu-profile.json" : fs::path(o.profile);
+  if (!o.profile.empty() && !fs::exists(profile))
+    throw SpecError(SourceLocation{o.profile, 0, 0}, "--profile", o.profile, "does not exist");
+  fs::create_directories(dir);
 
   // 1. Calibrate, unless a fresh profile of this host and these kernels is at hand.
   std::string why;
-  if (!o.profile.empty() && !fs::exists(profile))
-    throw SpecError(SourceLocation{o.profile, 0, 0}, "--profile", o.profile, "does not exist");
   if (o.profile.empty() && !fresh_profile(profile, why)) {
     err << "validate --local: calibrating the CPU backend (" << why << ") ...\n";
     const auto t0 = std::chrono::steady_clock::now();
@@ -328,8 +330,6 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
   }
 
   // 3. Run them, in rounds over the whole set.
-  if (o.rounds < 1)
-    throw SpecError(SourceLocation{"<command line>", 0, 0}, "--rounds", std::to_string(o.rounds), "must be at least 1");
   const fs::path train = trainer_path();
   std::vector<std::vector<nlohmann::json>> summaries(cases.size());
   std::vector<std::string> failures(cases.size());

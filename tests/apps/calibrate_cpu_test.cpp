@@ -1,0 +1,60 @@
+// `foresight calibrate --backend cpu` and `validate --local`: the fit they rely on, against hand
+// values, and their refusals of bad arguments (exit 2, nothing written). The whole measurement and
+// loop run in apps.ClosedLoopCpu (tests/apps/closed_loop.cmake).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cli_run.hpp"
+#include "calibrate/cpu_bench.hpp"
+
+namespace {
+
+TEST(CpuCalibration, LinearFitRecoversAnExactLine) {
+  const std::vector<double> units = {1e3, 4e3, 16e3, 64e3};
+  std::vector<double> times;
+  for (double u : units) times.push_back(3e-6 + 2e-9 * u);
+  const auto f = foresight::calibrate::fit_linear(units, times);
+  EXPECT_NEAR(f.fixed_s, 3e-6, 1e-12);
+  EXPECT_NEAR(f.per_unit_s, 2e-9, 1e-15);
+  EXPECT_NEAR(f.max_rel_residual, 0.0, 1e-9);
+}
+
+TEST(CpuCalibration, ANegativeInterceptIsRefittedThroughTheOrigin) {
+  // 1 ns per unit less 2 us: the unconstrained fit's intercept is -2 us, a negative time.
+  const std::vector<double> units = {4e3, 8e3, 16e3};
+  const std::vector<double> times = {2e-6, 6e-6, 14e-6};
+  const auto f = foresight::calibrate::fit_linear(units, times);
+  EXPECT_EQ(f.fixed_s, 0.0);
+  // Through the origin, relative residuals: b = sum(u/t) / sum((u/t)^2) with u/t = 2000, 1333.3, 1142.9.
+  const double x[3] = {4e3 / 2e-6, 8e3 / 6e-6, 16e3 / 14e-6};
+  EXPECT_NEAR(f.per_unit_s, (x[0] + x[1] + x[2]) / (x[0] * x[0] + x[1] * x[1] + x[2] * x[2]), 1e-18);
+}
+
+TEST(CpuCalibration, RefusesOptionsItDoesNotTake) {
+  const auto dir = std::filesystem::temp_directory_path() / "foresight-calibrate-cpu-test";
+  std::filesystem::remove_all(dir);
+  const auto a = cli_run::run("calibrate", {"--backend", "cpu", "--published"});
+  EXPECT_EQ(a.rc, 2) << a.err;
+  EXPECT_NE(a.err.find("--backend cpu"), std::string::npos) << a.err;
+  const auto b = cli_run::run("calibrate", {"--backend", "tpu", "--out", (dir / "p.json").string()});
+  EXPECT_EQ(b.rc, 2) << b.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "p.json"));
+}
+
+TEST(LocalLoop, RefusesBadOptionsBeforeRunningAnything) {
+  const auto dir = std::filesystem::temp_directory_path() / "foresight-local-loop-test";
+  std::filesystem::remove_all(dir);
+  const auto a = cli_run::run("validate", {"--local", "--backend", "cuda", "--work-dir", dir.string()});
+  EXPECT_EQ(a.rc, 2) << a.err;
+  EXPECT_NE(a.err.find("--backend"), std::string::npos) << a.err;
+  const auto b = cli_run::run("validate", {"--local", "--steps", "1", "--work-dir", dir.string()});
+  EXPECT_EQ(b.rc, 2) << b.err;
+  EXPECT_NE(b.err.find("--steps"), std::string::npos) << b.err;
+  const auto c = cli_run::run("validate", {"--local", "--profile", (dir / "missing.json").string(), "--work-dir",
+                                           dir.string()});
+  EXPECT_EQ(c.rc, 2) << c.err;
+  EXPECT_NE(c.err.find("missing.json"), std::string::npos) << c.err;
+}
+
+}  // namespace
