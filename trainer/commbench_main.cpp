@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     j["collectives"] = collectives(*world, *be);
   } else {
     world->barrier();
-    double t[1] = {calibrate::slowdown_probe_seconds(0.4)};
+    double t[1] = {calibrate::slowdown_probe_seconds(0.25)};
     world->all_reduce(t, ReduceOp::sum);
     j["seconds"] = t[0] / world->size();
   }

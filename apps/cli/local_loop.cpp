@@ -239,26 +239,34 @@ int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::o
       err << line;
     }
   }
-  // Three interleaved rounds over 1 .. 2 x cores ranks, the median per count: a shared machine's
-  // slow spells then spoil one round of a count, not the count.
+  // Each count k > 1 timed right after a one-rank run, five times, the median of the paired
+  // ratios: a shared machine's slow spell then spoils a pair, not the count, and a slow one-rank
+  // reference cannot make k ranks look faster than one. Below the core count a ratio under 1 is
+  // noise (a concurrent rank cannot speed another up) and is read as 1.
   j["oversubscription"] = nlohmann::ordered_json::array();
-  std::vector<std::vector<double>> per_count(std::size_t(2 * cores + 1));
-  for (int round = 0; round < 3; ++round)
-    for (int ranks = 1; ranks <= 2 * cores; ++ranks) {
-      const nlohmann::json r = mpirun(ranks, {"--slowdown"}, tmp / ("slowdown-" + tag + ".json"));
-      if (!r.is_null()) per_count[std::size_t(ranks)].push_back(r["seconds"].get<double>());
-    }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  if (!per_count[1].empty()) {
-    const double alone = median(per_count[1]);
-    for (int ranks = 1; ranks <= 2 * cores; ++ranks) {
-      if (per_count[std::size_t(ranks)].empty()) break;
-      const double probe = median(per_count[std::size_t(ranks)]);
-      const double s = probe / alone;
-      j["oversubscription"].push_back({{"ranks", ranks}, {"slowdown", s}, {"probe_s", probe}});
+  std::vector<double> alone_runs;
+  std::vector<std::vector<double>> ratios(std::size_t(2 * cores + 1)), absolute(std::size_t(2 * cores + 1));
+  for (int round = 0; round < 5; ++round)
+    for (int ranks = 2; ranks <= 2 * cores; ++ranks) {
+      const nlohmann::json one = mpirun(1, {"--slowdown"}, tmp / ("slowdown-" + tag + ".json"));
+      const nlohmann::json many = mpirun(ranks, {"--slowdown"}, tmp / ("slowdown-" + tag + ".json"));
+      if (one.is_null() || many.is_null()) continue;
+      alone_runs.push_back(one["seconds"].get<double>());
+      ratios[std::size_t(ranks)].push_back(many["seconds"].get<double>() / one["seconds"].get<double>());
+      absolute[std::size_t(ranks)].push_back(many["seconds"].get<double>());
+    }
+  if (!alone_runs.empty()) {
+    j["oversubscription"].push_back({{"ranks", 1}, {"slowdown", 1.0}, {"probe_s", median(alone_runs)}});
+    for (int ranks = 2; ranks <= 2 * cores; ++ranks) {
+      if (ratios[std::size_t(ranks)].empty()) break;
+      double s = median(ratios[std::size_t(ranks)]);
+      if (ranks <= cores) s = std::max(1.0, s);
+      j["oversubscription"].push_back(
+          {{"ranks", ranks}, {"slowdown", s}, {"probe_s", median(absolute[std::size_t(ranks)])}});
       char line[96];
       std::snprintf(line, sizeof line, "  %d concurrent rank(s): %.2fx the time of one\n", ranks, s);
       err << line;
