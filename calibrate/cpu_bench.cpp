@@ -63,12 +63,27 @@ namespace {
 // Repeats: enough to take a median, fewer for long calls (keeps the whole run under a minute).
 int reps_for(double seconds) { return seconds > 0.05 ? 1 : seconds > 0.01 ? 3 : 5; }
 
-double timed(const std::function<void()>& f) {
+/// Seconds per call of `f` as a training step meets it: calls issued back to back and waited for
+/// once (`sync`; nothing on the CPU backend, a device round trip on a GPU backend, whose calls
+/// are asynchronous), in groups of enough calls to last about 2 ms; the median group.
+double timed_with(const std::function<void()>& f, const std::function<void()>& sync) {
   using Clock = std::chrono::steady_clock;
-  const auto a = Clock::now();
   f();
+  sync();
+  auto a = Clock::now();
+  f();
+  sync();
   const double first = std::chrono::duration<double>(Clock::now() - a).count();
-  return median_time(f, reps_for(first));
+  const int calls = std::clamp(int(2e-3 / std::max(first, 1e-9)), 1, 200);
+  std::vector<double> t;
+  for (int g = 0; g < reps_for(first); ++g) {
+    a = Clock::now();
+    for (int i = 0; i < calls; ++i) f();
+    sync();
+    t.push_back(std::chrono::duration<double>(Clock::now() - a).count() / calls);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 /// A linear op measured at `sizes` units: samples and fit.
@@ -109,8 +124,10 @@ double slowdown_probe_seconds(double duration_s) {
 
 namespace {
 
-nlohmann::ordered_json measure_pass(const CpuBenchOptions& o, std::ostream& log) {
-  auto be = trainer::make_cpu_backend();
+nlohmann::ordered_json measure_pass(Backend& backend, const std::function<void()>& sync, const CpuBenchOptions& o,
+                                    std::ostream& log) {
+  Backend* be = &backend;
+  auto timed = [&sync](const std::function<void()>& f) { return timed_with(f, sync); };
   nlohmann::ordered_json j;
   // ---- GEMMs: a log2 grid; the largest products left out (they take seconds and no small GPT has them).
   const std::vector<int> ms = o.quick ? std::vector<int>{32, 128, 512} : std::vector<int>{32, 64, 128, 256, 512};
@@ -262,14 +279,15 @@ nlohmann::ordered_json measure_pass(const CpuBenchOptions& o, std::ostream& log)
 
 }  // namespace
 
-nlohmann::ordered_json measure_cpu_backend(const CpuBenchOptions& o, std::ostream& log) {
+nlohmann::ordered_json measure_backend(Backend& be, const std::function<void()>& sync, const CpuBenchOptions& o,
+                                       std::ostream& log) {
   // Two passes some seconds apart, each sample the faster of the two: on a shared machine a slow
   // spell (another tenant's burst) then spoils one pass of a sample, not the sample.
   std::ostringstream first_log;
-  nlohmann::ordered_json j = measure_pass(o, o.quick ? log : first_log);
+  nlohmann::ordered_json j = measure_pass(be, sync, o, o.quick ? log : first_log);
   if (o.quick) return j;
   log << "  (second pass; each sample the faster of the two)\n";
-  const nlohmann::ordered_json second = measure_pass(o, first_log);
+  const nlohmann::ordered_json second = measure_pass(be, sync, o, first_log);
   for (auto& [name, op] : j["ops"].items()) {
     auto& samples = op["samples"];
     const auto& other = second["ops"][name]["samples"];
@@ -307,6 +325,11 @@ nlohmann::ordered_json measure_cpu_backend(const CpuBenchOptions& o, std::ostrea
   std::snprintf(line, sizeof line, "  memcpy                     %8.2f GB/s (read + write)\n", j["memory"]["copy_GBps"].get<double>());
   log << line;
   return j;
+}
+
+nlohmann::ordered_json measure_cpu_backend(const CpuBenchOptions& o, std::ostream& log) {
+  auto be = trainer::make_cpu_backend();
+  return measure_backend(*be, [] {}, o, log);
 }
 
 }  // namespace foresight::calibrate

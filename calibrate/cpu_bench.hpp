@@ -14,6 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+namespace foresight::trainer {
+class Backend;
+}
+
 namespace foresight::calibrate {
 
 /// time = fixed_s + per_unit_s * units, least squares relative to each time (small and large
@@ -31,7 +35,12 @@ struct CpuBenchOptions {
   bool quick = false;  // a smaller GEMM grid (smoke tests)
 };
 
-/// The backend's ops on this process's core: {"ops": {matmul_nn|nt|tn: {samples}, <op>: {unit,
+/// The ops of `be` (the trainer's CPU backend, or its CUDA backend in foresight-commbench --ops),
+/// each call timed as a step meets it (calls back to back, `sync` waited for once per group).
+nlohmann::ordered_json measure_backend(trainer::Backend& be, const std::function<void()>& sync, const CpuBenchOptions& o,
+                                       std::ostream& log);
+
+/// The CPU backend's ops on this process's core: {"ops": {matmul_nn|nt|tn: {samples}, <op>: {unit,
 /// fixed_s, per_unit_s, samples}}, "memory": {copy_GBps}}. Progress lines go to `log`.
 nlohmann::ordered_json measure_cpu_backend(const CpuBenchOptions& o, std::ostream& log);
 

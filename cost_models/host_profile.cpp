@@ -88,6 +88,7 @@ HostProfile parse_host_profile(const std::string& text, const std::string& sourc
   p.hostname = text_of(host, "hostname", "host");
   p.cpu_model = host.contains("cpu_model") && host["cpu_model"].is_string() ? host["cpu_model"].get<std::string>() : "";
   p.kernels = text_of(host, "kernels", "host");
+  if (host.contains("backend") && host["backend"].is_string()) p.backend = host["backend"].get<std::string>();
   p.cores = int(number(host, "cores", "host", true));
   if (j.contains("created_unix")) p.created_unix = (long long)number(j, "created_unix", "", false);
 

@@ -52,6 +52,7 @@ struct MeasuredCollectives {
 struct HostProfile {
   std::string source;  // the file
   std::string hostname, cpu_model, kernels;
+  std::string backend = "cpu";  // the trainer backend measured (host.backend)
   int cores = 0;
   long long created_unix = 0;
   std::array<std::vector<MatmulSample>, 3> matmul;  // by MatmulVariant

@@ -14,7 +14,7 @@ namespace foresight::planner {
 ClusterSpec local_cpu_cluster(const std::string& profile_path, int ranks) {
   const cost_models::HostProfile& h = *cost_models::cached_host_profile(profile_path);
   ClusterSpec c;
-  c.name = "local-cpu";
+  c.name = "local-" + h.backend;
   // Every rank sits on node 0. The cost models also price each pipeline pair as if it crossed
   // nodes (the engines then take the in-node cost), so a second node exists for that arithmetic;
   // its network is the host's own MPI figures.
@@ -23,7 +23,7 @@ ClusterSpec local_cpu_cluster(const std::string& profile_path, int ranks) {
   // across the plan must never look like it leaves the host).
   c.gpus_per_node = std::max(64, ranks);
   GpuSpec& g = c.gpu;
-  g.name = "cpu:" + h.hostname;
+  g.name = h.backend + ":" + h.hostname;
   g.host_profile = profile_path;
   g.sms = h.cores;
   const double pages = double(::sysconf(_SC_PHYS_PAGES)), page = double(::sysconf(_SC_PAGESIZE));
@@ -117,7 +117,7 @@ std::vector<LoopCase> closed_loop_plans(int max_ranks, int steps) {
   std::vector<LoopCase> out;
   for (Variant& x : v) {
     ExecutablePlan p{.model = closed_loop_model(x.moe),
-                     .cluster = "local-cpu",
+                     .cluster = "local",
                      .gpus_per_node = x.plan.gpus(),
                      .training = {.global_batch = 8, .dtype = Dtype::fp32, .optimizer = Optimizer::adam},
                      .plan = x.plan,

@@ -14,13 +14,14 @@ SHARED=${SHARED:-../shared}
 # SKIP_BUILD=1 bundles what $BUILD_DIR already holds (it must have been built for sm_80 and sm_90).
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=80;90" >/dev/null
-  cmake --build "$BUILD_DIR" -j "$(nproc)" --target foresight foresight-train bench_kernels \
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target foresight foresight-train foresight-commbench bench_kernels \
     gpu_gemm_attention_gpu_test gpu_kernels_gpu_test gpu_trainer_backend_gpu_test
 fi
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
-bins=("$BUILD_DIR/apps/foresight" "$BUILD_DIR/trainer/foresight-train" "$BUILD_DIR/calibrate/bench_kernels")
+bins=("$BUILD_DIR/apps/foresight" "$BUILD_DIR/trainer/foresight-train" "$BUILD_DIR/trainer/foresight-commbench"
+      "$BUILD_DIR/calibrate/bench_kernels")
 for t in "$BUILD_DIR"/tests/gpu/gpu_*_test; do [ -x "$t" ] && bins+=("$t"); done
 for b in "${bins[@]}"; do
   cp "$b" "$BUNDLE/bin/"

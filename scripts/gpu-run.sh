@@ -4,10 +4,14 @@
 #   scripts/gpu-run.sh RESULTS_DIR        (default: $OUT, else out/)
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh, built on a machine without a GPU) when its binaries
 # run here; otherwise builds on the spot into build-gpu/ (minutes of the GPU machine's time).
-# Phases (seconds, override with PHASE_<NAME>_S): probe 60, correctness 300, kernels 300,
-# calibrate 420, baseline 420 (../shared/bench/torch_gpt_baseline.py: PyTorch eager and compile
-# tokens/s and peak memory of GPT 124M-2.7B), train 300 (foresight-train --backend cuda on the
-# local 350M and 1.3B plans).
+# PHASES="a b" runs only those (a second call for what the budget left out).
+# Phases in this order (limits in seconds, override with PHASE_<NAME>_S): probe 60; correctness 300
+# (the GPU tests, compute-sanitizer on failures); loop 300 (the closed loop: foresight validate
+# --local --backend cuda, the trainer's CUDA backend calibrated op by op, the one-rank plans
+# predicted, run and compared, closed-loop-cuda.md / .json); baseline 420
+# (../shared/bench/torch_gpt_baseline.py: PyTorch eager and compile tokens/s and peak memory of GPT
+# 124M-2.7B); kernels 300; calibrate 420; train 300 (foresight-train --backend cuda on the local
+# 350M and 1.3B plans).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-${OUT:-out}}
@@ -18,11 +22,25 @@ declare -A phase_rc phase_s
 log() { echo "[gpu-run $(date +%H:%M:%S)] $*" | tee -a "$RESULTS/gpu-run.log"; }
 
 # Runs "$@" for at most $1 seconds with stdout+stderr into RESULTS/<name>.log; records rc and time.
+# The device tool gives one command at most 600 s: GPU_RUN_BUDGET_S (default 560) bounds the whole
+# script, each phase getting at most what is left (less 20 s for the summary); a phase with under
+# 15 s left is skipped and says so.
+GPU_RUN_BUDGET_S=${GPU_RUN_BUDGET_S:-560}
 phase() {
   local name=$1 limit=$2
   shift 2
+  if [ -n "${PHASES:-}" ] && [[ " $PHASES " != *" $name "* ]]; then
+    log "phase $name: not in PHASES ($PHASES)"
+    return
+  fi
   local var="PHASE_${name^^}_S"
   limit=${!var:-$limit}
+  local left=$((GPU_RUN_BUDGET_S - SECONDS - 20))
+  if [ "$left" -lt 15 ]; then
+    log "phase $name: skipped, ${left} s of the budget left"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   log "phase $name (limit ${limit} s)"
   local t0=$SECONDS
   timeout --kill-after=10 "$limit" bash -c "$*" >"$RESULTS/$name.log" 2>&1
@@ -51,9 +69,9 @@ if [ -x "$BUNDLE/bin/foresight" ]; then
 fi
 if [ -z "$BIN" ]; then
   phase build 900 "cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 && \
-    cmake --build build-gpu -j \$(nproc) --target foresight foresight-train bench_kernels gpu_gemm_attention_gpu_test \
+    cmake --build build-gpu -j \$(nproc) --target foresight foresight-train foresight-commbench bench_kernels gpu_gemm_attention_gpu_test \
     gpu_kernels_gpu_test gpu_trainer_backend_gpu_test && mkdir -p build-gpu/bin && \
-    cp build-gpu/apps/foresight build-gpu/trainer/foresight-train build-gpu/calibrate/bench_kernels \
+    cp build-gpu/apps/foresight build-gpu/trainer/foresight-train build-gpu/trainer/foresight-commbench build-gpu/calibrate/bench_kernels \
        build-gpu/tests/gpu/gpu_*_test build-gpu/bin/"
   BIN=$(realpath build-gpu/bin 2>/dev/null || echo build-gpu/bin)
 fi
@@ -71,15 +89,20 @@ phase correctness 300 "rc=0; for t in $BIN/gpu_*_test; do n=\$(basename \$t); \
       timeout 120 compute-sanitizer --print-limit 20 \$t > $RESULTS/\$n.sanitizer.txt 2>&1; fi; }; \
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $RESULTS/\$n.txt; done; exit \$rc"
 
+# The closed loop (issue 24) on this GPU: calibrate the trainer's CUDA backend, predict, run, compare.
+phase loop 300 "$BIN/foresight validate --local --backend cuda --work-dir $RESULTS/loop-cuda \
+  --results $RESULTS/closed-loop-cuda.json --markdown $RESULTS/closed-loop-cuda.md"
+
+baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
+[ -f "$baseline" ] || baseline=../shared/bench/torch_gpt_baseline.py
+phase baseline 420 "python3 $baseline | tee $RESULTS/torch_baseline.jsonl"
+
 phase kernels 300 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
   python3 calibrate/bench_torch.py $RESULTS/bench_torch.json && \
   python3 calibrate/compare_bench.py $RESULTS/bench_kernels.json $RESULTS/bench_torch.json"
 
 phase calibrate 420 "$BIN/foresight calibrate --quick --out $RESULTS/profile-quick.json"
 
-baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
-[ -f "$baseline" ] || baseline=../shared/bench/torch_gpt_baseline.py
-phase baseline 420 "python3 $baseline | tee $RESULTS/torch_baseline.jsonl"
 
 # The trainer on the GPU: one rank, the local experiments' models as plans (bf16 where it runs it).
 phase train 300 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
@@ -97,12 +120,15 @@ phase train 300 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
   echo
   echo "| phase | exit | seconds | log |"
   echo "| --- | --- | --- | --- |"
-  for p in build probe correctness kernels calibrate baseline train; do
+  for p in build probe correctness kernels calibrate baseline train loop; do
     [ -n "${phase_rc[$p]+x}" ] && echo "| $p | ${phase_rc[$p]} | ${phase_s[$p]} | $p.log |"
   done
   echo
   echo "## GPU tests"
   grep -hE '^\[  (PASSED|FAILED|SKIPPED) ' "$RESULTS"/gpu_*_test.txt 2>/dev/null
+  echo
+  echo "## Closed loop on the GPU"
+  grep -E '^\| [a-z]|^Step' "$RESULTS/closed-loop-cuda.md" 2>/dev/null
   echo
   echo "## PyTorch baseline (tokens/s, peak memory GiB)"
   grep -h '"name"' "$RESULTS/torch_baseline.jsonl" 2>/dev/null

@@ -5,6 +5,9 @@
 //       output, reduce-scatter its input, all-to-all what each rank sends, send-recv one way).
 //   mpirun -np N foresight-commbench --slowdown --out F      the GEMM probe on every rank at once:
 //       the mean per-rank time (the caller divides by the one-rank time).
+//   foresight-commbench --ops --backend cuda [--quick] --out F   every op of a trainer backend
+//       (calibrate/cpu_bench.hpp measure_backend), for `foresight validate --local --backend cuda`:
+//       the foresight binary itself does not link the CUDA backend.
 // Rank 0 writes F as JSON.
 #include <algorithm>
 #include <chrono>
@@ -17,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calibrate/cpu_bench.hpp"
+#include "trainer/backend.hpp"
 #include "trainer/bootstrap.hpp"
 #include "trainer/cpu_backend.hpp"
 
@@ -107,22 +111,43 @@ nlohmann::ordered_json collectives(Communicator& world, Backend& be) {
 
 int main(int argc, char** argv) {
   Runtime runtime(argc, argv);
-  std::string out_path;
-  bool slowdown = false, comm = false;
+  std::string out_path, backend = "cpu";
+  bool slowdown = false, comm = false, ops = false, quick = false;
+  const char* usage =
+      "usage: mpirun -np N foresight-commbench (--collectives | --slowdown) --out FILE\n"
+      "       foresight-commbench --ops [--backend cpu|cuda] [--quick] --out FILE\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--out" && i + 1 < argc) out_path = argv[++i];
+    else if (a == "--backend" && i + 1 < argc) backend = argv[++i];
     else if (a == "--slowdown") slowdown = true;
     else if (a == "--collectives") comm = true;
+    else if (a == "--ops") ops = true;
+    else if (a == "--quick") quick = true;
     else {
-      std::cerr << "foresight-commbench: unknown argument '" << a
-                << "'\nusage: mpirun -np N foresight-commbench (--collectives | --slowdown) --out FILE\n";
+      std::cerr << "foresight-commbench: unknown argument '" << a << "'\n" << usage;
       return 2;
     }
   }
-  if (out_path.empty() || slowdown == comm) {
-    std::cerr << "usage: mpirun -np N foresight-commbench (--collectives | --slowdown) --out FILE\n";
+  if (out_path.empty() || int(slowdown) + int(comm) + int(ops) != 1) {
+    std::cerr << usage;
     return 2;
+  }
+  if (ops) {
+    std::unique_ptr<Backend> be;
+    try {
+      be = make_backend(backend);
+    } catch (const std::exception& e) {
+      std::cerr << "foresight-commbench: --backend " << backend << ": " << e.what() << "\n";
+      return 2;
+    }
+    // Waiting for the device: a reduction whose result comes back to the host.
+    Tensor one = be->zeros(1, 1);
+    const nlohmann::ordered_json j =
+        calibrate::measure_backend(*be, [&] { (void)be->sum_squares(one); }, {.quick = quick}, std::cerr);
+    std::ofstream f(out_path);
+    f << j.dump(1) << "\n";
+    return f ? 0 : 1;
   }
   auto world = runtime.world();
   auto be = make_cpu_backend();

@@ -113,7 +113,7 @@ std::string tail_of(const fs::path& log, std::size_t chars = 400) {
 }
 
 /// A profile of this host and these kernels, written less than a day ago.
-bool fresh_profile(const fs::path& path, std::string& why) {
+bool fresh_profile(const fs::path& path, const std::string& backend, std::string& why) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     why = "no profile yet";
@@ -127,7 +127,8 @@ bool fresh_profile(const fs::path& path, std::string& why) {
       why = "profile of another host (" + p.hostname + ")";
       return false;
     }
-    if (p.kernels.find(config::kGitSha) == std::string::npos) {
+    if (p.kernels.find(config::kGitSha) == std::string::npos ||
+        p.kernels.find("foresight-train " + backend + " backend") == std::string::npos) {
       why = "profile of other kernels (" + p.kernels + ")";
       return false;
     }
@@ -174,6 +175,11 @@ double probe_reference(const cost_models::HostProfile& p, int ranks) {
 }  // namespace
 
 int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::ostream& err) {
+  return calibrate_trainer_backend(path, "cpu", quick, out, err);
+}
+
+int calibrate_trainer_backend(const std::string& path, const std::string& backend_name, bool quick, std::ostream& out,
+                              std::ostream& err) {
   const auto t0 = std::chrono::steady_clock::now();
   nlohmann::ordered_json j;
   j["format"] = "foresight-cpu-profile/1";
@@ -191,17 +197,47 @@ int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::o
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  j["host"] = {{"hostname", host}, {"cpu_model", cpu}, {"cores", cores}, {"backend", "cpu"},
-               {"kernels", std::string("foresight-train cpu backend @ ") + config::kGitSha}};
+  j["host"] = {{"hostname", host}, {"cpu_model", cpu}, {"cores", cores}, {"backend", backend_name},
+               {"kernels", "foresight-train " + backend_name + " backend @ " + config::kGitSha}};
   j["created_unix"] = (long long)std::time(nullptr);
-  err << "calibrate --backend cpu: the trainer's CPU backend on " << host << " (" << cores << " cores)\n";
-  const nlohmann::ordered_json backend = calibrate::measure_cpu_backend({.quick = quick}, err);
-  j["ops"] = backend["ops"];
-  j["memory"] = backend["memory"];
-
-  // MPI collectives and the slowdown of concurrent ranks, launched as foresight-train is.
   const fs::path tmp = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   const std::string tag = std::to_string(::getpid());
+  err << "calibrate: the trainer's " << backend_name << " backend on " << host << " (" << cores << " cores)\n";
+  if (backend_name == "cpu") {
+    const nlohmann::ordered_json backend = calibrate::measure_cpu_backend({.quick = quick}, err);
+    j["ops"] = backend["ops"];
+    j["memory"] = backend["memory"];
+  } else {
+    // A GPU backend: foresight-commbench links it (this binary does not) and times its ops, each
+    // call as a step issues it, waiting for the device once per group of calls.
+    const fs::path result = tmp / ("ops-" + tag + ".json"), log = tmp / ("ops-" + tag + ".log");
+    std::vector<std::string> argv = {tool_path("foresight-commbench").string(), "--ops", "--backend", backend_name,
+                                     "--out", result.string()};
+    if (quick) argv.push_back("--quick");
+    const int rc = run_logged(argv, log, 600);
+    std::ifstream f(result);
+    const nlohmann::json r = rc == 0 && f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
+    err << tail_of(log, 4000);
+    std::error_code ec;
+    fs::remove(result, ec);
+    fs::remove(log, ec);
+    if (r.is_null() || r.is_discarded()) {
+      err << "calibrate: foresight-commbench --ops --backend " << backend_name << " failed (exit " << rc << ")\n";
+      return rc == 2 ? kExitUserError : 1;
+    }
+    j["ops"] = r["ops"];
+    j["memory"] = r["memory"];
+    // One GPU: the loop's plans are single-rank, with no collectives and nothing to share.
+    j["mpi"] = nlohmann::ordered_json::array();
+    j["oversubscription"] = nlohmann::ordered_json::array({{{"ranks", 1}, {"slowdown", 1.0}}});
+    j["launch"] = {{"mpirun", local_mpirun_template()}};
+    j["duration_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    write_file_atomically(path, j.dump(1) + "\n", "--out");
+    out << "Wrote " << path << " (" << j["duration_s"].get<double>() << " s)\n";
+    return kExitOk;
+  }
+
+  // MPI collectives and the slowdown of concurrent ranks, launched as foresight-train is.
   const std::vector<std::string> launch = local_mpirun_template();
   auto mpirun = [&](int ranks, const std::vector<std::string>& args, const fs::path& result) -> nlohmann::json {
     std::vector<std::string> argv;
@@ -281,37 +317,37 @@ int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::o
 }
 
 int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& err) {
-  if (o.backend != "cpu")
+  if (o.backend != "cpu" && o.backend != "cuda")
     throw SpecError(SourceLocation{"<command line>", 0, 0}, "--backend", o.backend,
-                    "must be cpu for now: the CUDA closed loop needs a CUDA profile of the trainer's kernels "
-                    "(issue 24 item 3) and a GPU");
+                    "must be cpu (the trainer's CPU backend on this host's cores) or cuda (its CUDA backend on "
+                    "this host's GPU)");
   if (o.steps < 3)
     throw SpecError(SourceLocation{"<command line>", 0, 0}, "--steps", std::to_string(o.steps),
                     "must be at least 3 (the first step is warm-up; the median needs two more)");
   if (o.rounds < 1)
     throw SpecError(SourceLocation{"<command line>", 0, 0}, "--rounds", std::to_string(o.rounds), "must be at least 1");
   const fs::path dir = o.work_dir;
-  const fs::path profile = o.profile.empty() ? dir / "cpu-profile.json" : fs::path(o.profile);
+  const fs::path profile = o.profile.empty() ? dir / (o.backend + "-profile.json") : fs::path(o.profile);
   if (!o.profile.empty() && !fs::exists(profile))
     throw SpecError(SourceLocation{o.profile, 0, 0}, "--profile", o.profile, "does not exist");
   fs::create_directories(dir);
 
   // 1. Calibrate, unless a fresh profile of this host and these kernels is at hand.
   std::string why;
-  if (o.profile.empty() && !fresh_profile(profile, why)) {
-    err << "validate --local: calibrating the CPU backend (" << why << ") ...\n";
+  if (o.profile.empty() && !fresh_profile(profile, o.backend, why)) {
+    err << "validate --local: calibrating the trainer's " << o.backend << " backend (" << why << ") ...\n";
     const auto t0 = std::chrono::steady_clock::now();
-    const int rc = run_logged({self_path().string(), "calibrate", "--backend", "cpu", "--out", profile.string()},
-                              dir / "calibrate.log", 600);
-    if (rc != 0)
-      throw SpecError(SourceLocation{(dir / "calibrate.log").string(), 0, 0}, "calibrate", std::to_string(rc),
-                      "`foresight calibrate --backend cpu` failed: " + tail_of(dir / "calibrate.log"));
+    std::ostringstream cal_out;
+    const int rc = calibrate_trainer_backend(profile.string(), o.backend, false, cal_out, err);
+    if (rc != 0) return rc;
     err << "validate --local: calibrated in "
         << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s -> " << profile.string()
         << "\n";
   }
   const auto host = cost_models::cached_host_profile(profile.string());
-  const int max_ranks = o.max_ranks > 0 ? o.max_ranks : std::max(2, host->cores);
+  // The CPU backend: as many ranks as cores (at least 2); a GPU backend: one GPU, one rank, unless
+  // --max-ranks says more GPUs are there.
+  const int max_ranks = o.max_ranks > 0 ? o.max_ranks : o.backend == "cpu" ? std::max(2, host->cores) : 1;
 
   // 2. Predict every plan and write its plan.json, before anything runs.
   std::vector<planner::LoopCase> cases = planner::closed_loop_plans(max_ranks, o.steps);

@@ -28,6 +28,10 @@ struct LocalLoopOptions {
 /// cores) and the slowdown of 1 .. 2 x cores concurrent ranks; writes the profile to `path`
 /// (whole or not at all). Exit 0, or 1 when a measurement failed.
 int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::ostream& err);
+/// The same for another backend of the trainer ("cuda": its ops timed by foresight-commbench --ops,
+/// which links the CUDA backend; no collectives or oversubscription for one GPU).
+int calibrate_trainer_backend(const std::string& path, const std::string& backend, bool quick, std::ostream& out,
+                              std::ostream& err);
 
 /// Exit 0 when every run succeeded (the comparison is the output, not the exit code), 1 when a
 /// run failed (its row says why), 2 on bad options.

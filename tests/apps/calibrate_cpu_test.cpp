@@ -45,7 +45,7 @@ TEST(CpuCalibration, RefusesOptionsItDoesNotTake) {
 TEST(LocalLoop, RefusesBadOptionsBeforeRunningAnything) {
   const auto dir = std::filesystem::temp_directory_path() / "foresight-local-loop-test";
   std::filesystem::remove_all(dir);
-  const auto a = cli_run::run("validate", {"--local", "--backend", "cuda", "--work-dir", dir.string()});
+  const auto a = cli_run::run("validate", {"--local", "--backend", "tpu", "--work-dir", dir.string()});
   EXPECT_EQ(a.rc, 2) << a.err;
   EXPECT_NE(a.err.find("--backend"), std::string::npos) << a.err;
   const auto b = cli_run::run("validate", {"--local", "--steps", "1", "--work-dir", dir.string()});
@@ -55,6 +55,7 @@ TEST(LocalLoop, RefusesBadOptionsBeforeRunningAnything) {
                                            dir.string()});
   EXPECT_EQ(c.rc, 2) << c.err;
   EXPECT_NE(c.err.find("missing.json"), std::string::npos) << c.err;
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "a refused run left its work directory behind";
 }
 
 }  // namespace
