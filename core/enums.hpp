@@ -23,9 +23,13 @@ enum class Schedule { gpipe, one_f_one_b, interleaved, terapipe };
 FORESIGHT_ENUM_NAMES(Schedule, {Schedule::gpipe, "gpipe"}, {Schedule::one_f_one_b, "1f1b"},
                      {Schedule::interleaved, "interleaved"}, {Schedule::terapipe, "terapipe"});
 
-enum class Recompute { none, selective, full };
+/// What a layer stores for its backward. selective: Korthikanti et al. 2022 (the attention core
+/// is recomputed); selective-op: PyTorch's per-op selective activation checkpointing as torchtitan
+/// applies it to each transformer block (selective_ac_option "op": the attention kernel's output
+/// and every other matmul's output are saved, everything else re-runs in the backward).
+enum class Recompute { none, selective, full, selective_op };
 FORESIGHT_ENUM_NAMES(Recompute, {Recompute::none, "none"}, {Recompute::selective, "selective"},
-                     {Recompute::full, "full"});
+                     {Recompute::full, "full"}, {Recompute::selective_op, "selective-op"});
 
 enum class Dtype { fp32, tf32, fp16, bf16, fp8 };
 FORESIGHT_ENUM_NAMES(Dtype, {Dtype::fp32, "fp32"}, {Dtype::tf32, "tf32"}, {Dtype::fp16, "fp16"},
@@ -64,11 +68,11 @@ FORESIGHT_ENUM_NAMES(MemoryKind, {MemoryKind::allocated, "allocated"}, {MemoryKi
 /// The software that runs a plan; it decides implementation details the simulator must model
 /// (how pipeline activations cross nodes, what overlaps with what, which attention kernel runs).
 /// What each one does is one entry of core/framework.hpp's table, read by every cost model.
-enum class Framework { megatron, megatron_core, deepspeed, terapipe, pytorch, generic, foresight_train };
+enum class Framework { megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, foresight_train };
 FORESIGHT_ENUM_NAMES(Framework, {Framework::megatron, "megatron"}, {Framework::megatron_core, "megatron-core"},
                      {Framework::deepspeed, "deepspeed"}, {Framework::terapipe, "terapipe"},
-                     {Framework::pytorch, "pytorch"}, {Framework::generic, "generic"},
-                     {Framework::foresight_train, "foresight-train"});
+                     {Framework::pytorch, "pytorch"}, {Framework::torchtitan, "torchtitan"},
+                     {Framework::generic, "generic"}, {Framework::foresight_train, "foresight-train"});
 
 /// How attention is computed: Megatron-LM 2021-22's unfused path (two batched GEMMs around a
 /// fused scale-mask-softmax and a dropout over the (b, a/t, s, s) scores, all stored for the

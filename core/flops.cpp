@@ -124,6 +124,14 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute r
   switch (recompute) {
     case Recompute::none: return model;
     case Recompute::full: return model + layers_forward(m, batch);
+    case Recompute::selective_op: {
+      // torchtitan's per-op policy re-runs the unsaved matmuls: wk and wo, and w3 of a gated block
+      // (fc2 of an ungated one); MoE and MLA blocks are refused with it (check_plan).
+      const double tokens = batch * m.seq_len;
+      const double k = double(m.kv_heads) * m.head_dim();
+      const double per_layer = double(m.hidden) * (k + m.v_width()) + double(m.hidden) * m.ffn_hidden;
+      return model + Flops(2.0 * tokens * per_layer * m.layers);
+    }
     case Recompute::selective: {
       Flops cores;
       for (int l = 0; l < m.layers; ++l) cores += attention_core_forward_flops(m, batch * m.seq_len, m.seq_len, m.window_of(l));

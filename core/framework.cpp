@@ -58,6 +58,86 @@ constexpr ElementwiseTraffic kPytorchAutocastTraffic{
     .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
     .weight_cast_forward = 6, .weight_cast_backward = 6};
 
+/// The same model under torch.compile (the whole module compiled, Inductor's default fusions;
+/// ../shared/bench/torch_gpt_baseline.py's compile rows). Inductor fuses each residual add with the
+/// LayerNorm that follows it and the norm's cast: per site read the fp32 stream and the bf16
+/// branch (4 + 2), write the fp32 sum and the bf16 normed output (4 + 2) = 12; two sites per
+/// layer, two launches, nothing left in the residual entry. Backward per site: one kernel reads the
+/// bf16 gradient of the normed output, the fp32 input and the fp32 stream gradient (2 + 4 + 4)
+/// and writes the fp32 stream gradient and its bf16 copy for the branch (4 + 2), a second reduces
+/// gamma and beta gradients from dy and x (2 + 4): 22 per site, 44 in four launches. Unchanged:
+/// the re-layout copies around attention (extern kernels bound them), GeLU (already one kernel
+/// each way), bias gradients and autocast's weight casts. Embedding: gather and add fused (read
+/// 4 + 4, write 4). Loss: the cast, log_softmax and nll fuse into reductions that read the bf16
+/// logits twice (max, then sum of exponentials; 2 + 2) and, in the backward, read them once more
+/// and write the bf16 gradient (2 + 2), the partitioner recomputing the softmax rather than
+/// saving fp32 probabilities (Inductor's min-cut rematerialisation).
+constexpr ElementwiseTraffic kPytorchAutocastCompiledTraffic{
+    .norms_forward = 24, .norms_backward = 44, .norms_launches_forward = 2, .norms_launches_backward = 4,
+    .residual_forward = 0, .residual_backward = 0, .residual_launches_forward = 0, .residual_launches_backward = 0,
+    .layout_forward = 4, .layout_backward = 16, .layout_launches_forward = 1, .layout_launches_backward = 2,
+    .activation_forward = 4, .activation_backward = 6,
+    .bias_grad = 2,
+    .embedding_forward = 12, .embedding_backward = 16, .embedding_launches = 2,
+    .loss_forward = 4, .loss_backward = 4, .loss_launches_forward = 2, .loss_launches_backward = 1,
+    .weight_cast_forward = 6, .weight_cast_backward = 6};
+
+/// torchtitan's Llama block in eager mode (torchtitan models/llama/model.py and models/norms.py,
+/// 2024): FSDP2 computes in bf16 (MixedPrecisionPolicy param_dtype bf16), no autocast; per
+/// (tokens, hidden) element unless stated:
+///  RMSNorm, written as PyTorch ops: x.float() (read 2, write 4), pow(2) (4 + 4), mean (read 4),
+///  x * rsqrt (4 + 4), type_as (4 + 2), * weight (2 + 2): 36 per norm, 72 for two in 16 launches.
+///  Its autograd backward: * weight (dy * w: 2 + 2; the weight gradient's dy * y and its sum:
+///  2 + 2 + 2, read 2), type_as (2 + 4), x * rsqrt (g * r: 4 + 4; the sum of g * x: 4 + 4 + 4,
+///  read 4), mean's expand-divide (write 4), pow (2 x g: 4 + 4 + 4), the two paths into x.float()
+///  added (4 + 4 + 4), the float() cast back (4 + 2): 76 per norm, 152 in 24 launches.
+///  RoPE on q and k (apply_rotary_emb): float() (2 + 4), complex multiply (4 + 4), type_as (4 + 2)
+///  = 20 per element of q and k, and 20 back; with 8 KV heads of 32 that is (1 + 0.25) x 20 = 25
+///  per hidden element, counted as the layout entry with repeat_kv's copies of k and v to every
+///  query head (read k, v, write them n_rep times: 2 x (0.5 + 2) = 5; backward the sums, 5) and
+///  the attention output's transpose copy (2 + 2, backward 2 + 2): forward 34 in 9 launches,
+///  backward 34 in 9.
+///  Residual adds in bf16 (2 + 2 + 2) at two sites: 12; backward the two gradient paths added at
+///  each fork: 12.
+///  SwiGLU, silu(w1 x) * w3 x: silu (2 + 2) and the product (2 + 2 + 2) = 10 per ffn element,
+///  stated per element as the gated layer model counts it (x 1.5): 6.67; backward the product's two
+///  gradients (2 + 2 + 2 each) and silu's (2 + 2 + 2) = 18, stated as 18 / (5/3) = 10.8.
+///  Weights under FSDP2: each unit's all-gather output is copied out into the parameters (read 2,
+///  write 2 per parameter, every gather: forward 4, backward 4 with reshard_after_forward) and
+///  each bf16 gradient is copied into the fp32 reduce-scatter input (read 2, write 4): backward 10.
+///  Embedding: nn.Embedding gather in bf16 (2 + 2); backward the scatter-add (read 2, write 4 in
+///  fp32 accumulation, 2 launches): 6. Loss: cross_entropy on .float() logits as in eager PyTorch.
+constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
+    .norms_forward = 72, .norms_backward = 152, .norms_launches_forward = 16, .norms_launches_backward = 24,
+    .residual_forward = 12, .residual_backward = 12, .residual_launches_forward = 2, .residual_launches_backward = 2,
+    .layout_forward = 34, .layout_backward = 34, .layout_launches_forward = 9, .layout_launches_backward = 9,
+    .activation_forward = 10.0 / 1.5, .activation_backward = 18.0 / (5.0 / 3.0),
+    .bias_grad = 0,
+    .embedding_forward = 4, .embedding_backward = 6, .embedding_launches = 2,
+    .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
+    .weight_cast_forward = 4, .weight_cast_backward = 10};
+
+/// torchtitan with --training.compile: each TransformerBlock compiled on its own (torchtitan
+/// apply_compile, fullgraph per block), so fusions stay inside a block. Forward: attention_norm one
+/// kernel (read 2, write 2); the first residual add fused with ffn_norm (read 2 + 2, write 2 + 2);
+/// the block's last residual add (2 + 2 + 2): 18 in 3 launches, stated as norms 12 and residual 6.
+/// Backward: per norm one fused kernel reading x, dy and the stream gradient arriving at the fork
+/// and writing the stream gradient (2 + 2 + 2 + 2), and the weight-gradient reduction re-reading x
+/// and dy (2 + 2): 24 in 4 launches, residual entry 0. RoPE fused with its casts (read 2, write 2
+/// per q and k element: 5 per hidden element each way); repeat_kv and the output transpose still
+/// copy (SDPA is an extern kernel): layout 5 + 5 + 4 = 14 each way in 4 launches. SwiGLU in one
+/// kernel each way (2 + 2 + 2 forward, 2 + 2 + 2 + 2 + 2 backward: 4 and 6 in the gated model's
+/// units). Outside the blocks (FSDP2's copies, the embedding and the loss) nothing changes.
+constexpr ElementwiseTraffic kTorchtitanCompiledTraffic{
+    .norms_forward = 12, .norms_backward = 24, .norms_launches_forward = 2, .norms_launches_backward = 4,
+    .residual_forward = 6, .residual_backward = 0, .residual_launches_forward = 1, .residual_launches_backward = 0,
+    .layout_forward = 14, .layout_backward = 14, .layout_launches_forward = 4, .layout_launches_backward = 4,
+    .activation_forward = 4, .activation_backward = 6,
+    .bias_grad = 0,
+    .embedding_forward = 4, .embedding_backward = 6, .embedding_launches = 2,
+    .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
+    .weight_cast_forward = 4, .weight_cast_backward = 10};
+
 constexpr double kDdpBucketBytes = 25.0 * 1048576.0;  // torch DDP bucket_cap_mb default 25 (MiB)
 
 /// An entry with what most of the frameworks of the table share, so that each entry below states
@@ -78,7 +158,7 @@ FrameworkTraits entry(Framework id, const char* name, const char* version, const
   return t;
 }
 
-std::array<FrameworkTraits, 7> make_table() {
+std::array<FrameworkTraits, 8> make_table() {
   FrameworkTraits megatron = entry(Framework::megatron, "megatron", "Megatron-LM v2.x-v3.0 (2021-22)",
                                    "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
                                    "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)");
@@ -187,13 +267,39 @@ std::array<FrameworkTraits, 7> make_table() {
   pytorch.attention = AttentionImpl::flash;
   pytorch.elementwise = kPytorchAutocastTraffic;
   pytorch.precision = {.fp32_parameters = true, .residual_bytes = 4, .fp32_main_grads = false,
-                       .grads_freed_between_steps = true};
+                       .grads_freed_between_steps = true, .autocast_weight_copies = true};
+  pytorch.compiled_elementwise = kPytorchAutocastCompiledTraffic;
   pytorch.activations = {.dropout = false, .attention_output_copy = true, .logits_bytes = 12};
   pytorch.dp_bucket_bytes = kDdpBucketBytes;
   // torch.distributed.tensor.experimental.context_parallel over SDPA (torchtitan, PyTorch 2.5+).
   pytorch.context_parallel = true;
   // Async TP (torch._inductor micro-pipeline TP, torchtitan enable_async_tensor_parallel).
   pytorch.tp_overlap = true;
+
+  // torchtitan (Liang et al. 2024, arXiv:2410.06511; pytorch/torchtitan 2024): FSDP2 over bf16
+  // compute with fp32 sharded parameters, gradients reduced in fp32 (MixedPrecisionPolicy
+  // param_dtype bf16, reduce_dtype fp32), SDPA attention, no dropout, the eager or compiled Llama
+  // block above, per-op or whole-block activation checkpointing, TP with async TP, context
+  // parallelism over SDPA, and torch.distributed.pipelining schedules (GPipe, 1F1B, interleaved)
+  // with uneven splits (pipeline_parallel_split_points).
+  FrameworkTraits torchtitan = entry(Framework::torchtitan, "torchtitan",
+                                     "torchtitan with FSDP2, PyTorch 2.4-2.8 (2024-25)",
+                                     "pytorch/torchtitan (models/llama/model.py, models/norms.py, parallelisms/"
+                                     "parallelize_llama.py apply_fsdp / apply_ac / apply_compile, 2024); Liang et al. "
+                                     "2024 (arXiv:2410.06511)");
+  torchtitan.attention = AttentionImpl::flash;
+  torchtitan.elementwise = kTorchtitanEagerTraffic;
+  torchtitan.compiled_elementwise = kTorchtitanCompiledTraffic;
+  torchtitan.precision = {.fp32_parameters = true, .residual_bytes = 2, .fp32_main_grads = false,
+                          .grads_freed_between_steps = true, .autocast_weight_copies = false};
+  torchtitan.activations = {.dropout = false, .attention_output_copy = true, .logits_bytes = 12};
+  torchtitan.dp_bucket_bytes = kDdpBucketBytes;
+  torchtitan.context_parallel = true;
+  torchtitan.tp_overlap = true;
+  torchtitan.op_selective_recompute = true;
+  // selective_ac_option "op" is its selective mode; Korthikanti's attention-core recompute is not.
+  torchtitan.selective_recompute = false;
+  torchtitan.partial_recompute = false;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
@@ -216,20 +322,20 @@ std::array<FrameworkTraits, 7> make_table() {
   FrameworkTraits trainer = entry(Framework::foresight_train, "foresight-train", "this repository's trainer",
                                   "trainer/README.md; trainer/layer.cpp, trainer/trainer.cpp, trainer/grad_sync.cpp");
   trainer.precision = {.fp32_parameters = true, .residual_bytes = 4, .fp32_main_grads = false,
-                       .grads_freed_between_steps = false};
+                       .grads_freed_between_steps = false, .autocast_weight_copies = true};
   trainer.activations = {.dropout = false, .attention_output_copy = false, .logits_bytes = 4};
   trainer.zero_reduction = ZeroReduction::all_reduce;
   trainer.dp_bucket_bytes = kDdpBucketBytes;
   trainer.dp_overlap_bucket_bytes = kDdpBucketBytes;
   trainer.schedules[int(Schedule::terapipe)] = true;
   trainer.max_zero = trainer.max_zero_with_pipeline = 1;
-  return {megatron, megatron_core, deepspeed, terapipe, pytorch, generic, trainer};
+  return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer};
 }
 
 }  // namespace
 
 const FrameworkTraits& framework_traits(Framework f) {
-  static const std::array<FrameworkTraits, 7> table = make_table();
+  static const std::array<FrameworkTraits, 8> table = make_table();
   for (const auto& t : table)
     if (t.id == f) return t;
   FORESIGHT_CHECK(false) << "no traits for framework " << int(f);
@@ -245,6 +351,8 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.sequence_parallel && !sequence_parallel) return false;
   if (p.recompute == Recompute::selective && !selective_recompute) return false;
   if (p.recompute == Recompute::full && !full_recompute) return false;
+  if (p.recompute == Recompute::selective_op && !op_selective_recompute) return false;
+  if (p.compile && !compiled_elementwise) return false;
   if (p.recompute_layers > 0 && !partial_recompute) return false;
   if (p.partial_recompute_microbatches > 0 && !microbatch_recompute) return false;
   if (p.cp > 1 && !context_parallel) return false;

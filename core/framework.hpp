@@ -73,6 +73,10 @@ struct PrecisionRecipe {
   /// Gradients are freed after each optimizer step (PyTorch's zero_grad(set_to_none=True), the
   /// default since 2.0): with one micro-batch per step none exists while activations peak.
   bool grads_freed_between_steps = false;
+  /// fp32 parameters are cast to 16 bits by autocast, which keeps the copies for the step (PyTorch
+  /// AMP's weight cache); false where the 16-bit copies are transient (FSDP2's MixedPrecisionPolicy
+  /// param_dtype bf16: each unit's gathered bf16 parameters are freed after use).
+  bool autocast_weight_copies = false;
 };
 
 /// Stored activations a framework keeps beyond Korthikanti et al. 2022's accounting.
@@ -106,6 +110,9 @@ struct FrameworkTraits {
   AttentionImpl newer_attention = AttentionImpl::cudnn;
   MoeDispatch moe_dispatch = MoeDispatch::permute;  // how MoE tokens reach their experts
   ElementwiseTraffic elementwise;
+  /// The elementwise traffic under torch.compile (plan.compile): Inductor's fused kernels. Unset:
+  /// the framework does not compile.
+  std::optional<ElementwiseTraffic> compiled_elementwise;
 
   // ---- precision and memory
   PrecisionRecipe precision;
@@ -143,6 +150,9 @@ struct FrameworkTraits {
   bool sequence_parallel = true;
   bool selective_recompute = true;
   bool full_recompute = true;
+  /// PyTorch's per-op selective activation checkpointing of whole blocks (plan.recompute
+  /// selective-op, torchtitan's selective_ac_option "op").
+  bool op_selective_recompute = false;
   /// Full recompute of only the first N layers of each stage (plan.recompute_layers; Megatron-LM's
   /// --recompute-method block).
   bool partial_recompute = true;

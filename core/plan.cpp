@@ -352,6 +352,18 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   const FrameworkTraits& fw = framework_traits(p.framework);
   if (p.dp_overlap && (!fw.dp_overlap || (p.pp > 1 && !fw.dp_overlap_with_pipeline)))
     return fail("plan.dp_overlap", "true", fw.dp_overlap_refusal);
+  if (p.compile && !fw.compiled_elementwise)
+    return fail("plan.compile", "true", std::string(fw.name) + " has no torch.compile mode (pytorch and torchtitan do)");
+  if (p.recompute == Recompute::selective_op) {
+    if (!fw.op_selective_recompute)
+      return fail("plan.recompute", "selective-op",
+                  std::string(fw.name) + " has no per-op selective checkpointing (torchtitan does; selective is "
+                                         "Korthikanti's attention-core recompute)");
+    // The saved set is defined on a dense block's matmuls (wq, wk, wv, wo, w1, w3, w2); routed
+    // experts' grouped GEMMs and MLA's latent projections follow other counting rules.
+    if (m.moe || m.mla)
+      return fail("plan.recompute", "selective-op", "is modelled for dense, non-MLA blocks only");
+  }
   return std::nullopt;
 }
 

@@ -46,6 +46,10 @@ struct PlanSpec {
   /// sequence parallelism.
   bool tp_overlap = false;
   Recompute recompute = Recompute::none;
+  /// torch.compile (Inductor) over the model's blocks: elementwise kernels fused into fewer,
+  /// larger ones (the framework's compiled traffic, core/framework.hpp). Frameworks that compile:
+  /// pytorch, torchtitan (--training.compile).
+  bool compile = false;
   /// With recompute = full: how many transformer layers of each pipeline stage (of each model
   /// chunk under interleaving) are recomputed, counted from the stage's first layer; the others
   /// keep all their activations (Megatron-LM --recompute-method block --recompute-num-layers N).

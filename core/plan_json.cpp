@@ -124,6 +124,8 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   // Micro-batch-level recompute has no Megatron-LM flag (NeMo's
   // num_micro_batches_with_partial_activation_checkpoints drives Megatron-Core's schedule).
   if (q.partial_recompute_microbatches > 0) return "";
+  // Per-op selective checkpointing and torch.compile are torchtitan's / PyTorch's, not Megatron-LM's.
+  if (q.recompute == Recompute::selective_op || q.compile) return "";
   // Megatron-DeepSpeed's GPTModelPipe fixes partition_method='type:transformer'; others have no flag.
   if (!q.partition_method.empty() && q.partition_method != "type:transformer") return "";
   std::ostringstream s;

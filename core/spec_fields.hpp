@@ -111,6 +111,7 @@ void visit_fields(V& v, S& p) {
   v.boolean("dp_overlap", p.dp_overlap, false);
   v.boolean("tp_overlap", p.tp_overlap, false);
   v.enumeration("recompute", p.recompute, Recompute::none);
+  v.boolean("compile", p.compile, false);
   v.integer("recompute_layers", p.recompute_layers, 0, 0);
   v.integer("partial_recompute_microbatches", p.partial_recompute_microbatches, 0, 0);
   v.integer("zero", p.zero, 0, 0);

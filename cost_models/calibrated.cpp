@@ -17,12 +17,13 @@ namespace foresight::cost_models {
 
 namespace {
 
-constexpr std::array<std::pair<CalibratedKnob, const char*>, 5> kKnobs = {{
+constexpr std::array<std::pair<CalibratedKnob, const char*>, 6> kKnobs = {{
     {CalibratedKnob::slot_overhead, "slot_overhead"},
     {CalibratedKnob::unit_overhead, "unit_overhead"},
     {CalibratedKnob::step_overhead, "step_overhead"},
     {CalibratedKnob::gemm_efficiency_scale, "gemm_efficiency_scale"},
     {CalibratedKnob::attention_efficiency_scale, "attention_efficiency_scale"},
+    {CalibratedKnob::clock_scale, "clock_scale"},
 }};
 
 const char* knob_name(CalibratedKnob k) {
@@ -41,7 +42,8 @@ std::string knob_names() {
 }
 
 bool is_scale(CalibratedKnob k) {
-  return k == CalibratedKnob::gemm_efficiency_scale || k == CalibratedKnob::attention_efficiency_scale;
+  return k == CalibratedKnob::gemm_efficiency_scale || k == CalibratedKnob::attention_efficiency_scale ||
+         k == CalibratedKnob::clock_scale;
 }
 
 /// %.6g, so that a value written and read back prints the same.
@@ -79,6 +81,7 @@ bool CalibratedScope::matches(const ClusterSpec& cluster, const TrainingSpec& tr
   if (compute_capability && std::fabs(cluster.gpu.compute_capability - *compute_capability) > 1e-9) return false;
   if (min_zero && plan.zero < *min_zero) return false;
   if (dtype && training.dtype != *dtype) return false;
+  if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), cluster.gpu.name) == gpus.end()) return false;
   return true;
 }
 
@@ -93,6 +96,11 @@ std::string CalibratedScope::describe() const {
   if (compute_capability) add("compute capability " + num(*compute_capability));
   if (min_zero) add("zero >= " + std::to_string(*min_zero));
   if (dtype) add(std::string("dtype ") + to_string(*dtype));
+  if (!gpus.empty()) {
+    std::string g = "GPU ";
+    for (std::size_t i = 0; i < gpus.size(); ++i) g += (i ? " or " : "") + gpus[i];
+    add(g);
+  }
   return s.empty() ? "every execution" : s;
 }
 
@@ -166,6 +174,10 @@ CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& c
       case CalibratedKnob::step_overhead: t.step_overhead += Seconds(p.value); break;
       case CalibratedKnob::gemm_efficiency_scale: t.gemm_efficiency_scale *= p.value; break;
       case CalibratedKnob::attention_efficiency_scale: t.attention_efficiency_scale *= p.value; break;
+      case CalibratedKnob::clock_scale:
+        t.gemm_efficiency_scale *= p.value;
+        t.attention_efficiency_scale *= p.value;
+        break;
     }
     t.applied.push_back(p.name);
   }
@@ -226,6 +238,12 @@ CalibrationSet load_calibration(const std::string& path) {
       if (s.has("compute_capability")) p.scope.compute_capability = s.get_double("compute_capability", std::nullopt, 0.0, true);
       if (s.has("min_zero")) p.scope.min_zero = s.get_int("min_zero", std::nullopt, 0);
       if (s.has("dtype")) p.scope.dtype = s.get_enum<Dtype>("dtype", std::nullopt);
+      if (s.has("gpus")) {
+        const YAML::Node gl = s.child("gpus", true);
+        if (!gl.IsSequence() || gl.size() == 0)
+          throw SpecError(s.where("gpus"), s.path("gpus"), "", "must be a non-empty list of GPU file names");
+        for (const auto& g : gl) p.scope.gpus.push_back(g.Scalar());
+      }
       s.finish();
     }
     p.value = r.has("value") ? r.get_double("value", std::nullopt, -1e300) : p.neutral();
@@ -296,7 +314,7 @@ std::string calibration_yaml(const CalibrationSet& set) {
     s += "      range: " + range_text(p.lo, p.hi) + "\n";
     s += "      range_source: " + quoted(p.range_source) + "\n";
     const CalibratedScope& sc = p.scope;
-    if (!sc.frameworks.empty() || sc.compute_capability || sc.min_zero || sc.dtype) {
+    if (!sc.frameworks.empty() || sc.compute_capability || sc.min_zero || sc.dtype || !sc.gpus.empty()) {
       s += "      scope:";
       std::string inner;
       auto add = [&inner](const std::string& x) { inner += (inner.empty() ? " {" : ", ") + x; };
@@ -308,6 +326,11 @@ std::string calibration_yaml(const CalibrationSet& set) {
       if (sc.compute_capability) add("compute_capability: " + num(*sc.compute_capability));
       if (sc.min_zero) add("min_zero: " + std::to_string(*sc.min_zero));
       if (sc.dtype) add(std::string("dtype: ") + to_string(*sc.dtype));
+      if (!sc.gpus.empty()) {
+        std::string g = "gpus: [";
+        for (std::size_t i = 0; i < sc.gpus.size(); ++i) g += (i ? ", " : "") + sc.gpus[i];
+        add(g + "]");
+      }
       s += inner + "}\n";
     }
     s += "      value: " + num(p.value) + "\n";

@@ -25,6 +25,7 @@ enum class CalibratedKnob {
   step_overhead,               // seconds per iteration (host work outside the micro-batches)
   gemm_efficiency_scale,       // multiplies the GEMM ceiling of the GPU file
   attention_efficiency_scale,  // multiplies the fused-attention efficiency
+  clock_scale,                 // multiplies both (a sustained tensor-core clock below the datasheet's)
 };
 
 /// Where a parameter applies: every listed condition must hold (an empty list or an unset value
@@ -34,6 +35,7 @@ struct CalibratedScope {
   std::optional<double> compute_capability = std::nullopt;  // e.g. 8.0 for A100, 9.0 for H100
   std::optional<int> min_zero = std::nullopt;               // e.g. 3: sharded-parameter (FSDP) runs only
   std::optional<Dtype> dtype = std::nullopt;
+  std::vector<std::string> gpus = {};  // GPU file names (e.g. h100-grand-teton)
   bool matches(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan) const;
   std::string describe() const;
 };

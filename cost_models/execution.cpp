@@ -31,6 +31,8 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   const FrameworkTraits& fw = framework_traits(plan.framework);
   ExecutionModel x;
   x.framework = &fw;
+  // A framework without a compiled mode has been refused at plan.compile by check_plan.
+  x.elementwise = plan.compile && fw.compiled_elementwise ? &*fw.compiled_elementwise : &fw.elementwise;
   const bool newer = gpu && fw.newer_attention_from_cc > 0 && gpu->compute_capability >= fw.newer_attention_from_cc;
   x.attention = plan.attention.value_or(newer ? fw.newer_attention : fw.attention);
   x.moe_dispatch = fw.moe_dispatch;

@@ -55,6 +55,9 @@ struct ProfileUse {
 
 struct ExecutionModel {
   const FrameworkTraits* framework = nullptr;  // never null once resolved
+  /// The elementwise kernels' traffic: the framework's eager entry, or its compiled one under
+  /// plan.compile. Never null once resolved.
+  const ElementwiseTraffic* elementwise = nullptr;
   AttentionImpl attention = AttentionImpl::unfused;
   MoeDispatch moe_dispatch = MoeDispatch::permute;
   std::string gemm_impl = "cublaslt";  // the GEMM library every supported framework runs

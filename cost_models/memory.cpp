@@ -45,6 +45,15 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   if (p.recompute == Recompute::full) return Bytes(res * sbh / replicated_div);  // layer input only
 
   const double f = ffn_hidden(m), k = kv_width(m);
+  if (p.recompute == Recompute::selective_op) {
+    // torchtitan's per-op policy (roofline.hpp LayerTimes::op_checkpoint_saved): the block's input,
+    // the outputs of wq, wv and w1 (column-parallel: sharded over t), of w2 for a gated block (the
+    // row-parallel partial sum, whole on every rank), the attention output and its fp32
+    // log-sum-exp per head and query.
+    const double sharded = act * (m.q_width() + k + f + m.v_width()) / h;
+    const double whole = m.gated() ? act : 0.0;
+    return Bytes(sbh * (res / replicated_div + sharded / t + whole) + 4.0 * heads * tokens * b / t);
+  }
   // In units of sbh bytes. Replicated across the TP group unless sequence parallel:
   // QKV input, FFN input, two layernorm inputs (residual stream), two dropout masks. A parallel
   // block's norms both read the layer input (stored once); with one shared norm QKV and FFN read
@@ -157,7 +166,9 @@ Bytes recompute_working_bytes(const ExecutionModel& x, const ModelSpec& model, c
       // The attention core comes back for one layer's backward (fused kernels store almost none).
       if (fused_attention(x)) return Bytes(4.0 * model.heads * double(seq) * micro_batch / plan.tp);
       return Bytes(unfused_core_bytes(x) * model.heads * double(seq) * seq * micro_batch / plan.tp);
-    case Recompute::full: {
+    case Recompute::full:
+    case Recompute::selective_op: {
+      // The block's forward re-runs before its backward: one layer's whole activations at once.
       PlanSpec stored = plan;
       stored.recompute = Recompute::none;
       const bool has_moe = model.moe_layers() > 0;

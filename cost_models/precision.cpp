@@ -9,7 +9,7 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   s.activation = fp32_training ? 4.0 : 2.0;
   s.residual = fp32_training ? 4.0 : r.residual_bytes;
   s.weight = (fp32_training || r.fp32_parameters) ? 4.0 : 2.0;
-  s.weight_copy = (!fp32_training && r.fp32_parameters) ? 2.0 : 0.0;
+  s.weight_copy = (!fp32_training && r.fp32_parameters && r.autocast_weight_copies) ? 2.0 : 0.0;
   s.master = s.weight < 4.0 ? 4.0 : 0.0;
   s.moments = optimizer == Optimizer::sgd ? 4.0 : 8.0;
   s.grad = s.weight;

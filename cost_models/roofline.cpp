@@ -138,7 +138,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
                        bool moe_layer, int window) {
   if (x.host) return host_layer_times(*x.host, m, p, tokens, context, moe_layer);
   const RooflineCompute& rc = x.roofline();
-  const ElementwiseTraffic& tr = x.framework->elementwise;
+  const ElementwiseTraffic& tr = *x.elementwise;
   const double scale = x.bytes.traffic_scale;
   const double t = p.tp, b = p.micro_batch, h = m.hidden, T = b * tokens, d = m.head_dim();
   const double a_local = double(m.heads) / t;
@@ -259,6 +259,18 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
   }
 
+  // Per-op selective checkpointing (torchtitan _get_custom_policy, 2024): aten.mm outputs are
+  // saved on odd calls within a block (the counter increments before the test, so the 1st, 3rd,
+  // ... are saved) and SDPA's output always. A Llama block calls wq, wk, wv, wo, w1, w3, w2 in
+  // that order (w1 before w3 in silu(w1(x)) * w3(x)): wq, wv, w1 and w2 are saved. A block
+  // without gating calls q, k, v, o, fc1, fc2: q, v and fc1 are saved. (MoE and MLA blocks are
+  // refused with this mode by check_plan.)
+  {
+    const Seconds wq = rc.gemm({T, q / t, h, 1}), wv = rc.gemm({T, kv_dim / t, h, 1});
+    const Seconds w1 = rc.gemm({T, f / t, h, 1});
+    L.op_checkpoint_saved = wq + wv + w1 + (gated ? F.fc2 : Seconds(0));
+  }
+
   // Attention core.
   const bool causal = true;
   if (x.attention != AttentionImpl::unfused) {
@@ -288,13 +300,14 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     const Seconds dv = rc.gemm_math({double(context), d, double(tokens), b * a_local});
     B.attention_core = qk + av + 2.0 * dv + rc.score_traffic(Bytes((gemm_bwd + 6.0 + 5.0) * scores)) + 2.0 * launch;
   }
+  L.op_checkpoint_saved += F.attention_core;
   return L;
 }
 
 EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens) {
   if (x.host) return host_edge_times(*x.host, m, p, tokens);
   const RooflineCompute& rc = x.roofline();
-  const ElementwiseTraffic& tr = x.framework->elementwise;
+  const ElementwiseTraffic& tr = *x.elementwise;
   const double scale = x.bytes.traffic_scale;
   const double t = p.tp, T = double(p.micro_batch) * tokens, h = m.hidden, V = m.vocab;
   auto stream = [&](double bytes_per_element, double elements, int launches) {

@@ -126,10 +126,16 @@ struct LayerOpTimes {
 
 struct LayerTimes {
   LayerOpTimes forward_ops, backward_ops;
+  /// Forward time of what per-op selective checkpointing saves (torchtitan's op policy: the
+  /// attention kernel and every other matmul of the block in call order, wq, wv, w1, w2 of a
+  /// Llama block: the 1st, 3rd, 5th and 7th aten.mm).
+  Seconds op_checkpoint_saved;
   Seconds forward() const { return forward_ops.forward(); }
   Seconds backward() const { return backward_ops.forward(); }
   Seconds recompute_full() const { return forward(); }
   Seconds recompute_selective() const { return forward_ops.attention_core; }
+  /// The block's forward less what the policy saved: the other matmuls and every elementwise op.
+  Seconds recompute_selective_op() const { return forward() - op_checkpoint_saved; }
 };
 
 /// Times of one layer: `tokens` tokens of each of `micro_batch` sequences, attending to

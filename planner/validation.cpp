@@ -24,7 +24,7 @@ std::string group_of(const Experiment& e) {
   if (n.starts_with("korthikanti")) return "Korthikanti 2022 Table 4";
   if (n.starts_with("terapipe")) return "TeraPipe (Li et al. 2021)";
   if (n.starts_with("deepspeed-moe")) return "DeepSpeed-MoE (Rajbhandari et al. 2022)";
-  if (n.ends_with("-local-h100")) return "PyTorch eager on one H100 (shared/bench)";
+  if (n.ends_with("-local-h100") || n.ends_with("-local-h100-compile")) return "PyTorch on one H100 (shared/bench)";
   if (n.starts_with("llmfoundry")) return "llm-foundry MPT benchmarks (MosaicML, FSDP)";
   if (n.starts_with("torchtitan")) return "torchtitan (Meta, FSDP2)";
   return "other";

@@ -17,6 +17,7 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
     Seconds recompute;
     if (plan.recompute == Recompute::full) recompute = t.recompute_full();
     if (plan.recompute == Recompute::selective) recompute = t.recompute_selective();
+    if (plan.recompute == Recompute::selective_op) recompute = t.recompute_selective_op();
     const LayerOpTimes& F = t.forward_ops;
     const LayerOpTimes& B = t.backward_ops;
     return LayerCompute{t.forward(), t.backward(), recompute, F.attention_core, B.attention_core,

@@ -48,6 +48,9 @@ LayerElements layer_elements(const ModelSpec& m, const PlanSpec& p, double S, do
     case Recompute::none: L.saved = L.full; break;
     case Recompute::selective: L.saved = L.full - core; break;
     case Recompute::full: L.saved = n * H + (past > 0 ? b * past * 3 * HD : 0.0); break;  // input (+ cached K/V)
+    case Recompute::selective_op:  // check_plan refuses it for the trainer's framework
+      FORESIGHT_CHECK(false) << "per-op selective recompute reached the trainer's memory model";
+      break;
   }
   const double gather = sp ? N * H : 0.0;
   L.forward = gather + N * H;  // a gathered input and the row-parallel partial output

@@ -62,6 +62,9 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     unsupported("plan.partial_recompute_microbatches", std::to_string(q.partial_recompute_microbatches),
                 "recompute varied by micro-batch");
   if (q.tp_overlap) unsupported("plan.tp_overlap", "true", "TP communication overlapped with GEMMs");
+  if (q.compile) unsupported("plan.compile", "true", "torch.compile's fused kernels");
+  if (q.recompute == Recompute::selective_op)
+    unsupported("plan.recompute", "selective-op", "per-op selective activation checkpointing");
   // The bundled model is GPT-2/3-style (core/model.hpp defaults); other architectures are refused.
   const ModelSpec& mm = p.model;
   if (mm.activation != Activation::gelu)

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Writes the scenario files of the torchtitan rows of ../shared/published/modern.yaml that the
+schema can express: bf16 (FSDP2 param bfloat16 / reduce float32) with or without torch.compile,
+per-op selective, full or no activation checkpointing, FSDP2 alone or with TP (vanilla or async,
+sequence-parallel norms). Rows with torchao Float8 linears, pipelines, batch sizes that are not
+stated, or a GPU whose kind is not stated are left out; scenarios/README.md lists them with what
+they lack.
+
+Usage: python3 scenarios/tools/torchtitan_experiments.py ../shared/published/modern.yaml
+"""
+import os
+import sys
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# Model in the row (name, sequence length) -> model file.
+MODELS = {
+    ("Llama 3.1 8B", 8192): "llama3.1-8b",
+    ("Llama 3 8B", 8192): "llama3.1-8b",
+    ("Llama 3.1 70B", 8192): "llama3.1-70b",
+    ("Llama 3 70B", 8192): "llama3.1-70b",
+    ("Llama 3.1 405B", 8192): "llama3.1-405b",
+    ("Llama 2 13B", 4096): "llama2-13b",
+    ("Llama 2 70B", 4096): "llama2-70b",
+}
+
+
+# Rows declared as calibration cases (DESIGN.md, Fidelity rules): they pin the Grand Teton H100's
+# sustained clock under its 500 W limit (scenarios/calibration.yaml, h100_500w_clock_scale); every
+# other row is a prediction.
+CALIBRATION = {"torchtitan_202412_t1_llama3.1_8b_8xh100_fsdp", "torchtitan_202412_t1_llama3.1_8b_8xh100_fsdp_compile"}
+
+
+def cluster_of(e):
+    gpu = e["hardware"]["gpu"]
+    if "Grand Teton" in gpu or "lower TDP SXM H100" in gpu:
+        return "grand-teton-h100"
+    if "A100 80GB" in gpu:
+        return "selene"  # the April 2024 doc states no network: Selene's A100 nodes (8 x 200 Gb/s) assumed
+    return None  # H100 of unstated kind, H200 without stated memory: not written
+
+
+def recompute_of(text):
+    t = str(text)
+    if t.startswith("selective per-op"):
+        return "selective-op"
+    if t.startswith("full"):
+        return "full"
+    if t == "none":
+        return "none"
+    return None
+
+
+def compiled(p):
+    c = p.get("compile")
+    if c is True or c is False:
+        return c
+    return None  # "not stated"
+
+
+def main(path):
+    data = yaml.safe_load(open(path))
+    written, skipped = [], []
+    for e in data["datapoints"]:
+        rid = e["id"]
+        if not rid.startswith("torchtitan_"):
+            continue
+        p, m, h, meas = e["parallel"], e["model"], e["hardware"], e["measured"]
+        why = None
+        if p.get("float8"):
+            why = "torchao Float8 linears"
+        elif int(p.get("pp", 1)) > 1:
+            why = "torchtitan's pipeline schedules with FSDP"
+        elif compiled(p) is None:
+            why = "whether torch.compile was on is not stated"
+        elif recompute_of(p.get("recompute")) is None:
+            why = "activation checkpointing not stated"
+        elif cluster_of(e) is None:
+            why = "GPU kind not stated"
+        elif (m["name"], int(m["seq_len"])) not in MODELS:
+            why = "model not in the library"
+        if why:
+            skipped.append((rid, why))
+            continue
+        gpus = int(h["num_gpus"])
+        tp, dp, cp = int(p["tp"]), int(p["dp"]), int(p.get("cp", 1))
+        assert tp * dp * cp == gpus, rid
+        mb = int(p["micro_batch"])
+        gb = int(p["global_batch"])
+        assert mb * dp == gb, rid  # one micro-batch per step (grad_accum 1)
+        tps = float(meas["tokens_per_s_per_gpu"]) * gpus
+        name = rid.replace("_", "-")
+        plan = [f"tp: {tp}", "pp: 1", f"dp: {dp}"]
+        if cp > 1:
+            plan.append(f"cp: {cp}")
+        plan += [f"micro_batch: {mb}", "schedule: 1f1b", f"recompute: {recompute_of(p['recompute'])}", "zero: 3"]
+        if tp > 1:
+            plan.append("sequence_parallel: true")  # torchtitan's TP plan: sequence-parallel norms
+        if p.get("async_tp") is True:
+            plan.append("tp_overlap: true")
+        if compiled(p):
+            plan.append("compile: true")
+        plan.append("framework: torchtitan")
+        lines = ["experiment:",
+                 f"  model: ../models/{MODELS[(m['name'], int(m['seq_len']))]}.yaml",
+                 f"  cluster: ../clusters/{cluster_of(e)}.yaml",
+                 f"  gpus: {gpus}",
+                 f"  training: {{global_batch: {gb}, dtype: bf16, optimizer: adam}}",
+                 "  plan:"] + [f"    {x}" for x in plan]
+        lines += ["  measured:", f"    tokens_per_s: {tps:g}"]
+        if rid in CALIBRATION:
+            lines.append("    role: calibration")
+        mem = meas.get("peak_memory_gib")
+        if isinstance(mem, (int, float)):
+            lines += [f"    peak_memory_GiB: {mem}", "    memory_kind: reserved"]
+        src = e["source"]
+        lines.append(f"    source: \"{src['read_from'].replace(chr(34), chr(39))}; {src['table'].replace(chr(34), chr(39))}\"")
+        lines.append(f"    datapoint: {rid}")
+        notes = (f"{meas['tokens_per_s_per_gpu']} tokens/s per GPU x {gpus} GPUs. "
+                 f"FSDP2 ({p.get('fsdp_mixed_precision', 'param bfloat16, reduce float32')}) = framework torchtitan with zero 3; "
+                 f"recompute: {p['recompute']}. Hardware: {h['gpu']}; intra-node: {h.get('intra_node')}; "
+                 f"inter-node: {h.get('inter_node')}.")
+        if mem is not None and isinstance(mem, (int, float)):
+            notes += " Memory: torchtitan's logged peak reserved GiB (max over GPUs)."
+        lines.append(f"  notes: \"{notes.replace(chr(34), chr(39))}\"")
+        with open(os.path.join(ROOT, "experiments", name + ".yaml"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        written.append(name)
+    for w in written:
+        print("wrote", w)
+    for rid, why in skipped:
+        print("left out", rid, "-", why)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "..", "shared", "published", "modern.yaml"))

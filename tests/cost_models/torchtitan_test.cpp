@@ -1,0 +1,132 @@
+// torchtitan's execution (core/framework.cpp entry torchtitan): torch.compile's fused elementwise
+// traffic against the eager kernels' by hand, per-op selective checkpointing (what it re-runs,
+// what it stores, its FLOPs), the refusals of the features other frameworks lack, and the
+// calibrated clock scale of one GPU. References are the byte and FLOP counts written out here
+// from torchtitan's model code (the derivations in core/framework.cpp), not earlier outputs.
+#include <gtest/gtest.h>
+
+#include "core/flops.hpp"
+#include "core/scenario.hpp"
+#include "cost_models/calibrated.hpp"
+#include "cost_models/memory.hpp"
+#include "cost_models/roofline.hpp"
+
+using namespace foresight;
+using namespace foresight::cost_models;
+
+namespace {
+
+// Llama 3.1 8B, seq 8192, micro-batch 2, FSDP2 over 8 Grand Teton H100s, per-op SAC, eager.
+Experiment t1(bool compile = false) {
+  Experiment e = load_experiment(resolve_scenario("experiments", "torchtitan-202412-t1-llama3.1-8b-8xh100-fsdp"));
+  e.plan.compile = compile;
+  return e;
+}
+
+constexpr double T = 2.0 * 8192, H = 4096, Q = 4096, KV = 1024, F = 14336;
+
+}  // namespace
+
+TEST(Torchtitan, CompileSwapsTheEagerElementwiseBytesForTheFusedOnes) {
+  const Experiment eager = t1(false), fused = t1(true);
+  const ExecutionModel xe = resolve_execution(eager), xc = resolve_execution(fused);
+  const RooflineCompute& rc = xe.roofline();
+  const LayerTimes le = layer_times(xe, eager.model, eager.plan, 8192, 8192, false);
+  const LayerTimes lc = layer_times(xc, fused.model, fused.plan, 8192, 8192, false);
+  auto ms = [&](double bytes, int launches) { return rc.memory_bound(Bytes(bytes), launches).value(); };
+  // Norms per (T, h) element: eager 72 bytes in 16 launches forward, 152 in 24 backward; compiled
+  // 12 in 2 and 24 in 4. FSDP2's weight copies (4 and 10 bytes per parameter) are the same in
+  // both and cancel.
+  EXPECT_NEAR(le.forward_ops.layernorms.value() - lc.forward_ops.layernorms.value(),
+              ms(72 * T * H, 16) - ms(12 * T * H, 2), 1e-12);
+  EXPECT_NEAR(le.backward_ops.layernorms.value() - lc.backward_ops.layernorms.value(),
+              ms(152 * T * H, 24) - ms(24 * T * H, 4), 1e-12);
+  // SwiGLU per ffn element: eager 10 bytes forward, 18 backward; compiled 6 and 10.
+  EXPECT_NEAR(le.forward_ops.gelu.value(), ms(10 * T * F, 1), 1e-12);
+  EXPECT_NEAR(lc.forward_ops.gelu.value(), ms(6 * T * F, 1), 1e-12);
+  EXPECT_NEAR(le.backward_ops.gelu.value(), ms(18 * T * F, 1), 1e-12);
+  EXPECT_NEAR(lc.backward_ops.gelu.value(), ms(10 * T * F, 1), 1e-12);
+  // The GEMMs and the attention kernel do not change.
+  EXPECT_EQ(le.forward_ops.fc1.value(), lc.forward_ops.fc1.value());
+  EXPECT_EQ(le.forward_ops.attention_core.value(), lc.forward_ops.attention_core.value());
+}
+
+TEST(Torchtitan, PerOpCheckpointingRerunsTheUnsavedMatmulsAndEveryElementwiseOp) {
+  const Experiment e = t1();
+  ASSERT_EQ(e.plan.recompute, Recompute::selective_op);
+  const ExecutionModel x = resolve_execution(e);
+  const RooflineCompute& rc = x.roofline();
+  const LayerTimes L = layer_times(x, e.model, e.plan, 8192, 8192, false);
+  // Saved: wq (T x 4096 x 4096), wv (T x 1024 x 4096), w1 (T x 14336 x 4096), w2 (T x 4096 x 14336)
+  // and SDPA's output; re-run: wk, wo, w3 and every elementwise kernel of the block.
+  const double saved = rc.gemm({T, Q, H, 1}).value() + rc.gemm({T, KV, H, 1}).value() + rc.gemm({T, F, H, 1}).value() +
+                       rc.gemm({T, H, F, 1}).value() + L.forward_ops.attention_core.value();
+  EXPECT_NEAR(L.recompute_selective_op().value(), L.forward().value() - saved, 1e-12);
+  EXPECT_GT(L.recompute_selective_op().value(), rc.gemm({T, KV, H, 1}).value() + L.forward_ops.projection.value());
+  EXPECT_LT(L.recompute_selective_op().value(), L.recompute_full().value());
+
+  // FLOPs re-run per token and layer: 2 x (h x kv for wk + h x h for wo + h x ffn for w3)
+  // = 2 x (4,194,304 + 16,777,216 + 58,720,256) = 159,383,552.
+  const double batch = 16, tokens = batch * 8192;
+  const double extra = hardware_flops_per_iteration(e.model, batch, Recompute::selective_op).value() -
+                       hardware_flops_per_iteration(e.model, batch, Recompute::none).value();
+  EXPECT_NEAR(extra, 159383552.0 * tokens * 32, 1.0);
+
+  // Stored per layer and micro-batch (2 x 8192 tokens, bf16): the block input (h), wq's output
+  // (4096), wv's (1024), w1's (14336), w2's (4096), SDPA's output (4096), 2 bytes each, and the
+  // fp32 log-sum-exp per head and token (32 x 4).
+  const double per_token = 2.0 * (H + Q + KV + F + H + Q) + 4.0 * 32;
+  EXPECT_NEAR(activation_bytes_per_layer(x, e.model, e.plan, 2, 8192, false).value(), per_token * T, 1.0);
+}
+
+TEST(Torchtitan, FeaturesOtherFrameworksLackAreRefused) {
+  Experiment e = t1(true);
+  EXPECT_FALSE(check_plan(e.model, e.cluster, e.training, e.plan, e.gpus));
+  e.plan.framework = Framework::megatron;
+  e.plan.recompute = Recompute::full;
+  auto v = check_plan(e.model, e.cluster, e.training, e.plan, e.gpus);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->field, "plan.compile");
+  e.plan.compile = false;
+  e.plan.recompute = Recompute::selective_op;
+  v = check_plan(e.model, e.cluster, e.training, e.plan, e.gpus);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->field, "plan.recompute");
+  EXPECT_EQ(v->value, "selective-op");
+  // Korthikanti's selective recompute is not torchtitan's.
+  e.plan.framework = Framework::torchtitan;
+  e.plan.recompute = Recompute::selective;
+  EXPECT_FALSE(framework_traits(Framework::torchtitan).runs(e.plan));
+  // Per-op checkpointing of MoE blocks is not modelled.
+  Experiment moe = load_experiment(resolve_scenario("experiments", "torchtitan-202412-t1-llama3.1-8b-8xh100-fsdp"));
+  moe.model.moe = MoeSpec{};
+  moe.model.moe->experts = 8;
+  moe.model.moe->top_k = 2;
+  v = check_plan(moe.model, moe.cluster, moe.training, moe.plan, moe.gpus);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->field, "plan.recompute");
+}
+
+TEST(Torchtitan, ClockScaleActsOnTheNamedGpuOnly) {
+  CalibrationSet set;
+  CalibratedParameter p;
+  p.name = "clock";
+  p.knob = CalibratedKnob::clock_scale;
+  p.unit.assign(1, '1');
+  p.lo = 0.5;
+  p.hi = 1;
+  p.value = 0.8;
+  p.scope.gpus.emplace_back("h100-grand-teton");
+  set.parameters = {p};
+  const Experiment e = t1();
+  const CalibratedTerms on = calibrated_terms(set, e.cluster, e.training, e.plan);
+  EXPECT_DOUBLE_EQ(on.gemm_efficiency_scale, 0.8);
+  EXPECT_DOUBLE_EQ(on.attention_efficiency_scale, 0.8);
+  const ClusterSpec sxm = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  const CalibratedTerms off = calibrated_terms(set, sxm, e.training, e.plan);
+  EXPECT_DOUBLE_EQ(off.gemm_efficiency_scale, 1.0);
+  EXPECT_DOUBLE_EQ(off.attention_efficiency_scale, 1.0);
+  // The file round trip keeps the scope.
+  const std::string text = calibration_yaml(set);
+  EXPECT_NE(text.find("gpus: [h100-grand-teton]"), std::string::npos);
+}
