@@ -4,7 +4,11 @@
 # within 15% of the trainer's allocation counter, and the median step-time error stays within 15%
 # (a broken cost model misses by far more; the acceptance figures, median 10% and largest 20%, are
 # reported in reports/closed-loop.md, since a shared CI machine's slow spells can push a single
-# plan past them). The step-time figures are printed either way.
+# plan past them). The step-time figures are printed either way. The step-time check counts only
+# the plans all of whose rounds ran on a quiet host (the loop probes the host's speed around every
+# run and repeats a run made during someone else's burst, cases[].disturbed_runs); when fewer than
+# 8 plans could be measured quietly the check cannot be made and the test is reported as skipped
+# (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt), never passed.
 #   cmake -DFORESIGHT=... -DWORK=... -P closed_loop.cmake
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
@@ -35,6 +39,33 @@ endforeach()
 string(JSON median GET "${j}" median_abs_pct)
 string(JSON largest GET "${j}" max_abs_pct)
 message("closed loop: ${measured} plans, median |step error| ${median}%, largest ${largest}%")
-if(median GREATER 15)
-  message(FATAL_ERROR "median step-time error ${median}% (at most 15% here; the acceptance is 10%)")
+# |error| of the plans measured on a quiet host, sorted for the median.
+set(quiet_errors "")
+foreach(i RANGE ${last})
+  string(JSON busy GET "${j}" cases ${i} disturbed_runs)
+  string(JSON err GET "${j}" cases ${i} error_pct)
+  if(busy EQUAL 0 AND NOT err STREQUAL "null" AND NOT err STREQUAL "")
+    string(REGEX REPLACE "^-" "" abs "${err}")
+    # Zero-padded fixed-point text sorts like the number (errors below 10^6 %).
+    string(REGEX MATCH "^[0-9]+" whole "${abs}")
+    string(LENGTH "000000${whole}" len)
+    math(EXPR start "${len} - 6")
+    string(SUBSTRING "000000${whole}" ${start} 6 padded)
+    list(APPEND quiet_errors "${padded}|${abs}")
+  endif()
+endforeach()
+list(LENGTH quiet_errors nq)
+if(nq LESS 8)
+  message("CLOSED LOOP SKIPPED: only ${nq} of ${measured} plans ran on a quiet host (the others met another "
+          "tenant's load in every attempt); the step-time check needs 8. Memory was checked.")
+  return()
+endif()
+list(SORT quiet_errors)
+math(EXPR mid "${nq} / 2")
+list(GET quiet_errors ${mid} m)
+string(REGEX REPLACE "^[0-9]+[|]" "" quiet_median "${m}")
+message("closed loop, plans on a quiet host: ${nq}, median |step error| ${quiet_median}%")
+if(quiet_median GREATER 15)
+  message(FATAL_ERROR "median step-time error ${quiet_median}% over ${nq} quietly measured plans (at most 15% here; the "
+                      "acceptance is 10%)")
 endif()
