@@ -35,6 +35,13 @@ enum class Dtype { fp32, tf32, fp16, bf16, fp8 };
 FORESIGHT_ENUM_NAMES(Dtype, {Dtype::fp32, "fp32"}, {Dtype::tf32, "tf32"}, {Dtype::fp16, "fp16"},
                      {Dtype::bf16, "bf16"}, {Dtype::fp8, "fp8"});
 
+/// How FP8 GEMM inputs get their scales: Transformer Engine's delayed scaling (an amax history kept
+/// from earlier steps: one cast pass per input), or torchao's dynamic scaling from the tensor's
+/// own amax, one scale per tensor (tensorwise) or per row (rowwise, both operands).
+enum class Fp8Scaling { delayed, tensorwise, rowwise };
+FORESIGHT_ENUM_NAMES(Fp8Scaling, {Fp8Scaling::delayed, "delayed"}, {Fp8Scaling::tensorwise, "tensorwise"},
+                     {Fp8Scaling::rowwise, "rowwise"});
+
 enum class Optimizer { adam, sgd, lamb };
 FORESIGHT_ENUM_NAMES(Optimizer, {Optimizer::adam, "adam"}, {Optimizer::sgd, "sgd"}, {Optimizer::lamb, "lamb"});
 

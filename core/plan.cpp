@@ -153,6 +153,9 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("experiment.gpus", str((long long)gpus_used),
                 "must not exceed the cluster's " + str((long long)c.total_gpus()) + " GPUs (" +
                     str((long long)c.nodes) + " nodes x " + str((long long)c.gpus_per_node) + ")");
+  if (t.fp8_scaling != Fp8Scaling::delayed && t.dtype != Dtype::fp8)
+    return fail("training.fp8_scaling", to_string(t.fp8_scaling), "applies to dtype fp8 only (it is " +
+                                                                      std::string(to_string(t.dtype)) + ")");
   if (!(c.gpu.peak(t.dtype) > FlopsPerSecond(0)))
     return fail("training.dtype", to_string(t.dtype),
                 "the cluster's GPU " + c.gpu.name + " has no " + std::string(to_string(t.dtype)) +

@@ -17,6 +17,9 @@ namespace foresight {
 struct TrainingSpec {
   int global_batch = 0;  // sequences per iteration
   Dtype dtype = Dtype::bf16;
+  /// With dtype fp8: how the linears' inputs are scaled (delayed: Transformer Engine's recipe;
+  /// tensorwise / rowwise: torchao's float8 training with dynamic scales, as torchtitan runs it).
+  Fp8Scaling fp8_scaling = Fp8Scaling::delayed;
   Optimizer optimizer = Optimizer::adam;
 };
 

@@ -126,6 +126,8 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.partial_recompute_microbatches > 0) return "";
   // Per-op selective checkpointing and torch.compile are torchtitan's / PyTorch's, not Megatron-LM's.
   if (q.recompute == Recompute::selective_op || q.compile) return "";
+  // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs.
+  if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling != Fp8Scaling::delayed) return "";
   // Megatron-DeepSpeed's GPTModelPipe fixes partition_method='type:transformer'; others have no flag.
   if (!q.partition_method.empty() && q.partition_method != "type:transformer") return "";
   std::ostringstream s;

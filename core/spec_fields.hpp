@@ -88,6 +88,7 @@ template <class V, SpecOf<TrainingSpec> S>
 void visit_fields(V& v, S& t) {
   v.integer("global_batch", t.global_batch, std::nullopt, 1);
   v.enumeration("dtype", t.dtype, Dtype::bf16);
+  v.enumeration("fp8_scaling", t.fp8_scaling, Fp8Scaling::delayed);
   v.enumeration("optimizer", t.optimizer, Optimizer::adam);
 }
 

@@ -17,13 +17,14 @@ namespace foresight::cost_models {
 
 namespace {
 
-constexpr std::array<std::pair<CalibratedKnob, const char*>, 6> kKnobs = {{
+constexpr std::array<std::pair<CalibratedKnob, const char*>, 7> kKnobs = {{
     {CalibratedKnob::slot_overhead, "slot_overhead"},
     {CalibratedKnob::unit_overhead, "unit_overhead"},
     {CalibratedKnob::step_overhead, "step_overhead"},
     {CalibratedKnob::gemm_efficiency_scale, "gemm_efficiency_scale"},
     {CalibratedKnob::attention_efficiency_scale, "attention_efficiency_scale"},
     {CalibratedKnob::clock_scale, "clock_scale"},
+    {CalibratedKnob::fp8_gemm_efficiency_scale, "fp8_gemm_efficiency_scale"},
 }};
 
 const char* knob_name(CalibratedKnob k) {
@@ -43,7 +44,7 @@ std::string knob_names() {
 
 bool is_scale(CalibratedKnob k) {
   return k == CalibratedKnob::gemm_efficiency_scale || k == CalibratedKnob::attention_efficiency_scale ||
-         k == CalibratedKnob::clock_scale;
+         k == CalibratedKnob::clock_scale || k == CalibratedKnob::fp8_gemm_efficiency_scale;
 }
 
 /// %.6g, so that a value written and read back prints the same.
@@ -82,6 +83,7 @@ bool CalibratedScope::matches(const ClusterSpec& cluster, const TrainingSpec& tr
   if (min_zero && plan.zero < *min_zero) return false;
   if (dtype && training.dtype != *dtype) return false;
   if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), cluster.gpu.name) == gpus.end()) return false;
+  if (fp8_scaling && (training.dtype != Dtype::fp8 || training.fp8_scaling != *fp8_scaling)) return false;
   return true;
 }
 
@@ -96,6 +98,7 @@ std::string CalibratedScope::describe() const {
   if (compute_capability) add("compute capability " + num(*compute_capability));
   if (min_zero) add("zero >= " + std::to_string(*min_zero));
   if (dtype) add(std::string("dtype ") + to_string(*dtype));
+  if (fp8_scaling) add(std::string("fp8 scaling ") + to_string(*fp8_scaling));
   if (!gpus.empty()) {
     std::string g = "GPU ";
     for (std::size_t i = 0; i < gpus.size(); ++i) g += (i ? " or " : "") + gpus[i];
@@ -178,6 +181,7 @@ CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& c
         t.gemm_efficiency_scale *= p.value;
         t.attention_efficiency_scale *= p.value;
         break;
+      case CalibratedKnob::fp8_gemm_efficiency_scale: t.fp8_gemm_efficiency_scale *= p.value; break;
     }
     t.applied.push_back(p.name);
   }
@@ -238,6 +242,7 @@ CalibrationSet load_calibration(const std::string& path) {
       if (s.has("compute_capability")) p.scope.compute_capability = s.get_double("compute_capability", std::nullopt, 0.0, true);
       if (s.has("min_zero")) p.scope.min_zero = s.get_int("min_zero", std::nullopt, 0);
       if (s.has("dtype")) p.scope.dtype = s.get_enum<Dtype>("dtype", std::nullopt);
+      if (s.has("fp8_scaling")) p.scope.fp8_scaling = s.get_enum<Fp8Scaling>("fp8_scaling", std::nullopt);
       if (s.has("gpus")) {
         const YAML::Node gl = s.child("gpus", true);
         if (!gl.IsSequence() || gl.size() == 0)
@@ -314,7 +319,8 @@ std::string calibration_yaml(const CalibrationSet& set) {
     s += "      range: " + range_text(p.lo, p.hi) + "\n";
     s += "      range_source: " + quoted(p.range_source) + "\n";
     const CalibratedScope& sc = p.scope;
-    if (!sc.frameworks.empty() || sc.compute_capability || sc.min_zero || sc.dtype || !sc.gpus.empty()) {
+    if (!sc.frameworks.empty() || sc.compute_capability || sc.min_zero || sc.dtype || !sc.gpus.empty() ||
+        sc.fp8_scaling) {
       s += "      scope:";
       std::string inner;
       auto add = [&inner](const std::string& x) { inner += (inner.empty() ? " {" : ", ") + x; };
@@ -326,6 +332,7 @@ std::string calibration_yaml(const CalibrationSet& set) {
       if (sc.compute_capability) add("compute_capability: " + num(*sc.compute_capability));
       if (sc.min_zero) add("min_zero: " + std::to_string(*sc.min_zero));
       if (sc.dtype) add(std::string("dtype: ") + to_string(*sc.dtype));
+      if (sc.fp8_scaling) add(std::string("fp8_scaling: ") + to_string(*sc.fp8_scaling));
       if (!sc.gpus.empty()) {
         std::string g = "gpus: [";
         for (std::size_t i = 0; i < sc.gpus.size(); ++i) g += (i ? ", " : "") + sc.gpus[i];

@@ -26,6 +26,7 @@ enum class CalibratedKnob {
   gemm_efficiency_scale,       // multiplies the GEMM ceiling of the GPU file
   attention_efficiency_scale,  // multiplies the fused-attention efficiency
   clock_scale,                 // multiplies both (a sustained tensor-core clock below the datasheet's)
+  fp8_gemm_efficiency_scale,   // multiplies the GEMM ceiling of FP8 GEMMs only
 };
 
 /// Where a parameter applies: every listed condition must hold (an empty list or an unset value
@@ -36,6 +37,7 @@ struct CalibratedScope {
   std::optional<int> min_zero = std::nullopt;               // e.g. 3: sharded-parameter (FSDP) runs only
   std::optional<Dtype> dtype = std::nullopt;
   std::vector<std::string> gpus = {};  // GPU file names (e.g. h100-grand-teton)
+  std::optional<Fp8Scaling> fp8_scaling = std::nullopt;  // with dtype fp8: the scaling recipe
   bool matches(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan) const;
   std::string describe() const;
 };
@@ -78,7 +80,7 @@ struct CalibrationSet {
 /// The effect of the parameters whose scope an execution falls in.
 struct CalibratedTerms {
   Seconds slot_overhead, unit_overhead, step_overhead;
-  double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0;
+  double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0, fp8_gemm_efficiency_scale = 1.0;
   std::vector<std::string> applied;  // names of the parameters in effect
   std::optional<ErrorBand> band;     // the error bar this execution's predictions carry
 };

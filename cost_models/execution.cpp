@@ -38,6 +38,7 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   x.moe_dispatch = fw.moe_dispatch;
   x.dtype = training.dtype;
   x.attention_dtype = training.dtype == Dtype::fp8 ? Dtype::bf16 : training.dtype;
+  x.fp8_scaling = training.fp8_scaling;
   x.bytes = element_sizes(training.dtype, training.optimizer, fw);
   return x;
 }
@@ -85,7 +86,9 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
                     "is needed: " + x.framework->describe() + " runs " + to_string(x.attention) + " attention on " +
                         gpu.name + ", and neither the GPU file nor a calibration profile gives its speed");
   // Calibrated scales on top of the GPU file's or the profile's kernel figures.
-  rc->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale, x.calibrated.attention_efficiency_scale);
+  // The FP8-only scale acts on the FP8 GEMMs, not on what the recipe keeps in 16 bits (compute16).
+  const double fp8_gemm = training.dtype == Dtype::fp8 ? x.calibrated.fp8_gemm_efficiency_scale : 1.0;
+  rc->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale * fp8_gemm, x.calibrated.attention_efficiency_scale);
   x.compute = std::move(rc);
   x.compute16 = x.compute;
   if (training.dtype == Dtype::fp8) {

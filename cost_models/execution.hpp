@@ -63,6 +63,7 @@ struct ExecutionModel {
   std::string gemm_impl = "cublaslt";  // the GEMM library every supported framework runs
   Dtype dtype = Dtype::bf16;           // training dtype (GEMMs)
   Dtype attention_dtype = Dtype::bf16; // fp8 recipes keep attention in bf16
+  Fp8Scaling fp8_scaling = Fp8Scaling::delayed;  // with dtype fp8: how inputs are scaled
   ElementSizes bytes;
   MemoryOptions memory;
   /// Kernel times on the experiment's GPU; null for a memory-only model (execution_model()).

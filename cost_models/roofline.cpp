@@ -238,7 +238,8 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).
   if (m.bias)
     B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / t + ffn_tokens * h, 4);
-  const double cast_params = (dense_layer_parameters(m) - 4.0 * h) / t;
+  // The layer's parameters less its norms' (which stay fp32 under autocast and are not GEMM operands).
+  const double cast_params = (dense_layer_parameters(m) - m.norms_per_layer() * norm_parameters(m)) / t;
   F.layernorms += stream(tr.weight_cast_forward, cast_params, 4);
   B.layernorms += stream(tr.weight_cast_backward, cast_params, 4);
 
@@ -255,8 +256,24 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     const double inputs = T * h + T * v_w / t + fc1_inputs + ffn_tokens * ffn_width / t + T * shared_width / t;
     const double grads = T * (q + 2 * kv_dim) / t + T * h + (ffn_tokens * ffn_width + T * shared_width) * up / t +
                          (ffn_tokens + (shared_width > 0 ? T : 0.0)) * h;
-    F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs), 4);
-    B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
+    if (x.fp8_scaling == Fp8Scaling::delayed) {
+      F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs), 4);
+      B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
+    } else {
+      // torchao's dynamic scaling (torchao/float8, Float8Linear with tensorwise or rowwise scales;
+      // the scale comes from the tensor's own amax): every operand is cast where it is used.
+      // Forward: each input cast (read 2, write 1) after its amax, which Inductor fuses into the
+      // kernel producing the input under torch.compile and eager PyTorch reads separately (2);
+      // each weight cast per micro-batch the same way (the layer's weights on this GPU).
+      // Backward: each output gradient cast twice, as is and transposed for the weight gradient
+      // (2 x 3, + 2 for its amax in eager mode); each saved input cast again transposed (3); each
+      // weight transposed for the data gradient (3). Rowwise scales move the same bytes (one
+      // amax per row instead of one per tensor). FSDP's float8 all-gather (each shard cast once,
+      // before the gather) is not modelled: weights are cast per micro-batch as without it.
+      const double amax = p.compile ? 0.0 : 2.0;
+      F.fp8_casts = rc.memory_bound(Bytes((3.0 + amax) * inputs + (3.0 + amax) * cast_params), 8);
+      B.fp8_casts = rc.memory_bound(Bytes((6.0 + amax) * grads + 3.0 * inputs + 3.0 * cast_params), 16);
+    }
   }
 
   // Per-op selective checkpointing (torchtitan _get_custom_policy, 2024): aten.mm outputs are

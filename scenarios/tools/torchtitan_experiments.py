@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Writes the scenario files of the torchtitan rows of ../shared/published/modern.yaml that the
-schema can express: bf16 (FSDP2 param bfloat16 / reduce float32) with or without torch.compile,
+schema can express: bf16 (FSDP2 param bfloat16 / reduce float32) or torchao Float8 linears
+(training.dtype fp8 with fp8_scaling tensorwise or rowwise), with or without torch.compile,
 per-op selective, full or no activation checkpointing, FSDP2 alone or with TP (vanilla or async,
-sequence-parallel norms). Rows with torchao Float8 linears, pipelines, batch sizes that are not
-stated, or a GPU whose kind is not stated are left out; scenarios/README.md lists them with what
-they lack.
+sequence-parallel norms) or context parallelism (all-gather of K/V, torchtitan's default rotate
+method). Rows with pipelines (split points and micro-batch counts not stated), rows that do not
+say whether torch.compile was on, and rows whose GPU kind is not stated are left out;
+scenarios/README.md lists them with what they lack.
 
 Usage: python3 scenarios/tools/torchtitan_experiments.py ../shared/published/modern.yaml
 """
@@ -19,6 +21,10 @@ ROOT = os.path.dirname(HERE)
 # Model in the row (name, sequence length) -> model file.
 MODELS = {
     ("Llama 3.1 8B", 8192): "llama3.1-8b",
+    ("Llama 3.1 8B", 32768): "llama3.1-8b-s32768",
+    ("Llama 3.1 8B", 65536): "llama3.1-8b-s65536",
+    ("Llama 3.1 8B", 131072): "llama3.1-8b-s131072",
+    ("Llama 3.1 8B", 262144): "llama3.1-8b-s262144",
     ("Llama 3 8B", 8192): "llama3.1-8b",
     ("Llama 3.1 70B", 8192): "llama3.1-70b",
     ("Llama 3 70B", 8192): "llama3.1-70b",
@@ -28,16 +34,20 @@ MODELS = {
 }
 
 
-# Rows declared as calibration cases (DESIGN.md, Fidelity rules): they pin the Grand Teton H100's
+# Rows declared as calibration cases (DESIGN.md, Fidelity rules): two pin the Grand Teton H100's
 # sustained clock under its 500 W limit (scenarios/calibration.yaml, h100_500w_clock_scale); every
 # other row is a prediction.
-CALIBRATION = {"torchtitan_202412_t1_llama3.1_8b_8xh100_fsdp", "torchtitan_202412_t1_llama3.1_8b_8xh100_fsdp_compile"}
+CALIBRATION = {"torchtitan_202412_t1_llama3.1_8b_8xh100_fsdp", "torchtitan_202412_t1_llama3.1_8b_8xh100_fsdp_compile",
+               # and the speed of rowwise-scaled FP8 GEMMs (fp8_rowwise_gemm_scale)
+               "torchtitan_202506_asynctp_llama3.1_70b_256xh100_fsdp32_tp8_float8rowwise_asynctp"}
 
 
 def cluster_of(e):
     gpu = e["hardware"]["gpu"]
     if "Grand Teton" in gpu or "lower TDP SXM H100" in gpu:
         return "grand-teton-h100"
+    if gpu.startswith("NVIDIA H200"):
+        return "dgx-h200-superpod"  # 8 H200 on NVLink, 400 Gb/s per GPU (ConnectX-7): as the row states
     if "A100 80GB" in gpu:
         return "selene"  # the April 2024 doc states no network: Selene's A100 nodes (8 x 200 Gb/s) assumed
     return None  # H100 of unstated kind, H200 without stated memory: not written
@@ -70,10 +80,8 @@ def main(path):
             continue
         p, m, h, meas = e["parallel"], e["model"], e["hardware"], e["measured"]
         why = None
-        if p.get("float8"):
-            why = "torchao Float8 linears"
-        elif int(p.get("pp", 1)) > 1:
-            why = "torchtitan's pipeline schedules with FSDP"
+        if int(p.get("pp", 1)) > 1:
+            why = "pipeline split points and micro-batch count not stated (torchtitan's PP with FSDP)"
         elif compiled(p) is None:
             why = "whether torch.compile was on is not stated"
         elif recompute_of(p.get("recompute")) is None:
@@ -92,10 +100,22 @@ def main(path):
         gb = int(p["global_batch"])
         assert mb * dp == gb, rid  # one micro-batch per step (grad_accum 1)
         tps = float(meas["tokens_per_s_per_gpu"]) * gpus
+        model_file = MODELS[(m["name"], int(m["seq_len"]))]
+        if not os.path.exists(os.path.join(ROOT, "models", model_file + ".yaml")):
+            base = open(os.path.join(ROOT, "models", "llama3.1-8b.yaml")).read()
+            text = base.replace("name: llama3.1-8b", f"name: {model_file}").replace(
+                "seq_len: 8192", f"seq_len: {int(m['seq_len'])}")
+            text = text.replace('  notes: "', f'  notes: "Llama 3.1 8B trained at {int(m["seq_len"])} tokens (torchtitan\'s '
+                                'context-parallel table); shapes as llama3.1-8b. ', 1)
+            with open(os.path.join(ROOT, "models", model_file + ".yaml"), "w") as f:
+                f.write(text)
+        float8 = str(p.get("float8")) if p.get("float8") else None
+        dtype = "fp8" if float8 else "bf16"
+        scaling = ("rowwise" if "rowwise" in float8 else "tensorwise") if float8 else None
         name = rid.replace("_", "-")
         plan = [f"tp: {tp}", "pp: 1", f"dp: {dp}"]
         if cp > 1:
-            plan.append(f"cp: {cp}")
+            plan += [f"cp: {cp}", "cp_comm: all-gather"]
         plan += [f"micro_batch: {mb}", "schedule: 1f1b", f"recompute: {recompute_of(p['recompute'])}", "zero: 3"]
         if tp > 1:
             plan.append("sequence_parallel: true")  # torchtitan's TP plan: sequence-parallel norms
@@ -105,10 +125,11 @@ def main(path):
             plan.append("compile: true")
         plan.append("framework: torchtitan")
         lines = ["experiment:",
-                 f"  model: ../models/{MODELS[(m['name'], int(m['seq_len']))]}.yaml",
+                 f"  model: ../models/{model_file}.yaml",
                  f"  cluster: ../clusters/{cluster_of(e)}.yaml",
                  f"  gpus: {gpus}",
-                 f"  training: {{global_batch: {gb}, dtype: bf16, optimizer: adam}}",
+                 f"  training: {{global_batch: {gb}, dtype: {dtype}, "
+                 + (f"fp8_scaling: {scaling}, " if scaling else "") + "optimizer: adam}",
                  "  plan:"] + [f"    {x}" for x in plan]
         lines += ["  measured:", f"    tokens_per_s: {tps:g}"]
         if rid in CALIBRATION:
@@ -121,7 +142,7 @@ def main(path):
         lines.append(f"    datapoint: {rid}")
         notes = (f"{meas['tokens_per_s_per_gpu']} tokens/s per GPU x {gpus} GPUs. "
                  f"FSDP2 ({p.get('fsdp_mixed_precision', 'param bfloat16, reduce float32')}) = framework torchtitan with zero 3; "
-                 f"recompute: {p['recompute']}. Hardware: {h['gpu']}; intra-node: {h.get('intra_node')}; "
+                 f"recompute: {p['recompute']}. " + (f"Float8: {float8}. " if float8 else "") + "Hardware: {h['gpu']}; intra-node: {h.get('intra_node')}; "
                  f"inter-node: {h.get('inter_node')}.")
         if mem is not None and isinstance(mem, (int, float)):
             notes += " Memory: torchtitan's logged peak reserved GiB (max over GPUs)."

@@ -110,8 +110,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {58.0, 68.0}},  // target 15 / 15
       // 24 prediction rows after the calibrated Triton-attention scale (two rows pin it).
       {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {7.0, 23.0}},
-      // 11 prediction rows (two Grand Teton rows pin its 500 W clock); the 8B TP8 rows are the largest.
-      {"torchtitan (Meta, FSDP2)", {11.0, 24.0}},
+      // 28 prediction rows (three rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
+      // largest: the 8B TP8 rows (+18..+34%) and the 128k/256k context-parallel rows (+39, +46%).
+      {"torchtitan (Meta, FSDP2)", {15.0, 47.0}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {

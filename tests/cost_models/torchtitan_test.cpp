@@ -130,3 +130,42 @@ TEST(Torchtitan, ClockScaleActsOnTheNamedGpuOnly) {
   const std::string text = calibration_yaml(set);
   EXPECT_NE(text.find("gpus: [h100-grand-teton]"), std::string::npos);
 }
+
+TEST(Torchtitan, DynamicFp8ScalingCastsEveryOperandWhereItIsUsed) {
+  // Llama 3.1 8B, micro-batch 2 x 8192 tokens, tp 1, under torch.compile with torchao's float8
+  // linears. Per layer, elements (in units of tokens T = 16384): inputs of QKV (h), wo (q), w1/w3
+  // (h) and w2 (ffn): 4096 + 4096 + 4096 + 14336 = 26624; output gradients of QKV (q + 2 kv),
+  // wo (h), w1/w3 (2 ffn) and w2 (h): 6144 + 4096 + 28672 + 4096 = 43008. Weights on this GPU
+  // (the layer less its two norms): 4096 x 6144 + 4096 x 4096 + 3 x 4096 x 14336 = 218,103,808.
+  // Forward: inputs and weights cast once each, 3 bytes (amax fused by Inductor). Backward: output
+  // gradients cast twice (6), inputs and weights again transposed (3 each).
+  Experiment e = t1(true);
+  e.training.dtype = Dtype::fp8;
+  e.training.fp8_scaling = Fp8Scaling::tensorwise;
+  const ExecutionModel x = resolve_execution(e);
+  const LayerTimes L = layer_times(x, e.model, e.plan, 8192, 8192, false);
+  const double inputs = 26624 * T, grads = 43008 * T, weights = 218103808.0;
+  const RooflineCompute& rc = x.roofline();
+  EXPECT_NEAR(L.forward_ops.fp8_casts.value(), rc.memory_bound(Bytes(3 * inputs + 3 * weights), 8).value(), 1e-12);
+  EXPECT_NEAR(L.backward_ops.fp8_casts.value(), rc.memory_bound(Bytes(6 * grads + 3 * inputs + 3 * weights), 16).value(),
+              1e-12);
+  // Eager PyTorch reads each forward operand and each output gradient once more for its amax.
+  e.plan.compile = false;
+  const ExecutionModel xe = resolve_execution(e);
+  const LayerTimes Le = layer_times(xe, e.model, e.plan, 8192, 8192, false);
+  EXPECT_NEAR(Le.forward_ops.fp8_casts.value(), rc.memory_bound(Bytes(5 * inputs + 5 * weights), 8).value(), 1e-12);
+  EXPECT_NEAR(Le.backward_ops.fp8_casts.value(), rc.memory_bound(Bytes(8 * grads + 3 * inputs + 3 * weights), 16).value(),
+              1e-12);
+  // Transformer Engine's delayed scaling: 3 bytes per input, 4 per gradient and 2 per input back.
+  e.training.fp8_scaling = Fp8Scaling::delayed;
+  const ExecutionModel xd = resolve_execution(e);
+  const LayerTimes Ld = layer_times(xd, e.model, e.plan, 8192, 8192, false);
+  EXPECT_NEAR(Ld.forward_ops.fp8_casts.value(), rc.memory_bound(Bytes(3 * inputs), 4).value(), 1e-12);
+  EXPECT_NEAR(Ld.backward_ops.fp8_casts.value(), rc.memory_bound(Bytes(4 * grads + 2 * inputs), 8).value(), 1e-12);
+  // A scaling recipe without fp8 is refused.
+  e.training.dtype = Dtype::bf16;
+  e.training.fp8_scaling = Fp8Scaling::rowwise;
+  const auto v = check_plan(e.model, e.cluster, e.training, e.plan, e.gpus);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->field, "training.fp8_scaling");
+}
