@@ -11,11 +11,13 @@
 
 namespace foresight::trainer {
 
-std::unique_ptr<Backend> make_cpu_backend();
+/// `precision`: fp32 (the reference), or bf16: activations and the weights' working copy rounded
+/// to bf16 after every op (precision.hpp), statistics and gradient accumulation in fp32.
+std::unique_ptr<Backend> make_cpu_backend(Precision precision = Precision::fp32);
 
 /// "cpu-staged": the same backend with its tensors marked as device tensors, so that the trainer
 /// routes every collective and pipeline message through the host-staging communicator the CUDA
 /// backend needs (staging_communicator.hpp). For testing that path on machines without a GPU.
-std::unique_ptr<Backend> make_cpu_staged_backend();
+std::unique_ptr<Backend> make_cpu_staged_backend(Precision precision = Precision::fp32);
 
 }  // namespace foresight::trainer
