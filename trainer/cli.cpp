@@ -80,7 +80,7 @@ int run_trainer_cli(int argc, char** argv) {
   app.add_option("--plan", plan_path, "plan.json written by `foresight plan`")->required();
   app.add_option("--summary", summary_path, "write the JSON summary (per-step losses, measured vs predicted) here");
   app.add_option("--backend", opt.backend,
-                 "compute backend: cpu (fp32 reference), cuda (one GPU per rank, fp32 GEMMs) or cuda-tf32 "
+                 "compute backend: cpu (the reference, in the --precision recipe), cuda (one GPU per rank, fp32 GEMMs) or cuda-tf32 "
                  "(GEMMs on TF32 tensor cores); the cuda backends need a CUDA build and a visible GPU. cpu-staged: "
                  "cpu with every message copied through the host-staging path the cuda backends use (a test)")
       ->capture_default_str();

@@ -27,8 +27,8 @@ struct Usage {
   std::atomic<std::int64_t> peak{0};
 };
 
-/// Bytes a buffer counts in the usage: what the device would hold (2 per bf16 element, though the
-/// CPU keeps every element in a float), so the reported memory is the recipe's.
+/// A host allocation. It counts in the usage the bytes a device would hold (2 per bf16 element,
+/// though the CPU keeps every element in a float), so the reported memory is the recipe's.
 struct HostBuffer : Buffer {
   std::vector<float> storage;
   std::shared_ptr<Usage> usage;

@@ -2,7 +2,10 @@
 // double in a fixed order. Why not Eigen's GEMM: its blocking (and so its summation order) depends
 // on the matrix shapes, which change with the tensor-parallel split; fixed-order double
 // accumulation keeps every layout within rounding of the single-rank run (the CI acceptance is
-// 1e-5 relative over 20 steps). It is the reference for the CUDA backend, not a fast path.
+// 1e-5 relative over 20 steps). It is the reference for the CUDA backend, not a fast path. Under the
+// bf16 recipe the same loops run and each op rounds what it writes into a bf16 tensor (so a GEMM
+// accumulates in double, rounds to fp32, then to bf16: the fp32 accumulator of a tensor core
+// without its order dependence).
 #pragma once
 
 #include <memory>
