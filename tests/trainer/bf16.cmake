@@ -121,6 +121,22 @@ if(FORESIGHT_HAVE_MPI)
     endif()
   endforeach()
 
+  # The host-staging communicator the CUDA backend sends through (--backend cpu-staged): reductions
+  # sum host copies and the copy back rounds to bf16, the same arithmetic as the direct path, so the
+  # losses are bit-identical (TP and SP collectives, pipeline messages, ZeRO-1 gather, DP buckets).
+  trainer_launch(launch8 8)
+  add_test(NAME trainer_run_bf16_staged_tp2_pp2_dp2_sp_zero1
+           COMMAND ${launch8} ${_train} --plan ${_runs}/tp2_pp2_dp2_sp_zero1.json --backend cpu-staged
+                   --summary ${_runs}/bf16_staged_tp2_pp2_dp2_sp_zero1.summary.json
+                   --checkpoint-dir ${_runs}/ck_bf16_staged ${_bf16} ${_common})
+  set_tests_properties(trainer_run_bf16_staged_tp2_pp2_dp2_sp_zero1 PROPERTIES FIXTURES_SETUP run_bf16_staged
+                       ENVIRONMENT "${_mpi_env}" PROCESSORS 8 TIMEOUT 120 LABELS sanitizer-skip)
+  add_test(NAME trainer_bf16_losses_staged_tp2_pp2_dp2_sp_zero1
+           COMMAND ${_compare} ${_runs}/bf16_tp2_pp2_dp2_sp_zero1.summary.json
+                   ${_runs}/bf16_staged_tp2_pp2_dp2_sp_zero1.summary.json --rel 0 --expect-steps 20)
+  set_tests_properties(trainer_bf16_losses_staged_tp2_pp2_dp2_sp_zero1 PROPERTIES
+                       FIXTURES_REQUIRED "run_bf16_staged;run_bf16_tp2_pp2_dp2_sp_zero1" LABELS sanitizer-skip)
+
   # Offloaded bf16 activations move 2 bytes an element, their fp32 LayerNorm statistics 4 (the
   # count of the fp32 offload test above, per layer and micro-batch): x, a, attn, x1, c 5*512, qkv
   # 1536, probs 1024, fc1, gelu 4096: 9216 bf16 elements = 18432 B; four (N,1) statistics 64 fp32 =
@@ -133,7 +149,6 @@ if(FORESIGHT_HAVE_MPI)
 
   # Stop/resume under bf16 (ZeRO-1, TP, PP, DP): the checkpoint holds the fp32 master values and the
   # bf16 working copy is rebuilt from them, so steps 11-20 equal the uninterrupted run's bit for bit.
-  trainer_launch(launch8 8)
   add_test(NAME trainer_bf16_resume_clean COMMAND ${CMAKE_COMMAND} -E rm -rf ${_runs}/ck_bf16_resume)
   set_tests_properties(trainer_bf16_resume_clean PROPERTIES FIXTURES_SETUP bf16_resume_clean)
   add_test(NAME trainer_run_bf16_resume_first_half
