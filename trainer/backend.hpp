@@ -3,7 +3,10 @@
 // the reference that CI runs, and a CUDA backend (kernels/ + cuBLASLt, bf16 compute with fp32
 // master weights) implements the same calls. Shapes are given in comments as (rows, cols);
 // N = tokens in a micro-batch. Ops that write a gradient into a parameter's gradient accumulate
-// (+=) so micro-batches add up; ops that produce activations overwrite.
+// (+=) so micro-batches add up; ops that produce activations overwrite. Under a bf16 precision
+// recipe (precision.hpp) every op rounds what it writes into a bf16 tensor; which tensors are bf16
+// is decided where they are allocated: zeros() gives the recipe's activation type, zeros_fp32()
+// fp32 whatever the recipe (master weights, main gradients, optimizer moments, statistics).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "trainer/precision.hpp"
 #include "trainer/tensor.hpp"
 
 namespace foresight::trainer {
@@ -50,14 +54,20 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  /// What the arithmetic runs in ("fp32"; "tf32" when GEMMs use TF32 tensor cores).
+  /// What the arithmetic runs in ("fp32"; "tf32" when GEMMs use TF32 tensor cores; "bf16").
   virtual std::string compute_dtype() const { return "fp32"; }
+  /// The precision recipe, fixed when the backend is made.
+  virtual Precision precision() const { return Precision::fp32; }
   /// Where this backend's tensors live; communicators stage device tensors through the host.
   virtual Device device() const { return Device::host; }
 
   // --- storage ---
-  /// A new (rows, cols) tensor filled with zeros.
+  /// A new (rows, cols) tensor filled with zeros, of the recipe's activation type (bf16 under bf16).
   virtual Tensor zeros(std::int64_t rows, std::int64_t cols) = 0;
+  /// The same in fp32 whatever the recipe: master weights, main gradients, optimizer moments,
+  /// LayerNorm and softmax statistics, gradient accumulators. (An fp32-only backend needs no other.)
+  virtual Tensor zeros_fp32(std::int64_t rows, std::int64_t cols) { return zeros(rows, cols); }
+  /// Copies src into dst (rounded when dst is bf16).
   virtual void copy_from_host(Tensor dst, std::span<const float> src) = 0;
   virtual void copy_to_host(std::span<float> dst, const Tensor& src) = 0;
   virtual void fill(Tensor t, float value) = 0;
@@ -75,7 +85,10 @@ class Backend {
   virtual bool all_finite(const Tensor& x) = 0;
 
   // --- GEMM ---
-  /// c (M,N) = op(a) op(b), or c += ... when `accumulate`; op transposes when asked.
+  /// c (M,N) = op(a) op(b), or c += ... when `accumulate`; op transposes when asked. Under bf16 the
+  /// inputs are read rounded to bf16 and the products summed in fp32 or wider (a tensor core's
+  /// accumulator); c is rounded only if it is bf16, so a weight gradient accumulates in its fp32
+  /// main-grad (Megatron-LM's gradient-accumulation fusion).
   virtual void matmul(Tensor c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                       bool accumulate) = 0;
   /// y (N,C) += bias (1,C) broadcast over rows.
@@ -146,6 +159,8 @@ inline constexpr double kLayerNormEps = 1e-5;
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
 
 /// The backends this build offers, by name: "cpu"; with CUDA, "cuda" (fp32 GEMMs) and "cuda-tf32".
-std::unique_ptr<Backend> make_backend(const std::string& name);
+/// Throws SpecError naming --backend or --precision for a name this build lacks or a recipe the
+/// backend does not run (the cuda backends run fp32 only).
+std::unique_ptr<Backend> make_backend(const std::string& name, Precision precision = Precision::fp32);
 
 }  // namespace foresight::trainer

@@ -150,6 +150,7 @@ int load_checkpoint(const std::string& dir, const RankLayout& layout, const Mode
     if (!in) throw SpecError(where, "size", "", "is truncated");
     be.copy_from_host(*t, host);
   }
+  store.update_working_copy(be);  // the bf16 working copy is not saved: it is the rounded master
   return step;
 }
 

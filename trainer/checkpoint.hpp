@@ -1,5 +1,6 @@
-// Checkpoints: one file per rank with its parameters and both AdamW moments (fp32; with ZeRO-1
-// the moments of its shard only), under
+// Checkpoints: one file per rank with its parameters and both AdamW moments (fp32: the master
+// values under a bf16 recipe, whose working copy is rebuilt from them; with ZeRO-1 the moments of
+// its shard only), under
 // <dir>/step_NNNNNN/rank_NNNNN.bin, and <dir>/latest naming the newest complete step (written by
 // rank 0 after every rank has renamed its file into place, so a crash never leaves `latest`
 // pointing at a partial checkpoint). The header records the layout and the model, and loading

@@ -76,12 +76,19 @@ int run_trainer_cli(int argc, char** argv) {
   bool quiet = false;
   double timeout_s = 600;
   std::string fault_text;
+  std::string precision_text = to_string(opt.precision);
   app.add_option("--plan", plan_path, "plan.json written by `foresight plan`")->required();
   app.add_option("--summary", summary_path, "write the JSON summary (per-step losses, measured vs predicted) here");
   app.add_option("--backend", opt.backend,
-                 "compute backend: cpu (fp32 reference), cuda (one GPU per rank, fp32 GEMMs) or cuda-tf32 "
+                 "compute backend: cpu (the reference, in the --precision recipe), cuda (one GPU per rank, fp32 GEMMs) or cuda-tf32 "
                  "(GEMMs on TF32 tensor cores); the cuda backends need a CUDA build and a visible GPU. cpu-staged: "
                  "cpu with every message copied through the host-staging path the cuda backends use (a test)")
+      ->capture_default_str();
+  app.add_option("--precision", precision_text,
+                 "mixed-precision recipe: fp32 (every tensor fp32) or bf16 (Megatron-LM's --bf16 with fp32 "
+                 "gradient accumulation and all-reduce: bf16 weights' working copy and activations, rounded to "
+                 "nearest even after every op; GEMMs accumulate in fp32; LayerNorm and softmax statistics, "
+                 "main gradients, master weights and AdamW moments fp32). bf16 runs on the cpu backends")
       ->capture_default_str();
   app.add_option("--seed", opt.seed, "seed of the initial weights and of the data order")->capture_default_str();
   app.add_option("--data", data,
@@ -125,6 +132,11 @@ int run_trainer_cli(int argc, char** argv) {
       throw SpecError(SourceLocation{"command line", 0, 0}, "--timeout-s", std::to_string(timeout_s),
                       "must be a number of seconds >= 0");
     if (!fault_text.empty()) fault = parse_fault(fault_text);
+    const std::optional<Precision> precision = parse_enum<Precision>(precision_text);
+    if (!precision)
+      throw SpecError(SourceLocation{"command line", 0, 0}, "--precision", precision_text,
+                      "must be one of " + allowed_values<Precision>());
+    opt.precision = *precision;
   } catch (const SpecError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -141,10 +153,10 @@ int run_trainer_cli(int argc, char** argv) {
     const int total = steps.value_or(plan.steps);
     if (rank == 0 && !quiet)
       std::printf("foresight-train: %s on %d rank(s): tp=%d pp=%d dp=%d (%s), %s schedule, %d micro-batches of %d, "
-                  "recompute %s, zero %d, %d steps\n",
+                  "recompute %s, zero %d, %d steps, precision %s\n",
                   plan.model.name.c_str(), world->size(), plan.plan.tp, plan.plan.pp, plan.plan.dp,
                   to_string(plan.plan.placement), to_string(plan.plan.schedule), plan.plan.micro_batches(plan.training),
-                  plan.plan.micro_batch, to_string(plan.plan.recompute), plan.plan.zero, total);
+                  plan.plan.micro_batch, to_string(plan.plan.recompute), plan.plan.zero, total, to_string(opt.precision));
     const RunSummary s = train(plan, plan_path, opt, *world, [&](const StepRecord& r) {
       if (rank == 0 && !quiet) {
         std::printf("%s\n", format_step(r, total).c_str());

@@ -27,54 +27,75 @@ struct Usage {
   std::atomic<std::int64_t> peak{0};
 };
 
+/// A host allocation. It counts in the usage the bytes a device would hold (2 per bf16 element,
+/// though the CPU keeps every element in a float), so the reported memory is the recipe's.
 struct HostBuffer : Buffer {
   std::vector<float> storage;
   std::shared_ptr<Usage> usage;
-  HostBuffer(std::size_t n, std::shared_ptr<Usage> u, Device tag) : storage(n, 0.0f), usage(std::move(u)) {
+  HostBuffer(std::size_t n, std::shared_ptr<Usage> u, Device tag, ElementType t) : storage(n, 0.0f), usage(std::move(u)) {
     data = storage.data();
     elements = n;
     device = tag;
-    const std::int64_t now = usage->in_use += std::int64_t(n * sizeof(float));
+    type = t;
+    const std::int64_t now = usage->in_use += std::int64_t(n) * bytes_per_element(type);
     std::int64_t peak = usage->peak.load();
     while (now > peak && !usage->peak.compare_exchange_weak(peak, now)) {
     }
   }
-  ~HostBuffer() override { usage->in_use -= std::int64_t(elements * sizeof(float)); }
+  ~HostBuffer() override { usage->in_use -= std::int64_t(elements) * bytes_per_element(type); }
 };
 
 const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
 
+/// The value an op stores into an element of `t`: float(v), rounded to bf16 when t is bf16.
+float store(const Tensor& t, double v) {
+  const float f = float(v);
+  return t.element_type() == ElementType::bf16 ? kernels::round_bf16(f) : f;
+}
+
+/// The elements of a GEMM operand as the tensor core reads them: `t` itself when it is already bf16
+/// (or under fp32), else a copy rounded to bf16 in `scratch`.
+const float* gemm_operand(const Tensor& t, bool bf16, std::vector<float>& scratch) {
+  if (!bf16 || t.element_type() == ElementType::bf16) return t.data();
+  scratch.assign(t.data(), t.data() + t.numel());
+  round_to_bf16(scratch.data(), scratch.size());
+  return scratch.data();
+}
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(bool staged = false) : staged_(staged) {}
+  CpuBackend(bool staged, Precision precision) : staged_(staged), precision_(precision) {}
   std::string name() const override { return staged_ ? "cpu-staged" : "cpu"; }
+  std::string compute_dtype() const override { return to_string(precision_); }
+  Precision precision() const override { return precision_; }
   Device device() const override { return staged_ ? Device::cuda : Device::host; }
 
-  Tensor zeros(std::int64_t rows, std::int64_t cols) override {
-    FORESIGHT_CHECK(rows >= 0 && cols >= 0) << rows << "x" << cols;
-    return Tensor(std::make_shared<HostBuffer>(std::size_t(rows * cols), usage_, device()), 0, rows, cols);
-  }
+  Tensor zeros(std::int64_t rows, std::int64_t cols) override { return make(rows, cols, activation_type(precision_)); }
+  Tensor zeros_fp32(std::int64_t rows, std::int64_t cols) override { return make(rows, cols, ElementType::fp32); }
   void copy_from_host(Tensor dst, std::span<const float> src) override {
     FORESIGHT_CHECK(std::int64_t(src.size()) == dst.numel()) << src.size() << " vs " << dst.numel();
     std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+    round_if_bf16(dst);
   }
   void copy_to_host(std::span<float> dst, const Tensor& src) override {
     FORESIGHT_CHECK(std::int64_t(dst.size()) == src.numel()) << dst.size() << " vs " << src.numel();
     std::memcpy(dst.data(), src.data(), dst.size() * sizeof(float));
   }
-  void fill(Tensor t, float value) override { std::fill(t.data(), t.data() + t.numel(), value); }
+  void fill(Tensor t, float value) override { std::fill(t.data(), t.data() + t.numel(), store(t, value)); }
   std::int64_t bytes_in_use() const override { return usage_->in_use.load(); }
   std::int64_t peak_bytes() const override { return usage_->peak.load(); }
 
   void copy(Tensor dst, const Tensor& src) override {
     check_same_shape(dst, src, "copy");
     std::memcpy(dst.data(), src.data(), std::size_t(src.numel()) * sizeof(float));
+    round_if_bf16(dst);  // e.g. the master weights into the bf16 working copy
   }
   void add(Tensor y, const Tensor& x) override {
     check_same_shape(y, x, "add");
     float* py = y.data();
     const float* px = x.data();
     for (std::int64_t i = 0; i < y.numel(); ++i) py[i] += px[i];
+    round_if_bf16(y);
   }
   double sum_squares(const Tensor& x) override {
     double s = 0;
@@ -94,8 +115,9 @@ class CpuBackend final : public Backend {
     const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
     FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
         << "matmul (" << M << "," << K << ")x(" << Kb << "," << N << ") into (" << c.rows() << "," << c.cols() << ")";
-    const float* pa = a.data();
-    const float* pb = b.data();
+    std::vector<float> scratch_a, scratch_b;
+    const float* pa = gemm_operand(a, bf16(), scratch_a);
+    const float* pb = gemm_operand(b, bf16(), scratch_b);
     float* pc = c.data();
     const std::int64_t lda = a.cols(), ldb = b.cols();
     // One row of C at a time, summing over k in increasing order for every element.
@@ -112,18 +134,20 @@ class CpuBackend final : public Backend {
       float* row = pc + i * N;
       for (std::int64_t j = 0; j < N; ++j) row[j] = accumulate ? float(row[j] + acc[j]) : float(acc[j]);
     }
+    round_if_bf16(c);
   }
   void add_bias(Tensor y, const Tensor& bias) override {
     FORESIGHT_CHECK(bias.numel() == y.cols()) << bias.numel() << " vs " << y.cols();
     for (std::int64_t n = 0; n < y.rows(); ++n)
       for (std::int64_t j = 0; j < y.cols(); ++j) y.data()[n * y.cols() + j] += bias.data()[j];
+    round_if_bf16(y);
   }
   void bias_backward(Tensor dbias, const Tensor& dy) override {
     FORESIGHT_CHECK(dbias.numel() == dy.cols()) << dbias.numel() << " vs " << dy.cols();
     std::vector<double> s(std::size_t(dy.cols()), 0.0);
     for (std::int64_t n = 0; n < dy.rows(); ++n)
       for (std::int64_t j = 0; j < dy.cols(); ++j) s[j] += dy.data()[n * dy.cols() + j];
-    for (std::int64_t j = 0; j < dy.cols(); ++j) dbias.data()[j] = float(dbias.data()[j] + s[j]);
+    for (std::int64_t j = 0; j < dy.cols(); ++j) dbias.data()[j] = store(dbias, dbias.data()[j] + s[j]);
   }
 
   void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& gamma,
@@ -139,10 +163,10 @@ class CpuBackend final : public Backend {
       for (std::int64_t j = 0; j < C; ++j) var += (xr[j] - mu) * (xr[j] - mu);
       var /= double(C);
       const double rs = 1.0 / std::sqrt(var + kLayerNormEps);
-      mean.data()[n] = float(mu);
-      rstd.data()[n] = float(rs);
+      mean.data()[n] = store(mean, mu);
+      rstd.data()[n] = store(rstd, rs);
       for (std::int64_t j = 0; j < C; ++j)
-        y.data()[n * C + j] = float((xr[j] - mu) * rs * gamma.data()[j] + beta.data()[j]);
+        y.data()[n * C + j] = store(y, (xr[j] - mu) * rs * gamma.data()[j] + beta.data()[j]);
     }
   }
   void layernorm_backward(Tensor dx, Tensor dgamma, Tensor dbeta, const Tensor& dy, const Tensor& x,
@@ -167,19 +191,19 @@ class CpuBackend final : public Backend {
       mean_dxhat_xhat /= double(C);
       for (std::int64_t j = 0; j < C; ++j) {
         const double dxhat = double(dyr[j]) * gamma.data()[j];
-        dx.data()[n * C + j] = float(rs * (dxhat - mean_dxhat - xhat[j] * mean_dxhat_xhat));
+        dx.data()[n * C + j] = store(dx, rs * (dxhat - mean_dxhat - xhat[j] * mean_dxhat_xhat));
       }
     }
     for (std::int64_t j = 0; j < C; ++j) {
-      dgamma.data()[j] = float(dgamma.data()[j] + dg[j]);
-      dbeta.data()[j] = float(dbeta.data()[j] + db[j]);
+      dgamma.data()[j] = store(dgamma, dgamma.data()[j] + dg[j]);
+      dbeta.data()[j] = store(dbeta, dbeta.data()[j] + db[j]);
     }
   }
   void gelu_forward(Tensor y, const Tensor& x) override {
     check_same_shape(y, x, "gelu_forward");
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const double v = x.data()[i];
-      y.data()[i] = float(0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))));
+      y.data()[i] = store(y, 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))));
     }
   }
   void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) override {
@@ -188,7 +212,7 @@ class CpuBackend final : public Backend {
       const double v = x.data()[i];
       const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
       const double d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
-      dx.data()[i] = float(dy.data()[i] * d);
+      dx.data()[i] = store(dx, dy.data()[i] * d);
     }
   }
 
@@ -212,18 +236,18 @@ class CpuBackend final : public Backend {
             const float* k = kv.data() + (b * C + j) * ld + HD + h * D;
             double dot = 0;
             for (std::int64_t d = 0; d < D; ++d) dot += double(q[d]) * k[d];
-            row[j] = dot * scale;
+            row[j] = materialised(dot * scale);  // the scaled scores: a GEMM output (baddbmm)
             mx = std::max(mx, row[j]);
           }
           double sum = 0;
           for (std::int64_t j = 0; j <= last; ++j) sum += (row[j] = std::exp(row[j] - mx));
           float* p = probs.data() + ((std::int64_t(b) * s.heads + h) * S + i) * C;
-          for (std::int64_t j = 0; j < C; ++j) p[j] = j <= last ? float(row[j] / sum) : 0.0f;
+          for (std::int64_t j = 0; j < C; ++j) p[j] = j <= last ? store(probs, row[j] / sum) : 0.0f;
           float* o = out.data() + (b * S + i) * HD + h * D;
           for (std::int64_t d = 0; d < D; ++d) {
             double acc = 0;
             for (std::int64_t j = 0; j <= last; ++j) acc += double(p[j]) * kv.data()[(b * C + j) * ld + 2 * HD + h * D + d];
-            o[d] = float(acc);
+            o[d] = store(out, acc);
           }
         }
   }
@@ -255,11 +279,12 @@ class CpuBackend final : public Backend {
               acc += double(g[d]) * v(j, d);
               dv[j * D + d] += double(p[j]) * g[d];
             }
-            dp[j] = acc;
-            pdp += double(p[j]) * acc;
+            dp[j] = materialised(acc);  // dL/dprobs: a GEMM output (dout v^T)
+            pdp += double(p[j]) * dp[j];
           }
           for (std::int64_t j = 0; j <= last; ++j) {
-            const double ds = double(p[j]) * (dp[j] - pdp) * scale;
+            // The softmax backward's output (dL/dscores), then the score GEMMs' scale.
+            const double ds = materialised(double(p[j]) * (dp[j] - pdp)) * scale;
             for (std::int64_t d = 0; d < D; ++d) {
               dq[i * D + d] += ds * k(j, d);
               dk[j * D + d] += ds * q(i, d);
@@ -267,13 +292,13 @@ class CpuBackend final : public Backend {
           }
         }
         for (std::int64_t i = 0; i < S; ++i)
-          for (std::int64_t d = 0; d < D; ++d) dqkv.data()[(b * S + i) * ld + h * D + d] = float(dq[i * D + d]);
+          for (std::int64_t d = 0; d < D; ++d) dqkv.data()[(b * S + i) * ld + h * D + d] = store(dqkv, dq[i * D + d]);
         // Added, not overwritten: later TeraPipe slices' queries also read these keys and values.
         for (std::int64_t j = 0; j < C; ++j)
           for (std::int64_t d = 0; d < D; ++d) {
             float* r = dkv.data() + (b * C + j) * ld;
-            r[HD + h * D + d] = float(double(r[HD + h * D + d]) + dk[j * D + d]);
-            r[2 * HD + h * D + d] = float(double(r[2 * HD + h * D + d]) + dv[j * D + d]);
+            r[HD + h * D + d] = store(dkv, double(r[HD + h * D + d]) + dk[j * D + d]);
+            r[2 * HD + h * D + d] = store(dkv, double(r[2 * HD + h * D + d]) + dv[j * D + d]);
           }
       }
   }
@@ -290,6 +315,7 @@ class CpuBackend final : public Backend {
       else
         std::fill(dst, dst + C, 0.0f);
     }
+    round_if_bf16(x);  // a no-op when the table is bf16 too
   }
   void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
                           std::int64_t vocab_offset) override {
@@ -299,6 +325,7 @@ class CpuBackend final : public Backend {
       if (r < 0 || r >= dtable.rows()) continue;
       for (std::int64_t j = 0; j < C; ++j) dtable.data()[r * C + j] += dx.data()[n * C + j];
     }
+    round_if_bf16(dtable);
   }
   void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) override {
     const std::int64_t C = x.cols();
@@ -307,6 +334,7 @@ class CpuBackend final : public Backend {
       FORESIGHT_CHECK(r >= 0 && r < positions.rows()) << "position " << r;
       for (std::int64_t j = 0; j < C; ++j) x.data()[n * C + j] += positions.data()[r * C + j];
     }
+    round_if_bf16(x);
   }
   void positions_backward(Tensor dpositions, const Tensor& dx, const TokenPositions& p) override {
     const std::int64_t C = dx.cols(), S = dpositions.rows();
@@ -316,14 +344,14 @@ class CpuBackend final : public Backend {
       FORESIGHT_CHECK(r >= 0 && r < S) << "position " << r;
       for (std::int64_t j = 0; j < C; ++j) acc[r * C + j] += dx.data()[n * C + j];
     }
-    for (std::int64_t i = 0; i < S * C; ++i) dpositions.data()[i] = float(dpositions.data()[i] + acc[i]);
+    for (std::int64_t i = 0; i < S * C; ++i) dpositions.data()[i] = store(dpositions, dpositions.data()[i] + acc[i]);
   }
 
   void logits_row_max(Tensor row_max, const Tensor& logits) override {
     const std::int64_t V = logits.cols();
     for (std::int64_t n = 0; n < logits.rows(); ++n) {
       const float* l = logits.data() + n * V;
-      row_max.data()[n] = *std::max_element(l, l + V);
+      row_max.data()[n] = store(row_max, *std::max_element(l, l + V));
     }
   }
   void logits_sum_exp_and_target(Tensor stats, const Tensor& logits, const Tensor& row_max,
@@ -334,8 +362,8 @@ class CpuBackend final : public Backend {
       double s = 0;
       for (std::int64_t j = 0; j < V; ++j) s += std::exp(double(l[j]) - row_max.data()[n]);
       const std::int64_t t = targets[n] - vocab_offset;
-      stats.data()[2 * n] = float(s);
-      stats.data()[2 * n + 1] = (t >= 0 && t < V) ? l[t] : 0.0f;
+      stats.data()[2 * n] = store(stats, s);
+      stats.data()[2 * n + 1] = store(stats, (t >= 0 && t < V) ? l[t] : 0.0f);
     }
   }
   double cross_entropy_loss_sum(const Tensor& row_max, const Tensor& stats) override {
@@ -354,7 +382,7 @@ class CpuBackend final : public Backend {
       const std::int64_t t = targets[n] - vocab_offset;
       for (std::int64_t j = 0; j < V; ++j) {
         const double p = std::exp(double(logits.data()[n * V + j]) - m) * inv;
-        dlogits.data()[n * V + j] = float(scale * (p - (j == t ? 1.0 : 0.0)));
+        dlogits.data()[n * V + j] = store(dlogits, scale * (p - (j == t ? 1.0 : 0.0)));
       }
     }
   }
@@ -366,21 +394,34 @@ class CpuBackend final : public Backend {
       const double g = double(grad.data()[i]) * h.grad_scale;
       const double mi = double(h.beta1) * m.data()[i] + (1.0 - h.beta1) * g;
       const double vi = double(h.beta2) * v.data()[i] + (1.0 - h.beta2) * g * g;
-      m.data()[i] = float(mi);
-      v.data()[i] = float(vi);
+      m.data()[i] = store(m, mi);
+      v.data()[i] = store(v, vi);
       const double p = param.data()[i];
-      param.data()[i] = float(p - double(h.lr) * ((mi / c1) / (std::sqrt(vi / c2) + h.eps) + double(h.weight_decay) * p));
+      param.data()[i] = store(param, p - double(h.lr) * ((mi / c1) / (std::sqrt(vi / c2) + h.eps) + double(h.weight_decay) * p));
     }
   }
 
  private:
+  bool bf16() const { return precision_ == Precision::bf16; }
+  /// An intermediate that a GPU implementation writes to memory in the activation type inside an
+  /// op (attention's scores, dL/dprobs and dL/dscores in Megatron-LM's unfused path): rounded to
+  /// bf16 under bf16, untouched under fp32.
+  double materialised(double v) const { return bf16() ? double(kernels::round_bf16(float(v))) : v; }
+  Tensor make(std::int64_t rows, std::int64_t cols, ElementType type) {
+    FORESIGHT_CHECK(rows >= 0 && cols >= 0) << rows << "x" << cols;
+    return Tensor(std::make_shared<HostBuffer>(std::size_t(rows * cols), usage_, device(), type), 0, rows, cols);
+  }
+
   bool staged_;
+  Precision precision_;
   std::shared_ptr<Usage> usage_ = std::make_shared<Usage>();
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
-std::unique_ptr<Backend> make_cpu_staged_backend() { return std::make_unique<CpuBackend>(true); }
+std::unique_ptr<Backend> make_cpu_backend(Precision precision) { return std::make_unique<CpuBackend>(false, precision); }
+std::unique_ptr<Backend> make_cpu_staged_backend(Precision precision) {
+  return std::make_unique<CpuBackend>(true, precision);
+}
 
 }  // namespace foresight::trainer

@@ -218,17 +218,18 @@ Tensor GptStage::forward(Backend& be, Communicator& tp, int id, const MicroBatch
 void GptStage::head_forward(Backend& be, Communicator& tp, const LayerDims& d, const MicroBatch& data, Stash& s) {
   const std::int64_t N = d.tokens(), n = d.local_tokens();
   Tensor xf = be.zeros(n, d.hidden);
-  s.meanf = be.zeros(n, 1);
-  s.rstdf = be.zeros(n, 1);
+  s.meanf = be.zeros_fp32(n, 1);
+  s.rstdf = be.zeros_fp32(n, 1);
   be.layernorm_forward(xf, s.meanf, s.rstdf, s.final_in, store_[lnf_g_].value, store_[lnf_b_].value);
   s.xf = gather_tokens(be, tp, d, xf);  // (N, h)
   const Tensor& wte = store_[wte_].value;  // (V/tp, h)
   s.logits = be.zeros(N, wte.rows());
   be.matmul(s.logits, s.xf, false, wte, true, false);
-  s.row_max = be.zeros(N, 1);
+  // The cross-entropy's statistics in fp32 (Megatron-LM computes the loss on fp32 logits).
+  s.row_max = be.zeros_fp32(N, 1);
   be.logits_row_max(s.row_max, s.logits);
   tp.all_reduce(s.row_max, ReduceOp::max);
-  s.stats = be.zeros(N, 2);
+  s.stats = be.zeros_fp32(N, 2);
   be.logits_sum_exp_and_target(s.stats, s.logits, s.row_max, data.targets, vocab_offset_);
   tp.all_reduce(s.stats, ReduceOp::sum);
   s.loss_sum = be.cross_entropy_loss_sum(s.row_max, s.stats);
@@ -249,7 +250,8 @@ Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatc
     FORESIGHT_CHECK(!fresh || slice == slices() - 1) << "slice " << slice << " of micro-batch " << mb << " out of order";
     if (fresh)
       for (std::size_t l = 0; l < layers_.size(); ++l)
-        g->second.push_back(be.zeros(std::int64_t(dims_.batch) * dims_.seq, 3 * std::int64_t(dims_.heads) * dims_.head_dim));
+        // An accumulator over slices: fp32 (layer_backward rounds its sum once under bf16).
+        g->second.push_back(be.zeros_fp32(std::int64_t(dims_.batch) * dims_.seq, 3 * std::int64_t(dims_.heads) * dims_.head_dim));
     kv_grad = &g->second;
   }
   const std::int64_t N = d.tokens(), n = d.local_tokens();
@@ -265,7 +267,7 @@ Tensor GptStage::backward(Backend& be, Communicator& tp, int id, const MicroBatc
     dx = be.zeros(n, d.hidden);
     if (d.sequence_parallel) {
       // The final LayerNorm saw this rank's tokens only: sum its gradient over the group.
-      Tensor dlnf = be.zeros(2, d.hidden);
+      Tensor dlnf = be.zeros_fp32(2, d.hidden);  // weight gradients: fp32
       be.layernorm_backward(dx, dlnf.row_slice(0, 1), dlnf.row_slice(1, 1), dxf, s.final_in, s.meanf, s.rstdf,
                             store_[lnf_g_].value);
       tp.all_reduce(dlnf, ReduceOp::sum);

@@ -56,8 +56,8 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
                    LayerActivations& a, const MoeLayer* moe) {
   const std::int64_t N = d.tokens(), n = d.local_tokens(), H = d.hidden, HD = std::int64_t(d.heads) * d.head_dim;
   a.a = be.zeros(n, H);
-  a.mean1 = be.zeros(n, 1);
-  a.rstd1 = be.zeros(n, 1);
+  a.mean1 = be.zeros_fp32(n, 1);  // LayerNorm statistics stay fp32 under every recipe
+  a.rstd1 = be.zeros_fp32(n, 1);
   be.layernorm_forward(a.a, a.mean1, a.rstd1, a.x, w.ln1_g, w.ln1_b);
   a.qkv = be.zeros(N, 3 * HD);
   be.matmul(a.qkv, gather_tokens(be, tp, d, a.a), false, w.w_qkv, false, false);
@@ -82,8 +82,8 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
   be.add(a.x1, a.x);
 
   a.c = be.zeros(n, H);
-  a.mean2 = be.zeros(n, 1);
-  a.rstd2 = be.zeros(n, 1);
+  a.mean2 = be.zeros_fp32(n, 1);
+  a.rstd2 = be.zeros_fp32(n, 1);
   be.layernorm_forward(a.c, a.mean2, a.rstd2, a.x1, w.ln2_g, w.ln2_b);
   if (moe) {
     // The experts are replicated over the tensor-parallel group: every rank routes all N tokens
@@ -113,11 +113,12 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
                       const Tensor& kv_grad, const MoeLayer* moe) {
   const std::int64_t N = d.tokens(), n = d.local_tokens(), H = d.hidden, HD = std::int64_t(d.heads) * d.head_dim;
   // With sequence parallelism the replicated parameters applied to this rank's tokens get their
-  // gradient from those tokens only: collect it apart, sum it over the group, then accumulate.
+  // gradient from those tokens only: collect it apart, sum it over the group, then accumulate. A
+  // weight gradient, so fp32 like the main-grad it joins.
   LayerTensors g = grads;
   Tensor seq_grads;
   if (d.sequence_parallel) {
-    seq_grads = be.zeros(6, H);
+    seq_grads = be.zeros_fp32(6, H);
     g.ln1_g = seq_grads.row_slice(0, 1);
     g.ln1_b = seq_grads.row_slice(1, 1);
     g.b_o = seq_grads.row_slice(2, 1);
@@ -169,9 +170,11 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
     be.attention_backward(dqkv, dqkv, dattn, probs, a.qkv, a.qkv, attention_shape(d));
   } else {
     // TeraPipe: gradients of the keys/values of positions 0 .. past+seq go to the shared
-    // accumulator; this slice's own rows there (its share plus later slices') join dqkv.
+    // accumulator; this slice's own rows there (its share plus later slices') join dqkv. Partial
+    // sums, so fp32: under bf16 the key/value gradient is rounded once, when it joins dqkv, as
+    // without slices.
     const std::int64_t T = kv_grad.rows() / d.batch, C = d.past + d.seq;
-    Tensor dkv = be.zeros(std::int64_t(d.batch) * C, 3 * HD);
+    Tensor dkv = be.zeros_fp32(std::int64_t(d.batch) * C, 3 * HD);
     be.attention_backward(dqkv, dkv, dattn, probs, a.qkv, attention_context(a), attention_shape(d));
     for (int b = 0; b < d.batch; ++b) {
       be.add(sequence_rows(kv_grad, b, T, 0, C), sequence_rows(dkv, b, C, 0, C));

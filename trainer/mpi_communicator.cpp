@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "trainer/precision.hpp"
 
 namespace foresight::trainer {
 
@@ -30,7 +31,9 @@ int count_of(const Tensor& t) {
 
 class MpiRequest final : public Request {
  public:
-  MpiRequest(MPI_Request r, std::shared_ptr<Buffer> keep) : request_(r), keep_(std::move(keep)) {}
+  /// `reduced`: the tensor an all-reduce wrote, rounded on completion when it is bf16.
+  MpiRequest(MPI_Request r, std::shared_ptr<Buffer> keep, Tensor reduced = Tensor{})
+      : request_(r), keep_(std::move(keep)), reduced_(std::move(reduced)) {}
   ~MpiRequest() override {
     // A request dropped without wait() would leave MPI writing into freed memory.
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
@@ -38,11 +41,14 @@ class MpiRequest final : public Request {
   void wait() override {
     if (request_ != MPI_REQUEST_NULL) mpi_check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
     keep_.reset();
+    round_if_bf16(reduced_);
+    reduced_ = Tensor{};
   }
 
  private:
   MPI_Request request_;
   std::shared_ptr<Buffer> keep_;
+  Tensor reduced_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -62,16 +68,20 @@ class MpiCommunicator final : public Communicator {
     mpi_check(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split");
     return std::make_unique<MpiCommunicator>(c, true);
   }
+  // A bf16 tensor travels as floats holding bf16 values; the reduction sums them in fp32 and the
+  // result is rounded to bf16 once, at the end (NCCL rounds after every hop of its ring, which over
+  // two ranks is the same thing).
   void all_reduce(Tensor t, ReduceOp op) override {
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, host_data(t, "all_reduce"), count_of(t), MPI_FLOAT, to_mpi(op), comm_),
               "MPI_Allreduce");
+    round_if_bf16(t);
   }
   std::unique_ptr<Request> all_reduce_async(Tensor t, ReduceOp op) override {
     MPI_Request r;
     mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host_data(t, "all_reduce_async"), count_of(t), MPI_FLOAT, to_mpi(op),
                              comm_, &r),
               "MPI_Iallreduce");
-    return std::make_unique<MpiRequest>(r, t.buffer());
+    return std::make_unique<MpiRequest>(r, t.buffer(), t);
   }
   void all_reduce(std::span<double> values, ReduceOp op) override {
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, values.data(), int(values.size()), MPI_DOUBLE, to_mpi(op), comm_),
@@ -88,6 +98,7 @@ class MpiCommunicator final : public Communicator {
     mpi_check(MPI_Reduce_scatter_block(host_data(in, "reduce_scatter"), host_data(out, "reduce_scatter"),
                                        count_of(out), MPI_FLOAT, to_mpi(op), comm_),
               "MPI_Reduce_scatter_block");
+    round_if_bf16(out);
   }
   void all_to_all(Tensor out, const Tensor& in) override {
     FORESIGHT_CHECK(in.numel() == out.numel() && in.numel() % size_ == 0) << in.numel() << " / " << size_;

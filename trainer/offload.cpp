@@ -18,9 +18,13 @@ void ActivationOffload::offload(Backend& be, std::int64_t key, LayerActivations&
   for (std::size_t i = 0; i < members.size(); ++i) {
     Tensor& t = *members[i];
     if (!t.defined()) continue;  // dropped by recompute
-    Saved s{.member = int(i), .rows = t.rows(), .cols = t.cols(), .data = std::vector<float>(std::size_t(t.numel()))};
+    Saved s{.member = int(i),
+            .rows = t.rows(),
+            .cols = t.cols(),
+            .type = t.element_type(),
+            .data = std::vector<float>(std::size_t(t.numel()))};
     be.copy_to_host(s.data, t);
-    const std::int64_t bytes = t.numel() * std::int64_t(sizeof(float));
+    const std::int64_t bytes = t.numel() * bytes_per_element(s.type);
     bytes_moved_ += bytes;
     host_bytes_ += bytes;
     saved.push_back(std::move(s));
@@ -34,9 +38,9 @@ void ActivationOffload::restore(Backend& be, std::int64_t key, LayerActivations&
   FORESIGHT_CHECK(it != store_.end()) << "activations " << key << " restored before being offloaded";
   const std::vector<Tensor*> members = acts.saved();
   for (Saved& s : it->second) {
-    Tensor t = be.zeros(s.rows, s.cols);
+    Tensor t = s.type == ElementType::fp32 ? be.zeros_fp32(s.rows, s.cols) : be.zeros(s.rows, s.cols);
     be.copy_from_host(t, s.data);
-    const std::int64_t bytes = t.numel() * std::int64_t(sizeof(float));
+    const std::int64_t bytes = t.numel() * bytes_per_element(s.type);
     bytes_moved_ += bytes;
     host_bytes_ -= bytes;
     *members[std::size_t(s.member)] = t;

@@ -30,7 +30,8 @@ class ActivationOffload {
   void restore(Backend& be, std::int64_t key, LayerActivations& acts);
   bool holds(std::int64_t key) const { return store_.count(key) != 0; }
 
-  /// Bytes copied to the host and back since the last reset (each direction counted).
+  /// Bytes copied to the host and back since the last reset (each direction counted; a bf16
+  /// element counts 2 bytes, what a device moves, though the CPU backend copies floats).
   std::int64_t bytes_moved() const { return bytes_moved_; }
   void reset_counter() { bytes_moved_ = 0; }
   /// Bytes the host store holds now.
@@ -40,6 +41,7 @@ class ActivationOffload {
   struct Saved {
     int member = 0;  // index into LayerActivations::saved()
     std::int64_t rows = 0, cols = 0;
+    ElementType type = ElementType::fp32;  // restored as it was (bf16 activations, fp32 statistics)
     std::vector<float> data;
   };
   std::map<std::int64_t, std::vector<Saved>> store_;

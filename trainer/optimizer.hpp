@@ -30,8 +30,10 @@ double learning_rate(const OptimizerConfig& c, int step);
 double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts,
                         bool counts_experts);
 
-/// Clips by `grad_norm` and applies one AdamW step (1-based `step`) to the elements whose
-/// optimizer state this rank holds (all of them without ZeRO; its shard with ZeRO-1).
+/// Clips by `grad_norm` and applies one AdamW step (1-based `step`) to the fp32 master values of
+/// the elements whose optimizer state this rank holds (all of them without ZeRO; its shard with
+/// ZeRO-1). The caller then brings every rank's master values up to date (ZeRO-1's all-gather) and
+/// writes the working copy (ParamStore::update_working_copy).
 void adamw_step(Backend& be, const ParamStore& store, const OptimizerConfig& c, int step, double grad_norm);
 
 }  // namespace foresight::trainer

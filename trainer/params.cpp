@@ -63,15 +63,19 @@ void ParamStore::allocate(Backend& backend, std::uint64_t seed, int shards, int 
   FORESIGHT_CHECK(shards >= 1 && shard >= 0 && shard < shards) << shard << " of " << shards;
   shard_elements_ = (elements_ + shards - 1) / shards;
   state_first_ = std::int64_t(shard) * shard_elements_;
-  values_ = backend.zeros(shard_elements_ * shards, 1);
-  grads_ = backend.zeros(elements_, 1);
+  // Master values, main gradients and moments are fp32 whatever the recipe; the working copy is of
+  // the activation type, and is the master buffer itself when that is fp32.
+  values_ = backend.zeros_fp32(shard_elements_ * shards, 1);
+  working_ = backend.precision() == Precision::fp32 ? values_ : backend.zeros(shard_elements_ * shards, 1);
+  grads_ = backend.zeros_fp32(elements_, 1);
   const std::int64_t state = std::max<std::int64_t>(0, std::min(shard_elements_, elements_ - state_first_));
-  m_ = backend.zeros(state, 1);
-  v_ = backend.zeros(state, 1);
+  m_ = backend.zeros_fp32(state, 1);
+  v_ = backend.zeros_fp32(state, 1);
   for (Param& p : params_) {
     const auto [r, c] = local_shape(p.decl);
     auto view = [&](const Tensor& flat) { return flat.row_slice(p.offset, r * c).reshaped(r, c); };
-    p.value = view(values_);
+    p.value = view(working_);
+    p.master = view(values_);
     p.grad = view(grads_);
     std::vector<float> host(std::size_t(r * c));
     for (std::int64_t i = 0; i < r; ++i)
@@ -85,8 +89,13 @@ void ParamStore::allocate(Backend& backend, std::uint64_t seed, int shards, int 
         }
         host[std::size_t(i * c + j)] = initial_value(seed, p.decl, fi, fj);
       }
-    backend.copy_from_host(p.value, host);
+    backend.copy_from_host(p.master, host);
   }
+  update_working_copy(backend);
+}
+
+void ParamStore::update_working_copy(Backend& backend) const {
+  if (working_.buffer() != values_.buffer()) backend.copy(working_, values_);
 }
 
 }  // namespace foresight::trainer

@@ -4,7 +4,9 @@
 // value that depends only on (seed, parameter name, i, j), so every tensor-parallel slice of every
 // layout holds exactly the numbers a single rank would, without generating the full tensor.
 // With ZeRO-1 (the distributed optimizer) the moments exist only for this data-parallel rank's
-// shard of the flat buffer (Rajbhandari et al. 2020 sec. 5.1).
+// shard of the flat buffer (Rajbhandari et al. 2020 sec. 5.1). Under a bf16 recipe the model reads a
+// bf16 working copy of the values (a second flat buffer, rounded from the fp32 master values after
+// every change to them); under fp32 the two are one buffer.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +47,10 @@ struct ParamDecl {
 
 struct Param {
   ParamDecl decl;
-  Tensor value, grad;       // local shape, views into the flat buffers
+  Tensor value;             // what the model reads: the working copy (bf16 under a bf16 recipe)
+  Tensor master;            // the fp32 master values the optimizer steps (value itself under fp32)
+  Tensor grad;              // fp32 main gradient
+  // (local shape, views into the flat buffers)
   std::int64_t offset = 0;  // of this parameter in the flat buffers
 };
 
@@ -63,11 +68,14 @@ class ParamStore {
   const Param& operator[](int i) const { return params_[std::size_t(i)]; }
   int size() const { return int(params_.size()); }
   std::int64_t elements() const { return elements_; }
-  /// Values and gradients of every parameter: (elements(), 1).
+  /// The fp32 master values and the fp32 main gradients of every parameter: (elements(), 1).
   Tensor values() const { return values_.row_slice(0, elements_); }
   const Tensor& grads() const { return grads_; }
-  /// The padded value buffer, (shards * shard_elements(), 1), for all-gathering shards.
+  /// The padded master value buffer, (shards * shard_elements(), 1), for all-gathering shards.
   const Tensor& padded_values() const { return values_; }
+  /// Writes the working copy from the master values (rounding them to bf16); a no-op when the two
+  /// are one buffer. Call after every change to the master values.
+  void update_working_copy(Backend& backend) const;
   /// The optimizer state: moments of elements [state_first(), state_first() + shard_elements())
   /// of the flat buffer (clipped at elements()).
   const Tensor& first_moments() const { return m_; }
@@ -85,7 +93,7 @@ class ParamStore {
   std::vector<Param> params_;
   std::int64_t elements_ = 0;
   std::int64_t state_first_ = 0, shard_elements_ = 0;
-  Tensor values_, grads_, m_, v_;
+  Tensor values_, working_, grads_, m_, v_;
 };
 
 /// A 64-bit mix of x (splitmix64 finaliser, Steele et al. 2014): the trainer's counter-based RNG.

@@ -144,7 +144,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   std::unique_ptr<Backend> be;
   agree(outer, [&] {
     source = make_token_source(data_name, plan.model.vocab, plan.model.seq_len, opt.seed, plan_file);
-    be = make_backend(opt.backend);
+    be = make_backend(opt.backend, opt.precision);
   });
   // GPU tensors reach a host communicator (MPI) through copies; every group split from `world`
   // inherits that.
@@ -305,10 +305,14 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     }
     adamw_step(*be, store, oc, step, r.grad_norm);
     if (zero1) {
-      Tensor shard = be->zeros(store.shard_elements(), 1);
+      // The fp32 master values are gathered, so that every rank's checkpoint holds all of them as
+      // under fp32. (Megatron-LM's distributed optimizer gathers the bf16 working copy instead, half
+      // the bytes, and keeps only its master shard: the working copy comes out the same.)
+      Tensor shard = be->zeros_fp32(store.shard_elements(), 1);
       be->copy(shard, store.padded_values().row_slice(store.state_first(), store.shard_elements()));
       dp_comm->all_gather(store.padded_values(), shard);
     }
+    store.update_working_copy(*be);
     double slowest[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), double(be->peak_bytes())};
     world.all_reduce(slowest, ReduceOp::max);
     double offload_bytes[1] = {0};

@@ -14,12 +14,14 @@
 #include "core/plan_json.hpp"
 #include "trainer/communicator.hpp"
 #include "trainer/optimizer.hpp"
+#include "trainer/precision.hpp"
 #include "trainer/summary.hpp"
 
 namespace foresight::trainer {
 
 struct TrainerOptions {
   std::string backend = "cpu";
+  Precision precision = Precision::fp32;  // the mixed-precision recipe (precision.hpp)
   std::uint64_t seed = 1234;             // initial weights and data order
   OptimizerConfig optimizer;             // total_steps is set from the plan's steps
   std::optional<int> steps;              // overrides plan.steps

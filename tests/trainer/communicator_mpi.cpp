@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <cmath>
+
 #include "trainer/cpu_backend.hpp"
 #include "trainer/mpi_communicator.hpp"
 
@@ -54,6 +56,28 @@ TEST_F(Fixture, GatherScatterAndAllToAll) {
   Tensor recv = be->zeros(n, 1);
   world->all_to_all(recv, send);
   for (int k = 0; k < n; ++k) EXPECT_EQ(recv.data()[k], float(100 * k + r));
+}
+
+// A reduction into a bf16 tensor sums in fp32 and rounds the result once: every rank adds
+// 1 + 2^-7 (a bf16, 0x3F81); over 3 ranks 3 + 3 * 2^-7 = 3.0234375 (exact in fp32) lies half-way
+// between the bf16s 3 + 2^-6 (0x4041, odd) and 3 + 2^-5 (0x4042, even): 3.03125. An fp32 tensor
+// keeps the sum as is.
+TEST_F(Fixture, Bf16ReductionsRoundTheirResultOnce) {
+  ASSERT_EQ(n, 3) << "the hand-computed sums assume 3 ranks";
+  auto bf16 = make_cpu_backend(Precision::bf16);
+  const float v = 1.0f + std::ldexp(1.0f, -7);
+  Tensor b = bf16->zeros(2, 1), f = bf16->zeros_fp32(2, 1), a = bf16->zeros(2, 1);
+  for (Tensor* t : {&b, &f, &a}) bf16->fill(*t, v);
+  world->all_reduce(b, ReduceOp::sum);
+  world->all_reduce(f, ReduceOp::sum);
+  world->all_reduce_async(a, ReduceOp::sum)->wait();
+  EXPECT_EQ(b.data()[1], 3.03125f);
+  EXPECT_EQ(a.data()[1], 3.03125f);
+  EXPECT_EQ(f.data()[1], 3.0234375f);
+  Tensor full = bf16->zeros(3, 1), mine = bf16->zeros(1, 1);
+  bf16->fill(full, v);
+  world->reduce_scatter(mine, full, ReduceOp::sum);
+  EXPECT_EQ(mine.data()[0], 3.03125f);
 }
 
 TEST_F(Fixture, RingSendRecvAndSplit) {

@@ -4,9 +4,10 @@
 // of activations to the host and back, and that the run's peak memory lies below the reference's.
 // Prints the largest relative difference.
 // With --expect-differ X the check is the converse: some step's loss must differ from the
-// reference's by at least X (relative), both runs being complete and valid.
+// reference's by at least X (relative), both runs being complete and valid. --first-steps K
+// compares steps 1..K only (the rest of the run must still be complete and valid).
 //   trainer_compare_summaries REF RUN [--rel X] [--expect-steps N] [--expect-decrease D] [--expect-prediction]
-//                             [--expect-offload-MiB M] [--expect-less-memory] [--expect-differ X]
+//                             [--expect-offload-MiB M] [--expect-less-memory] [--expect-differ X] [--first-steps K]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
   }
   const nlohmann::json ref = load(argv[1]), run = load(argv[2]);
   double rel = 1e-5, decrease = -1;
-  int expect_steps = -1;
+  int expect_steps = -1, first_steps = -1;
   bool prediction = false, less_memory = false;
   double offload_MiB = -1, differ = -1;
   for (int i = 3; i < argc; ++i) {
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
     else if (a == "--expect-offload-MiB" && i + 1 < argc) offload_MiB = std::atof(argv[++i]);
     else if (a == "--expect-less-memory") less_memory = true;
     else if (a == "--expect-differ" && i + 1 < argc) differ = std::atof(argv[++i]);
+    else if (a == "--first-steps" && i + 1 < argc) first_steps = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 1;
@@ -62,9 +64,10 @@ int main(int argc, char** argv) {
   std::map<int, double> ref_loss;
   for (const auto& s : ref["steps"]) ref_loss[s["step"].get<int>()] = s["loss"].get<double>();
   double worst = 0;
-  int worst_step = 0, n = 0;
+  int worst_step = 0, n = 0, lo = 0, hi = 0;  // steps compared: n of them, lo..hi
   for (const auto& s : run["steps"]) {
     const int step = s["step"].get<int>();
+    if (first_steps >= 0 && step > first_steps) continue;
     const double loss = s["loss"].get<double>();
     if (!ref_loss.count(step)) {
       std::printf("FAIL: step %d is not in the reference\n", step);
@@ -76,11 +79,13 @@ int main(int argc, char** argv) {
       worst = d;
       worst_step = step;
     }
+    lo = n == 0 ? step : std::min(lo, step);
+    hi = n == 0 ? step : std::max(hi, step);
     ++n;
   }
-  std::printf("%s vs %s: %d steps (%d..%d), layout tp=%d pp=%d dp=%d, max relative loss difference %.3e (step %d), "
-              "tolerance %.1e\n",
-              argv[2], argv[1], n, run["first_step"].get<int>(), run["last_step"].get<int>(),
+  std::printf("%s vs %s: %d steps compared (%d..%d), layout tp=%d pp=%d dp=%d, max relative loss difference %.3e "
+              "(step %d), tolerance %.1e\n",
+              argv[2], argv[1], n, lo, hi,
               run["layout"]["tp"].get<int>(), run["layout"]["pp"].get<int>(), run["layout"]["dp"].get<int>(), worst,
               worst_step, rel);
   if (differ >= 0) {

@@ -1,7 +1,8 @@
 // The trainer's fp32 CPU math against an independent float64 reference (reference_model.hpp):
 // one decoder layer's forward, its backward against central finite differences of the reference,
 // and a whole one-stage model's loss and embedding / final-LayerNorm gradients (tied embedding,
-// vocabulary-parallel cross-entropy with tp = 1).
+// vocabulary-parallel cross-entropy with tp = 1); and one layer under the bf16 recipe against the
+// float64 reference of its bf16-rounded inputs, within the bound of its roundings.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <random>
 
+#include "kernels/bf16.hpp"
 #include "reference_model.hpp"
 #include "trainer/cpu_backend.hpp"
 #include "trainer/gpt.hpp"
@@ -223,6 +225,73 @@ TEST(LayerReference, TeraPipeSlicesMatchFloat64) {
   const double dx_err = scaled_error(dx, finite_difference(&x, loss));
   std::printf("sliced layer backward dx: max error / max |grad| = %.3e\n", dx_err);
   EXPECT_LT(dx_err, 1e-5);
+}
+
+/// Every element rounded to the nearest bf16.
+Vec rounded_to_bf16(Vec v) {
+  for (double& x : v) x = kernels::round_bf16(float(x));
+  return v;
+}
+
+/// Whether a backend tensor holds bf16 values only (each element its own rounding).
+bool holds_bf16_values(Backend& be, const Tensor& t) {
+  const Vec v = to_vec(be, t);
+  return std::all_of(v.begin(), v.end(), [](double x) { return double(kernels::round_bf16(float(x))) == x; });
+}
+
+// The bf16 recipe on one layer. Its inputs (x and the weights' working copy) are bf16, so the
+// float64 reference gets the same rounded inputs; what remains is the rounding of every result.
+//
+// The bound: rounding to bf16 (8 significant bits, to nearest) moves a value by at most u = 2^-8
+// of itself. On the path from x to one output element the layer rounds k = 16 times: LN1, the QKV
+// GEMM, + b_qkv, the attention scores, the softmax probabilities, probs x V, the W_o GEMM, + b_o,
+// + the residual, LN2, the FC1 GEMM, + b_fc1, GeLU, the FC2 GEMM, + b_fc2, + the residual. To first
+// order each rounding adds an error of at most u times the value it rounds, carried to the output
+// by the layer's gain; the random weights here (uniform +-0.5 over 8 or 16 inputs) and the
+// LayerNorms keep every intermediate within about max |out| and the gains near 1, so the error
+// relative to max |out| stays below k u = 16 * 2^-8 = 0.0625. (The roundings' signs are
+// independent, so the typical error is nearer sqrt(k) u / sqrt(3) ~ 0.01, and the bound has room
+// for gains somewhat above 1.) A floor of 2^-12 shows that the roundings happened: the same layer
+// in fp32 is within 1e-6 of the reference.
+TEST(LayerReference, Bf16ForwardWithinTheRoundingBoundOfFloat64) {
+  std::mt19937 rng(7);
+  RefLayer ref = random_layer(rng);
+  for (Vec* p : ref.all()) *p = rounded_to_bf16(*p);
+  const int N = kDims.tokens(), H = kDims.hidden, F = kDims.ffn;
+  const Vec x = rounded_to_bf16(random_vec(rng, std::size_t(N) * H, 0.0, 1.0));
+
+  auto be = make_cpu_backend(Precision::bf16);
+  auto self = make_self_communicator();
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, H}, {1, H}, {H, 3 * H}, {1, 3 * H}, {H, H}, {1, H},
+                                                          {1, H}, {1, H}, {H, F},     {1, F},     {F, H}, {1, H}};
+  std::vector<Tensor> w;
+  const auto params = ref.all();
+  for (std::size_t i = 0; i < params.size(); ++i) w.push_back(to_tensor(*be, *params[i], shapes[i].first, shapes[i].second));
+  const LayerDims dims{.batch = kDims.batch, .seq = kDims.seq, .hidden = H, .heads = kDims.heads,
+                       .head_dim = kDims.head_dim(), .ffn = F};
+  LayerActivations acts;
+  acts.x = to_tensor(*be, x, N, H);
+  layer_forward(*be, *self, dims, LayerTensors{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11]},
+                acts);
+  const double err = scaled_error(to_vec(*be, acts.out), test::ref_layer_forward(kDims, ref, x));
+  constexpr int kRoundings = 16;
+  const double bound = kRoundings * std::ldexp(1.0, -8);
+  std::printf("bf16 layer forward: max error / max |out| = %.3e (bound %d * 2^-8 = %.3e)\n", err, kRoundings, bound);
+  EXPECT_LT(err, bound);
+  EXPECT_GT(err, std::ldexp(1.0, -12));
+
+  // Every activation the layer keeps or passes on is bf16; its LayerNorm statistics are fp32.
+  const std::pair<const char*, const Tensor*> kept[] = {{"a", &acts.a},       {"qkv", &acts.qkv}, {"probs", &acts.probs},
+                                                        {"attn", &acts.attn}, {"x1", &acts.x1},   {"c", &acts.c},
+                                                        {"fc1", &acts.fc1},   {"gelu", &acts.gelu}, {"out", &acts.out}};
+  for (const auto& [name, t] : kept) {
+    EXPECT_EQ(t->element_type(), ElementType::bf16) << name;
+    EXPECT_TRUE(holds_bf16_values(*be, *t)) << name;
+  }
+  for (const Tensor* t : {&acts.mean1, &acts.rstd1, &acts.mean2, &acts.rstd2})
+    EXPECT_EQ(t->element_type(), ElementType::fp32);
+  // (A 1/std of 16 values of spread ~1 is bf16-representable by chance only: kept in fp32 they are not.)
+  EXPECT_FALSE(holds_bf16_values(*be, acts.rstd1));
 }
 
 TEST(LayerReference, WholeStageLossAndEmbeddingGradients) {
