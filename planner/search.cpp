@@ -179,7 +179,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
           // Sequence parallelism off, on, and on with its collectives overlapped with the GEMMs
           // (where the framework can).
           for (int sp = 0; sp <= (tp > 1 ? (fw.tp_overlap ? 2 : 1) : 0); ++sp)
-            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
+            // selective-op only where the framework has it (torchtitan): fw.runs() drops it elsewhere.
+            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::selective_op})
               for (auto [zero, shard] : zeros)
                 for (int ep : eps) {
                   if (grad_ranks == 1 && zero > 0) continue;

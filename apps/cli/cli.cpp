@@ -39,6 +39,7 @@ std::string describe_plan(const PlanSpec& p) {
   }
   if (p.sequence_parallel) s += " sp";
   if (p.tp_overlap) s += " tp-overlap";
+  if (p.compile) s += " compile";
   s += std::string(" rc:") + to_string(p.recompute);
   if (p.recompute_layers > 0) {
     s += '/';
