@@ -204,6 +204,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   if ((split.first > 0 || deepspeed_split) && sched == Schedule::interleaved) continue;  // needs an even split
                   p.ep = ep;
                   p.framework = r.framework;
+                  p.compile = r.compile;
                   if (!fw.runs(p)) continue;
                   if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
                   // Too many micro-batches to simulate (an absurd batch on few pipelines).
@@ -220,6 +221,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
 cost_models::ExecutionModel execution_for(const SearchRequest& r) {
   PlanSpec p;
   p.framework = r.framework;
+  p.compile = r.compile;  // the elementwise traffic every candidate shares
   return cost_models::resolve_execution(r.cluster, r.training, p);
 }
 

@@ -48,6 +48,8 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
     if (!f) throw SpecError(kCommandLine, "--framework", o.framework, "must be one of: " + allowed_values<Framework>());
     r.framework = *f;
   }
+  // The experiment's torch.compile setting carries over to a framework that compiles.
+  r.compile = base.plan.compile && framework_traits(r.framework).compiled_elementwise.has_value();
   if (r.gpus > r.cluster.total_gpus())
     throw SpecError(kCommandLine, "--gpus", std::to_string(r.gpus),
                     "must not exceed the cluster's " + std::to_string(r.cluster.total_gpus()) + " GPUs");
