@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <unistd.h>
 
 #include "cli_run.hpp"
 #include "calibrate/cpu_bench.hpp"
@@ -32,7 +33,7 @@ TEST(CpuCalibration, ANegativeInterceptIsRefittedThroughTheOrigin) {
 }
 
 TEST(CpuCalibration, RefusesOptionsItDoesNotTake) {
-  const auto dir = std::filesystem::temp_directory_path() / "foresight-calibrate-cpu-test";
+  const auto dir = std::filesystem::temp_directory_path() / ("foresight-calibrate-cpu-test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const auto a = cli_run::run("calibrate", {"--backend", "cpu", "--published"});
   EXPECT_EQ(a.rc, 2) << a.err;
@@ -43,7 +44,7 @@ TEST(CpuCalibration, RefusesOptionsItDoesNotTake) {
 }
 
 TEST(LocalLoop, RefusesBadOptionsBeforeRunningAnything) {
-  const auto dir = std::filesystem::temp_directory_path() / "foresight-local-loop-test";
+  const auto dir = std::filesystem::temp_directory_path() / ("foresight-local-loop-test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const auto a = cli_run::run("validate", {"--local", "--backend", "tpu", "--work-dir", dir.string()});
   EXPECT_EQ(a.rc, 2) << a.err;

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 #include "apps/cli/cli.hpp"
 #include "core/scenario.hpp"
@@ -196,7 +197,7 @@ TEST(ValidateCli, TeraPipe1bWithinFifteenPercentOnSimGrid) {
 TEST(CalibrateCli, PublishedFitReproducesTheBundledFileByteForByte) {
   // scenarios/calibration.yaml is the fit's output: fitting again from its declarations on the
   // calibration cases writes the same bytes.
-  const std::string tmp = (std::filesystem::temp_directory_path() / "foresight_calibration_refit.yaml").string();
+  const std::string tmp = (std::filesystem::temp_directory_path() / ("foresight_calibration_refit_" + std::to_string(::getpid()) + ".yaml")).string();
   const std::string printed = run({"calibrate", "--published", "--out", tmp});
   EXPECT_NE(printed.find("deepspeed_v05_slot_overhead"), std::string::npos);
   auto slurp = [](const std::string& path) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include "core/error.hpp"
 #include "core/scenario.hpp"
@@ -29,7 +30,7 @@ CalibratedParameter param(const char* name, CalibratedKnob knob, double value, C
 }
 
 std::string write_temp(const std::string& text) {
-  const auto path = std::filesystem::temp_directory_path() / "foresight_calibration_test.yaml";
+  const auto path = std::filesystem::temp_directory_path() / ("foresight_calibration_test_" + std::to_string(::getpid()) + ".yaml");
   std::ofstream(path) << text;
   return path.string();
 }

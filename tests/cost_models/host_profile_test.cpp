@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "core/error.hpp"
 #include "cost_models/comm.hpp"
@@ -130,7 +131,7 @@ TEST(HostProfile, MissingOpsAndBadValuesNameTheField) {
 }
 
 TEST(HostProfile, CollectivesInTheHostUseTheMeasuredFits) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / "foresight-host-profile-comm.json";
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("foresight-host-profile-comm_" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << synthetic(1e-9, 0, 1e-9).dump();
   ClusterSpec c;
   c.name = "host";

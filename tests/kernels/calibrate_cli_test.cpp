@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "apps/cli/cli.hpp"
 #include "calibrate/calibrate.hpp"
@@ -15,7 +16,7 @@
 TEST(CalibrateCli, WithoutAGpuExitsOneAndWritesNothing) {
   if (foresight::calibrate::no_device_reason().empty())
     GTEST_SKIP() << "a CUDA device is present: the no-GPU path cannot be exercised here";
-  const auto out_path = std::filesystem::temp_directory_path() / "foresight_calibrate_test_profile.json";
+  const auto out_path = std::filesystem::temp_directory_path() / ("foresight_calibrate_test_profile_" + std::to_string(::getpid()) + ".json");
   std::filesystem::remove(out_path);
   std::ostringstream out, err;
   const int rc = foresight::cli::run_cli({"calibrate", "--quick", "--out", out_path.string()}, out, err);
@@ -36,7 +37,7 @@ TEST(CalibrateCli, HelpShowsTheOptions) {
 // inputs and option mixes are refused with exit 2, naming the field, and nothing written.
 TEST(CalibrateCli, RefitOfTheShippedProfileAndBadInputs) {
   const std::string shipped = std::string(FORESIGHT_SOURCE_DIR) + "/scenarios/profiles/h100-sxm.json";
-  const auto tmp = std::filesystem::temp_directory_path() / "foresight_refit_test";
+  const auto tmp = std::filesystem::temp_directory_path() / ("foresight_refit_test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(tmp);
   std::filesystem::create_directories(tmp);
   const auto out_path = tmp / "profile.json";

@@ -8,6 +8,8 @@
 #include <regex>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "core/scenario.hpp"
 #include "planner/validation.hpp"
 
@@ -33,7 +35,11 @@ cost_models::CalibrationSet slot_parameter(double value) {
 /// A scenario tree with the bundled models, clusters and GPUs and one experiment: MT-NLG on 350
 /// nodes with `iteration_s` as its measurement and `role`.
 fs::path tree_with(double iteration_s, const char* role) {
-  const fs::path root = fs::temp_directory_path() / "foresight_fit_test";
+  // One directory per test process: CTest runs this file's tests in parallel processes, and a
+  // shared directory was removed under a sibling test (a CI failure of RecoversAKnownSlotOverhead).
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path root = fs::temp_directory_path() /
+                        ("foresight_fit_test_" + std::string(t ? t->name() : "none") + "_" + std::to_string(::getpid()));
   fs::remove_all(root);
   fs::create_directories(root / "experiments");
   for (const char* dir : {"models", "clusters", "gpus"}) fs::create_directory_symlink(fs::path(scenarios_dir()) / dir, root / dir);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <unistd.h>
 
 #include "cost_models/host_profile.hpp"
 #include "planner/closed_loop.hpp"
@@ -29,7 +30,7 @@ std::string write_profile() {
     fits[c] = {{"fixed_s", 5e-6}, {"per_byte_s", 1e-9}};
   j["mpi"] = {{{"ranks", 2}, {"collectives", fits}}};
   j["oversubscription"] = {{{"ranks", 1}, {"slowdown", 1.0}}, {{"ranks", 2}, {"slowdown", 1.05}}};
-  const auto path = std::filesystem::temp_directory_path() / "foresight-closed-loop-test-profile.json";
+  const auto path = std::filesystem::temp_directory_path() / ("foresight-closed-loop-test-profile_" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << j.dump();
   return path.string();
 }
