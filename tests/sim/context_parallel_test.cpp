@@ -211,3 +211,29 @@ TEST(ContextParallel, EnginesAgreeOnTheDataParallelSyncWithoutContention) {
   EXPECT_NEAR(s.iteration / a.iteration, 1.0, 0.01) << "simgrid " << s.iteration.value() << " s, analytic "
                                                      << a.iteration.value() << " s";
 }
+
+TEST(PerOpCheckpointing, RerunsTheForwardAllGathersButNotTheSavedReduceScatters) {
+  // torchtitan's op policy saves reduce_scatter outputs but not all-gathers: with tp 2 and
+  // sequence parallelism a layer's forward has two all-gathers and two reduce-scatters of equal
+  // size, so the recomputed forward re-runs half its TP communication; full recompute re-runs all.
+  Experiment e = cp_plan(1);
+  e.plan.framework = Framework::torchtitan;
+  e.plan.zero = 3;
+  e.plan.sequence_parallel = true;
+  e.plan.recompute = Recompute::selective_op;
+  validate_experiment(e);
+  Inputs in(e);
+  LayerCompute lc;
+  lc.forward = Seconds(0.010);
+  lc.backward = Seconds(0.020);
+  lc.recompute = Seconds(0.004);
+  const Seconds tp(0.002);
+  const LayerStep op = layer_step(in.in(), lc, 32768, tp, Seconds(0), 0.0);
+  EXPECT_DOUBLE_EQ(op.recompute_comm.value(), 0.001);
+  EXPECT_DOUBLE_EQ(op.recompute.value(), 0.004);
+  e.plan.recompute = Recompute::full;
+  e.plan.framework = Framework::megatron_core;
+  Inputs full(e);
+  const LayerStep f = layer_step(full.in(), lc, 32768, tp, Seconds(0), 1.0);
+  EXPECT_DOUBLE_EQ(f.recompute_comm.value(), 0.002);
+}
