@@ -27,6 +27,7 @@ std::string group_of(const Experiment& e) {
   if (n.ends_with("-local-h100") || n.ends_with("-local-h100-compile")) return "PyTorch on one H100 (shared/bench)";
   if (n.starts_with("llmfoundry")) return "llm-foundry MPT benchmarks (MosaicML, FSDP)";
   if (n.starts_with("torchtitan")) return "torchtitan (Meta, FSDP2)";
+  if (n.starts_with("bloom")) return "BLOOM-176B (BigScience 2022)";
   return "other";
 }
 
