@@ -1,6 +1,7 @@
 #include "trainer/mpi_communicator.hpp"
 
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -104,6 +105,21 @@ class MpiCommunicator final : public Communicator {
   void recv(Tensor t, int peer, int tag) override {
     mpi_check(MPI_Recv(host_data(t, "recv"), count_of(t), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE),
               "MPI_Recv");
+  }
+  void exchange(std::span<const Transfer> batch) override {
+    std::vector<MPI_Request> requests(batch.size(), MPI_REQUEST_NULL);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Transfer& x = batch[i];
+      if (x.kind == Transfer::Kind::send)
+        mpi_check(MPI_Isend(host_data(x.tensor, "exchange"), count_of(x.tensor), MPI_FLOAT, x.peer, x.tag, comm_,
+                            &requests[i]),
+                  "MPI_Isend");
+      else
+        mpi_check(MPI_Irecv(host_data(x.tensor, "exchange"), count_of(x.tensor), MPI_FLOAT, x.peer, x.tag, comm_,
+                            &requests[i]),
+                  "MPI_Irecv");
+    }
+    mpi_check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   }
   void barrier() override { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
 

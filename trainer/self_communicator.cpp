@@ -33,6 +33,9 @@ class SelfCommunicator final : public Communicator {
     return nullptr;
   }
   void recv(Tensor, int peer, int) override { FORESIGHT_CHECK(false) << "recv from rank " << peer << " in a one-rank group"; }
+  void exchange(std::span<const Transfer> batch) override {
+    FORESIGHT_CHECK(batch.empty()) << "exchange of " << batch.size() << " messages in a one-rank group";
+  }
   void barrier() override {}
 };
 

@@ -210,6 +210,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   // Each chunk's gradients are final after its last backward in the list: only then may its
   // buckets start their all-reduce.
   std::vector<std::size_t> last_backward(std::size_t(chunks), 0);
+  const std::vector<PipelineStep> op_steps = pipeline_steps(ops);
   for (std::size_t i = 0; i < ops.size(); ++i)
     if (ops[i].kind == PipelineOpKind::backward) last_backward[std::size_t(ops[i].chunk)] = i;
   const double global_tokens = double(plan.training.global_batch) * plan.model.seq_len;
@@ -232,7 +233,6 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     be->fill(store.grads(), 0.0f);
     std::map<int, MicroBatch> batches;
     std::map<std::pair<int, int>, Tensor> inbox, outbox;  // per (unit, chunk): received / to be sent
-    std::vector<std::unique_ptr<Request>> sends;
     double loss_sum = 0;
     auto batch = [&](int mb) -> const MicroBatch& {
       auto it = batches.find(mb);
@@ -244,42 +244,46 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
       expert_reducer.mark_ready(i);
     };
     const std::function<void(int)> not_yet = [](int) {};
-    for (const PipelineOp& op : ops) {
+    for (const PipelineStep& ps : op_steps) {
+      if (ps.communication) {
+        // One batch for the run of sends and receives (pipeline_steps): posted together, so no
+        // two neighbouring stages wait in lone sends for each other's receives under NCCL.
+        std::vector<Transfer> messages;
+        for (std::size_t i = ps.first; i < ps.first + ps.count; ++i) {
+          const PipelineOp& op = ops[i];
+          const std::pair<int, int> key{op.micro_batch, op.chunk};
+          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
+          const int peer = layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank);
+          if (op.kind == PipelineOpKind::recv_activation || op.kind == PipelineOpKind::recv_gradient) {
+            const GptStage& stage = *stages[std::size_t(op.chunk)];
+            Tensor t = be->zeros(stage.tokens(op.micro_batch), stage.hidden());
+            inbox[key] = t;
+            messages.push_back(Transfer{.kind = Transfer::Kind::recv, .tensor = t, .peer = peer, .tag = m.tag});
+          } else {
+            messages.push_back(Transfer{.kind = Transfer::Kind::send, .tensor = outbox[key], .peer = peer, .tag = m.tag});
+            outbox.erase(key);
+          }
+        }
+        world.exchange(messages);
+        continue;
+      }
+      const PipelineOp& op = ops[ps.first];
       const int unit = op.micro_batch, mb = unit / slices;
       const std::pair<int, int> key{unit, op.chunk};
       GptStage& stage = *stages[std::size_t(op.chunk)];
-      switch (op.kind) {
-        case PipelineOpKind::recv_activation:
-        case PipelineOpKind::recv_gradient: {
-          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
-          Tensor t = be->zeros(stage.tokens(unit), stage.hidden());
-          world.recv(t, layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag);
-          inbox[key] = t;
-          break;
-        }
-        case PipelineOpKind::forward:
-          outbox[key] = stage.forward(*be, *tp_comm, unit, batch(mb), inbox[key]);
-          inbox.erase(key);
-          if (stage.has_head()) loss_sum += stage.loss_sum(unit);
-          break;
-        case PipelineOpKind::backward:
-          // Gradients are final only after the last micro-batch's backward (of each chunk): only
-          // then may buckets start their all-reduce.
-          outbox[key] = stage.backward(*be, *tp_comm, unit, batch(mb), inbox[key], loss_scale,
-                                       std::size_t(&op - ops.data()) == last_backward[std::size_t(op.chunk)] ? mark_ready : not_yet);
-          inbox.erase(key);
-          if (op.chunk == 0 && unit % slices == 0) batches.erase(mb);  // its last backward here
-          break;
-        case PipelineOpKind::send_activation:
-        case PipelineOpKind::send_gradient: {
-          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
-          sends.push_back(world.send(outbox[key], layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag));
-          outbox.erase(key);
-          break;
-        }
+      if (op.kind == PipelineOpKind::forward) {
+        outbox[key] = stage.forward(*be, *tp_comm, unit, batch(mb), inbox[key]);
+        inbox.erase(key);
+        if (stage.has_head()) loss_sum += stage.loss_sum(unit);
+      } else {
+        // Gradients are final only after the last micro-batch's backward (of each chunk): only
+        // then may buckets start their all-reduce.
+        outbox[key] = stage.backward(*be, *tp_comm, unit, batch(mb), inbox[key], loss_scale,
+                                     ps.first == last_backward[std::size_t(op.chunk)] ? mark_ready : not_yet);
+        inbox.erase(key);
+        if (op.chunk == 0 && unit % slices == 0) batches.erase(mb);  // its last backward here
       }
     }
-    for (auto& s : sends) s->wait();
     reducer.finish();
     expert_reducer.finish();
     if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[embedding_param].grad, ReduceOp::sum);
