@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/plan_json.hpp"
+#include "foresight/config.hpp"
 #include "trainer/bootstrap.hpp"
 #include "trainer/data.hpp"
 #include "trainer/trainer.hpp"
@@ -83,6 +84,11 @@ int run_trainer_cli(int argc, char** argv) {
                  "(GEMMs on TF32 tensor cores); the cuda backends need a CUDA build and a visible GPU. cpu-staged: "
                  "cpu with every message copied through the host-staging path the cuda backends use (a test)")
       ->capture_default_str();
+  std::string comm_text;
+  app.add_option("--comm", comm_text,
+                 "what carries collectives and pipeline messages: mpi, or nccl (bootstrapped over MPI; on the cpu "
+                 "backend the NCCL code runs over its MPI stand-in, a test). Default: nccl for the cuda backends in "
+                 "builds with NCCL, else mpi");
   app.add_option("--seed", opt.seed, "seed of the initial weights and of the data order")->capture_default_str();
   app.add_option("--data", data,
                  std::string("override plan.data: synthetic | text (the default corpus, ") + kDefaultTextPath +
@@ -125,6 +131,15 @@ int run_trainer_cli(int argc, char** argv) {
       throw SpecError(SourceLocation{"command line", 0, 0}, "--timeout-s", std::to_string(timeout_s),
                       "must be a number of seconds >= 0");
     if (!fault_text.empty()) fault = parse_fault(fault_text);
+    if (comm_text.empty()) {
+      const bool cuda = opt.backend.rfind("cuda", 0) == 0;
+      opt.comm = cuda && config::kHaveNccl ? CommLibrary::nccl : CommLibrary::mpi;
+    } else if (const auto c = parse_enum<CommLibrary>(comm_text)) {
+      opt.comm = *c;
+    } else {
+      throw SpecError(SourceLocation{"command line", 0, 0}, "--comm", comm_text,
+                      "must be one of " + allowed_values<CommLibrary>());
+    }
   } catch (const SpecError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -36,6 +36,9 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// What carries the messages: "mpi", "mpi-staged" (device tensors copied through the host),
+  /// "nccl", "nccl-standin" (the NCCL communicator over the MPI stand-in) or "self".
+  virtual const char* library() const = 0;
 
   /// The ranks that pass the same `color` form a new group, ordered by `key`. Collective.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -57,6 +57,8 @@ class MpiCommunicator final : public Communicator {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  const char* library() const override { return "mpi"; }
+  MPI_Comm handle() const { return comm_; }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm c;
@@ -133,6 +135,12 @@ class MpiCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, bool owned) {
   return std::make_unique<MpiCommunicator>(comm, owned);
+}
+
+MPI_Comm mpi_comm_of(const Communicator& c) {
+  const auto* m = dynamic_cast<const MpiCommunicator*>(&c);
+  FORESIGHT_CHECK(m != nullptr) << "a " << c.library() << " communicator where an MPI one was expected";
+  return m->handle();
 }
 
 }  // namespace foresight::trainer

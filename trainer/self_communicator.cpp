@@ -21,6 +21,7 @@ class SelfCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  const char* library() const override { return "self"; }
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SelfCommunicator>(); }
   void all_reduce(Tensor, ReduceOp) override {}
   std::unique_ptr<Request> all_reduce_async(Tensor, ReduceOp) override { return std::make_unique<Done>(); }

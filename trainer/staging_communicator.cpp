@@ -50,6 +50,7 @@ class StagingCommunicator final : public Communicator {
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
+  const char* library() const override { return "mpi-staged"; }
   std::unique_ptr<Communicator> split(int color, int key) override {
     auto sub = inner_.split(color, key);
     Communicator& ref = *sub;

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/flops.hpp"
 #include "trainer/backend.hpp"
+#include "trainer/bootstrap.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/data.hpp"
 #include "trainer/gpt.hpp"
@@ -143,10 +144,14 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     source = make_token_source(data_name, plan.model.vocab, plan.model.seq_len, opt.seed, plan_file);
     be = make_backend(opt.backend);
   });
-  // GPU tensors reach a host communicator (MPI) through copies; every group split from `world`
-  // inherits that.
-  std::unique_ptr<Communicator> staged = be->device() == Device::host ? nullptr : make_staging_communicator(outer, *be);
-  Communicator& world = staged ? *staged : outer;
+  // NCCL: a communicator of its own, bootstrapped over `outer` (MPI). MPI: `outer` itself, which
+  // GPU tensors reach through host copies. Every group split from `world` inherits the choice.
+  std::unique_ptr<Communicator> own_world;
+  if (opt.comm == CommLibrary::nccl)
+    agree(outer, [&] { own_world = make_nccl_world(outer, *be); });
+  else if (be->device() != Device::host)
+    own_world = make_staging_communicator(outer, *be);
+  Communicator& world = own_world ? *own_world : outer;
   const RankLayout layout = make_layout(plan.plan, world.rank());
   const int tp = layout.tp, pp = layout.pp, dp = layout.dp;
   // Groups: ranks sharing (pp, dp) form a tensor-parallel group, those sharing (tp, pp) a
@@ -220,6 +225,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   RunSummary summary;
   summary.ranks = world.size();
   summary.backend = be->name();
+  summary.comm = world.library();
   summary.compute_dtype = be->compute_dtype();
   summary.data = source->describe();
   summary.dp_buckets = reducer.buckets();

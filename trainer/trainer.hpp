@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/enums.hpp"
 #include "core/plan_json.hpp"
 #include "trainer/communicator.hpp"
 #include "trainer/optimizer.hpp"
@@ -18,8 +19,24 @@
 
 namespace foresight::trainer {
 
+/// What carries collectives and pipeline messages. mpi: MPI (device tensors copied through the
+/// host). nccl: NCCL bootstrapped over MPI (nccl_communicator.hpp); on a host backend, the NCCL
+/// communicator over its MPI-backed stand-in (how CI runs the NCCL code).
+enum class CommLibrary { mpi, nccl };
+
+}  // namespace foresight::trainer
+
+template <>
+struct foresight::EnumNames<foresight::trainer::CommLibrary> {
+  static constexpr auto kList = std::to_array<std::pair<foresight::trainer::CommLibrary, const char*>>(
+      {{foresight::trainer::CommLibrary::mpi, "mpi"}, {foresight::trainer::CommLibrary::nccl, "nccl"}});
+};
+
+namespace foresight::trainer {
+
 struct TrainerOptions {
   std::string backend = "cpu";
+  CommLibrary comm = CommLibrary::mpi;   // the CLI defaults to nccl for the cuda backends when built with NCCL
   std::uint64_t seed = 1234;             // initial weights and data order
   OptimizerConfig optimizer;             // total_steps is set from the plan's steps
   std::optional<int> steps;              // overrides plan.steps
