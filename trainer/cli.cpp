@@ -113,6 +113,9 @@ int run_trainer_cli(int argc, char** argv) {
   app.add_option("--inject-fault", fault_text,
                  "testing aid: KIND@RANK:STEP makes RANK fail after STEP; KIND = hang (SIGSTOP, a frozen node), "
                  "exit (_Exit(1), a crash), kill (SIGKILL)");
+  app.add_flag("--one-message-at-a-time", opt.one_message_at_a_time,
+               "testing aid: issue each pipeline send and receive alone instead of in batches (the old executor; "
+               "1F1B then deadlocks under NCCL, whose sends wait for their receives)");
   app.footer("Exit codes: 0 done, 2 bad input (file, field, value and rule on stderr), 3 non-finite loss or "
              "gradient norm (step on stderr), 4 no progress within --timeout-s (a peer died or hung).");
   try {

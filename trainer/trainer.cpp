@@ -215,7 +215,15 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   // Each chunk's gradients are final after its last backward in the list: only then may its
   // buckets start their all-reduce.
   std::vector<std::size_t> last_backward(std::size_t(chunks), 0);
-  const std::vector<PipelineStep> op_steps = pipeline_steps(ops);
+  std::vector<PipelineStep> op_steps = pipeline_steps(ops);
+  if (opt.one_message_at_a_time) {
+    // The executor before pipeline batches, kept to show the stand-in deadlocking on it (tests).
+    std::vector<PipelineStep> single;
+    for (const PipelineStep& ps : op_steps)
+      for (std::size_t i = ps.first; i < ps.first + ps.count; ++i)
+        single.push_back(PipelineStep{.first = i, .count = 1, .communication = ps.communication});
+    op_steps = single;
+  }
   for (std::size_t i = 0; i < ops.size(); ++i)
     if (ops[i].kind == PipelineOpKind::backward) last_backward[std::size_t(ops[i].chunk)] = i;
   const double global_tokens = double(plan.training.global_batch) * plan.model.seq_len;

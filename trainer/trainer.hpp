@@ -47,6 +47,7 @@ struct TrainerOptions {
   std::optional<std::string> data;            // overrides plan.data
   std::int64_t dp_bucket_bytes = 25 << 20;    // target size of a gradient all-reduce bucket
   std::optional<double> peak_tflops;          // per rank, for MFU
+  bool one_message_at_a_time = false;  // testing aid: each pipeline message its own batch (deadlocks 1F1B on NCCL)
 };
 
 /// Thrown on the ranks whose peer hit a user error in a collective check: the peer reports it.
