@@ -34,8 +34,9 @@ void Runtime::abort(int code) {
 namespace {
 
 /// Throws SpecError when two ranks of `comm` sit on the same GPU of the same host (NCCL refuses
-/// a communicator with two ranks on one device); `device` is this rank's CUDA device.
-void check_one_gpu_per_rank(MPI_Comm comm, int device) {
+/// a communicator with two ranks on one device); `device` is this rank's CUDA device. Unused in
+/// builds without NCCL.
+[[maybe_unused]] void check_one_gpu_per_rank(MPI_Comm comm, int device) {
   struct Place {
     char host[MPI_MAX_PROCESSOR_NAME] = {};
     int device = 0;
