@@ -60,6 +60,10 @@ class Backend {
   virtual Precision precision() const { return Precision::fp32; }
   /// Where this backend's tensors live; communicators stage device tensors through the host.
   virtual Device device() const { return Device::host; }
+  /// The CUDA stream every op of this backend is queued on (a cudaStream_t), so that a
+  /// communicator with streams of its own (NCCL) can order them against it; nullptr for backends
+  /// that compute on the host (cpu-staged included: its "device" tensors are host memory).
+  virtual void* stream() const { return nullptr; }
 
   // --- storage ---
   /// A new (rows, cols) tensor filled with zeros, of the recipe's activation type (bf16 under bf16).

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/plan_json.hpp"
+#include "foresight/config.hpp"
 #include "trainer/bootstrap.hpp"
 #include "trainer/data.hpp"
 #include "trainer/trainer.hpp"
@@ -90,6 +91,11 @@ int run_trainer_cli(int argc, char** argv) {
                  "nearest even after every op; GEMMs accumulate in fp32; LayerNorm and softmax statistics, "
                  "main gradients, master weights and AdamW moments fp32). bf16 runs on the cpu backends")
       ->capture_default_str();
+  std::string comm_text;
+  app.add_option("--comm", comm_text,
+                 "what carries collectives and pipeline messages: mpi, or nccl (bootstrapped over MPI; on the cpu "
+                 "backend the NCCL code runs over its MPI stand-in, a test). Default: nccl for the cuda backends in "
+                 "builds with NCCL, else mpi");
   app.add_option("--seed", opt.seed, "seed of the initial weights and of the data order")->capture_default_str();
   app.add_option("--data", data,
                  std::string("override plan.data: synthetic | text (the default corpus, ") + kDefaultTextPath +
@@ -114,6 +120,9 @@ int run_trainer_cli(int argc, char** argv) {
   app.add_option("--inject-fault", fault_text,
                  "testing aid: KIND@RANK:STEP makes RANK fail after STEP; KIND = hang (SIGSTOP, a frozen node), "
                  "exit (_Exit(1), a crash), kill (SIGKILL)");
+  app.add_flag("--one-message-at-a-time", opt.one_message_at_a_time,
+               "testing aid: issue each pipeline send and receive alone instead of in batches (the old executor; "
+               "1F1B then deadlocks under NCCL, whose sends wait for their receives)");
   app.footer("Exit codes: 0 done, 2 bad input (file, field, value and rule on stderr), 3 non-finite loss or "
              "gradient norm (step on stderr), 4 no progress within --timeout-s (a peer died or hung).");
   try {
@@ -137,6 +146,15 @@ int run_trainer_cli(int argc, char** argv) {
       throw SpecError(SourceLocation{"command line", 0, 0}, "--precision", precision_text,
                       "must be one of " + allowed_values<Precision>());
     opt.precision = *precision;
+    if (comm_text.empty()) {
+      const bool cuda = opt.backend.rfind("cuda", 0) == 0;
+      opt.comm = cuda && config::kHaveNccl ? CommLibrary::nccl : CommLibrary::mpi;
+    } else if (const auto c = parse_enum<CommLibrary>(comm_text)) {
+      opt.comm = *c;
+    } else {
+      throw SpecError(SourceLocation{"command line", 0, 0}, "--comm", comm_text,
+                      "must be one of " + allowed_values<CommLibrary>());
+    }
   } catch (const SpecError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -140,6 +140,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return tf32_ ? "cuda-tf32" : "cuda"; }
   std::string compute_dtype() const override { return tf32_ ? "tf32" : "fp32"; }
   Device device() const override { return Device::cuda; }
+  void* stream() const override { return stream_; }
 
   Tensor zeros(std::int64_t rows, std::int64_t cols) override {
     FORESIGHT_CHECK(rows >= 0 && cols >= 0) << rows << "x" << cols;

@@ -2,8 +2,9 @@
 // batched products) through cuBLAS, in fp32 ("cuda") or on TF32 tensor cores ("cuda-tf32"); the
 // memory-bound ops in cuda_backend_kernels.cu, each the device twin of a CpuBackend loop, so that
 // both backends agree to fp32 rounding and every plan the CPU trains runs unchanged on a GPU.
-// Left out (next): bf16 activations with the fast kernels of kernels/, NCCL collectives (device
-// tensors reach MPI through staging_communicator.hpp), and overlap of communication with compute.
+// Left out (next): bf16 activations with the fast kernels of kernels/. Messages go over NCCL
+// (nccl_communicator.hpp, ordered against stream()) or through the host to MPI
+// (staging_communicator.hpp).
 #pragma once
 
 #include <memory>

@@ -1,6 +1,7 @@
 #include "trainer/mpi_communicator.hpp"
 
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "trainer/precision.hpp"
@@ -62,6 +63,8 @@ class MpiCommunicator final : public Communicator {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  const char* library() const override { return "mpi"; }
+  MPI_Comm handle() const { return comm_; }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm c;
@@ -116,6 +119,21 @@ class MpiCommunicator final : public Communicator {
     mpi_check(MPI_Recv(host_data(t, "recv"), count_of(t), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE),
               "MPI_Recv");
   }
+  void exchange(std::span<const Transfer> batch) override {
+    std::vector<MPI_Request> requests(batch.size(), MPI_REQUEST_NULL);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Transfer& x = batch[i];
+      if (x.kind == Transfer::Kind::send)
+        mpi_check(MPI_Isend(host_data(x.tensor, "exchange"), count_of(x.tensor), MPI_FLOAT, x.peer, x.tag, comm_,
+                            &requests[i]),
+                  "MPI_Isend");
+      else
+        mpi_check(MPI_Irecv(host_data(x.tensor, "exchange"), count_of(x.tensor), MPI_FLOAT, x.peer, x.tag, comm_,
+                            &requests[i]),
+                  "MPI_Irecv");
+    }
+    mpi_check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
   void barrier() override { mpi_check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
  private:
@@ -128,6 +146,12 @@ class MpiCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, bool owned) {
   return std::make_unique<MpiCommunicator>(comm, owned);
+}
+
+MPI_Comm mpi_comm_of(const Communicator& c) {
+  const auto* m = dynamic_cast<const MpiCommunicator*>(&c);
+  FORESIGHT_CHECK(m != nullptr) << "a " << c.library() << " communicator where an MPI one was expected";
+  return m->handle();
 }
 
 }  // namespace foresight::trainer

@@ -11,17 +11,21 @@ std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stages, int stage, i
       << stage << "/" << stages << ", " << units << " units, " << chunks << " chunks, " << slices << " slices";
   const int virtual_stages = stages * chunks;
   std::vector<PipelineOp> ops;
+  // A forward (backward) is its input's receive, the computation and its output's send; the
+  // first (last) virtual stage has no input activation (gradient) to receive nor gradient
+  // (activation) to send.
+  auto first_vs = [&](int chunk) { return chunk * stages + stage == 0; };
+  auto last_vs = [&](int chunk) { return chunk * stages + stage == virtual_stages - 1; };
+  auto op = [&](PipelineOpKind kind, int u, int chunk) { ops.push_back({kind, u, chunk}); };
   auto fwd = [&](int u, int chunk) {
-    const int vs = chunk * stages + stage;
-    if (vs > 0) ops.push_back({PipelineOpKind::recv_activation, u, chunk});
-    ops.push_back({PipelineOpKind::forward, u, chunk});
-    if (vs < virtual_stages - 1) ops.push_back({PipelineOpKind::send_activation, u, chunk});
+    if (!first_vs(chunk)) op(PipelineOpKind::recv_activation, u, chunk);
+    op(PipelineOpKind::forward, u, chunk);
+    if (!last_vs(chunk)) op(PipelineOpKind::send_activation, u, chunk);
   };
   auto bwd = [&](int u, int chunk) {
-    const int vs = chunk * stages + stage;
-    if (vs < virtual_stages - 1) ops.push_back({PipelineOpKind::recv_gradient, u, chunk});
-    ops.push_back({PipelineOpKind::backward, u, chunk});
-    if (vs > 0) ops.push_back({PipelineOpKind::send_gradient, u, chunk});
+    if (!last_vs(chunk)) op(PipelineOpKind::recv_gradient, u, chunk);
+    op(PipelineOpKind::backward, u, chunk);
+    if (!first_vs(chunk)) op(PipelineOpKind::send_gradient, u, chunk);
   };
   switch (schedule) {
     case Schedule::gpipe:
@@ -58,9 +62,20 @@ std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stages, int stage, i
       int warmup = units == stages ? total : std::min(total, 2 * (stages - stage - 1) + (chunks - 1) * stages);
       const int steady = total - warmup;
       for (int k = 0; k < warmup; ++k) fwd(unit_of(k), fchunk(k));
+      // Steady state as Megatron-LM runs it: both inputs received, the forward and the backward
+      // computed, then both outputs sent, so that the sends and the next iteration's receives
+      // form one batch (send_forward_backward_recv_forward_backward). Sending the forward's
+      // output before the backward instead deadlocks once sends wait for their receives: a stage
+      // then sends a gradient alone while its successor, in a batch that also sends a gradient
+      // back, waits for a receive the first stage posts only later (schedule_test).
       for (int i = 0; i < steady; ++i) {
-        fwd(unit_of(warmup + i), fchunk(warmup + i));
-        bwd(unit_of(i), bchunk(i));
+        const int fu = unit_of(warmup + i), fc = fchunk(warmup + i), bu = unit_of(i), bc = bchunk(i);
+        if (!first_vs(fc)) op(PipelineOpKind::recv_activation, fu, fc);
+        if (!last_vs(bc)) op(PipelineOpKind::recv_gradient, bu, bc);
+        op(PipelineOpKind::forward, fu, fc);
+        op(PipelineOpKind::backward, bu, bc);
+        if (!last_vs(fc)) op(PipelineOpKind::send_activation, fu, fc);
+        if (!first_vs(bc)) op(PipelineOpKind::send_gradient, bu, bc);
       }
       for (int k = steady; k < total; ++k) bwd(unit_of(k), bchunk(k));
       return ops;
@@ -84,6 +99,22 @@ PipelineMessage pipeline_message(const PipelineOp& op, int stages, int stage, in
   FORESIGHT_CHECK(boundary >= 0 && boundary < virtual_stages - 1) << "boundary " << boundary;
   return PipelineMessage{.peer_stage = (peer + stages) % stages,
                          .tag = (op.micro_batch * virtual_stages + boundary) * 2 + (gradient ? 1 : 0)};
+}
+
+bool is_message(PipelineOpKind kind) {
+  return kind != PipelineOpKind::forward && kind != PipelineOpKind::backward;
+}
+
+std::vector<PipelineStep> pipeline_steps(const std::vector<PipelineOp>& ops) {
+  std::vector<PipelineStep> steps;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const bool message = is_message(ops[i].kind);
+    if (message && !steps.empty() && steps.back().communication && steps.back().first + steps.back().count == i)
+      ++steps.back().count;
+    else
+      steps.push_back(PipelineStep{.first = i, .count = 1, .communication = message});
+  }
+  return steps;
 }
 
 std::string compute_order(const std::vector<PipelineOp>& ops) {

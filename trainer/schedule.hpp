@@ -1,10 +1,13 @@
 // A pipeline schedule as an explicit list of operations per stage: receives, forwards, sends and
 // backwards of micro-batches (and, interleaved, of model chunks), in the order the stage executes
-// them. The executor (trainer.cpp) walks the list; sends are non-blocking and receives blocking,
-// which is deadlock-free for these orders (schedule_test simulates every stage's list).
+// them. The executor (trainer.cpp) walks the list, issuing each run of consecutive sends and
+// receives as one batch (pipeline_steps), which is deadlock-free for these orders even when a send
+// cannot complete before its receive is posted (NCCL's semantics): schedule_test simulates every
+// stage's list under those rendezvous semantics, matching messages between a pair in issue order.
 // TeraPipe token slices run as extra pipeline units (micro-batch, slice): see pipeline_units().
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,23 @@ struct PipelineMessage {
   int tag = 0;
 };
 PipelineMessage pipeline_message(const PipelineOp& op, int stages, int stage, int chunks);
+
+/// One step of the executor: a computation (count 1), or a batch of `count` consecutive sends and
+/// receives of the op list that are posted together and complete together: one NCCL group
+/// (ncclGroupStart/End), MPI Isend/Irecv + Waitall. Ops [first, first + count) of the list.
+struct PipelineStep {
+  std::size_t first = 0, count = 0;
+  bool communication = false;
+};
+/// The op list as the trainer issues it: every maximal run of sends and receives between two
+/// computations becomes one batch. In 1F1B's steady state this pairs the send of a forward's
+/// output with the receive of a backward's input gradient (and the reverse), as Megatron-LM's
+/// send_forward_recv_backward / send_backward_recv_forward do (p2p_communication.py): a stage
+/// and its successor then never both sit in a lone send waiting for the other's receive.
+std::vector<PipelineStep> pipeline_steps(const std::vector<PipelineOp>& ops);
+
+/// True for the four send / receive kinds.
+bool is_message(PipelineOpKind kind);
 
 /// "F0 F1 B0 ..." (forwards and backwards only; "F0.1" = unit 0 on chunk 1): for tests and logs.
 std::string compute_order(const std::vector<PipelineOp>& ops);

@@ -21,6 +21,7 @@ class SelfCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  const char* library() const override { return "self"; }
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SelfCommunicator>(); }
   void all_reduce(Tensor, ReduceOp) override {}
   std::unique_ptr<Request> all_reduce_async(Tensor, ReduceOp) override { return std::make_unique<Done>(); }
@@ -33,6 +34,9 @@ class SelfCommunicator final : public Communicator {
     return nullptr;
   }
   void recv(Tensor, int peer, int) override { FORESIGHT_CHECK(false) << "recv from rank " << peer << " in a one-rank group"; }
+  void exchange(std::span<const Transfer> batch) override {
+    FORESIGHT_CHECK(batch.empty()) << "exchange of " << batch.size() << " messages in a one-rank group";
+  }
   void barrier() override {}
 };
 

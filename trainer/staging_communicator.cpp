@@ -1,5 +1,7 @@
 #include "trainer/staging_communicator.hpp"
 
+#include <vector>
+
 #include "core/error.hpp"
 #include "trainer/cpu_backend.hpp"
 
@@ -48,6 +50,7 @@ class StagingCommunicator final : public Communicator {
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
+  const char* library() const override { return "mpi-staged"; }
   std::unique_ptr<Communicator> split(int color, int key) override {
     auto sub = inner_.split(color, key);
     Communicator& ref = *sub;
@@ -90,6 +93,19 @@ class StagingCommunicator final : public Communicator {
     Tensor h = host_->zeros(t.rows(), t.cols());
     inner_.recv(h, peer, tag);
     back(t, h);
+  }
+  void exchange(std::span<const Transfer> batch) override {
+    // Host copies of the device tensors: sends copied out before, receives copied back after.
+    std::vector<Transfer> host(batch.begin(), batch.end());
+    for (Transfer& x : host)
+      if (staged(x.tensor))
+        x.tensor = x.kind == Transfer::Kind::send ? to_host(x.tensor) : host_->zeros(x.tensor.rows(), x.tensor.cols());
+    inner_.exchange(host);
+    for (std::size_t i = 0; i < host.size(); ++i)
+      if (batch[i].kind == Transfer::Kind::recv && staged(batch[i].tensor)) {
+        Tensor t = batch[i].tensor;
+        back(t, host[i].tensor);
+      }
   }
   void barrier() override { inner_.barrier(); }
 

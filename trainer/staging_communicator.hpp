@@ -1,7 +1,8 @@
 // A Communicator for device tensors over a host-memory one (MPI): each call copies the GPU tensor
 // to a host tensor, runs the inner call, and copies the result back. Correct for every layout,
-// including several ranks sharing one GPU; slow (two PCIe copies per message, no overlap), which
-// NCCL will replace. One-rank groups skip the host: collectives are copies on the device.
+// including several ranks sharing one GPU, which NCCL refuses; slow (two PCIe copies per message,
+// no overlap): with one GPU per rank, --comm nccl (nccl_communicator.hpp) is the fast path. One-rank
+// groups skip the host: collectives are copies on the device.
 #pragma once
 
 #include <memory>

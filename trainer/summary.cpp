@@ -62,6 +62,7 @@ nlohmann::ordered_json summary_json(const RunSummary& s, const ExecutablePlan& p
   j["plan"] = plan_file;
   j["status"] = s.status;
   j["backend"] = s.backend;
+  j["comm"] = s.comm;
   j["compute_dtype"] = s.compute_dtype;
   j["plan_dtype"] = to_string(plan.training.dtype);
   j["ranks"] = s.ranks;

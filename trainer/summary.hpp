@@ -33,6 +33,7 @@ struct RunSummary {
   int last_step = 0;
   int ranks = 1;
   std::string backend;
+  std::string comm;           // what carried the messages (Communicator::library(): mpi, nccl-standin, ...)
   std::string compute_dtype;  // what the backend computed in (cpu: fp32 whatever the plan says)
   std::string data;
   int dp_buckets = 0;

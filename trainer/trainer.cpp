@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/flops.hpp"
 #include "trainer/backend.hpp"
+#include "trainer/bootstrap.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/data.hpp"
 #include "trainer/gpt.hpp"
@@ -146,10 +147,14 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     source = make_token_source(data_name, plan.model.vocab, plan.model.seq_len, opt.seed, plan_file);
     be = make_backend(opt.backend, opt.precision);
   });
-  // GPU tensors reach a host communicator (MPI) through copies; every group split from `world`
-  // inherits that.
-  std::unique_ptr<Communicator> staged = be->device() == Device::host ? nullptr : make_staging_communicator(outer, *be);
-  Communicator& world = staged ? *staged : outer;
+  // NCCL: a communicator of its own, bootstrapped over `outer` (MPI). MPI: `outer` itself, which
+  // GPU tensors reach through host copies. Every group split from `world` inherits the choice.
+  std::unique_ptr<Communicator> own_world;
+  if (opt.comm == CommLibrary::nccl)
+    agree(outer, [&] { own_world = make_nccl_world(outer, *be); });
+  else if (be->device() != Device::host)
+    own_world = make_staging_communicator(outer, *be);
+  Communicator& world = own_world ? *own_world : outer;
   const RankLayout layout = make_layout(plan.plan, world.rank());
   const int tp = layout.tp, pp = layout.pp, dp = layout.dp;
   // Groups: ranks sharing (pp, dp) form a tensor-parallel group, those sharing (tp, pp) a
@@ -213,6 +218,15 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   // Each chunk's gradients are final after its last backward in the list: only then may its
   // buckets start their all-reduce.
   std::vector<std::size_t> last_backward(std::size_t(chunks), 0);
+  std::vector<PipelineStep> op_steps = pipeline_steps(ops);
+  if (opt.one_message_at_a_time) {
+    // The executor before pipeline batches, kept to show the stand-in deadlocking on it (tests).
+    std::vector<PipelineStep> single;
+    for (const PipelineStep& ps : op_steps)
+      for (std::size_t i = ps.first; i < ps.first + ps.count; ++i)
+        single.push_back(PipelineStep{.first = i, .count = 1, .communication = ps.communication});
+    op_steps = single;
+  }
   for (std::size_t i = 0; i < ops.size(); ++i)
     if (ops[i].kind == PipelineOpKind::backward) last_backward[std::size_t(ops[i].chunk)] = i;
   const double global_tokens = double(plan.training.global_batch) * plan.model.seq_len;
@@ -222,6 +236,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   RunSummary summary;
   summary.ranks = world.size();
   summary.backend = be->name();
+  summary.comm = world.library();
   summary.compute_dtype = be->compute_dtype();
   summary.data = source->describe();
   summary.dp_buckets = reducer.buckets();
@@ -235,7 +250,6 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     be->fill(store.grads(), 0.0f);
     std::map<int, MicroBatch> batches;
     std::map<std::pair<int, int>, Tensor> inbox, outbox;  // per (unit, chunk): received / to be sent
-    std::vector<std::unique_ptr<Request>> sends;
     double loss_sum = 0;
     auto batch = [&](int mb) -> const MicroBatch& {
       auto it = batches.find(mb);
@@ -247,42 +261,46 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
       expert_reducer.mark_ready(i);
     };
     const std::function<void(int)> not_yet = [](int) {};
-    for (const PipelineOp& op : ops) {
+    for (const PipelineStep& ps : op_steps) {
+      if (ps.communication) {
+        // One batch for the run of sends and receives (pipeline_steps): posted together, so no
+        // two neighbouring stages wait in lone sends for each other's receives under NCCL.
+        std::vector<Transfer> messages;
+        for (std::size_t i = ps.first; i < ps.first + ps.count; ++i) {
+          const PipelineOp& op = ops[i];
+          const std::pair<int, int> key{op.micro_batch, op.chunk};
+          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
+          const int peer = layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank);
+          if (op.kind == PipelineOpKind::recv_activation || op.kind == PipelineOpKind::recv_gradient) {
+            const GptStage& stage = *stages[std::size_t(op.chunk)];
+            Tensor t = be->zeros(stage.tokens(op.micro_batch), stage.hidden());
+            inbox[key] = t;
+            messages.push_back(Transfer{.kind = Transfer::Kind::recv, .tensor = t, .peer = peer, .tag = m.tag});
+          } else {
+            messages.push_back(Transfer{.kind = Transfer::Kind::send, .tensor = outbox[key], .peer = peer, .tag = m.tag});
+            outbox.erase(key);
+          }
+        }
+        world.exchange(messages);
+        continue;
+      }
+      const PipelineOp& op = ops[ps.first];
       const int unit = op.micro_batch, mb = unit / slices;
       const std::pair<int, int> key{unit, op.chunk};
       GptStage& stage = *stages[std::size_t(op.chunk)];
-      switch (op.kind) {
-        case PipelineOpKind::recv_activation:
-        case PipelineOpKind::recv_gradient: {
-          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
-          Tensor t = be->zeros(stage.tokens(unit), stage.hidden());
-          world.recv(t, layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag);
-          inbox[key] = t;
-          break;
-        }
-        case PipelineOpKind::forward:
-          outbox[key] = stage.forward(*be, *tp_comm, unit, batch(mb), inbox[key]);
-          inbox.erase(key);
-          if (stage.has_head()) loss_sum += stage.loss_sum(unit);
-          break;
-        case PipelineOpKind::backward:
-          // Gradients are final only after the last micro-batch's backward (of each chunk): only
-          // then may buckets start their all-reduce.
-          outbox[key] = stage.backward(*be, *tp_comm, unit, batch(mb), inbox[key], loss_scale,
-                                       std::size_t(&op - ops.data()) == last_backward[std::size_t(op.chunk)] ? mark_ready : not_yet);
-          inbox.erase(key);
-          if (op.chunk == 0 && unit % slices == 0) batches.erase(mb);  // its last backward here
-          break;
-        case PipelineOpKind::send_activation:
-        case PipelineOpKind::send_gradient: {
-          const PipelineMessage m = pipeline_message(op, pp, layout.pp_rank, chunks);
-          sends.push_back(world.send(outbox[key], layout.world_rank(layout.tp_rank, m.peer_stage, layout.dp_rank), m.tag));
-          outbox.erase(key);
-          break;
-        }
+      if (op.kind == PipelineOpKind::forward) {
+        outbox[key] = stage.forward(*be, *tp_comm, unit, batch(mb), inbox[key]);
+        inbox.erase(key);
+        if (stage.has_head()) loss_sum += stage.loss_sum(unit);
+      } else {
+        // Gradients are final only after the last micro-batch's backward (of each chunk): only
+        // then may buckets start their all-reduce.
+        outbox[key] = stage.backward(*be, *tp_comm, unit, batch(mb), inbox[key], loss_scale,
+                                     ps.first == last_backward[std::size_t(op.chunk)] ? mark_ready : not_yet);
+        inbox.erase(key);
+        if (op.chunk == 0 && unit % slices == 0) batches.erase(mb);  // its last backward here
       }
     }
-    for (auto& s : sends) s->wait();
     reducer.finish();
     expert_reducer.finish();
     if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[embedding_param].grad, ReduceOp::sum);

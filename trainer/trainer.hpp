@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/enums.hpp"
 #include "core/plan_json.hpp"
 #include "trainer/communicator.hpp"
 #include "trainer/optimizer.hpp"
@@ -19,9 +20,25 @@
 
 namespace foresight::trainer {
 
+/// What carries collectives and pipeline messages. mpi: MPI (device tensors copied through the
+/// host). nccl: NCCL bootstrapped over MPI (nccl_communicator.hpp); on a host backend, the NCCL
+/// communicator over its MPI-backed stand-in (how CI runs the NCCL code).
+enum class CommLibrary { mpi, nccl };
+
+}  // namespace foresight::trainer
+
+template <>
+struct foresight::EnumNames<foresight::trainer::CommLibrary> {
+  static constexpr auto kList = std::to_array<std::pair<foresight::trainer::CommLibrary, const char*>>(
+      {{foresight::trainer::CommLibrary::mpi, "mpi"}, {foresight::trainer::CommLibrary::nccl, "nccl"}});
+};
+
+namespace foresight::trainer {
+
 struct TrainerOptions {
   std::string backend = "cpu";
   Precision precision = Precision::fp32;  // the mixed-precision recipe (precision.hpp)
+  CommLibrary comm = CommLibrary::mpi;   // the CLI defaults to nccl for the cuda backends when built with NCCL
   std::uint64_t seed = 1234;             // initial weights and data order
   OptimizerConfig optimizer;             // total_steps is set from the plan's steps
   std::optional<int> steps;              // overrides plan.steps
@@ -32,6 +49,7 @@ struct TrainerOptions {
   std::optional<std::string> data;            // overrides plan.data
   std::int64_t dp_bucket_bytes = 25 << 20;    // target size of a gradient all-reduce bucket
   std::optional<double> peak_tflops;          // per rank, for MFU
+  bool one_message_at_a_time = false;  // testing aid: each pipeline message its own batch (deadlocks 1F1B on NCCL)
 };
 
 /// Thrown on the ranks whose peer hit a user error in a collective check: the peer reports it.

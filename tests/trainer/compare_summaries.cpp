@@ -5,9 +5,11 @@
 // Prints the largest relative difference.
 // With --expect-differ X the check is the converse: some step's loss must differ from the
 // reference's by at least X (relative), both runs being complete and valid. --first-steps K
-// compares steps 1..K only (the rest of the run must still be complete and valid).
+// compares steps 1..K only (the rest of the run must still be complete and valid). --expect-comm L:
+// the run's messages were carried by L (its summary's "comm": mpi, nccl-standin, ...).
 //   trainer_compare_summaries REF RUN [--rel X] [--expect-steps N] [--expect-decrease D] [--expect-prediction]
 //                             [--expect-offload-MiB M] [--expect-less-memory] [--expect-differ X] [--first-steps K]
+//                             [--expect-comm L]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   int expect_steps = -1, first_steps = -1;
   bool prediction = false, less_memory = false;
   double offload_MiB = -1, differ = -1;
+  std::string comm;  // the library that must have carried the run's messages (summary "comm")
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--rel" && i + 1 < argc) rel = std::atof(argv[++i]);
@@ -51,12 +54,18 @@ int main(int argc, char** argv) {
     else if (a == "--expect-less-memory") less_memory = true;
     else if (a == "--expect-differ" && i + 1 < argc) differ = std::atof(argv[++i]);
     else if (a == "--first-steps" && i + 1 < argc) first_steps = std::atoi(argv[++i]);
+    else if (a == "--expect-comm" && i + 1 < argc) comm = argv[++i];
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 1;
     }
   }
   bool ok = true;
+  if (!comm.empty() && run.value("comm", std::string()) != comm) {
+    std::printf("FAIL: messages carried by %s, expected %s\n", run.value("comm", std::string("(none)")).c_str(),
+                comm.c_str());
+    ok = false;
+  }
   if (run["status"] != "ok") {
     std::printf("FAIL: run status is %s\n", run["status"].dump().c_str());
     ok = false;
