@@ -137,6 +137,22 @@ if(FORESIGHT_HAVE_MPI)
   set_tests_properties(trainer_bf16_losses_staged_tp2_pp2_dp2_sp_zero1 PROPERTIES
                        FIXTURES_REQUIRED "run_bf16_staged;run_bf16_tp2_pp2_dp2_sp_zero1" LABELS sanitizer-skip)
 
+  # The NCCL communicator over its MPI stand-in (--comm nccl): its reductions sum the same floats
+  # with MPI and round a bf16 result once, as the MPI communicator does, so the losses are the
+  # bf16 MPI run's exactly.
+  add_test(NAME trainer_run_bf16_nccl_tp2_pp2_dp2_sp_zero1
+           COMMAND ${launch8} ${_train} --plan ${_runs}/tp2_pp2_dp2_sp_zero1.json --comm nccl
+                   --summary ${_runs}/bf16_nccl_tp2_pp2_dp2_sp_zero1.summary.json
+                   --checkpoint-dir ${_runs}/ck_bf16_nccl ${_bf16} ${_common})
+  set_tests_properties(trainer_run_bf16_nccl_tp2_pp2_dp2_sp_zero1 PROPERTIES FIXTURES_SETUP run_bf16_nccl
+                       ENVIRONMENT "${_mpi_env}" PROCESSORS 8 TIMEOUT 120 LABELS sanitizer-skip)
+  add_test(NAME trainer_bf16_losses_nccl_tp2_pp2_dp2_sp_zero1
+           COMMAND ${_compare} ${_runs}/bf16_tp2_pp2_dp2_sp_zero1.summary.json
+                   ${_runs}/bf16_nccl_tp2_pp2_dp2_sp_zero1.summary.json --rel 0 --expect-steps 20
+                   --expect-comm nccl-standin)
+  set_tests_properties(trainer_bf16_losses_nccl_tp2_pp2_dp2_sp_zero1 PROPERTIES
+                       FIXTURES_REQUIRED "run_bf16_nccl;run_bf16_tp2_pp2_dp2_sp_zero1" LABELS sanitizer-skip)
+
   # Offloaded bf16 activations move 2 bytes an element, their fp32 LayerNorm statistics 4 (the
   # count of the fp32 offload test above, per layer and micro-batch): x, a, attn, x1, c 5*512, qkv
   # 1536, probs 1024, fc1, gelu 4096: 9216 bf16 elements = 18432 B; four (N,1) statistics 64 fp32 =
