@@ -92,11 +92,11 @@ constexpr ElementwiseTraffic kPytorchAutocastCompiledTraffic{
 ///  read 4), mean's expand-divide (write 4), pow (2 x g: 4 + 4 + 4), the two paths into x.float()
 ///  added (4 + 4 + 4), the float() cast back (4 + 2): 76 per norm, 152 in 24 launches.
 ///  RoPE on q and k (apply_rotary_emb): float() (2 + 4), complex multiply (4 + 4), type_as (4 + 2)
-///  = 20 per element of q and k, and 20 back; with 8 KV heads of 32 that is (1 + 0.25) x 20 = 25
-///  per hidden element, counted as the layout entry with repeat_kv's copies of k and v to every
-///  query head (read k, v, write them n_rep times: 2 x (0.5 + 2) = 5; backward the sums, 5) and
-///  the attention output's transpose copy (2 + 2, backward 2 + 2): forward 34 in 9 launches,
-///  backward 34 in 9.
+///  = 20 per element of q and k, and 20 back, 6 launches (Llama 3 8B, 8 KV heads of 32: 25 per
+///  hidden element); repeat_kv's copies of k and v to every query head when there are fewer KV
+///  heads (read each KV element, write each repeated one: 2 + 2 per pair; backward the sums; 8B:
+///  5 per hidden element each way); the attention output's transpose copy (2 + 2, backward 2 + 2):
+///  the layout entry, 1 launch.
 ///  Residual adds in bf16 (2 + 2 + 2) at two sites: 12; backward the two gradient paths added at
 ///  each fork: 12.
 ///  SwiGLU, silu(w1 x) * w3 x: silu (2 + 2) and the product (2 + 2 + 2) = 10 per ffn element,
@@ -110,7 +110,8 @@ constexpr ElementwiseTraffic kPytorchAutocastCompiledTraffic{
 constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
     .norms_forward = 72, .norms_backward = 152, .norms_launches_forward = 16, .norms_launches_backward = 24,
     .residual_forward = 12, .residual_backward = 12, .residual_launches_forward = 2, .residual_launches_backward = 2,
-    .layout_forward = 34, .layout_backward = 34, .layout_launches_forward = 9, .layout_launches_backward = 9,
+    .layout_forward = 4, .layout_backward = 4, .layout_launches_forward = 1, .layout_launches_backward = 1,
+    .rope_forward = 20, .rope_backward = 20, .rope_launches = 6, .kv_repeat = 2,
     .activation_forward = 10.0 / 1.5, .activation_backward = 18.0 / (5.0 / 3.0),
     .bias_grad = 0,
     .embedding_forward = 4, .embedding_backward = 6, .embedding_launches = 2,
@@ -124,14 +125,15 @@ constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
 /// Backward: per norm one fused kernel reading x, dy and the stream gradient arriving at the fork
 /// and writing the stream gradient (2 + 2 + 2 + 2), and the weight-gradient reduction re-reading x
 /// and dy (2 + 2): 24 in 4 launches, residual entry 0. RoPE fused with its casts (read 2, write 2
-/// per q and k element: 5 per hidden element each way); repeat_kv and the output transpose still
-/// copy (SDPA is an extern kernel): layout 5 + 5 + 4 = 14 each way in 4 launches. SwiGLU in one
+/// per q and k element, 2 launches); repeat_kv and the output transpose still copy (SDPA is an
+/// extern kernel), as in eager mode. SwiGLU in one
 /// kernel each way (2 + 2 + 2 forward, 2 + 2 + 2 + 2 + 2 backward: 4 and 6 in the gated model's
 /// units). Outside the blocks (FSDP2's copies, the embedding and the loss) nothing changes.
 constexpr ElementwiseTraffic kTorchtitanCompiledTraffic{
     .norms_forward = 12, .norms_backward = 24, .norms_launches_forward = 2, .norms_launches_backward = 4,
     .residual_forward = 6, .residual_backward = 0, .residual_launches_forward = 1, .residual_launches_backward = 0,
-    .layout_forward = 14, .layout_backward = 14, .layout_launches_forward = 4, .layout_launches_backward = 4,
+    .layout_forward = 4, .layout_backward = 4, .layout_launches_forward = 1, .layout_launches_backward = 1,
+    .rope_forward = 4, .rope_backward = 4, .rope_launches = 2, .kv_repeat = 2,
     .activation_forward = 4, .activation_backward = 6,
     .bias_grad = 0,
     .embedding_forward = 4, .embedding_backward = 6, .embedding_launches = 2,
@@ -300,6 +302,8 @@ std::array<FrameworkTraits, 8> make_table() {
   // selective_ac_option "op" is its selective mode; Korthikanti's attention-core recompute is not.
   torchtitan.selective_recompute = false;
   torchtitan.partial_recompute = false;
+  torchtitan.min_zero = 3;
+  torchtitan.tp_needs_sequence_parallel = true;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
@@ -353,6 +357,8 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.recompute == Recompute::full && !full_recompute) return false;
   if (p.recompute == Recompute::selective_op && !op_selective_recompute) return false;
   if (p.compile && !compiled_elementwise) return false;
+  if (p.zero < min_zero) return false;
+  if (tp_needs_sequence_parallel && p.tp > 1 && !p.sequence_parallel) return false;
   if (p.recompute_layers > 0 && !partial_recompute) return false;
   if (p.partial_recompute_microbatches > 0 && !microbatch_recompute) return false;
   if (p.cp > 1 && !context_parallel) return false;

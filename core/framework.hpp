@@ -42,6 +42,12 @@ struct ElementwiseTraffic {
   int residual_launches_forward = 0, residual_launches_backward = 0;
   double layout_forward = 0, layout_backward = 0;      // re-layout copies around attention (q/k/v, output)
   int layout_launches_forward = 0, layout_launches_backward = 0;
+  /// Rotary embeddings applied as separate kernels, per element of q and k (RoPE models only).
+  double rope_forward = 0, rope_backward = 0;
+  int rope_launches = 0;
+  /// Grouped-query K and V materialised for every query head (eager repeat_kv): bytes per element
+  /// read and per element written, each way (0: the attention kernel reads shared K/V itself).
+  double kv_repeat = 0;
   double activation_forward = 0, activation_backward = 0;  // GeLU, per (tokens, ffn) element
   /// Per element of each linear layer's output, read once to reduce its bias gradient (0: not counted).
   double bias_grad = 0;
@@ -160,6 +166,11 @@ struct FrameworkTraits {
   bool microbatch_recompute = false;
   int max_zero = 3;
   int max_zero_with_pipeline = 3;
+  /// The lowest ZeRO stage it runs with its precision recipe (torchtitan: FSDP2, zero 3; its DDP
+  /// and single-device paths use autocast instead, framework pytorch).
+  int min_zero = 0;
+  /// Its tensor parallelism always shards the norms over the sequence (torchtitan's TP plan).
+  bool tp_needs_sequence_parallel = false;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
   /// Overlaps TP collectives with GEMMs (plan.tp_overlap).

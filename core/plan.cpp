@@ -355,6 +355,12 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   const FrameworkTraits& fw = framework_traits(p.framework);
   if (p.dp_overlap && (!fw.dp_overlap || (p.pp > 1 && !fw.dp_overlap_with_pipeline)))
     return fail("plan.dp_overlap", "true", fw.dp_overlap_refusal);
+  if (p.zero < fw.min_zero)
+    return fail("plan.zero", str((long long)p.zero),
+                std::string(fw.name) + " runs FSDP (zero 3) with its bf16 recipe; its other paths are framework pytorch's");
+  if (fw.tp_needs_sequence_parallel && p.tp > 1 && !p.sequence_parallel)
+    return fail("plan.sequence_parallel", "false",
+                std::string(fw.name) + "'s tensor parallelism shards the norms over the sequence: set it true");
   if (p.compile && !fw.compiled_elementwise)
     return fail("plan.compile", "true", std::string(fw.name) + " has no torch.compile mode (pytorch and torchtitan do)");
   if (p.recompute == Recompute::selective_op) {

@@ -52,7 +52,10 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
     // log-sum-exp per head and query.
     const double sharded = act * (m.q_width() + k + f + m.v_width()) / h;
     const double whole = m.gated() ? act : 0.0;
-    return Bytes(sbh * (res / replicated_div + sharded / t + whole) + 4.0 * heads * tokens * b / t);
+    // With sequence parallelism the reduce-scatters after wo and w2 are saved too (their outputs,
+    // this rank's 1/t of the tokens).
+    const double scattered = sequence_parallel(p) ? 2.0 * act / t : 0.0;
+    return Bytes(sbh * (res / replicated_div + sharded / t + whole + scattered) + 4.0 * heads * tokens * b / t);
   }
   // In units of sbh bytes. Replicated across the TP group unless sequence parallel:
   // QKV input, FFN input, two layernorm inputs (residual stream), two dropout masks. A parallel

@@ -183,6 +183,16 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
                        stream(tr.layout_forward, T * h / t, tr.layout_launches_forward);
   B.dropout_residual = stream(tr.residual_backward, T * h / sp, tr.residual_launches_backward) +
                        stream(tr.layout_backward, T * h / t, tr.layout_launches_backward);
+  // RoPE as kernels of their own on this GPU's q and k, and grouped K/V repeated for every query
+  // head (read kv, write q-wide, for K and V; the backward sums them back).
+  if (m.position == PositionEmbedding::rope && !m.mla) {
+    F.dropout_residual += stream(tr.rope_forward, T * (q + kv_dim) / t, tr.rope_launches);
+    B.dropout_residual += stream(tr.rope_backward, T * (q + kv_dim) / t, tr.rope_launches);
+  }
+  if (m.kv_heads > 0 && m.kv_heads < m.heads && !m.mla) {
+    F.dropout_residual += stream(tr.kv_repeat, 2.0 * T * (q + kv_dim) / t, 2);
+    B.dropout_residual += stream(tr.kv_repeat, 2.0 * T * (q + kv_dim) / t, 2);
+  }
 
   // FFN, or for MoE layers the experts on this GPU processing their share of routed tokens.
   double ffn_tokens = T;
@@ -282,10 +292,12 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // that order (w1 before w3 in silu(w1(x)) * w3(x)): wq, wv, w1 and w2 are saved. A block
   // without gating calls q, k, v, o, fc1, fc2: q, v and fc1 are saved. (MoE and MLA blocks are
   // refused with this mode by check_plan.)
+  // The fused QKV and gate/up GEMMs are split by FLOP share (torchtitan calls them as separate
+  // matmuls; the fused GEMM's time is the better estimate of their sum).
   {
-    const Seconds wq = rc.gemm({T, q / t, h, 1}), wv = rc.gemm({T, kv_dim / t, h, 1});
-    const Seconds w1 = rc.gemm({T, f / t, h, 1});
-    L.op_checkpoint_saved = wq + wv + w1 + (gated ? F.fc2 : Seconds(0));
+    const Seconds wq_wv = F.qkv * ((q + kv_dim) / (q + 2 * kv_dim));
+    const Seconds w1 = gated ? F.fc1 * 0.5 : F.fc1;
+    L.op_checkpoint_saved = wq_wv + w1 + (gated ? F.fc2 : Seconds(0));
   }
 
   // Attention core.

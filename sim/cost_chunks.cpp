@@ -50,7 +50,9 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   // Per-op selective checkpointing saves reduce-scatter outputs but not all-gathers (torchtitan's
   // _save_list: SDPA, every other mm, reduce_scatter_tensor): the re-run matmuls need their
   // gathered inputs, so the forward's all-gathers, half its TP collectives, run again.
-  if (p.recompute == Recompute::selective_op && p.tp > 1) s.recompute_comm = 0.5 * s.forward_tp;
+  // Without sequence parallelism the collectives are all-reduces, none saved: all of them re-run.
+  if (p.recompute == Recompute::selective_op && p.tp > 1)
+    s.recompute_comm = (p.sequence_parallel ? 0.5 : 1.0) * s.forward_tp;
   s.forward_ep = s.backward_ep = ep;
   return s;
 }

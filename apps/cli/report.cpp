@@ -163,6 +163,7 @@ Command report_command() {
           r.training = plan_base.training;
           r.gpus = plan_base.gpus;
           r.framework = plan_base.plan.framework;
+          r.compile = plan_base.plan.compile;  // the experiment's torch.compile setting (its framework's)
           r.top_k = o->top;
           r.threads = o->threads;
           r.simgrid_top = false;  // the bars and the front are analytic; SimGrid adds minutes here

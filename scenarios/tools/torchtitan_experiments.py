@@ -142,7 +142,7 @@ def main(path):
         lines.append(f"    datapoint: {rid}")
         notes = (f"{meas['tokens_per_s_per_gpu']} tokens/s per GPU x {gpus} GPUs. "
                  f"FSDP2 ({p.get('fsdp_mixed_precision', 'param bfloat16, reduce float32')}) = framework torchtitan with zero 3; "
-                 f"recompute: {p['recompute']}. " + (f"Float8: {float8}. " if float8 else "") + "Hardware: {h['gpu']}; intra-node: {h.get('intra_node')}; "
+                 f"recompute: {p['recompute']}. " + (f"Float8: {float8}. " if float8 else "") + f"Hardware: {h['gpu']}; intra-node: {h.get('intra_node')}; "
                  f"inter-node: {h.get('inter_node')}.")
         if mem is not None and isinstance(mem, (int, float)):
             notes += " Memory: torchtitan's logged peak reserved GiB (max over GPUs)."

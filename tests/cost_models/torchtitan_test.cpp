@@ -46,6 +46,13 @@ TEST(Torchtitan, CompileSwapsTheEagerElementwiseBytesForTheFusedOnes) {
   EXPECT_NEAR(lc.forward_ops.gelu.value(), ms(6 * T * F, 1), 1e-12);
   EXPECT_NEAR(le.backward_ops.gelu.value(), ms(18 * T * F, 1), 1e-12);
   EXPECT_NEAR(lc.backward_ops.gelu.value(), ms(10 * T * F, 1), 1e-12);
+  // RoPE on q and k (4096 + 1024 per token): 20 bytes per element eager, 4 compiled; repeat_kv
+  // (read K and V, write them for 32 heads: 2 x 2 x (4096 + 1024)) and the output transpose (4 per
+  // hidden element) in both; the residual adds 12 eager, 6 compiled.
+  EXPECT_NEAR(le.forward_ops.dropout_residual.value(),
+              ms(12 * T * H, 2) + ms(4 * T * H, 1) + ms(20 * T * (Q + KV), 6) + ms(4 * T * (Q + KV), 2), 1e-12);
+  EXPECT_NEAR(lc.forward_ops.dropout_residual.value(),
+              ms(6 * T * H, 1) + ms(4 * T * H, 1) + ms(4 * T * (Q + KV), 2) + ms(4 * T * (Q + KV), 2), 1e-12);
   // The GEMMs and the attention kernel do not change.
   EXPECT_EQ(le.forward_ops.fc1.value(), lc.forward_ops.fc1.value());
   EXPECT_EQ(le.forward_ops.attention_core.value(), lc.forward_ops.attention_core.value());
@@ -57,9 +64,9 @@ TEST(Torchtitan, PerOpCheckpointingRerunsTheUnsavedMatmulsAndEveryElementwiseOp)
   const ExecutionModel x = resolve_execution(e);
   const RooflineCompute& rc = x.roofline();
   const LayerTimes L = layer_times(x, e.model, e.plan, 8192, 8192, false);
-  // Saved: wq (T x 4096 x 4096), wv (T x 1024 x 4096), w1 (T x 14336 x 4096), w2 (T x 4096 x 14336)
-  // and SDPA's output; re-run: wk, wo, w3 and every elementwise kernel of the block.
-  const double saved = rc.gemm({T, Q, H, 1}).value() + rc.gemm({T, KV, H, 1}).value() + rc.gemm({T, F, H, 1}).value() +
+  // Saved: wq and wv (5120 of the fused QKV GEMM's 6144 columns), w1 (half of the fused gate/up
+  // GEMM), w2 (T x 4096 x 14336) and SDPA's output; re-run: wk, wo, w3 and every elementwise kernel.
+  const double saved = L.forward_ops.qkv.value() * (Q + KV) / (Q + 2 * KV) + 0.5 * L.forward_ops.fc1.value() +
                        rc.gemm({T, H, F, 1}).value() + L.forward_ops.attention_core.value();
   EXPECT_NEAR(L.recompute_selective_op().value(), L.forward().value() - saved, 1e-12);
   EXPECT_GT(L.recompute_selective_op().value(), rc.gemm({T, KV, H, 1}).value() + L.forward_ops.projection.value());
@@ -77,6 +84,15 @@ TEST(Torchtitan, PerOpCheckpointingRerunsTheUnsavedMatmulsAndEveryElementwiseOp)
   // fp32 log-sum-exp per head and token (32 x 4).
   const double per_token = 2.0 * (H + Q + KV + F + H + Q) + 4.0 * 32;
   EXPECT_NEAR(activation_bytes_per_layer(x, e.model, e.plan, 2, 8192, false).value(), per_token * T, 1.0);
+  // With tp 8 and sequence parallelism: the input and the two saved reduce-scatter outputs are
+  // 1/8 of the tokens, the column-parallel outputs 1/8 of their width, w2's partial sum whole.
+  Experiment tp8 = e;
+  tp8.plan.tp = 8;
+  tp8.plan.dp = 1;
+  tp8.plan.sequence_parallel = true;
+  const ExecutionModel x8 = resolve_execution(tp8);
+  const double per_token8 = 2.0 * H / 8 + 2.0 * (Q + KV + F + Q) / 8 + 2.0 * H + 2.0 * 2.0 * H / 8 + 4.0 * 32 / 8;
+  EXPECT_NEAR(activation_bytes_per_layer(x8, tp8.model, tp8.plan, 2, 8192, false).value(), per_token8 * T, 1.0);
 }
 
 TEST(Torchtitan, FeaturesOtherFrameworksLackAreRefused) {
@@ -93,6 +109,20 @@ TEST(Torchtitan, FeaturesOtherFrameworksLackAreRefused) {
   ASSERT_TRUE(v);
   EXPECT_EQ(v->field, "plan.recompute");
   EXPECT_EQ(v->value, "selective-op");
+  // torchtitan runs FSDP2 only, and TP with sequence-parallel norms.
+  {
+    Experiment z = t1();
+    z.plan.zero = 1;
+    auto w = check_plan(z.model, z.cluster, z.training, z.plan, z.gpus);
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->field, "plan.zero");
+    z = t1();
+    z.plan.tp = 2;
+    z.plan.dp = 4;
+    w = check_plan(z.model, z.cluster, z.training, z.plan, z.gpus);
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->field, "plan.sequence_parallel");
+  }
   // Korthikanti's selective recompute is not torchtitan's.
   e.plan.framework = Framework::torchtitan;
   e.plan.recompute = Recompute::selective;
