@@ -262,7 +262,10 @@ Command plan_command() {
               r.training.global_batch == base.training.global_batch) {
             PlanSpec published = base.plan;
             published.framework = r.framework;
-            standing = planner::rank_of(r, res, published);
+            // Ranked only when the requested framework can run it (--framework may name one without
+            // the experiment's compile or per-op checkpointing, for instance).
+            if (!check_plan(r.model, r.cluster, r.training, published, r.gpus))
+              standing = planner::rank_of(r, res, published);
           }
           if (res.ranked.empty()) {
             std::string msg = "no plan fits: " + r.model.name + " on " + std::to_string(r.gpus) + " x " + r.cluster.gpu.name;
