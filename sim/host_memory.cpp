@@ -90,10 +90,39 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
     const double offloaded = std::round(p.offload.activations * per_chunk);
     ScheduleShape shape{.schedule = p.schedule, .stages = p.pp, .microbatches = micro_batches,
                         .virtual_stages = v, .slices = int(slices.size())};
-    double held = 0, sent = 0, peak = 0;
-    for (const ScheduledOp& op : stage_schedule(shape, s)) {
+    // Pipeline messages go out in batches (trainer.cpp: one exchange per run of sends and
+    // receives, completed before the next computation), so an output waits only until the next
+    // exchange. Interleaved steady state as Megatron-LM runs it (trainer/schedule.cpp): both
+    // inputs received, forward and backward computed, then both outputs sent; everywhere else an
+    // exchange sits between two computations whenever either side has a message.
+    const std::vector<ScheduledOp> ops = stage_schedule(shape, s);
+    auto boundaries = [&](const ScheduledOp& op) {
       const int segment = op.chunk * p.pp + s;
-      const bool first = segment == 0, last = segment == p.pp * v - 1;
+      return std::pair<bool, bool>{segment == 0, segment == p.pp * v - 1};
+    };
+    auto receives = [&](const ScheduledOp& op) {
+      const auto [first, last] = boundaries(op);
+      return op.pass == Pass::forward ? !first : !last;
+    };
+    auto sends = [&](const ScheduledOp& op) {
+      const auto [first, last] = boundaries(op);
+      return op.pass == Pass::forward ? !last : !first;
+    };
+    auto paired = [&](std::size_t k) {  // a steady-state forward batched with the next backward
+      return p.schedule == Schedule::interleaved && k + 1 < ops.size() && ops[k].pass == Pass::forward &&
+             ops[k + 1].pass == Pass::backward;
+    };
+    double held = 0, pending = 0, peak = 0;
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const ScheduledOp& op = ops[k];
+      const bool second_of_pair = k > 0 && paired(k - 1);
+      const bool after_send = k > 0 && (sends(ops[k - 1]) || (k > 1 && paired(k - 2) && sends(ops[k - 2])));
+      const bool exchange_before =
+          !second_of_pair && (after_send || receives(op) || (paired(k) && receives(ops[k + 1])));
+      if (exchange_before) pending = 0;
+      // The backward's gradient, received with the forward's input before the pair.
+      const double early = paired(k) && receives(ops[k + 1]) ? 1.0 : 0.0;
+      const auto [first, last] = boundaries(op);
       const double S = slices[std::size_t(op.slice)];
       double C = 0;
       for (int i = 0; i <= op.slice; ++i) C += slices[std::size_t(i)];
@@ -127,13 +156,13 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
       if (first && sp) forward_working = std::max(forward_working, N * H);  // the embedding before its reduce-scatter
       if (op.pass == Pass::forward) {
         held += unit;
-        peak = std::max(peak, held + sent + forward_working);
-        if (!last) sent += n * H;  // the request keeps the tensor until the step's end
+        peak = std::max(peak, held + pending + early * n * H + forward_working);
+        if (!last) pending += n * H;  // the output, until the next exchange sends it
       } else {
         // The head's backward with every layer still kept, then the layers in reverse, each freeing
         // what it kept once its backward is done; the incoming gradient (n x h) throughout.
         const double incoming = last ? 0.0 : n * H;
-        double now = held + sent + incoming;
+        double now = held + pending + incoming;
         peak = std::max(peak, now + head_backward);
         for (int l = per_chunk - 1; l >= 0; --l) {
           const Kept& k = kept[std::size_t(l)];
@@ -141,7 +170,7 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
           now -= k.kept;
         }
         held -= unit;
-        if (!first) sent += n * H;
+        if (!first) pending += n * H;
       }
     }
     mem.activations = Bytes(kFloat * peak);

@@ -15,8 +15,9 @@ namespace foresight::sim {
 
 /// Per stage: weights, gradients and AdamW moments of the flat buffers (moments sharded under
 /// ZeRO-1), and as `activations` the highest sum, over the stage's schedule, of the stashed units
-/// (layer activations, the head's logits), the tensors whose pipeline sends complete only at the
-/// end of the step, and the working set of the op running at that moment.
+/// (layer activations, the head's logits), the outputs waiting for the next pipeline exchange (the
+/// trainer completes each batch of sends and receives before it computes again; interleaved steady
+/// state: a forward and a backward between two exchanges), and the working set of the op running.
 std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment& e,
                                                                 const cost_models::ExecutionModel& x);
 
