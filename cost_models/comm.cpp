@@ -64,10 +64,16 @@ CommParams CommParams::nccl_defaults() {
   p.pcie_efficiency = 12.0 / 15.75;
   // topo.h NET_BW 12.0 GB/s for a 100 Gbit/s NIC (12.5 GB/s): 0.96.
   p.nic_efficiency = 12.0 / 12.5;
-  // NCCL over TCP sockets: 10 GB/s bus bandwidth on 100GbE (NVIDIA NCCL slide, datapoints.yaml
-  // nvidia_slide_nccl_allreduce_busbw) = 0.80. A measurement, used only for ethernet clusters; no
-  // test validates against it.
-  p.socket_efficiency = 10.0 / 12.5;
+  // NCCL over TCP sockets, ring all-reduce bus bandwidth over wire speed as measured on 32 Gb/s
+  // Ethernet with NCCL 2.4.7 (the release that split transfers over several sockets and proxy
+  // threads; NVIDIA/nccl#209, table in notes/research-headroom-sockets.md B3): one GPU per node
+  // 30.4-31.4 Gbit/s (2 and 4 nodes: 0.95-0.98, the lower kept), eight GPUs per node 14.5-14.9
+  // (2 nodes) and 22.2-22.9 Gbit/s (4 nodes): 0.46 and 0.70, their mean 0.58. Eight GPUs' proxy
+  // threads stage every byte through host memory and share the NIC's TCP streams. Used only for
+  // ethernet clusters. (Was 0.80 for every case, from an NVIDIA slide's 10 GB/s on 100GbE whose
+  // GPUs per node are not stated.)
+  p.socket_efficiency_one = 0.95;
+  p.socket_efficiency_eight = 0.58;
   // tuning.cc nvlsEfficiency[Hopper] = 0.85 (Blackwell 0.74), applied on top of the NVLink rate.
   p.nvls_efficiency = 0.85;
   // NVLink SHARP arrived with NVSwitch gen3 / NVLink4 (H100: 18 links x 25 GB/s = 450 per direction);
@@ -212,6 +218,11 @@ BytesPerSecond CommModel::intra_bandwidth(int ranks_in_node) const {
   return link;
 }
 
+double CommModel::socket_efficiency(double gpus) const {
+  const double x = std::clamp(std::log2(std::max(1.0, gpus)) / 3.0, 0.0, 1.0);
+  return params_.socket_efficiency_one + (params_.socket_efficiency_eight - params_.socket_efficiency_one) * x;
+}
+
 BytesPerSecond CommModel::nic_bandwidth_per_node(const CommGroup& g) const {
   const auto& net = cluster_.inter;
   // NICs attached to the group's GPUs when they are spread evenly over the node's GPUs (one per GPU
@@ -219,8 +230,9 @@ BytesPerSecond CommModel::nic_bandwidth_per_node(const CommGroup& g) const {
   const double local = double(net.nics_per_node) * g.ranks_per_node / cluster_.gpus_per_node;
   const double usable =
       local >= 1.0 ? local : std::min(1.0, double(net.nics_per_node) / g.concurrent_groups);
-  const double eff = net.topology == NetworkTopology::ethernet ? params_.socket_efficiency
-                                                               : params_.nic_efficiency;
+  const double eff = net.topology == NetworkTopology::ethernet
+                        ? socket_efficiency(double(g.ranks_per_node) * g.concurrent_groups)
+                        : params_.nic_efficiency;
   return net.nic_bandwidth * (eff * usable);
 }
 

@@ -106,7 +106,10 @@ struct CommParams {
   double nvlink_efficiency = 0.0;   // NVLink/NVSwitch and NVLink mesh
   double pcie_efficiency = 0.0;     // GPU-to-GPU over PCIe
   double nic_efficiency = 0.0;      // RDMA NIC (InfiniBand / RoCE), fat-tree clusters
-  double socket_efficiency = 0.0;   // NCCL over TCP sockets, ethernet clusters
+  // NCCL over TCP sockets (ethernet clusters), by how many of a node's GPUs drive the NIC at once:
+  // one alone, and eight (the host-staged proxy threads and their socket streams then compete).
+  double socket_efficiency_one = 0.0;
+  double socket_efficiency_eight = 0.0;
   double nvls_efficiency = 0.0;     // NVLink SHARP on top of nvlink_efficiency
   // NVLink SHARP needs NVSwitch gen3 (NVLink4, 450 GB/s per direction) or later.
   BytesPerSecond nvls_min_nvlink_bandwidth;
@@ -150,6 +153,9 @@ struct CommParams {
 /// The cost model. Pure: the same inputs give the same answer; no state besides the cluster.
 class CommModel {
  public:
+  /// The fraction of line rate NCCL's socket transport reaches when `gpus` GPUs of a node send
+  /// through its NIC at once (interpolated in log2 between one and eight, held beyond).
+  double socket_efficiency(double gpus) const;
   /// With NCCL's constants for the cluster's GPU generation (CommParams::nccl_defaults(cc)).
   explicit CommModel(const ClusterSpec& cluster);
   CommModel(const ClusterSpec& cluster, CommParams params);

@@ -214,10 +214,21 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   pf.tp = e.plan.tp * e.plan.cp;  // one host per TP x CP group
   pf.gpus_per_node = e.cluster.gpus_per_node;
   pf.placement = e.plan.placement;
-  // The same achievable NIC rate as the comm model (nic_bandwidth_per_node): TCP sockets on
-  // Ethernet clusters, RDMA elsewhere.
-  const double nic_eff = e.cluster.inter.topology == NetworkTopology::ethernet ? comm.params().socket_efficiency
-                                                                              : comm.params().nic_efficiency;
+  // The same achievable NIC rate as the comm model (nic_bandwidth_per_node): RDMA, or on Ethernet
+  // clusters TCP sockets at the rate of as many GPUs per node as drive the NIC at once in the
+  // traffic that crosses nodes: the data-parallel rings where they do (their ranks per node times
+  // the concurrent rings, as the comm model counts them), else the pipeline's sends.
+  double nic_eff = comm.params().nic_efficiency;
+  if (e.cluster.inter.topology == NetworkTopology::ethernet) {
+    const PlanGroups g = plan_groups(e.plan, e.cluster);
+    // A pipeline send from one rank per stage (cost_pipeline's one-flow case) drives the NIC alone.
+    const bool one_flow = framework_traits(e.plan.framework).send_forward == PipelineSend::one_rank_broadcast &&
+                          !e.plan.sequence_parallel;
+    const double senders = g.dp.nodes > 1 ? double(g.dp.ranks_per_node) * g.dp.concurrent_groups
+                           : one_flow     ? 1.0
+                                          : double(g.pp.concurrent_groups);
+    nic_eff = comm.socket_efficiency(senders);
+  }
   pf.node_injection = e.cluster.inter.nic_bandwidth * (e.cluster.inter.nics_per_node * nic_eff);
   // A host's share of the NICs (nic_bandwidth_per_node's rule: at least one whole NIC). A host is a
   // TP x CP group, so with cp > 1 it owns the NICs of tp x cp GPUs (its cp ranks' gradient rings

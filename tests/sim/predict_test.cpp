@@ -181,14 +181,15 @@ TEST(PipelineTransfers, OnlyHopsBetweenNodesCrossTheNics) {
   const WorkloadCosts c = costs_of(e, fixed_compute());
   ASSERT_EQ(c.stage_node, (std::vector<int>{0, 0, 1, 1}));
   // Stage 1 -> 2 leaves node 0: by hand, 30 us (the cluster file's inter-node latency) plus one
-  // activation (2 bytes x 2048 tokens x 2048 hidden) at 25 Gb/s x 0.80 (NCCL over TCP sockets),
-  // then the receiving TP group's broadcast over NVLink (the tail).
+  // activation (2 bytes x 2048 tokens x 2048 hidden) at 25 Gb/s x 0.95 (NCCL over TCP sockets,
+  // one GPU of the node sending: comm.cpp), then the receiving TP group's broadcast over NVLink
+  // (the tail).
   const double act = 2.0 * 2048 * 2048;
-  const double network = 30e-6 + act / (25e9 / 8 * 0.80);
+  const double network = 30e-6 + act / (25e9 / 8 * 0.95);
   EXPECT_NEAR((c.p2p_time(true, 0, 1, 2) - c.p2p_forward_tail[0]).value(), network, network * 1e-6);
   EXPECT_NEAR((c.p2p_time(false, 0, 2, 1) - c.p2p_backward_tail[0]).value(), network, network * 1e-6);
-  // Stages 0 -> 1 and 2 -> 3 stay on NVLink: much faster than the NIC (150 GB/s links vs 2.5 GB/s).
-  EXPECT_LT(c.p2p_time(true, 0, 0, 1).value() * 10, c.p2p_time(true, 0, 1, 2).value());
+  // Stages 0 -> 1 and 2 -> 3 stay on NVLink: much faster than the NIC (150 GB/s links vs 3 GB/s).
+  EXPECT_LT(c.p2p_time(true, 0, 0, 1).value() * 5, c.p2p_time(true, 0, 1, 2).value());
   EXPECT_DOUBLE_EQ(c.p2p_time(true, 0, 2, 3).value(), c.p2p_time(true, 0, 0, 1).value());
 }
 
