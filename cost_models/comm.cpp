@@ -223,6 +223,12 @@ double CommModel::socket_efficiency(double gpus) const {
   return params_.socket_efficiency_one + (params_.socket_efficiency_eight - params_.socket_efficiency_one) * x;
 }
 
+double CommModel::nic_efficiency(const CommGroup& g) const {
+  return cluster_.inter.topology == NetworkTopology::ethernet
+             ? socket_efficiency(double(g.ranks_per_node) * g.concurrent_groups)
+             : params_.nic_efficiency;
+}
+
 BytesPerSecond CommModel::nic_bandwidth_per_node(const CommGroup& g) const {
   const auto& net = cluster_.inter;
   // NICs attached to the group's GPUs when they are spread evenly over the node's GPUs (one per GPU
@@ -230,10 +236,7 @@ BytesPerSecond CommModel::nic_bandwidth_per_node(const CommGroup& g) const {
   const double local = double(net.nics_per_node) * g.ranks_per_node / cluster_.gpus_per_node;
   const double usable =
       local >= 1.0 ? local : std::min(1.0, double(net.nics_per_node) / g.concurrent_groups);
-  const double eff = net.topology == NetworkTopology::ethernet
-                        ? socket_efficiency(double(g.ranks_per_node) * g.concurrent_groups)
-                        : params_.nic_efficiency;
-  return net.nic_bandwidth * (eff * usable);
+  return net.nic_bandwidth * (nic_efficiency(g) * usable);
 }
 
 /// How much slower than its NICs a group's inter-node hops run because some cross an

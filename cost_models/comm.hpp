@@ -153,9 +153,9 @@ struct CommParams {
 /// The cost model. Pure: the same inputs give the same answer; no state besides the cluster.
 class CommModel {
  public:
-  /// The fraction of line rate NCCL's socket transport reaches when `gpus` GPUs of a node send
-  /// through its NIC at once (interpolated in log2 between one and eight, held beyond).
-  double socket_efficiency(double gpus) const;
+  /// The fraction of a NIC's line rate the group's traffic reaches: RDMA's, or on Ethernet the
+  /// socket rate of its GPUs per node driving the NIC (ranks per node x concurrent groups).
+  double nic_efficiency(const CommGroup& g) const;
   /// With NCCL's constants for the cluster's GPU generation (CommParams::nccl_defaults(cc)).
   explicit CommModel(const ClusterSpec& cluster);
   CommModel(const ClusterSpec& cluster, CommParams params);
@@ -187,6 +187,9 @@ class CommModel {
   void check_group(const CommGroup& g) const;
   Path ring_path(const CommGroup& g) const;
   BytesPerSecond nic_bandwidth_per_node(const CommGroup& g) const;
+  /// The fraction of line rate NCCL's socket transport reaches when `gpus` GPUs of a node send
+  /// through its NIC at once (interpolated in log2 between one and eight, held beyond).
+  double socket_efficiency(double gpus) const;
   BytesPerSecond intra_bandwidth(int ranks_in_node) const;
   double tier_penalty(const CommGroup& g) const;
   CommEstimate ring(Collective c, Bytes message, const CommGroup& g, NcclProtocol p) const;

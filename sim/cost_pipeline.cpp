@@ -37,7 +37,7 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
     const Bytes act = activation_tensor(in.x, p.micro_batch, slice, in.e.model.hidden);
     // time = the send plus `tail`, the receiver's NVLink collective after the bytes arrived.
     auto transfer = [&](PipelineSend mode, const CommGroup& pp_group, Seconds& time, Seconds& tail, Bytes& node_bytes) {
-      if (mode == PipelineSend::one_rank_broadcast && !p.sequence_parallel) {
+      if (one_flow_send(mode, p)) {
         // One whole tensor from one rank of the stage, broadcast to its TP group on arrival.
         node_bytes = act;
         if (p.pp == 1) return;

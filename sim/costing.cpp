@@ -208,6 +208,10 @@ Seconds slice_stage_time(const CostInputs& in, int tokens, int end) {
   return worst + hop;
 }
 
+bool one_flow_send(PipelineSend mode, const PlanSpec& plan) {
+  return mode == PipelineSend::one_rank_broadcast && !plan.sequence_parallel;
+}
+
 SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   SimgridPlatform pf;
   pf.dp = e.plan.dp;
@@ -218,17 +222,14 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   // clusters TCP sockets at the rate of as many GPUs per node as drive the NIC at once in the
   // traffic that crosses nodes: the data-parallel rings where they do (their ranks per node times
   // the concurrent rings, as the comm model counts them), else the pipeline's sends.
-  double nic_eff = comm.params().nic_efficiency;
-  if (e.cluster.inter.topology == NetworkTopology::ethernet) {
-    const PlanGroups g = plan_groups(e.plan, e.cluster);
-    // A pipeline send from one rank per stage (cost_pipeline's one-flow case) drives the NIC alone.
-    const bool one_flow = framework_traits(e.plan.framework).send_forward == PipelineSend::one_rank_broadcast &&
-                          !e.plan.sequence_parallel;
-    const double senders = g.dp.nodes > 1 ? double(g.dp.ranks_per_node) * g.dp.concurrent_groups
-                           : one_flow     ? 1.0
-                                          : double(g.pp.concurrent_groups);
-    nic_eff = comm.socket_efficiency(senders);
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  CommGroup crossing = g.dp;
+  if (g.dp.nodes <= 1) {  // a pipeline send between nodes (cost_pipeline's pp_cross)
+    crossing = g.pp;
+    crossing.ranks_per_node = 1;
+    if (one_flow_send(framework_traits(e.plan.framework).send_forward, e.plan)) crossing.concurrent_groups = 1;
   }
+  const double nic_eff = comm.nic_efficiency(crossing);
   pf.node_injection = e.cluster.inter.nic_bandwidth * (e.cluster.inter.nics_per_node * nic_eff);
   // A host's share of the NICs (nic_bandwidth_per_node's rule: at least one whole NIC). A host is a
   // TP x CP group, so with cp > 1 it owns the NICs of tp x cp GPUs (its cp ranks' gradient rings

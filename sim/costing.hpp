@@ -74,6 +74,10 @@ struct PlanGroups {
 };
 PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);
 
+/// A pipeline send of this kind goes out from one rank of the stage as one flow (the receiver
+/// broadcasts it to its TP group); otherwise every rank of the TP group sends at once.
+bool one_flow_send(PipelineSend mode, const PlanSpec& plan);
+
 /// The attention context the compute model prices for one rank's tokens: the sequence, or with
 /// context parallelism the context at which p.local_tokens() tokens see exactly 1/cp of the causal
 /// score triangle (load-balanced chunks): (s + s/cp) / 2.
