@@ -321,14 +321,14 @@ std::array<FrameworkTraits, 8> make_table() {
   // The bundled trainer (trainer/README.md): every op a Backend call (fp32 storage on its CPU and
   // CUDA backends), Megatron-LM's unfused attention without dropout, every TP rank sending its whole
   // boundary tensor (its shard under sequence parallelism), gradients all-reduced in
-  // --dp-bucket-kB buckets (25 MiB) launched during the last micro-batch's backward, ZeRO-1 as an
-  // all-reduce followed by the shard's step and a parameter all-gather, every schedule.
+  // --dp-bucket-kB buckets (25 MiB) launched during the last micro-batch's backward, ZeRO-1 as one
+  // reduce-scatter after the backward, the shard's step and a parameter all-gather, every schedule.
   FrameworkTraits trainer = entry(Framework::foresight_train, "foresight-train", "this repository's trainer",
                                   "trainer/README.md; trainer/layer.cpp, trainer/trainer.cpp, trainer/grad_sync.cpp");
   trainer.precision = {.fp32_parameters = true, .residual_bytes = 4, .fp32_main_grads = false,
                        .grads_freed_between_steps = false, .autocast_weight_copies = true};
   trainer.activations = {.dropout = false, .attention_output_copy = false, .logits_bytes = 4};
-  trainer.zero_reduction = ZeroReduction::all_reduce;
+  trainer.zero_reduction = ZeroReduction::reduce_scatter;
   trainer.dp_bucket_bytes = kDdpBucketBytes;
   trainer.dp_overlap_bucket_bytes = kDdpBucketBytes;
   trainer.schedules[int(Schedule::terapipe)] = true;

@@ -48,4 +48,15 @@ void GradientReducer::finish() {
   }
 }
 
+void reduce_scatter_gradients(Backend& be, const ParamStore& store, Communicator& dp) {
+  if (dp.size() == 1) return;
+  FORESIGHT_CHECK(store.padded_grads().numel() == store.shard_elements() * dp.size())
+      << "gradient buffer of " << store.padded_grads().numel() << " elements is not " << dp.size() << " shards of "
+      << store.shard_elements() << " (allocate with as many shards as data-parallel ranks)";
+  // Into a separate shard: MPI's reduce-scatter may not write into its own input.
+  Tensor mine = be.zeros_fp32(store.shard_elements(), 1);
+  dp.reduce_scatter(mine, store.padded_grads(), ReduceOp::sum);
+  be.copy(store.padded_grads().row_slice(store.state_first(), store.shard_elements()), mine);
+}
+
 }  // namespace foresight::trainer

@@ -42,4 +42,14 @@ class GradientReducer {
   std::vector<int> bucket_of_;  // parameter index -> bucket
 };
 
+/// ZeRO-1's gradient reduction (the distributed optimizer: Rajbhandari et al. 2020 sec. 5.1,
+/// Megatron-LM's --use-distributed-optimizer). A data-parallel rank steps only its own shard of the
+/// flat buffer, so it needs the summed gradients of that shard only: one reduce-scatter of the padded
+/// gradient buffer over `dp` replaces the all-reduce, (n-1)/n of the buffer on the wire instead of
+/// 2(n-1)/n. Afterwards elements [state_first(), state_first() + shard_elements()) hold the sums;
+/// the rest of the buffer holds this rank's own, unreduced gradients and must not be read.
+/// The reduction runs after the backward (the trainer does not overlap it), as one collective: the
+/// shards cut the buffer at other places than the buckets do.
+void reduce_scatter_gradients(Backend& be, const ParamStore& store, Communicator& dp);
+
 }  // namespace foresight::trainer

@@ -23,6 +23,19 @@ double global_grad_norm(Backend& be, const ParamStore& store, Communicator& worl
   return std::sqrt(v[0]);
 }
 
+double sharded_grad_norm(Backend& be, const ParamStore& store, Communicator& world) {
+  const std::int64_t lo = store.state_first(), hi = lo + store.first_moments().numel();
+  double sq = 0;
+  for (int i = 0; i < store.size(); ++i) {
+    const Param& p = store[i];
+    const std::int64_t first = std::max(lo, p.offset), last = std::min(hi, p.offset + p.value.numel());
+    if (p.decl.in_grad_norm && first < last) sq += be.sum_squares(store.grads().row_slice(first, last - first));
+  }
+  double v[1] = {sq};
+  world.all_reduce(v, ReduceOp::sum);
+  return std::sqrt(v[0]);
+}
+
 void adamw_step(Backend& be, const ParamStore& store, const OptimizerConfig& c, int step, double grad_norm) {
   // Megatron-LM / PyTorch clip_grad_norm_: scale by clip / (norm + 1e-6) when the norm exceeds it.
   const double scale = (c.clip_norm > 0 && grad_norm > c.clip_norm) ? c.clip_norm / (grad_norm + 1e-6) : 1.0;

@@ -29,6 +29,11 @@ double learning_rate(const OptimizerConfig& c, int step);
 /// replica, i.e. every rank of the first expert-parallel group). Collective over `world`.
 double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts,
                         bool counts_experts);
+/// The same norm when the gradients were reduce-scattered (ZeRO-1, reduce_scatter_gradients):
+/// every rank holds the sums of its own shard only, so each counts the part of every counted
+/// parameter inside its shard (experts included: ZeRO-1 runs with ep = 1, where experts are
+/// reduced over the same data-parallel group). Collective over `world`.
+double sharded_grad_norm(Backend& be, const ParamStore& store, Communicator& world);
 
 /// Clips by `grad_norm` and applies one AdamW step (1-based `step`) to the fp32 master values of
 /// the elements whose optimizer state this rank holds (all of them without ZeRO; its shard with

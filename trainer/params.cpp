@@ -67,7 +67,7 @@ void ParamStore::allocate(Backend& backend, std::uint64_t seed, int shards, int 
   // the activation type, and is the master buffer itself when that is fp32.
   values_ = backend.zeros_fp32(shard_elements_ * shards, 1);
   working_ = backend.precision() == Precision::fp32 ? values_ : backend.zeros(shard_elements_ * shards, 1);
-  grads_ = backend.zeros_fp32(elements_, 1);
+  grads_ = backend.zeros_fp32(shard_elements_ * shards, 1);
   const std::int64_t state = std::max<std::int64_t>(0, std::min(shard_elements_, elements_ - state_first_));
   m_ = backend.zeros_fp32(state, 1);
   v_ = backend.zeros_fp32(state, 1);

@@ -70,9 +70,11 @@ class ParamStore {
   std::int64_t elements() const { return elements_; }
   /// The fp32 master values and the fp32 main gradients of every parameter: (elements(), 1).
   Tensor values() const { return values_.row_slice(0, elements_); }
-  const Tensor& grads() const { return grads_; }
-  /// The padded master value buffer, (shards * shard_elements(), 1), for all-gathering shards.
+  Tensor grads() const { return grads_.row_slice(0, elements_); }
+  /// The padded master value and gradient buffers, (shards * shard_elements(), 1), for
+  /// all-gathering value shards and reduce-scattering gradients (the padding stays zero).
   const Tensor& padded_values() const { return values_; }
+  const Tensor& padded_grads() const { return grads_; }
   /// Writes the working copy from the master values (rounding them to bf16); a no-op when the two
   /// are one buffer. Call after every change to the master values.
   void update_working_copy(Backend& backend) const;

@@ -72,7 +72,7 @@ nlohmann::ordered_json summary_json(const RunSummary& s, const ExecutablePlan& p
                  {"virtual_stages", plan.plan.virtual_stages}, {"sequence_parallel", plan.plan.sequence_parallel},
                  {"recompute", to_string(plan.plan.recompute)}, {"zero", plan.plan.zero},
                  {"offload_activations", plan.plan.offload.activations},
-                 {"dp_buckets", s.dp_buckets}};
+                 {"dp_buckets", s.dp_buckets}, {"dp_reduction", s.dp_reduction}};
   j["data"] = s.data;
   j["first_step"] = s.first_step;
   j["last_step"] = s.last_step;

@@ -37,6 +37,7 @@ struct RunSummary {
   std::string compute_dtype;  // what the backend computed in (cpu: fp32 whatever the plan says)
   std::string data;
   int dp_buckets = 0;
+  std::string dp_reduction = "all-reduce";  // of the data-parallel gradients: or "reduce-scatter" (ZeRO-1)
   std::vector<StepRecord> steps;
 };
 

@@ -201,7 +201,8 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   const int embedding_param =
       layout.first_stage() ? stages.front()->embedding_param() : stages.back()->embedding_param();
   // ZeRO-1: each data-parallel rank keeps the AdamW moments of one shard of the parameters,
-  // updates that shard and all-gathers the parameters after the step.
+  // receives the summed gradients of that shard only (a reduce-scatter), updates that shard and
+  // all-gathers the parameters after the step.
   const bool zero1 = plan.plan.zero == 1;
   store.allocate(*be, opt.seed, zero1 ? dp : 1, zero1 ? layout.dp_rank : 0);
   GradientReducer reducer(store, *dp_comm, std::max<std::int64_t>(1, opt.dp_bucket_bytes / 4));
@@ -239,7 +240,8 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   summary.comm = world.library();
   summary.compute_dtype = be->compute_dtype();
   summary.data = source->describe();
-  summary.dp_buckets = reducer.buckets();
+  summary.dp_buckets = zero1 ? 1 : reducer.buckets();
+  summary.dp_reduction = zero1 ? "reduce-scatter" : "all-reduce";
   int start = 0;
   if (opt.resume) agree(world, [&] { start = load_checkpoint(checkpoint_dir, layout, plan.model, opt.seed, store, *be); });
   summary.first_step = start + 1;
@@ -247,7 +249,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
 
   for (int step = start + 1; step <= steps; ++step) {
     const auto t0 = Clock::now();
-    be->fill(store.grads(), 0.0f);
+    be->fill(store.padded_grads(), 0.0f);
     std::map<int, MicroBatch> batches;
     std::map<std::pair<int, int>, Tensor> inbox, outbox;  // per (unit, chunk): received / to be sent
     double loss_sum = 0;
@@ -256,11 +258,12 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
       if (it == batches.end()) it = batches.emplace(mb, make_micro_batch(*source, plan, layout.dp_rank, step, mb)).first;
       return it->second;
     };
-    const std::function<void(int)> mark_ready = [&](int i) {
+    const std::function<void(int)> not_yet = [](int) {};
+    // (ZeRO-1 reduces once after the backward: its shards do not follow the buckets.)
+    const std::function<void(int)> mark_ready = zero1 ? not_yet : [&](int i) {
       reducer.mark_ready(i);
       expert_reducer.mark_ready(i);
     };
-    const std::function<void(int)> not_yet = [](int) {};
     for (const PipelineStep& ps : op_steps) {
       if (ps.communication) {
         // One batch for the run of sends and receives (pipeline_steps): posted together, so no
@@ -301,9 +304,17 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
         if (op.chunk == 0 && unit % slices == 0) batches.erase(mb);  // its last backward here
       }
     }
-    reducer.finish();
-    expert_reducer.finish();
-    if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[embedding_param].grad, ReduceOp::sum);
+    if (zero1) {
+      // The tied embedding's two copies are summed first: after the reduce-scatter the first and
+      // the last stage would each hold the sums of a different part of it. (Both are sums, so the
+      // order changes only the rounding.) ZeRO-1 runs with ep = 1, where the experts' group is dp.
+      if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[embedding_param].grad, ReduceOp::sum);
+      reduce_scatter_gradients(*be, store, *dp_comm);
+    } else {
+      reducer.finish();
+      expert_reducer.finish();
+      if (pp > 1 && holds_embedding) embedding_comm->all_reduce(store[embedding_param].grad, ReduceOp::sum);
+    }
 
     // Every tensor-parallel rank of the last stage holds the same loss; count one per replica.
     double loss[1] = {layout.last_stage() && layout.tp_rank == 0 ? loss_sum : 0.0};
@@ -312,7 +323,8 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     r.step = step;
     r.loss = loss[0] / global_tokens;
     r.lr = learning_rate(oc, step);
-    r.grad_norm = global_grad_norm(*be, store, world, layout.dp_rank == 0, layout.dp_rank < ep);
+    r.grad_norm = zero1 ? sharded_grad_norm(*be, store, world)
+                        : global_grad_norm(*be, store, world, layout.dp_rank == 0, layout.dp_rank < ep);
     if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
       summary.status = "non-finite " + std::string(std::isfinite(r.loss) ? "gradient norm" : "loss") + " at step " +
                        std::to_string(step);
