@@ -89,7 +89,12 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
     for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) {
       const std::size_t u = boost::source(*e, g);
       latest_pred = max(latest_pred, r.timings[u].finish);
-      if (g[u].category != Category::dp_comm) latest_compute_pred = max(latest_compute_pred, r.timings[u].finish);
+      // (A dp_comm task on the compute stream, the overlapped buckets' slowdown, is busy time
+      // already counted above.)
+      const bool on_compute_stream =
+          !g[u].resources.empty() && g[u].resources.front() == w.compute_resource(g[u].stage);
+      if (g[u].category != Category::dp_comm || on_compute_stream)
+        latest_compute_pred = max(latest_compute_pred, r.timings[u].finish);
     }
     if (latest_pred > latest_compute_pred) r.stages[t.stage].busy[int(Category::dp_comm)] += latest_pred - latest_compute_pred;
   }

@@ -80,6 +80,16 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
       tail = min(sync, in.comm.time(p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce, bucket,
                                     p.zero >= 1 ? groups.shard : dp));
     }
+    // The overlapped buckets' NCCL kernels hold SMs while the last backward computes (Megatron-LM
+    // SC21 sec. 4.2 runs DDP's reduction beside the backward; the same ctas / (sms - ctas) rule as
+    // ZeRO-3's prefetch and overlapped TP). The stage's last backward is chunk 0's, last slice.
+    Seconds slowdown;
+    if (c.dp_overlap && sync > tail && !c.chunk.empty() && !c.chunk[std::size_t(s)].empty() &&
+        !c.chunk[std::size_t(s)][0].empty()) {
+      const ChunkCosts& last = c.chunk[std::size_t(s)][0].back();
+      slowdown = overlap_contention(in) * min(sync - tail, last.backward + last.recompute);
+    }
+    c.dp_overlap_slowdown.push_back(slowdown);
     c.dp_sync_tail.push_back(tail);
     c.dp_grad_sync.push_back(sync);
     c.dp_grad_sync_bytes.push_back(sync_bytes);

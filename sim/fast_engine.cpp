@@ -152,7 +152,10 @@ SimResult run_fast(const WorkloadCosts& c) {
     double exposed = sync;
     if (c.dp_overlap && sync > 0) {
       const double tail = c.dp_overlap_tail(s).value();
-      exposed = std::max(last_backward_start[s] + (sync - tail), last) + tail - last;
+      // The backward, stretched by the overlapped buckets' SM contention, and the buckets both end
+      // before the tail.
+      const double stretched = last + c.dp_overlap_slowdown_of(s).value();
+      exposed = std::max(last_backward_start[s] + (sync - tail), stretched) + tail - last;
     }
     add(s, Category::dp_comm, exposed);
     add(s, Category::optimizer, opt);

@@ -101,6 +101,16 @@ class Builder {
           tail = sync;
         }
       }
+      // The last backward's slowdown from the overlapped buckets' SM contention, on the compute
+      // stream before the tail.
+      std::optional<TaskId> contention;
+      if (overlapped && c_.dp_overlap_slowdown_of(s) > Seconds(0)) {
+        Task t = base(Category::dp_comm, s, "dp_overlap_contention");
+        t.duration = c_.dp_overlap_slowdown_of(s);
+        t.resources = {s};
+        contention = add(t);
+        edge(after_backward, *contention);
+      }
       if (sync > Seconds(0)) {
         Task t = base(Category::dp_comm, s, "dp_grad_sync");
         t.duration = tail;
@@ -110,6 +120,7 @@ class Builder {
         sync_task = add(t);
         edge(after_backward, sync_task);
         if (overlapped) edge(*overlapped, sync_task);
+        if (contention) edge(*contention, sync_task);
       }
       Task opt = base(Category::optimizer, s, "optimizer_step");
       opt.duration = at(c_.optimizer, s);
@@ -117,6 +128,7 @@ class Builder {
       TaskId opt_id = add(opt);
       edge(sync_task, opt_id);
       if (after_backward != sync_task) edge(after_backward, opt_id);
+      if (contention) edge(*contention, opt_id);
       const Seconds gather = at(c_.dp_param_gather, s);
       if (gather > Seconds(0)) {
         Task g = base(Category::dp_comm, s, "dp_param_gather");

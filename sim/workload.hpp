@@ -103,6 +103,14 @@ struct WorkloadCosts {
     const Seconds sync = s < int(dp_grad_sync.size()) ? dp_grad_sync[s] : Seconds(0);
     return s < int(dp_sync_tail.size()) ? min(sync, dp_sync_tail[s]) : sync;
   }
+  /// Per stage, with dp_overlap: the compute time the overlapped buckets add to the last backward
+  /// while their NCCL kernels hold SMs (overlap_contention x the overlapped time, at most that
+  /// backward's computation), as ZeRO-3's prefetch and overlapped TP pay it. The bucket tail
+  /// starts after the stretched backward. Both engines use this.
+  std::vector<Seconds> dp_overlap_slowdown;
+  Seconds dp_overlap_slowdown_of(int s) const {
+    return dp_overlap && s < int(dp_overlap_slowdown.size()) ? dp_overlap_slowdown[s] : Seconds(0);
+  }
   std::vector<Bytes> dp_grad_sync_bytes;  // per stage: bytes each DP rank sends in it (coarse ring)
   std::vector<Bytes> dp_param_gather_bytes;
   Seconds dp_latency;                     // latency term of one DP collective

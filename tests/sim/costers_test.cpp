@@ -172,6 +172,32 @@ TEST(CostDataParallel, OverlapLeavesTheLastBucket) {
   EXPECT_LT(k.c.dp_sync_tail[0], k.c.dp_grad_sync[0]);
 }
 
+TEST(CostDataParallel, OverlappedBucketsSlowTheLastBackward) {
+  // The buckets reduced beside the last backward hold 24 of Selene's 108 SMs: that backward's
+  // computation takes 24 / (108 - 24) longer for as long as they run (at most the backward).
+  Experiment e = small();
+  e.plan.dp_overlap = true;
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  cost_data_parallel(k.in(), k.c);
+  ASSERT_EQ(k.c.dp_overlap_slowdown.size(), std::size_t(e.plan.pp));
+  const double contention = 24.0 / (108.0 - 24.0);
+  for (int s = 0; s < e.plan.pp; ++s) {
+    const ChunkCosts& last = k.c.chunk[std::size_t(s)][0].back();
+    const double overlapped = (k.c.dp_grad_sync[s] - k.c.dp_sync_tail[s]).value();
+    ASSERT_GT(overlapped, 0.0);
+    EXPECT_NEAR(k.c.dp_overlap_slowdown[s].value(),
+                contention * std::min(overlapped, (last.backward + last.recompute).value()), 1e-15)
+        << "stage " << s;
+  }
+  // Without overlap nothing is charged.
+  e.plan.dp_overlap = false;
+  Costed plain(e);
+  cost_layer_chunks(plain.in(), plain.c);
+  cost_data_parallel(plain.in(), plain.c);
+  EXPECT_EQ(plain.c.dp_overlap_slowdown_of(0), Seconds(0));
+}
+
 TEST(CostOptimizer, EachGpuStepsItsShard) {
   // 1 ns per parameter: without ZeRO a GPU steps every parameter it holds, with ZeRO-1 over dp 2
   // half of them.

@@ -48,7 +48,10 @@ TEST(FastEngine, EqualsGraphEngineWithOverlappedDataParallelSync) {
     for (int trial = 0; trial < 5; ++trial) {
       WorkloadCosts c = random_costs(rng, k.s, k.p, k.m, k.v, 1);
       c.dp_overlap = true;
-      for (int s = 0; s < k.p; ++s) c.dp_sync_tail.push_back(c.dp_grad_sync[s] * u(rng));
+      for (int s = 0; s < k.p; ++s) {
+        c.dp_sync_tail.push_back(c.dp_grad_sync[s] * u(rng));
+        c.dp_overlap_slowdown.push_back(c.dp_grad_sync[s] * (0.5 * u(rng)));
+      }
       const SimResult g = run_analytic(build_workload(c));
       const SimResult f = run_fast(c);
       EXPECT_NEAR(f.iteration.value(), g.iteration.value(), 1e-9 * g.iteration.value()) << to_string(k.s);
