@@ -218,18 +218,21 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   pf.tp = e.plan.tp * e.plan.cp;  // one host per TP x CP group
   pf.gpus_per_node = e.cluster.gpus_per_node;
   pf.placement = e.plan.placement;
-  // The same achievable NIC rate as the comm model (nic_bandwidth_per_node): RDMA, or on Ethernet
-  // clusters TCP sockets at the rate of as many GPUs per node as drive the NIC at once in the
-  // traffic that crosses nodes: the data-parallel rings where they do (their ranks per node times
-  // the concurrent rings, as the comm model counts them), else the pipeline's sends.
+  // The same achievable NIC rates as the comm model (nic_bandwidth_per_node): RDMA, or on Ethernet
+  // clusters TCP sockets at the rate of as many GPUs per node as drive the NIC at once: the
+  // data-parallel rings (their ranks per node times the concurrent rings, as the comm model counts
+  // them) and the pipeline's sends (cost_pipeline's pp_cross) each at their own. The links carry
+  // the faster class's rate; a flow of the slower class puts proportionally more bytes on them, so
+  // alone it takes its own time and beside the other it shares the link.
   const PlanGroups g = plan_groups(e.plan, e.cluster);
-  CommGroup crossing = g.dp;
-  if (g.dp.nodes <= 1) {  // a pipeline send between nodes (cost_pipeline's pp_cross)
-    crossing = g.pp;
-    crossing.ranks_per_node = 1;
-    if (one_flow_send(framework_traits(e.plan.framework).send_forward, e.plan)) crossing.concurrent_groups = 1;
-  }
-  const double nic_eff = comm.nic_efficiency(crossing);
+  CommGroup pp_cross = g.pp;
+  pp_cross.ranks_per_node = 1;
+  if (one_flow_send(framework_traits(e.plan.framework).send_forward, e.plan)) pp_cross.concurrent_groups = 1;
+  const bool dp_crosses = g.dp.nodes > 1, pp_crosses = e.plan.pp > 1;
+  const double dp_eff = comm.nic_efficiency(g.dp), pp_eff = comm.nic_efficiency(pp_cross);
+  const double nic_eff = dp_crosses && pp_crosses ? std::max(dp_eff, pp_eff) : dp_crosses ? dp_eff : pp_eff;
+  pf.dp_wire_factor = nic_eff / dp_eff;
+  pf.pp_wire_factor = nic_eff / pp_eff;
   pf.node_injection = e.cluster.inter.nic_bandwidth * (e.cluster.inter.nics_per_node * nic_eff);
   // A host's share of the NICs (nic_bandwidth_per_node's rule: at least one whole NIC). A host is a
   // TP x CP group, so with cp > 1 it owns the NICs of tp x cp GPUs (its cp ranks' gradient rings

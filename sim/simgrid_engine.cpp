@@ -234,7 +234,7 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
       for (int r = 0; r < R; ++r) {
         entry[r][v] = delay(host[r][s], t.latency);
         L.precede(entry[r][v], start_barrier);
-        const int f = flow(host[r][s], host[(r + 1) % R][s], t.bytes);
+        const int f = flow(host[r][s], host[(r + 1) % R][s], t.bytes * pf.dp_wire_factor);
         L.precede(start_barrier, f);
         L.precede(f, end_barrier);
         exit[r][v] = end_barrier;
@@ -244,7 +244,7 @@ std::vector<TaskTiming> replay(const Workload& w, const SimgridPlatform& pf) {
     for (int r = 0; r < R; ++r) {
       int a;
       if (t.category == Category::pp_comm && t.src_stage >= 0 && node[r][t.src_stage] != node[r][t.dst_stage]) {
-        a = flow(host[r][t.src_stage], host[r][t.dst_stage], t.bytes);
+        a = flow(host[r][t.src_stage], host[r][t.dst_stage], t.bytes * pf.pp_wire_factor);
         if (t.tail > Seconds(0)) {  // then the receiving node's NVLink collective
           const int b = delay(host[r][t.dst_stage], t.tail);
           L.precede(a, b);

@@ -26,6 +26,11 @@ struct SimgridPlatform {
   /// What one TP group's own NICs carry (one NIC per GPU on DGX: a tp 4 group reaches 4 of the
   /// node's 8; at least one NIC when GPUs share them). Unset (0): the whole node's.
   BytesPerSecond group_injection;
+  /// Bytes a flow puts on the NIC links per byte it carries: what the link rate, the fastest of
+  /// the traffic classes' achievable rates, has to lose for a slower class to run at its own rate
+  /// (NCCL's socket transport reaches less of the line the more GPUs drive it, CommModel::
+  /// nic_efficiency): the data-parallel rings' and the pipeline sends' factors. 1 on RDMA.
+  double dp_wire_factor = 1.0, pp_wire_factor = 1.0;
   Seconds network_latency;        // one-way, node to node
   double oversubscription = 1.0;  // fat-tree core: 1 = full bisection
   /// Switch tiers above the nodes (cluster.inter_node.tiers), innermost first; empty: one layer.

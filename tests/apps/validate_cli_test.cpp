@@ -177,12 +177,11 @@ TEST(SimulateCli, TeraPipeExperimentGetsTheSlicesValidateUses) {
 }
 
 // The TeraPipe 1B layout on the SimGrid engine: its eight DP rings and eight replicas' pipeline
-// hops contend for each p3.16xlarge's one NIC. Since the socket transport's rate depends on how
-// many GPUs drive the NIC (0.58 of wire speed for eight, 0.95 for one; comm.cpp), the analytic
-// engine meets the 15% target on these two latencies (-10.2%, -3.0%) and SimGrid, whose platform
-// has one NIC rate per node (the eight-GPU rate here, so the pipeline hops pay it too), overshoots
-// them (+12.2%, +17.3%): the bound is that state plus a margin, the 15% target stays for both.
-TEST(ValidateCli, TeraPipe1bWithinTwentyPercentOnSimGrid) {
+// hops contend for each p3.16xlarge's one NIC. The socket transport's rate depends on how many GPUs
+// drive the NIC (0.58 of wire speed for eight, 0.95 for one; comm.cpp), and each traffic class
+// keeps its own rate on the shared link (SimgridPlatform's wire factors): -2.0% and +3.6% when
+// this bound was set (with one rate per node, the eight-GPU one, they were +12.2% and +17.3%).
+TEST(ValidateCli, TeraPipe1bWithinEightPercentOnSimGrid) {
   if (!foresight::sim::simgrid_available()) GTEST_SKIP() << "SimGrid not in this build";
   std::map<std::string, double> predicted, published;
   for (const std::string name : {"terapipe-gpt3-1b-p3-gpipe", "terapipe-gpt3-1b-p3-terapipe"}) {
@@ -191,11 +190,11 @@ TEST(ValidateCli, TeraPipe1bWithinTwentyPercentOnSimGrid) {
     const auto e = foresight::load_experiment(foresight::resolve_scenario("experiments", name));
     ASSERT_TRUE(e.measured && e.measured->iteration_s) << name;
     published[name] = *e.measured->iteration_s;
-    EXPECT_NEAR(predicted[name] / published[name], 1.0, 0.20) << name << ": " << predicted[name] << " s";
+    EXPECT_NEAR(predicted[name] / published[name], 1.0, 0.08) << name << ": " << predicted[name] << " s";
   }
   const double published_speedup = published["terapipe-gpt3-1b-p3-gpipe"] / published["terapipe-gpt3-1b-p3-terapipe"];
   const double speedup = predicted["terapipe-gpt3-1b-p3-gpipe"] / predicted["terapipe-gpt3-1b-p3-terapipe"];
-  EXPECT_NEAR(speedup / published_speedup, 1.0, 0.15) << "speedup " << speedup << " vs " << published_speedup;
+  EXPECT_NEAR(speedup / published_speedup, 1.0, 0.10) << "speedup " << speedup << " vs " << published_speedup;
 }
 
 TEST(CalibrateCli, PublishedFitReproducesTheBundledFileByteForByte) {

@@ -342,3 +342,22 @@ TEST(CostLayerChunks, MicrobatchLevelRecomputeChargesTheMeanPerMicrobatch) {
   EXPECT_NEAR(k.c.chunk[0][0][0].recompute.value(), 8.5e-3, 1e-12);
   EXPECT_NEAR(k.c.chunk[1][0][0].recompute.value(), 5e-3, 1e-12);
 }
+
+TEST(SimgridPlatform, EachTrafficClassKeepsItsOwnSocketRate) {
+  // TeraPipe's 1B layout on p3.16xlarge (25 GbE, NCCL sockets): eight stages per node, each in
+  // its own data-parallel ring across eight nodes, so eight GPUs drive the NIC in the gradient
+  // all-reduce (0.58 of line rate, NCCL 2.4.7 on 32 GbE, NVIDIA/nccl#209) while a pipeline hop is
+  // one GPU's flow (0.95). The NIC links carry 0.95 of 25 Gb/s; a DP ring flow puts 0.95 / 0.58
+  // bytes on them per byte, a pipeline flow one.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "terapipe-gpt3-1b-p3-gpipe"));
+  const CommModel comm(e.cluster);
+  const SimgridPlatform pf = simgrid_platform(e, comm);
+  EXPECT_NEAR(pf.node_injection.value(), 25e9 / 8 * 0.95, 1e-6 * 25e9 / 8);
+  EXPECT_NEAR(pf.dp_wire_factor, 0.95 / 0.58, 1e-12);
+  EXPECT_DOUBLE_EQ(pf.pp_wire_factor, 1.0);
+  // On InfiniBand (Selene) both classes run at the RDMA rate: no factor.
+  const Experiment ib = load_experiment(resolve_scenario("experiments", "sc21-table1-145b"));
+  const SimgridPlatform pi = simgrid_platform(ib, CommModel(ib.cluster));
+  EXPECT_DOUBLE_EQ(pi.dp_wire_factor, 1.0);
+  EXPECT_DOUBLE_EQ(pi.pp_wire_factor, 1.0);
+}
