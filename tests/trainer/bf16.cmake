@@ -114,9 +114,9 @@ if(FORESIGHT_HAVE_MPI)
     endif()
   endforeach()
 
-  # The host-staging communicator the CUDA backend sends through (--backend cpu-staged): reductions
-  # sum host copies and the copy back rounds to bf16, the same arithmetic as the direct path, so the
-  # losses are bit-identical (TP and SP collectives, pipeline messages, ZeRO-1 gather, DP buckets).
+  # The host-staging communicator the CUDA backend sends through (--backend cpu-staged): bf16
+  # tensors are staged as host bf16 tensors, whose reductions the MPI communicator sums and rounds
+  # once, the same arithmetic as the direct path, so the losses are bit-identical (TP and SP collectives, pipeline messages, ZeRO-1 gather, DP buckets).
   trainer_launch(launch8 8)
   add_test(NAME trainer_run_bf16_staged_tp2_pp2_dp2_sp_zero1
            COMMAND ${launch8} ${_train} --plan ${_runs}/tp2_pp2_dp2_sp_zero1.json --backend cpu-staged
