@@ -15,7 +15,7 @@ SHARED=${SHARED:-../shared}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=80;90" >/dev/null
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target foresight foresight-train foresight-commbench bench_kernels \
-    gpu_gemm_attention_gpu_test gpu_kernels_gpu_test gpu_trainer_backend_gpu_test
+    gpu_gemm_attention_gpu_test gpu_kernels_gpu_test gpu_trainer_backend_gpu_test gpu_trainer_backend_bf16_gpu_test
 fi
 
 rm -rf "$BUNDLE"

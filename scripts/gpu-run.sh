@@ -70,7 +70,7 @@ fi
 if [ -z "$BIN" ]; then
   phase build 900 "cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 && \
     cmake --build build-gpu -j \$(nproc) --target foresight foresight-train foresight-commbench bench_kernels gpu_gemm_attention_gpu_test \
-    gpu_kernels_gpu_test gpu_trainer_backend_gpu_test && mkdir -p build-gpu/bin && \
+    gpu_kernels_gpu_test gpu_trainer_backend_gpu_test gpu_trainer_backend_bf16_gpu_test && mkdir -p build-gpu/bin && \
     cp build-gpu/apps/foresight build-gpu/trainer/foresight-train build-gpu/trainer/foresight-commbench build-gpu/calibrate/bench_kernels \
        build-gpu/tests/gpu/gpu_*_test build-gpu/bin/"
   BIN=$(realpath build-gpu/bin 2>/dev/null || echo build-gpu/bin)

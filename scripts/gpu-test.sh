@@ -23,7 +23,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "${arch_flag[@]}" >"$OUT/configure.log" 2>&1 ||
     { cat "$OUT/configure.log"; exit 2; }
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target foresight foresight-train bench_kernels gpu_gemm_attention_gpu_test gpu_kernels_gpu_test \
-    gpu_trainer_backend_gpu_test \
+    gpu_trainer_backend_gpu_test gpu_trainer_backend_bf16_gpu_test \
     >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 2; }
 fi
 

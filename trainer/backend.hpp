@@ -1,7 +1,7 @@
 // The compute backend: tensor storage and every op the GPT model and its optimizer need. The model
 // and the schedule are written once against this interface; the CPU backend (cpu_backend.hpp) is
-// the reference that CI runs, and a CUDA backend (kernels/ + cuBLASLt, bf16 compute with fp32
-// master weights) implements the same calls. Shapes are given in comments as (rows, cols);
+// the reference that CI runs, and the CUDA backend (cuda_backend.hpp: cuBLAS and its own
+// kernels, fp32 or bf16 storage with fp32 master weights) implements the same calls. Shapes are given in comments as (rows, cols);
 // N = tokens in a micro-batch. Ops that write a gradient into a parameter's gradient accumulate
 // (+=) so micro-batches add up; ops that produce activations overwrite. Under a bf16 precision
 // recipe (precision.hpp) every op rounds what it writes into a bf16 tensor; which tensors are bf16
@@ -162,9 +162,9 @@ inline constexpr double kLayerNormEps = 1e-5;
 /// Fails (FORESIGHT_CHECK) unless a and b have the same (rows, cols); `op` names the caller.
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
 
-/// The backends this build offers, by name: "cpu"; with CUDA, "cuda" (fp32 GEMMs) and "cuda-tf32".
-/// Throws SpecError naming --backend or --precision for a name this build lacks or a recipe the
-/// backend does not run (the cuda backends run fp32 only).
+/// The backends this build offers, by name: "cpu"; with CUDA, "cuda" (fp32 GEMMs) and "cuda-tf32";
+/// each runs either recipe. Throws SpecError naming --backend for a name this build lacks (or a
+/// cuda backend without a visible GPU).
 std::unique_ptr<Backend> make_backend(const std::string& name, Precision precision = Precision::fp32);
 
 }  // namespace foresight::trainer

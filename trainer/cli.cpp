@@ -82,14 +82,17 @@ int run_trainer_cli(int argc, char** argv) {
   app.add_option("--summary", summary_path, "write the JSON summary (per-step losses, measured vs predicted) here");
   app.add_option("--backend", opt.backend,
                  "compute backend: cpu (the reference, in the --precision recipe), cuda (one GPU per rank, fp32 GEMMs) or cuda-tf32 "
-                 "(GEMMs on TF32 tensor cores); the cuda backends need a CUDA build and a visible GPU. cpu-staged: "
+                 "(fp32 GEMMs on TF32 tensor cores; under bf16 both run bf16 GEMMs); the cuda backends need a CUDA build "
+                 "and a visible GPU. cpu-staged: "
                  "cpu with every message copied through the host-staging path the cuda backends use (a test)")
       ->capture_default_str();
   app.add_option("--precision", precision_text,
                  "mixed-precision recipe: fp32 (every tensor fp32) or bf16 (Megatron-LM's --bf16 with fp32 "
                  "gradient accumulation and all-reduce: bf16 weights' working copy and activations, rounded to "
                  "nearest even after every op; GEMMs accumulate in fp32; LayerNorm and softmax statistics, "
-                 "main gradients, master weights and AdamW moments fp32). bf16 runs on the cpu backends")
+                 "main gradients, master weights and AdamW moments fp32). bf16 on the cpu backends is the tested "
+                 "reference (floats holding bf16 values); on the cuda backends it stores packed 2-byte bf16 and runs "
+                 "bf16 cuBLAS GEMMs with fp32 accumulation (compiled, not yet run on a GPU)")
       ->capture_default_str();
   std::string comm_text;
   app.add_option("--comm", comm_text,

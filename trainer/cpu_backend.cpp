@@ -33,7 +33,7 @@ struct HostBuffer : Buffer {
   std::vector<float> storage;
   std::shared_ptr<Usage> usage;
   HostBuffer(std::size_t n, std::shared_ptr<Usage> u, Device tag, ElementType t) : storage(n, 0.0f), usage(std::move(u)) {
-    data = storage.data();
+    raw = storage.data();
     elements = n;
     device = tag;
     type = t;

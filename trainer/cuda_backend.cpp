@@ -4,9 +4,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "kernels/cuda_check.hpp"
 #include "kernels/device.hpp"
 #include "trainer/cuda_backend_kernels.hpp"
+#include "trainer/precision.hpp"
 
 namespace foresight::trainer {
 
@@ -23,7 +26,8 @@ namespace {
 /// A caching allocator in the manner of PyTorch's: freed blocks are kept by size and handed out
 /// again, because a training step allocates the same activation shapes every micro-batch and
 /// cudaMalloc/cudaFree synchronise the device. Every kernel runs on the backend's one stream, so a
-/// block freed while kernels that use it are still queued is safe to reuse on that stream.
+/// block freed while kernels that use it are still queued is safe to reuse on that stream. Sizes
+/// are in bytes (a packed bf16 tensor asks for 2 per element).
 class DevicePool {
  public:
   explicit DevicePool(int device) : device_(device) {}
@@ -34,26 +38,27 @@ class DevicePool {
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
 
-  /// Rounded element count of a request (2 KiB granules), the key blocks are kept under.
-  static std::size_t rounded(std::size_t n) { return std::max<std::size_t>(512, (n + 511) / 512 * 512); }
+  /// Rounded size of a request (2 KiB granules), the key blocks are kept under.
+  static std::size_t rounded(std::size_t bytes) { return std::max<std::size_t>(2048, (bytes + 2047) / 2048 * 2048); }
 
-  float* get(std::size_t n, std::size_t logical_bytes) {
+  /// A block of at least `bytes`; `logical_bytes` is what the usage counts (0 for scratch).
+  void* get(std::size_t bytes, std::size_t logical_bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     FORESIGHT_CUDA(cudaSetDevice(device_));  // blocks belong to this backend's GPU, whatever is current
-    const std::size_t r = rounded(n);
-    float* p = nullptr;
+    const std::size_t r = rounded(bytes);
+    void* p = nullptr;
     auto it = free_.find(r);
     if (it != free_.end() && !it->second.empty()) {
       p = it->second.back();
       it->second.pop_back();
     } else {
-      if (cudaMalloc(reinterpret_cast<void**>(&p), r * sizeof(float)) != cudaSuccess) {
+      if (cudaMalloc(&p, r) != cudaSuccess) {
         cudaGetLastError();  // clear the sticky-free error state of a failed allocation
         release_cached();
-        if (cudaMalloc(reinterpret_cast<void**>(&p), r * sizeof(float)) != cudaSuccess) {
+        if (cudaMalloc(&p, r) != cudaSuccess) {
           cudaGetLastError();
           std::ostringstream os;
-          os << "out of GPU memory: " << r * sizeof(float) << " bytes asked, " << in_use_ << " bytes in use by "
+          os << "out of GPU memory: " << r << " bytes asked, " << in_use_ << " bytes in use by "
              << "the trainer's tensors";
           throw kernels::CudaError(os.str());
         }
@@ -63,9 +68,9 @@ class DevicePool {
     peak_ = std::max(peak_, in_use_);
     return p;
   }
-  void put(float* p, std::size_t n, std::size_t logical_bytes) {
+  void put(void* p, std::size_t bytes, std::size_t logical_bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    free_[rounded(n)].push_back(p);
+    free_[rounded(bytes)].push_back(p);
     in_use_ -= std::int64_t(logical_bytes);
   }
   std::int64_t in_use() const { return in_use_; }
@@ -74,61 +79,89 @@ class DevicePool {
  private:
   void release_cached() {
     for (auto& [n, blocks] : free_)
-      for (float* p : blocks) cudaFree(p);
+      for (void* p : blocks) cudaFree(p);
     free_.clear();
   }
   int device_;
   std::mutex mu_;
-  std::map<std::size_t, std::vector<float*>> free_;
+  std::map<std::size_t, std::vector<void*>> free_;
   std::int64_t in_use_ = 0, peak_ = 0;
 };
 
+/// A tensor's device memory: 4 bytes per element for fp32, 2 for bf16 (packed, counted as 2 in
+/// bytes_in_use(): the memory a bf16 recipe saves is real here).
 struct DeviceBuffer : Buffer {
   std::shared_ptr<DevicePool> pool;
-  DeviceBuffer(std::shared_ptr<DevicePool> p, std::size_t n) : pool(std::move(p)) {
+  DeviceBuffer(std::shared_ptr<DevicePool> p, std::size_t n, ElementType t) : pool(std::move(p)) {
     elements = n;
     device = Device::cuda;
-    data = pool->get(n, n * sizeof(float));
+    type = t;
+    storage = t == ElementType::bf16 ? Storage::packed_bf16 : Storage::float32;
+    raw = pool->get(bytes(), bytes());
   }
-  ~DeviceBuffer() override { pool->put(data, elements, elements * sizeof(float)); }
+  ~DeviceBuffer() override { pool->put(raw, bytes(), bytes()); }
+  std::size_t bytes() const { return elements * storage_bytes(storage); }
 };
 
-/// Scratch memory for one call (token ids, partial sums), returned to the pool on scope exit.
+/// Scratch memory for one call (token ids, partial sums, converted operands), returned to the
+/// pool on scope exit.
 class Scratch {
  public:
-  Scratch(std::shared_ptr<DevicePool> pool, std::size_t floats) : pool_(std::move(pool)), n_(floats) {
-    p_ = pool_->get(n_, 0);
+  Scratch(std::shared_ptr<DevicePool> pool, std::size_t bytes) : pool_(std::move(pool)), bytes_(bytes) {
+    p_ = pool_->get(bytes_, 0);
   }
   ~Scratch() {
-    if (p_) pool_->put(p_, n_, 0);
+    if (p_) pool_->put(p_, bytes_, 0);
   }
-  Scratch(Scratch&& o) noexcept : pool_(std::move(o.pool_)), n_(o.n_), p_(o.p_) { o.p_ = nullptr; }
+  Scratch(Scratch&& o) noexcept : pool_(std::move(o.pool_)), bytes_(o.bytes_), p_(o.p_) { o.p_ = nullptr; }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   Scratch& operator=(Scratch&&) = delete;
   template <class T>
   T* as() const {
-    return reinterpret_cast<T*>(p_);
+    return static_cast<T*>(p_);
   }
 
  private:
   std::shared_ptr<DevicePool> pool_;
-  std::size_t n_;
-  float* p_ = nullptr;
+  std::size_t bytes_;
+  void* p_ = nullptr;
 };
 
 void check_device(const Tensor& t, const char* op) {
   FORESIGHT_CHECK(t.defined() && t.device() == Device::cuda) << op << ": a tensor that is not on the GPU";
 }
 
+cuda::Type type_of(const Tensor& t) {
+  return t.storage() == Storage::packed_bf16 ? cuda::Type::bf16 : cuda::Type::fp32;
+}
+/// A tensor's elements for a kernel to read, or to write, `elements` past its first.
+cuda::In in(const Tensor& t, std::int64_t elements = 0) {
+  return {static_cast<const std::byte*>(t.raw()) + elements * std::int64_t(t.element_bytes()), type_of(t)};
+}
+cuda::Out out(const Tensor& t, std::int64_t elements = 0) {
+  return {static_cast<std::byte*>(t.raw()) + elements * std::int64_t(t.element_bytes()), type_of(t)};
+}
+/// The device floats of a tensor the recipe keeps in fp32 (statistics, master weights, moments).
+float* fp32(const Tensor& t, const char* op, const char* what) {
+  FORESIGHT_CHECK(t.storage() == Storage::float32) << op << ": " << what << " must be an fp32 tensor (zeros_fp32)";
+  return t.data();
+}
+cudaDataType_t cublas_type(cuda::Type t) { return t == cuda::Type::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool tf32) : device_(device), tf32_(tf32) {
+  CudaBackend(int device, bool tf32, Precision precision) : device_(device), tf32_(tf32), precision_(precision) {
     FORESIGHT_CUDA(cudaSetDevice(device_));
     FORESIGHT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     FORESIGHT_CUBLAS(cublasCreate(&blas_));
     FORESIGHT_CUBLAS(cublasSetStream(blas_, stream_));
-    FORESIGHT_CUBLAS(cublasSetMathMode(blas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+    // bf16 GEMMs: tensor cores (bf16 products are exact in fp32), fp32 accumulation throughout,
+    // split-K partial sums included. fp32 GEMMs: strict fp32, or TF32 tensor cores when asked.
+    const cublasMath_t mode = bf16()  ? cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
+                              : tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                     : CUBLAS_PEDANTIC_MATH;
+    FORESIGHT_CUBLAS(cublasSetMathMode(blas_, mode));
     pool_ = std::make_shared<DevicePool>(device_);
   }
   ~CudaBackend() override {
@@ -138,34 +171,45 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return tf32_ ? "cuda-tf32" : "cuda"; }
-  std::string compute_dtype() const override { return tf32_ ? "tf32" : "fp32"; }
+  std::string compute_dtype() const override { return bf16() ? "bf16" : tf32_ ? "tf32" : "fp32"; }
+  Precision precision() const override { return precision_; }
   Device device() const override { return Device::cuda; }
   void* stream() const override { return stream_; }
 
-  Tensor zeros(std::int64_t rows, std::int64_t cols) override {
-    FORESIGHT_CHECK(rows >= 0 && cols >= 0) << rows << "x" << cols;
-    const std::size_t n = std::size_t(rows * cols);
-    auto buf = std::make_shared<DeviceBuffer>(pool_, n);
-    if (n > 0) FORESIGHT_CUDA(cudaMemsetAsync(buf->data, 0, n * sizeof(float), stream_));
-    return Tensor(std::move(buf), 0, rows, cols);
-  }
+  Tensor zeros(std::int64_t rows, std::int64_t cols) override { return make(rows, cols, activation_type(precision_)); }
+  Tensor zeros_fp32(std::int64_t rows, std::int64_t cols) override { return make(rows, cols, ElementType::fp32); }
   void copy_from_host(Tensor dst, std::span<const float> src) override {
     check_device(dst, "copy_from_host");
     FORESIGHT_CHECK(std::int64_t(src.size()) == dst.numel()) << src.size() << " vs " << dst.numel();
     if (src.empty()) return;
-    FORESIGHT_CUDA(cudaMemcpyAsync(dst.data(), src.data(), src.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    if (dst.storage() == Storage::packed_bf16) {
+      // Rounded on the host (kernels::to_bf16, the rounding of __float2bfloat16_rn), 2 bytes each.
+      std::vector<kernels::bf16> packed(src.size());
+      pack_bf16(src.data(), packed.data(), src.size());
+      FORESIGHT_CUDA(cudaMemcpyAsync(dst.raw(), packed.data(), dst.bytes(), cudaMemcpyHostToDevice, stream_));
+      FORESIGHT_CUDA(cudaStreamSynchronize(stream_));  // `packed` goes away when we return
+      return;
+    }
+    FORESIGHT_CUDA(cudaMemcpyAsync(dst.raw(), src.data(), dst.bytes(), cudaMemcpyHostToDevice, stream_));
     FORESIGHT_CUDA(cudaStreamSynchronize(stream_));  // the span may go away when we return
   }
   void copy_to_host(std::span<float> dst, const Tensor& src) override {
     check_device(src, "copy_to_host");
     FORESIGHT_CHECK(std::int64_t(dst.size()) == src.numel()) << dst.size() << " vs " << src.numel();
     if (dst.empty()) return;
-    FORESIGHT_CUDA(cudaMemcpyAsync(dst.data(), src.data(), dst.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    if (src.storage() == Storage::packed_bf16) {
+      std::vector<kernels::bf16> packed(dst.size());
+      FORESIGHT_CUDA(cudaMemcpyAsync(packed.data(), src.raw(), src.bytes(), cudaMemcpyDeviceToHost, stream_));
+      FORESIGHT_CUDA(cudaStreamSynchronize(stream_));
+      unpack_bf16(packed.data(), dst.data(), dst.size());  // exact: every bf16 is a float
+      return;
+    }
+    FORESIGHT_CUDA(cudaMemcpyAsync(dst.data(), src.raw(), src.bytes(), cudaMemcpyDeviceToHost, stream_));
     FORESIGHT_CUDA(cudaStreamSynchronize(stream_));
   }
   void fill(Tensor t, float value) override {
     check_device(t, "fill");
-    cuda::fill(t.data(), t.numel(), value, stream_);
+    cuda::fill(out(t), t.numel(), value, stream_);
   }
   std::int64_t bytes_in_use() const override { return pool_->in_use(); }
   std::int64_t peak_bytes() const override { return pool_->peak(); }
@@ -173,26 +217,28 @@ class CudaBackend final : public Backend {
   void copy(Tensor dst, const Tensor& src) override {
     check_same_shape(dst, src, "copy");
     if (src.numel() == 0) return;
-    FORESIGHT_CUDA(cudaMemcpyAsync(dst.data(), src.data(), std::size_t(src.numel()) * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, stream_));
+    if (dst.storage() == src.storage())
+      FORESIGHT_CUDA(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    else  // e.g. the fp32 master weights into the bf16 working copy, rounded
+      cuda::convert(out(dst), in(src), src.numel(), stream_);
   }
   void add(Tensor y, const Tensor& x) override {
     check_same_shape(y, x, "add");
-    cuda::add(y.data(), x.data(), y.numel(), stream_);
+    cuda::add(out(y), in(x), y.numel(), stream_);
   }
   double sum_squares(const Tensor& x) override {
-    Scratch s(pool_, 2 * (cuda::kSumBlocks + 1));
+    Scratch s(pool_, sizeof(double) * (cuda::kSumBlocks + 1));
     double* partial = s.as<double>();
-    cuda::sum_squares(x.data(), x.numel(), partial, partial + cuda::kSumBlocks, stream_);
+    cuda::sum_squares(in(x), x.numel(), partial, partial + cuda::kSumBlocks, stream_);
     double r = 0;
     FORESIGHT_CUDA(cudaMemcpyAsync(&r, partial + cuda::kSumBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream_));
     FORESIGHT_CUDA(cudaStreamSynchronize(stream_));
     return r;
   }
   bool all_finite(const Tensor& x) override {
-    Scratch s(pool_, 1);
+    Scratch s(pool_, sizeof(int));
     FORESIGHT_CUDA(cudaMemsetAsync(s.as<int>(), 0, sizeof(int), stream_));
-    cuda::any_non_finite(x.data(), x.numel(), s.as<int>(), stream_);
+    cuda::any_non_finite(in(x), x.numel(), s.as<int>(), stream_);
     int flag = 0;
     FORESIGHT_CUDA(cudaMemcpyAsync(&flag, s.as<int>(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
     FORESIGHT_CUDA(cudaStreamSynchronize(stream_));
@@ -209,58 +255,67 @@ class CudaBackend final : public Backend {
       if (!accumulate) fill(c, 0.0f);
       return;
     }
-    gemm(ta, tb, M, N, K, 1.0f, a.data(), a.cols(), 0, b.data(), b.cols(), 0, accumulate ? 1.0f : 0.0f, c.data(), N, 0, 1);
+    // Under bf16 the operands are read as bf16 (an fp32 one is rounded into scratch first, as the
+    // CPU backend's gemm_operand does); c is bf16 (an activation, rounded once from the fp32 sum)
+    // or fp32 (a weight gradient accumulating into its main-grad, beta = 1).
+    std::optional<Scratch> sa, sb;
+    const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb);
+    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, accumulate ? 1.0f : 0.0f, out(c), N, 0, 1);
   }
   void add_bias(Tensor y, const Tensor& bias) override {
     FORESIGHT_CHECK(bias.numel() == y.cols()) << bias.numel() << " vs " << y.cols();
-    cuda::add_bias(y.data(), bias.data(), y.rows(), y.cols(), stream_);
+    cuda::add_bias(out(y), in(bias), y.rows(), y.cols(), stream_);
   }
   void bias_backward(Tensor dbias, const Tensor& dy) override {
     FORESIGHT_CHECK(dbias.numel() == dy.cols()) << dbias.numel() << " vs " << dy.cols();
-    cuda::bias_backward(dbias.data(), dy.data(), dy.rows(), dy.cols(), stream_);
+    cuda::bias_backward(out(dbias), in(dy), dy.rows(), dy.cols(), stream_);
   }
 
   void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& gamma,
                          const Tensor& beta) override {
     check_same_shape(y, x, "layernorm_forward");
-    cuda::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), x.rows(), x.cols(),
-                            kLayerNormEps, stream_);
+    cuda::layernorm_forward(out(y), fp32(mean, "layernorm_forward", "mean"), fp32(rstd, "layernorm_forward", "rstd"),
+                            in(x), in(gamma), in(beta), x.rows(), x.cols(), kLayerNormEps, stream_);
   }
   void layernorm_backward(Tensor dx, Tensor dgamma, Tensor dbeta, const Tensor& dy, const Tensor& x,
                           const Tensor& mean, const Tensor& rstd, const Tensor& gamma) override {
     check_same_shape(dx, x, "layernorm_backward");
-    cuda::layernorm_backward(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), mean.data(), rstd.data(),
-                             gamma.data(), x.rows(), x.cols(), stream_);
+    cuda::layernorm_backward(out(dx), out(dgamma), out(dbeta), in(dy), in(x), fp32(mean, "layernorm_backward", "mean"),
+                             fp32(rstd, "layernorm_backward", "rstd"), in(gamma), x.rows(), x.cols(), stream_);
   }
   void gelu_forward(Tensor y, const Tensor& x) override {
     check_same_shape(y, x, "gelu_forward");
-    cuda::gelu_forward(y.data(), x.data(), x.numel(), stream_);
+    cuda::gelu_forward(out(y), in(x), x.numel(), stream_);
   }
   void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) override {
     check_same_shape(dx, x, "gelu_backward");
-    cuda::gelu_backward(dx.data(), dy.data(), x.data(), x.numel(), stream_);
+    cuda::gelu_backward(out(dx), in(dy), in(x), x.numel(), stream_);
   }
 
   // Attention as Megatron-LM's unfused path: per sequence, one strided-batched GEMM over the heads
-  // for the scores (written straight into `probs`), a masked softmax in place, one batched GEMM
-  // for probs x V. The backward is the same products transposed, with dS from softmax_backward.
-  void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const Tensor& kv,
+  // for the scores (written straight into `probs`, of the activation type: bf16 scores under
+  // bf16, as Megatron's baddbmm writes them), a masked softmax in place, one batched GEMM for
+  // probs x V. The backward is the same products transposed, with dS from softmax_backward; the
+  // 1/sqrt(D) of the scores is applied as the dQ and dK GEMMs' alpha, after dS is rounded (the
+  // CPU backend's order).
+  void attention_forward(Tensor out_t, Tensor probs, const Tensor& qkv, const Tensor& kv,
                          const AttentionShape& s) override {
     const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys();
-    FORESIGHT_CHECK(qkv.cols() == 3 * HD && kv.cols() == 3 * HD && out.cols() == HD &&
+    FORESIGHT_CHECK(qkv.cols() == 3 * HD && kv.cols() == 3 * HD && out_t.cols() == HD &&
                     qkv.rows() == std::int64_t(s.batch) * S && kv.rows() == std::int64_t(s.batch) * C && C >= S &&
                     probs.rows() == std::int64_t(s.batch) * s.heads * S && probs.cols() == C)
         << "attention_forward shapes";
+    check_activation(qkv, "attention_forward", "qkv");
+    check_activation(kv, "attention_forward", "kv");
+    check_activation(probs, "attention_forward", "probs");
     const std::int64_t ld = qkv.cols();
     const float scale = float(1.0 / std::sqrt(double(D)));
     for (int b = 0; b < s.batch; ++b) {
-      const float* q = qkv.data() + b * S * ld;
-      const float* k = kv.data() + b * C * ld + HD;
-      const float* v = kv.data() + b * C * ld + 2 * HD;
-      float* p = probs.data() + std::int64_t(b) * s.heads * S * C;
+      const cuda::In q = in(qkv, b * S * ld), k = in(kv, b * C * ld + HD), v = in(kv, b * C * ld + 2 * HD);
+      const cuda::Out p = out(probs, std::int64_t(b) * s.heads * S * C);
       gemm(false, true, S, C, D, scale, q, ld, D, k, ld, D, 0.0f, p, C, S * C, s.heads);
       cuda::causal_softmax(p, std::int64_t(s.heads) * S, S, C, stream_);
-      gemm(false, false, S, D, C, 1.0f, p, C, S * C, v, ld, D, 0.0f, out.data() + b * S * HD, HD, D, s.heads);
+      gemm(false, false, S, D, C, 1.0f, p, C, S * C, v, ld, D, 0.0f, out(out_t, b * S * HD), HD, D, s.heads);
     }
   }
   void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
@@ -268,24 +323,24 @@ class CudaBackend final : public Backend {
     const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys();
     check_same_shape(dqkv, qkv, "attention_backward");
     check_same_shape(dkv, kv, "attention_backward");
+    check_activation(qkv, "attention_backward", "qkv");
+    check_activation(kv, "attention_backward", "kv");
+    check_activation(probs, "attention_backward", "probs");
+    check_activation(dout, "attention_backward", "dout");
     const std::int64_t ld = qkv.cols();
     const float scale = float(1.0 / std::sqrt(double(D)));
-    Scratch ds(pool_, std::size_t(std::int64_t(s.heads) * S * C));
+    // dL/dprobs, then dL/dscores in place: of the activation type, as probs.
+    Scratch ds(pool_, std::size_t(std::int64_t(s.heads) * S * C) * probs.element_bytes());
+    const cuda::Out d{ds.as<void>(), type_of(probs)};
     for (int b = 0; b < s.batch; ++b) {
-      const float* q = qkv.data() + b * S * ld;
-      const float* k = kv.data() + b * C * ld + HD;
-      const float* v = kv.data() + b * C * ld + 2 * HD;
-      const float* p = probs.data() + std::int64_t(b) * s.heads * S * C;
-      const float* g = dout.data() + b * S * HD;
-      float* dq = dqkv.data() + b * S * ld;
-      float* dk = dkv.data() + b * C * ld + HD;
-      float* dv = dkv.data() + b * C * ld + 2 * HD;
-      float* d = ds.as<float>();
-      gemm(false, true, S, C, D, 1.0f, g, HD, D, v, ld, D, 0.0f, d, C, S * C, s.heads);      // dP = dO V^T
-      gemm(true, false, C, D, S, 1.0f, p, C, S * C, g, HD, D, 1.0f, dv, ld, D, s.heads);     // dV += P^T dO
-      cuda::softmax_backward(d, p, std::int64_t(s.heads) * S, C, scale, stream_);            // dS
-      gemm(false, false, S, D, C, 1.0f, d, C, S * C, k, ld, D, 0.0f, dq, ld, D, s.heads);    // dQ = dS K
-      gemm(true, false, C, D, S, 1.0f, d, C, S * C, q, ld, D, 1.0f, dk, ld, D, s.heads);     // dK += dS^T Q
+      const cuda::In q = in(qkv, b * S * ld), k = in(kv, b * C * ld + HD), v = in(kv, b * C * ld + 2 * HD);
+      const cuda::In p = in(probs, std::int64_t(b) * s.heads * S * C), g = in(dout, b * S * HD);
+      const cuda::Out dq = out(dqkv, b * S * ld), dk = out(dkv, b * C * ld + HD), dv = out(dkv, b * C * ld + 2 * HD);
+      gemm(false, true, S, C, D, 1.0f, g, HD, D, v, ld, D, 0.0f, d, C, S * C, s.heads);     // dP = dO V^T
+      gemm(true, false, C, D, S, 1.0f, p, C, S * C, g, HD, D, 1.0f, dv, ld, D, s.heads);    // dV += P^T dO
+      cuda::softmax_backward(d, p, std::int64_t(s.heads) * S, C, stream_);                   // dS
+      gemm(false, false, S, D, C, scale, d, C, S * C, k, ld, D, 0.0f, dq, ld, D, s.heads);  // dQ = dS K / sqrt(D)
+      gemm(true, false, C, D, S, scale, d, C, S * C, q, ld, D, 1.0f, dk, ld, D, s.heads);   // dK += dS^T Q / sqrt(D)
     }
   }
 
@@ -293,35 +348,47 @@ class CudaBackend final : public Backend {
                          std::int64_t vocab_offset) override {
     FORESIGHT_CHECK(x.rows() == std::int64_t(tokens.size()) && x.cols() == table.cols()) << "embedding_forward shapes";
     Scratch t = upload(tokens);
-    cuda::embedding_forward(x.data(), table.data(), t.as<std::int32_t>(), x.rows(), x.cols(), table.rows(), vocab_offset,
+    cuda::embedding_forward(out(x), in(table), t.as<std::int32_t>(), x.rows(), x.cols(), table.rows(), vocab_offset,
                             stream_);
   }
   void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
                           std::int64_t vocab_offset) override {
     FORESIGHT_CHECK(dx.rows() == std::int64_t(tokens.size()) && dx.cols() == dtable.cols()) << "embedding_backward shapes";
     Scratch t = upload(tokens);
-    cuda::embedding_backward(dtable.data(), dx.data(), t.as<std::int32_t>(), dx.rows(), dx.cols(), dtable.rows(),
+    if (dtable.storage() == Storage::float32) {
+      cuda::embedding_backward(dtable.data(), in(dx), t.as<std::int32_t>(), dx.rows(), dx.cols(), dtable.rows(),
+                               vocab_offset, stream_);
+      return;
+    }
+    // A bf16 table gradient (the CPU adds floats token by token and rounds once at the end): the
+    // same through an fp32 copy.
+    Scratch f(pool_, dtable.numel() * sizeof(float));
+    const cuda::Out fo{f.as<float>(), cuda::Type::fp32};
+    cuda::convert(fo, in(dtable), dtable.numel(), stream_);
+    cuda::embedding_backward(f.as<float>(), in(dx), t.as<std::int32_t>(), dx.rows(), dx.cols(), dtable.rows(),
                              vocab_offset, stream_);
+    cuda::convert(out(dtable), fo, dtable.numel(), stream_);
   }
   void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) override {
     check_positions(p, x.rows(), positions.rows());
-    cuda::add_positions(x.data(), positions.data(), x.rows(), x.cols(), p.first_row, p.period, p.offset, stream_);
+    cuda::add_positions(out(x), in(positions), x.rows(), x.cols(), p.first_row, p.period, p.offset, stream_);
   }
   void positions_backward(Tensor dpositions, const Tensor& dx, const TokenPositions& p) override {
     check_positions(p, dx.rows(), dpositions.rows());
-    cuda::positions_backward(dpositions.data(), dx.data(), dpositions.rows(), dx.rows(), dx.cols(), p.first_row, p.period,
+    cuda::positions_backward(out(dpositions), in(dx), dpositions.rows(), dx.rows(), dx.cols(), p.first_row, p.period,
                              p.offset, stream_);
   }
 
   void logits_row_max(Tensor row_max, const Tensor& logits) override {
-    cuda::logits_row_max(row_max.data(), logits.data(), logits.rows(), logits.cols(), stream_);
+    cuda::logits_row_max(fp32(row_max, "logits_row_max", "row_max"), in(logits), logits.rows(), logits.cols(), stream_);
   }
   void logits_sum_exp_and_target(Tensor stats, const Tensor& logits, const Tensor& row_max,
                                  std::span<const std::int32_t> targets, std::int64_t vocab_offset) override {
     FORESIGHT_CHECK(std::int64_t(targets.size()) == logits.rows()) << "targets " << targets.size() << " vs " << logits.rows();
     Scratch t = upload(targets);
-    cuda::logits_sum_exp_and_target(stats.data(), logits.data(), row_max.data(), t.as<std::int32_t>(), logits.rows(),
-                                    logits.cols(), vocab_offset, stream_);
+    cuda::logits_sum_exp_and_target(fp32(stats, "logits_sum_exp_and_target", "stats"), in(logits),
+                                    fp32(row_max, "logits_sum_exp_and_target", "row_max"), t.as<std::int32_t>(),
+                                    logits.rows(), logits.cols(), vocab_offset, stream_);
   }
   double cross_entropy_loss_sum(const Tensor& row_max, const Tensor& stats) override {
     // A few floats per token: summed on the host in the CPU backend's order.
@@ -338,32 +405,75 @@ class CudaBackend final : public Backend {
     check_same_shape(dlogits, logits, "cross_entropy_backward");
     FORESIGHT_CHECK(std::int64_t(targets.size()) == logits.rows()) << "targets " << targets.size() << " vs " << logits.rows();
     Scratch t = upload(targets);
-    cuda::cross_entropy_backward(dlogits.data(), logits.data(), row_max.data(), stats.data(), t.as<std::int32_t>(),
-                                 logits.rows(), logits.cols(), vocab_offset, scale, stream_);
+    cuda::cross_entropy_backward(out(dlogits), in(logits), fp32(row_max, "cross_entropy_backward", "row_max"),
+                                 fp32(stats, "cross_entropy_backward", "stats"), t.as<std::int32_t>(), logits.rows(),
+                                 logits.cols(), vocab_offset, scale, stream_);
   }
 
   void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWStep& h) override {
     check_same_shape(param, grad, "adamw");
     const double c1 = 1.0 - std::pow(double(h.beta1), h.step), c2 = 1.0 - std::pow(double(h.beta2), h.step);
-    cuda::adamw(param.data(), grad.data(), m.data(), v.data(), param.numel(), h.lr, h.beta1, h.beta2, h.eps,
-                h.weight_decay, h.grad_scale, c1, c2, stream_);
+    // Master weights, main gradients and moments: fp32 under every recipe.
+    cuda::adamw(fp32(param, "adamw", "param"), fp32(grad, "adamw", "grad"), fp32(m, "adamw", "m"), fp32(v, "adamw", "v"),
+                param.numel(), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, c1, c2, stream_);
   }
 
  private:
+  bool bf16() const { return precision_ == Precision::bf16; }
+
+  Tensor make(std::int64_t rows, std::int64_t cols, ElementType type) {
+    FORESIGHT_CHECK(rows >= 0 && cols >= 0) << rows << "x" << cols;
+    auto buf = std::make_shared<DeviceBuffer>(pool_, std::size_t(rows * cols), type);
+    if (rows * cols > 0) FORESIGHT_CUDA(cudaMemsetAsync(buf->raw, 0, buf->bytes(), stream_));  // 0x0000 is bf16 +0 too
+    return Tensor(std::move(buf), 0, rows, cols);
+  }
+
+  /// Attention reads its inputs as the activation type the recipe stores (a bf16 operand of a
+  /// tensor-core GEMM under bf16) and keeps probs in it.
+  void check_activation(const Tensor& t, const char* op, const char* what) const {
+    check_device(t, op);
+    FORESIGHT_CHECK(t.element_type() == activation_type(precision_))
+        << op << ": " << what << " must be of the activation type (" << to_string(precision_) << ")";
+  }
+
+  /// A GEMM operand as cuBLAS reads it: the tensor itself, or under bf16 an fp32 tensor rounded
+  /// into `scratch` (packed bf16).
+  cuda::In gemm_operand(const Tensor& t, std::optional<Scratch>& scratch) {
+    check_device(t, "matmul");
+    if (!bf16() || t.storage() == Storage::packed_bf16) return in(t);
+    scratch.emplace(pool_, std::size_t(t.numel()) * sizeof(kernels::bf16));
+    const cuda::Out packed{scratch->as<void>(), cuda::Type::bf16};
+    cuda::convert(packed, in(t), t.numel(), stream_);
+    return packed;
+  }
+
   /// Row-major C (M,N; ldc) = alpha op(A) op(B) + beta C, `batch` times with the given strides
   /// (elements). cuBLAS is column-major: a row-major matrix is its transpose there, so the call
-  /// computes C^T = op(B)^T op(A)^T, B first.
-  void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
-            std::int64_t lda, std::int64_t sA, const float* B, std::int64_t ldb, std::int64_t sB, float beta, float* C,
-            std::int64_t ldc, std::int64_t sC, int batch) {
+  /// computes C^T = op(B)^T op(A)^T, B first. fp32 A, B and C (the fp32 recipe): cublasSgemm. bf16
+  /// A and B: cublasGemmEx with fp32 compute, C bf16 or fp32 (alpha, beta and the sum fp32).
+  void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, cuda::In A, std::int64_t lda,
+            std::int64_t sA, cuda::In B, std::int64_t ldb, std::int64_t sB, float beta, cuda::Out C, std::int64_t ldc,
+            std::int64_t sC, int batch) {
     FORESIGHT_CHECK(M < (1LL << 31) && N < (1LL << 31) && K < (1LL << 31)) << "GEMM dimensions beyond cuBLAS's int";
     const cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FORESIGHT_CUBLAS(cublasSgemmStridedBatched(blas_, opB, opA, int(N), int(M), int(K), &alpha, B, int(ldb), sB, A,
-                                               int(lda), sA, &beta, C, int(ldc), sC, batch));
+    if (!bf16()) {
+      FORESIGHT_CHECK(A.type == cuda::Type::fp32 && B.type == cuda::Type::fp32 && C.type == cuda::Type::fp32)
+          << "a bf16 tensor in an fp32-recipe GEMM";
+      FORESIGHT_CUBLAS(cublasSgemmStridedBatched(blas_, opB, opA, int(N), int(M), int(K), &alpha,
+                                                 static_cast<const float*>(B.data), int(ldb), sB,
+                                                 static_cast<const float*>(A.data), int(lda), sA, &beta,
+                                                 static_cast<float*>(C.data), int(ldc), sC, batch));
+      return;
+    }
+    FORESIGHT_CHECK(A.type == cuda::Type::bf16 && B.type == cuda::Type::bf16) << "an fp32 operand in a bf16 GEMM";
+    FORESIGHT_CUBLAS(cublasGemmStridedBatchedEx(blas_, opB, opA, int(N), int(M), int(K), &alpha, B.data, CUDA_R_16BF,
+                                                int(ldb), sB, A.data, CUDA_R_16BF, int(lda), sA, &beta, C.data,
+                                                cublas_type(C.type), int(ldc), sC, batch, CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT));
   }
 
   Scratch upload(std::span<const std::int32_t> ids) {
-    Scratch s(pool_, std::max<std::size_t>(1, ids.size()));
+    Scratch s(pool_, std::max<std::size_t>(1, ids.size()) * sizeof(std::int32_t));
     if (!ids.empty())
       FORESIGHT_CUDA(cudaMemcpyAsync(s.as<std::int32_t>(), ids.data(), ids.size() * sizeof(std::int32_t),
                                      cudaMemcpyHostToDevice, stream_));
@@ -383,6 +493,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   bool tf32_;
+  Precision precision_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::shared_ptr<DevicePool> pool_;
@@ -396,12 +507,12 @@ int local_rank() {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(bool tf32) {
+std::unique_ptr<Backend> make_cuda_backend(bool tf32, Precision precision) {
   const kernels::DeviceCount c = kernels::device_count();
   if (c.count == 0)
     throw SpecError(SourceLocation{"command line", 0, 0}, "--backend", tf32 ? "cuda-tf32" : "cuda",
                     "needs a visible CUDA GPU (" + c.reason + ")");
-  return std::make_unique<CudaBackend>(local_rank() % c.count, tf32);
+  return std::make_unique<CudaBackend>(local_rank() % c.count, tf32, precision);
 }
 
 }  // namespace foresight::trainer

@@ -1,11 +1,19 @@
 // Kernels of the trainer's CUDA backend: one per CpuBackend loop, written for agreement with it
 // rather than speed (reductions in double, fixed summation orders where the CPU's order is part of
 // its contract, e.g. embedding gradients accumulated token by token). GEMMs and attention's
-// batched products go to cuBLAS in cuda_backend.cpp; these are the memory-bound rest.
+// batched products go to cuBLAS in cuda_backend.cpp; these are the memory-bound rest. Each kernel
+// is a template over the storage type (float or __nv_bfloat16) of its tensor arguments: ld()
+// reads an element as a float, st() writes the float the CPU backend would store, rounded to
+// nearest even when the tensor is bf16 (the CPU rounds the same float with kernels::round_bf16).
+// With every type float the arithmetic is what it was before bf16 existed, operation for operation.
 #include "trainer/cuda_backend_kernels.hpp"
 
-#include <cmath>
+#include <cuda_bf16.h>
+
 #include <cfloat>
+#include <cmath>
+#include <string>
+#include <type_traits>
 
 #include "kernels/cuda_check.hpp"
 
@@ -13,7 +21,14 @@ namespace foresight::trainer::cuda {
 
 namespace {
 
+using bf16 = __nv_bfloat16;
+
 constexpr int kThreads = 256;
+
+__device__ __forceinline__ float ld(const float* p, std::int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const bf16* p, std::int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(float* p, std::int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(bf16* p, std::int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 int blocks_for(std::int64_t n, int threads = kThreads) {
   const std::int64_t b = (n + threads - 1) / threads;
@@ -45,21 +60,32 @@ __device__ float block_max(float v, float* shared) {
   return r;
 }
 
-__global__ void fill_k(float* p, std::int64_t n, float v) {
+template <class T>
+__global__ void fill_k(T* p, std::int64_t n, float v) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
-    p[i] = v;
+    st(p, i, v);
 }
 
-__global__ void add_k(float* y, const float* x, std::int64_t n) {
+template <class D, class S>
+__global__ void convert_k(D* dst, const S* src, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
-    y[i] += x[i];
+    st(dst, i, ld(src, i));
 }
 
-__global__ void sum_squares_partial_k(const float* x, std::int64_t n, double* partial) {
+template <class Y, class X>
+__global__ void add_k(Y* y, const X* x, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
+    st(y, i, ld(y, i) + ld(x, i));
+}
+
+template <class T>
+__global__ void sum_squares_partial_k(const T* x, std::int64_t n, double* partial) {
   __shared__ double sh[kThreads];
   double s = 0;
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
-    s += double(x[i]) * x[i];
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const double v = ld(x, i);
+    s += v * v;
+  }
   s = block_sum(s, sh);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -72,35 +98,39 @@ __global__ void sum_partials_k(const double* partial, int count, double* result)
   if (threadIdx.x == 0) *result = s;
 }
 
-__global__ void non_finite_k(const float* x, std::int64_t n, int* flag) {
+template <class T>
+__global__ void non_finite_k(const T* x, std::int64_t n, int* flag) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
-    if (!isfinite(x[i])) *flag = 1;
+    if (!isfinite(ld(x, i))) *flag = 1;
 }
 
-__global__ void add_bias_k(float* y, const float* bias, std::int64_t rows, std::int64_t cols) {
+template <class Y, class B>
+__global__ void add_bias_k(Y* y, const B* bias, std::int64_t rows, std::int64_t cols) {
   const std::int64_t n = rows * cols;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x)
-    y[i] += bias[i % cols];
+    st(y, i, ld(y, i) + ld(bias, i % cols));
 }
 
-__global__ void bias_backward_k(float* dbias, const float* dy, std::int64_t rows, std::int64_t cols) {
+template <class G, class T>
+__global__ void bias_backward_k(G* dbias, const T* dy, std::int64_t rows, std::int64_t cols) {
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= cols) return;
   double s = 0;
-  for (std::int64_t n = 0; n < rows; ++n) s += dy[n * cols + j];
-  dbias[j] = float(dbias[j] + s);
+  for (std::int64_t n = 0; n < rows; ++n) s += ld(dy, n * cols + j);
+  st(dbias, j, float(ld(dbias, j) + s));
 }
 
-__global__ void layernorm_forward_k(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                                    const float* beta, std::int64_t cols, double eps) {
+template <class T, class W>
+__global__ void layernorm_forward_k(T* y, float* mean, float* rstd, const T* x, const W* gamma, const W* beta,
+                                    std::int64_t cols, double eps) {
   __shared__ double sh[kThreads];
   const std::int64_t n = blockIdx.x;
-  const float* xr = x + n * cols;
+  const T* xr = x + n * cols;
   double s = 0;
-  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += ld(xr, j);
   const double mu = block_sum(s, sh) / double(cols);
   double v = 0;
-  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) v += (xr[j] - mu) * (xr[j] - mu);
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) v += (ld(xr, j) - mu) * (ld(xr, j) - mu);
   const double var = block_sum(v, sh) / double(cols);
   const double rs = 1.0 / sqrt(var + eps);
   if (threadIdx.x == 0) {
@@ -108,122 +138,132 @@ __global__ void layernorm_forward_k(float* y, float* mean, float* rstd, const fl
     rstd[n] = float(rs);
   }
   for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    y[n * cols + j] = float((xr[j] - mu) * rs * gamma[j] + beta[j]);
+    st(y, n * cols + j, float((ld(xr, j) - mu) * rs * ld(gamma, j) + ld(beta, j)));
 }
 
-__global__ void layernorm_backward_dx_k(float* dx, const float* dy, const float* x, const float* mean,
-                                        const float* rstd, const float* gamma, std::int64_t cols) {
+template <class T, class W>
+__global__ void layernorm_backward_dx_k(T* dx, const T* dy, const T* x, const float* mean, const float* rstd,
+                                        const W* gamma, std::int64_t cols) {
   __shared__ double sh[kThreads];
   const std::int64_t n = blockIdx.x;
-  const float* xr = x + n * cols;
-  const float* dyr = dy + n * cols;
+  const T* xr = x + n * cols;
+  const T* dyr = dy + n * cols;
   const double mu = mean[n], rs = rstd[n];
   double a = 0, b = 0;
   for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const double xhat = (xr[j] - mu) * rs;
-    const double dxhat = double(dyr[j]) * gamma[j];
+    const double xhat = (ld(xr, j) - mu) * rs;
+    const double dxhat = double(ld(dyr, j)) * ld(gamma, j);
     a += dxhat;
     b += dxhat * xhat;
   }
   const double mean_dxhat = block_sum(a, sh) / double(cols);
   const double mean_dxhat_xhat = block_sum(b, sh) / double(cols);
   for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const double xhat = (xr[j] - mu) * rs;
-    const double dxhat = double(dyr[j]) * gamma[j];
-    dx[n * cols + j] = float(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+    const double xhat = (ld(xr, j) - mu) * rs;
+    const double dxhat = double(ld(dyr, j)) * ld(gamma, j);
+    st(dx, n * cols + j, float(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)));
   }
 }
 
-__global__ void layernorm_backward_params_k(float* dgamma, float* dbeta, const float* dy, const float* x,
-                                            const float* mean, const float* rstd, std::int64_t rows,
-                                            std::int64_t cols) {
+template <class G, class T>
+__global__ void layernorm_backward_params_k(G* dgamma, G* dbeta, const T* dy, const T* x, const float* mean,
+                                            const float* rstd, std::int64_t rows, std::int64_t cols) {
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= cols) return;
   double dg = 0, db = 0;
   for (std::int64_t n = 0; n < rows; ++n) {
-    const double xhat = (x[n * cols + j] - double(mean[n])) * double(rstd[n]);
-    dg += double(dy[n * cols + j]) * xhat;
-    db += dy[n * cols + j];
+    const double xhat = (ld(x, n * cols + j) - double(mean[n])) * double(rstd[n]);
+    dg += double(ld(dy, n * cols + j)) * xhat;
+    db += ld(dy, n * cols + j);
   }
-  dgamma[j] = float(dgamma[j] + dg);
-  dbeta[j] = float(dbeta[j] + db);
+  st(dgamma, j, float(ld(dgamma, j) + dg));
+  st(dbeta, j, float(ld(dbeta, j) + db));
 }
 
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
-__global__ void gelu_forward_k(float* y, const float* x, std::int64_t n) {
+template <class T>
+__global__ void gelu_forward_k(T* y, const T* x, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
-    const double v = x[i];
-    y[i] = float(0.5 * v * (1.0 + tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))));
+    const double v = ld(x, i);
+    st(y, i, float(0.5 * v * (1.0 + tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)))));
   }
 }
 
-__global__ void gelu_backward_k(float* dx, const float* dy, const float* x, std::int64_t n) {
+template <class T>
+__global__ void gelu_backward_k(T* dx, const T* dy, const T* x, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
-    const double v = x[i];
+    const double v = ld(x, i);
     const double t = tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
     const double d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
-    dx[i] = float(dy[i] * d);
+    st(dx, i, float(ld(dy, i) * d));
   }
 }
 
-__global__ void causal_softmax_k(float* scores, std::int64_t seq, std::int64_t keys) {
+template <class T>
+__global__ void causal_softmax_k(T* scores, std::int64_t seq, std::int64_t keys) {
   __shared__ double sh[kThreads];
   __shared__ float shf[kThreads];
   const std::int64_t r = blockIdx.x;
   const std::int64_t last = keys - seq + r % seq;  // the query sees keys 0 .. last
-  float* row = scores + r * keys;
+  T* row = scores + r * keys;
   float mx = -FLT_MAX;
-  for (std::int64_t j = threadIdx.x; j <= last; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  for (std::int64_t j = threadIdx.x; j <= last; j += blockDim.x) mx = fmaxf(mx, ld(row, j));
   mx = block_max(mx, shf);
   double s = 0;
-  for (std::int64_t j = threadIdx.x; j <= last; j += blockDim.x) s += exp(double(row[j]) - mx);
+  for (std::int64_t j = threadIdx.x; j <= last; j += blockDim.x) s += exp(double(ld(row, j)) - mx);
   s = block_sum(s, sh);
+  // Each thread rewrites only the elements it read above.
   for (std::int64_t j = threadIdx.x; j < keys; j += blockDim.x)
-    row[j] = j <= last ? float(exp(double(row[j]) - mx) / s) : 0.0f;
+    st(row, j, j <= last ? float(exp(double(ld(row, j)) - mx) / s) : 0.0f);
 }
 
-__global__ void softmax_backward_k(float* dp, const float* p, std::int64_t keys, float scale) {
+template <class T>
+__global__ void softmax_backward_k(T* dp, const T* p, std::int64_t keys) {
   __shared__ double sh[kThreads];
   const std::int64_t r = blockIdx.x;
-  float* d = dp + r * keys;
-  const float* pr = p + r * keys;
+  T* d = dp + r * keys;
+  const T* pr = p + r * keys;
   double s = 0;
-  for (std::int64_t j = threadIdx.x; j < keys; j += blockDim.x) s += double(pr[j]) * d[j];
+  for (std::int64_t j = threadIdx.x; j < keys; j += blockDim.x) s += double(ld(pr, j)) * ld(d, j);
   s = block_sum(s, sh);
-  for (std::int64_t j = threadIdx.x; j < keys; j += blockDim.x) d[j] = float(double(pr[j]) * (d[j] - s) * scale);
+  for (std::int64_t j = threadIdx.x; j < keys; j += blockDim.x) st(d, j, float(double(ld(pr, j)) * (ld(d, j) - s)));
 }
 
-__global__ void embedding_forward_k(float* x, const float* table, const std::int32_t* tokens, std::int64_t rows,
+template <class T>
+__global__ void embedding_forward_k(T* x, const T* table, const std::int32_t* tokens, std::int64_t rows,
                                     std::int64_t cols, std::int64_t table_rows, std::int64_t offset) {
   const std::int64_t total = rows * cols;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t n = i / cols, j = i % cols;
     const std::int64_t r = std::int64_t(tokens[n]) - offset;
-    x[i] = (r >= 0 && r < table_rows) ? table[r * cols + j] : 0.0f;
+    st(x, i, (r >= 0 && r < table_rows) ? ld(table, r * cols + j) : 0.0f);
   }
 }
 
-__global__ void embedding_backward_k(float* dtable, const float* dx, const std::int32_t* tokens, std::int64_t rows,
+template <class T>
+__global__ void embedding_backward_k(float* dtable, const T* dx, const std::int32_t* tokens, std::int64_t rows,
                                      std::int64_t cols, std::int64_t table_rows, std::int64_t offset) {
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= cols) return;
   for (std::int64_t n = 0; n < rows; ++n) {
     const std::int64_t r = std::int64_t(tokens[n]) - offset;
-    if (r >= 0 && r < table_rows) dtable[r * cols + j] += dx[n * cols + j];
+    if (r >= 0 && r < table_rows) dtable[r * cols + j] += ld(dx, n * cols + j);
   }
 }
 
-__global__ void add_positions_k(float* x, const float* positions, std::int64_t rows, std::int64_t cols,
-                                std::int64_t first_row, std::int64_t period, std::int64_t offset) {
+template <class T, class P>
+__global__ void add_positions_k(T* x, const P* positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
+                                std::int64_t period, std::int64_t offset) {
   const std::int64_t total = rows * cols;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t n = i / cols, j = i % cols;
-    x[i] += positions[(offset + (first_row + n) % period) * cols + j];
+    st(x, i, ld(x, i) + ld(positions, (offset + (first_row + n) % period) * cols + j));
   }
 }
 
-__global__ void positions_backward_k(float* dpositions, const float* dx, std::int64_t positions_rows, std::int64_t rows,
+template <class G, class T>
+__global__ void positions_backward_k(G* dpositions, const T* dx, std::int64_t positions_rows, std::int64_t rows,
                                      std::int64_t cols, std::int64_t first_row, std::int64_t period,
                                      std::int64_t offset) {
   const std::int64_t total = positions_rows * cols;
@@ -234,45 +274,48 @@ __global__ void positions_backward_k(float* dpositions, const float* dx, std::in
     if (k >= 0 && k < period) {
       std::int64_t n0 = (k - first_row % period) % period;
       if (n0 < 0) n0 += period;
-      for (std::int64_t n = n0; n < rows; n += period) acc += dx[n * cols + j];
+      for (std::int64_t n = n0; n < rows; n += period) acc += ld(dx, n * cols + j);
     }
-    dpositions[i] = float(dpositions[i] + acc);
+    st(dpositions, i, float(ld(dpositions, i) + acc));
   }
 }
 
-__global__ void logits_row_max_k(float* row_max, const float* logits, std::int64_t vocab) {
+template <class T>
+__global__ void logits_row_max_k(float* row_max, const T* logits, std::int64_t vocab) {
   __shared__ float sh[kThreads];
   const std::int64_t n = blockIdx.x;
   float m = -INFINITY;
-  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, logits[n * vocab + j]);
+  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, ld(logits, n * vocab + j));
   m = block_max(m, sh);
   if (threadIdx.x == 0) row_max[n] = m;
 }
 
-__global__ void logits_sum_exp_k(float* stats, const float* logits, const float* row_max, const std::int32_t* targets,
+template <class T>
+__global__ void logits_sum_exp_k(float* stats, const T* logits, const float* row_max, const std::int32_t* targets,
                                  std::int64_t vocab, std::int64_t offset) {
   __shared__ double sh[kThreads];
   const std::int64_t n = blockIdx.x;
-  const float* l = logits + n * vocab;
+  const T* l = logits + n * vocab;
   double s = 0;
-  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += exp(double(l[j]) - row_max[n]);
+  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += exp(double(ld(l, j)) - row_max[n]);
   s = block_sum(s, sh);
   if (threadIdx.x == 0) {
     const std::int64_t t = std::int64_t(targets[n]) - offset;
     stats[2 * n] = float(s);
-    stats[2 * n + 1] = (t >= 0 && t < vocab) ? l[t] : 0.0f;
+    stats[2 * n + 1] = (t >= 0 && t < vocab) ? ld(l, t) : 0.0f;
   }
 }
 
-__global__ void cross_entropy_backward_k(float* dlogits, const float* logits, const float* row_max, const float* stats,
+template <class T>
+__global__ void cross_entropy_backward_k(T* dlogits, const T* logits, const float* row_max, const float* stats,
                                          const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
                                          std::int64_t offset, float scale) {
   const std::int64_t total = rows * vocab;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t n = i / vocab, j = i % vocab;
-    const double p = exp(double(logits[i]) - row_max[n]) / double(stats[2 * n]);
+    const double p = exp(double(ld(logits, i)) - row_max[n]) / double(stats[2 * n]);
     const std::int64_t t = std::int64_t(targets[n]) - offset;
-    dlogits[i] = float(scale * (p - (j == t ? 1.0 : 0.0)));
+    st(dlogits, i, float(scale * (p - (j == t ? 1.0 : 0.0))));
   }
 }
 
@@ -289,6 +332,27 @@ __global__ void adamw_k(float* param, const float* grad, float* m, float* v, std
   }
 }
 
+// Storage dispatch: calls f with the tensor's elements as the pointer type they are stored in,
+// so that one generic lambda instantiates a kernel for every storage type.
+template <class F>
+void typed(In e, F&& f) {
+  if (e.type == Type::bf16)
+    f(static_cast<const bf16*>(e.data));
+  else
+    f(static_cast<const float*>(e.data));
+}
+template <class F>
+void typed(Out e, F&& f) {
+  if (e.type == Type::bf16)
+    f(static_cast<bf16*>(e.data));
+  else
+    f(static_cast<float*>(e.data));
+}
+/// For arguments that must share one storage type (an op's activations): fails otherwise.
+void same_type(Type a, Type b, const char* op) {
+  kernels::detail::require(a == b, std::string(op) + ": tensors of different storage types where one is expected");
+}
+
 }  // namespace
 
 #define LAUNCH(kernel, grid, ...)                                 \
@@ -297,81 +361,145 @@ __global__ void adamw_k(float* param, const float* grad, float* m, float* v, std
     FORESIGHT_CUDA_LAUNCHED(#kernel);                             \
   } while (0)
 
-void fill(float* p, std::int64_t n, float value, cudaStream_t stream) {
-  if (n > 0) LAUNCH(fill_k, blocks_for(n), p, n, value);
+void fill(Out p, std::int64_t n, float value, cudaStream_t stream) {
+  if (n > 0) typed(p, [&](auto* d) { LAUNCH(fill_k, blocks_for(n), d, n, value); });
 }
-void add(float* y, const float* x, std::int64_t n, cudaStream_t stream) {
-  if (n > 0) LAUNCH(add_k, blocks_for(n), y, x, n);
+void convert(Out dst, In src, std::int64_t n, cudaStream_t stream) {
+  if (n > 0)
+    typed(dst, [&](auto* d) { typed(src, [&](auto* s) { LAUNCH(convert_k, blocks_for(n), d, s, n); }); });
 }
-void sum_squares(const float* x, std::int64_t n, double* scratch, double* result, cudaStream_t stream) {
-  LAUNCH(sum_squares_partial_k, kSumBlocks, x, n, scratch);
+void add(Out y, In x, std::int64_t n, cudaStream_t stream) {
+  if (n > 0) typed(y, [&](auto* py) { typed(x, [&](auto* px) { LAUNCH(add_k, blocks_for(n), py, px, n); }); });
+}
+void sum_squares(In x, std::int64_t n, double* scratch, double* result, cudaStream_t stream) {
+  typed(x, [&](auto* px) { LAUNCH(sum_squares_partial_k, kSumBlocks, px, n, scratch); });
   LAUNCH(sum_partials_k, 1, scratch, kSumBlocks, result);
 }
-void any_non_finite(const float* x, std::int64_t n, int* flag, cudaStream_t stream) {
-  if (n > 0) LAUNCH(non_finite_k, blocks_for(n), x, n, flag);
+void any_non_finite(In x, std::int64_t n, int* flag, cudaStream_t stream) {
+  if (n > 0) typed(x, [&](auto* px) { LAUNCH(non_finite_k, blocks_for(n), px, n, flag); });
 }
-void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
-  if (rows * cols > 0) LAUNCH(add_bias_k, blocks_for(rows * cols), y, bias, rows, cols);
+void add_bias(Out y, In bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (rows * cols > 0)
+    typed(y, [&](auto* py) { typed(bias, [&](auto* pb) { LAUNCH(add_bias_k, blocks_for(rows * cols), py, pb, rows, cols); }); });
 }
-void bias_backward(float* dbias, const float* dy, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
-  if (cols > 0) LAUNCH(bias_backward_k, blocks_for(cols), dbias, dy, rows, cols);
+void bias_backward(Out dbias, In dy, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (cols > 0)
+    typed(dbias, [&](auto* g) { typed(dy, [&](auto* d) { LAUNCH(bias_backward_k, blocks_for(cols), g, d, rows, cols); }); });
 }
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
-                       std::int64_t rows, std::int64_t cols, double eps, cudaStream_t stream) {
-  if (rows > 0) LAUNCH(layernorm_forward_k, int(rows), y, mean, rstd, x, gamma, beta, cols, eps);
-}
-void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
-                        const float* rstd, const float* gamma, std::int64_t rows, std::int64_t cols,
-                        cudaStream_t stream) {
+void layernorm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta, std::int64_t rows, std::int64_t cols,
+                       double eps, cudaStream_t stream) {
   if (rows == 0) return;
-  LAUNCH(layernorm_backward_dx_k, int(rows), dx, dy, x, mean, rstd, gamma, cols);
-  LAUNCH(layernorm_backward_params_k, blocks_for(cols), dgamma, dbeta, dy, x, mean, rstd, rows, cols);
+  same_type(y.type, x.type, "layernorm_forward (y, x)");
+  same_type(gamma.type, beta.type, "layernorm_forward (gamma, beta)");
+  typed(y, [&](auto* py) {
+    using T = std::remove_pointer_t<decltype(py)>;
+    typed(gamma, [&](auto* pg) {
+      using W = std::remove_const_t<std::remove_pointer_t<decltype(pg)>>;
+      LAUNCH(layernorm_forward_k, int(rows), py, mean, rstd, static_cast<const T*>(x.data), pg,
+             static_cast<const W*>(beta.data), cols, eps);
+    });
+  });
 }
-void gelu_forward(float* y, const float* x, std::int64_t n, cudaStream_t stream) {
-  if (n > 0) LAUNCH(gelu_forward_k, blocks_for(n), y, x, n);
+void layernorm_backward(Out dx, Out dgamma, Out dbeta, In dy, In x, const float* mean, const float* rstd, In gamma,
+                        std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (rows == 0) return;
+  same_type(dx.type, dy.type, "layernorm_backward (dx, dy)");
+  same_type(dx.type, x.type, "layernorm_backward (dx, x)");
+  same_type(dgamma.type, dbeta.type, "layernorm_backward (dgamma, dbeta)");
+  typed(dx, [&](auto* pdx) {
+    using T = std::remove_pointer_t<decltype(pdx)>;
+    const T* pdy = static_cast<const T*>(dy.data);
+    const T* px = static_cast<const T*>(x.data);
+    typed(gamma, [&](auto* pg) { LAUNCH(layernorm_backward_dx_k, int(rows), pdx, pdy, px, mean, rstd, pg, cols); });
+    typed(dgamma, [&](auto* pdg) {
+      using G = std::remove_pointer_t<decltype(pdg)>;
+      LAUNCH(layernorm_backward_params_k, blocks_for(cols), pdg, static_cast<G*>(dbeta.data), pdy, px, mean, rstd, rows,
+             cols);
+    });
+  });
 }
-void gelu_backward(float* dx, const float* dy, const float* x, std::int64_t n, cudaStream_t stream) {
-  if (n > 0) LAUNCH(gelu_backward_k, blocks_for(n), dx, dy, x, n);
+void gelu_forward(Out y, In x, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  same_type(y.type, x.type, "gelu_forward");
+  typed(y, [&](auto* py) {
+    using T = std::remove_pointer_t<decltype(py)>;
+    LAUNCH(gelu_forward_k, blocks_for(n), py, static_cast<const T*>(x.data), n);
+  });
 }
-void causal_softmax(float* scores, std::int64_t rows, std::int64_t seq, std::int64_t keys, cudaStream_t stream) {
-  if (rows > 0) LAUNCH(causal_softmax_k, int(rows), scores, seq, keys);
+void gelu_backward(Out dx, In dy, In x, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  same_type(dx.type, dy.type, "gelu_backward (dx, dy)");
+  same_type(dx.type, x.type, "gelu_backward (dx, x)");
+  typed(dx, [&](auto* pdx) {
+    using T = std::remove_pointer_t<decltype(pdx)>;
+    LAUNCH(gelu_backward_k, blocks_for(n), pdx, static_cast<const T*>(dy.data), static_cast<const T*>(x.data), n);
+  });
 }
-void softmax_backward(float* dp, const float* p, std::int64_t rows, std::int64_t keys, float scale,
-                      cudaStream_t stream) {
-  if (rows > 0) LAUNCH(softmax_backward_k, int(rows), dp, p, keys, scale);
+void causal_softmax(Out scores, std::int64_t rows, std::int64_t seq, std::int64_t keys, cudaStream_t stream) {
+  if (rows > 0) typed(scores, [&](auto* p) { LAUNCH(causal_softmax_k, int(rows), p, seq, keys); });
 }
-void embedding_forward(float* x, const float* table, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
+void softmax_backward(Out dp, In p, std::int64_t rows, std::int64_t keys, cudaStream_t stream) {
+  if (rows == 0) return;
+  same_type(dp.type, p.type, "softmax_backward");
+  typed(dp, [&](auto* d) {
+    using T = std::remove_pointer_t<decltype(d)>;
+    LAUNCH(softmax_backward_k, int(rows), d, static_cast<const T*>(p.data), keys);
+  });
+}
+void embedding_forward(Out x, In table, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
                        std::int64_t table_rows, std::int64_t offset, cudaStream_t stream) {
-  if (rows * cols > 0) LAUNCH(embedding_forward_k, blocks_for(rows * cols), x, table, tokens, rows, cols, table_rows, offset);
+  if (rows * cols == 0) return;
+  same_type(x.type, table.type, "embedding_forward");
+  typed(x, [&](auto* px) {
+    using T = std::remove_pointer_t<decltype(px)>;
+    LAUNCH(embedding_forward_k, blocks_for(rows * cols), px, static_cast<const T*>(table.data), tokens, rows, cols,
+           table_rows, offset);
+  });
 }
-void embedding_backward(float* dtable, const float* dx, const std::int32_t* tokens, std::int64_t rows,
-                        std::int64_t cols, std::int64_t table_rows, std::int64_t offset, cudaStream_t stream) {
-  if (cols > 0) LAUNCH(embedding_backward_k, blocks_for(cols), dtable, dx, tokens, rows, cols, table_rows, offset);
+void embedding_backward(float* dtable, In dx, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
+                        std::int64_t table_rows, std::int64_t offset, cudaStream_t stream) {
+  if (cols > 0)
+    typed(dx, [&](auto* d) {
+      LAUNCH(embedding_backward_k, blocks_for(cols), dtable, d, tokens, rows, cols, table_rows, offset);
+    });
 }
-void add_positions(float* x, const float* positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
+void add_positions(Out x, In positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
                    std::int64_t period, std::int64_t offset, cudaStream_t stream) {
-  if (rows * cols > 0) LAUNCH(add_positions_k, blocks_for(rows * cols), x, positions, rows, cols, first_row, period, offset);
+  if (rows * cols > 0)
+    typed(x, [&](auto* px) {
+      typed(positions, [&](auto* pp) {
+        LAUNCH(add_positions_k, blocks_for(rows * cols), px, pp, rows, cols, first_row, period, offset);
+      });
+    });
 }
-void positions_backward(float* dpositions, const float* dx, std::int64_t positions_rows, std::int64_t rows,
-                        std::int64_t cols, std::int64_t first_row, std::int64_t period, std::int64_t offset,
-                        cudaStream_t stream) {
+void positions_backward(Out dpositions, In dx, std::int64_t positions_rows, std::int64_t rows, std::int64_t cols,
+                        std::int64_t first_row, std::int64_t period, std::int64_t offset, cudaStream_t stream) {
   if (positions_rows * cols > 0)
-    LAUNCH(positions_backward_k, blocks_for(positions_rows * cols), dpositions, dx, positions_rows, rows, cols, first_row,
-           period, offset);
+    typed(dpositions, [&](auto* g) {
+      typed(dx, [&](auto* d) {
+        LAUNCH(positions_backward_k, blocks_for(positions_rows * cols), g, d, positions_rows, rows, cols, first_row,
+               period, offset);
+      });
+    });
 }
-void logits_row_max(float* row_max, const float* logits, std::int64_t rows, std::int64_t vocab, cudaStream_t stream) {
-  if (rows > 0) LAUNCH(logits_row_max_k, int(rows), row_max, logits, vocab);
+void logits_row_max(float* row_max, In logits, std::int64_t rows, std::int64_t vocab, cudaStream_t stream) {
+  if (rows > 0) typed(logits, [&](auto* l) { LAUNCH(logits_row_max_k, int(rows), row_max, l, vocab); });
 }
-void logits_sum_exp_and_target(float* stats, const float* logits, const float* row_max, const std::int32_t* targets,
+void logits_sum_exp_and_target(float* stats, In logits, const float* row_max, const std::int32_t* targets,
                                std::int64_t rows, std::int64_t vocab, std::int64_t offset, cudaStream_t stream) {
-  if (rows > 0) LAUNCH(logits_sum_exp_k, int(rows), stats, logits, row_max, targets, vocab, offset);
+  if (rows > 0)
+    typed(logits, [&](auto* l) { LAUNCH(logits_sum_exp_k, int(rows), stats, l, row_max, targets, vocab, offset); });
 }
-void cross_entropy_backward(float* dlogits, const float* logits, const float* row_max, const float* stats,
+void cross_entropy_backward(Out dlogits, In logits, const float* row_max, const float* stats,
                             const std::int32_t* targets, std::int64_t rows, std::int64_t vocab, std::int64_t offset,
                             float scale, cudaStream_t stream) {
-  if (rows * vocab > 0)
-    LAUNCH(cross_entropy_backward_k, blocks_for(rows * vocab), dlogits, logits, row_max, stats, targets, rows, vocab,
-           offset, scale);
+  if (rows * vocab == 0) return;
+  same_type(dlogits.type, logits.type, "cross_entropy_backward");
+  typed(dlogits, [&](auto* d) {
+    using T = std::remove_pointer_t<decltype(d)>;
+    LAUNCH(cross_entropy_backward_k, blocks_for(rows * vocab), d, static_cast<const T*>(logits.data), row_max, stats,
+           targets, rows, vocab, offset, scale);
+  });
 }
 void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr, float beta1, float beta2,
            float eps, float weight_decay, float grad_scale, double c1, double c2, cudaStream_t stream) {

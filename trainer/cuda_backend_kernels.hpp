@@ -1,7 +1,11 @@
-// Launchers of the CUDA backend's kernels (cuda_backend_kernels.cu): fp32 storage, each one the
-// device twin of one CpuBackend loop, with reductions in double so that the two backends agree to
-// fp32 rounding. Plain pointers and sizes only, so that cuda_backend.cpp stays ordinary C++.
-// Every launcher enqueues on `stream` and reports a bad launch by throwing (kernels::CudaError).
+// Launchers of the CUDA backend's kernels (cuda_backend_kernels.cu), each the device twin of one
+// CpuBackend loop, with reductions in double so that the two backends agree to rounding. Every
+// tensor argument says how its elements are stored (fp32, or packed bf16 under --precision bf16):
+// the kernels are templates over the storage type of their inputs and outputs, read every element
+// as a float, compute in fp32 or double, and round what they write into a bf16 tensor to nearest
+// even (__float2bfloat16_rn of the float the CPU would store, as kernels/bf16.hpp does on the
+// host). Plain pointers and sizes only, so that cuda_backend.cpp stays ordinary C++. Every
+// launcher enqueues on `stream` and reports a bad launch by throwing (kernels::CudaError).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,56 +14,77 @@
 
 namespace foresight::trainer::cuda {
 
-void fill(float* p, std::int64_t n, float value, cudaStream_t stream);
-/// y += x.
-void add(float* y, const float* x, std::int64_t n, cudaStream_t stream);
-/// partials[0] = sum of x[i]^2 in double, via `scratch` (kSumBlocks doubles), deterministic order.
+/// How a device tensor's elements are stored.
+enum class Type { fp32, bf16 };
+
+/// A tensor's elements that a kernel reads: the first one's address and their storage.
+struct In {
+  const void* data = nullptr;
+  Type type = Type::fp32;
+};
+/// A tensor's elements that a kernel writes (or updates in place).
+struct Out {
+  void* data = nullptr;
+  Type type = Type::fp32;
+  operator In() const { return In{data, type}; }
+};
+
+void fill(Out p, std::int64_t n, float value, cudaStream_t stream);
+/// dst = src, converting between storage types (rounding when dst is bf16, exact otherwise).
+void convert(Out dst, In src, std::int64_t n, cudaStream_t stream);
+/// y += x, summed in float and rounded when y is bf16 (the CPU's float add, then round_if_bf16).
+void add(Out y, In x, std::int64_t n, cudaStream_t stream);
+/// *result = sum of x[i]^2 in double, via `scratch` (kSumBlocks doubles), deterministic order.
 inline constexpr int kSumBlocks = 256;
-void sum_squares(const float* x, std::int64_t n, double* scratch, double* result, cudaStream_t stream);
+void sum_squares(In x, std::int64_t n, double* scratch, double* result, cudaStream_t stream);
 /// *flag = 1 when some element is not finite (the caller zeroes it first).
-void any_non_finite(const float* x, std::int64_t n, int* flag, cudaStream_t stream);
+void any_non_finite(In x, std::int64_t n, int* flag, cudaStream_t stream);
 
 /// y (rows, cols) += bias (cols) per row.
-void add_bias(float* y, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+void add_bias(Out y, In bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
 /// dbias (cols) += column sums of dy (rows, cols), each column summed in row order in double.
-void bias_backward(float* dbias, const float* dy, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+void bias_backward(Out dbias, In dy, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
 
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
-                       std::int64_t rows, std::int64_t cols, double eps, cudaStream_t stream);
-void layernorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
-                        const float* rstd, const float* gamma, std::int64_t rows, std::int64_t cols,
-                        cudaStream_t stream);
-void gelu_forward(float* y, const float* x, std::int64_t n, cudaStream_t stream);
-void gelu_backward(float* dx, const float* dy, const float* x, std::int64_t n, cudaStream_t stream);
+/// y, x of one type; gamma, beta of one type; mean and rstd fp32 (LayerNorm statistics).
+void layernorm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta, std::int64_t rows, std::int64_t cols,
+                       double eps, cudaStream_t stream);
+/// dx, dy, x of one type; dgamma, dbeta of one type (accumulated); mean, rstd fp32.
+void layernorm_backward(Out dx, Out dgamma, Out dbeta, In dy, In x, const float* mean, const float* rstd, In gamma,
+                        std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+void gelu_forward(Out y, In x, std::int64_t n, cudaStream_t stream);
+/// dx, dy, x of one type.
+void gelu_backward(Out dx, In dy, In x, std::int64_t n, cudaStream_t stream);
 
 /// Rows of `scores` (rows = batch*heads*seq, keys columns; row r is query r % seq): causal mask
 /// (query i sees keys 0 .. keys - seq + i) and softmax in place; masked entries become 0.
-void causal_softmax(float* scores, std::int64_t rows, std::int64_t seq, std::int64_t keys, cudaStream_t stream);
-/// ds = p * (dp - sum_j p_j dp_j) * scale, in place over dp (rows, keys).
-void softmax_backward(float* dp, const float* p, std::int64_t rows, std::int64_t keys, float scale,
-                      cudaStream_t stream);
+void causal_softmax(Out scores, std::int64_t rows, std::int64_t seq, std::int64_t keys, cudaStream_t stream);
+/// ds = p * (dp - sum_j p_j dp_j), in place over dp (rows, keys); dp and p of one type. The
+/// scores' 1/sqrt(D) is the caller's (the alpha of the GEMMs that read ds).
+void softmax_backward(Out dp, In p, std::int64_t rows, std::int64_t keys, cudaStream_t stream);
 
-/// x (rows, cols) = table[tokens[n] - offset] or 0 outside [0, table_rows).
-void embedding_forward(float* x, const float* table, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
+/// x (rows, cols) = table[tokens[n] - offset] or 0 outside [0, table_rows); x and table of one type.
+void embedding_forward(Out x, In table, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
                        std::int64_t table_rows, std::int64_t offset, cudaStream_t stream);
 /// dtable[tokens[n] - offset] += dx row n, rows in order (one thread per column: deterministic).
-void embedding_backward(float* dtable, const float* dx, const std::int32_t* tokens, std::int64_t rows,
-                        std::int64_t cols, std::int64_t table_rows, std::int64_t offset, cudaStream_t stream);
+/// dtable fp32: the CPU's float additions, in its order (a bf16 table goes through an fp32 copy).
+void embedding_backward(float* dtable, In dx, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
+                        std::int64_t table_rows, std::int64_t offset, cudaStream_t stream);
 /// x row n += positions row offset + (first_row + n) % period.
-void add_positions(float* x, const float* positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
+void add_positions(Out x, In positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
                    std::int64_t period, std::int64_t offset, cudaStream_t stream);
 /// dpositions row r += sum over rows n at position r of dx row n, in row order, in double.
-void positions_backward(float* dpositions, const float* dx, std::int64_t positions_rows, std::int64_t rows,
-                        std::int64_t cols, std::int64_t first_row, std::int64_t period, std::int64_t offset,
-                        cudaStream_t stream);
+void positions_backward(Out dpositions, In dx, std::int64_t positions_rows, std::int64_t rows, std::int64_t cols,
+                        std::int64_t first_row, std::int64_t period, std::int64_t offset, cudaStream_t stream);
 
-void logits_row_max(float* row_max, const float* logits, std::int64_t rows, std::int64_t vocab, cudaStream_t stream);
-void logits_sum_exp_and_target(float* stats, const float* logits, const float* row_max, const std::int32_t* targets,
+/// Statistics (row_max, stats) fp32; logits and dlogits of the activation type.
+void logits_row_max(float* row_max, In logits, std::int64_t rows, std::int64_t vocab, cudaStream_t stream);
+void logits_sum_exp_and_target(float* stats, In logits, const float* row_max, const std::int32_t* targets,
                                std::int64_t rows, std::int64_t vocab, std::int64_t offset, cudaStream_t stream);
-void cross_entropy_backward(float* dlogits, const float* logits, const float* row_max, const float* stats,
+void cross_entropy_backward(Out dlogits, In logits, const float* row_max, const float* stats,
                             const std::int32_t* targets, std::int64_t rows, std::int64_t vocab, std::int64_t offset,
                             float scale, cudaStream_t stream);
 
+/// fp32 master weights, main gradients and moments under every recipe.
 void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr, float beta1, float beta2,
            float eps, float weight_decay, float grad_scale, double c1, double c2, cudaStream_t stream);
 

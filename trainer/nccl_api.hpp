@@ -30,7 +30,9 @@ typedef enum {
   ncclInvalidArgument = 4,
   ncclInvalidUsage = 5
 } ncclResult_t;
-typedef enum { ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
+// ncclBfloat16 is declared so the communicator compiles unchanged; the stand-in refuses it
+// (ncclInvalidArgument): host tensors hold floats, only the CUDA backend packs bf16.
+typedef enum { ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct {

@@ -48,13 +48,30 @@ void cuda_check(cudaError_t rc, const char* call) {
 
 ncclRedOp_t to_nccl(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
 
-float* data_of(const Tensor& t, const char* call) {
+/// A tensor's elements as NCCL takes them: the address of the first, the count in elements, and
+/// the NCCL type of their storage. Packed bf16 (the CUDA backend's bf16 tensors) goes as
+/// ncclBfloat16: NCCL then reduces in bf16 arithmetic, rounding each partial sum (the MPI path
+/// sums floats and rounds once). The CPU backend's bf16 tensors hold floats and go as ncclFloat32
+/// (the stand-in, then rounded once like the MPI communicator's results).
+struct Elements {
+  void* data;
+  std::size_t count;
+  ncclDataType_t type;
+  std::size_t bytes_each;
+  /// The address of element i.
+  void* at(std::size_t i) const { return static_cast<char*>(data) + i * bytes_each; }
+};
+
+Elements elements_of(const Tensor& t, const char* call) {
   FORESIGHT_CHECK(t.defined()) << call << " of an undefined tensor";
   FORESIGHT_CHECK(!kDeviceTensors || t.device() == Device::cuda) << call << " over NCCL needs a CUDA tensor";
-  // bf16 tensors (floats holding bf16 values) exist on the CPU backend only; the CUDA backend
-  // refuses --precision bf16, so on real NCCL every tensor is fp32.
-  FORESIGHT_CHECK(!kDeviceTensors || t.element_type() == ElementType::fp32) << call << " of a bf16 tensor over NCCL";
-  return t.data();
+  const bool packed = t.storage() == Storage::packed_bf16;
+  return Elements{t.raw(), std::size_t(t.numel()), packed ? ncclBfloat16 : ncclFloat32, t.element_bytes()};
+}
+
+/// Out-of-place collectives move elements between two tensors of one storage.
+void check_same_storage(const Elements& a, const Elements& b, const char* call) {
+  FORESIGHT_CHECK(a.type == b.type) << call << ": input and output tensors of different storage types";
 }
 
 /// A CUDA event without timing (the cheap kind), destroyed with its owner.
@@ -128,9 +145,9 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce(Tensor t, ReduceOp op) override { all_reduce_async(t, op)->wait(); }
   std::unique_ptr<Request> all_reduce_async(Tensor t, ReduceOp op) override {
-    float* p = data_of(t, "all_reduce");
+    const Elements e = elements_of(t, "all_reduce");
     after_compute();
-    FORESIGHT_NCCL_CALL(ncclAllReduce(p, p, std::size_t(t.numel()), ncclFloat32, to_nccl(op), comm_, stream_));
+    FORESIGHT_NCCL_CALL(ncclAllReduce(e.data, e.data, e.count, e.type, to_nccl(op), comm_, stream_));
     // The stand-in has finished by now (host memory): a bf16 result is rounded once, as the MPI
     // communicator does.
     if (!kDeviceTensors) round_if_bf16(t);
@@ -153,18 +170,18 @@ class NcclCommunicator final : public Communicator {
   }
   void all_gather(Tensor out, const Tensor& in) override {
     FORESIGHT_CHECK(out.numel() == in.numel() * size_) << out.numel() << " vs " << in.numel() << " x " << size_;
-    const float* src = data_of(in, "all_gather");
-    float* dst = data_of(out, "all_gather");
+    const Elements src = elements_of(in, "all_gather"), dst = elements_of(out, "all_gather");
+    check_same_storage(src, dst, "all_gather");
     after_compute();
-    FORESIGHT_NCCL_CALL(ncclAllGather(src, dst, std::size_t(in.numel()), ncclFloat32, comm_, stream_));
+    FORESIGHT_NCCL_CALL(ncclAllGather(src.data, dst.data, src.count, src.type, comm_, stream_));
     completion({in.buffer(), out.buffer()})->wait();
   }
   void reduce_scatter(Tensor out, const Tensor& in, ReduceOp op) override {
     FORESIGHT_CHECK(in.numel() == out.numel() * size_) << in.numel() << " vs " << out.numel() << " x " << size_;
-    const float* src = data_of(in, "reduce_scatter");
-    float* dst = data_of(out, "reduce_scatter");
+    const Elements src = elements_of(in, "reduce_scatter"), dst = elements_of(out, "reduce_scatter");
+    check_same_storage(src, dst, "reduce_scatter");
     after_compute();
-    FORESIGHT_NCCL_CALL(ncclReduceScatter(src, dst, std::size_t(out.numel()), ncclFloat32, to_nccl(op), comm_, stream_));
+    FORESIGHT_NCCL_CALL(ncclReduceScatter(src.data, dst.data, dst.count, dst.type, to_nccl(op), comm_, stream_));
     completion({in.buffer(), out.buffer()})->wait();
     if (!kDeviceTensors) round_if_bf16(out);
   }
@@ -172,27 +189,27 @@ class NcclCommunicator final : public Communicator {
     // NCCL has no all-to-all: one grouped send and receive per peer (NCCL's documented recipe).
     FORESIGHT_CHECK(in.numel() == out.numel() && in.numel() % size_ == 0) << in.numel() << " / " << size_;
     const std::size_t chunk = std::size_t(in.numel() / size_);
-    const float* src = data_of(in, "all_to_all");
-    float* dst = data_of(out, "all_to_all");
+    const Elements src = elements_of(in, "all_to_all"), dst = elements_of(out, "all_to_all");
+    check_same_storage(src, dst, "all_to_all");
     after_compute();
     FORESIGHT_NCCL_CALL(ncclGroupStart());
-    for (int p = 0; p < size_; ++p) {
-      FORESIGHT_NCCL_CALL(ncclSend(src + std::size_t(p) * chunk, chunk, ncclFloat32, p, comm_, stream_));
-      FORESIGHT_NCCL_CALL(ncclRecv(dst + std::size_t(p) * chunk, chunk, ncclFloat32, p, comm_, stream_));
+    for (int p = 0; p < size_; ++p) {  // chunk p starts chunk * p elements in (bytes per the storage)
+      FORESIGHT_NCCL_CALL(ncclSend(src.at(std::size_t(p) * chunk), chunk, src.type, p, comm_, stream_));
+      FORESIGHT_NCCL_CALL(ncclRecv(dst.at(std::size_t(p) * chunk), chunk, dst.type, p, comm_, stream_));
     }
     FORESIGHT_NCCL_CALL(ncclGroupEnd());
     completion({in.buffer(), out.buffer()})->wait();
   }
   std::unique_ptr<Request> send(const Tensor& t, int peer, int /*tag: NCCL has none*/) override {
-    const float* p = data_of(t, "send");
+    const Elements e = elements_of(t, "send");
     after_compute();
-    FORESIGHT_NCCL_CALL(ncclSend(p, std::size_t(t.numel()), ncclFloat32, peer, comm_, stream_));
+    FORESIGHT_NCCL_CALL(ncclSend(e.data, e.count, e.type, peer, comm_, stream_));
     return completion({t.buffer()});
   }
   void recv(Tensor t, int peer, int /*tag*/) override {
-    float* p = data_of(t, "recv");
+    const Elements e = elements_of(t, "recv");
     after_compute();
-    FORESIGHT_NCCL_CALL(ncclRecv(p, std::size_t(t.numel()), ncclFloat32, peer, comm_, stream_));
+    FORESIGHT_NCCL_CALL(ncclRecv(e.data, e.count, e.type, peer, comm_, stream_));
     completion({t.buffer()})->wait();
   }
   void exchange(std::span<const Transfer> batch) override {
@@ -201,11 +218,11 @@ class NcclCommunicator final : public Communicator {
     after_compute();
     FORESIGHT_NCCL_CALL(ncclGroupStart());
     for (const Transfer& x : batch) {
-      const auto n = std::size_t(x.tensor.numel());
+      const Elements e = elements_of(x.tensor, "exchange");
       if (x.kind == Transfer::Kind::send)
-        FORESIGHT_NCCL_CALL(ncclSend(data_of(x.tensor, "exchange"), n, ncclFloat32, x.peer, comm_, stream_));
+        FORESIGHT_NCCL_CALL(ncclSend(e.data, e.count, e.type, x.peer, comm_, stream_));
       else
-        FORESIGHT_NCCL_CALL(ncclRecv(data_of(x.tensor, "exchange"), n, ncclFloat32, x.peer, comm_, stream_));
+        FORESIGHT_NCCL_CALL(ncclRecv(e.data, e.count, e.type, x.peer, comm_, stream_));
       keep.push_back(x.tensor.buffer());
     }
     FORESIGHT_NCCL_CALL(ncclGroupEnd());

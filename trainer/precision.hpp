@@ -27,6 +27,17 @@ inline void round_to_bf16(float* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) p[i] = kernels::round_bf16(p[i]);
 }
 
+/// Packs n floats into bf16, each rounded to nearest even (NaN kept): what a packed bf16 buffer
+/// receives from host floats (the CUDA backend's copy_from_host).
+inline void pack_bf16(const float* src, kernels::bf16* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = kernels::to_bf16(src[i]);
+}
+
+/// Unpacks n bf16 into floats, exactly (every bf16 is a float): the CUDA backend's copy_to_host.
+inline void unpack_bf16(const kernels::bf16* src, float* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = kernels::to_float(src[i]);
+}
+
 /// Rounds a host tensor's elements in place when it is a bf16 tensor (a no-op for fp32 ones):
 /// what an op or a collective does last when it writes into one.
 inline void round_if_bf16(const Tensor& t) {

@@ -46,7 +46,11 @@ class Done final : public Request {
 class StagingCommunicator final : public Communicator {
  public:
   StagingCommunicator(Communicator& inner, std::unique_ptr<Communicator> owned, Backend& be)
-      : inner_(inner), owned_(std::move(owned)), be_(be), host_(make_cpu_backend()) {}
+      : inner_(inner),
+        owned_(std::move(owned)),
+        be_(be),
+        host_(make_cpu_backend()),
+        host_bf16_(make_cpu_backend(Precision::bf16)) {}
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
@@ -90,7 +94,7 @@ class StagingCommunicator final : public Communicator {
   }
   void recv(Tensor t, int peer, int tag) override {
     if (!staged(t)) return inner_.recv(t, peer, tag);
-    Tensor h = host_->zeros(t.rows(), t.cols());
+    Tensor h = host_like(t);
     inner_.recv(h, peer, tag);
     back(t, h);
   }
@@ -99,7 +103,7 @@ class StagingCommunicator final : public Communicator {
     std::vector<Transfer> host(batch.begin(), batch.end());
     for (Transfer& x : host)
       if (staged(x.tensor))
-        x.tensor = x.kind == Transfer::Kind::send ? to_host(x.tensor) : host_->zeros(x.tensor.rows(), x.tensor.cols());
+        x.tensor = x.kind == Transfer::Kind::send ? to_host(x.tensor) : host_like(x.tensor);
     inner_.exchange(host);
     for (std::size_t i = 0; i < host.size(); ++i)
       if (batch[i].kind == Transfer::Kind::recv && staged(batch[i].tensor)) {
@@ -111,9 +115,18 @@ class StagingCommunicator final : public Communicator {
 
  private:
   static bool staged(const Tensor& t) { return t.defined() && t.device() == Device::cuda; }
+  /// A host tensor of t's shape and element type. A bf16 device tensor (packed 2-byte bf16 on the
+  /// CUDA backend) is staged as a host bf16 tensor, floats holding bf16 values: the backend's
+  /// copy_to_host widens each element exactly, the inner communicator rounds what it reduces
+  /// into it (as for the CPU backend's bf16 tensors), and copy_from_host packs it back (exactly,
+  /// the values being bf16 already).
+  Tensor host_like(const Tensor& t) {
+    Backend& host = t.element_type() == ElementType::bf16 ? *host_bf16_ : *host_;
+    return host.zeros(t.rows(), t.cols());
+  }
   Tensor to_host(const Tensor& t) {
     if (!staged(t)) return t;
-    Tensor h = host_->zeros(t.rows(), t.cols());
+    Tensor h = host_like(t);
     be_.copy_to_host({h.data(), std::size_t(h.numel())}, t);
     return h;
   }
@@ -129,7 +142,7 @@ class StagingCommunicator final : public Communicator {
   void through_host(Tensor out, const Tensor& in, Call&& call) {
     if (!staged(out) && !staged(in)) return call(out, in);
     if (size() == 1) return device_copy(out, in);
-    Tensor ho = host_->zeros(out.rows(), out.cols());
+    Tensor ho = host_like(out);
     call(ho, to_host(in));
     back(out, ho);
   }
@@ -145,7 +158,8 @@ class StagingCommunicator final : public Communicator {
   Communicator& inner_;
   std::unique_ptr<Communicator> owned_;
   Backend& be_;
-  std::unique_ptr<Backend> host_;
+  std::unique_ptr<Backend> host_;       // fp32 staging tensors
+  std::unique_ptr<Backend> host_bf16_;  // bf16 staging tensors (zeros() of the bf16 recipe)
 };
 
 }  // namespace

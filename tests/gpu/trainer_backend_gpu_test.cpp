@@ -2,7 +2,7 @@
 // in tests/trainer/layer_reference_test.cpp): every Backend op on random inputs, outputs poisoned
 // with NaN first so an element the GPU never writes fails; then whole training runs (one rank,
 // dense, TeraPipe slices with recompute, MoE) whose per-step losses must match the CPU's. Skips
-// itself without a GPU.
+// itself without a GPU. The bf16 recipe's twin: trainer_backend_bf16_gpu_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/plan_json.hpp"
 #include "kernels/device.hpp"
+#include "tests/gpu/trainer_runs.hpp"
 #include "trainer/backend.hpp"
 #include "trainer/communicator.hpp"
 #include "trainer/trainer.hpp"
@@ -256,29 +256,8 @@ TEST_F(CudaBackendTest, AdamW) {
   expect_close("adamw v", v);
 }
 
-/// Per-step losses of a one-rank run of `plan_json` on `backend`.
-std::vector<double> losses(const std::string& plan_json, const std::string& backend) {
-  const ExecutablePlan plan = parse_plan_json(plan_json, "inline plan");
-  TrainerOptions opt;
-  opt.backend = backend;
-  opt.steps = 6;
-  opt.checkpoint_dir = ::testing::TempDir() + "/ck_" + backend;
-  auto self = make_self_communicator();
-  std::vector<double> l;
-  const RunSummary s = train(plan, "inline plan", opt, *self, [&](const StepRecord& r) { l.push_back(r.loss); });
-  EXPECT_EQ(s.status, "ok");
-  return l;
-}
-
-std::string tiny_plan(const std::string& plan_extra, const std::string& model_extra) {
-  return R"({"schema_version": 1,
-  "model": {"name": "tiny", "layers": 4, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256)" + model_extra + R"(},
-  "cluster": {"name": "one-gpu", "gpus_per_node": 1},
-  "training": {"global_batch": 8, "dtype": "fp32", "optimizer": "adam"},
-  "plan": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 2, "placement": "tp-dp-pp", "zero": 0)" + plan_extra + R"(},
-  "gpus": 1, "data": "text", "steps": 6,
-  "prediction": {"iteration_s": 0.05, "tokens_per_s": 2560, "tflops_per_gpu": 0.001, "memory_GB": 0.01, "engine": "test"}})";
-}
+using gpu_test::losses;
+using gpu_test::tiny_plan;
 
 TEST_F(CudaBackendTest, TrainingRunsMatchTheCpuBackend) {
   struct Case {

@@ -14,9 +14,9 @@
 namespace foresight::trainer {
 namespace {
 
-std::string error_of(const std::string& name) {
+std::string error_of(const std::string& name, Precision precision = Precision::fp32) {
   try {
-    make_backend(name);
+    make_backend(name, precision);
   } catch (const SpecError& e) {
     EXPECT_EQ(e.field(), "--backend");
     EXPECT_EQ(e.value(), name);
@@ -49,6 +49,30 @@ TEST(BackendSelect, CudaNeedsACudaBuildAndAGpu) {
 #else
   const std::string rule = error_of("cuda");
   EXPECT_NE(rule.find("no CUDA toolkit"), std::string::npos) << rule;
+#endif
+}
+
+// bf16 is a recipe every backend runs: the cpu one says so, and a cuda backend is refused only for
+// want of a GPU (the error names --backend, not --precision).
+TEST(BackendSelect, Bf16OnEveryBackend) {
+  auto cpu = make_backend("cpu", Precision::bf16);
+  EXPECT_EQ(cpu->compute_dtype(), "bf16");
+  EXPECT_EQ(cpu->precision(), Precision::bf16);
+#if FORESIGHT_HAVE_CUDA
+  if (kernels::device_count().count == 0) {
+    for (const char* name : {"cuda", "cuda-tf32"}) {
+      const std::string rule = error_of(name, Precision::bf16);
+      EXPECT_NE(rule.find("needs a visible CUDA GPU"), std::string::npos) << name << ": " << rule;
+    }
+  } else {
+    for (const char* name : {"cuda", "cuda-tf32"}) {
+      auto gpu = make_backend(name, Precision::bf16);
+      EXPECT_EQ(gpu->compute_dtype(), "bf16") << name;
+      EXPECT_EQ(gpu->precision(), Precision::bf16) << name;
+      EXPECT_EQ(gpu->zeros(3, 4).storage(), Storage::packed_bf16) << name;
+      EXPECT_EQ(gpu->zeros_fp32(3, 4).storage(), Storage::float32) << name;
+    }
+  }
 #endif
 }
 

@@ -56,20 +56,13 @@ set_tests_properties(trainer_bf16_vs_fp32_reference trainer_bf16_differs_from_fp
                      PROPERTIES FIXTURES_REQUIRED "run_reference;run_bf16_reference")
 set_tests_properties(trainer_bf16_vs_fp32_moe_reference PROPERTIES FIXTURES_REQUIRED "run_moe_reference;run_bf16_moe_reference")
 
-# A recipe the trainer does not know, and one the backend does not run: exit 2 naming the option.
+# A recipe the trainer does not know: exit 2 naming the option. (The cuda backends run bf16 too:
+# backend_select_test checks what make_backend answers with and without a GPU.)
 add_test(NAME trainer_error_bad_precision
          COMMAND ${CMAKE_COMMAND} "-DCOMMAND=${_train}|--plan|${_runs}/reference.json|--precision|fp16|--quiet"
                  -DEXPECT_RC=2 "-DEXPECT_REGEX=--precision = fp16: must be one of fp32 [|] bf16"
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
 set_tests_properties(trainer_error_bad_precision PROPERTIES ENVIRONMENT "${_mpi_env}")
-if(FORESIGHT_HAVE_CUDA)
-  # Refused before any device is touched, so this runs on machines without a GPU too.
-  add_test(NAME trainer_error_cuda_bf16
-           COMMAND ${CMAKE_COMMAND} "-DCOMMAND=${_train}|--plan|${_runs}/reference.json|--backend|cuda|--precision|bf16|--quiet"
-                   -DEXPECT_RC=2 "-DEXPECT_REGEX=--precision = bf16: the cuda backend runs fp32 only so far"
-                   -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
-  set_tests_properties(trainer_error_cuda_bf16 PROPERTIES ENVIRONMENT "${_mpi_env}")
-endif()
 
 if(FORESIGHT_HAVE_MPI)
   # name | tolerance over 20 steps | steps that must equal the single rank's to 1e-12 (0: none)
@@ -121,9 +114,9 @@ if(FORESIGHT_HAVE_MPI)
     endif()
   endforeach()
 
-  # The host-staging communicator the CUDA backend sends through (--backend cpu-staged): reductions
-  # sum host copies and the copy back rounds to bf16, the same arithmetic as the direct path, so the
-  # losses are bit-identical (TP and SP collectives, pipeline messages, ZeRO-1 gather, DP buckets).
+  # The host-staging communicator the CUDA backend sends through (--backend cpu-staged): bf16
+  # tensors are staged as host bf16 tensors, whose reductions the MPI communicator sums and rounds
+  # once, the same arithmetic as the direct path, so the losses are bit-identical (TP and SP collectives, pipeline messages, ZeRO-1 gather, DP buckets).
   trainer_launch(launch8 8)
   add_test(NAME trainer_run_bf16_staged_tp2_pp2_dp2_sp_zero1
            COMMAND ${launch8} ${_train} --plan ${_runs}/tp2_pp2_dp2_sp_zero1.json --backend cpu-staged
