@@ -1,5 +1,6 @@
 #include "trainer/cli.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -172,6 +173,9 @@ int run_trainer_cli(int argc, char** argv) {
     ExecutablePlan plan;
     agree(*world, [&] { plan = read_plan(plan_path); });
     const int total = steps.value_or(plan.steps);
+    if (rank == 0 && !quiet)
+      if (const std::string note = sized_for_gpus_note(plan, opt.backend, world->size()); !note.empty())
+        std::fprintf(stderr, "note: %s\n", note.c_str());
     if (rank == 0 && !quiet)
       std::printf("foresight-train: %s on %d rank(s): tp=%d pp=%d dp=%d (%s), %s schedule, %d micro-batches of %d, "
                   "recompute %s, zero %d, %d steps, precision %s\n",

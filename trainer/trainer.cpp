@@ -1,7 +1,9 @@
 #include "trainer/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <map>
 #include <memory>
@@ -373,6 +375,25 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
     }
   }
   return summary;
+}
+
+std::string sized_for_gpus_note(const ExecutablePlan& plan, const std::string& backend, int ranks) {
+  if (backend.rfind("cpu", 0) != 0) return "";
+  const double flops = model_flops_per_iteration(plan.model, plan.training.global_batch).value();
+  const double optimistic_s = flops / (1e11 * std::max(1, ranks));
+  if (optimistic_s < 60.0) return "";
+  char text[512];
+  int n = std::snprintf(text, sizeof text,
+                        "this plan does %.3g FLOP per step: at least %.3g s per step on the %s backend even at "
+                        "100 GFLOP/s per rank.",
+                        flops, optimistic_s, backend.c_str());
+  std::string out(text, std::size_t(std::clamp(n, 0, int(sizeof text) - 1)));
+  if (plan.prediction) {
+    n = std::snprintf(text, sizeof text, " It was planned for the GPUs of %s (predicted %.3g s per step, %.3g GB per GPU).",
+                      plan.cluster.c_str(), plan.prediction->iteration_s, plan.prediction->memory_GB);
+    out.append(text, std::size_t(std::clamp(n, 0, int(sizeof text) - 1)));
+  }
+  return out + " On GPUs run --backend cuda --precision bf16 (the plan's launch.sh does).";
 }
 
 }  // namespace foresight::trainer

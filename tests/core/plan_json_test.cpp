@@ -113,6 +113,21 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   const std::string launch = launch_script(p, "plan.json");
   EXPECT_NE(launch.find("mpirun -np 8 --map-by ppr:8:node"), std::string::npos);
   EXPECT_NE(launch.find("srun --nodes=1 --ntasks=8"), std::string::npos);
+  // A GPU plan runs on the CUDA backend in the plan's recipe, not the trainer's fp32 CPU default:
+  // both launch lines say so.
+  ASSERT_EQ(p.training.dtype, Dtype::fp32);
+  const std::string gpu_flags = "--backend cuda --precision fp32";
+  const auto first = launch.find(gpu_flags);
+  ASSERT_NE(first, std::string::npos) << launch;
+  EXPECT_NE(launch.find(gpu_flags, first + 1), std::string::npos) << launch;
+  ExecutablePlan f8 = p;
+  f8.training.dtype = Dtype::fp8;
+  EXPECT_NE(launch_script(f8, "plan.json").find("has no fp8 recipe and runs bf16"), std::string::npos);
+  ExecutablePlan other = p;
+  other.training.dtype = Dtype::bf16;
+  EXPECT_NE(launch_script(other, "plan.json").find("--backend cuda --precision bf16"), std::string::npos);
+  other.training.dtype = Dtype::tf32;
+  EXPECT_NE(launch_script(other, "plan.json").find("--backend cuda-tf32 --precision fp32"), std::string::npos);
   const std::string args = megatron_arguments(p);
   EXPECT_NE(args.find("--tensor-model-parallel-size 2"), std::string::npos);
   EXPECT_NE(args.find("--pipeline-model-parallel-size 2"), std::string::npos);
