@@ -318,8 +318,9 @@ std::array<FrameworkTraits, 8> make_table() {
   generic.tp_overlap = true;
   generic.microbatch_recompute = true;
 
-  // The bundled trainer (trainer/README.md): every op a Backend call (fp32 storage on its CPU and
-  // CUDA backends), Megatron-LM's unfused attention without dropout, every TP rank sending its whole
+  // The bundled trainer (trainer/README.md): every op a Backend call (as the closed loop runs it:
+  // fp32 on the CPU backend; the bf16 recipe's element sizes are not described here yet),
+  // Megatron-LM's unfused attention without dropout, every TP rank sending its whole
   // boundary tensor (its shard under sequence parallelism), gradients all-reduced in
   // --dp-bucket-kB buckets (25 MiB) launched during the last micro-batch's backward, ZeRO-1 as one
   // reduce-scatter after the backward, the shard's step and a parameter all-gather, every schedule.

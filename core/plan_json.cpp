@@ -98,20 +98,24 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
   return p;
 }
 
+std::string gpu_train_flags(const ExecutablePlan& p) {
+  // A plan for a GPU cluster runs on the CUDA backend, with NCCL between the ranks, in Megatron-LM's
+  // bf16 recipe (fp32 master weights and gradient accumulation) unless the plan trains in fp32:
+  // the trainer's own default is the fp32 CPU reference. A tf32 plan keeps fp32 storage with TF32
+  // tensor-core GEMMs: the cuda-tf32 backend.
+  const bool fp32 = p.training.dtype == Dtype::fp32 || p.training.dtype == Dtype::tf32;
+  return std::string("--backend ") + (p.training.dtype == Dtype::tf32 ? "cuda-tf32" : "cuda") + " --precision " +
+         (fp32 ? "fp32" : "bf16");
+}
+
 std::string launch_script(const ExecutablePlan& p, const std::string& plan_path) {
   std::ostringstream s;
   const int nodes = (p.gpus + p.gpus_per_node - 1) / p.gpus_per_node;
-  // A plan for a GPU cluster runs on the CUDA backend, with NCCL between the ranks, in Megatron-LM's
-  // bf16 recipe (fp32 master weights and gradient accumulation) unless the plan trains in fp32:
-  // the trainer's own default is the fp32 CPU reference.
-  // (A tf32 plan keeps fp32 storage with TF32 tensor-core GEMMs: the cuda-tf32 backend.)
-  const bool fp32 = p.training.dtype == Dtype::fp32 || p.training.dtype == Dtype::tf32;
-  const std::string train = std::string("foresight-train --plan \"$PLAN\" --backend ") +
-                            (p.training.dtype == Dtype::tf32 ? "cuda-tf32" : "cuda") + " --precision " +
-                            (fp32 ? "fp32" : "bf16");
+  const std::string train = "foresight-train --plan \"$PLAN\" " + gpu_train_flags(p);
   s << "#!/usr/bin/env bash\n"
     << "# Launch lines for " << plan_path << ": " << p.gpus << " ranks, one per GPU, " << p.gpus_per_node
-    << " per node on " << nodes << " node(s); the CUDA backend, NCCL bootstrapped over MPI.\n";
+    << " per node on " << nodes << " node(s); the CUDA backend, NCCL bootstrapped over MPI.\n"
+    << "# What of foresight-train's GPU path has run on real GPUs so far: trainer/README.md.\n";
   if (p.training.dtype == Dtype::fp16 || p.training.dtype == Dtype::fp8)
     s << "# The plan trains in " << to_string(p.training.dtype)
       << "; foresight-train has no " << to_string(p.training.dtype)

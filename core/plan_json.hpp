@@ -41,6 +41,11 @@ nlohmann::ordered_json to_json(const ExecutablePlan& p);
 /// Parses and validates plan.json text; `source` names it in errors.
 ExecutablePlan parse_plan_json(const std::string& text, const std::string& source);
 
+/// The foresight-train flags that run a plan on GPUs in its precision recipe: the CUDA backend
+/// (cuda-tf32 for a tf32 plan), --precision fp32 for fp32/tf32 plans and bf16 otherwise (the
+/// trainer has no fp16 or fp8 recipe).
+std::string gpu_train_flags(const ExecutablePlan& p);
+
 /// The launch lines for a plan: mpirun and Slurm srun, one rank per GPU.
 std::string launch_script(const ExecutablePlan& p, const std::string& plan_path);
 

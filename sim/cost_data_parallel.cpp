@@ -70,7 +70,11 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
       eg.nodes = std::max(1, eg.nodes * dp_over_ep / std::max(1, p.dp));
       eg.ranks_per_node = std::max(1, dp_over_ep / eg.nodes);
       eg.nodes = dp_over_ep / eg.ranks_per_node;
-      sync += in.comm.time(Collective::all_reduce, expert_grads, eg);
+      // With a distributed optimizer (ZeRO-1/2 reduce-scattering) each expert-data-parallel rank
+      // steps a shard of the experts too: Megatron-Core's expert buffers, the trainer's one
+      // reduce-scatter at ep = 1.
+      const bool sharded = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce;
+      sync += in.comm.time(sharded ? Collective::reduce_scatter : Collective::all_reduce, expert_grads, eg);
     }
     // With the reduction overlapped, the last bucket is what must wait for the backward to finish
     // (the framework's bucket: PyTorch DDP's bucket_cap_mb, Megatron-Core's bucket_size).
@@ -82,11 +86,12 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     }
     // The overlapped buckets' NCCL kernels hold SMs while the last backward computes (Megatron-LM
     // SC21 sec. 4.2 runs DDP's reduction beside the backward; the same ctas / (sms - ctas) rule as
-    // ZeRO-3's prefetch and overlapped TP). The stage's last backward is chunk 0's, last slice.
+    // ZeRO-3's prefetch and overlapped TP). The stage's last backward is chunk 0's first slice
+    // (TeraPipe runs a micro-batch's backward from its last slice to its first).
     Seconds slowdown;
     if (c.dp_overlap && sync > tail && !c.chunk.empty() && !c.chunk[std::size_t(s)].empty() &&
         !c.chunk[std::size_t(s)][0].empty()) {
-      const ChunkCosts& last = c.chunk[std::size_t(s)][0].back();
+      const ChunkCosts& last = c.chunk[std::size_t(s)][0].front();
       slowdown = overlap_contention(in) * min(sync - tail, last.backward + last.recompute);
     }
     c.dp_overlap_slowdown.push_back(slowdown);

@@ -228,6 +228,8 @@ SimgridPlatform simgrid_platform(const Experiment& e, const CommModel& comm) {
   CommGroup pp_cross = g.pp;
   pp_cross.ranks_per_node = 1;
   if (one_flow_send(framework_traits(e.plan.framework).send_forward, e.plan)) pp_cross.concurrent_groups = 1;
+  // (A pipeline whose hops all stay inside nodes never puts a flow on the NIC links, so counting
+  // its class here changes nothing but the links' nominal rate, which the DP factor offsets.)
   const bool dp_crosses = g.dp.nodes > 1, pp_crosses = e.plan.pp > 1;
   const double dp_eff = comm.nic_efficiency(g.dp), pp_eff = comm.nic_efficiency(pp_cross);
   const double nic_eff = dp_crosses && pp_crosses ? std::max(dp_eff, pp_eff) : dp_crosses ? dp_eff : pp_eff;

@@ -242,7 +242,7 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
   summary.comm = world.library();
   summary.compute_dtype = be->compute_dtype();
   summary.data = source->describe();
-  summary.dp_buckets = zero1 ? 1 : reducer.buckets();
+  summary.dp_buckets = zero1 ? (dp > 1 ? 1 : 0) : reducer.buckets();
   summary.dp_reduction = zero1 ? "reduce-scatter" : "all-reduce";
   int start = 0;
   if (opt.resume) agree(world, [&] { start = load_checkpoint(checkpoint_dir, layout, plan.model, opt.seed, store, *be); });
@@ -340,9 +340,19 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
       // The fp32 master values are gathered, so that every rank's checkpoint holds all of them as
       // under fp32. (Megatron-LM's distributed optimizer gathers the bf16 working copy instead, half
       // the bytes, and keeps only its master shard: the working copy comes out the same.)
-      Tensor shard = be->zeros_fp32(store.shard_elements(), 1);
-      be->copy(shard, store.padded_values().row_slice(store.state_first(), store.shard_elements()));
-      dp_comm->all_gather(store.padded_values(), shard);
+      if (dp > 1) {
+        Tensor shard = be->zeros_fp32(store.shard_elements(), 1);
+        be->copy(shard, store.padded_values().row_slice(store.state_first(), store.shard_elements()));
+        dp_comm->all_gather(store.padded_values(), shard);
+      }
+      if (pp > 1 && holds_embedding) {
+        // The tied embedding's two copies were stepped from gradients reduced in different blocks
+        // of their stages' reduce-scatters, so for dp >= 3 in different orders: the last stage
+        // takes the first stage's values, bit for bit (x + 0 = x), as Megatron keeps them equal.
+        const Tensor w = store[embedding_param].master;
+        if (!layout.first_stage()) be->fill(w, 0.0f);
+        embedding_comm->all_reduce(w, ReduceOp::sum);
+      }
     }
     store.update_working_copy(*be);
     double slowest[2] = {std::chrono::duration<double>(Clock::now() - t0).count(), double(be->peak_bytes())};
@@ -393,7 +403,7 @@ std::string sized_for_gpus_note(const ExecutablePlan& plan, const std::string& b
                       plan.cluster.c_str(), plan.prediction->iteration_s, plan.prediction->memory_GB);
     out.append(text, std::size_t(std::clamp(n, 0, int(sizeof text) - 1)));
   }
-  return out + " On GPUs run --backend cuda --precision bf16 (the plan's launch.sh does).";
+  return out + " On GPUs run " + gpu_train_flags(plan) + " (the plan's launch.sh does).";
 }
 
 }  // namespace foresight::trainer

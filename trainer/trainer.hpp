@@ -77,7 +77,8 @@ RunSummary train(const ExecutablePlan& plan, const std::string& plan_file, const
 /// When a plan made for GPUs (its launch.sh runs --backend cuda) is started on a CPU backend
 /// ("cpu", "cpu-staged") and even 100 GFLOP/s per rank, a generous fp32 rate for the host
 /// backend's loops, would need more than a minute per step: a sentence saying so, with the
-/// cluster and prediction the plan was made with and what to run instead. Empty otherwise.
+/// cluster and prediction the plan was made with and what to run instead (gpu_train_flags).
+/// Empty otherwise.
 std::string sized_for_gpus_note(const ExecutablePlan& plan, const std::string& backend, int ranks);
 
 }  // namespace foresight::trainer

@@ -183,7 +183,7 @@ TEST(CostDataParallel, OverlappedBucketsSlowTheLastBackward) {
   ASSERT_EQ(k.c.dp_overlap_slowdown.size(), std::size_t(e.plan.pp));
   const double contention = 24.0 / (108.0 - 24.0);
   for (int s = 0; s < e.plan.pp; ++s) {
-    const ChunkCosts& last = k.c.chunk[std::size_t(s)][0].back();
+    const ChunkCosts& last = k.c.chunk[std::size_t(s)][0][0];  // one slice
     const double overlapped = (k.c.dp_grad_sync[s] - k.c.dp_sync_tail[s]).value();
     ASSERT_GT(overlapped, 0.0);
     EXPECT_NEAR(k.c.dp_overlap_slowdown[s].value(),
@@ -196,6 +196,29 @@ TEST(CostDataParallel, OverlappedBucketsSlowTheLastBackward) {
   cost_layer_chunks(plain.in(), plain.c);
   cost_data_parallel(plain.in(), plain.c);
   EXPECT_EQ(plain.c.dp_overlap_slowdown_of(0), Seconds(0));
+}
+
+TEST(CostDataParallel, ZeroOneReduceScattersTheExpertsToo) {
+  // An MoE model (4 experts in every other layer) on tp 2 x pp 2 x dp 2, ep 1: the experts'
+  // gradients are reduced over the same two data-parallel ranks. A framework whose distributed
+  // optimizer reduce-scatters (the bundled trainer) moves them as a reduce-scatter, one that
+  // all-reduces before stepping its shard (DeepSpeed's stage 1) as an all-reduce.
+  Experiment e = small();
+  e.model.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
+  e.plan.zero = 1;
+  const CommGroup dp = plan_groups(e.plan, e.cluster).dp;
+  for (const Framework f : {Framework::foresight_train, Framework::deepspeed}) {
+    e.plan.framework = f;
+    Costed k(e);
+    cost_data_parallel(k.in(), k.c);
+    const cost_models::StageParameters sp = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0);
+    ASSERT_GT(sp.expert, 0.0);
+    const double g = k.x.bytes.grad;
+    const bool rs = f == Framework::foresight_train;
+    const Collective c = rs ? Collective::reduce_scatter : Collective::all_reduce;
+    const double expected = k.comm.time(c, Bytes(sp.dense * g), dp).value() + k.comm.time(c, Bytes(sp.expert * g), dp).value();
+    EXPECT_NEAR(k.c.dp_grad_sync[0].value(), expected, 1e-12 * expected) << to_string(f);
+  }
 }
 
 TEST(CostOptimizer, EachGpuStepsItsShard) {

@@ -35,6 +35,12 @@ TEST(GpuPlanNote, SaysSoWhenAGpuPlanRunsOnTheCpu) {
   // On the GPU backends: nothing to say.
   EXPECT_TRUE(sized_for_gpus_note(p, "cuda", 8).empty());
   EXPECT_TRUE(sized_for_gpus_note(p, "cuda-tf32", 8).empty());
+  // An fp32 plan is pointed at the fp32 recipe, as its launch.sh runs it.
+  ExecutablePlan f32 = p;
+  f32.training.dtype = Dtype::fp32;
+  const std::string fp32_note = sized_for_gpus_note(f32, "cpu", 8);
+  EXPECT_NE(fp32_note.find("--backend cuda --precision fp32"), std::string::npos) << fp32_note;
+  EXPECT_EQ(fp32_note.find("bf16"), std::string::npos) << fp32_note;
 }
 
 TEST(GpuPlanNote, QuietForPlansTheCpuRunsInSeconds) {
