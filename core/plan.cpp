@@ -363,6 +363,8 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                 std::string(fw.name) + "'s tensor parallelism shards the norms over the sequence: set it true");
   if (p.compile && !fw.compiled_elementwise)
     return fail("plan.compile", "true", std::string(fw.name) + " has no torch.compile mode (pytorch and torchtitan do)");
+  if (p.compile_loss && !p.compile)
+    return fail("plan.compile_loss", "true", "needs plan.compile: true (torch.compile compiles the loss with the model)");
   if (p.recompute == Recompute::selective_op) {
     if (!fw.op_selective_recompute)
       return fail("plan.recompute", "selective-op",

@@ -53,6 +53,11 @@ struct PlanSpec {
   /// larger ones (the framework's compiled traffic, core/framework.hpp). Frameworks that compile:
   /// pytorch, torchtitan (--training.compile).
   bool compile = false;
+  /// torch.compile over the loss too (cross-entropy on the .float() logits fused into one kernel
+  /// each way: no fp32 copies of the logits). torchtitan compiles it with --training.compile since
+  /// pytorch/torchtitan#1033 (commit bbb1b616e, 2025-04-02); before that train.py left it eager
+  /// ("compiling loss function causes CUDA errors", e.g. at 9dec370, 2024-12-26). Needs compile.
+  bool compile_loss = false;
   /// With recompute = full: how many transformer layers of each pipeline stage (of each model
   /// chunk under interleaving) are recomputed, counted from the stage's first layer; the others
   /// keep all their activations (Megatron-LM --recompute-method block --recompute-num-layers N).

@@ -113,6 +113,7 @@ void visit_fields(V& v, S& p) {
   v.boolean("tp_overlap", p.tp_overlap, false);
   v.enumeration("recompute", p.recompute, Recompute::none);
   v.boolean("compile", p.compile, false);
+  v.boolean("compile_loss", p.compile_loss, false);
   v.integer("recompute_layers", p.recompute_layers, 0, 0);
   v.integer("partial_recompute_microbatches", p.partial_recompute_microbatches, 0, 0);
   v.integer("zero", p.zero, 0, 0);

@@ -237,7 +237,11 @@ Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& mo
   const double sb = double(seq) * micro_batch;
   const double div = sequence_parallel(plan) ? plan.tp : 1.0;
   const double norm_and_projection_inputs = (x.bytes.residual + x.bytes.activation) * sb * model.hidden / div;
-  const double logits = x.framework->activations.logits_bytes * sb * model.vocab / plan.tp;
+  // A compiled loss (plan.compile_loss) keeps only the bf16 logits it reads and the bf16 gradient
+  // it writes: Inductor fuses the fp32 upcast, log-softmax and NLL into one kernel each way and
+  // saves the 16-bit input rather than the fp32 intermediates (min-cut recomputation).
+  const double logits =
+      (plan.compile_loss ? 2.0 * x.bytes.activation : x.framework->activations.logits_bytes) * sb * model.vocab / plan.tp;
   return Bytes(norm_and_projection_inputs + logits);
 }
 

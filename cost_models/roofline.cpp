@@ -354,8 +354,13 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   const Seconds cast_bwd = stream(tr.weight_cast_backward, V * h / t, 1);
   // The LM head stays in 16 bits under an FP8 recipe (roofline16: the same model otherwise).
   const Seconds head = x.roofline16().gemm({T, V / t, h, 1});
-  const Seconds loss_fwd = stream(tr.loss_forward, T * V / t, tr.loss_launches_forward);
-  const Seconds loss_bwd = stream(tr.loss_backward, T * V / t, tr.loss_launches_backward);
+  // A compiled loss (plan.compile_loss) reads the 16-bit logits once forward (the log-sum-exp per
+  // row is all it writes) and once backward, writing their gradient: 2 and 4 bytes per element in
+  // one kernel each way (stream() doubles them for fp32 training, as it does the traffic tables).
+  const Seconds loss_fwd =
+      p.compile_loss ? stream(2.0, T * V / t, 1) : stream(tr.loss_forward, T * V / t, tr.loss_launches_forward);
+  const Seconds loss_bwd =
+      p.compile_loss ? stream(4.0, T * V / t, 1) : stream(tr.loss_backward, T * V / t, tr.loss_launches_backward);
   e.head_forward = norm_fwd + cast_fwd + head + loss_fwd;
   e.head_backward = norm_bwd + cast_bwd + x.roofline16().gemm({T, h, V / t, 1}) + x.roofline16().gemm({h, V / t, T, 1}) +
                     loss_bwd;

@@ -205,6 +205,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   p.ep = ep;
                   p.framework = r.framework;
                   p.compile = r.compile;
+                  p.compile_loss = r.compile_loss;
                   if (!fw.runs(p)) continue;
                   if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
                   // Too many micro-batches to simulate (an absurd batch on few pipelines).
@@ -222,6 +223,7 @@ cost_models::ExecutionModel execution_for(const SearchRequest& r) {
   PlanSpec p;
   p.framework = r.framework;
   p.compile = r.compile;  // the elementwise traffic every candidate shares
+  p.compile_loss = r.compile_loss;
   return cost_models::resolve_execution(r.cluster, r.training, p);
 }
 

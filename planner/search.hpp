@@ -26,6 +26,7 @@ struct SearchRequest {
   int gpus = 0;                              // GPUs to use
   Framework framework = Framework::megatron; // whose implementation will run the plan
   bool compile = false;                      // every plan under torch.compile (frameworks that compile)
+  bool compile_loss = false;                 // and the loss with it (plan.compile_loss)
   int top_k = 10;                            // ranked plans kept (and re-simulated with SimGrid)
   bool simgrid_top = true;
   int threads = 0;                           // 0: default_threads()

@@ -50,6 +50,7 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   }
   // The experiment's torch.compile setting carries over to a framework that compiles.
   r.compile = base.plan.compile && framework_traits(r.framework).compiled_elementwise.has_value();
+  r.compile_loss = r.compile && base.plan.compile_loss;
   if (r.gpus > r.cluster.total_gpus())
     throw SpecError(kCommandLine, "--gpus", std::to_string(r.gpus),
                     "must not exceed the cluster's " + std::to_string(r.cluster.total_gpus()) + " GPUs");

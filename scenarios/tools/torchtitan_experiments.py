@@ -64,6 +64,22 @@ def recompute_of(text):
     return None
 
 
+# torchtitan compiles the loss with --training.compile since pytorch/torchtitan#1033 (commit
+# bbb1b616e, 2025-04-02); the 2024 runs' train.py left it eager. The torchtitan commit of each
+# table, by row prefix (the sources' read_from).
+LOSS_COMPILED = {"torchtitan_202404_": False,  # 157a12c56228, 2024-04-24
+                 "torchtitan_202408_": False,
+                 "torchtitan_202412_": False,  # 9dec370ad26b, 2024-12-26
+                 "torchtitan_202506_": True}   # 820504e20d11 / e7c0cae934df, June 2025
+
+
+def loss_compiled(rid):
+    for prefix, v in LOSS_COMPILED.items():
+        if rid.startswith(prefix):
+            return v
+    raise SystemExit(f"{rid}: torchtitan version unknown: add its prefix to LOSS_COMPILED")
+
+
 def compiled(p):
     c = p.get("compile")
     if c is True or c is False:
@@ -123,6 +139,8 @@ def main(path):
             plan.append("tp_overlap: true")
         if compiled(p):
             plan.append("compile: true")
+            if loss_compiled(rid):
+                plan.append("compile_loss: true")
         plan.append("framework: torchtitan")
         lines = ["experiment:",
                  f"  model: ../models/{model_file}.yaml",

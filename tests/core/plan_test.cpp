@@ -67,6 +67,7 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.m.attention_window = AttentionWindowSpec{.size = 128, .pattern = {}};
                         f.p.framework = Framework::megatron_core; f.p.attention = AttentionImpl::flash;
                         f.p.cp = 2; f.p.dp = 2; }, "plan.cp"},                          // no windowed ring attention
+      {[](Fixture& f) { f.p.framework = Framework::pytorch; f.p.compile_loss = true; }, "plan.compile_loss"},  // no compile
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;
