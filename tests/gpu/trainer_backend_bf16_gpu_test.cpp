@@ -422,18 +422,7 @@ TEST_F(CudaBackendBf16Test, AdamWOnFp32MastersThenTheBf16WorkingCopy) {
 // bf16, differ from the fp32 GPU run (the bf16 path really ran) and peak at the CPU bf16 run's
 // memory (which counts 2 bytes per bf16 element, as the GPU must really hold them).
 TEST_F(CudaBackendBf16Test, TrainingRunsMatchTheCpuBackend) {
-  struct Case {
-    const char* name;
-    std::string plan, model;
-  };
-  const std::vector<Case> cases = {
-      {"dense 1f1b", R"(, "schedule": "1f1b", "recompute": "none")", ""},
-      {"terapipe slices + full recompute", R"(, "schedule": "terapipe", "recompute": "full", "token_slices": [8, 24])", ""},
-      {"selective recompute", R"(, "schedule": "1f1b", "recompute": "selective")", ""},
-      {"moe", R"(, "schedule": "1f1b", "recompute": "none")",
-       R"(, "moe": {"experts": 4, "top_k": 2, "capacity_factor": 1.25, "every": 2})"},
-  };
-  for (const Case& c : cases) {
+  for (const gpu_test::RunCase& c : gpu_test::run_cases()) {
     const std::string plan = gpu_test::tiny_plan(c.plan, c.model);
     const RunResult want = gpu_test::run(plan, "cpu", Precision::bf16), got = gpu_test::run(plan, "cuda", Precision::bf16);
     const RunResult fp32 = gpu_test::run(plan, "cuda", Precision::fp32);

@@ -260,18 +260,7 @@ using gpu_test::losses;
 using gpu_test::tiny_plan;
 
 TEST_F(CudaBackendTest, TrainingRunsMatchTheCpuBackend) {
-  struct Case {
-    const char* name;
-    std::string plan, model;
-  };
-  const std::vector<Case> cases = {
-      {"dense 1f1b", R"(, "schedule": "1f1b", "recompute": "none")", ""},
-      {"terapipe slices + full recompute", R"(, "schedule": "terapipe", "recompute": "full", "token_slices": [8, 24])", ""},
-      {"selective recompute", R"(, "schedule": "1f1b", "recompute": "selective")", ""},
-      {"moe", R"(, "schedule": "1f1b", "recompute": "none")",
-       R"(, "moe": {"experts": 4, "top_k": 2, "capacity_factor": 1.25, "every": 2})"},
-  };
-  for (const Case& c : cases) {
+  for (const gpu_test::RunCase& c : gpu_test::run_cases()) {
     const std::string plan = tiny_plan(c.plan, c.model);
     const std::vector<double> want = losses(plan, "cpu"), got = losses(plan, "cuda");
     ASSERT_EQ(got.size(), want.size()) << c.name;

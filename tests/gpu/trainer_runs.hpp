@@ -60,4 +60,20 @@ inline std::string tiny_plan(const std::string& plan_extra, const std::string& m
   "prediction": {"iteration_s": 0.05, "tokens_per_s": 2560, "tflops_per_gpu": 0.001, "memory_GB": 0.01, "engine": "test"}})";
 }
 
+/// The layouts the whole-run tests train, each a tiny_plan's extras: dense 1F1B, TeraPipe slices
+/// with full recompute, selective recompute, MoE.
+struct RunCase {
+  const char* name;
+  std::string plan, model;
+};
+inline std::vector<RunCase> run_cases() {
+  return {
+      {"dense 1f1b", R"(, "schedule": "1f1b", "recompute": "none")", ""},
+      {"terapipe slices + full recompute", R"(, "schedule": "terapipe", "recompute": "full", "token_slices": [8, 24])", ""},
+      {"selective recompute", R"(, "schedule": "1f1b", "recompute": "selective")", ""},
+      {"moe", R"(, "schedule": "1f1b", "recompute": "none")",
+       R"(, "moe": {"experts": 4, "top_k": 2, "capacity_factor": 1.25, "every": 2})"},
+  };
+}
+
 }  // namespace foresight::trainer::gpu_test
