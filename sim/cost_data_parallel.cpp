@@ -25,6 +25,9 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   c.dp_latency = n > 1 ? in.comm.estimate(Collective::all_reduce, Bytes(8), dp).latency : Seconds(0);
   // ZeRO-3 reduces every unit's gradients inside the backward (cost_sharded_parameters).
   c.dp_overlap = p.dp_overlap && n > 1 && p.zero < 3;
+  // A distributed optimizer that reduce-scatters (ZeRO-1/2 as Megatron-Core and the bundled trainer
+  // run it; DeepSpeed's stage 1 all-reduces): each rank receives the sums of its shard only.
+  const bool sharded_reduction = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce;
   for (int s = 0; s < p.pp; ++s) {
     const cost_models::StageParameters sp = cost_models::parameters_on_gpu(fw, in.e.model, p, s);
     const Bytes grads(sp.dense * in.x.bytes.grad);
@@ -42,7 +45,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
       }
       // HSDP: each shard, reduced inside its group, is all-reduced across the replicas (ZeRO-3:
       // unit by unit inside the backward, cost_sharded_parameters).
-      if (p.zero >= 1 && p.zero <= 2 && replicas > 1 && fw.zero_reduction != ZeroReduction::all_reduce) {
+      if (sharded_reduction && replicas > 1) {
         sync += in.comm.time(Collective::all_reduce, grads / double(k), groups.replicate);
         sync_bytes += grads / double(k) * (2.0 * (replicas - 1.0) / replicas) * host_ranks;
       }
@@ -70,11 +73,9 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
       eg.nodes = std::max(1, eg.nodes * dp_over_ep / std::max(1, p.dp));
       eg.ranks_per_node = std::max(1, dp_over_ep / eg.nodes);
       eg.nodes = dp_over_ep / eg.ranks_per_node;
-      // With a distributed optimizer (ZeRO-1/2 reduce-scattering) each expert-data-parallel rank
-      // steps a shard of the experts too: Megatron-Core's expert buffers, the trainer's one
-      // reduce-scatter at ep = 1.
-      const bool sharded = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce;
-      sync += in.comm.time(sharded ? Collective::reduce_scatter : Collective::all_reduce, expert_grads, eg);
+      // Under a reduce-scattering distributed optimizer each expert-data-parallel rank steps a shard
+      // of the experts too: Megatron-Core's expert buffers, the trainer's one reduce-scatter at ep = 1.
+      sync += in.comm.time(sharded_reduction ? Collective::reduce_scatter : Collective::all_reduce, expert_grads, eg);
     }
     // With the reduction overlapped, the last bucket is what must wait for the backward to finish
     // (the framework's bucket: PyTorch DDP's bucket_cap_mb, Megatron-Core's bucket_size).

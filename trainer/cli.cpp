@@ -1,6 +1,5 @@
 #include "trainer/cli.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>

@@ -2,8 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace foresight::trainer {
+
+namespace {
+/// The elements [first, last) of the flat buffers where parameter p lies inside this rank's
+/// optimizer shard (a shard may cut a parameter; first >= last: none of it).
+std::pair<std::int64_t, std::int64_t> part_in_shard(const ParamStore& store, const Param& p) {
+  const std::int64_t lo = store.state_first(), hi = lo + store.first_moments().numel();
+  return {std::max(lo, p.offset), std::min(hi, p.offset + p.value.numel())};
+}
+}  // namespace
 
 double learning_rate(const OptimizerConfig& c, int step) {
   if (c.warmup_steps > 0 && step <= c.warmup_steps) return c.lr * step / c.warmup_steps;
@@ -24,12 +34,10 @@ double global_grad_norm(Backend& be, const ParamStore& store, Communicator& worl
 }
 
 double sharded_grad_norm(Backend& be, const ParamStore& store, Communicator& world) {
-  const std::int64_t lo = store.state_first(), hi = lo + store.first_moments().numel();
   double sq = 0;
   for (int i = 0; i < store.size(); ++i) {
-    const Param& p = store[i];
-    const std::int64_t first = std::max(lo, p.offset), last = std::min(hi, p.offset + p.value.numel());
-    if (p.decl.in_grad_norm && first < last) sq += be.sum_squares(store.grads().row_slice(first, last - first));
+    const auto [first, last] = part_in_shard(store, store[i]);
+    if (store[i].decl.in_grad_norm && first < last) sq += be.sum_squares(store.grads().row_slice(first, last - first));
   }
   double v[1] = {sq};
   world.all_reduce(v, ReduceOp::sum);
@@ -39,12 +47,11 @@ double sharded_grad_norm(Backend& be, const ParamStore& store, Communicator& wor
 void adamw_step(Backend& be, const ParamStore& store, const OptimizerConfig& c, int step, double grad_norm) {
   // Megatron-LM / PyTorch clip_grad_norm_: scale by clip / (norm + 1e-6) when the norm exceeds it.
   const double scale = (c.clip_norm > 0 && grad_norm > c.clip_norm) ? c.clip_norm / (grad_norm + 1e-6) : 1.0;
-  const std::int64_t lo = store.state_first(), hi = lo + store.first_moments().numel();
+  const std::int64_t lo = store.state_first();
   const Tensor values = store.values();
   for (int i = 0; i < store.size(); ++i) {
-    // The part of parameter i inside this rank's optimizer shard (a shard may cut a parameter).
     const Param& p = store[i];
-    const std::int64_t first = std::max(lo, p.offset), last = std::min(hi, p.offset + p.value.numel());
+    const auto [first, last] = part_in_shard(store, p);
     if (first >= last) continue;
     be.adamw(values.row_slice(first, last - first), store.grads().row_slice(first, last - first),
              store.first_moments().row_slice(first - lo, last - first),

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <exception>
+#include <iomanip>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "core/error.hpp"
@@ -392,18 +393,14 @@ std::string sized_for_gpus_note(const ExecutablePlan& plan, const std::string& b
   const double flops = model_flops_per_iteration(plan.model, plan.training.global_batch).value();
   const double optimistic_s = flops / (1e11 * std::max(1, ranks));
   if (optimistic_s < 60.0) return "";
-  char text[512];
-  int n = std::snprintf(text, sizeof text,
-                        "this plan does %.3g FLOP per step: at least %.3g s per step on the %s backend even at "
-                        "100 GFLOP/s per rank.",
-                        flops, optimistic_s, backend.c_str());
-  std::string out(text, std::size_t(std::clamp(n, 0, int(sizeof text) - 1)));
-  if (plan.prediction) {
-    n = std::snprintf(text, sizeof text, " It was planned for the GPUs of %s (predicted %.3g s per step, %.3g GB per GPU).",
-                      plan.cluster.c_str(), plan.prediction->iteration_s, plan.prediction->memory_GB);
-    out.append(text, std::size_t(std::clamp(n, 0, int(sizeof text) - 1)));
-  }
-  return out + " On GPUs run " + gpu_train_flags(plan) + " (the plan's launch.sh does).";
+  std::ostringstream out;
+  out << std::setprecision(3) << "this plan does " << flops << " FLOP per step: at least " << optimistic_s
+      << " s per step on the " << backend << " backend even at 100 GFLOP/s per rank.";
+  if (plan.prediction)
+    out << " It was planned for the GPUs of " << plan.cluster << " (predicted " << plan.prediction->iteration_s
+        << " s per step, " << plan.prediction->memory_GB << " GB per GPU).";
+  out << " On GPUs run " << gpu_train_flags(plan) << " (the plan's launch.sh does).";
+  return out.str();
 }
 
 }  // namespace foresight::trainer
