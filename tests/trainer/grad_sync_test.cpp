@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/trainer/host_copy.hpp"
 #include "trainer/cpu_backend.hpp"
 #include "trainer/grad_sync.hpp"
 #include "trainer/optimizer.hpp"
@@ -14,11 +15,7 @@
 namespace foresight::trainer {
 namespace {
 
-std::vector<float> host(Backend& be, const Tensor& t) {
-  std::vector<float> v(std::size_t(t.numel()));
-  be.copy_to_host(v, t);
-  return v;
-}
+using test::host;
 
 /// A data-parallel group of `size` replicas seen from rank `rank`, where replica q holds (q + 1)
 /// times this rank's tensor divided by (rank + 1): collectives are computed from the local tensor

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/trainer/host_copy.hpp"
 #include "trainer/cpu_backend.hpp"
 #include "trainer/moe.hpp"
 
@@ -19,11 +20,7 @@ Tensor from(Backend& be, const std::vector<float>& v, std::int64_t rows, std::in
   return t;
 }
 
-std::vector<float> host(Backend& be, const Tensor& t) {
-  std::vector<float> v(std::size_t(t.numel()));
-  be.copy_to_host(v, t);
-  return v;
-}
+using test::host;
 
 TEST(Moe, RoutingCapacityAndCombineByHand) {
   auto be = make_cpu_backend();

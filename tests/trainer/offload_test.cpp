@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "tests/trainer/host_copy.hpp"
 #include "trainer/cpu_backend.hpp"
 #include "trainer/offload.hpp"
 
@@ -18,11 +19,7 @@ Tensor filled(Backend& be, std::int64_t rows, std::int64_t cols, float first) {
   return t;
 }
 
-std::vector<float> host(Backend& be, const Tensor& t) {
-  std::vector<float> v(std::size_t(t.numel()));
-  be.copy_to_host(v, t);
-  return v;
-}
+using test::host;
 
 TEST(Offload, LayersRoundToNearest) {
   EXPECT_EQ(offloaded_layers(0.0, 4), 0);

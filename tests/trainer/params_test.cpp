@@ -3,6 +3,7 @@
 // and ranks map to Megatron-LM's grid (tp innermost, then dp, then pp).
 #include <gtest/gtest.h>
 
+#include "tests/trainer/host_copy.hpp"
 #include "trainer/cpu_backend.hpp"
 #include "trainer/layout.hpp"
 #include "trainer/params.hpp"
@@ -10,11 +11,7 @@
 namespace foresight::trainer {
 namespace {
 
-std::vector<float> host(Backend& be, const Tensor& t) {
-  std::vector<float> v(std::size_t(t.numel()));
-  be.copy_to_host(v, t);
-  return v;
-}
+using test::host;
 
 TEST(Params, TensorParallelSlicesEqualTheFullTensor) {
   auto be = make_cpu_backend();
