@@ -149,6 +149,15 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.flash_attention_efficiency = optional("flash_attention_efficiency");
     g.kernels.cudnn_attention_efficiency = optional("cudnn_attention_efficiency");
     g.kernels.unfused_score_efficiency = optional("unfused_score_efficiency");
+    if (k.has("device_spread_cv")) {
+      SourcedValue cv = sourced("device_spread_cv", true);
+      if (cv.value > 0.25)
+        throw SpecError(k.where("device_spread_cv"), k.path("device_spread_cv") + ".value",
+                        k.node()["device_spread_cv"]["value"].Scalar(),
+                        "must be at most 0.25 (a coefficient of variation of healthy devices' speed; "
+                        "a device 25% off the median is broken, not spread)");
+      g.kernels.device_spread_cv = std::move(cv);
+    }
     k.finish();
   }
   g.source = r.get_string("source", std::nullopt);

@@ -28,6 +28,7 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
   put("flash_attention_efficiency", g.kernels.flash_attention_efficiency);
   put("cudnn_attention_efficiency", g.kernels.cudnn_attention_efficiency);
   put("unfused_score_efficiency", g.kernels.unfused_score_efficiency);
+  put("device_spread_cv", g.kernels.device_spread_cv);
   return {{"name", g.name},
           {"compute_capability", g.compute_capability},
           {"sms", g.sms},

@@ -87,15 +87,20 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
                         gpu.name + ", and neither the GPU file nor a calibration profile gives its speed");
   // Calibrated scales on top of the GPU file's or the profile's kernel figures.
   // The FP8-only scale acts on the FP8 GEMMs, not on what the recipe keeps in 16 bits (compute16).
+  // The step runs at its slowest GPU's tensor-core speed (cost_models/device_spread.hpp); a CPU
+  // device's ranks share one host and have no spread.
+  if (!x.host) x.slowest = slowest_device(gpu, plan.gpus());
+  const double pace = 1.0 / x.slowest.factor;
   const double fp8_gemm = training.dtype == Dtype::fp8 ? x.calibrated.fp8_gemm_efficiency_scale : 1.0;
-  rc->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale * fp8_gemm, x.calibrated.attention_efficiency_scale);
+  rc->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale * fp8_gemm * pace,
+                              x.calibrated.attention_efficiency_scale * pace);
   x.compute = std::move(rc);
   x.compute16 = x.compute;
   if (training.dtype == Dtype::fp8) {
     auto rc16 = std::make_shared<RooflineCompute>(gpu, Dtype::bf16, roofline_params_for(gpu, x.attention, nullptr));
     if (const auto data = bundled_profile(gpu.name))
       rc16->use_profile(select_profile(*data, x.gemm_impl, Dtype::bf16, to_string(x.attention), x.attention_dtype));
-    rc16->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale, x.calibrated.attention_efficiency_scale);
+    rc16->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale * pace, x.calibrated.attention_efficiency_scale * pace);
     x.compute16 = std::move(rc16);
   }
   return x;

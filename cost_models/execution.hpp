@@ -16,6 +16,7 @@
 #include "core/plan.hpp"
 #include "core/units.hpp"
 #include "cost_models/calibrated.hpp"
+#include "cost_models/device_spread.hpp"
 #include "cost_models/precision.hpp"
 
 namespace foresight {
@@ -79,6 +80,9 @@ struct ExecutionModel {
   std::shared_ptr<const HostOps> host;
   /// Calibrated parameters whose scope this execution falls in (scenarios/calibration.yaml).
   CalibratedTerms calibrated;
+  /// The slowest of the plan's GPUs: its GEMM and attention kernels pace every synchronous step
+  /// (already applied to `compute` and `compute16`).
+  SlowestDevice slowest;
 
   const RooflineCompute& roofline() const;  // the compute model; an invariant failure when absent
   const RooflineCompute& roofline16() const { return compute16 ? *compute16 : roofline(); }

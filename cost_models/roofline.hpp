@@ -71,8 +71,9 @@ class RooflineCompute {
   /// times interpolated from its shapes, its copy bandwidth, attention efficiency and launch
   /// overhead; the GPU file's figures elsewhere.
   void use_profile(CalibrationProfile profile);
-  /// Calibrated scales (cost_models/calibrated.hpp) on what the GPU file or the profile gives:
-  /// GEMM times divided by `gemm`, the fused-attention efficiency multiplied by `attention`.
+  /// Scales on what the GPU file or the profile gives: the calibrated ones (cost_models/calibrated.hpp)
+  /// times the slowest device's pace (cost_models/device_spread.hpp). GEMM times are divided by
+  /// `gemm`, the fused-attention efficiency is multiplied by `attention`.
   void apply_calibrated_scales(double gemm, double attention);
   /// GEMM queries answered outside the profile's measured range so far (0 without a profile).
   long extrapolated_queries() const { return extrapolated_; }

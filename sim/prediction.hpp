@@ -11,6 +11,7 @@
 #include "core/report.hpp"
 #include "core/units.hpp"
 #include "cost_models/calibrated.hpp"
+#include "cost_models/device_spread.hpp"
 #include "cost_models/memory.hpp"
 
 namespace foresight::sim {
@@ -50,6 +51,7 @@ struct Prediction {
   std::string framework;  // the framework entry and version the prediction assumes
   std::string attention;  // the attention kernel both compute and memory priced
   std::string profile;    // what the calibration profile contributed
+  cost_models::SlowestDevice slowest;  // the slowest of the plan's GPUs (applied to compute)
   /// The error bar (cost_models::ErrorBand): the iteration time measured runs of this kind took
   /// relative to their prediction, 10th to 90th percentile; unset where no band applies.
   std::optional<cost_models::ErrorBand> band;

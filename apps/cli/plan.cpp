@@ -17,6 +17,7 @@
 #include "core/plan_json.hpp"
 #include "core/scenario.hpp"
 #include "core/spec_json.hpp"
+#include "cost_models/device_spread.hpp"
 #include "planner/search.hpp"
 
 namespace foresight::cli {
@@ -166,7 +167,7 @@ void print_console(std::ostream& out, const Report& p) {
       << " runs them\n  " << res.enumerated << " plans enumerated, " << res.pruned_memory << " do not fit in "
       << format_number(in_GB(r.memory_limit()), 1) << " GB per GPU (" << format_number(in_GB(r.cluster.gpu.hbm), 1)
       << " GB device less a " << format_number(100 * r.memory_headroom, 0) << "% headroom), " << res.evaluated
-      << " simulated\n\n"
+      << " simulated\n  pace: " << cost_models::slowest_device(r.cluster.gpu, r.gpus).describe() << "\n\n"
       << format_console(p.table)
       << "  (TFLOP/s per GPU and MFU count model FLOPs, without recompute; spare: what is left of the "
          "memory limit;\n   range: where the iteration time should fall, the 10th-90th percentile of measured over "

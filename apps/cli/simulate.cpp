@@ -71,6 +71,8 @@ Command simulate_command() {
             j["framework"] = p.framework;
             j["attention"] = p.attention;
             j["profile"] = p.profile;
+            j["slowest_device"] = {{"gpus", p.slowest.devices}, {"device_spread_cv", p.slowest.cv},
+                                   {"compute_factor", p.slowest.factor}};
             if (p.band) {
               j["iteration_s_range"] = {in_s(p.iteration_low()), in_s(p.iteration_high())};
               j["iteration_s_range_basis"] = {{"cases", p.band->cases}, {"scope", p.band->describe()},
@@ -89,7 +91,8 @@ Command simulate_command() {
                 << (e.plan.virtual_stages > 1 ? " v" + std::to_string(e.plan.virtual_stages) : "")
                 << token_slices_text(e.plan) << ", recompute "
                 << to_string(e.plan.recompute) << ", zero " << e.plan.zero << "\n  executed as " << p.framework
-                << ", " << p.attention << " attention\n  calibration: " << p.profile << "\n\n"
+                << ", " << p.attention << " attention\n  calibration: " << p.profile << "\n  pace: "
+                << p.slowest.describe() << "\n\n"
                 << format_console(sections) << "Iteration time range: " << p.range_text() << "\n";
             out << "Memory per GPU by stage (GB):";
             for (std::size_t s = 0; s < p.memory_per_stage.size(); ++s) {
