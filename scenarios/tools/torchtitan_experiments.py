@@ -38,8 +38,10 @@ MODELS = {
 # sustained clock under its 500 W limit (scenarios/calibration.yaml, h100_500w_clock_scale); every
 # other row is a prediction.
 CALIBRATION = {"torchtitan_202412_t1_llama3.1_8b_8xh100_fsdp", "torchtitan_202412_t1_llama3.1_8b_8xh100_fsdp_compile",
-               # and the speed of rowwise-scaled FP8 GEMMs (fp8_rowwise_gemm_scale)
-               "torchtitan_202506_asynctp_llama3.1_70b_256xh100_fsdp32_tp8_float8rowwise_asynctp"}
+               # and the speed of rowwise-scaled FP8 GEMMs (fp8_rowwise_gemm_scale): both 70B rowwise rows,
+               # so that leaving one out still leaves a case that pins the parameter
+               "torchtitan_202506_asynctp_llama3.1_70b_256xh100_fsdp32_tp8_float8rowwise_asynctp",
+               "torchtitan_202506_asynctp_llama3.1_70b_256xh100_fsdp32_tp8_float8rowwise_vanillatp"}
 
 
 def cluster_of(e):

@@ -102,20 +102,19 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
     double mape, max_abs;
   };
   const std::map<std::string, Bound> bounds = {
-      {"Korthikanti 2022 Table 4", {4.0, 10.0}},
-      {"Megatron-LM SC21 Table 1", {8.0, 14.0}},  // target 5 / 10
-      // The two prediction points; the 280-node run is the calibration case of the DeepSpeed v0.5
+      // Its 8-GPU rows wait for the slowest of 8 GPUs since the device spread (+1.1..1.5 points).
+      {"Korthikanti 2022 Table 4", {4.0, 10.5}},
+      {"Megatron-LM SC21 Table 1", {5.0, 10.5}},  // target 5 / 10
+      // The two prediction points; the 280-node run and BLOOM pin the DeepSpeed pipeline engine's
       // slot overhead (scenarios/calibration.yaml). Target 5 / 5 (issue 22).
-      {"MT-NLG (Smith et al. 2022)", {3.5, 5.0}},
-      {"TeraPipe (Li et al. 2021)", {8.0, 12.0}},    // target 15 / 15 (met since the socket rate by GPUs sharing the NIC)
-      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {58.0, 68.0}},  // target 15 / 15
-      // 24 prediction rows after the calibrated Triton-attention scale (two rows pin it).
-      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {7.0, 23.0}},
-      // 28 prediction rows (three rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
-      // largest: the 8B TP8 rows (+18..+34%) and the 128k/256k context-parallel rows (+39, +46%).
-      {"torchtitan (Meta, FSDP2)", {15.0, 47.0}},
-      // One run, predicted with the slot overhead MT-NLG pinned (DeepSpeed v0.6 branch, TP 4): -10.9%.
-      {"BLOOM-176B (BigScience 2022)", {12.0, 12.0}},
+      {"MT-NLG (Smith et al. 2022)", {3.0, 3.0}},
+      {"TeraPipe (Li et al. 2021)", {7.0, 10.0}},  // target 15 / 15 (met since the socket rate by GPUs sharing the NIC)
+      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {55.0, 65.0}},  // target 15 / 15
+      // 23 prediction rows after the calibrated Triton-attention scale (three rows pin it).
+      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {6.0, 21.5}},
+      // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
+      // largest: the 8B TP8 rows (+12..+31%) and the 128k/256k context-parallel rows (+39, +46%).
+      {"torchtitan (Meta, FSDP2)", {13.5, 47.0}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {
@@ -137,6 +136,8 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
     }
   EXPECT_EQ(j["calibration"]["cases"].get<int>(), calibration);
   EXPECT_EQ(j["leave_one_out"]["cases"].get<int>(), calibration);
+  // Issue 22's leave-one-out target (met since every calibrated parameter has two cases or more).
+  EXPECT_LE(j["leave_one_out"]["mape_pct"].get<double>(), 7.0);
   int predictions = 0;
   for (const auto& g : j["groups"])
     if (g["group"] != "overall") predictions += g["cases"].get<int>();
