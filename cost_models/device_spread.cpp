@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <numbers>
 
 #include "core/error.hpp"
 
@@ -15,7 +16,7 @@ double expected_max_of_normals(int n) {
   constexpr int kIntervals = 8000;
   constexpr double kLo = -10.0, kHi = 10.0;
   const double h = (kHi - kLo) / kIntervals;
-  const double inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * M_PI);
+  const double inv_sqrt_2pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
   double sum = 0.0;
   for (int i = 0; i <= kIntervals; ++i) {
     const double x = kLo + i * h;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 
 #include "core/scenario.hpp"
 #include "cost_models/device_spread.hpp"
@@ -16,8 +17,8 @@ TEST(DeviceSpread, ExpectedMaximumOfNormalsMatchesTheTables) {
   // Closed forms for n = 2 and 3 (1/sqrt(pi), 3/(2 sqrt(pi))); the rest from Harter's 1961 table
   // of expected normal order statistics (Biometrika 48, 151-165), as Tippett (1925) first gave them.
   EXPECT_EQ(expected_max_of_normals(1), 0.0);
-  EXPECT_NEAR(expected_max_of_normals(2), 1.0 / std::sqrt(M_PI), 1e-7);
-  EXPECT_NEAR(expected_max_of_normals(3), 1.5 / std::sqrt(M_PI), 1e-7);
+  EXPECT_NEAR(expected_max_of_normals(2), 1.0 / std::sqrt(std::numbers::pi), 1e-7);
+  EXPECT_NEAR(expected_max_of_normals(3), 1.5 / std::sqrt(std::numbers::pi), 1e-7);
   EXPECT_NEAR(expected_max_of_normals(5), 1.16296, 1e-5);
   EXPECT_NEAR(expected_max_of_normals(8), 1.42360, 1e-5);
   EXPECT_NEAR(expected_max_of_normals(10), 1.53875, 1e-5);
