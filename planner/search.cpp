@@ -224,6 +224,10 @@ cost_models::ExecutionModel execution_for(const SearchRequest& r) {
   p.framework = r.framework;
   p.compile = r.compile;  // the elementwise traffic every candidate shares
   p.compile_loss = r.compile_loss;
+  // Every candidate spreads over all r.gpus GPUs (dp stands for the whole layout here): the pace of
+  // the slowest of them (cost_models/device_spread.hpp) applies to each, as it does when one plan
+  // is simulated on its own.
+  p.dp = r.gpus;
   return cost_models::resolve_execution(r.cluster, r.training, p);
 }
 

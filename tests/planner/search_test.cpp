@@ -9,6 +9,7 @@
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
 #include "planner/search.hpp"
+#include "sim/costing.hpp"
 
 #include <cstdio>
 
@@ -64,6 +65,22 @@ TEST(Search, SameResultWhateverTheThreadCount) {
     EXPECT_EQ(x.ranked[i].plan.tp, y.ranked[i].plan.tp);
     EXPECT_EQ(x.ranked[i].plan.pp, y.ranked[i].plan.pp);
     EXPECT_EQ(x.ranked[i].plan.micro_batch, y.ranked[i].plan.micro_batch);
+  }
+}
+
+TEST(Search, PredictsEachPlanAsSimulatingItAloneDoes) {
+  // The search shares one execution model among its candidates; each must still be priced as
+  // `foresight simulate` prices that plan alone (sim::predict resolves its own execution), the
+  // pace of the slowest of its 16 GPUs included (cost_models/device_spread.hpp).
+  const SearchRequest r = small_request();
+  const SearchResult res = search_plans(r);
+  ASSERT_GE(res.ranked.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Candidate& c = res.ranked[i];
+    EXPECT_EQ(c.analytic.slowest.devices, 16) << i;
+    EXPECT_GT(c.analytic.slowest.factor, 1.0) << i;
+    const sim::Prediction alone = sim::predict(experiment_for(r, c.plan), sim::EngineKind::analytic);
+    EXPECT_DOUBLE_EQ(c.analytic.iteration.value(), alone.iteration.value()) << i;
   }
 }
 
