@@ -219,8 +219,9 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
   return out;
 }
 
-cost_models::ExecutionModel execution_for(const SearchRequest& r) {
+cost_models::ExecutionModel execution_for(const SearchRequest& r, int zero) {
   PlanSpec p;
+  p.zero = zero;
   p.framework = r.framework;
   p.compile = r.compile;  // the elementwise traffic every candidate shares
   p.compile_loss = r.compile_loss;
@@ -229,6 +230,15 @@ cost_models::ExecutionModel execution_for(const SearchRequest& r) {
   // is simulated on its own.
   p.dp = r.gpus;
   return cost_models::resolve_execution(r.cluster, r.training, p);
+}
+
+SearchExecutions::SearchExecutions(const SearchRequest& r) {
+  for (int zero = 0; zero <= 3; ++zero) by_zero_.push_back(execution_for(r, zero));
+}
+
+const cost_models::ExecutionModel& SearchExecutions::of(const PlanSpec& p) const {
+  FORESIGHT_CHECK(p.zero >= 0 && p.zero < int(by_zero_.size())) << "zero " << p.zero;
+  return by_zero_[std::size_t(p.zero)];
 }
 
 SearchResult search_plans(const SearchRequest& r, const SearchProgress& progress) {
@@ -254,8 +264,9 @@ unsigned default_threads(int processes_per_node) {
 
 EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec>& plans, int share, int shares,
                               const SearchProgress& progress) {
-  // Every plan of the search runs on the same framework, GPU and dtype: one execution model.
-  const cost_models::ExecutionModel x = execution_for(r);
+  // Every plan of the search runs on the same framework, GPU and dtype: one execution model per
+  // ZeRO stage (SearchExecutions).
+  const SearchExecutions executions(r);
   const CommModel comm(r.cluster);
   // Plans are enumerated in a regular order, and their costs follow it (schedules, TeraPipe
   // slicings and recompute modes alternate), so every `shares`-th plan can be a much heavier share
@@ -285,6 +296,7 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
     for (long j; (j = next++) < long(mine.size());) {
       const long i = mine[j];
       PlanSpec p = plans[i];
+      const cost_models::ExecutionModel& x = executions.of(p);
       if (p.schedule == Schedule::terapipe && p.token_slices.empty()) p.token_slices = terapipe_slices(r, x, p);
       Bytes need;
       bool ok = fits(x, r, p, &need);
@@ -382,7 +394,7 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
 
 void resimulate_top(const SearchRequest& r, SearchResult& res, int share, int shares, const SearchProgress& progress) {
   if (!r.simgrid_top || !sim::simgrid_available()) return;
-  const cost_models::ExecutionModel x = execution_for(r);
+  const SearchExecutions executions(r);
   const CommModel comm(r.cluster);
   long done = 0;
   const long mine = (long(res.ranked.size()) - share + shares - 1) / shares;
@@ -390,7 +402,8 @@ void resimulate_top(const SearchRequest& r, SearchResult& res, int share, int sh
     Candidate& c = res.ranked[i];
     const Experiment e = experiment_for(r, c.plan);
     if (!sim::simulation_size_violation(e, sim::SimulationSize::simgrid))  // else left analytic-only
-      c.simgrid = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::simgrid);
+      c.simgrid = sim::predict({e, executions.of(c.plan), sim::compute_costs(e, executions.of(c.plan)), comm},
+                               sim::EngineKind::simgrid);
     if (progress) progress(SearchStage::simgrid, ++done, mine);
   }
 }

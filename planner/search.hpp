@@ -117,8 +117,23 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
 void resimulate_top(const SearchRequest& r, SearchResult& res, int share = 0, int shares = 1,
                     const SearchProgress& progress = {});
 
-/// The execution model every plan of a search shares (the request's framework, GPU and dtype).
-cost_models::ExecutionModel execution_for(const SearchRequest& r);
+/// The execution model the plans of a search with ZeRO stage `zero` share (the request's
+/// framework, GPU and dtype; the calibrated parameters whose scope matches such a plan).
+cost_models::ExecutionModel execution_for(const SearchRequest& r, int zero = 0);
+
+/// The execution models a search's candidates share, one per class of plans that calibrated
+/// scopes tell apart (cost_models/calibrated.hpp): the request fixes framework, GPU, dtype and
+/// the GPU count, so what remains is the ZeRO stage (a parameter scoped by min_zero, e.g. FSDP's
+/// per-unit host time, applies to the sharded candidates only). Each candidate is then priced
+/// with the very model `foresight simulate` resolves for it alone.
+class SearchExecutions {
+ public:
+  explicit SearchExecutions(const SearchRequest& r);
+  const cost_models::ExecutionModel& of(const PlanSpec& p) const;
+
+ private:
+  std::vector<cost_models::ExecutionModel> by_zero_;  // index: ZeRO stage 0..3
+};
 
 /// TeraPipe's optimal slices for a plan (schedule terapipe), from planner/terapipe_slicing.hpp.
 std::vector<int> terapipe_slices(const SearchRequest& r, const cost_models::ExecutionModel& x, const PlanSpec& plan);

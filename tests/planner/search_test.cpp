@@ -84,6 +84,35 @@ TEST(Search, PredictsEachPlanAsSimulatingItAloneDoes) {
   }
 }
 
+TEST(Search, AppliesZeroScopedCalibrationToShardedCandidatesOnly) {
+  // Calibrated parameters scoped by min_zero (scenarios/calibration.yaml: fsdp_h100_attention_scale,
+  // PyTorch FSDP on compute capability 9, zero >= 3) apply to a PyTorch search's ZeRO-3 candidates
+  // and not to its unsharded ones, each priced as `foresight simulate` prices that plan alone.
+  SearchRequest r;
+  r.model = load_model(resolve_scenario("models", "mpt-760m-s2048"));
+  r.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  r.training = TrainingSpec{.global_batch = 384, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  r.gpus = 8;
+  r.framework = Framework::pytorch;
+  r.top_k = 1000;
+  r.simgrid_top = false;
+  const SearchExecutions executions(r);
+  PlanSpec sharded, replicated;
+  sharded.zero = 3;
+  // The scope must tell the two apart, else this test could not fail.
+  ASSERT_NE(executions.of(sharded).calibrated.attention_efficiency_scale,
+            executions.of(replicated).calibrated.attention_efficiency_scale);
+  const SearchResult res = search_plans(r);
+  int zero3 = 0, others = 0;
+  for (const Candidate& c : res.ranked) {
+    const sim::Prediction alone = sim::predict(experiment_for(r, c.plan), sim::EngineKind::analytic);
+    EXPECT_DOUBLE_EQ(c.analytic.iteration.value(), alone.iteration.value()) << "zero " << c.plan.zero;
+    (c.plan.zero == 3 ? zero3 : others) += 1;
+  }
+  EXPECT_GT(zero3, 0);
+  EXPECT_GT(others, 0);
+}
+
 TEST(Search, ImpossibleRequestReportsTheShortfall) {
   SearchRequest r = small_request();
   r.model = load_model(resolve_scenario("models", "sc21-1t"));
