@@ -22,9 +22,10 @@ namespace foresight::cost_models {
 /// starting point by calibrate/); an execution takes its GPU's sourced figures from the GPU file
 /// (roofline_params_for) and a matching calibration profile replaces what it measured.
 struct RooflineParams {
-  /// Best fraction of the dense tensor-core peak a large cuBLAS GEMM reaches (the roofline's
-  /// ceiling; the wave and tile terms derate it per shape).
-  double gemm_efficiency = 0.803;
+  /// Fraction of the dense tensor-core peak cuBLAS sustains on training-size GEMMs (the roofline's
+  /// ceiling; the wave and tile terms derate it per shape). The GPU files give it per generation:
+  /// a measured sweep's median-fit where one exists (GH100: 0.72), else the best-shape MAMF.
+  double gemm_efficiency = 0.72;
   /// Output tile of the GEMM kernels (cuBLAS/CUTLASS Ampere and Hopper default 256 x 128) for
   /// wave quantization: a GEMM runs ceil(tiles / SMs) waves of SMs.
   int tile_m = 256, tile_n = 128;
