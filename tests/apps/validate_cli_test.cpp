@@ -109,7 +109,8 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // slot overhead (scenarios/calibration.yaml). Target 5 / 5 (issue 22).
       {"MT-NLG (Smith et al. 2022)", {3.0, 3.0}},
       {"TeraPipe (Li et al. 2021)", {7.0, 10.0}},  // target 15 / 15 (met since the socket rate by GPUs sharing the NIC)
-      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {55.0, 65.0}},  // target 15 / 15
+      // Since the 6.7B dense row runs micro-batch 2 (the ramp-up divisibility its script needs at 128 GPUs).
+      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {44.0, 44.0}},  // target 15 / 15
       // 23 prediction rows after the calibrated Triton-attention scale (three rows pin it).
       {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {5.5, 21.5}},
       // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
