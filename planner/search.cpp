@@ -401,9 +401,9 @@ void resimulate_top(const SearchRequest& r, SearchResult& res, int share, int sh
   for (std::size_t i = std::size_t(share); i < res.ranked.size(); i += std::size_t(shares)) {
     Candidate& c = res.ranked[i];
     const Experiment e = experiment_for(r, c.plan);
+    const cost_models::ExecutionModel& x = executions.of(c.plan);
     if (!sim::simulation_size_violation(e, sim::SimulationSize::simgrid))  // else left analytic-only
-      c.simgrid = sim::predict({e, executions.of(c.plan), sim::compute_costs(e, executions.of(c.plan)), comm},
-                               sim::EngineKind::simgrid);
+      c.simgrid = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::simgrid);
     if (progress) progress(SearchStage::simgrid, ++done, mine);
   }
 }
