@@ -277,6 +277,8 @@ std::array<FrameworkTraits, 8> make_table() {
   pytorch.context_parallel = true;
   // Async TP (torch._inductor micro-pipeline TP, torchtitan enable_async_tensor_parallel).
   pytorch.tp_overlap = true;
+  // Tensor parallelism through DTensor on batch-first (b, s, h) activations.
+  pytorch.tp_batch_first_relayout = true;
 
   // torchtitan (Liang et al. 2024, arXiv:2410.06511; pytorch/torchtitan 2024): FSDP2 over bf16
   // compute with fp32 sharded parameters, gradients reduced in fp32 (MixedPrecisionPolicy
@@ -304,6 +306,9 @@ std::array<FrameworkTraits, 8> make_table() {
   torchtitan.partial_recompute = false;
   torchtitan.min_zero = 3;
   torchtitan.tp_needs_sequence_parallel = true;
+  // Its TP plan shards the (b, s, h) norm inputs with Shard(1) (parallelize_llama.py
+  // apply_tp: SequenceParallel, PrepareModuleInput desired_input_layouts Replicate from Shard(1)).
+  torchtitan.tp_batch_first_relayout = true;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,

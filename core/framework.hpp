@@ -171,6 +171,13 @@ struct FrameworkTraits {
   int min_zero = 0;
   /// Its tensor parallelism always shards the norms over the sequence (torchtitan's TP plan).
   bool tp_needs_sequence_parallel = false;
+  /// Its sequence-parallel activations are batch-first (b, s, h) tensors sharded on the sequence
+  /// (dim 1) while NCCL gathers and scatters along dim 0: each blocking all-gather is followed, and
+  /// each reduce-scatter preceded, by a chunk-and-cat copy of the whole (b, s, h) activation when
+  /// b > 1 (PyTorch DTensor over torch.distributed._functional_collectives all_gather_tensor and
+  /// reduce_scatter_tensor; _maybe_view_chunk_cat returns a view only when every dim before the
+  /// gather dim is 1). Megatron-LM's (s, b, h) layout gathers along dim 0 and needs no copy.
+  bool tp_batch_first_relayout = false;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
   /// Overlaps TP collectives with GEMMs (plan.tp_overlap).

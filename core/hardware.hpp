@@ -36,6 +36,11 @@ struct GpuKernelFigures {
   // a synchronous step runs at its slowest device's pace (cost_models/device_spread.hpp). Unset:
   // no measurement, every device at the median speed.
   std::optional<SourcedValue> device_spread_cv;
+  // A GEMM's fixed work per output tile (filling the kernel's shared-memory pipeline before the
+  // first multiply-accumulate, the epilogue writing the tile after the last), in elements of the
+  // reduction dimension K at the bf16 rate: a tile of a K-long GEMM takes as long as one of
+  // K + this with no such cost. Unset: not measured for this GPU, no such term.
+  std::optional<SourcedValue> gemm_k_overhead;
 };
 
 struct GpuSpec {

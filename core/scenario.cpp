@@ -149,6 +149,15 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.flash_attention_efficiency = optional("flash_attention_efficiency");
     g.kernels.cudnn_attention_efficiency = optional("cudnn_attention_efficiency");
     g.kernels.unfused_score_efficiency = optional("unfused_score_efficiency");
+    if (k.has("gemm_k_overhead")) {
+      SourcedValue k0 = sourced("gemm_k_overhead", false);
+      if (k0.value > 4096)
+        throw SpecError(k.where("gemm_k_overhead"), k.path("gemm_k_overhead") + ".value",
+                        k.node()["gemm_k_overhead"]["value"].Scalar(),
+                        "must be at most 4096 (elements of K a tile's prologue and epilogue cost; "
+                        "more would make every transformer GEMM mostly overhead)");
+      g.kernels.gemm_k_overhead = std::move(k0);
+    }
     if (k.has("device_spread_cv")) {
       SourcedValue cv = sourced("device_spread_cv", true);
       if (cv.value > 0.25)

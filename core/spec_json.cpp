@@ -29,6 +29,7 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
   put("cudnn_attention_efficiency", g.kernels.cudnn_attention_efficiency);
   put("unfused_score_efficiency", g.kernels.unfused_score_efficiency);
   put("device_spread_cv", g.kernels.device_spread_cv);
+  put("gemm_k_overhead", g.kernels.gemm_k_overhead);
   return {{"name", g.name},
           {"compute_capability", g.compute_capability},
           {"sms", g.sms},

@@ -312,6 +312,7 @@ std::string calibration_yaml(const CalibrationSet& set) {
   s += "  generated_by: \"foresight calibrate --published\"\n";
   s += "  parameters:\n";
   for (const CalibratedParameter& p : set.parameters) {
+    FORESIGHT_CHECK(std::isfinite(p.value)) << p.name << " fitted to " << p.value;
     s += "    - name: " + p.name + "\n";
     s += std::string("      knob: ") + knob_name(p.knob) + "\n";
     s += "      unit: " + quoted(p.unit) + "\n";
@@ -352,6 +353,10 @@ std::string calibration_yaml(const CalibrationSet& set) {
     s += "  # (10th and 90th percentiles), from `foresight validate` with the values above.\n";
     s += "  error_bars:\n";
     for (const ErrorBand& b : set.bands) {
+      // A non-finite bound means some prediction was not a number: a model bug, and a file its own
+      // reader would refuse. Fail before anything is written.
+      FORESIGHT_CHECK(std::isfinite(b.lo) && std::isfinite(b.hi)) << "error bar of " << b.cases << " cases: " << b.lo
+                                                                     << " .. " << b.hi;
       s += "    - {";
       if (b.framework) s += std::string("framework: ") + to_string(*b.framework) + ", ";
       if (b.compute_capability) s += "compute_capability: " + num(*b.compute_capability) + ", ";

@@ -15,6 +15,7 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
   p.gemm_efficiency = k.gemm_efficiency.value;
   p.memory_efficiency = k.memory_efficiency.value;
   p.launch_overhead = microseconds(k.launch_overhead_us.value);
+  if (k.gemm_k_overhead) p.gemm_k_overhead = k.gemm_k_overhead->value;
   if (k.unfused_score_efficiency) p.score_memory_efficiency = k.unfused_score_efficiency->value;
   const std::optional<SourcedValue>& fused = attention == AttentionImpl::cudnn ? k.cudnn_attention_efficiency
                                                                                : k.flash_attention_efficiency;
@@ -86,7 +87,12 @@ double RooflineCompute::math_seconds(const GemmShape& s) const {
   const double wave_efficiency = tiles / (waves * gpu_.sms);
   // Tile quantization: partial tiles at the m and n edges compute padding.
   const double tile_efficiency = (s.m * s.n) / (std::ceil(s.m / tm) * tm * std::ceil(s.n / tn) * tn);
-  return flops / (peak_.value() * p_.gemm_efficiency * gemm_scale_ * wave_efficiency * tile_efficiency);
+  // A tile's prologue and epilogue: fixed time, given as elements of K at the bf16 rate; a faster
+  // mainloop (FP8 at twice the peak) covers proportionally more K in that time.
+  const double bf16 = std::max(gpu_.peak(Dtype::bf16).value(), gpu_.peak(Dtype::fp16).value());
+  const double k_overhead = p_.gemm_k_overhead > 0 && bf16 > 0 ? p_.gemm_k_overhead * peak_.value() / bf16 : 0.0;
+  return flops * (1.0 + k_overhead / s.k) /
+         (peak_.value() * p_.gemm_efficiency * gemm_scale_ * wave_efficiency * tile_efficiency);
 }
 
 Seconds RooflineCompute::memory_bound(Bytes bytes, int launches) const {

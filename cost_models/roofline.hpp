@@ -26,6 +26,10 @@ struct RooflineParams {
   /// ceiling; the wave and tile terms derate it per shape). The GPU files give it per generation:
   /// a measured sweep's median-fit where one exists (GH100: 0.72), else the best-shape MAMF.
   double gemm_efficiency = 0.72;
+  /// A tile's fixed work (pipeline fill, epilogue) in elements of K at the bf16 rate
+  /// (GpuKernelFigures::gemm_k_overhead); 0: none. With it a GEMM takes (1 + k0 / K) times its
+  /// mainloop, so the ceiling above is the mainloop's, reached only as K grows.
+  double gemm_k_overhead = 0;
   /// Output tile of the GEMM kernels (cuBLAS/CUTLASS Ampere and Hopper default 256 x 128) for
   /// wave quantization: a GEMM runs ceil(tiles / SMs) waves of SMs.
   int tile_m = 256, tile_n = 128;

@@ -53,6 +53,16 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   // Without sequence parallelism the collectives are all-reduces, none saved: all of them re-run.
   if (p.recompute == Recompute::selective_op && p.tp > 1)
     s.recompute_comm = (p.sequence_parallel ? 0.5 : 1.0) * s.forward_tp;
+  // Batch-first re-layout copies around the blocking collectives: forward, backward (the
+  // backward of an all-gather is a reduce-scatter and vice versa) and, like the collectives, in a
+  // recomputed forward (per-op selective: the all-gathers, half of them).
+  const Seconds relayout = tp_relayout_per_layer(in, tokens);
+  if (relayout > Seconds(0)) {
+    s.forward += relayout;
+    s.backward += relayout;
+    if (p.recompute == Recompute::selective_op) s.recompute += 0.5 * relayout;
+    else if (redo > 0) s.recompute += relayout * redo;
+  }
   s.forward_ep = s.backward_ep = ep;
   return s;
 }

@@ -143,6 +143,23 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   return syncs * in.comm.time(Collective::all_reduce, act, tp);
 }
 
+Seconds tp_relayout_per_layer(const CostInputs& in, int tokens) {
+  const PlanSpec& p = in.e.plan;
+  if (p.tp == 1 || !p.sequence_parallel || p.micro_batch <= 1 || !in.compute.memory_bound ||
+      !in.x.framework->tp_batch_first_relayout)
+    return Seconds(0);
+  const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
+  // torch.cat(torch.chunk(...)) after the all-gather and before the reduce-scatter: one kernel
+  // reading and writing the whole activation each; a sequential block has two of each. Async TP's
+  // micro-pipelined ops (torch.distributed._symmetric_memory) move about as much: the fused
+  // all-gather-matmul hands back the gathered input in sequence-major order, which the weight
+  // gradient reads as a (b*s, h) matrix (a copy), and the fused matmul-reduce-scatter sums the tp
+  // partial outputs it received in a separate reduction kernel (reading the whole activation) after
+  // copying its input into scatter-major order. Counted the same.
+  const double collectives = in.e.model.parallel_block ? 2.0 : 4.0;
+  return collectives * in.compute.memory_bound(act * 2.0, 1);
+}
+
 double overlap_contention(const CostInputs& in) {
   const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
   return sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;

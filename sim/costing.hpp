@@ -101,6 +101,13 @@ Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch
 /// 2 reduce-scatters (Korthikanti 2022 sec. 4.2). Zero at tp = 1.
 Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
 
+/// The re-layout copies around one layer's blocking sequence-parallel collectives in one direction
+/// (FrameworkTraits::tp_batch_first_relayout: with micro_batch > 1, a read and a write of the whole
+/// (b, tokens, h) activation after each all-gather and before each reduce-scatter). They run on the
+/// compute stream; async TP (plan.tp_overlap) pays about as much (see the definition). Zero without
+/// tp, sequence parallelism or the trait, and at micro_batch 1.
+Seconds tp_relayout_per_layer(const CostInputs& in, int tokens);
+
 /// The compute time added per second of compute that runs beside a bulk collective: the SMs its
 /// thread blocks hold, ctas / (sms - ctas) (CommParams::overlap_ctas); 0 when unknown.
 double overlap_contention(const CostInputs& in);

@@ -189,11 +189,12 @@ TEST(Roofline, SlidingWindowFlashAttentionCountsTheBandOnly) {
 }
 
 TEST(Roofline, GH100CeilingIsUnbiasedOnTheMeasuredH100Sweep) {
-  // The GH100 GPU files' GEMM ceiling (0.72) against an independent reference: this project's own
-  // cuBLASLt bf16 measurements on an H100 SXM (scenarios/profiles/h100-sxm.json). Over the
-  // training-size shapes (m, n >= 1024, k >= 512, at least 2^33 multiply-adds) the roofline with
-  // the GPU file's figures, no profile, must be unbiased: median time error within 3%, median
-  // absolute error within 8%. With the former MAMF ceiling 0.803 the median error was -10%.
+  // The GH100 GPU files' GEMM figures (ceiling 0.772, per-tile overhead 256 elements of K)
+  // against an independent reference: this project's own cuBLASLt bf16 measurements on an H100
+  // SXM (scenarios/profiles/h100-sxm.json). Over the training-size shapes (m, n >= 1024, k >= 512,
+  // at least 2^33 multiply-adds) the roofline with the GPU file's figures, no profile, must be
+  // unbiased: median time error within 3%, median absolute error within 5% (5.2% with no K term).
+  // With the former MAMF ceiling 0.803 the median error was -10%.
   const GpuSpec g = load_gpu(resolve_scenario("gpus", "h100-sxm"));
   const RooflineCompute rc(g, Dtype::bf16, roofline_params_for(g, AttentionImpl::flash));
   const auto data = bundled_profile("h100-sxm");
@@ -216,5 +217,23 @@ TEST(Roofline, GH100CeilingIsUnbiasedOnTheMeasuredH100Sweep) {
   std::printf("%zu shapes: median error %+.2f%%, median |error| %.2f%%\n", err.size(), 100 * median(err),
               100 * median(abs_err));
   EXPECT_LT(std::fabs(median(err)), 0.03);
-  EXPECT_LT(median(abs_err), 0.08);
+  EXPECT_LT(median(abs_err), 0.05);
+
+  // And the error must not run with K: over every shape of at least 2^30 multiply-adds, short
+  // reductions (K <= 1024) and long ones (K >= 8192) are each within 10% at the median. The single
+  // ceiling 0.72 with no K term leaves the first 26% too fast (the second 6% too slow).
+  std::vector<double> short_k, long_k;
+  for (const TaggedGemm& t : data->gemm) {
+    const GemmSample& s = t.sample;
+    if (t.dtype != Dtype::bf16 || s.batch != 1 || s.m * s.n * s.k < 1073741824.0) continue;
+    const double e = rc.gemm({s.m, s.n, s.k, 1}).value() / s.time_s - 1.0;
+    if (s.k <= 1024) short_k.push_back(e);
+    if (s.k >= 8192) long_k.push_back(e);
+  }
+  ASSERT_GE(short_k.size(), 30u);
+  ASSERT_GE(long_k.size(), 30u);
+  std::printf("K <= 1024: %zu shapes, median error %+.2f%%; K >= 8192: %zu shapes, median error %+.2f%%\n",
+              short_k.size(), 100 * median(short_k), long_k.size(), 100 * median(long_k));
+  EXPECT_LT(std::fabs(median(short_k)), 0.10);
+  EXPECT_LT(std::fabs(median(long_k)), 0.10);
 }

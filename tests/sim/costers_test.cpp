@@ -384,3 +384,36 @@ TEST(SimgridPlatform, EachTrafficClassKeepsItsOwnSocketRate) {
   EXPECT_DOUBLE_EQ(pi.dp_wire_factor, 1.0);
   EXPECT_DOUBLE_EQ(pi.pp_wire_factor, 1.0);
 }
+
+TEST(CostLayerChunks, BatchFirstSequenceParallelCopiesTheActivationAroundEachCollective) {
+  // PyTorch's DTensor TP shards (b, s, h) activations on dim 1 while NCCL gathers on dim 0: with
+  // b = 2, each of a layer's 2 all-gathers and 2 reduce-scatters per direction adds a copy reading
+  // and writing the (2, 2048, 2048) bf16 activation, 2 x 16 MiB at 1 ns per byte.
+  Experiment ex = small();
+  ex.plan.framework = Framework::pytorch;
+  ex.plan.sequence_parallel = true;
+  ex.plan.micro_batch = 2;
+  ex.training.global_batch = 4;
+  validate_experiment(ex);
+  Costed k(ex);
+  cost_layer_chunks(k.in(), k.c);
+  const double copy = 2.0 * (2.0 * 2 * 2048 * 2048) * 1e-9;
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward.value(), 12 * (1e-3 + 4 * copy), 1e-9);
+  EXPECT_NEAR(tp_relayout_per_layer(k.in(), 2048).value(), 4 * copy, 1e-12);
+
+  // Megatron-LM's (s, b, h) layout gathers along dim 0: no copy.
+  Experiment mg = ex;
+  mg.plan.framework = Framework::megatron;
+  validate_experiment(mg);
+  Costed m(mg);
+  cost_layer_chunks(m.in(), m.c);
+  EXPECT_NEAR(m.c.chunk[0][0][0].forward.value(), 12e-3, 1e-12);
+
+  // b = 1: the gathered chunks are already in place (a view, no copy).
+  Experiment one_seq = ex;
+  one_seq.plan.micro_batch = 1;
+  one_seq.training.global_batch = 2;
+  validate_experiment(one_seq);
+  Costed o(one_seq);
+  EXPECT_EQ(tp_relayout_per_layer(o.in(), 2048).value(), 0.0);
+}
