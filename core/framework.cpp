@@ -309,6 +309,9 @@ std::array<FrameworkTraits, 8> make_table() {
   // Its TP plan shards the (b, s, h) norm inputs with Shard(1) (parallelize_llama.py
   // apply_tp: SequenceParallel, PrepareModuleInput desired_input_layouts Replicate from Shard(1)).
   torchtitan.tp_batch_first_relayout = true;
+  // parallelize_llama.py: enable_float8_tensorwise_tp = float8 linears and not a rowwise recipe
+  // ("float8 all-gather with TP is only supported for tensorwise float8 scaling recipes").
+  torchtitan.fp8_tensorwise_tp_gather = true;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,

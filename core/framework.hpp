@@ -178,6 +178,11 @@ struct FrameworkTraits {
   /// reduce_scatter_tensor; _maybe_view_chunk_cat returns a view only when every dim before the
   /// gather dim is 1). Megatron-LM's (s, b, h) layout gathers along dim 0 and needs no copy.
   bool tp_batch_first_relayout = false;
+  /// With dtype fp8 and tensorwise scaling its forward sequence-parallel all-gathers carry the
+  /// column-parallel linears' inputs already cast to float8, 1 byte per element (torchtitan's
+  /// enable_float8_tensorwise_tp: torchao Float8ColwiseParallel / PrepareFloat8ModuleInput; rowwise
+  /// recipes gather in bf16). Reduce-scatters and the backward stay bf16.
+  bool fp8_tensorwise_tp_gather = false;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
   /// Overlaps TP collectives with GEMMs (plan.tp_overlap).

@@ -36,6 +36,14 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   if (p.recompute != Recompute::full) s.recompute = lc.recompute;
   else if (redo > 0) s.recompute = lc.recompute * redo;
   s.forward_tp = s.backward_tp = tp_blocking;
+  // The forward's all-gathers, which a per-op selective recompute re-runs: half of the
+  // collectives, unless they carry FP8 (then the forward is what differs from tp_blocking).
+  Seconds forward_gathers = 0.5 * tp_blocking;
+  if (p.sequence_parallel && p.tp > 1 && tp_forward_gather_scale(in) < 1.0) {
+    const TpGathersScatters fwd = tp_forward_gathers_scatters(in, tokens);
+    forward_gathers = fwd.gathers;
+    if (!p.tp_overlap) s.forward_tp = fwd.total();
+  }
   if (p.tp_overlap && p.tp > 1) {
     s.forward_tp = tp_comm_overlapped(in, tokens, lc.gemm_forward);
     s.backward_tp = tp_comm_overlapped(in, tokens, lc.gemm_backward, true);
@@ -52,16 +60,16 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   // gathered inputs, so the forward's all-gathers, half its TP collectives, run again.
   // Without sequence parallelism the collectives are all-reduces, none saved: all of them re-run.
   if (p.recompute == Recompute::selective_op && p.tp > 1)
-    s.recompute_comm = (p.sequence_parallel ? 0.5 : 1.0) * s.forward_tp;
+    s.recompute_comm = p.sequence_parallel ? (p.tp_overlap ? 0.5 * s.forward_tp : forward_gathers) : s.forward_tp;
   // Batch-first re-layout copies around the blocking collectives: forward, backward (the
   // backward of an all-gather is a reduce-scatter and vice versa) and, like the collectives, in a
   // recomputed forward (per-op selective: the all-gathers, half of them).
-  const Seconds relayout = tp_relayout_per_layer(in, tokens);
-  if (relayout > Seconds(0)) {
-    s.forward += relayout;
-    s.backward += relayout;
-    if (p.recompute == Recompute::selective_op) s.recompute += 0.5 * relayout;
-    else if (redo > 0) s.recompute += relayout * redo;
+  const TpGathersScatters relayout = tp_relayout_per_layer(in, tokens, true);
+  if (relayout.total() > Seconds(0)) {
+    s.forward += relayout.total();
+    s.backward += tp_relayout_per_layer(in, tokens, false).total();
+    if (p.recompute == Recompute::selective_op) s.recompute += relayout.gathers;
+    else if (redo > 0) s.recompute += relayout.total() * redo;
   }
   s.forward_ep = s.backward_ep = ep;
   return s;

@@ -143,12 +143,31 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   return syncs * in.comm.time(Collective::all_reduce, act, tp);
 }
 
-Seconds tp_relayout_per_layer(const CostInputs& in, int tokens) {
+double tp_forward_gather_scale(const CostInputs& in) {
+  const TrainingSpec& t = in.e.training;
+  if (!in.x.framework->fp8_tensorwise_tp_gather || t.dtype != Dtype::fp8 || t.fp8_scaling != Fp8Scaling::tensorwise ||
+      !in.e.plan.sequence_parallel)
+    return 1.0;
+  return 1.0 / in.x.bytes.activation;  // one byte per element
+}
+
+TpGathersScatters tp_forward_gathers_scatters(const CostInputs& in, int tokens) {
+  const PlanSpec& p = in.e.plan;
+  if (p.tp == 1 || !p.sequence_parallel) return {};
+  const CommGroup tp = plan_groups(p, in.e.cluster).tp;
+  const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
+  const double syncs = in.e.model.parallel_block ? 1.0 : 2.0;
+  return {syncs * in.comm.time(Collective::all_gather, act * tp_forward_gather_scale(in), tp),
+          syncs * in.comm.time(Collective::reduce_scatter, act, tp)};
+}
+
+TpGathersScatters tp_relayout_per_layer(const CostInputs& in, int tokens, bool forward) {
   const PlanSpec& p = in.e.plan;
   if (p.tp == 1 || !p.sequence_parallel || p.micro_batch <= 1 || !in.compute.memory_bound ||
       !in.x.framework->tp_batch_first_relayout)
-    return Seconds(0);
+    return {};
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
+  const double gathered = forward ? tp_forward_gather_scale(in) : 1.0;
   // torch.cat(torch.chunk(...)) after the all-gather and before the reduce-scatter: one kernel
   // reading and writing the whole activation each; a sequential block has two of each. Async TP's
   // micro-pipelined ops (torch.distributed._symmetric_memory) move about as much: the fused
@@ -156,8 +175,8 @@ Seconds tp_relayout_per_layer(const CostInputs& in, int tokens) {
   // gradient reads as a (b*s, h) matrix (a copy), and the fused matmul-reduce-scatter sums the tp
   // partial outputs it received in a separate reduction kernel (reading the whole activation) after
   // copying its input into scatter-major order. Counted the same.
-  const double collectives = in.e.model.parallel_block ? 2.0 : 4.0;
-  return collectives * in.compute.memory_bound(act * 2.0, 1);
+  const double syncs = in.e.model.parallel_block ? 1.0 : 2.0;
+  return {syncs * in.compute.memory_bound(act * (2.0 * gathered), 1), syncs * in.compute.memory_bound(act * 2.0, 1)};
 }
 
 double overlap_contention(const CostInputs& in) {
@@ -171,7 +190,9 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   if (!p.tp_overlap) return tp_comm_per_layer(in, tokens);
   const CommGroup tp = plan_groups(p, in.e.cluster).tp;
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
-  const Seconds ag = in.comm.time(Collective::all_gather, act, tp), rs = in.comm.time(Collective::reduce_scatter, act, tp);
+  // Forward, the all-gathers may carry FP8 (tp_forward_gather_scale); backward, bf16 gradients.
+  const Seconds ag = in.comm.time(Collective::all_gather, act * (backward ? 1.0 : tp_forward_gather_scale(in)), tp),
+                rs = in.comm.time(Collective::reduce_scatter, act, tp);
   const double contention = overlap_contention(in);
   auto hide = [&](Seconds comm, Seconds gemm) {
     const Seconds e = max(comm / double(p.tp), comm - gemm);

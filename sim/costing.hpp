@@ -101,12 +101,28 @@ Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch
 /// 2 reduce-scatters (Korthikanti 2022 sec. 4.2). Zero at tp = 1.
 Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
 
-/// The re-layout copies around one layer's blocking sequence-parallel collectives in one direction
+/// Element size of the forward sequence-parallel all-gathers' payload relative to the activation's:
+/// 1 / activation bytes where the framework gathers the column-parallel linears' inputs in float8
+/// (FrameworkTraits::fp8_tensorwise_tp_gather with dtype fp8 and tensorwise scaling), else 1.
+double tp_forward_gather_scale(const CostInputs& in);
+
+/// One direction's sequence-parallel collectives, or what goes with them, split by kind.
+struct TpGathersScatters {
+  Seconds gathers, scatters;
+  Seconds total() const { return gathers + scatters; }
+};
+
+/// A layer's forward sequence-parallel all-gathers (at tp_forward_gather_scale) and
+/// reduce-scatters without overlap; zero without tp or sequence parallelism.
+TpGathersScatters tp_forward_gathers_scatters(const CostInputs& in, int tokens);
+
+/// The re-layout copies around one layer's sequence-parallel collectives in one direction
 /// (FrameworkTraits::tp_batch_first_relayout: with micro_batch > 1, a read and a write of the whole
-/// (b, tokens, h) activation after each all-gather and before each reduce-scatter). They run on the
-/// compute stream; async TP (plan.tp_overlap) pays about as much (see the definition). Zero without
-/// tp, sequence parallelism or the trait, and at micro_batch 1.
-Seconds tp_relayout_per_layer(const CostInputs& in, int tokens);
+/// (b, tokens, h) activation after each all-gather and before each reduce-scatter; forward gathers
+/// at tp_forward_gather_scale). They run on the compute stream; async TP (plan.tp_overlap) pays
+/// about as much (see the definition). Zero without tp, sequence parallelism or the trait, and at
+/// micro_batch 1.
+TpGathersScatters tp_relayout_per_layer(const CostInputs& in, int tokens, bool forward);
 
 /// The compute time added per second of compute that runs beside a bulk collective: the SMs its
 /// thread blocks hold, ctas / (sms - ctas) (CommParams::overlap_ctas); 0 when unknown.

@@ -399,7 +399,8 @@ TEST(CostLayerChunks, BatchFirstSequenceParallelCopiesTheActivationAroundEachCol
   cost_layer_chunks(k.in(), k.c);
   const double copy = 2.0 * (2.0 * 2 * 2048 * 2048) * 1e-9;
   EXPECT_NEAR(k.c.chunk[0][0][0].forward.value(), 12 * (1e-3 + 4 * copy), 1e-9);
-  EXPECT_NEAR(tp_relayout_per_layer(k.in(), 2048).value(), 4 * copy, 1e-12);
+  EXPECT_NEAR(tp_relayout_per_layer(k.in(), 2048, true).total().value(), 4 * copy, 1e-12);
+  EXPECT_NEAR(tp_relayout_per_layer(k.in(), 2048, false).gathers.value(), 2 * copy, 1e-12);
 
   // Megatron-LM's (s, b, h) layout gathers along dim 0: no copy.
   Experiment mg = ex;
@@ -415,5 +416,33 @@ TEST(CostLayerChunks, BatchFirstSequenceParallelCopiesTheActivationAroundEachCol
   one_seq.training.global_batch = 2;
   validate_experiment(one_seq);
   Costed o(one_seq);
-  EXPECT_EQ(tp_relayout_per_layer(o.in(), 2048).value(), 0.0);
+  EXPECT_EQ(tp_relayout_per_layer(o.in(), 2048, true).total().value(), 0.0);
+}
+
+TEST(CostLayerChunks, TorchtitanTensorwiseFp8GathersTheForwardInFloat8) {
+  // torchtitan's float8 tensorwise TP all-gathers the column-parallel linears' inputs already cast
+  // to float8: a layer's forward moves 2 all-gathers of half the (12, 8192, 4096) bf16 activation
+  // and 2 full reduce-scatters; the backward's gradients stay bf16. A rowwise recipe gathers bf16.
+  const Experiment ex =
+      load_experiment(resolve_scenario("experiments", "torchtitan-202506-asynctp-llama3.1-8b-64xh100-fsdp8-tp8-float8tensorwise-vanillatp"));
+  ASSERT_EQ(ex.training.fp8_scaling, Fp8Scaling::tensorwise);
+  Costed k(ex);
+  cost_layer_chunks(k.in(), k.c);
+  const CommGroup tp = plan_groups(ex.plan, ex.cluster).tp;
+  const Bytes act(2.0 * 12 * 8192 * 4096);
+  const double ag = k.comm.time(Collective::all_gather, act, tp).value();
+  const double ag8 = k.comm.time(Collective::all_gather, act * 0.5, tp).value();
+  const double rs = k.comm.time(Collective::reduce_scatter, act, tp).value();
+  ASSERT_LT(ag8, 0.6 * ag);
+  const ChunkCosts& cc = k.c.chunk[0][0][0];
+  EXPECT_NEAR(cc.forward_tp_comm.value(), 32 * (2 * ag8 + 2 * rs), 1e-9);
+  EXPECT_NEAR(cc.backward_tp_comm.value(), 32 * (2 * ag + 2 * rs), 1e-9);
+  // Per-op selective recompute re-runs the forward's (float8) all-gathers.
+  EXPECT_NEAR(cc.recompute_tp_comm.value(), 32 * 2 * ag8, 1e-9);
+
+  Experiment rowwise = ex;
+  rowwise.training.fp8_scaling = Fp8Scaling::rowwise;
+  Costed r(rowwise);
+  cost_layer_chunks(r.in(), r.c);
+  EXPECT_NEAR(r.c.chunk[0][0][0].forward_tp_comm.value(), 32 * (2 * ag + 2 * rs), 1e-9);
 }
