@@ -85,9 +85,13 @@ FORESIGHT_ENUM_NAMES(Framework, {Framework::megatron, "megatron"}, {Framework::m
 /// fused scale-mask-softmax and a dropout over the (b, a/t, s, s) scores, all stored for the
 /// backward), FlashAttention (Dao et al. 2022; PyTorch SDPA's flash backend), or cuDNN's fused
 /// attention (Transformer Engine's FusedAttention). The fused ones never write the scores.
-enum class AttentionImpl { unfused, flash, cudnn };
+/// flash: a FlashAttention-class fused kernel as the GPU file measures it (on the GH100 files,
+/// PyTorch 2.11's SDPA); flash2: FlashAttention-2 itself (flash-attn 2.x, and PyTorch SDPA's flash
+/// backend through 2.8, which vendors it), where a GPU file tells it apart; cudnn: cuDNN's fused
+/// attention (Transformer Engine on Hopper).
+enum class AttentionImpl { unfused, flash, cudnn, flash2 };
 FORESIGHT_ENUM_NAMES(AttentionImpl, {AttentionImpl::unfused, "unfused"}, {AttentionImpl::flash, "flash"},
-                     {AttentionImpl::cudnn, "cudnn"});
+                     {AttentionImpl::cudnn, "cudnn"}, {AttentionImpl::flash2, "flash2"});
 
 /// How MoE tokens reach their experts: a gather/scatter permute (Megatron-Core, our kernels), or
 /// DeepSpeed-MoE 2021's dense one-hot einsums, `sec,sm->ecm` to dispatch and `sec,ecm->sm` to

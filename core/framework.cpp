@@ -291,7 +291,11 @@ std::array<FrameworkTraits, 8> make_table() {
                                      "pytorch/torchtitan (models/llama/model.py, models/norms.py, parallelisms/"
                                      "parallelize_llama.py apply_fsdp / apply_ac / apply_compile, 2024); Liang et al. "
                                      "2024 (arXiv:2410.06511)");
-  torchtitan.attention = AttentionImpl::flash;
+  // SDPA's flash backend, first in its backend list on H100 (torchtitan models/attention.py; cuDNN
+  // only on B200, pytorch/torchtitan#1196): FlashAttention-2 as PyTorch 2.4-2.8 vendor it. PyTorch
+  // made cuDNN attention opt-in in 2.5.1 (pytorch/pytorch#138522) and the default on sm90 only from
+  // 2.9 with a new enough cuDNN (pytorch/pytorch#162073).
+  torchtitan.attention = AttentionImpl::flash2;
   torchtitan.elementwise = kTorchtitanEagerTraffic;
   torchtitan.compiled_elementwise = kTorchtitanCompiledTraffic;
   torchtitan.precision = {.fp32_parameters = true, .residual_bytes = 2, .fp32_main_grads = false,

@@ -29,6 +29,9 @@ struct GpuKernelFigures {
   // unset where the GPU has no such kernel or no figure: a plan that needs it is refused.
   std::optional<SourcedValue> flash_attention_efficiency;
   std::optional<SourcedValue> cudnn_attention_efficiency;
+  // FlashAttention-2's own figure where the flash figure above measured a newer kernel (GH100:
+  // PyTorch 2.11's SDPA); unset: the flash figure is FlashAttention-2's (A100) or none is known.
+  std::optional<SourcedValue> flash2_attention_efficiency;
   // Of peak HBM bandwidth, the rate at which unfused attention moves its (b, heads, s, s) score
   // matrices; unset: the streaming figure.
   std::optional<SourcedValue> unfused_score_efficiency;

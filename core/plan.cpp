@@ -246,7 +246,7 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     if (p.placement != Placement::tp_dp_pp)
       return fail("plan.placement", to_string(p.placement), "must be tp-dp-pp with plan.cp > 1 (tp-cp-dp-pp, Megatron-Core's order)");
     if (p.attention == AttentionImpl::unfused)
-      return fail("plan.attention", "unfused", "context parallelism runs on fused attention kernels (flash or cudnn)");
+      return fail("plan.attention", "unfused", "context parallelism runs on fused attention kernels (flash, flash2 or cudnn)");
     // Transformer Engine's ring attention (the p2p exchange Megatron-Core uses) has no
     // sliding-window masks; the exchange of windowed layers is not modelled either.
     if (m.attention_window)

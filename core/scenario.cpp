@@ -148,6 +148,7 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.launch_overhead_us = sourced("launch_overhead_us", false);
     g.kernels.flash_attention_efficiency = optional("flash_attention_efficiency");
     g.kernels.cudnn_attention_efficiency = optional("cudnn_attention_efficiency");
+    g.kernels.flash2_attention_efficiency = optional("flash2_attention_efficiency");
     g.kernels.unfused_score_efficiency = optional("unfused_score_efficiency");
     if (k.has("gemm_k_overhead")) {
       SourcedValue k0 = sourced("gemm_k_overhead", false);

@@ -17,8 +17,10 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
   p.launch_overhead = microseconds(k.launch_overhead_us.value);
   if (k.gemm_k_overhead) p.gemm_k_overhead = k.gemm_k_overhead->value;
   if (k.unfused_score_efficiency) p.score_memory_efficiency = k.unfused_score_efficiency->value;
-  const std::optional<SourcedValue>& fused = attention == AttentionImpl::cudnn ? k.cudnn_attention_efficiency
-                                                                               : k.flash_attention_efficiency;
+  const std::optional<SourcedValue>& fused =
+      attention == AttentionImpl::cudnn                                         ? k.cudnn_attention_efficiency
+      : attention == AttentionImpl::flash2 && k.flash2_attention_efficiency ? k.flash2_attention_efficiency
+                                                                              : k.flash_attention_efficiency;
   if (attention != AttentionImpl::unfused && fused) p.flash_efficiency = fused->value;
   if (has_attention_figure) *has_attention_figure = attention == AttentionImpl::unfused || fused.has_value();
   return p;

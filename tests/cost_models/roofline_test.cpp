@@ -237,3 +237,20 @@ TEST(Roofline, GH100CeilingIsUnbiasedOnTheMeasuredH100Sweep) {
   EXPECT_LT(std::fabs(median(short_k)), 0.10);
   EXPECT_LT(std::fabs(median(long_k)), 0.10);
 }
+
+TEST(Roofline, Flash2IsFlashAttention2sOwnFigureWhereAGpuTellsItApart) {
+  // FlashAttention-2's H100 chart (Dao-AILab/flash-attention assets/flash2_h100_fwd_bwd_benchmark.png):
+  // causal, head dim 128, seq 2k, 265 TFLOP/s forward+backward. PyTorch SDPA ran it on H100 through
+  // 2.8; the H100 file's flash figure is PyTorch 2.11's faster SDPA (325 TFLOP/s).
+  const GpuSpec h100 = load_gpu(resolve_scenario("gpus", "h100-sxm"));
+  const RooflineCompute fa2(h100, Dtype::bf16, roofline_params_for(h100, AttentionImpl::flash2));
+  const double visible = 2048.0 * 2048 - 2048.0 * 2047 / 2;
+  const double flops = 4.0 * 64 * visible * 128;
+  const double launch = h100.kernels.launch_overhead_us.value * 1e-6;
+  EXPECT_NEAR(flops / (fa2.flash_forward(64, 2048, 2048, 128, true, 0).value() - launch) / 1e12, 265.0, 2.0);
+  EXPECT_GT(roofline_params_for(h100, AttentionImpl::flash).flash_efficiency,
+            1.2 * roofline_params_for(h100, AttentionImpl::flash2).flash_efficiency);
+  // The A100 file's flash figure is FlashAttention-2's (155 of 312 TFLOP/s): flash2 is the same.
+  const GpuSpec a100 = load_gpu(resolve_scenario("gpus", "a100-sxm4-80gb"));
+  EXPECT_NEAR(roofline_params_for(a100, AttentionImpl::flash2).flash_efficiency, 155.0 / 312.0, 1e-3);
+}
