@@ -252,6 +252,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     if (m.attention_window)
       return fail("plan.cp", str((long long)p.cp), "is not supported with sliding-window attention (model.attention_window)");
   }
+  if (p.reduce_dtype && *p.reduce_dtype != Dtype::fp32 && *p.reduce_dtype != Dtype::bf16 && *p.reduce_dtype != Dtype::fp16)
+    return fail("plan.reduce_dtype", to_string(*p.reduce_dtype), "must be fp32, bf16 or fp16 (NCCL reduces no 8-bit floats)");
+  if (p.reduce_dtype && p.grad_ranks() < 2)
+    return fail("plan.reduce_dtype", to_string(*p.reduce_dtype), "needs data parallelism (plan.dp * plan.cp > 1): nothing is reduced");
   if (p.tp_overlap) {
     if (!framework_traits(p.framework).tp_overlap)
       return fail("plan.tp_overlap", "true", std::string(framework_traits(p.framework).name) +

@@ -100,6 +100,10 @@ struct PlanSpec {
   /// The attention kernel, when it is not the framework's own (e.g. Megatron-LM with
   /// --use-flash-attn); unset: core/framework.hpp's entry decides.
   std::optional<AttentionImpl> attention;
+  /// The dtype data parallelism reduces gradients in, when it is not the gradient buffer's: FSDP's
+  /// MixedPrecision reduce_dtype (Composer's PURE mode: bf16; torchtitan's
+  /// mixed_precision_reduce), a DDP compression hook. Unset: the framework's gradient dtype.
+  std::optional<Dtype> reduce_dtype;
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }

@@ -129,6 +129,7 @@ void visit_fields(V& v, S& p) {
   v.text("partition_method", p.partition_method, std::string());
   v.enumeration("framework", p.framework, Framework::megatron);
   v.optional_enumeration("attention", p.attention);
+  v.optional_enumeration("reduce_dtype", p.reduce_dtype);
   v.enumeration("placement", p.placement, Placement::tp_dp_pp);
 }
 

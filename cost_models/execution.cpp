@@ -40,6 +40,7 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   x.attention_dtype = training.dtype == Dtype::fp8 ? Dtype::bf16 : training.dtype;
   x.fp8_scaling = training.fp8_scaling;
   x.bytes = element_sizes(training.dtype, training.optimizer, fw);
+  if (plan.reduce_dtype) x.bytes.reduce = *plan.reduce_dtype == Dtype::fp32 ? 4.0 : 2.0;  // fp32 | bf16 | fp16
   return x;
 }
 

@@ -19,6 +19,7 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
     if (dtype == Dtype::fp16) s.main_grad_copy = 4.0;  // fp16 grads, fp32 copy in the optimizer
     else s.grad = 4.0;                                 // bf16 (and fp8's bf16 weights): fp32 buffer
   }
+  s.reduce = s.grad;
   s.accumulate = (r.fp32_main_grads && s.weight < 4.0) ? 4.0 + s.weight + 4.0 : 3.0 * s.grad;
   s.optimizer_step = 4.0 + 2.0 * (4.0 + s.moments) + (s.master > 0 ? s.weight : 0.0);
   if (optimizer == Optimizer::lamb) {

@@ -20,6 +20,9 @@ struct ElementSizes {
   /// A parameter as ZeRO-3 all-gathers it before use: the compute dtype (FSDP MixedPrecision
   /// param_dtype bf16, DeepSpeed's fp16/bf16 partitions), 4 for fp32/tf32 training.
   double gather = 2;
+  /// A gradient element as the data-parallel reduction (all-reduce or ZeRO reduce-scatter) moves
+  /// it: the gradient buffer's, unless plan.reduce_dtype says otherwise.
+  double reduce = 2;
   double master = 4;          // the optimizer's fp32 master copy (0 when weights are fp32)
   double main_grad_copy = 0;  // the optimizer's fp32 copy of 16-bit gradients (Megatron fp16)
   double moments = 8;         // optimizer state: Adam or LAMB m and v (8), SGD momentum (4)

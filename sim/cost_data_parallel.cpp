@@ -30,8 +30,8 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   const bool sharded_reduction = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce;
   for (int s = 0; s < p.pp; ++s) {
     const cost_models::StageParameters sp = cost_models::parameters_on_gpu(fw, in.e.model, p, s);
-    const Bytes grads(sp.dense * in.x.bytes.grad);
-    const Bytes expert_grads(sp.expert * in.x.bytes.grad);
+    const Bytes grads(sp.dense * in.x.bytes.reduce);
+    const Bytes expert_grads(sp.expert * in.x.bytes.reduce);
     const Bytes weights(sp.total() * in.x.bytes.weight);  // the model copy ZeRO gathers after the step
     Seconds sync, gather;
     Bytes sync_bytes, gather_bytes;
@@ -56,7 +56,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
         if (p.param_gather_overlap) {
           // Bucket by bucket under the next forward: the first bucket (the framework's bucket of
           // parameters, Megatron-Core's bucket_size) is what the forward waits for.
-          const double bucket_params = fw.dp_overlap_bucket_bytes / in.x.bytes.grad;
+          const double bucket_params = fw.dp_overlap_bucket_bytes / in.x.bytes.reduce;
           const Bytes bucket = min(Bytes(bucket_params * in.x.bytes.weight), weights);
           const Seconds first = min(gather, in.comm.time(Collective::all_gather, bucket, groups.shard));
           gather_bytes = gather_bytes * (first / gather);
@@ -142,7 +142,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const int v = c.shape.virtual_stages;
   const int micro_batches = p.micro_batches(in.e.training);
   const double sent = (k - 1.0) / k;  // of each gathered or reduced buffer, per GPU (ring)
-  const double gb = in.x.bytes.gather, rb = in.x.bytes.grad;
+  const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
   const double contention = overlap_contention(in);
   auto gather = [&](double params) {
     return params > 0 ? in.comm.time(Collective::all_gather, Bytes(params * gb), shard) : Seconds(0);

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Writes the scenario files of llm-foundry's MPT benchmark rows (../shared/published/modern.yaml)
-that the schema can express: bf16 autocast (amp_bf16) or Transformer Engine FP8 (amp_fp8) on H100
-80GB or A100 80GB, FSDP FULL_SHARD
-(plan.zero 3), with or without full activation checkpointing. One model file per (size, sequence
-length), one experiment per row with its measured throughput. Rows left out (pure bf16, FP8) are
-listed in scenarios/README.md with the feature they need.
+that the schema can express: bf16 autocast (amp_bf16), Composer's pure bf16 (FSDP MixedPrecision
+PURE: gradients reduced in bf16, plan.reduce_dtype) or Transformer Engine FP8 (amp_fp8) on H100
+80GB, A100 80GB or A100 40GB, FSDP FULL_SHARD (plan.zero 3), with or without full activation
+checkpointing. One model file per (size, sequence length), one experiment per row with its
+measured throughput.
 
 Usage: python3 scenarios/tools/llmfoundry_experiments.py ../shared/published/modern.yaml
 """
@@ -19,24 +19,29 @@ ROOT = os.path.dirname(HERE)
 CLUSTERS = {  # GPU in the row -> cluster file (the rows do not state the H100 network)
     "h100": "dgx-h100-superpod",
     "a100-80gb": "selene",
+    "a100-40gb": "mosaicml-a100-40gb",
 }
 
 
 def main(path):
     data = yaml.safe_load(open(path))
-    written = []
+    written, models = [], set()
     for e in data["datapoints"]:
         rid = e["id"]
         if not rid.startswith("llmfoundry_"):
             continue
-        if not e["precision"].startswith(("amp_bf16", "amp_fp8")):
-            continue  # pure bf16 rows: see scenarios/README.md
+        pure = e["precision"].startswith("bf16")  # Composer pure bf16: FSDP MixedPrecision PURE
+        if not (pure or e["precision"].startswith(("amp_bf16", "amp_fp8"))):
+            continue
         dtype = "fp8" if e["precision"].startswith("amp_fp8") else "bf16"
         size, gpu = rid.split("_")[1], rid.split("_")[2]
         m, p, meas = e["model"], e["parallel"], e["measured"]
         seq = int(m["seq_len"])
         model_name = f"{size}-s{seq}"
-        with open(os.path.join(ROOT, "models", model_name + ".yaml"), "w") as f:
+        # One file per shape, written by its first row (rows of other GPUs share it).
+        models_seen = model_name in models
+        models.add(model_name)
+        with open(os.devnull if models_seen else os.path.join(ROOT, "models", model_name + ".yaml"), "w") as f:
             f.write("model:\n")
             f.write(f"  name: {model_name}\n")
             for k in ("layers", "hidden", "heads", "kv_heads"):
@@ -49,6 +54,9 @@ def main(path):
         recompute = "full" if p["recompute"].startswith("full") else "none"
         gpus = int(e["hardware"]["num_gpus"])
         exp_name = rid.replace("_", "-")
+        exp_path = os.path.join(ROOT, "experiments", exp_name + ".yaml")
+        # A row declared a calibration case (DESIGN.md, Fidelity rules) stays one.
+        calibration = os.path.exists(exp_path) and "role: calibration" in open(exp_path).read()
         with open(os.path.join(ROOT, "experiments", exp_name + ".yaml"), "w") as f:
             f.write("experiment:\n")
             f.write(f"  model: ../models/{model_name}.yaml\n")
@@ -58,7 +66,11 @@ def main(path):
             f.write("  plan:\n")
             f.write(f"    tp: 1\n    pp: 1\n    dp: {gpus}\n    micro_batch: {int(p['micro_batch'])}\n")
             f.write(f"    schedule: 1f1b\n    recompute: {recompute}\n    zero: 3\n    framework: pytorch\n")
+            if pure:
+                f.write("    reduce_dtype: bf16\n")
             f.write("  measured:\n")
+            if calibration:
+                f.write("    role: calibration\n")
             f.write(f"    tokens_per_s: {meas['tokens_per_s_aggregate']}\n")
             src = f"{e['source']['paper']}, {e['source']['table']}"
             f.write(f"    source: \"{src}\"\n")
@@ -69,7 +81,11 @@ def main(path):
                     "per node is assumed. The A100 80GB rows (1,600 Gb/s per node) run on Selene's nodes. "
                     "Optimizer: Adam state and traffic (llm-foundry uses decoupled AdamW, the same state). "
                     "Attention: MPT's triton flash kernel, priced as the GPU's flash figure. FP8 rows (amp_fp8): "
-                    "Transformer Engine FP8 linears, attention and the LM head in bf16.\"\n")
+                    "Transformer Engine FP8 linears, attention and the LM head in bf16." +
+                    (" Pure bf16 (Composer FSDP mixed_precision PURE): parameters gathered and gradients reduced in "
+                     "bf16 (plan.reduce_dtype), the sharded fp32 parameters and optimizer state as amp_bf16; "
+                     "the A100 40GB rows run on a MosaicML node assumed DGX-A100-like (clusters/mosaicml-a100-40gb)."
+                     if pure else "") + "\"\n")
         written.append(exp_name)
     print("\n".join(written))
 

@@ -102,6 +102,32 @@ TEST(CostShardedParameters, BytesPerGpuPerStepByKind) {
   keep.plan.reshard_after_forward = false;
   Costed kk(keep);
   EXPECT_NEAR(kk.c.zero3_gather_bytes[0].value(), (24 * layer + embedding) * 2 * sent, 1.0);
+  // FSDP MixedPrecision reduce_dtype bf16 (Composer's PURE mode): the reduce-scatters move 2 bytes
+  // a gradient, the gathers are unchanged.
+  Experiment pure = fsdp();
+  pure.plan.reduce_dtype = Dtype::bf16;
+  validate_experiment(pure);
+  Costed kp(pure);
+  EXPECT_NEAR(kp.c.zero3_reduce_bytes[0].value(), (24 * layer + embedding) * 2 * sent, 1.0);
+  EXPECT_NEAR(kp.c.zero3_gather_bytes[0].value(), (2 * 24 * layer + embedding) * 2 * sent, 1.0);
+}
+
+TEST(CostDataParallel, ReduceDtypeSetsTheAllReducedBytes) {
+  // DDP with 2 micro-batches: gradients all-reduced once per step, fp32 (the autocast recipe's
+  // fp32 parameters) or, with plan.reduce_dtype bf16, 2 bytes each: the ring sends 2 x 15/16 of
+  // the buffer either way.
+  Experiment ddp = fsdp();
+  ddp.plan.zero = 0;
+  validate_experiment(ddp);
+  Costed k32(ddp);
+  ddp.plan.reduce_dtype = Dtype::bf16;
+  validate_experiment(ddp);
+  Costed k16(ddp);
+  EXPECT_NEAR(k16.c.dp_grad_sync_bytes[0].value() * 2, k32.c.dp_grad_sync_bytes[0].value(), 1.0);
+  EXPECT_GT(k16.c.dp_grad_sync_bytes[0].value(), 0.0);
+  // fp8 is no reduction dtype.
+  ddp.plan.reduce_dtype = Dtype::fp8;
+  EXPECT_THROW(validate_experiment(ddp), SpecError);
 }
 
 TEST(CostShardedParameters, ExposedPartMatchesThePrefetchModel) {
