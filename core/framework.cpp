@@ -160,7 +160,7 @@ FrameworkTraits entry(Framework id, const char* name, const char* version, const
   return t;
 }
 
-std::array<FrameworkTraits, 8> make_table() {
+std::array<FrameworkTraits, 9> make_table() {
   FrameworkTraits megatron = entry(Framework::megatron, "megatron", "Megatron-LM v2.x-v3.0 (2021-22)",
                                    "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
                                    "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)");
@@ -280,6 +280,29 @@ std::array<FrameworkTraits, 8> make_table() {
   // Tensor parallelism through DTensor on batch-first (b, s, h) activations.
   pytorch.tp_batch_first_relayout = true;
 
+  // MosaicML's llm-foundry (2023-24): Composer's FSDP1 (FULL_SHARD) under autocast bf16 over fp32
+  // parameters, as eager PyTorch above, on its MPT models. What differs: its attention kernel
+  // (attn_impl triton or flash, priced as the GPU's flash figure and scaled by the calibrated
+  // fsdp_h100_attention_scale on H100), and its loss: ComposerMPTCausalLM's default loss_fn
+  // fused_crossentropy, flash-attn's CUDA cross-entropy, reads the bf16 logits and writes a bf16
+  // gradient, 4 bytes per logit at the backward's peak instead of eager F.cross_entropy's 12
+  // (llmfoundry/models/mpt/modeling_mpt.py). No tensor or context parallelism in its benchmarks.
+  FrameworkTraits llm_foundry = pytorch;
+  llm_foundry.id = Framework::llm_foundry;
+  llm_foundry.name = "llm-foundry";
+  llm_foundry.version = "llm-foundry with Composer FSDP1, MPT models, PyTorch 2.0-2.3 (2023-24)";
+  llm_foundry.source =
+      "mosaicml/llm-foundry (llmfoundry/models/mpt/modeling_mpt.py loss_fn, attn_config; scripts/train/benchmarking); "
+      "Composer FSDP docs (sharding_strategy, mixed_precision DEFAULT / PURE)";
+  llm_foundry.activations.logits_bytes = 4;
+  // MPT's low_precision_layernorm runs the norms in bf16 (autocast off around F.layer_norm), so the
+  // residual stream and the norms' inputs stay 16-bit; Composer's FSDP gathers bf16 parameters
+  // (mixed_precision DEFAULT and PURE: param_dtype bf16), so autocast keeps no weight copies.
+  llm_foundry.precision.residual_bytes = 2;
+  llm_foundry.precision.autocast_weight_copies = false;
+  llm_foundry.context_parallel = false;
+  llm_foundry.tp_overlap = false;
+
   // torchtitan (Liang et al. 2024, arXiv:2410.06511; pytorch/torchtitan 2024): FSDP2 over bf16
   // compute with fp32 sharded parameters, gradients reduced in fp32 (MixedPrecisionPolicy
   // param_dtype bf16, reduce_dtype fp32), SDPA attention, no dropout, the eager or compiled Llama
@@ -346,13 +369,13 @@ std::array<FrameworkTraits, 8> make_table() {
   trainer.dp_overlap_bucket_bytes = kDdpBucketBytes;
   trainer.schedules[int(Schedule::terapipe)] = true;
   trainer.max_zero = trainer.max_zero_with_pipeline = 1;
-  return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer};
+  return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer, llm_foundry};
 }
 
 }  // namespace
 
 const FrameworkTraits& framework_traits(Framework f) {
-  static const std::array<FrameworkTraits, 8> table = make_table();
+  static const std::array<FrameworkTraits, 9> table = make_table();
   for (const auto& t : table)
     if (t.id == f) return t;
   FORESIGHT_CHECK(false) << "no traits for framework " << int(f);

@@ -65,7 +65,7 @@ def main(path):
             f.write(f"  training: {{global_batch: {int(p['global_batch'])}, dtype: {dtype}, optimizer: adam}}\n")
             f.write("  plan:\n")
             f.write(f"    tp: 1\n    pp: 1\n    dp: {gpus}\n    micro_batch: {int(p['micro_batch'])}\n")
-            f.write(f"    schedule: 1f1b\n    recompute: {recompute}\n    zero: 3\n    framework: pytorch\n")
+            f.write(f"    schedule: 1f1b\n    recompute: {recompute}\n    zero: 3\n    framework: llm-foundry\n")
             if pure:
                 f.write("    reduce_dtype: bf16\n")
             f.write("  measured:\n")
@@ -76,7 +76,7 @@ def main(path):
             f.write(f"    source: \"{src}\"\n")
             f.write(f"    datapoint: {rid}\n")
             f.write("  notes: \"PyTorch FSDP (Composer, FULL_SHARD) under torch.autocast(bf16) over fp32 parameters: "
-                    "framework pytorch with zero 3 (each MPT block an FSDP unit, gathered in bf16, gradients "
+                    "framework llm-foundry with zero 3 (each MPT block an FSDP unit, gathered in bf16, gradients "
                     "reduced in fp32). The H100 rows do not state the network; the DGX H100 SuperPOD's 8 x 400 Gb/s "
                     "per node is assumed. The A100 80GB rows (1,600 Gb/s per node) run on Selene's nodes. "
                     "Optimizer: Adam state and traffic (llm-foundry uses decoupled AdamW, the same state). "

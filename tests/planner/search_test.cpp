@@ -86,14 +86,15 @@ TEST(Search, PredictsEachPlanAsSimulatingItAloneDoes) {
 
 TEST(Search, AppliesZeroScopedCalibrationToShardedCandidatesOnly) {
   // Calibrated parameters scoped by min_zero (scenarios/calibration.yaml: fsdp_h100_attention_scale,
-  // PyTorch FSDP on compute capability 9, zero >= 3) apply to a PyTorch search's ZeRO-3 candidates
-  // and not to its unsharded ones, each priced as `foresight simulate` prices that plan alone.
+  // llm-foundry's FSDP on compute capability 9, zero >= 3) apply to an llm-foundry search's ZeRO-3
+  // candidates and not to its unsharded ones, each priced as `foresight simulate` prices that plan
+  // alone.
   SearchRequest r;
   r.model = load_model(resolve_scenario("models", "mpt-760m-s2048"));
   r.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
   r.training = TrainingSpec{.global_batch = 384, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
   r.gpus = 8;
-  r.framework = Framework::pytorch;
+  r.framework = Framework::llm_foundry;
   r.top_k = 1000;
   r.simgrid_top = false;
   const SearchExecutions executions(r);
@@ -111,6 +112,11 @@ TEST(Search, AppliesZeroScopedCalibrationToShardedCandidatesOnly) {
   }
   EXPECT_GT(zero3, 0);
   EXPECT_GT(others, 0);
+  // The scale describes llm-foundry's Triton kernel: plain PyTorch FSDP (SDPA) does not get it.
+  SearchRequest plain = r;
+  plain.framework = Framework::pytorch;
+  EXPECT_EQ(SearchExecutions(plain).of(sharded).calibrated.attention_efficiency_scale,
+            executions.of(replicated).calibrated.attention_efficiency_scale);
 }
 
 TEST(Search, ImpossibleRequestReportsTheShortfall) {
