@@ -61,9 +61,9 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   // Without sequence parallelism the collectives are all-reduces, none saved: all of them re-run.
   if (p.recompute == Recompute::selective_op && p.tp > 1)
     s.recompute_comm = p.sequence_parallel ? (p.tp_overlap ? 0.5 * s.forward_tp : forward_gathers) : s.forward_tp;
-  // Batch-first re-layout copies around the blocking collectives: forward, backward (the
-  // backward of an all-gather is a reduce-scatter and vice versa) and, like the collectives, in a
-  // recomputed forward (per-op selective: the all-gathers, half of them).
+  // Batch-first re-layout copies around the sequence-parallel collectives (blocking or async TP):
+  // forward, backward (the backward of an all-gather is a reduce-scatter and vice versa) and, like
+  // the collectives, in a recomputed forward (per-op selective: the all-gathers' copies).
   const TpGathersScatters relayout = tp_relayout_per_layer(in, tokens, true);
   if (relayout.total() > Seconds(0)) {
     s.forward += relayout.total();
