@@ -232,13 +232,23 @@ cost_models::ExecutionModel execution_for(const SearchRequest& r, int zero) {
   return cost_models::resolve_execution(r.cluster, r.training, p);
 }
 
-SearchExecutions::SearchExecutions(const SearchRequest& r) {
+SearchExecutions::SearchExecutions(const SearchRequest& r) : request_(&r) {
   for (int zero = 0; zero <= 3; ++zero) by_zero_.push_back(execution_for(r, zero));
 }
 
 const cost_models::ExecutionModel& SearchExecutions::of(const PlanSpec& p) const {
   FORESIGHT_CHECK(p.zero >= 0 && p.zero < int(by_zero_.size())) << "zero " << p.zero;
-  return by_zero_[std::size_t(p.zero)];
+  const cost_models::ExecutionModel& x = by_zero_[std::size_t(p.zero)];
+  // The executions are keyed by ZeRO stage, the one plan field a calibrated scope reads today
+  // (min_zero). A scope reading another would misprice candidates silently: the calibrated
+  // parameters this very plan matches must be the ones its execution applies (a cheap scope match).
+  const std::vector<std::string> applied =
+      cost_models::calibrated_terms(cost_models::bundled_calibration(), request_->cluster, request_->training, p)
+          .applied;
+  FORESIGHT_CHECK(applied == x.calibrated.applied)
+      << "calibrated parameters of a plan differ from its ZeRO stage's execution: key SearchExecutions by the "
+         "plan fields the new scope reads";
+  return x;
 }
 
 SearchResult search_plans(const SearchRequest& r, const SearchProgress& progress) {

@@ -132,6 +132,7 @@ class SearchExecutions {
   const cost_models::ExecutionModel& of(const PlanSpec& p) const;
 
  private:
+  const SearchRequest* request_;
   std::vector<cost_models::ExecutionModel> by_zero_;  // index: ZeRO stage 0..3
 };
 

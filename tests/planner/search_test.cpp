@@ -99,6 +99,7 @@ TEST(Search, AppliesZeroScopedCalibrationToShardedCandidatesOnly) {
   r.simgrid_top = false;
   const SearchExecutions executions(r);
   PlanSpec sharded, replicated;
+  sharded.framework = replicated.framework = r.framework;
   sharded.zero = 3;
   // The scope must tell the two apart, else this test could not fail.
   ASSERT_NE(executions.of(sharded).calibrated.attention_efficiency_scale,
@@ -115,8 +116,13 @@ TEST(Search, AppliesZeroScopedCalibrationToShardedCandidatesOnly) {
   // The scale describes llm-foundry's Triton kernel: plain PyTorch FSDP (SDPA) does not get it.
   SearchRequest plain = r;
   plain.framework = Framework::pytorch;
-  EXPECT_EQ(SearchExecutions(plain).of(sharded).calibrated.attention_efficiency_scale,
+  PlanSpec plain_sharded = sharded;
+  plain_sharded.framework = Framework::pytorch;
+  EXPECT_EQ(SearchExecutions(plain).of(plain_sharded).calibrated.attention_efficiency_scale,
             executions.of(replicated).calibrated.attention_efficiency_scale);
+  // A plan whose calibrated parameters differ from its ZeRO stage's execution (here: another
+  // framework's plan asked of this search) is an internal error, not a silent misprice.
+  EXPECT_THROW(executions.of(plain_sharded), InternalError);
 }
 
 TEST(Search, ImpossibleRequestReportsTheShortfall) {
