@@ -143,6 +143,15 @@ GpuSpec read_gpu(const Section& s) {
       if (!k.has(key)) return std::nullopt;
       return sourced(key, true);
     };
+    // An optional figure with a bound of its own, `rule` saying why.
+    auto optional_at_most = [&](const char* key, bool fraction, double limit,
+                                const char* rule) -> std::optional<SourcedValue> {
+      if (!k.has(key)) return std::nullopt;
+      SourcedValue v = sourced(key, fraction);
+      if (v.value > limit)
+        throw SpecError(k.where(key), k.path(key) + ".value", k.node()[key]["value"].Scalar(), rule);
+      return v;
+    };
     g.kernels.gemm_efficiency = sourced("gemm_efficiency", true);
     g.kernels.memory_efficiency = sourced("memory_efficiency", true);
     g.kernels.launch_overhead_us = sourced("launch_overhead_us", false);
@@ -150,24 +159,12 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.cudnn_attention_efficiency = optional("cudnn_attention_efficiency");
     g.kernels.flash2_attention_efficiency = optional("flash2_attention_efficiency");
     g.kernels.unfused_score_efficiency = optional("unfused_score_efficiency");
-    if (k.has("gemm_k_overhead")) {
-      SourcedValue k0 = sourced("gemm_k_overhead", false);
-      if (k0.value > 4096)
-        throw SpecError(k.where("gemm_k_overhead"), k.path("gemm_k_overhead") + ".value",
-                        k.node()["gemm_k_overhead"]["value"].Scalar(),
-                        "must be at most 4096 (elements of K a tile's prologue and epilogue cost; "
-                        "more would make every transformer GEMM mostly overhead)");
-      g.kernels.gemm_k_overhead = std::move(k0);
-    }
-    if (k.has("device_spread_cv")) {
-      SourcedValue cv = sourced("device_spread_cv", true);
-      if (cv.value > 0.25)
-        throw SpecError(k.where("device_spread_cv"), k.path("device_spread_cv") + ".value",
-                        k.node()["device_spread_cv"]["value"].Scalar(),
-                        "must be at most 0.25 (a coefficient of variation of healthy devices' speed; "
-                        "a device 25% off the median is broken, not spread)");
-      g.kernels.device_spread_cv = std::move(cv);
-    }
+    g.kernels.gemm_k_overhead = optional_at_most("gemm_k_overhead", false, 4096,
+                                                 "must be at most 4096 (elements of K a tile's prologue and epilogue "
+                                                 "cost; more would make every transformer GEMM mostly overhead)");
+    g.kernels.device_spread_cv = optional_at_most("device_spread_cv", true, 0.25,
+                                                  "must be at most 0.25 (a coefficient of variation of healthy "
+                                                  "devices' speed; a device 25% off the median is broken, not spread)");
     k.finish();
   }
   g.source = r.get_string("source", std::nullopt);

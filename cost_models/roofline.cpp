@@ -33,6 +33,12 @@ RooflineCompute::RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams
       // Element sizes of a GEMM's inputs and output: fp32/tf32 4; fp8 inputs 1 with a bf16 output.
       in_bytes_(dtype == Dtype::fp32 || dtype == Dtype::tf32 ? 4.0 : dtype == Dtype::fp8 ? 1.0 : 2.0),
       out_bytes_(dtype == Dtype::fp32 || dtype == Dtype::tf32 ? 4.0 : 2.0),
+      // A tile's prologue and epilogue: fixed time, given as elements of K at the bf16 rate; a
+      // faster mainloop (FP8 at twice the peak) covers proportionally more K in that time.
+      k_overhead_([&] {
+        const double bf16 = std::max(gpu.peak(Dtype::bf16).value(), gpu.peak(Dtype::fp16).value());
+        return params.gemm_k_overhead > 0 && bf16 > 0 ? params.gemm_k_overhead * peak_.value() / bf16 : 0.0;
+      }()),
       p_(params) {
   FORESIGHT_CHECK(peak_ > FlopsPerSecond(0)) << gpu.name << " has no peak for " << to_string(dtype);
   FORESIGHT_CHECK(gpu.sms > 0 && gpu.hbm_bandwidth > BytesPerSecond(0));
@@ -89,11 +95,7 @@ double RooflineCompute::math_seconds(const GemmShape& s) const {
   const double wave_efficiency = tiles / (waves * gpu_.sms);
   // Tile quantization: partial tiles at the m and n edges compute padding.
   const double tile_efficiency = (s.m * s.n) / (std::ceil(s.m / tm) * tm * std::ceil(s.n / tn) * tn);
-  // A tile's prologue and epilogue: fixed time, given as elements of K at the bf16 rate; a faster
-  // mainloop (FP8 at twice the peak) covers proportionally more K in that time.
-  const double bf16 = std::max(gpu_.peak(Dtype::bf16).value(), gpu_.peak(Dtype::fp16).value());
-  const double k_overhead = p_.gemm_k_overhead > 0 && bf16 > 0 ? p_.gemm_k_overhead * peak_.value() / bf16 : 0.0;
-  return flops * (1.0 + k_overhead / s.k) /
+  return flops * (1.0 + k_overhead_ / s.k) /
          (peak_.value() * p_.gemm_efficiency * gemm_scale_ * wave_efficiency * tile_efficiency);
 }
 

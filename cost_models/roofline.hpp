@@ -113,6 +113,7 @@ class RooflineCompute {
   FlopsPerSecond peak_;
   FlopsPerSecond attention_peak_;  // fp8 recipes run attention in bf16
   double in_bytes_, out_bytes_;     // a GEMM's input and output element sizes
+  double k_overhead_;               // a tile's fixed work in elements of K at this dtype's rate
   RooflineParams p_;
   std::optional<CalibrationProfile> profile_;
   double gemm_scale_ = 1.0;  // calibrated: GEMM throughput relative to the figures above

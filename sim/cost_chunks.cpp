@@ -40,7 +40,7 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   // collectives, unless they carry FP8 (then the forward is what differs from tp_blocking).
   Seconds forward_gathers = 0.5 * tp_blocking;
   if (p.sequence_parallel && p.tp > 1 && tp_forward_gather_scale(in) < 1.0) {
-    const TpGathersScatters fwd = tp_forward_gathers_scatters(in, tokens);
+    const TpGathersScatters fwd = tp_gathers_scatters(in, tokens, true);
     forward_gathers = fwd.gathers;
     if (!p.tp_overlap) s.forward_tp = fwd.total();
   }

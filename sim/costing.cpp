@@ -132,14 +132,14 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
 Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   const PlanSpec& p = in.e.plan;
   if (p.tp == 1) return Seconds(0);
+  // The backward's collectives: the forward's only differ where they carry FP8.
+  if (p.sequence_parallel) return tp_gathers_scatters(in, tokens, false).total();
   const CommGroup tp = plan_groups(p, in.e.cluster).tp;
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
   // Per direction a sequential block syncs twice (after attention, after the MLP); a parallel
   // block sums both branches' partial outputs before one all-reduce (and, backward, both
   // branches' input gradients): GPT-NeoX's gpt_j_residual "reduce once".
   const double syncs = in.e.model.parallel_block ? 1.0 : 2.0;
-  if (p.sequence_parallel)
-    return syncs * (in.comm.time(Collective::all_gather, act, tp) + in.comm.time(Collective::reduce_scatter, act, tp));
   return syncs * in.comm.time(Collective::all_reduce, act, tp);
 }
 
@@ -151,13 +151,15 @@ double tp_forward_gather_scale(const CostInputs& in) {
   return 1.0 / in.x.bytes.activation;  // one byte per element
 }
 
-TpGathersScatters tp_forward_gathers_scatters(const CostInputs& in, int tokens) {
+TpGathersScatters tp_gathers_scatters(const CostInputs& in, int tokens, bool forward) {
   const PlanSpec& p = in.e.plan;
   if (p.tp == 1 || !p.sequence_parallel) return {};
   const CommGroup tp = plan_groups(p, in.e.cluster).tp;
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
+  // Per direction a sequential block syncs twice (after attention, after the MLP); a parallel
+  // block once (GPT-NeoX's gpt_j_residual "reduce once").
   const double syncs = in.e.model.parallel_block ? 1.0 : 2.0;
-  return {syncs * in.comm.time(Collective::all_gather, act * tp_forward_gather_scale(in), tp),
+  return {syncs * in.comm.time(Collective::all_gather, act * (forward ? tp_forward_gather_scale(in) : 1.0), tp),
           syncs * in.comm.time(Collective::reduce_scatter, act, tp)};
 }
 

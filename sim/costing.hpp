@@ -112,9 +112,9 @@ struct TpGathersScatters {
   Seconds total() const { return gathers + scatters; }
 };
 
-/// A layer's forward sequence-parallel all-gathers (at tp_forward_gather_scale) and
-/// reduce-scatters without overlap; zero without tp or sequence parallelism.
-TpGathersScatters tp_forward_gathers_scatters(const CostInputs& in, int tokens);
+/// A layer's sequence-parallel all-gathers (forward at tp_forward_gather_scale) and reduce-scatters
+/// in one direction without overlap; zero without tp or sequence parallelism.
+TpGathersScatters tp_gathers_scatters(const CostInputs& in, int tokens, bool forward);
 
 /// The re-layout copies around one layer's sequence-parallel collectives in one direction
 /// (FrameworkTraits::tp_batch_first_relayout: with micro_batch > 1, a read and a write of the whole
