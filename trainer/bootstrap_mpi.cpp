@@ -1,5 +1,6 @@
 // Runtime over MPI: errors come back as return codes (checked by mpi_check) instead of aborting.
 // NCCL's rendezvous: the unique id made on rank 0 and broadcast over MPI.
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -14,7 +15,25 @@
 
 namespace foresight::trainer {
 
+namespace {
+
+/// True when a launcher (mpirun/mpiexec, srun, a PMI/PMIx server) started this process; false for
+/// a singleton, a binary run directly.
+bool launched_by_a_launcher() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+}  // namespace
+
 Runtime::Runtime(int& argc, char**& argv) {
+  // A singleton Open MPI process forks an ORTE daemon (orted) in MPI_Init only so that it could
+  // later MPI_Comm_spawn, which the trainer never does; that fork and its out-of-band wire-up are
+  // the part of a singleton's start that can hang or fail on a busy or network-restricted machine
+  // (open-mpi/ompi#3818, where the maintainers' answer is this parameter). Isolated, the singleton
+  // starts no daemon. The user's own setting wins (no overwrite); other MPIs ignore the variable.
+  if (!launched_by_a_launcher()) setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
   mpi_check(MPI_Init(&argc, &argv), "MPI_Init");
   initialized_ = true;
   mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
