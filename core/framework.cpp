@@ -339,6 +339,8 @@ std::array<FrameworkTraits, 9> make_table() {
   // parallelize_llama.py: enable_float8_tensorwise_tp = float8 linears and not a rowwise recipe
   // ("float8 all-gather with TP is only supported for tensorwise float8 scaling recipes").
   torchtitan.fp8_tensorwise_tp_gather = true;
+  // apply_fsdp: fully_shard per TransformerBlock, the embedding and the output (FSDP2).
+  torchtitan.fsdp2_unit_copies = true;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,

@@ -183,6 +183,15 @@ struct FrameworkTraits {
   /// enable_float8_tensorwise_tp: torchao Float8ColwiseParallel / PrepareFloat8ModuleInput; rowwise
   /// recipes gather in bf16). Reduce-scatters and the backward stay bf16.
   bool fp8_tensorwise_tp_gather = false;
+  /// Under ZeRO-3 its sharding is FSDP2 (fully_shard): a unit's parameters are all-gathered into
+  /// one flat buffer and copied out into per-parameter tensors (split_with_sizes_copy: read and
+  /// write the gathered dtype), and its gradients copied into the flat reduce-scatter buffer,
+  /// cast to reduce_dtype on the way (chunk_cat: read the compute dtype, write the reduce dtype),
+  /// both on the compute stream (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:
+  /// foreach_all_gather_copy_out waits for the gather on the current stream; foreach_reduce copies
+  /// in before reduce_scatter_stream.wait_stream(current_stream)). FSDP1's FlatParameter gathers
+  /// into the flat parameter its views already point at and reduces the flat gradient in place.
+  bool fsdp2_unit_copies = false;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
   /// Overlaps TP collectives with GEMMs (plan.tp_overlap).

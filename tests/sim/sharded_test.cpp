@@ -270,3 +270,51 @@ TEST(CostShardedParameters, TheLastStagesHeadIsAUnitToo) {
   EXPECT_NEAR(k.c.zero3_gather_bytes[1].value(), 2 * (12 * layer + head) * 2 * sent, 1.0);
   EXPECT_NEAR(k.c.zero3_reduce_bytes[1].value(), (12 * layer + head) * 4 * sent, 1.0);
 }
+
+TEST(CostShardedParameters, Fsdp2CopiesEachGatheredUnitOutAndEachUnitsGradientsIn) {
+  // torchtitan runs FSDP2 (fully_shard): on the compute stream each gathered unit is copied out of
+  // the flat buffer (split_with_sizes_copy: read and write bf16, 4 bytes a parameter) and each
+  // unit's bf16 gradients copied into the fp32 reduce-scatter buffer (chunk_cat: read 2, write 4).
+  // At 1 TB/s a byte costs 1 ps. The forward: embedding (gather, 0.1 ms + copy-out), 24 layers
+  // (gather, 1 ms + copy-out), the head (0.5 ms, tied: nothing of its own). The backward, resharded
+  // after the forward: head, 24 layers (gather, 2 ms + copy-out + copy-in, reduce), embedding
+  // (0.2 ms + copy-in, reduce). The copies lengthen the units (the gathers hide behind them) and
+  // are charged on top of what stays exposed.
+  Experiment e = fsdp();
+  e.plan.framework = Framework::torchtitan;
+  validate_experiment(e);
+  ComputeCosts cc = round_compute();
+  cc.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };
+  fixtures::Costed k(e, cc);
+  cost_layer_chunks(k.in(), k.c);
+  cost_data_parallel(k.in(), k.c);
+  cost_sharded_parameters(k.in(), k.c);
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  const double h = e.model.hidden, layer = 12 * h * h + 13 * h;
+  const double embedding = double(e.model.vocab) * h + double(e.model.seq_len) * h + 2 * h;
+  const Seconds gl = k.comm.time(Collective::all_gather, Bytes(layer * 2), g.shard);
+  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), g.shard);
+  auto rs = [&](double params) { return k.comm.time(Collective::reduce_scatter, Bytes(params * 4), g.shard); };
+  const double f = 24.0 / (e.cluster.gpu.sms - 24.0);
+  std::vector<ShardedUnit> fwd{{ge, Seconds(1e-4 + embedding * 4e-12), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) fwd.push_back({gl, Seconds(1e-3 + layer * 4e-12), Seconds(0)});
+  fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  const Seconds fwd_copies((embedding + 24 * layer) * 4e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), (exposed_under_prefetch(fwd, f) + fwd_copies).value(), 1e-12);
+  std::vector<ShardedUnit> bwd{{Seconds(0), Seconds(1e-3), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) bwd.push_back({gl, Seconds(2e-3 + layer * (4 + 6) * 1e-12), rs(layer)});
+  bwd.push_back({Seconds(0), Seconds(2e-4 + embedding * 6e-12), rs(embedding)});
+  const Seconds bwd_copies((24 * layer * 10 + embedding * 6) * 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), (exposed_under_prefetch(bwd, f) + bwd_copies).value(), 1e-12);
+  // The copies are FSDP2's: PyTorch's FSDP (FlatParameter views, here the pytorch entry) makes
+  // none, whatever the compute source can price.
+  Experiment flat = fsdp();
+  fixtures::Costed kf(flat, cc);
+  cost_layer_chunks(kf.in(), kf.c);
+  cost_data_parallel(kf.in(), kf.c);
+  cost_sharded_parameters(kf.in(), kf.c);
+  std::vector<ShardedUnit> plain{{ge, Seconds(1e-4), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) plain.push_back({gl, Seconds(1e-3), Seconds(0)});
+  plain.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  EXPECT_NEAR(kf.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(plain, f).value(), 1e-12);
+}
