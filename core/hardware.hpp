@@ -44,6 +44,10 @@ struct GpuKernelFigures {
   // reduction dimension K at the bf16 rate: a tile of a K-long GEMM takes as long as one of
   // K + this with no such cost. Unset: not measured for this GPU, no such term.
   std::optional<SourcedValue> gemm_k_overhead;
+  // How many output tiles the GEMM library is taken to choose among per shape: 1, the default
+  // 256 x 128 tile only; 3, the fastest of it, its transpose and 128 x 128 (cost_models/roofline.cpp).
+  // Unset: 1 (no shape sweep of this GPU has shown the library tiling around wave quantization).
+  std::optional<SourcedValue> gemm_tile_candidates;
 };
 
 struct GpuSpec {

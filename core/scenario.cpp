@@ -162,6 +162,12 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.gemm_k_overhead = optional_at_most("gemm_k_overhead", false, 4096,
                                                  "must be at most 4096 (elements of K a tile's prologue and epilogue "
                                                  "cost; more would make every transformer GEMM mostly overhead)");
+    const char* tiles_rule = "must be 1 (the default 256 x 128 tile) or 3 (the fastest of it, 128 x 256 and 128 x 128)";
+    g.kernels.gemm_tile_candidates = optional_at_most("gemm_tile_candidates", false, 3, tiles_rule);
+    if (g.kernels.gemm_tile_candidates && g.kernels.gemm_tile_candidates->value != 1 &&
+        g.kernels.gemm_tile_candidates->value != 3)
+      throw SpecError(k.where("gemm_tile_candidates"), k.path("gemm_tile_candidates") + ".value",
+                      k.node()["gemm_tile_candidates"]["value"].Scalar(), tiles_rule);
     g.kernels.device_spread_cv = optional_at_most("device_spread_cv", true, 0.25,
                                                   "must be at most 0.25 (a coefficient of variation of healthy "
                                                   "devices' speed; a device 25% off the median is broken, not spread)");

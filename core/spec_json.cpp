@@ -31,6 +31,7 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
   put("unfused_score_efficiency", g.kernels.unfused_score_efficiency);
   put("device_spread_cv", g.kernels.device_spread_cv);
   put("gemm_k_overhead", g.kernels.gemm_k_overhead);
+  put("gemm_tile_candidates", g.kernels.gemm_tile_candidates);
   return {{"name", g.name},
           {"compute_capability", g.compute_capability},
           {"sms", g.sms},

@@ -143,11 +143,17 @@ std::vector<ErrorBand> error_bands(const std::vector<BandSample>& samples, int m
     // Ranks ceil(0.1 n) .. ceil(0.9 n) hold at least 80% of the cases; the band always holds
     // the prediction itself (lo <= 1 <= hi).
     ErrorBand b{f, cc, int(r.size()), std::min(1.0, rank(0.10)), std::max(1.0, rank(0.90))};
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.4g", b.lo);
-    b.lo = std::strtod(buf, nullptr);
-    std::snprintf(buf, sizeof buf, "%.4g", b.hi);
-    b.hi = std::strtod(buf, nullptr);
+    // Four significant digits, as the file writes them, rounded outward: a case at an end of the
+    // band stays inside it (rounded to nearest, the end cases fell outside half the time).
+    auto outward = [](double v, bool up) {
+      if (!(v > 0)) return v;
+      const double unit = std::pow(10.0, std::floor(std::log10(v)) - 3.0);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.4g", (up ? std::ceil(v / unit) : std::floor(v / unit)) * unit);
+      return std::strtod(buf, nullptr);
+    };
+    b.lo = outward(b.lo, false);
+    b.hi = outward(b.hi, true);
     out.push_back(b);
   };
   std::vector<Framework> frameworks;

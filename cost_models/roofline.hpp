@@ -33,6 +33,9 @@ struct RooflineParams {
   /// Output tile of the GEMM kernels (cuBLAS/CUTLASS Ampere and Hopper default 256 x 128) for
   /// wave quantization: a GEMM runs ceil(tiles / SMs) waves of SMs.
   int tile_m = 256, tile_n = 128;
+  /// Tiles the library chooses among per shape (GpuKernelFigures::gemm_tile_candidates): 1, the
+  /// default tile above; 3, the fastest of it, its transpose and the square of its short side.
+  int tile_candidates = 1;
   /// Achievable fraction of HBM bandwidth for streaming kernels (a large device-to-device copy).
   double memory_efficiency = 0.885;
   /// Fraction of peak the execution's fused attention kernel (FlashAttention or cuDNN) reaches

@@ -135,4 +135,23 @@ TEST(Calibrated, WrittenFileReadsBackTheSame) {
   EXPECT_EQ(calibration_yaml(back), text);
 }
 
+TEST(ErrorBands, NearestRankPercentilesRoundedOutwardKeepTheEndCasesInside) {
+  // Ten torchtitan cases on compute capability 9. Nearest rank (ceil(p n)): the 10th percentile is
+  // the 1st smallest ratio, the 90th the 9th. Written with four significant digits, 0.951239 and
+  // 1.429031 round to nearest as 0.9512 and 1.429, which would leave both cases outside their own
+  // band; rounded outward they are 0.9512 and 1.43. At least 8 of the 10 cases are inside.
+  const std::vector<double> ratios = {0.951239, 0.97, 0.98, 0.99, 1.0, 1.01, 1.02, 1.03, 1.429031, 1.6};
+  std::vector<BandSample> samples;
+  for (double r : ratios) samples.push_back({Framework::torchtitan, 9.0, r});
+  const std::vector<ErrorBand> bands = error_bands(samples);
+  ASSERT_FALSE(bands.empty());
+  const ErrorBand& all = bands.front();  // every sample: the first band written
+  EXPECT_EQ(all.cases, 10);
+  EXPECT_DOUBLE_EQ(all.lo, 0.9512);
+  EXPECT_DOUBLE_EQ(all.hi, 1.43);
+  int inside = 0;
+  for (double r : ratios) inside += r >= all.lo && r <= all.hi;
+  EXPECT_EQ(inside, 9);
+}
+
 }  // namespace foresight::cost_models
