@@ -24,7 +24,8 @@ namespace foresight::cost_models {
 struct RooflineParams {
   /// Fraction of the dense tensor-core peak cuBLAS sustains on training-size GEMMs (the roofline's
   /// ceiling; the wave and tile terms derate it per shape). The GPU files give it per generation:
-  /// a measured sweep's median-fit where one exists (GH100: 0.72), else the best-shape MAMF.
+  /// a per-shape sweep's median fit where one exists (GH100: 0.764, this project's own; A100:
+  /// 0.862, public aiconfigurator tables), else a best-of-a-sweep figure (V100).
   double gemm_efficiency = 0.72;
   /// A tile's fixed work (pipeline fill, epilogue) in elements of K at the bf16 rate
   /// (GpuKernelFigures::gemm_k_overhead); 0: none. With it a GEMM takes (1 + k0 / K) times its

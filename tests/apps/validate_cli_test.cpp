@@ -103,16 +103,19 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
   };
   const std::map<std::string, Bound> bounds = {
       // Its 8-GPU rows wait for the slowest of 8 GPUs since the device spread (+1.1..1.5 points).
-      {"Korthikanti 2022 Table 4", {4.0, 10.5}},
+      // Session 18: the A100 GEMMs' sweep-fitted ceiling, K term and tile choice put the forward
+      // within 1.1% and the backward within 6.6% (the backward was +3..+10%).
+      {"Korthikanti 2022 Table 4", {2.5, 7.0}},
       {"Megatron-LM SC21 Table 1", {5.0, 10.5}},  // target 5 / 10
       // The two prediction points; the 280-node run and BLOOM pin the DeepSpeed pipeline engine's
       // slot overhead (scenarios/calibration.yaml). Target 5 / 5 (issue 22).
       {"MT-NLG (Smith et al. 2022)", {3.0, 3.0}},
       {"TeraPipe (Li et al. 2021)", {7.0, 10.0}},  // target 15 / 15 (met since the socket rate by GPUs sharing the NIC)
       // Since the 6.7B dense row runs micro-batch 2 (the ramp-up divisibility its script needs at 128 GPUs).
-      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {44.0, 44.0}},  // target 15 / 15
+      // Session 18: the A100 GEMM figures make its TP8 GEMMs 1-2% faster (+42 -> +44%).
+      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {43.5, 44.5}},  // target 15 / 15
       // 23 prediction rows after the calibrated Triton-attention scale (three rows pin it).
-      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {5.5, 21.5}},
+      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {5.6, 21.5}},
       // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
       // largest: the 128k/256k context-parallel rows (+28, +33%), the 8B TP8 rowwise FP8 rows
       // (+14, +25%) and the H200 rows (+13, +15%). Session 16 loosened it from {13.5, 47} (GH100
