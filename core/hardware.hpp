@@ -48,6 +48,10 @@ struct GpuKernelFigures {
   // 256 x 128 tile only; 3, the fastest of it, its transpose and 128 x 128 (cost_models/roofline.cpp).
   // Unset: 1 (no shape sweep of this GPU has shown the library tiling around wave quantization).
   std::optional<SourcedValue> gemm_tile_candidates;
+  // How much longer an FP8 GEMM takes with split accumulation (partial sums promoted to FP32
+  // periodically, cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0) than with fast accumulation:
+  // the FP8 recipes run their backward (data- and weight-gradient) GEMMs so. Unset: 1.
+  std::optional<SourcedValue> fp8_split_accumulation_slowdown;
 };
 
 struct GpuSpec {

@@ -168,6 +168,13 @@ GpuSpec read_gpu(const Section& s) {
         g.kernels.gemm_tile_candidates->value != 3)
       throw SpecError(k.where("gemm_tile_candidates"), k.path("gemm_tile_candidates") + ".value",
                       k.node()["gemm_tile_candidates"]["value"].Scalar(), tiles_rule);
+    g.kernels.fp8_split_accumulation_slowdown = optional_at_most(
+        "fp8_split_accumulation_slowdown", false, 2,
+        "must be at most 2 (a slowdown factor of split-accumulation FP8 GEMMs; beyond 2 they would be slower than bf16)");
+    if (g.kernels.fp8_split_accumulation_slowdown && g.kernels.fp8_split_accumulation_slowdown->value < 1)
+      throw SpecError(k.where("fp8_split_accumulation_slowdown"), k.path("fp8_split_accumulation_slowdown") + ".value",
+                      k.node()["fp8_split_accumulation_slowdown"]["value"].Scalar(),
+                      "must be at least 1 (promoting partial sums costs time, never saves it)");
     g.kernels.device_spread_cv = optional_at_most("device_spread_cv", true, 0.25,
                                                   "must be at most 0.25 (a coefficient of variation of healthy "
                                                   "devices' speed; a device 25% off the median is broken, not spread)");

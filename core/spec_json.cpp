@@ -32,6 +32,7 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
   put("device_spread_cv", g.kernels.device_spread_cv);
   put("gemm_k_overhead", g.kernels.gemm_k_overhead);
   put("gemm_tile_candidates", g.kernels.gemm_tile_candidates);
+  put("fp8_split_accumulation_slowdown", g.kernels.fp8_split_accumulation_slowdown);
   return {{"name", g.name},
           {"compute_capability", g.compute_capability},
           {"sms", g.sms},

@@ -18,6 +18,7 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
   p.launch_overhead = microseconds(k.launch_overhead_us.value);
   if (k.gemm_k_overhead) p.gemm_k_overhead = k.gemm_k_overhead->value;
   if (k.gemm_tile_candidates) p.tile_candidates = int(k.gemm_tile_candidates->value);
+  if (k.fp8_split_accumulation_slowdown) p.fp8_split_accumulation_slowdown = k.fp8_split_accumulation_slowdown->value;
   if (k.unfused_score_efficiency) p.score_memory_efficiency = k.unfused_score_efficiency->value;
   const std::optional<SourcedValue>& fused =
       attention == AttentionImpl::cudnn                                         ? k.cudnn_attention_efficiency
@@ -30,6 +31,7 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
 
 RooflineCompute::RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams params)
     : gpu_(gpu),
+      dtype_(dtype),
       peak_(gpu.peak(dtype)),
       attention_peak_(gpu.peak(dtype == Dtype::fp8 ? Dtype::bf16 : dtype)),
       // Element sizes of a GEMM's inputs and output: fp32/tf32 4; fp8 inputs 1 with a bf16 output.
@@ -69,6 +71,11 @@ Seconds RooflineCompute::gemm(const GemmShape& s) const {
   const double bytes = s.batch * (in_bytes_ * (s.m * s.k + s.k * s.n) + out_bytes_ * s.m * s.n);
   const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
   return Seconds(std::max(math_seconds(s), memory_s)) + p_.launch_overhead;
+}
+
+Seconds RooflineCompute::gemm_grad(const GemmShape& s) const {
+  const Seconds t = gemm(s);
+  return dtype_ == Dtype::fp8 ? t * p_.fp8_split_accumulation_slowdown : t;
 }
 
 Seconds RooflineCompute::gemm_math(const GemmShape& s) const {
@@ -185,7 +192,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // Dense GEMMs; backward = data gradient + weight gradient, each of the forward's FLOPs.
   auto fwd_bwd = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
     fw = rc.gemm({mm, nn, kk, 1});
-    bw = rc.gemm({mm, kk, nn, 1}) + rc.gemm({kk, nn, mm, 1});
+    bw = rc.gemm_grad({mm, kk, nn, 1}) + rc.gemm_grad({kk, nn, mm, 1});
   };
   const double q = m.q_width(), v_w = m.v_width();
   if (m.mla) {
@@ -253,7 +260,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // experts, which the GEMM model prices as such).
   auto fwd_bwd_grouped = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
     fw = rc.gemm({mm / groups, nn, kk, groups});
-    bw = rc.gemm({mm / groups, kk, nn, groups}) + rc.gemm({kk, nn, mm / groups, groups});
+    bw = rc.gemm_grad({mm / groups, kk, nn, groups}) + rc.gemm_grad({kk, nn, mm / groups, groups});
   };
   fwd_bwd_grouped(ffn_tokens, up * ffn_width / t, h, F.fc1, B.fc1);
   F.gelu = stream(tr.activation_forward * (gated ? 1.5 : 1.0), (ffn_tokens * ffn_width + T * shared_width) / t, 1);

@@ -37,6 +37,9 @@ struct RooflineParams {
   /// Tiles the library chooses among per shape (GpuKernelFigures::gemm_tile_candidates): 1, the
   /// default tile above; 3, the fastest of it, its transpose and the square of its short side.
   int tile_candidates = 1;
+  /// FP8 GEMMs with split accumulation relative to fast accumulation
+  /// (GpuKernelFigures::fp8_split_accumulation_slowdown); applies to gradient GEMMs under FP8.
+  double fp8_split_accumulation_slowdown = 1.0;
   /// Achievable fraction of HBM bandwidth for streaming kernels (a large device-to-device copy).
   double memory_efficiency = 0.885;
   /// Fraction of peak the execution's fused attention kernel (FlashAttention or cuDNN) reaches
@@ -89,6 +92,11 @@ class RooflineCompute {
 
   /// max(FLOPs / (peak * efficiency * wave efficiency), bytes / achievable bandwidth) + launch.
   Seconds gemm(const GemmShape& s) const;
+  /// A gradient GEMM of the backward (data or weight gradient): gemm(s), except that under FP8 the
+  /// recipes run it with split accumulation (Transformer Engine's _2X_ACC_DGRAD / _2X_ACC_WGRAD,
+  /// torchao's gemm_config_grad_input / grad_weight without use_fast_accum), which takes
+  /// RooflineParams::fp8_split_accumulation_slowdown times as long.
+  Seconds gemm_grad(const GemmShape& s) const;
   /// The arithmetic alone of a GEMM: FLOPs / (peak * efficiency * wave and tile efficiency) +
   /// launch; with a profile, the measured time (which includes the kernel's own memory traffic).
   Seconds gemm_math(const GemmShape& s) const;
@@ -114,6 +122,7 @@ class RooflineCompute {
 
  private:
   GpuSpec gpu_;
+  Dtype dtype_;
   FlopsPerSecond peak_;
   FlopsPerSecond attention_peak_;  // fp8 recipes run attention in bf16
   double in_bytes_, out_bytes_;     // a GEMM's input and output element sizes

@@ -115,7 +115,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // Session 18: the A100 GEMM figures make its TP8 GEMMs 1-2% faster (+42 -> +44%).
       {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {43.5, 44.5}},  // target 15 / 15
       // 23 prediction rows after the calibrated Triton-attention scale (three rows pin it).
-      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {5.6, 21.5}},
+      // Session 18: Transformer Engine's split-accumulation FP8 gradient GEMMs (1.15x) move its
+      // FP8 rows 2-3 points slower (5.5 -> 5.6%).
+      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {5.7, 21.5}},
       // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
       // largest: the 128k/256k context-parallel rows (+28, +33%), the 8B TP8 rowwise FP8 rows
       // (+14, +25%) and the H200 rows (+13, +15%). Session 16 loosened it from {13.5, 47} (GH100

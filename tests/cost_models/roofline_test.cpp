@@ -288,3 +288,27 @@ TEST(Roofline, Flash2IsFlashAttention2sOwnFigureWhereAGpuTellsItApart) {
   const GpuSpec a100 = load_gpu(resolve_scenario("gpus", "a100-sxm4-80gb"));
   EXPECT_NEAR(roofline_params_for(a100, AttentionImpl::flash2).flash_efficiency, 155.0 / 312.0, 1e-3);
 }
+
+TEST(Roofline, Fp8GradientGemmsRunWithSplitAccumulation) {
+  // The FP8 recipes run data- and weight-gradient GEMMs without fast accumulation (torchao's
+  // gemm_config_grad_input / grad_weight, Transformer Engine's _2X_ACC_DGRAD / _2X_ACC_WGRAD), which
+  // the GH100 files price at 1.15x (pytorch/ao#2377: fast accumulation is 1.1-1.2x faster). The
+  // forward GEMM keeps fast accumulation; bf16 GEMMs have no such mode.
+  const GpuSpec g = load_gpu(resolve_scenario("gpus", "h200-sxm"));
+  const RooflineParams p = roofline_params_for(g, AttentionImpl::flash2);
+  ASSERT_DOUBLE_EQ(p.fp8_split_accumulation_slowdown, 1.15);
+  const RooflineCompute fp8(g, Dtype::fp8, p), bf16(g, Dtype::bf16, p);
+  const GemmShape dgrad{16384, 4096, 14336, 1};
+  EXPECT_NEAR(fp8.gemm_grad(dgrad).value(), 1.15 * fp8.gemm(dgrad).value(), 1e-15);
+  EXPECT_DOUBLE_EQ(bf16.gemm_grad(dgrad).value(), bf16.gemm(dgrad).value());
+  // In a layer: an FP8 Llama-8B FFN's backward GEMMs (data gradient of FC2 and FC1, weight
+  // gradient of each) are the forward-shaped GEMMs at 1.15x; its forward GEMMs are not.
+  Experiment e = load_experiment(resolve_scenario("experiments", "torchtitan-202506-trainy-llama3.1-8b-32xh200-fsdp-compile-float8"));
+  ASSERT_EQ(e.training.dtype, Dtype::fp8);
+  const ExecutionModel x = resolve_execution(e);
+  const double T = e.plan.micro_batch * 8192.0, h = e.model.hidden, f = e.model.ffn_hidden;
+  const LayerTimes t = layer_times(x, e.model, e.plan, 8192, 8192, false);
+  const RooflineCompute& rc = x.roofline();
+  EXPECT_NEAR(t.forward_ops.fc2.value(), rc.gemm({T, h, f, 1}).value(), 1e-12);
+  EXPECT_NEAR(t.backward_ops.fc2.value(), 1.15 * (rc.gemm({T, f, h, 1}) + rc.gemm({f, h, T, 1})).value(), 1e-12);
+}
