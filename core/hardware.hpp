@@ -46,7 +46,7 @@ struct GpuKernelFigures {
   std::optional<SourcedValue> gemm_k_overhead;
   // How many output tiles the GEMM library is taken to choose among per shape: 1, the default
   // 256 x 128 tile only; 3, the fastest of it, its transpose and 128 x 128 (cost_models/roofline.cpp).
-  // Unset: 1 (no shape sweep of this GPU has shown the library tiling around wave quantization).
+  // Unset: 1.
   std::optional<SourcedValue> gemm_tile_candidates;
   // How much longer an FP8 GEMM takes with split accumulation (partial sums promoted to FP32
   // periodically, cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0) than with fast accumulation:

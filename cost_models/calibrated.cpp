@@ -148,8 +148,10 @@ std::vector<ErrorBand> error_bands(const std::vector<BandSample>& samples, int m
     auto outward = [](double v, bool up) {
       if (!(v > 0)) return v;
       const double unit = std::pow(10.0, std::floor(std::log10(v)) - 3.0);
+      double q = v / unit;
+      if (std::fabs(q - std::round(q)) < 1e-9 * q) q = std::round(q);  // 1.255 / 1e-3 is 1254.99..98
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%.4g", (up ? std::ceil(v / unit) : std::floor(v / unit)) * unit);
+      std::snprintf(buf, sizeof buf, "%.4g", (up ? std::ceil(q) : std::floor(q)) * unit);
       return std::strtod(buf, nullptr);
     };
     b.lo = outward(b.lo, false);

@@ -167,6 +167,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   auto copy_out = [&](double params) {
     return unit_copies && params > 0 ? in.compute.memory_bound(Bytes(params * 2.0 * gb), 1) : Seconds(0);
   };
+  // The unsharded gradients are in the compute dtype, which is what the gathers carry (FSDP2's
+  // param_dtype): read gb, write rb.
   auto copy_in = [&](double params) {
     return unit_copies && params > 0 ? in.compute.memory_bound(Bytes(params * (gb + rb)), 1) : Seconds(0);
   };
