@@ -29,11 +29,9 @@ struct Features {
 // The cost model's own formulas at unit efficiencies (so the fit inverts exactly what it predicts).
 Features features(const GpuSpec& gpu, Dtype dtype, const KernelSample& s) {
   Features f;
-  cm::RooflineParams p;
-  // The GPU file's GEMM shape terms (per-tile K overhead, tile choice), so that the fitted ceiling
-  // is the one the roofline divides by.
-  if (gpu.kernels.gemm_k_overhead) p.gemm_k_overhead = gpu.kernels.gemm_k_overhead->value;
-  if (gpu.kernels.gemm_tile_candidates) p.tile_candidates = int(gpu.kernels.gemm_tile_candidates->value);
+  // The GPU file's parameters (its GEMM shape terms: per-tile K overhead, tile choice), so that the
+  // fitted ceiling is the one the roofline divides by; each case below sets the efficiencies.
+  cm::RooflineParams p = cm::roofline_params_for(gpu, AttentionImpl::unfused);
   p.launch_overhead = Seconds(0);
   p.fused_attention_shape = false;  // the measured kernel is this project's own, not FlashAttention-2
   switch (s.kind) {

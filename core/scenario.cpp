@@ -143,13 +143,16 @@ GpuSpec read_gpu(const Section& s) {
       if (!k.has(key)) return std::nullopt;
       return sourced(key, true);
     };
+    // A figure's value breaking `rule`: refused naming the file, field and value.
+    auto refuse = [&](const char* key, const char* rule) {
+      throw SpecError(k.where(key), k.path(key) + ".value", k.node()[key]["value"].Scalar(), rule);
+    };
     // An optional figure with a bound of its own, `rule` saying why.
     auto optional_at_most = [&](const char* key, bool fraction, double limit,
                                 const char* rule) -> std::optional<SourcedValue> {
       if (!k.has(key)) return std::nullopt;
       SourcedValue v = sourced(key, fraction);
-      if (v.value > limit)
-        throw SpecError(k.where(key), k.path(key) + ".value", k.node()[key]["value"].Scalar(), rule);
+      if (v.value > limit) refuse(key, rule);
       return v;
     };
     g.kernels.gemm_efficiency = sourced("gemm_efficiency", true);
@@ -166,15 +169,12 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.gemm_tile_candidates = optional_at_most("gemm_tile_candidates", false, 3, tiles_rule);
     if (g.kernels.gemm_tile_candidates && g.kernels.gemm_tile_candidates->value != 1 &&
         g.kernels.gemm_tile_candidates->value != 3)
-      throw SpecError(k.where("gemm_tile_candidates"), k.path("gemm_tile_candidates") + ".value",
-                      k.node()["gemm_tile_candidates"]["value"].Scalar(), tiles_rule);
+      refuse("gemm_tile_candidates", tiles_rule);
     g.kernels.fp8_split_accumulation_slowdown = optional_at_most(
         "fp8_split_accumulation_slowdown", false, 2,
         "must be at most 2 (a slowdown factor of split-accumulation FP8 GEMMs; beyond 2 they would be slower than bf16)");
     if (g.kernels.fp8_split_accumulation_slowdown && g.kernels.fp8_split_accumulation_slowdown->value < 1)
-      throw SpecError(k.where("fp8_split_accumulation_slowdown"), k.path("fp8_split_accumulation_slowdown") + ".value",
-                      k.node()["fp8_split_accumulation_slowdown"]["value"].Scalar(),
-                      "must be at least 1 (promoting partial sums costs time, never saves it)");
+      refuse("fp8_split_accumulation_slowdown", "must be at least 1 (promoting partial sums costs time, never saves it)");
     g.kernels.device_spread_cv = optional_at_most("device_spread_cv", true, 0.25,
                                                   "must be at most 0.25 (a coefficient of variation of healthy "
                                                   "devices' speed; a device 25% off the median is broken, not spread)");

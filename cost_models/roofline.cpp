@@ -68,19 +68,20 @@ Seconds RooflineCompute::gemm(const GemmShape& s) const {
     if (e.extrapolated) ++extrapolated_;
     return Seconds(e.time_s / gemm_scale_);  // measured kernel times include their launch
   }
-  const double bytes = s.batch * (in_bytes_ * (s.m * s.k + s.k * s.n) + out_bytes_ * s.m * s.n);
-  const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
-  return Seconds(std::max(math_seconds(s), memory_s)) + p_.launch_overhead;
+  return roofline_gemm(s, 1.0);
 }
 
 Seconds RooflineCompute::gemm_grad(const GemmShape& s) const {
   // Split accumulation slows the mainloop's arithmetic, not the GEMM's memory traffic or launch; a
   // measured profile already timed whatever accumulation its kernels ran.
-  if (dtype_ != Dtype::fp8 || profile_ || p_.fp8_split_accumulation_slowdown == 1.0) return gemm(s);
-  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return Seconds(0);
+  if (dtype_ != Dtype::fp8 || profile_ || s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return gemm(s);
+  return roofline_gemm(s, p_.fp8_split_accumulation_slowdown);
+}
+
+Seconds RooflineCompute::roofline_gemm(const GemmShape& s, double math_scale) const {
   const double bytes = s.batch * (in_bytes_ * (s.m * s.k + s.k * s.n) + out_bytes_ * s.m * s.n);
   const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
-  return Seconds(std::max(math_seconds(s) * p_.fp8_split_accumulation_slowdown, memory_s)) + p_.launch_overhead;
+  return Seconds(std::max(math_seconds(s) * math_scale, memory_s)) + p_.launch_overhead;
 }
 
 Seconds RooflineCompute::gemm_math(const GemmShape& s) const {

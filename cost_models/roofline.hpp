@@ -133,6 +133,9 @@ class RooflineCompute {
   mutable std::atomic<long> extrapolated_{0};  // shared by the planner's worker threads
   /// FLOPs / (peak * efficiency * wave and tile efficiency), in seconds.
   double math_seconds(const GemmShape& s) const;
+  /// max(math_seconds * math_scale, memory time) + launch: a GEMM priced by the roofline (no
+  /// profile), its arithmetic slowed by math_scale.
+  Seconds roofline_gemm(const GemmShape& s, double math_scale) const;
 };
 
 /// Per-op compute times of one transformer layer on one GPU for one micro-batch (or token slice),
