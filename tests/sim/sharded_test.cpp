@@ -47,7 +47,7 @@ Experiment fsdp() {
 
 // The fixture with the data-parallel costers already run.
 struct Costed : fixtures::Costed {
-  explicit Costed(Experiment ex) : fixtures::Costed(std::move(ex), round_compute()) {
+  explicit Costed(Experiment ex, ComputeCosts cc = round_compute()) : fixtures::Costed(std::move(ex), std::move(cc)) {
     cost_layer_chunks(in(), c);
     cost_data_parallel(in(), c);
     cost_sharded_parameters(in(), c);
@@ -285,10 +285,7 @@ TEST(CostShardedParameters, Fsdp2CopiesEachGatheredUnitOutAndEachUnitsGradientsI
   validate_experiment(e);
   ComputeCosts cc = round_compute();
   cc.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };
-  fixtures::Costed k(e, cc);
-  cost_layer_chunks(k.in(), k.c);
-  cost_data_parallel(k.in(), k.c);
-  cost_sharded_parameters(k.in(), k.c);
+  Costed k(e, cc);
   const PlanGroups g = plan_groups(e.plan, e.cluster);
   const double h = e.model.hidden, layer = 12 * h * h + 13 * h;
   const double embedding = double(e.model.vocab) * h + double(e.model.seq_len) * h + 2 * h;
@@ -309,10 +306,7 @@ TEST(CostShardedParameters, Fsdp2CopiesEachGatheredUnitOutAndEachUnitsGradientsI
   // The copies are FSDP2's: PyTorch's FSDP (FlatParameter views, here the pytorch entry) makes
   // none, whatever the compute source can price.
   Experiment flat = fsdp();
-  fixtures::Costed kf(flat, cc);
-  cost_layer_chunks(kf.in(), kf.c);
-  cost_data_parallel(kf.in(), kf.c);
-  cost_sharded_parameters(kf.in(), kf.c);
+  Costed kf(flat, cc);
   std::vector<ShardedUnit> plain{{ge, Seconds(1e-4), Seconds(0)}};
   for (int i = 0; i < 24; ++i) plain.push_back({gl, Seconds(1e-3), Seconds(0)});
   plain.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
