@@ -52,6 +52,12 @@ struct GpuKernelFigures {
   // periodically, cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0) than with fast accumulation:
   // the FP8 recipes run their backward (data- and weight-gradient) GEMMs so. Unset: 1.
   std::optional<SourcedValue> fp8_split_accumulation_slowdown;
+  // 1: the GEMM library's kernels are persistent, one thread block per SM looping over output
+  // tiles (Hopper cuBLAS / CUTLASS 3 warp-specialized kernels). Beside a collective whose thread
+  // blocks hold some SMs, the blocks that find no SM wait for a whole block to finish: the GEMM
+  // takes about twice as long (sim/costing.cpp overlap_contention). Unset or 0: tiles are
+  // scheduled block by block and a collective takes only its share of the SMs.
+  std::optional<SourcedValue> persistent_gemm_grid;
 };
 
 struct GpuSpec {

@@ -175,6 +175,11 @@ GpuSpec read_gpu(const Section& s) {
         "must be at most 2 (a slowdown factor of split-accumulation FP8 GEMMs; beyond 2 they would be slower than bf16)");
     if (g.kernels.fp8_split_accumulation_slowdown && g.kernels.fp8_split_accumulation_slowdown->value < 1)
       refuse("fp8_split_accumulation_slowdown", "must be at least 1 (promoting partial sums costs time, never saves it)");
+    const char* persistent_rule = "must be 0 or 1 (whether the GEMM kernels launch one persistent thread block per SM)";
+    g.kernels.persistent_gemm_grid = optional_at_most("persistent_gemm_grid", false, 1, persistent_rule);
+    if (g.kernels.persistent_gemm_grid && g.kernels.persistent_gemm_grid->value != 0 &&
+        g.kernels.persistent_gemm_grid->value != 1)
+      refuse("persistent_gemm_grid", persistent_rule);
     g.kernels.device_spread_cv = optional_at_most("device_spread_cv", true, 0.25,
                                                   "must be at most 0.25 (a coefficient of variation of healthy "
                                                   "devices' speed; a device 25% off the median is broken, not spread)");

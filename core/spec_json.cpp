@@ -33,6 +33,7 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
   put("gemm_k_overhead", g.kernels.gemm_k_overhead);
   put("gemm_tile_candidates", g.kernels.gemm_tile_candidates);
   put("fp8_split_accumulation_slowdown", g.kernels.fp8_split_accumulation_slowdown);
+  put("persistent_gemm_grid", g.kernels.persistent_gemm_grid);
   return {{"name", g.name},
           {"compute_capability", g.compute_capability},
           {"sms", g.sms},

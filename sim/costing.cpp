@@ -181,9 +181,22 @@ TpGathersScatters tp_relayout_per_layer(const CostInputs& in, int tokens, bool f
   return {syncs * in.compute.memory_bound(act * (2.0 * gathered), 1), syncs * in.compute.memory_bound(act * 2.0, 1)};
 }
 
-double overlap_contention(const CostInputs& in) {
+double sm_share_contention(const CostInputs& in) {
   const double ctas = in.comm.params().overlap_ctas, sms = in.e.cluster.gpu.sms;
   return sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
+}
+
+double overlap_contention(const CostInputs& in) {
+  // Persistent GEMM kernels (GpuKernelFigures::persistent_gemm_grid) launch one block per SM; with
+  // a collective's blocks resident, the blocks that find no free SM start only when a whole block
+  // has finished its share of the tiles, so the GEMM takes two block lifetimes instead of one
+  // (NVIDIA developer forum thread 337991: a 132-block cuBLAS GEMM on an H100 beside a 24-block
+  // NCCL all-gather "nearly doubles", MFU 80% -> 47%). While a collective hides under such GEMMs
+  // they advance at half speed: of a window of h seconds of hidden communication, h / 2 of the
+  // compute is left over, added time 0.5 per hidden second, whatever the collective's block count.
+  const auto& persistent = in.e.cluster.gpu.kernels.persistent_gemm_grid;
+  if (persistent && persistent->value == 1 && sm_share_contention(in) > 0) return 0.5;
+  return sm_share_contention(in);
 }
 
 Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward) {
@@ -195,7 +208,10 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   // Forward, the all-gathers may carry FP8 (tp_forward_gather_scale); backward, bf16 gradients.
   const Seconds ag = in.comm.time(Collective::all_gather, act * (backward ? 1.0 : tp_forward_gather_scale(in)), tp),
                 rs = in.comm.time(Collective::reduce_scatter, act, tp);
-  const double contention = overlap_contention(in);
+  // Async TP moves one chunk per GEMM chunk (torch's micro-pipelined TP through symmetric memory,
+  // Transformer Engine's userbuffers), not a resident bulk collective beside whole GEMMs: the SM
+  // share applies, not the persistent-kernel tail of overlap_contention.
+  const double contention = sm_share_contention(in);
   auto hide = [&](Seconds comm, Seconds gemm) {
     const Seconds e = max(comm / double(p.tp), comm - gemm);
     return e + contention * min(comm - e, gemm);

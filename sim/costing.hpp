@@ -126,6 +126,11 @@ TpGathersScatters tp_relayout_per_layer(const CostInputs& in, int tokens, bool f
 
 /// The compute time added per second of compute that runs beside a bulk collective: the SMs its
 /// thread blocks hold, ctas / (sms - ctas) (CommParams::overlap_ctas); 0 when unknown.
+double sm_share_contention(const CostInputs& in);
+/// The time added per second of a bulk collective (an FSDP/ZeRO-3 gather or reduce-scatter, an
+/// overlapped data-parallel reduction) hidden under compute: the SM share above, or 0.5 on a GPU
+/// whose GEMM kernels are persistent (GpuKernelFigures::persistent_gemm_grid), where the compute
+/// beside the collective runs at half speed.
 double overlap_contention(const CostInputs& in);
 
 /// With plan.tp_overlap: one layer's TP collectives (all-gather before QKV and FC1, reduce-scatter

@@ -55,6 +55,7 @@ const std::vector<BadCase> kCases = {
     {"gpu_spread_too_wide", {"gpu.kernels.device_spread_cv.value = 0.3", "must be at most 0.25", ":18:"}},
     {"gpu_k_overhead_too_large", {"gpu.kernels.gemm_k_overhead.value = 10000", "must be at most 4096", ":18:"}},
     {"gpu_fp8_split_faster", {"gpu.kernels.fp8_split_accumulation_slowdown.value = 0.9", "must be at least 1", ":18:"}},
+    {"gpu_persistent_half", {"gpu.kernels.persistent_gemm_grid.value = 0.5", "must be 0 or 1", ":18:"}},
     {"gpu_tile_candidates_two", {"gpu.kernels.gemm_tile_candidates.value = 2", "must be 1 (the default 256 x 128 tile) or 3", ":18:"}},
     {"window_pattern_value", {"model.attention_window.pattern = 2", "must be 1 (windowed) or 0 (full attention)", ":2:"}},
     {"bad_optimizer", {"training.optimizer = adafactor", "adam | sgd | lamb"}},

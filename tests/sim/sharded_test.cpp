@@ -149,6 +149,34 @@ TEST(CostShardedParameters, ExposedPartMatchesThePrefetchModel) {
   EXPECT_LT(g, Seconds(1e-3));
 }
 
+TEST(CostShardedParameters, PersistentGemmsPayHalfOfEveryHiddenGather) {
+  // The same forward on a GPU whose GEMM kernels are persistent (one block per SM, as Hopper's):
+  // beside a gather's resident blocks a GEMM runs in two block lifetimes, so under a hidden gather
+  // the compute advances at half speed and half of each hidden second is added (not the SM share
+  // 24 / 84 of the A100 above). Hand check: exposed part without contention, plus 0.5 x the
+  // communication hidden under compute (all of it but the exposed part: 1 ms of compute per layer
+  // outlasts every layer's gather).
+  Experiment e = fsdp();
+  e.cluster.gpu.kernels.persistent_gemm_grid = SourcedValue{1, "test"};
+  Costed k(e);
+  EXPECT_DOUBLE_EQ(overlap_contention(k.in()), 0.5);
+  EXPECT_DOUBLE_EQ(sm_share_contention(k.in()), 24.0 / (108.0 - 24.0));
+  const CommGroup shard = plan_groups(k.e.plan, k.e.cluster).shard;
+  const double h = k.e.model.hidden, layer = 12 * h * h + 13 * h;
+  const double embedding = double(k.e.model.vocab) * h + double(k.e.model.seq_len) * h + 2 * h;
+  const Seconds g = k.comm.time(Collective::all_gather, Bytes(layer * 2), shard);
+  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), shard);
+  std::vector<ShardedUnit> fwd{{ge, Seconds(1e-4), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) fwd.push_back({g, Seconds(1e-3), Seconds(0)});
+  fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  const double exposed = exposed_under_prefetch(fwd, 0.0).value();
+  const double hidden = ge.value() + 24 * g.value() - exposed;
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed + 0.5 * hidden, 1e-12);
+  // A grid value of 0 is the block-by-block schedule: the SM share again.
+  e.cluster.gpu.kernels.persistent_gemm_grid = SourcedValue{0, "test"};
+  EXPECT_DOUBLE_EQ(overlap_contention(Costed(e).in()), 24.0 / 84.0);
+}
+
 TEST(CostShardedParameters, HsdpAllReducesEachUnitsShardInsideTheBackward) {
   // dp 16 as 2 replicas of 8-way shards (one node each). As FSDP's HYBRID_SHARD runs it, each
   // unit's gradients are reduce-scattered in its node and the unit's 1/8 shard (fp32) all-reduced
