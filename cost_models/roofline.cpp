@@ -197,9 +197,14 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   F.layernorms = stream(norms * tr.norms_forward, T * h / sp, std::max(1, int(norms * tr.norms_launches_forward)));
   B.layernorms = stream(norms * tr.norms_backward, T * h / sp, std::max(1, int(norms * tr.norms_launches_backward)));
   // Dense GEMMs; backward = data gradient + weight gradient, each of the forward's FLOPs.
+  // Async TP (plan.tp_overlap) decomposes each GEMM a TP collective feeds or drains into tp GEMMs
+  // of M / tp rows, one per shard that arrives or leaves (torch's fused_all_gather_matmul and
+  // fused_matmul_reduce_scatter; Transformer Engine's userbuffers the same); the forward and the
+  // data-gradient GEMMs are split, the weight gradient runs whole on the gathered input.
+  const double chunks = p.tp_overlap && t > 1 ? t : 1.0;
   auto fwd_bwd = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
-    fw = rc.gemm({mm, nn, kk, 1});
-    bw = rc.gemm_grad({mm, kk, nn, 1}) + rc.gemm_grad({kk, nn, mm, 1});
+    fw = chunks * rc.gemm({mm / chunks, nn, kk, 1});
+    bw = chunks * rc.gemm_grad({mm / chunks, kk, nn, 1}) + rc.gemm_grad({kk, nn, mm, 1});
   };
   const double q = m.q_width(), v_w = m.v_width();
   if (m.mla) {
@@ -266,6 +271,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // Grouped: `groups` GEMMs of ffn_tokens / groups rows each (a small-M shape for fine-grained
   // experts, which the GEMM model prices as such).
   auto fwd_bwd_grouped = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
+    if (groups == 1 && !(moe_layer && m.moe)) return fwd_bwd(mm, nn, kk, fw, bw);
     fw = rc.gemm({mm / groups, nn, kk, groups});
     bw = rc.gemm_grad({mm / groups, kk, nn, groups}) + rc.gemm_grad({kk, nn, mm / groups, groups});
   };

@@ -322,3 +322,31 @@ TEST(Roofline, Fp8GradientGemmsRunWithSplitAccumulation) {
   EXPECT_NEAR(t.backward_ops.fc2.value(),
               1.15 * (rc.gemm({T, f, h, 1}) + rc.gemm({f, h, T, 1})).value() - 0.15 * 2 * launch8, 1e-12);
 }
+
+TEST(Roofline, AsyncTpSplitsTheCollectiveGemmsIntoTpGemms) {
+  // Async TP (torch's fused_all_gather_matmul / fused_matmul_reduce_scatter) multiplies one shard
+  // of the gathered rows at a time: each GEMM a TP collective feeds or drains runs as tp GEMMs of
+  // M / tp rows, forward and data gradient; the weight gradient runs once on the whole input.
+  // Llama 3.1 8B, TP 8, local batch 12 x 8192: FC2 (w2) is 98304 x 4096 over K = 14336 / 8 = 1792,
+  // split into 8 GEMMs of 12288 rows.
+  const Experiment e = load_experiment(
+      resolve_scenario("experiments", "torchtitan-202506-asynctp-llama3.1-8b-64xh100-fsdp8-tp8-bf16-asynctp"));
+  ASSERT_TRUE(e.plan.tp_overlap);
+  ASSERT_EQ(e.plan.tp, 8);
+  const ExecutionModel x = resolve_execution(e);
+  const RooflineCompute& rc = x.roofline();
+  const double T = e.plan.micro_batch * 8192.0, h = e.model.hidden, k = e.model.ffn_hidden / 8.0;
+  ASSERT_DOUBLE_EQ(T, 98304.0);
+  const LayerTimes t = layer_times(x, e.model, e.plan, 8192, 8192, false);
+  EXPECT_NEAR(t.forward_ops.fc2.value(), 8 * rc.gemm({T / 8, h, k, 1}).value(), 1e-12);
+  EXPECT_NEAR(t.backward_ops.fc2.value(), (8 * rc.gemm_grad({T / 8, k, h, 1}) + rc.gemm_grad({k, h, T, 1})).value(),
+              1e-12);
+  // The same plan with blocking collectives runs each GEMM whole.
+  PlanSpec vanilla = e.plan;
+  vanilla.tp_overlap = false;
+  const ExecutionModel xv = resolve_execution(e.cluster, e.training, vanilla);
+  const LayerTimes tv = layer_times(xv, e.model, vanilla, 8192, 8192, false);
+  EXPECT_NEAR(tv.forward_ops.fc2.value(), xv.roofline().gemm({T, h, k, 1}).value(), 1e-12);
+  // Eight launches and the smaller GEMMs' last waves make the split slower, never faster.
+  EXPECT_GT(t.forward_ops.fc2, tv.forward_ops.fc2);
+}
