@@ -93,7 +93,9 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     if (c.dp_overlap && sync > tail && !c.chunk.empty() && !c.chunk[std::size_t(s)].empty() &&
         !c.chunk[std::size_t(s)][0].empty()) {
       const ChunkCosts& last = c.chunk[std::size_t(s)][0].front();
-      slowdown = overlap_contention(in) * min(sync - tail, last.backward + last.recompute);
+      const ModelSpec& m = in.e.model;
+      const LayerCompute lc = in.compute.layer(p.local_tokens(m), attention_context(in.e), m.is_moe_layer(0), m.window_of(0));
+      slowdown = overlap_contention(in, gemm_share(lc, true)) * min(sync - tail, last.backward + last.recompute);
     }
     c.dp_overlap_slowdown.push_back(slowdown);
     c.dp_sync_tail.push_back(tail);
@@ -143,7 +145,6 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const int micro_batches = p.micro_batches(in.e.training);
   const double sent = (k - 1.0) / k;  // of each gathered or reduced buffer, per GPU (ring)
   const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
-  const double contention = overlap_contention(in);
   auto gather = [&](double params) {
     return params > 0 ? in.comm.time(Collective::all_gather, Bytes(params * gb), shard) : Seconds(0);
   };
@@ -183,6 +184,10 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
     return it->second;
   };
   const EdgeCompute edges = fw.has_embedding_and_head ? in.compute.edges(tokens) : EdgeCompute{};
+  // What the gathers and reduce-scatters hide under, by the first layer's kind (the GEMMs' share).
+  const LayerCompute& first = layer(m.is_moe_layer(0), m.window_of(0));
+  const double contention_fwd = overlap_contention(in, gemm_share(first, false));
+  const double contention_bwd = overlap_contention(in, gemm_share(first, true));
   for (int s = 0; s < p.pp; ++s) {
     const std::vector<int> layers = cost_models::stage_layers(m, p, s);
     const int per_chunk = int(layers.size()) / v;
@@ -228,8 +233,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       std::reverse(bwd.begin(), bwd.end());
       if (first_segment) unit(bwd, bwd_copies, edge_params, false, edges.embedding_backward, true);
       for (auto& chunk_slices : c.chunk[s][ch]) {
-        chunk_slices.forward_dp_comm = exposed_under_prefetch(fwd, contention) + fwd_copies;
-        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention) + bwd_copies;
+        chunk_slices.forward_dp_comm = exposed_under_prefetch(fwd, contention_fwd) + fwd_copies;
+        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention_bwd) + bwd_copies;
       }
       const double head = last_segment ? head_params : 0.0;
       const double gathered =

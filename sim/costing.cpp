@@ -186,7 +186,7 @@ double sm_share_contention(const CostInputs& in) {
   return sms > ctas && ctas > 0 ? ctas / (sms - ctas) : 0.0;
 }
 
-double overlap_contention(const CostInputs& in) {
+double overlap_contention(const CostInputs& in, double gemm_share) {
   // Persistent GEMM kernels (GpuKernelFigures::persistent_gemm_grid) launch one block per SM; with
   // a collective's blocks resident, the blocks that find no free SM start only when a whole block
   // has finished its share of the tiles, so the GEMM takes two block lifetimes instead of one
@@ -194,9 +194,21 @@ double overlap_contention(const CostInputs& in) {
   // NCCL all-gather "nearly doubles", MFU 80% -> 47%). While a collective hides under such GEMMs
   // they advance at half speed: of a window of h seconds of hidden communication, h / 2 of the
   // compute is left over, added time 0.5 per hidden second, whatever the collective's block count.
+  // The other kernels beside it (attention, elementwise: a block per tile of work) lose the SM
+  // share; the window is split between the two by the GEMMs' share of the compute.
+  const double share = sm_share_contention(in);
   const auto& persistent = in.e.cluster.gpu.kernels.persistent_gemm_grid;
-  if (persistent && persistent->value == 1 && sm_share_contention(in) > 0) return 0.5;
-  return sm_share_contention(in);
+  if (!persistent || persistent->value != 1 || !(share > 0)) return share;
+  const double g = std::clamp(gemm_share, 0.0, 1.0);
+  return g * 0.5 + (1.0 - g) * share;
+}
+
+double gemm_share(const LayerCompute& lc, bool backward) {
+  const auto& gemms = backward ? lc.gemm_backward : lc.gemm_forward;
+  Seconds sum;
+  for (const Seconds& g : gemms) sum += g;
+  const Seconds total = backward ? lc.backward : lc.forward;
+  return total > Seconds(0) ? std::clamp(sum / total, 0.0, 1.0) : 0.0;
 }
 
 Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward) {

@@ -128,10 +128,14 @@ TpGathersScatters tp_relayout_per_layer(const CostInputs& in, int tokens, bool f
 /// thread blocks hold, ctas / (sms - ctas) (CommParams::overlap_ctas); 0 when unknown.
 double sm_share_contention(const CostInputs& in);
 /// The time added per second of a bulk collective (an FSDP/ZeRO-3 gather or reduce-scatter, an
-/// overlapped data-parallel reduction) hidden under compute: the SM share above, or 0.5 on a GPU
-/// whose GEMM kernels are persistent (GpuKernelFigures::persistent_gemm_grid), where the compute
-/// beside the collective runs at half speed.
-double overlap_contention(const CostInputs& in);
+/// overlapped data-parallel reduction) hidden under compute: the SM share above; on a GPU whose
+/// GEMM kernels are persistent (GpuKernelFigures::persistent_gemm_grid) the GEMMs beside the
+/// collective run at half speed, 0.5 per hidden second, and the rest of the compute pays the SM
+/// share: gemm_share x 0.5 + (1 - gemm_share) x the SM share.
+double overlap_contention(const CostInputs& in, double gemm_share);
+/// The share of a layer's forward (or backward) compute spent in its dense GEMMs (QKV, projection,
+/// FC1, FC2).
+double gemm_share(const LayerCompute& lc, bool backward);
 
 /// With plan.tp_overlap: one layer's TP collectives (all-gather before QKV and FC1, reduce-scatter
 /// after the projection and FC2) split into tp chunks, each chunk's transfer overlapping the GEMM

@@ -195,7 +195,9 @@ TEST(ContextParallel, ZeroThreeUnitsHideGathersBehindTheRingExchangeToo) {
   ASSERT_LT(gather(layer), Seconds(3e-4) + tp + cpc.forward);
   for (int i = 0; i < 32; ++i) fwd.push_back({gather(layer), Seconds(3e-4) + tp + cpc.forward, Seconds(0)});
   fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
-  EXPECT_NEAR(c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd, overlap_contention(k.in())).value(),
+  // The layer here has no GEMMs, so even on the H100's persistent GEMMs the gathers cost the SM
+  // share of the compute they hide under: 24 of 132 SMs.
+  EXPECT_NEAR(c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd, 24.0 / (132.0 - 24.0)).value(),
               1e-12);
 }
 

@@ -158,9 +158,17 @@ TEST(CostShardedParameters, PersistentGemmsPayHalfOfEveryHiddenGather) {
   // outlasts every layer's gather).
   Experiment e = fsdp();
   e.cluster.gpu.kernels.persistent_gemm_grid = SourcedValue{1, "test"};
-  Costed k(e);
-  EXPECT_DOUBLE_EQ(overlap_contention(k.in()), 0.5);
+  // Layers that are all GEMMs (four of 0.25 ms forward, 0.5 ms backward).
+  ComputeCosts cc = round_compute();
+  cc.layer = [](int, int, bool, int) {
+    const Seconds f(2.5e-4), b(5e-4);
+    return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {f, f, f, f}, {b, b, b, b}};
+  };
+  Costed k(e, cc);
+  EXPECT_DOUBLE_EQ(overlap_contention(k.in(), 1.0), 0.5);
   EXPECT_DOUBLE_EQ(sm_share_contention(k.in()), 24.0 / (108.0 - 24.0));
+  // Half GEMMs: half the window at half speed, half at the SM share.
+  EXPECT_DOUBLE_EQ(overlap_contention(k.in(), 0.5), 0.25 + 0.5 * 24.0 / 84.0);
   const CommGroup shard = plan_groups(k.e.plan, k.e.cluster).shard;
   const double h = k.e.model.hidden, layer = 12 * h * h + 13 * h;
   const double embedding = double(k.e.model.vocab) * h + double(k.e.model.seq_len) * h + 2 * h;
@@ -172,9 +180,9 @@ TEST(CostShardedParameters, PersistentGemmsPayHalfOfEveryHiddenGather) {
   const double exposed = exposed_under_prefetch(fwd, 0.0).value();
   const double hidden = ge.value() + 24 * g.value() - exposed;
   EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed + 0.5 * hidden, 1e-12);
-  // A grid value of 0 is the block-by-block schedule: the SM share again.
+  // A grid value of 0 is the block-by-block schedule: the SM share again, GEMMs or not.
   e.cluster.gpu.kernels.persistent_gemm_grid = SourcedValue{0, "test"};
-  EXPECT_DOUBLE_EQ(overlap_contention(Costed(e).in()), 24.0 / 84.0);
+  EXPECT_DOUBLE_EQ(overlap_contention(Costed(e).in(), 1.0), 24.0 / 84.0);
 }
 
 TEST(CostShardedParameters, HsdpAllReducesEachUnitsShardInsideTheBackward) {
