@@ -28,6 +28,14 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   // A distributed optimizer that reduce-scatters (ZeRO-1/2 as Megatron-Core and the bundled trainer
   // run it; DeepSpeed's stage 1 all-reduces): each rank receives the sums of its shard only.
   const bool sharded_reduction = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce;
+  // What an overlapped reduction hides under: a backward, priced by the first layer's kind (the
+  // GEMMs' share); the same on every stage.
+  double dp_contention = 0;
+  if (c.dp_overlap) {
+    const ModelSpec& m = in.e.model;
+    const LayerCompute lc = in.compute.layer(p.local_tokens(m), attention_context(in.e), m.is_moe_layer(0), m.window_of(0));
+    dp_contention = overlap_contention(in, gemm_share(lc, true));
+  }
   for (int s = 0; s < p.pp; ++s) {
     const cost_models::StageParameters sp = cost_models::parameters_on_gpu(fw, in.e.model, p, s);
     const Bytes grads(sp.dense * in.x.bytes.reduce);
@@ -93,9 +101,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     if (c.dp_overlap && sync > tail && !c.chunk.empty() && !c.chunk[std::size_t(s)].empty() &&
         !c.chunk[std::size_t(s)][0].empty()) {
       const ChunkCosts& last = c.chunk[std::size_t(s)][0].front();
-      const ModelSpec& m = in.e.model;
-      const LayerCompute lc = in.compute.layer(p.local_tokens(m), attention_context(in.e), m.is_moe_layer(0), m.window_of(0));
-      slowdown = overlap_contention(in, gemm_share(lc, true)) * min(sync - tail, last.backward + last.recompute);
+      slowdown = dp_contention * min(sync - tail, last.backward + last.recompute);
     }
     c.dp_overlap_slowdown.push_back(slowdown);
     c.dp_sync_tail.push_back(tail);
@@ -185,7 +191,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   };
   const EdgeCompute edges = fw.has_embedding_and_head ? in.compute.edges(tokens) : EdgeCompute{};
   // What the gathers and reduce-scatters hide under, by the first layer's kind (the GEMMs' share).
-  const LayerCompute& first = layer(m.is_moe_layer(0), m.window_of(0));
+  const LayerCompute first = layer(m.is_moe_layer(0), m.window_of(0));
   const double contention_fwd = overlap_contention(in, gemm_share(first, false));
   const double contention_bwd = overlap_contention(in, gemm_share(first, true));
   for (int s = 0; s < p.pp; ++s) {

@@ -130,19 +130,32 @@ TEST(CostDataParallel, ReduceDtypeSetsTheAllReducedBytes) {
   EXPECT_THROW(validate_experiment(ddp), SpecError);
 }
 
-TEST(CostShardedParameters, ExposedPartMatchesThePrefetchModel) {
-  // The forward: embedding (gather E, compute 0.1 ms), 24 layers (gather G, 1 ms), head (0.5 ms).
-  Costed k(fsdp());
+// fsdp()'s forward as the prefetch model sees it, by hand: the embedding (gather `embedding`,
+// compute 0.1 ms), 24 layers (gather `layer`, 1 ms each), the head (no gather, 0.5 ms); bf16
+// gathers of Megatron's 12h^2 + 13h per layer.
+struct FsdpForward {
+  Seconds layer, embedding;  // one gather each
+  std::vector<ShardedUnit> units;
+};
+FsdpForward fsdp_forward(const Costed& k) {
   const CommGroup shard = plan_groups(k.e.plan, k.e.cluster).shard;
   const double h = k.e.model.hidden, layer = 12 * h * h + 13 * h;
   const double embedding = double(k.e.model.vocab) * h + double(k.e.model.seq_len) * h + 2 * h;
-  const Seconds g = k.comm.time(Collective::all_gather, Bytes(layer * 2), shard);
-  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), shard);
-  std::vector<ShardedUnit> fwd{{ge, Seconds(1e-4), Seconds(0)}};
-  for (int i = 0; i < 24; ++i) fwd.push_back({g, Seconds(1e-3), Seconds(0)});
-  fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  FsdpForward f{k.comm.time(Collective::all_gather, Bytes(layer * 2), shard),
+                k.comm.time(Collective::all_gather, Bytes(embedding * 2), shard), {}};
+  f.units.push_back({f.embedding, Seconds(1e-4), Seconds(0)});
+  for (int i = 0; i < 24; ++i) f.units.push_back({f.layer, Seconds(1e-3), Seconds(0)});
+  f.units.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  return f;
+}
+
+TEST(CostShardedParameters, ExposedPartMatchesThePrefetchModel) {
+  // The forward: embedding (gather E, compute 0.1 ms), 24 layers (gather G, 1 ms), head (0.5 ms).
+  Costed k(fsdp());
+  const FsdpForward fwd = fsdp_forward(k);
+  const Seconds g = fwd.layer, ge = fwd.embedding;
   const double f = 24.0 / (k.e.cluster.gpu.sms - 24.0);  // Selene's A100: 108 SMs
-  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd, f).value(), 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd.units, f).value(), 1e-12);
   // Both gathers hide behind 1 ms of compute here except the first (the embedding's, then the
   // first layer's wait on it): the exposed part is at least the embedding's gather.
   EXPECT_GE(k.c.chunk[0][0][0].forward_dp_comm, ge);
@@ -169,15 +182,9 @@ TEST(CostShardedParameters, PersistentGemmsPayHalfOfEveryHiddenGather) {
   EXPECT_DOUBLE_EQ(sm_share_contention(k.in()), 24.0 / (108.0 - 24.0));
   // Half GEMMs: half the window at half speed, half at the SM share.
   EXPECT_DOUBLE_EQ(overlap_contention(k.in(), 0.5), 0.25 + 0.5 * 24.0 / 84.0);
-  const CommGroup shard = plan_groups(k.e.plan, k.e.cluster).shard;
-  const double h = k.e.model.hidden, layer = 12 * h * h + 13 * h;
-  const double embedding = double(k.e.model.vocab) * h + double(k.e.model.seq_len) * h + 2 * h;
-  const Seconds g = k.comm.time(Collective::all_gather, Bytes(layer * 2), shard);
-  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), shard);
-  std::vector<ShardedUnit> fwd{{ge, Seconds(1e-4), Seconds(0)}};
-  for (int i = 0; i < 24; ++i) fwd.push_back({g, Seconds(1e-3), Seconds(0)});
-  fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
-  const double exposed = exposed_under_prefetch(fwd, 0.0).value();
+  const FsdpForward fwd = fsdp_forward(k);
+  const Seconds g = fwd.layer, ge = fwd.embedding;
+  const double exposed = exposed_under_prefetch(fwd.units, 0.0).value();
   const double hidden = ge.value() + 24 * g.value() - exposed;
   EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed + 0.5 * hidden, 1e-12);
   // A grid value of 0 is the block-by-block schedule: the SM share again, GEMMs or not.
