@@ -155,6 +155,12 @@ GpuSpec read_gpu(const Section& s) {
       if (v.value > limit) refuse(key, rule);
       return v;
     };
+    // An optional figure that is one of two values (lo < hi), `rule` naming them.
+    auto optional_either = [&](const char* key, double lo, double hi, const char* rule) -> std::optional<SourcedValue> {
+      std::optional<SourcedValue> v = optional_at_most(key, false, hi, rule);
+      if (v && v->value != lo && v->value != hi) refuse(key, rule);
+      return v;
+    };
     g.kernels.gemm_efficiency = sourced("gemm_efficiency", true);
     g.kernels.memory_efficiency = sourced("memory_efficiency", true);
     g.kernels.launch_overhead_us = sourced("launch_overhead_us", false);
@@ -165,21 +171,15 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.gemm_k_overhead = optional_at_most("gemm_k_overhead", false, 4096,
                                                  "must be at most 4096 (elements of K a tile's prologue and epilogue "
                                                  "cost; more would make every transformer GEMM mostly overhead)");
-    const char* tiles_rule = "must be 1 (the default 256 x 128 tile) or 3 (the fastest of it, 128 x 256 and 128 x 128)";
-    g.kernels.gemm_tile_candidates = optional_at_most("gemm_tile_candidates", false, 3, tiles_rule);
-    if (g.kernels.gemm_tile_candidates && g.kernels.gemm_tile_candidates->value != 1 &&
-        g.kernels.gemm_tile_candidates->value != 3)
-      refuse("gemm_tile_candidates", tiles_rule);
+    g.kernels.gemm_tile_candidates = optional_either(
+        "gemm_tile_candidates", 1, 3, "must be 1 (the default 256 x 128 tile) or 3 (the fastest of it, 128 x 256 and 128 x 128)");
     g.kernels.fp8_split_accumulation_slowdown = optional_at_most(
         "fp8_split_accumulation_slowdown", false, 2,
         "must be at most 2 (a slowdown factor of split-accumulation FP8 GEMMs; beyond 2 they would be slower than bf16)");
     if (g.kernels.fp8_split_accumulation_slowdown && g.kernels.fp8_split_accumulation_slowdown->value < 1)
       refuse("fp8_split_accumulation_slowdown", "must be at least 1 (promoting partial sums costs time, never saves it)");
-    const char* persistent_rule = "must be 0 or 1 (whether the GEMM kernels launch one persistent thread block per SM)";
-    g.kernels.persistent_gemm_grid = optional_at_most("persistent_gemm_grid", false, 1, persistent_rule);
-    if (g.kernels.persistent_gemm_grid && g.kernels.persistent_gemm_grid->value != 0 &&
-        g.kernels.persistent_gemm_grid->value != 1)
-      refuse("persistent_gemm_grid", persistent_rule);
+    g.kernels.persistent_gemm_grid = optional_either(
+        "persistent_gemm_grid", 0, 1, "must be 0 or 1 (whether the GEMM kernels launch one persistent thread block per SM)");
     g.kernels.device_spread_cv = optional_at_most("device_spread_cv", true, 0.25,
                                                   "must be at most 0.25 (a coefficient of variation of healthy "
                                                   "devices' speed; a device 25% off the median is broken, not spread)");
