@@ -326,6 +326,9 @@ std::array<FrameworkTraits, 9> make_table() {
   torchtitan.activations = {.dropout = false, .attention_output_copy = true, .logits_bytes = 12};
   torchtitan.dp_bucket_bytes = kDdpBucketBytes;
   torchtitan.context_parallel = true;
+  // Its Attention.forward calls repeat_kv on keys and values before F.scaled_dot_product_attention
+  // (torchtitan/models/llama/model.py), and context_parallel wraps that SDPA call.
+  torchtitan.cp_torch_sdpa = true;
   torchtitan.tp_overlap = true;
   torchtitan.op_selective_recompute = true;
   // selective_ac_option "op" is its selective mode; Korthikanti's attention-core recompute is not.
@@ -341,6 +344,15 @@ std::array<FrameworkTraits, 9> make_table() {
   torchtitan.fp8_tensorwise_tp_gather = true;
   // apply_fsdp: fully_shard per TransformerBlock, the embedding and the output (FSDP2).
   torchtitan.fsdp2_unit_copies = true;
+  // Its pipelines are torch.distributed.pipelining's schedules, whose stages reduce FSDP2
+  // gradients once after the last micro-batch (FrameworkTraits::fsdp_pipeline_step_sync); with PP
+  // torchtitan also keeps parameters gathered after forward (parallelize_llama.py apply_fsdp:
+  // reshard_after_forward = not pp_enabled, a plan field here).
+  torchtitan.fsdp_pipeline_step_sync = true;
+  // pipeline_parallel_split_points give every stage of a looped schedule its own layer count
+  // (pipelining_utils.py generate_split_points, the default, gives the first and last stage one
+  // layer less when the layers do not divide).
+  torchtitan.uneven_interleaved = true;
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
@@ -354,6 +366,7 @@ std::array<FrameworkTraits, 9> make_table() {
   generic.context_parallel = true;
   generic.tp_overlap = true;
   generic.microbatch_recompute = true;
+  generic.uneven_interleaved = true;
 
   // The bundled trainer (trainer/README.md): every op a Backend call (as the closed loop runs it:
   // fp32 on the CPU backend; the bf16 recipe's element sizes are not described here yet),
@@ -402,6 +415,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.cp > 1 && !context_parallel) return false;
   if (p.tp_overlap && !tp_overlap) return false;
   if (!uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)) return false;
+  if (!uneven_interleaved && !p.stage_layers.empty() && p.schedule == Schedule::interleaved) return false;
   if (!p.partition_method.empty() && !partition_method) return false;
   return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
 }

@@ -192,12 +192,33 @@ struct FrameworkTraits {
   /// in before reduce_scatter_stream.wait_stream(current_stream)). FSDP1's FlatParameter gathers
   /// into the flat parameter its views already point at and reduces the flat gradient in place.
   bool fsdp2_unit_copies = false;
+  /// Under ZeRO-3 with a pipeline (pp > 1), gradients are reduced once per step rather than per
+  /// micro-batch: torch.distributed.pipelining's PipelineStage.backward_maybe_with_nosync turns
+  /// FSDP2's requires_gradient_sync and reshard_after_backward off for every micro-batch's
+  /// backward and, after the last one, runs post_backward on every parameter group at once
+  /// (pytorch/pytorch torch/distributed/pipelining/stage.py, 2024-25). So the parameters stay
+  /// gathered from the first micro-batch on (with reshard_after_forward false: one gather per
+  /// unit per step), the unsharded gradients accumulate in reduce_dtype across micro-batches, and
+  /// the stage's whole gradient is reduce-scattered after its last backward, exposed.
+  bool fsdp_pipeline_step_sync = false;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
+  /// Context parallelism is PyTorch's experimental context_parallel around SDPA
+  /// (torch/distributed/tensor/experimental/_attention.py, 2024-25): it exchanges K and V as SDPA
+  /// receives them, so with GQA after the model's repeat_kv (every query head's copy), and in the
+  /// backward passes dK and dV, accumulated in fp32 (convert_to_f32), around the ring one step
+  /// at a time (the ALL_TO_ALL rotater), each send hidden under the next step's block and the last
+  /// one waited for after the loop; forward K/V all-gathered once (ALL_GATHER rotater) under the
+  /// first, local block. Otherwise Transformer Engine's: the kv heads only, 16-bit gradients, an
+  /// exposed all-gather forward and reduce-scatter backward (cp_comm all-gather).
+  bool cp_torch_sdpa = false;
   /// Overlaps TP collectives with GEMMs (plan.tp_overlap).
   bool tp_overlap = false;
   /// Splits layers unevenly over pipeline stages (plan.stage_layers, first/last_stage_layers).
   bool uneven_pipeline = true;
+  /// Splits layers unevenly over the interleaved schedule's model chunks (plan.stage_layers with
+  /// pp x virtual_stages counts): torchtitan's split points name any layer as a stage boundary.
+  bool uneven_interleaved = false;
   /// Splits layers over stages by DeepSpeed's PipelineModule partition_method (plan.partition_method).
   bool partition_method = false;
 

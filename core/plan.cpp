@@ -30,9 +30,23 @@ std::optional<PlanViolation> fail(std::string field, std::string value, std::str
 }
 }  // namespace
 
+std::vector<int> chunk_layer_counts(const ModelSpec& m, const PlanSpec& p) {
+  const int pp = std::max(1, p.pp);
+  const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+  if (v == 1) return stage_layer_counts(m, p);
+  if (int(p.stage_layers.size()) == pp * v) return p.stage_layers;
+  return std::vector<int>(std::size_t(pp) * v, m.layers / (pp * v));
+}
+
 std::vector<int> stage_layer_counts(const ModelSpec& m, const PlanSpec& p) {
   const int pp = std::max(1, p.pp);
   if (int(p.stage_layers.size()) == pp) return p.stage_layers;
+  const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+  if (v > 1 && int(p.stage_layers.size()) == pp * v) {
+    std::vector<int> counts(pp, 0);
+    for (int k = 0; k < pp * v; ++k) counts[k % pp] += p.stage_layers[k];
+    return counts;
+  }
   if (!p.partition_method.empty()) {
     DeepSpeedPartition split = deepspeed_partition(m, p);
     if (split.problem.empty()) return split.stage_layers;
@@ -65,9 +79,13 @@ bool recomputes_layer(const ModelSpec& m, const PlanSpec& p, int layer) {
   if (p.recompute != Recompute::full) return false;
   if (p.recompute_layers <= 0) return true;
   if (p.schedule == Schedule::interleaved && p.virtual_stages > 1) {
-    // Model chunks of layers / (pp * v) consecutive layers each (an even split).
-    const int per_chunk = std::max(1, m.layers / (p.pp * p.virtual_stages));
-    return recomputes_position(p, layer % per_chunk);
+    // The layer's place in its model chunk (segments of chunk_layer_counts, in model order).
+    int first = 0;
+    for (int n : chunk_layer_counts(m, p)) {
+      if (layer < first + n) return recomputes_position(p, layer - first);
+      first += n;
+    }
+    return recomputes_position(p, layer - first);
   }
   const std::vector<int> first = stage_first_layers(m, p);
   const auto it = std::upper_bound(first.begin(), first.end(), layer);
@@ -184,9 +202,16 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.partition_method", p.partition_method, rule);
     }
   } else if (!p.stage_layers.empty()) {
-    if (int(p.stage_layers.size()) != p.pp)
+    if (p.schedule == Schedule::interleaved) {
+      const long long segments = (long long)p.pp * std::max(1, p.virtual_stages);
+      if ((long long)p.stage_layers.size() != segments)
+        return fail("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
+                    "with the interleaved schedule must list one layer count per model chunk, plan.pp x "
+                    "plan.virtual_stages = " + str(segments) + ", in stage order");
+    } else if (int(p.stage_layers.size()) != p.pp) {
       return fail("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
                   "must list one layer count per pipeline stage (plan.pp = " + str((long long)p.pp) + ")");
+    }
     long long sum = 0;
     for (int n : p.stage_layers) {
       if (n <= 0) return fail("plan.stage_layers", str((long long)n), "every stage must hold at least one layer");
@@ -215,8 +240,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                 "must divide model.layers = " + str((long long)m.layers) +
                     " (or give plan.stage_layers, or plan.first_stage_layers / plan.last_stage_layers)");
   }
-  if (uneven && p.schedule == Schedule::interleaved)
-    return fail("plan.schedule", "interleaved", "needs an even split of layers over stages (plan.stage_layers and first/last counts apply to non-interleaved schedules)");
+  if (uneven && p.stage_layers.empty() && p.schedule == Schedule::interleaved)
+    return fail("plan.schedule", "interleaved",
+                "needs an even split of layers over stages or plan.stage_layers per model chunk (first/last "
+                "counts and partition methods apply to non-interleaved schedules)");
   if (m.heads % p.tp != 0)
     return fail("plan.tp", str((long long)p.tp), "must divide model.heads = " + str((long long)m.heads));
   if (m.ffn_hidden % p.tp != 0)
@@ -290,10 +317,11 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   if (p.schedule == Schedule::interleaved) {
     if (p.pp < 2)
       return fail("plan.schedule", "interleaved", "needs plan.pp >= 2 (it is " + str((long long)p.pp) + ")");
-    if (m.layers % ((long long)p.pp * p.virtual_stages) != 0)
+    if (p.stage_layers.empty() && m.layers % ((long long)p.pp * p.virtual_stages) != 0)
       return fail("plan.virtual_stages", str((long long)p.virtual_stages),
                   "plan.pp * plan.virtual_stages = " + str((long long)p.pp * p.virtual_stages) +
-                      " must divide model.layers = " + str((long long)m.layers));
+                      " must divide model.layers = " + str((long long)m.layers) +
+                      " (or give plan.stage_layers, one count per model chunk)");
     // Megatron-LM's interleaved schedule runs micro-batches in groups of pp.
     if (p.micro_batches(t) % p.pp != 0)
       return fail("plan.schedule", "interleaved",
@@ -311,9 +339,9 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.recompute_layers", n,
                   std::string(rfw.name) + " recomputes every layer or none (no block method; megatron, "
                                           "megatron-core, pytorch or generic recompute the first N layers of a stage)");
-    const std::vector<int> counts = stage_layer_counts(m, p);
+    const std::vector<int> counts = chunk_layer_counts(m, p);
     const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
-    const int largest = *std::max_element(counts.begin(), counts.end()) / v;
+    const int largest = *std::max_element(counts.begin(), counts.end());
     if (p.recompute_layers > largest)
       return fail("plan.recompute_layers", n,
                   "must not exceed the layers of the largest stage" + std::string(v > 1 ? " chunk" : "") + " (" +
@@ -357,6 +385,17 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                   "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
   }
   const FrameworkTraits& fw = framework_traits(p.framework);
+  if (!fw.uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0))
+    return fail(!p.stage_layers.empty() ? "plan.stage_layers" : p.first_stage_layers > 0 ? "plan.first_stage_layers"
+                                                                                          : "plan.last_stage_layers",
+                !p.stage_layers.empty() ? entries(p.stage_layers.size(), "entries")
+                                        : str((long long)std::max(p.first_stage_layers, p.last_stage_layers)),
+                std::string(fw.name) + " splits layers evenly over stages (megatron-core, torchtitan and generic "
+                                       "take uneven splits; deepspeed through plan.partition_method)");
+  if (!fw.uneven_interleaved && !p.stage_layers.empty() && p.schedule == Schedule::interleaved)
+    return fail("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
+                std::string(fw.name) + "'s interleaved schedule splits every model chunk evenly (torchtitan and "
+                                       "generic take a count per chunk)");
   if (p.dp_overlap && (!fw.dp_overlap || (p.pp > 1 && !fw.dp_overlap_with_pipeline)))
     return fail("plan.dp_overlap", "true", fw.dp_overlap_refusal);
   if (p.zero < fw.min_zero)

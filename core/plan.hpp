@@ -84,7 +84,10 @@ struct PlanSpec {
   int ep = 1;  // expert-parallel degree, carved out of dp
   std::vector<int> token_slices;  // TeraPipe slice lengths, summing to seq_len
   /// Transformer layers per pipeline stage, first to last, summing to model.layers (empty: an even
-  /// split). Llama 3 405B's 126 layers on 16 stages, DeepSpeed's partition_method results.
+  /// split). Llama 3 405B's 126 layers on 16 stages, DeepSpeed's partition_method results. With
+  /// the interleaved schedule one count per model chunk, pp x virtual_stages of them in stage
+  /// order: stage k runs on rank k mod pp as its chunk k / pp (torchtitan's
+  /// pipeline_parallel_split_points with a looped schedule).
   std::vector<int> stage_layers;
   /// Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers: the
   /// first (last) stage holds this many layers and the others split the rest evenly (0: unset).
@@ -127,6 +130,9 @@ struct PlanSpec {
 /// fix with the rest even, or an even split. Assumes check_plan passed (a split it refuses comes
 /// back as the even split's rounding).
 std::vector<int> stage_layer_counts(const ModelSpec& model, const PlanSpec& plan);
+/// Transformer layers of each pipeline segment in stage order (pp x v entries for the interleaved
+/// schedule, segment k on rank k mod pp as chunk k / pp; otherwise stage_layer_counts).
+std::vector<int> chunk_layer_counts(const ModelSpec& model, const PlanSpec& plan);
 /// The first transformer layer of each stage (pp entries), from stage_layer_counts.
 std::vector<int> stage_first_layers(const ModelSpec& model, const PlanSpec& plan);
 

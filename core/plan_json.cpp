@@ -152,6 +152,8 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     << " --max-position-embeddings " << p.model.seq_len << " --micro-batch-size " << q.micro_batch
     << " --global-batch-size " << p.training.global_batch << " --tensor-model-parallel-size " << q.tp
     << " --pipeline-model-parallel-size " << q.pp;
+  // Megatron-LM splits every model chunk evenly: a list per chunk has no flag.
+  if (q.schedule == Schedule::interleaved && !q.stage_layers.empty()) return "";
   if (q.schedule == Schedule::interleaved)
     s << " --num-layers-per-virtual-pipeline-stage " << p.model.layers / (q.pp * q.virtual_stages);
   if (q.first_stage_layers > 0) s << " --decoder-first-pipeline-num-layers " << q.first_stage_layers;

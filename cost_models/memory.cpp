@@ -206,20 +206,22 @@ double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan) {
                                                 : per_stage;
 }
 
+std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int stage, int chunk) {
+  const std::vector<int> counts = chunk_layer_counts(model, plan);
+  const int segment = chunk * plan.pp + stage;
+  FORESIGHT_CHECK(segment >= 0 && segment < int(counts.size())) << "stage " << stage << " chunk " << chunk;
+  const int first = std::accumulate(counts.begin(), counts.begin() + segment, 0);
+  std::vector<int> layers;
+  for (int l = first; l < first + counts[std::size_t(segment)]; ++l) layers.push_back(l);
+  return layers;
+}
+
 std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int stage) {
   const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
   std::vector<int> layers;
-  if (v == 1) {
-    const std::vector<int> counts = stage_layer_counts(model, plan);
-    const int first = std::accumulate(counts.begin(), counts.begin() + stage, 0);
-    const int count = counts[stage];
-    for (int l = first; l < first + count; ++l) layers.push_back(l);
-    return layers;
-  }
-  const int per_chunk = model.layers / (plan.pp * v);
   for (int c = 0; c < v; ++c) {
-    const int first = (c * plan.pp + stage) * per_chunk;
-    for (int l = first; l < first + per_chunk; ++l) layers.push_back(l);
+    const std::vector<int> chunk = chunk_layers(model, plan, stage, c);
+    layers.insert(layers.end(), chunk.begin(), chunk.end());
   }
   return layers;
 }
@@ -301,9 +303,7 @@ StateBytesPerParam state_bytes_per_param(const ElementSizes& bytes, int zero, do
 
 Bytes layer_activation_bytes_per_unit(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
                                       int stage) {
-  const std::vector<int> layers = stage_layers(model, plan, stage);
   const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
-  const int per_chunk = std::max(1, int(layers.size()) / v);
   // Block recompute (plan.recompute_layers): the layers past the first N of each chunk store
   // everything, as without recompute.
   std::optional<PlanSpec> kept;
@@ -312,9 +312,12 @@ Bytes layer_activation_bytes_per_unit(const ExecutionModel& x, const ModelSpec& 
     kept->recompute = Recompute::none;
   }
   Bytes all_layers;
-  for (int i = 0; i < int(layers.size()); ++i) {
-    const bool stores_all = kept && !recomputes_position(plan, i % per_chunk);
-    all_layers += layer_bytes_for_plan(x, model, stores_all ? *kept : plan, layers[i]);
+  for (int c = 0; c < v; ++c) {
+    const std::vector<int> layers = chunk_layers(model, plan, stage, c);
+    for (int i = 0; i < int(layers.size()); ++i) {
+      const bool stores_all = kept && !recomputes_position(plan, i);
+      all_layers += layer_bytes_for_plan(x, model, stores_all ? *kept : plan, layers[i]);
+    }
   }
   return all_layers / double(v);
 }
@@ -394,8 +397,16 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       largest_layer = std::max(largest_layer, n);
       stage_layers_params += n;
     }
-    const double gathered = plan.reshard_after_forward ? 2.0 * largest_layer : stage_layers_params + largest_layer;
-    bytes += Bytes(gathered * x.bytes.gather + largest_layer * x.bytes.grad);
+    double gathered = plan.reshard_after_forward ? 2.0 * largest_layer : stage_layers_params + largest_layer;
+    double unsharded_grads = largest_layer * x.bytes.grad;
+    if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {
+      // Reduced once per step (FrameworkTraits::fsdp_pipeline_step_sync): every unit stays
+      // gathered from its first use to the step's end, and every unit's unsharded gradient
+      // accumulates across micro-batches in reduce_dtype (FSDP2's unsharded_accumulated_grad).
+      gathered = stage_layers_params;
+      unsharded_grads = parameters_on_gpu(fw, model, plan, stage).total() * x.bytes.reduce;
+    }
+    bytes += Bytes(gathered * x.bytes.gather + unsharded_grads);
     // A later last stage's LM head unit (untied matrix or tied copy) while it computes.
     if (stage > 0 && is_last_stage(plan, stage) && fw.has_embedding_and_head)
       bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);

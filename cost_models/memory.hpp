@@ -135,9 +135,12 @@ Bytes input_embedding_activation_bytes(const ExecutionModel& x, const ModelSpec&
 Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
                                     int micro_batch, int seq);
 
-/// Global layer indices (0-based) whose weights live on `stage`: a contiguous block of
-/// layers/pp, or for the interleaved schedule chunk c holding block c*pp + stage of layers/(pp*v).
+/// Global layer indices (0-based) whose weights live on `stage`: its contiguous block of
+/// stage_layer_counts, or for the interleaved schedule its chunks in order, chunk c holding
+/// segment c*pp + stage of chunk_layer_counts.
 std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int stage);
+/// The layers of one model chunk of `stage` (chunk 0 when not interleaved: all of them).
+std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int stage, int chunk);
 
 // ---------------------------------------------------------------------------------------------
 // Model state: weights, gradients, optimizer.

@@ -71,8 +71,39 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
     if (p.recompute == Recompute::selective_op) s.recompute += relayout.gathers;
     else if (redo > 0) s.recompute += relayout.total() * redo;
   }
+  // PyTorch's SDPA context parallelism (FrameworkTraits::cp_torch_sdpa) merges the steps' blocks
+  // in eager fp32 (convert_to_f32) on the compute stream.
+  if (p.cp > 1 && in.x.framework->cp_torch_sdpa && in.compute.memory_bound) {
+    const TorchCpMerges merges = torch_cp_merges(in, tokens);
+    s.forward += merges.forward;
+    s.backward += merges.backward;
+    if (redo > 0) s.recompute += merges.forward * redo;
+  }
   s.forward_ep = s.backward_ep = ep;
   return s;
+}
+
+TorchCpMerges torch_cp_merges(const CostInputs& in, int tokens) {
+  const PlanSpec& p = in.e.plan;
+  const ModelSpec& m = in.e.model;
+  if (p.cp <= 1 || !in.compute.memory_bound) return {};
+  // Elements of the attention output (b, heads / tp, tokens, head dim) and of K or V as SDPA sees
+  // them (repeat_kv: as many heads as the queries); torch/distributed/tensor/experimental/
+  // _attention.py, bytes per element of each eager op:
+  //  forward, per step after the first (_SDPAMerger): the block output cast to fp32 (2 + 4),
+  //   out - sigmoid(lse diff) * (out - block_out) as three fp32 binary ops (3 x 12), and on the
+  //   half of the steps that update a half (_partial_update) a torch.cat of the whole (8 / 2);
+  //   once, the result cast back (4 + 2).
+  //  backward, per step: grad_query += the block's 16-bit gradient (4 + 2 + 4) and its partial
+  //   torch.cat (8 / 2); per K and V: the fp32 accumulation (10), its partial cat (8 / 2) and the
+  //   torch.cat into the ring buffer (8); the 16-bit K/V torch.cat for the rotater (4 per pair).
+  const double q = double(p.micro_batch) * tokens * double(m.heads) / p.tp * m.head_dim();
+  const double steps = p.cp;
+  const double fwd_bytes = (steps - 1.0) * (6.0 + 36.0 + 4.0) * q + 6.0 * q;
+  const double bwd_bytes = steps * ((10.0 + 4.0) * q + 2.0 * (10.0 + 4.0 + 8.0) * q + 4.0 * q);
+  const int fwd_launches = int(steps - 1) * 7 + 1, bwd_launches = int(steps) * 10;
+  return {in.compute.memory_bound(Bytes(fwd_bytes), fwd_launches),
+          in.compute.memory_bound(Bytes(bwd_bytes), bwd_launches)};
 }
 
 void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
@@ -100,14 +131,17 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
   const int micro_batches = p.micro_batches(in.e.training);
   const double paid = in.x.bytes.first_accumulation_free ? double(micro_batches - 1) / micro_batches : 1.0;
   for (int s = 0; s < p.pp; ++s) {
-    const std::vector<int> layers = cost_models::stage_layers(m, p, s);
-    const int per_chunk = int(layers.size()) / v;
-    const double chunk_params = cost_models::parameters_on_gpu(*in.x.framework, m, p, s).total() / v;
-    const Seconds accumulate =
-        in.compute.memory_bound
-            ? in.compute.memory_bound(Bytes(chunk_params * in.x.bytes.accumulate), 12 * per_chunk) * paid
-            : Seconds(0);
+    const int stage_layer_count = int(cost_models::stage_layers(m, p, s).size());
+    const double stage_params = cost_models::parameters_on_gpu(*in.x.framework, m, p, s).total();
     for (int ch = 0; ch < v; ++ch) {
+      const std::vector<int> layers = cost_models::chunk_layers(m, p, s, ch);
+      const int per_chunk = int(layers.size());
+      // The stage's parameters (its embedding or head included) shared by the chunks' layers.
+      const double chunk_params = stage_params * per_chunk / std::max(1, stage_layer_count);
+      const Seconds accumulate =
+          in.compute.memory_bound
+              ? in.compute.memory_bound(Bytes(chunk_params * in.x.bytes.accumulate), 12 * per_chunk) * paid
+              : Seconds(0);
       int context = 0;
       for (int k = 0; k < n_slices; ++k) {
         const int tokens = slices[k];
@@ -115,7 +149,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
         if (p.cp > 1) context = attention_context(in.e);
         ChunkCosts& cc = c.chunk[s][ch][k];
         for (int i = 0; i < per_chunk; ++i) {
-          const int l = layers[ch * per_chunk + i];
+          const int l = layers[std::size_t(i)];
           const bool moe = m.is_moe_layer(l);
           const LayerCompute lc = layer_compute(tokens, context, moe, m.window_of(l));
           const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);

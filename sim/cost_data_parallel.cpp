@@ -194,9 +194,16 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const LayerCompute first = layer(m.is_moe_layer(0), m.window_of(0));
   const double contention_fwd = overlap_contention(in, gemm_share(first, false));
   const double contention_bwd = overlap_contention(in, gemm_share(first, true));
+  // Pipelines that reduce once per step (FrameworkTraits::fsdp_pipeline_step_sync): parameters,
+  // once gathered, stay so until the step's end (reshard_after_backward off), so only the first
+  // micro-batch's forward gathers (its exposure spread over the m forwards here); with
+  // reshard_after_forward each backward still re-gathers. No backward reduces: every stage
+  // reduce-scatters its whole gradient after its last backward (the per-stage sync below).
+  const bool step_sync = fw.fsdp_pipeline_step_sync && p.pp > 1;
+  const double forward_share = step_sync ? 1.0 / micro_batches : 1.0;
+  const bool reduces_per_microbatch = !step_sync;
   for (int s = 0; s < p.pp; ++s) {
     const std::vector<int> layers = cost_models::stage_layers(m, p, s);
-    const int per_chunk = int(layers.size()) / v;
     double layer_params = 0;
     for (int l : layers) layer_params += cost_models::layer_parameters_on_gpu(m, p, l).total();
     // The embedding (with the positions and, on a one-stage pipeline, the final norm): what the
@@ -206,6 +213,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
     const double beyond_layers = cost_models::parameters_on_gpu(fw, m, p, s).total() - layer_params;
     const double edge_params = s == 0 ? beyond_layers : 0.0;
     const double head_params = s > 0 && s == p.pp - 1 ? beyond_layers : 0.0;
+    double stage_reduced = 0;  // parameters whose gradients the stage reduces once (step_sync)
     for (int ch = 0; ch < v; ++ch) {
       const bool first_segment = s == 0 && ch == 0 && fw.has_embedding_and_head;
       const bool last_segment = s == p.pp - 1 && ch == v - 1 && fw.has_embedding_and_head;
@@ -220,8 +228,9 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       };
       if (first_segment) unit(fwd, fwd_copies, edge_params, true, edges.embedding_forward, false);
       double chunk_params = 0;
-      for (int i = 0; i < per_chunk; ++i) {
-        const int l = layers[ch * per_chunk + i];
+      const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, ch);
+      for (int i = 0; i < int(chunk.size()); ++i) {
+        const int l = chunk[std::size_t(i)];
         const double params = cost_models::layer_parameters_on_gpu(m, p, l).total();
         chunk_params += params;
         // What the compute stream does between two units' gathers: the layer with its TP (as
@@ -230,26 +239,43 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
                                         layer_recompute_share(p, i, s, micro_batches));
         unit(fwd, fwd_copies, params, true, ls.forward_total(), false);
-        unit(bwd, bwd_copies, params, p.reshard_after_forward, ls.backward_total(), true);
+        unit(bwd, bwd_copies, params, p.reshard_after_forward, ls.backward_total(), reduces_per_microbatch);
       }
       if (last_segment) {
         unit(fwd, fwd_copies, head_params, true, edges.head_forward, false);
-        unit(bwd, bwd_copies, head_params, p.reshard_after_forward, edges.head_backward, true);
+        unit(bwd, bwd_copies, head_params, p.reshard_after_forward, edges.head_backward, reduces_per_microbatch);
       }
       std::reverse(bwd.begin(), bwd.end());
-      if (first_segment) unit(bwd, bwd_copies, edge_params, false, edges.embedding_backward, true);
+      if (first_segment) unit(bwd, bwd_copies, edge_params, false, edges.embedding_backward, reduces_per_microbatch);
       for (auto& chunk_slices : c.chunk[s][ch]) {
-        chunk_slices.forward_dp_comm = exposed_under_prefetch(fwd, contention_fwd) + fwd_copies;
+        chunk_slices.forward_dp_comm = (exposed_under_prefetch(fwd, contention_fwd) + fwd_copies) * forward_share;
         chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention_bwd) + bwd_copies;
       }
       const double head = last_segment ? head_params : 0.0;
-      const double gathered =
-          (first_segment ? edge_params : 0.0) + (chunk_params + head) * (p.reshard_after_forward ? 2.0 : 1.0);
-      const double reduced = (first_segment ? edge_params : 0.0) + chunk_params + head;
+      const double edge = first_segment ? edge_params : 0.0;
+      // Per micro-batch: the forward's gathers (once per step under step_sync), the backward's
+      // re-gathers (reshard_after_forward) and the reductions (per micro-batch or once).
+      const double gathered = (edge + chunk_params + head) * forward_share +
+                              (p.reshard_after_forward ? chunk_params + head : 0.0);
+      const double reduced = edge + chunk_params + head;
+      const double reductions = step_sync ? 1.0 : double(micro_batches);
       c.zero3_gather_bytes[s] += Bytes(gathered * gb * sent * micro_batches);
-      c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * micro_batches);
+      c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * reductions);
       if (replicas > 1)  // each GPU's shard through a ring all-reduce over the replicas
-        c.zero3_reduce_bytes[s] += Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * micro_batches);
+        c.zero3_reduce_bytes[s] += Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * reductions);
+      if (step_sync) stage_reduced += reduced;
+    }
+    if (step_sync && stage_reduced > 0) {
+      // After the stage's last backward: the copies into the reduce-scatter buffers, then one
+      // reduce-scatter per unit back to back on the reduce stream, nothing left to hide under;
+      // the optimizer waits for them (the data-parallel sync of cost_data_parallel).
+      const Seconds sync = reduce(stage_reduced) + copy_in(stage_reduced);
+      const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
+      Bytes nic = Bytes(stage_reduced * rb * sent * host_ranks);
+      if (replicas > 1) nic += Bytes(stage_reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * host_ranks);
+      c.dp_grad_sync[std::size_t(s)] += sync;
+      c.dp_sync_tail[std::size_t(s)] += sync;
+      c.dp_grad_sync_bytes[std::size_t(s)] += nic;
     }
   }
 }

@@ -29,6 +29,13 @@ struct LayerStep {
   Seconds forward_total() const { return forward + forward_tp + forward_cp + forward_ep; }
   Seconds backward_total() const { return recompute + recompute_comm + backward + backward_tp + backward_cp + backward_ep; }
 };
+/// PyTorch's SDPA context parallelism's eager fp32 merging of the ring steps' blocks for one
+/// layer (forward: the outputs and log-sum-exps; backward: the query, key and value gradients).
+struct TorchCpMerges {
+  Seconds forward, backward;
+};
+TorchCpMerges torch_cp_merges(const CostInputs& in, int tokens);
+
 LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, Seconds tp_blocking, Seconds ep,
                      double redo);
 

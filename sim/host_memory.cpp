@@ -85,8 +85,7 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
     mem.grads = Bytes(kFloat * P);
     mem.optimizer = Bytes(2 * kFloat * P / shard);
 
-    const std::vector<int> layers = cost_models::stage_layers(m, p, s);
-    const int per_chunk = int(layers.size()) / v;
+    const int per_chunk = int(cost_models::stage_layers(m, p, s).size()) / v;
     const double offloaded = std::round(p.offload.activations * per_chunk);
     ScheduleShape shape{.schedule = p.schedule, .stages = p.pp, .microbatches = micro_batches,
                         .virtual_stages = v, .slices = int(slices.size())};
@@ -138,8 +137,9 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
       std::vector<Kept> kept;
       const bool input_offloaded = offloaded > 0;
       double unit = input_offloaded ? 0.0 : n * H, head_backward = 0, forward_working = 0;
-      for (int l = 0; l < per_chunk; ++l) {
-        const int layer = layers[std::size_t(op.chunk * per_chunk + l)];
+      const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, op.chunk);
+      for (int l = 0; l < int(chunk.size()); ++l) {
+        const int layer = chunk[std::size_t(l)];
         const bool moe_layer = m.is_moe_layer(layer);
         Recompute r = p.recompute;
         if (p.recompute_layers > 0) r = l < p.recompute_layers ? Recompute::full : Recompute::none;
@@ -164,7 +164,7 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
         const double incoming = last ? 0.0 : n * H;
         double now = held + pending + incoming;
         peak = std::max(peak, now + head_backward);
-        for (int l = per_chunk - 1; l >= 0; --l) {
+        for (int l = int(kept.size()) - 1; l >= 0; --l) {
           const Kept& k = kept[std::size_t(l)];
           peak = std::max(peak, now + k.restored + k.working);
           now -= k.kept;

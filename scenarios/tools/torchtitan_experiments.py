@@ -4,8 +4,10 @@ schema can express: bf16 (FSDP2 param bfloat16 / reduce float32) or torchao Floa
 (training.dtype fp8 with fp8_scaling tensorwise or rowwise), with or without torch.compile,
 per-op selective, full or no activation checkpointing, FSDP2 alone or with TP (vanilla or async,
 sequence-parallel norms) or context parallelism (all-gather of K/V, torchtitan's default rotate
-method). Rows with pipelines (split points and micro-batch counts not stated), rows that do not
-say whether torch.compile was on, and rows whose GPU kind is not stated are left out;
+method). Rows with pipelines take torchtitan's defaults where the table is silent, from the
+torchtitan commit the table names (PIPELINE_DEFAULTS): as many micro-batches as pipeline ranks and
+generate_split_points' layer split, FSDP keeping parameters gathered after forward. Rows that do not
+say whether torch.compile was on, and rows whose GPU kind is not stated, are left out;
 scenarios/README.md lists them with what they lack.
 
 Usage: python3 scenarios/tools/torchtitan_experiments.py ../shared/published/modern.yaml
@@ -29,6 +31,10 @@ MODELS = {
     ("Llama 3.1 70B", 8192): "llama3.1-70b",
     ("Llama 3 70B", 8192): "llama3.1-70b",
     ("Llama 3.1 405B", 8192): "llama3.1-405b",
+    ("Llama 3.1 405B", 32768): "llama3.1-405b-s32768",
+    ("Llama 3.1 405B", 65536): "llama3.1-405b-s65536",
+    ("Llama 3.1 405B", 131072): "llama3.1-405b-s131072",
+    ("Llama 3.1 405B", 262144): "llama3.1-405b-s262144",
     ("Llama 2 13B", 4096): "llama2-13b",
     ("Llama 2 70B", 4096): "llama2-70b",
 }
@@ -82,6 +88,37 @@ def loss_compiled(rid):
     raise SystemExit(f"{rid}: torchtitan version unknown: add its prefix to LOSS_COMPILED")
 
 
+# torchtitan versions whose pipeline defaults were read (row prefix -> commit): with no
+# pipeline_parallel_microbatches, as many micro-batches as pipeline ranks (build_pipeline_schedule);
+# with no pipeline_parallel_split_points, generate_split_points (torchtitan/parallelisms/
+# pipelining_utils.py); with PP, apply_fsdp sets reshard_after_forward False.
+PIPELINE_DEFAULTS = {"torchtitan_202412_": "9dec370ad26b"}
+
+
+def pipeline_defaults(rid):
+    for prefix, commit in PIPELINE_DEFAULTS.items():
+        if rid.startswith(prefix):
+            return commit
+    return None
+
+
+def default_split(layers, pp, looped):
+    """Layers per stage, in stage order, as generate_split_points places the boundaries: stages
+    per rank 1 (single-stage schedules) or 2 (looped), every stage layers // stages, the remainder
+    one each to the stages after the first, the last taking what is left."""
+    stages = pp * (2 if looped else 1)
+    base, extra = divmod(layers, stages)
+    counts = []
+    for i in range(stages - 1):
+        if i > 0 and extra > 0:
+            counts.append(base + 1)
+            extra -= 1
+        else:
+            counts.append(base)
+    counts.append(layers - sum(counts))
+    return counts
+
+
 def compiled(p):
     c = p.get("compile")
     if c is True or c is False:
@@ -98,8 +135,8 @@ def main(path):
             continue
         p, m, h, meas = e["parallel"], e["model"], e["hardware"], e["measured"]
         why = None
-        if int(p.get("pp", 1)) > 1:
-            why = "pipeline split points and micro-batch count not stated (torchtitan's PP with FSDP)"
+        if int(p.get("pp", 1)) > 1 and pipeline_defaults(rid) is None:
+            why = "pipeline split points and micro-batch count not stated, and this torchtitan version's defaults not read"
         elif compiled(p) is None:
             why = "whether torch.compile was on is not stated"
         elif recompute_of(p.get("recompute")) is None:
@@ -112,29 +149,48 @@ def main(path):
             skipped.append((rid, why))
             continue
         gpus = int(h["num_gpus"])
-        tp, dp, cp = int(p["tp"]), int(p["dp"]), int(p.get("cp", 1))
-        assert tp * dp * cp == gpus, rid
-        mb = int(p["micro_batch"])
+        tp, dp, cp, pp = int(p["tp"]), int(p["dp"]), int(p.get("cp", 1)), int(p.get("pp", 1))
+        assert tp * dp * cp * pp == gpus, rid
         gb = int(p["global_batch"])
-        assert mb * dp == gb, rid  # one micro-batch per step (grad_accum 1)
+        split, looped = None, False
+        if pp > 1:
+            # torchtitan's defaults (PIPELINE_DEFAULTS): the local batch in pp micro-batches.
+            local = int(p["local_batch_per_dp_rank"])
+            assert local % pp == 0 and local * dp == gb, rid
+            mb = local // pp
+            looped = "interleaved" in str(p.get("schedule", "")).lower()
+            split = default_split(int(m["layers"]), pp, looped)
+        else:
+            mb = int(p["micro_batch"])
+            assert mb * dp == gb, rid  # one micro-batch per step (grad_accum 1)
         tps = float(meas["tokens_per_s_per_gpu"]) * gpus
         model_file = MODELS[(m["name"], int(m["seq_len"]))]
         if not os.path.exists(os.path.join(ROOT, "models", model_file + ".yaml")):
-            base = open(os.path.join(ROOT, "models", "llama3.1-8b.yaml")).read()
-            text = base.replace("name: llama3.1-8b", f"name: {model_file}").replace(
+            base_file = model_file.rsplit("-s", 1)[0]  # llama3.1-8b, llama3.1-405b
+            base = open(os.path.join(ROOT, "models", base_file + ".yaml")).read()
+            text = base.replace(f"name: {base_file}", f"name: {model_file}").replace(
                 "seq_len: 8192", f"seq_len: {int(m['seq_len'])}")
-            text = text.replace('  notes: "', f'  notes: "Llama 3.1 8B trained at {int(m["seq_len"])} tokens (torchtitan\'s '
-                                'context-parallel table); shapes as llama3.1-8b. ', 1)
+            size = "8B" if base_file.endswith("8b") else "405B"
+            table = "context-parallel table" if size == "8B" else "4D table, Dec 2024"
+            text = text.replace('  notes: "', f'  notes: "Llama 3.1 {size} trained at {int(m["seq_len"])} tokens (torchtitan\'s '
+                                f'{table}); shapes as {base_file}. ', 1)
             with open(os.path.join(ROOT, "models", model_file + ".yaml"), "w") as f:
                 f.write(text)
         float8 = str(p.get("float8")) if p.get("float8") else None
         dtype = "fp8" if float8 else "bf16"
         scaling = ("rowwise" if "rowwise" in float8 else "tensorwise") if float8 else None
         name = rid.replace("_", "-")
-        plan = [f"tp: {tp}", "pp: 1", f"dp: {dp}"]
+        plan = [f"tp: {tp}", f"pp: {pp}", f"dp: {dp}"]
         if cp > 1:
             plan += [f"cp: {cp}", "cp_comm: all-gather"]
-        plan += [f"micro_batch: {mb}", "schedule: 1f1b", f"recompute: {recompute_of(p['recompute'])}", "zero: 3"]
+        plan += [f"micro_batch: {mb}", "schedule: " + ("interleaved" if looped else "1f1b")]
+        if looped:
+            plan.append("virtual_stages: 2")
+        if split:
+            plan.append("stage_layers: [" + ", ".join(str(n) for n in split) + "]")
+        plan += [f"recompute: {recompute_of(p['recompute'])}", "zero: 3"]
+        if pp > 1:
+            plan.append("reshard_after_forward: false")
         if tp > 1:
             plan.append("sequence_parallel: true")  # torchtitan's TP plan: sequence-parallel norms
         if p.get("async_tp") is True:
@@ -164,6 +220,11 @@ def main(path):
                  f"FSDP2 ({p.get('fsdp_mixed_precision', 'param bfloat16, reduce float32')}) = framework torchtitan with zero 3; "
                  f"recompute: {p['recompute']}. " + (f"Float8: {float8}. " if float8 else "") + f"Hardware: {h['gpu']}; intra-node: {h.get('intra_node')}; "
                  f"inter-node: {h.get('inter_node')}.")
+        if split:
+            notes += (f" Pipeline, where the table is silent, as torchtitan {pipeline_defaults(rid)} defaults: "
+                      f"{pp} micro-batches of {mb} sequences (the local batch of {mb * pp} over pipeline_parallel_degree), "
+                      f"layers per stage {split} in stage order" + (" (2 stages per rank, stage k on rank k mod pp)" if looped else "")
+                      + " (generate_split_points), parameters kept gathered after forward (apply_fsdp with PP).")
         if mem is not None and isinstance(mem, (int, float)):
             notes += " Memory: torchtitan's logged peak reserved GiB (max over GPUs)."
         lines.append(f"  notes: \"{notes.replace(chr(34), chr(39))}\"")

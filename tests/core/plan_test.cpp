@@ -47,11 +47,20 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.stage_layers = {6, 6, 6}; }, "plan.stage_layers"},         // 3 entries for pp 4
       {[](Fixture& f) { f.p.stage_layers = {5, 7, 6, 5}; }, "plan.stage_layers"},      // sums to 23
       {[](Fixture& f) { f.p.stage_layers = {0, 8, 8, 8}; }, "plan.stage_layers"},      // an empty stage
-      {[](Fixture& f) { f.p.first_stage_layers = 5; }, "plan.first_stage_layers"},     // 19 over 3 stages
-      {[](Fixture& f) { f.p.last_stage_layers = 3; f.p.first_stage_layers = 3; f.p.pp = 2; f.p.dp = 8; },
+      {[](Fixture& f) { f.p.stage_layers = {4, 7, 7, 6}; }, "plan.stage_layers"},      // Megatron-LM splits evenly
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.first_stage_layers = 5; },
+       "plan.first_stage_layers"},                                                     // 19 over 3 stages
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.last_stage_layers = 3;
+                        f.p.first_stage_layers = 3; f.p.pp = 2; f.p.dp = 8; },
        "plan.first_stage_layers"},                                                     // nothing in between
-      {[](Fixture& f) { f.p.stage_layers = {3, 7, 7, 7}; f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2;
-                        f.t.global_batch = 512; }, "plan.schedule"},
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.stage_layers = {3, 7, 7, 7};
+                        f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2; }, "plan.stage_layers"},
+      // (pp entries with interleaving: one per model chunk, pp x v, is what it takes)
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.stage_layers = {2, 3, 3, 3, 3, 3, 3, 4};
+                        f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2; }, "plan.stage_layers"},
+      // (Megatron-LM's interleaved chunks are even: a count per chunk is torchtitan's)
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.first_stage_layers = 3;
+                        f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2; }, "plan.schedule"},
       {[](Fixture& f) { f.p.shard_group = 3; f.p.zero = 3; }, "plan.shard_group"},      // does not divide dp 4
       {[](Fixture& f) { f.p.shard_group = 2; }, "plan.shard_group"},                    // zero 0
       {[](Fixture& f) { f.p.reshard_after_forward = false; f.p.zero = 1; }, "plan.reshard_after_forward"},
@@ -80,6 +89,7 @@ TEST(CheckPlan, EachRuleNamesItsField) {
 
 TEST(CheckPlan, UnevenSplitsThatAddUp) {
   Fixture f;
+  f.p.framework = Framework::megatron_core;  // --decoder-first/last-pipeline-num-layers
   f.p.stage_layers = {4, 7, 7, 6};
   EXPECT_FALSE(f.check().has_value());
   f.p.stage_layers.clear();
@@ -90,6 +100,7 @@ TEST(CheckPlan, UnevenSplitsThatAddUp) {
   EXPECT_FALSE(f.check().has_value());
   EXPECT_EQ(stage_layer_counts(f.m, f.p), (std::vector<int>{3, 8, 8, 5}));
   Fixture g;
+  g.p.framework = Framework::megatron_core;
   g.p.pp = 5;  // 24 % 5: refused, and the message says how to split unevenly
   g.p.dp = 1;
   g.p.tp = 2;
@@ -99,6 +110,49 @@ TEST(CheckPlan, UnevenSplitsThatAddUp) {
   g.p.stage_layers = {4, 5, 5, 5, 5};
   g.t.global_batch = 2;
   EXPECT_FALSE(check_plan(g.m, g.c, g.t, g.p, 10).has_value());
+}
+
+TEST(CheckPlan, InterleavedChunksOfTheirOwnSize) {
+  // torchtitan's generate_split_points for a looped schedule (pipelining_utils.py at 9dec370):
+  // Llama 3.1 405B's 126 layers over 8 ranks x 2 stages: 126 // 16 = 7, the 14 left over one each
+  // to stages 1..14, so [7, 8 x 14, 7]; stage k on rank k mod 8.
+  Fixture f;
+  f.m.layers = 126;
+  f.p.framework = Framework::torchtitan;
+  f.p.zero = 3;
+  f.p.sequence_parallel = true;
+  f.p.tp = 2;
+  f.p.pp = 8;
+  f.p.dp = 2;
+  f.p.micro_batch = 1;
+  f.t.global_batch = 16;  // 8 micro-batches, a multiple of pp
+  f.p.schedule = Schedule::interleaved;
+  f.p.virtual_stages = 2;
+  f.p.stage_layers = std::vector<int>(16, 8);
+  f.p.stage_layers.front() = 7;
+  f.p.stage_layers.back() = 7;
+  EXPECT_FALSE(f.check().has_value());
+  EXPECT_EQ(stage_layer_counts(f.m, f.p), (std::vector<int>{15, 16, 16, 16, 16, 16, 16, 15}));
+  EXPECT_EQ(chunk_layer_counts(f.m, f.p), f.p.stage_layers);
+  // Layers 0..6 are stage 0 (rank 0's first chunk) and 63..70 stage 8 (its second).
+  f.p.recompute = Recompute::full;
+  f.p.framework = Framework::generic;
+  f.p.recompute_layers = 1;
+  EXPECT_TRUE(recomputes_layer(f.m, f.p, 0));
+  EXPECT_FALSE(recomputes_layer(f.m, f.p, 6));
+  EXPECT_TRUE(recomputes_layer(f.m, f.p, 7));    // stage 1 starts at 7
+  EXPECT_FALSE(recomputes_layer(f.m, f.p, 14));
+  EXPECT_TRUE(recomputes_layer(f.m, f.p, 15));   // stage 2 at 15
+  EXPECT_TRUE(recomputes_layer(f.m, f.p, 119));  // stage 15 = the last 7: 119..125
+  EXPECT_FALSE(recomputes_layer(f.m, f.p, 118 + 7));
+  // A count missing, or counts summing to 125, are refused by name.
+  f.p.recompute_layers = 0;
+  f.p.stage_layers.pop_back();
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.stage_layers");
+  f.p.stage_layers.push_back(6);
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.stage_layers");
 }
 
 TEST(CheckPlan, OverlappedGradientReductionWhereTheFrameworkCanDoIt) {

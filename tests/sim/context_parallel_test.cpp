@@ -239,3 +239,68 @@ TEST(PerOpCheckpointing, RerunsTheForwardAllGathersButNotTheSavedReduceScatters)
   const LayerStep f = layer_step(full.in(), lc, 32768, tp, Seconds(0), 1.0);
   EXPECT_DOUBLE_EQ(f.recompute_comm.value(), 0.002);
 }
+
+TEST(ContextParallel, PyTorchSdpaContextParallelMovesRepeatedHeadsAndFp32Gradients) {
+  // torchtitan: context_parallel wraps SDPA, which receives K and V after repeat_kv, so each rank
+  // holds 32 / tp 2 = 16 heads of them, not 4: 2 x 2 bytes x 8192 tokens x 16 x 128 = 64 MiB
+  // local, 256 MiB gathered over the 4 cp ranks. Forward: the all-gather (the default ALL_GATHER
+  // rotater) under the first block; backward: the same gather under its first block, then dK, dV
+  // accumulated in fp32 (128 MiB) sent one ring step at a time, each under the next block, the
+  // last waited for after the loop.
+  Experiment e = cp_plan(4);
+  e.plan.framework = Framework::torchtitan;
+  e.plan.zero = 3;
+  e.plan.sequence_parallel = true;
+  e.plan.cp_comm = CpComm::all_gather;
+  validate_experiment(e);
+  Inputs k(e);
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  CommGroup pair = g.cp;
+  pair.ranks = 2;
+  pair.ranks_per_node = 2;
+  pair.nodes = 1;
+  pair.concurrent_groups = 2;
+  const Seconds gather = k.comm.time(Collective::all_gather, Bytes(256.0 * 1048576), g.cp);
+  const Seconds dkv = k.comm.time(Collective::send_recv, Bytes(128.0 * 1048576), pair);
+  // Blocks (a quarter of the attention each) too short to hide anything: all exposed.
+  const CpLayerComm open = cp_comm_per_layer(k.in(), Seconds(0), Seconds(0));
+  EXPECT_NEAR(open.forward.value(), gather.value(), 1e-15);
+  EXPECT_NEAR(open.backward.value(), (gather + 4.0 * dkv).value(), 1e-15);
+  // Blocks long enough to hide the gather and every step but the last.
+  const Seconds long_block = 2.0 * max(gather, dkv);
+  const CpLayerComm hidden = cp_comm_per_layer(k.in(), 4.0 * long_block, 4.0 * long_block);
+  EXPECT_EQ(hidden.forward.value(), 0.0);
+  EXPECT_NEAR(hidden.backward.value(), dkv.value(), 1e-15);
+  // Megatron-Core's (Transformer Engine) all-gather moves the 4 kv heads: a quarter of the bytes.
+  Experiment te = cp_plan(4);
+  te.plan.cp_comm = CpComm::all_gather;
+  Inputs kt(te);
+  EXPECT_NEAR(cp_comm_per_layer(kt.in(), Seconds(1), Seconds(1)).forward.value(),
+              k.comm.time(Collective::all_gather, Bytes(64.0 * 1048576), g.cp).value(), 1e-15);
+}
+
+TEST(ContextParallel, PyTorchSdpaContextParallelMergesInEagerFp32) {
+  // The eager fp32 merging around the ring's blocks (torch/distributed/tensor/experimental/
+  // _attention.py), for the attention output of 8192 tokens x 16 heads x 128 = 16 Mi elements:
+  // forward, each of the cp - 1 = 3 later blocks 46 bytes an element (cast 6, three fp32
+  // binary ops 36, half the steps' torch.cat of the whole 4) and the final cast 6; backward, each
+  // of the 4 steps 62 bytes an element (grad_query 10 + cat 4; K and V each 10 + 4 + 8; K/V cat
+  // 4). At 1 TB/s and no launch cost: 1 ps a byte.
+  Experiment e = cp_plan(4);
+  e.plan.framework = Framework::torchtitan;
+  e.plan.zero = 3;
+  e.plan.sequence_parallel = true;
+  validate_experiment(e);
+  Inputs k(e);
+  k.compute.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };
+  const double q = 8192.0 * 16 * 128;
+  const TorchCpMerges m = torch_cp_merges(k.in(), 8192);
+  EXPECT_NEAR(m.forward.value(), (3 * 46 + 6) * q * 1e-12, 1e-15);
+  EXPECT_NEAR(m.backward.value(), 4 * 62 * q * 1e-12, 1e-15);
+  // Megatron-Core's CP is Transformer Engine's fused kernels: no such passes in layer_step.
+  Inputs kt(cp_plan(4));
+  kt.compute.memory_bound = k.compute.memory_bound;
+  const LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}};
+  EXPECT_EQ(layer_step(kt.in(), lc, 8192, Seconds(0), Seconds(0), 0).forward.value(), 1e-3);
+  EXPECT_NEAR(layer_step(k.in(), lc, 8192, Seconds(0), Seconds(0), 0).forward.value(), 1e-3 + m.forward.value(), 1e-15);
+}

@@ -355,3 +355,58 @@ TEST(CostShardedParameters, Fsdp2CopiesEachGatheredUnitOutAndEachUnitsGradientsI
   plain.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
   EXPECT_NEAR(kf.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(plain, f).value(), 1e-12);
 }
+
+TEST(CostShardedParameters, PipelineStagesReduceOnceAfterTheirLastBackward) {
+  // torch.distributed.pipelining under FSDP2 (torchtitan): every micro-batch's backward runs with
+  // requires_gradient_sync and reshard_after_backward off and the last one runs post_backward on
+  // every unit (PipelineStage.backward_maybe_with_nosync). With reshard_after_forward off (what
+  // torchtitan sets with PP) a unit is gathered once per step, by the first micro-batch's forward,
+  // and each stage reduce-scatters its whole gradient once, after its last backward, exposed.
+  Experiment e = fsdp();
+  e.plan.framework = Framework::torchtitan;
+  e.plan.pp = 2;
+  e.plan.dp = 8;
+  e.plan.reshard_after_forward = false;
+  validate_experiment(e);
+  const int m = e.plan.micro_batches(e.training);
+  ASSERT_EQ(m, 4);
+  ComputeCosts cc = round_compute();
+  cc.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };  // 1 TB/s
+  Costed k(e, cc);
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  const double h = e.model.hidden, layer = 12 * h * h + 13 * h;
+  const double stage1 = cost_models::parameters_on_gpu(framework_traits(e.plan.framework), e.model, e.plan, 1).total();
+  const double head = stage1 - 12 * layer;
+  EXPECT_GT(head, double(e.model.vocab) * h);  // the LM head's matrix and the final norm
+  const double sent = 7.0 / 8.0;
+  // Bytes per GPU per step: each parameter gathered (bf16) and reduced (fp32) once.
+  EXPECT_NEAR(k.c.zero3_gather_bytes[1].value(), stage1 * 2 * sent, 1.0);
+  EXPECT_NEAR(k.c.zero3_reduce_bytes[1].value(), stage1 * 4 * sent, 1.0);
+  // The stage's reduction: its reduce-scatters back to back plus the copies into their fp32
+  // buffers (read 2, write 4 bytes a parameter), after the last backward.
+  const Seconds rs = k.comm.time(Collective::reduce_scatter, Bytes(stage1 * 4), g.shard);
+  EXPECT_NEAR(k.c.dp_grad_sync[1].value(), (rs + Seconds(stage1 * 6e-12)).value(), 1e-12);
+  EXPECT_NEAR(k.c.dp_sync_tail[1].value(), k.c.dp_grad_sync[1].value(), 1e-15);
+  // Backward units neither gather nor reduce: nothing exposed, no copies.
+  EXPECT_EQ(k.c.chunk[1][0][0].backward_dp_comm.value(), 0.0);
+  // The forward's gathers (12 layers, then the head), paid by the first micro-batch only: a
+  // quarter of their exposure (and copy-out) on each of the 4.
+  const Seconds gl = k.comm.time(Collective::all_gather, Bytes(layer * 2), g.shard);
+  const Seconds gh = k.comm.time(Collective::all_gather, Bytes(head * 2), g.shard);
+  const double f = 24.0 / (e.cluster.gpu.sms - 24.0);
+  std::vector<ShardedUnit> fwd;
+  for (int i = 0; i < 12; ++i) fwd.push_back({gl, Seconds(1e-3 + layer * 4e-12), Seconds(0)});
+  fwd.push_back({gh, Seconds(5e-4 + head * 4e-12), Seconds(0)});
+  const Seconds copies(stage1 * 4e-12);
+  EXPECT_NEAR(k.c.chunk[1][0][0].forward_dp_comm.value(), ((exposed_under_prefetch(fwd, f) + copies) / 4.0).value(),
+              1e-12);
+  // PyTorch's FSDP without torch.distributed.pipelining (the pytorch entry): every micro-batch
+  // gathers in its forward and reduces in its backward, nothing after the step.
+  Experiment per_mb = e;
+  per_mb.plan.framework = Framework::pytorch;
+  validate_experiment(per_mb);
+  Costed kp(per_mb, cc);
+  EXPECT_EQ(kp.c.dp_grad_sync[1].value(), 0.0);
+  EXPECT_NEAR(kp.c.zero3_reduce_bytes[1].value(), stage1 * 4 * sent * m, 1.0);
+  EXPECT_GT(kp.c.chunk[1][0][0].backward_dp_comm.value(), 0.0);
+}
