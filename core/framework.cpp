@@ -182,6 +182,10 @@ std::array<FrameworkTraits, 9> make_table() {
   // Megatron-Core: --decoder-first/last-pipeline-num-layers; torch FSDP2 (--use-torch-fsdp2) for
   // ZeRO-3-style sharding.
   megatron_core.uneven_pipeline = true;
+  // --gradient-accumulation-fusion is Megatron-LM's default since 2022 (arguments.py
+  // --no-gradient-accumulation-fusion); Megatron-Core passes it to Transformer Engine's linear
+  // layers as fuse_wgrad_accumulation.
+  megatron_core.gradient_accumulation_fusion = true;
   megatron_core.max_zero = megatron_core.max_zero_with_pipeline = 3;
   megatron_core.id = Framework::megatron_core;
   megatron_core.name = "megatron-core";

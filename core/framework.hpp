@@ -201,6 +201,13 @@ struct FrameworkTraits {
   /// unit per step), the unsharded gradients accumulate in reduce_dtype across micro-batches, and
   /// the stage's whole gradient is reduce-scattered after its last backward, exposed.
   bool fsdp_pipeline_step_sync = false;
+  /// The weight-gradient GEMMs accumulate into the fp32 main gradients (Megatron-LM's
+  /// gradient_accumulation_fusion, fused_weight_gradient_mlp_cuda / Transformer Engine's
+  /// fuse_wgrad_accumulation), so no separate accumulation pass follows each micro-batch.
+  /// Megatron-LM added it on 2022-02-13 (NVIDIA/Megatron-LM 83b1e42, default on, fp32 main-grad
+  /// accumulation only; fp16 from 2022-09-27, 07916bf); plan.gradient_accumulation_fusion
+  /// overrides it where main gradients are fp32.
+  bool gradient_accumulation_fusion = false;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
   /// Context parallelism is PyTorch's experimental context_parallel around SDPA

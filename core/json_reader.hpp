@@ -63,6 +63,9 @@ class JsonFieldReader : public SectionReading<JsonFieldReader> {
     if (f > 1.0) r_.fail(r_.path(k), format(f), "must lie in [0, 1]");
   }
   void boolean(const char* k, bool& f, std::optional<bool> fallback) { f = r_.boolean(k, fallback); }
+  void optional_boolean(const char* k, std::optional<bool>& f) {
+    if (r_.has(k)) f = r_.boolean(k, std::nullopt);
+  }
   void text(const char* k, std::string& f, std::optional<std::string> fallback) { f = r_.string(k, fallback); }
   template <class E>
   void enumeration(const char* k, E& f, std::optional<std::type_identity_t<E>> fallback) { f = r_.enumeration<E>(k, fallback); }
@@ -98,6 +101,9 @@ class JsonFieldWriter {
   void fraction(const char* k, const T& f, F&&) { j_[k] = f; }
   template <class T, class F>
   void boolean(const char* k, const T& f, F&&) { j_[k] = f; }
+  void optional_boolean(const char* k, const std::optional<bool>& f) {
+    if (f) j_[k] = *f;
+  }
   template <class T, class F>
   void text(const char* k, const T& f, F&&) { j_[k] = f; }
   template <class E, class F>

@@ -385,6 +385,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                   "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
   }
   const FrameworkTraits& fw = framework_traits(p.framework);
+  if (p.gradient_accumulation_fusion.value_or(false) && !fw.precision.fp32_main_grads)
+    return fail("plan.gradient_accumulation_fusion", "true",
+                std::string(fw.name) + " keeps no fp32 main-gradient buffer for the weight-gradient GEMMs to add into "
+                                       "(Megatron-LM's fusion: megatron, megatron-core)");
   if (!fw.uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0))
     return fail(!p.stage_layers.empty() ? "plan.stage_layers" : p.first_stage_layers > 0 ? "plan.first_stage_layers"
                                                                                           : "plan.last_stage_layers",

@@ -107,6 +107,11 @@ struct PlanSpec {
   /// MixedPrecision reduce_dtype (Composer's PURE mode: bf16; torchtitan's
   /// mixed_precision_reduce), a DDP compression hook. Unset: the framework's gradient dtype.
   std::optional<Dtype> reduce_dtype;
+  /// Megatron-LM's gradient accumulation fusion (--no-gradient-accumulation-fusion turns it off):
+  /// the weight-gradient GEMM adds into the fp32 main_grad buffer in its epilogue instead of a
+  /// separate main_grad.add_(grad) pass per micro-batch. Unset: the framework's default
+  /// (FrameworkTraits::gradient_accumulation_fusion).
+  std::optional<bool> gradient_accumulation_fusion;
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }

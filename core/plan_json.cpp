@@ -173,6 +173,7 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.recompute == Recompute::selective) s << " --recompute-granularity selective";
   if (q.zero >= 1) s << " --use-distributed-optimizer";
   if (q.dp_overlap) s << " --overlap-grad-reduce";
+  if (q.gradient_accumulation_fusion == false) s << " --no-gradient-accumulation-fusion";
   if (q.param_gather_overlap) s << " --overlap-param-gather";
   if (q.tp_overlap) s << " --tp-comm-overlap";
   if (q.cp > 1)

@@ -130,6 +130,7 @@ void visit_fields(V& v, S& p) {
   v.enumeration("framework", p.framework, Framework::megatron);
   v.optional_enumeration("attention", p.attention);
   v.optional_enumeration("reduce_dtype", p.reduce_dtype);
+  v.optional_boolean("gradient_accumulation_fusion", p.gradient_accumulation_fusion);
   v.enumeration("placement", p.placement, Placement::tp_dp_pp);
 }
 

@@ -89,6 +89,10 @@ class YamlFieldReader : public SectionReading<YamlFieldReader> {
     note(k);
     f = r_.get_bool(k, fallback);
   }
+  void optional_boolean(const char* k, std::optional<bool>& f) {
+    note(k);
+    if (r_.has(k)) f = r_.get_bool(k, std::nullopt);
+  }
   void text(const char* k, std::string& f, std::optional<std::string> fallback) {
     note(k);
     f = r_.get_string(k, fallback);

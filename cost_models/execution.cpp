@@ -41,6 +41,19 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   x.fp8_scaling = training.fp8_scaling;
   x.bytes = element_sizes(training.dtype, training.optimizer, fw);
   if (plan.reduce_dtype) x.bytes.reduce = *plan.reduce_dtype == Dtype::fp32 ? 4.0 : 2.0;  // fp32 | bf16 | fp16
+  if (plan.reduce_dtype && fw.precision.fp32_main_grads && x.bytes.weight < 4.0) {
+    // Megatron's main-gradient buffer is what data parallelism reduces, in place: its dtype is the
+    // reduce dtype (Megatron-LM --accumulate-allreduce-grads-in-fp32, Megatron-Core's
+    // grad_reduce_in_fp32, NeMo's distributed Adam grad_sync_dtype). A 16-bit buffer holds 16-bit
+    // gradients, accumulates them in place (read 2 + 2, write 2) and feeds the optimizer 2 bytes.
+    x.bytes.optimizer_step += x.bytes.reduce - x.bytes.grad;
+    x.bytes.grad = x.bytes.reduce;
+    x.bytes.accumulate = x.bytes.reduce < 4.0 ? 3.0 * x.bytes.grad : x.bytes.accumulate;
+  }
+  // The weight-gradient GEMMs add into the fp32 main gradients themselves (their epilogue reads
+  // and writes the buffer): no accumulation pass per micro-batch.
+  if (fw.precision.fp32_main_grads && plan.gradient_accumulation_fusion.value_or(fw.gradient_accumulation_fusion))
+    x.bytes.accumulate = 0.0;
   return x;
 }
 

@@ -143,3 +143,43 @@ TEST(ExecutionModel, LambMovesTwentyMoreBytesPerParameterThanAdam) {
 
 }  // namespace
 }  // namespace foresight::cost_models
+
+namespace foresight::cost_models {
+
+TEST(ExecutionModel, GradientAccumulationFusionDropsTheAccumulationPass) {
+  // Megatron-LM's gradient accumulation fusion (NVIDIA/Megatron-LM 83b1e42, 2022-02-13): the
+  // weight-gradient GEMM adds into the fp32 main_grad itself, so the per-micro-batch
+  // main_grad.add_(grad) pass (read 4 + read 2 + write 4 bytes a parameter) is gone. Megatron-Core
+  // (2024) runs it by default; the 2021 Megatron-LM entry (SC21) did not have it; a plan says
+  // otherwise either way.
+  const TrainingSpec bf16{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  PlanSpec p;
+  p.framework = Framework::megatron;
+  EXPECT_EQ(cost_models::execution_model(bf16, p).bytes.accumulate, 10.0);
+  p.gradient_accumulation_fusion = true;
+  EXPECT_EQ(cost_models::execution_model(bf16, p).bytes.accumulate, 0.0);
+  p.framework = Framework::megatron_core;
+  p.gradient_accumulation_fusion.reset();
+  EXPECT_EQ(cost_models::execution_model(bf16, p).bytes.accumulate, 0.0);
+  p.gradient_accumulation_fusion = false;  // --no-gradient-accumulation-fusion
+  EXPECT_EQ(cost_models::execution_model(bf16, p).bytes.accumulate, 10.0);
+  // Without fp32 main gradients there is nothing for the GEMM to add into: eager PyTorch keeps its
+  // AccumulateGrad pass, and asking for the fusion there is refused by name.
+  p.framework = Framework::pytorch;
+  p.gradient_accumulation_fusion.reset();
+  EXPECT_EQ(cost_models::execution_model(bf16, p).bytes.accumulate, 12.0);
+  p.gradient_accumulation_fusion = true;
+  EXPECT_EQ(cost_models::execution_model(bf16, p).bytes.accumulate, 12.0);
+  ModelSpec m{.name = "m", .layers = 4, .hidden = 1024, .heads = 16, .seq_len = 1024, .vocab = 32000,
+              .ffn_hidden = 4096, .kv_heads = 16, .moe = std::nullopt};
+  ClusterSpec c;
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  c.gpu.peak_bf16 = FlopsPerSecond(312e12);
+  p.dp = 8;
+  const auto v = check_plan(m, c, bf16, p, 8);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->field, "plan.gradient_accumulation_fusion");
+}
+
+}  // namespace foresight::cost_models

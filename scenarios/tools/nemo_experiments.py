@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Writes the scenario files of NVIDIA NeMo's published pretraining table for the NeMo 24.07
+container on DGX H100 at FP8 (NVIDIA/NeMo docs/source/performance/performance_summary.md, first
+published in 4c73f776 on 2024-08-14, final numbers 8e3d65dc on 2024-09-09): runs from outside
+../shared/published, each a prediction case of the source "NeMo 24.07 (Megatron-Core, DGX H100)".
+
+The table gives GPUs, GBS, MBS, sequence, TP, PP, CP, VP and tokens/s per GPU. What it leaves out
+comes from the configurations its author committed to NVIDIA/NeMo-Framework-Launcher around it
+(tag 24.07 = 8325688d, 2024-08-01, and the clean-up merge 20ab57b3, 2024-08-13; the VP column says
+which one each row used): launcher_scripts/conf/training/{gpt3,llama}/*.yaml and
+examples/training/{gpt,llama}/h100/*_fp8.sh:
+  - FP8 'hybrid' (Transformer Engine delayed scaling, E4M3 forward / E5M2 backward) on the TE
+    linears, bf16 weights with fp32 main weights and gradients (megatron_amp_O2, no fp8_params);
+  - no activation recompute (granularity null) in any of these rows;
+  - Apex's distributed fused Adam (optimizer state sharded over data parallelism = zero 1) with
+    overlap_grad_sync and overlap_param_sync, gradients reduced in bf16 (grad_sync_dtype bf16);
+  - gradient_accumulation_fusion true (Megatron-Core's default here);
+  - sequence parallelism and userbuffers TP overlap (ub_tp_comm_overlap) where each row's config
+    sets them (the 128-GPU GPT-3 175B row has ub_tp_comm_overlap False);
+  - attention: the launcher's NVTE_FUSED_ATTN=0 selects Transformer Engine's FlashAttention-2
+    backend (flash2 here) except for GPT-3 175B, whose configs set NVTE_FUSED_ATTN=1 (cuDNN).
+  - Model shapes: the Llama configs (rmsnorm, no bias, SwiGLU, RoPE, untied) and NeMo's GPT-3
+    defaults (LayerNorm, bias, GELU, learned positions, tied embeddings, GPT-2 BPE padded to a
+    multiple of 128 x TP: 50304 / 50432 / 50688 at TP 1 / 2 / 4).
+Dropout (0.1 in the GPT-3 rows, 0 in the Llama rows) is priced as the framework's: megatron-core
+keeps dropout masks. Rows left out: Nemotron-8B/22B (squared-ReLU, layernorm1p, half-rotary and
+GBS overrides not in any file), Nemotron-340B (its committed config differs from the row).
+
+Usage: python3 scenarios/tools/nemo_experiments.py
+"""
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+SOURCE = ("github NVIDIA/NeMo: docs/source/performance/performance_summary.md @ 8e3d65dc (2024-09-09), "
+          "Pretraining table, container NeMo24.07, system DGX-H100, FP8")
+LAUNCHER = ("settings not in the table from NVIDIA/NeMo-Framework-Launcher @ {rev}: {files}")
+TAG, CLEANUP = "8325688d (tag 24.07)", "20ab57b3 (2024-08-13 clean-up merge)"
+
+# NeMo's GPT-3 shapes at its own vocabulary padding (GPT-2 BPE 50257 to a multiple of 128 x tp).
+GPT3 = {
+    "nemo-gpt3-5b": dict(layers=24, hidden=4096, heads=32, vocab=50304),
+    "nemo-gpt3-20b": dict(layers=44, hidden=6144, heads=48, vocab=50432),
+    "nemo-gpt3-175b": dict(layers=96, hidden=12288, heads=96, vocab=50688),
+}
+
+# row, model file, GPUs, GBS, MBS, TP, PP, CP, VP, tokens/s/GPU, sequence parallel, TP overlap,
+# attention, launcher revision and files.
+ROWS = [
+    ("gpt3-5b-64xh100", "nemo-gpt3-5b", 64, 2048, 4, 1, 1, 1, 1, 22521, False, False, "flash2", CLEANUP,
+     "conf/training/gpt3/5b.yaml, examples/training/gpt/h100/5b_fp8_8node.sh"),
+    ("gpt3-20b-64xh100", "nemo-gpt3-20b", 64, 256, 2, 2, 1, 1, 1, 5851, True, True, "flash2", CLEANUP,
+     "conf/training/gpt3/20b.yaml (ub_cfg_h100_h6144_tp2_mbs2_seqlen2048)"),
+    ("gpt3-175b-128xh100", "nemo-gpt3-175b", 128, 256, 1, 4, 8, 1, 6, 726, True, False, "cudnn", CLEANUP,
+     "conf/training/gpt3/175b.yaml (VP 6, ub_tp_comm_overlap False), examples/training/gpt/h100/175b_fp8_16node.sh "
+     "(NVTE_FUSED_ATTN=1)"),
+    ("gpt3-175b-512xh100", "nemo-gpt3-175b", 512, 2048, 2, 4, 8, 1, 6, 782, True, True, "cudnn", CLEANUP,
+     "conf/training/gpt3/175b_mlperf.yaml (64 nodes, dropout 0, layernorm1p)"),
+    ("llama2-7b-8xh100", "llama2-7b", 8, 128, 1, 1, 1, 1, 1, 16847, False, False, "flash2", TAG,
+     "conf/training/llama/llama2_7b.yaml, examples/training/llama/h100/llama2_7b_fp8.sh"),
+    ("llama2-13b-16xh100", "llama2-13b", 16, 128, 1, 1, 4, 1, 10, 8646, False, False, "flash2", TAG,
+     "conf/training/llama/llama2_13b.yaml (PP 4, VP 10)"),
+    ("llama2-70b-64xh100", "llama2-70b", 64, 128, 1, 4, 4, 1, 20, 1707, True, True, "flash2", TAG,
+     "conf/training/llama/llama2_70b.yaml (VP 20 at the tag; 5 after the clean-up)"),
+    ("llama3-8b-8xh100", "llama3.1-8b", 8, 128, 1, 1, 1, 2, 1, 12036, False, False, "flash2", TAG,
+     "conf/training/llama/llama3_8b.yaml (CP 2)"),
+    ("llama3-70b-64xh100", "llama3.1-70b", 64, 128, 1, 4, 4, 2, 5, 1533, True, True, "flash2", CLEANUP,
+     "conf/training/llama/llama3_70b.yaml (VP 5 after the clean-up), examples/training/llama/h100/llama3_70b_fp8.sh "
+     "(ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192)"),
+]
+
+
+def write_gpt3_models():
+    for name, s in GPT3.items():
+        text = f"""model:
+  name: {name}
+  layers: {s['layers']}
+  hidden: {s['hidden']}
+  heads: {s['heads']}
+  seq_len: 2048
+  vocab: {s['vocab']}
+  source: "NeMo's GPT-3 configurations (NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/, 2024): layers, hidden size and heads; ffn 4 x hidden, GELU, LayerNorm, biases, learned absolute positions and tied embeddings from NeMo's model defaults (megatron_base_model.py, megatron_gpt_model.py, r2.0.0rc1); the GPT-2 BPE vocabulary of 50257 padded to a multiple of 128 x tp (_vocab_size_with_padding)"
+  notes: "Shapes of Brown et al. 2020 (arXiv:2005.14165, Table 2.1) at NeMo's vocabulary padding for the tensor-parallel degree of its published run."
+"""
+        with open(os.path.join(ROOT, "models", name + ".yaml"), "w") as f:
+            f.write(text)
+
+
+def main():
+    write_gpt3_models()
+    for row, model, gpus, gbs, mbs, tp, pp, cp, vp, tps, sp, ub, attention, rev, files in ROWS:
+        dp = gpus // (tp * pp * cp)
+        assert dp * tp * pp * cp == gpus and gbs % (dp * mbs) == 0, row
+        plan = [f"tp: {tp}", f"pp: {pp}", f"dp: {dp}"]
+        if cp > 1:
+            plan += [f"cp: {cp}", "cp_comm: ring"]  # Transformer Engine's p2p ring, Megatron-Core's default cp_comm_type
+        plan += [f"micro_batch: {mbs}", "schedule: " + ("interleaved" if vp > 1 else "1f1b")]
+        if vp > 1:
+            plan.append(f"virtual_stages: {vp}")
+        plan += ["recompute: none", f"sequence_parallel: {'true' if sp else 'false'}",
+                 f"tp_overlap: {'true' if ub else 'false'}", "zero: 1", "dp_overlap: true", "param_gather_overlap: true",
+                 "framework: megatron-core", f"attention: {attention}", "reduce_dtype: bf16"]
+        name = f"nemo2407-{row}-fp8"
+        notes = (f"{tps} tokens/s per GPU x {gpus} GPUs. " + LAUNCHER.format(rev=rev, files=files) +
+                 ": FP8 hybrid (delayed scaling), no recompute, distributed fused Adam with overlapped gradient and parameter "
+                 "sync in bf16, gradient accumulation fusion, sequence parallelism and userbuffers TP overlap as set, "
+                 f"attention backend {'cuDNN (NVTE_FUSED_ATTN=1)' if attention == 'cudnn' else 'FlashAttention-2 (NVTE_FUSED_ATTN=0)'}. "
+                 "Cluster dgx-h100-superpod (DGX H100, 8 x 400 Gb/s InfiniBand per node), as the table's DGX-H100.")
+        lines = ["experiment:", f"  model: ../models/{model}.yaml", "  cluster: ../clusters/dgx-h100-superpod.yaml",
+                 f"  gpus: {gpus}", f"  training: {{global_batch: {gbs}, dtype: fp8, optimizer: adam}}", "  plan:"]
+        lines += [f"    {x}" for x in plan]
+        lines += ["  measured:", f"    tokens_per_s: {tps * gpus}", f"    source: \"{SOURCE}, row {row}\"",
+                  f"  notes: \"{notes}\""]
+        with open(os.path.join(ROOT, "experiments", name + ".yaml"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print("wrote", name)
+
+
+if __name__ == "__main__":
+    main()
