@@ -381,10 +381,15 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   if (has_moe) bytes += Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div);
   if (plan.cp > 1) {
     // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
-    // all-gathered keys and values of the whole sequence for one layer.
-    const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) *
-                      std::max(model.kv_width() / plan.tp, model.mla ? 0.0 : double(model.head_dim()));
+    // all-gathered keys and values of the whole sequence for one layer. PyTorch's SDPA context
+    // parallelism sees them after repeat_kv (a head per query head) and, in the backward, also
+    // holds their fp32 gradients: the accumulator and the ring's in-flight copy.
+    const bool torch_sdpa = fw.cp_torch_sdpa && !model.mla;
+    const double width = torch_sdpa ? double(model.heads) / plan.tp * model.head_dim()
+                                    : std::max(model.kv_width() / plan.tp, model.mla ? 0.0 : double(model.head_dim()));
+    const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) * width;
     bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
+    if (torch_sdpa) bytes += Bytes(2.0 * kv * (4.0 / a));
   }
   if (plan.zero >= 3 && plan.shard_ways() > 1) {
     // Gathered units in the compute dtype: the one computing and the one prefetched (FSDP's

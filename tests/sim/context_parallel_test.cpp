@@ -304,3 +304,28 @@ TEST(ContextParallel, PyTorchSdpaContextParallelMergesInEagerFp32) {
   EXPECT_EQ(layer_step(kt.in(), lc, 8192, Seconds(0), Seconds(0), 0).forward.value(), 1e-3);
   EXPECT_NEAR(layer_step(k.in(), lc, 8192, Seconds(0), Seconds(0), 0).forward.value(), 1e-3 + m.forward.value(), 1e-15);
 }
+
+TEST(ContextParallel, PyTorchSdpaContextParallelHoldsRepeatedKeysAndFp32Gradients) {
+  // Buffers beyond the framework's own, by hand: Megatron-Core's all-gather holds the whole
+  // sequence's K and V at the 4 kv heads of a rank (2 x 2 bytes x 32768 x 4 x 128 = 64 MiB);
+  // torchtitan's (PyTorch's SDPA context parallelism) holds them at 16 heads (256 MiB) and the
+  // backward's fp32 dK, dV of the rank's own 8192 tokens, accumulator and ring copy
+  // (2 x 2 x 4 bytes x 8192 x 16 x 128 = 256 MiB).
+  Experiment te = cp_plan(4);
+  te.plan.cp_comm = CpComm::all_gather;
+  Experiment tt = te;
+  tt.plan.framework = Framework::torchtitan;
+  tt.plan.zero = 3;
+  tt.plan.sequence_parallel = true;
+  validate_experiment(tt);
+  auto cp_buffer = [](const Experiment& e) {
+    Experiment no_cp = e;
+    no_cp.plan.cp = 1;
+    no_cp.plan.dp = e.plan.dp * e.plan.cp;
+    const auto x = cost_models::execution_model(e.training, e.plan);
+    return cost_models::buffer_bytes(x, e.model, e.plan, 0) - cost_models::buffer_bytes(x, no_cp.model, no_cp.plan, 0);
+  };
+  const double mib = 1048576.0;
+  EXPECT_NEAR(cp_buffer(te).value(), 64 * mib, 1.0);
+  EXPECT_NEAR(cp_buffer(tt).value(), (256 + 256) * mib, 1.0);
+}
