@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "core/framework.hpp"
 #include "core/json_reader.hpp"
 #include "core/plan.hpp"
 #include "core/spec_fields.hpp"
@@ -161,8 +162,9 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (!q.stage_layers.empty()) {
     // Megatron-LM takes first/last counts with the rest even; another list has no flag.
     const std::vector<int>& l = q.stage_layers;
+    if (l.size() <= 2) return "";
     const bool middle_even = std::adjacent_find(l.begin() + 1, l.end() - 1, std::not_equal_to<>()) == l.end() - 1;
-    if (!(l.size() > 2 && middle_even)) return "";
+    if (!middle_even) return "";
     s << " --decoder-first-pipeline-num-layers " << l.front() << " --decoder-last-pipeline-num-layers " << l.back();
   }
   if (q.sequence_parallel) s << " --sequence-parallel";
@@ -173,7 +175,9 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.recompute == Recompute::selective) s << " --recompute-granularity selective";
   if (q.zero >= 1) s << " --use-distributed-optimizer";
   if (q.dp_overlap) s << " --overlap-grad-reduce";
-  if (q.gradient_accumulation_fusion == false) s << " --no-gradient-accumulation-fusion";
+  // Megatron-LM fuses by default; where the simulator priced the separate pass, say so.
+  if (!q.gradient_accumulation_fusion.value_or(framework_traits(q.framework).gradient_accumulation_fusion))
+    s << " --no-gradient-accumulation-fusion";
   if (q.param_gather_overlap) s << " --overlap-param-gather";
   if (q.tp_overlap) s << " --tp-comm-overlap";
   if (q.cp > 1)

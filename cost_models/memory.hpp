@@ -113,13 +113,14 @@ Bytes recompute_working_bytes(const ExecutionModel& x, const ModelSpec& model, c
 /// 1f1b: min(pp - stage, m) (Narayanan et al. 2021 sec. 2.2.1; Korthikanti sec. 4.2.3);
 /// interleaved: model-chunk forwards, Megatron-LM's warm-up count plus the one in steady state,
 /// min((pp - stage - 1) * 2 + (v - 1) * pp + 1, m * v) (schedules.py,
-/// forward_backward_pipelining_with_interleaving), each chunk holding layers/(pp*v) layers;
+/// forward_backward_pipelining_with_interleaving), each chunk holding its chunk_layer_counts entry
+/// (layers/(pp*v) when even);
 /// terapipe: m, GPipe-style over micro-batches with every token slice of each in flight.
 int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage);
 
 /// Transformer layers' worth of activations one in-flight unit holds on the stage with the most
-/// layers: layers/pp for an even split, or layers/(pp*v) for the interleaved schedule (a unit is
-/// then one model chunk's forward).
+/// layers: layers/pp for an even split, or for the interleaved schedule that stage's layers / v,
+/// the mean of its model chunks (a unit is then one chunk's forward).
 double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan);
 
 /// Input-embedding activations on the first stage: the embedding dropout mask, sbh bytes per

@@ -85,8 +85,6 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
     mem.grads = Bytes(kFloat * P);
     mem.optimizer = Bytes(2 * kFloat * P / shard);
 
-    const int per_chunk = int(cost_models::stage_layers(m, p, s).size()) / v;
-    const double offloaded = std::round(p.offload.activations * per_chunk);
     ScheduleShape shape{.schedule = p.schedule, .stages = p.pp, .microbatches = micro_batches,
                         .virtual_stages = v, .slices = int(slices.size())};
     // Pipeline messages go out in batches (trainer.cpp: one exchange per run of sends and
@@ -135,9 +133,10 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
         double kept = 0, working = 0, restored = 0;
       };
       std::vector<Kept> kept;
+      const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, op.chunk);
+      const double offloaded = std::round(p.offload.activations * double(chunk.size()));
       const bool input_offloaded = offloaded > 0;
       double unit = input_offloaded ? 0.0 : n * H, head_backward = 0, forward_working = 0;
-      const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, op.chunk);
       for (int l = 0; l < int(chunk.size()); ++l) {
         const int layer = chunk[std::size_t(l)];
         const bool moe_layer = m.is_moe_layer(layer);

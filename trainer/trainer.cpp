@@ -66,6 +66,9 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     unsupported("plan.partial_recompute_microbatches", std::to_string(q.partial_recompute_microbatches),
                 "recompute varied by micro-batch");
   if (q.tp_overlap) unsupported("plan.tp_overlap", "true", "TP communication overlapped with GEMMs");
+  if (q.schedule == Schedule::interleaved && !q.stage_layers.empty())
+    unsupported("plan.stage_layers", std::to_string(q.stage_layers.size()) + " entries",
+                "uneven model chunks with the interleaved schedule (every chunk holds layers / (pp x virtual_stages))");
   if (q.compile) unsupported("plan.compile", "true", "torch.compile's fused kernels");
   if (q.recompute == Recompute::selective_op)
     unsupported("plan.recompute", "selective-op", "per-op selective activation checkpointing");

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/plan.hpp"
+#include "core/plan_json.hpp"
 
 using namespace foresight;
 
@@ -282,4 +283,30 @@ TEST(CheckPlan, MicrobatchLevelRecomputeRulesAndShares) {
   EXPECT_DOUBLE_EQ(layer_recompute_share(f.p, 2, 0, 8), 0.75);
   // Fewer micro-batches than the pipeline is deep: window m + 1, so only k >= K recompute all.
   EXPECT_DOUBLE_EQ(whole_recompute_microbatch_share(f.p, 0, 2), 0.5);
+}
+
+TEST(PlanJson, GradientAccumulationFusionRoundTripsAndReachesTheLaunchLine) {
+  // Unset, set true and set false survive plan.json; Megatron-LM's arguments carry
+  // --no-gradient-accumulation-fusion exactly when the priced execution has the separate pass
+  // (megatron 2021 by default, megatron-core only when told so).
+  Fixture f;
+  ExecutablePlan plan;
+  plan.model = f.m;
+  plan.training = f.t;
+  plan.plan = f.p;
+  plan.gpus = 32;
+  for (std::optional<bool> v : {std::optional<bool>{}, std::optional<bool>{true}, std::optional<bool>{false}}) {
+    plan.plan.gradient_accumulation_fusion = v;
+    const ExecutablePlan back = parse_plan_json(to_json(plan).dump(), "round-trip.json");
+    EXPECT_EQ(back.plan.gradient_accumulation_fusion, v);
+  }
+  auto flag = [&](Framework fw, std::optional<bool> v) {
+    plan.plan.framework = fw;
+    plan.plan.gradient_accumulation_fusion = v;
+    return megatron_arguments(plan).find("--no-gradient-accumulation-fusion") != std::string::npos;
+  };
+  EXPECT_TRUE(flag(Framework::megatron, std::nullopt));
+  EXPECT_FALSE(flag(Framework::megatron, true));
+  EXPECT_FALSE(flag(Framework::megatron_core, std::nullopt));
+  EXPECT_TRUE(flag(Framework::megatron_core, false));
 }

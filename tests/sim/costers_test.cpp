@@ -446,3 +446,44 @@ TEST(CostLayerChunks, TorchtitanTensorwiseFp8GathersTheForwardInFloat8) {
   cost_layer_chunks(r.in(), r.c);
   EXPECT_NEAR(r.c.chunk[0][0][0].forward_tp_comm.value(), 32 * (2 * ag + 2 * rs), 1e-9);
 }
+
+TEST(CostLayerChunks, UnevenInterleavedChunksHoldTheirOwnLayers) {
+  // 24 layers on pp 2 x v 2 with chunks [5, 7, 6, 6] in stage order (generic; stage k on rank
+  // k mod 2 as chunk k / 2): rank 0 holds layers 0-4 (chunk 0) and 12-17 (chunk 1), rank 1 holds
+  // 5-11 and 18-23. Each chunk's forward is its own layer count in ms; each chunk's backward adds
+  // the accumulation pass over its share of the rank's parameters (the embedding or head shared by
+  // the rank's chunks in proportion to their layers).
+  Experiment e = small();
+  e.plan.framework = Framework::generic;
+  e.plan.schedule = Schedule::interleaved;
+  e.plan.virtual_stages = 2;
+  e.plan.stage_layers = {5, 7, 6, 6};
+  e.training.global_batch = 4;  // 2 micro-batches per pipeline: a multiple of pp
+  validate_experiment(e);
+  auto range = [](int a, int b) {
+    std::vector<int> v;
+    for (int i = a; i <= b; ++i) v.push_back(i);
+    return v;
+  };
+  EXPECT_EQ(cost_models::chunk_layers(e.model, e.plan, 0, 0), range(0, 4));
+  EXPECT_EQ(cost_models::chunk_layers(e.model, e.plan, 1, 0), range(5, 11));
+  EXPECT_EQ(cost_models::chunk_layers(e.model, e.plan, 0, 1), range(12, 17));
+  EXPECT_EQ(cost_models::chunk_layers(e.model, e.plan, 1, 1), range(18, 23));
+  std::vector<int> rank0 = range(0, 4);
+  for (int l : range(12, 17)) rank0.push_back(l);
+  EXPECT_EQ(cost_models::stage_layers(e.model, e.plan, 0), rank0);
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  const double counts[2][2] = {{5, 6}, {7, 6}};  // [rank][chunk]
+  const double rank_layers[2] = {11, 13};
+  for (int s = 0; s < 2; ++s)
+    for (int ch = 0; ch < 2; ++ch) {
+      const ChunkCosts& cc = k.c.chunk[s][ch][0];
+      EXPECT_NEAR(cc.forward.value(), counts[s][ch] * 1e-3, 1e-12) << s << ch;
+      // generic: fp32 main grads are not kept (PyTorch-style AccumulateGrad, 3 x 2 bytes), the first
+      // of the 2 micro-batches creates them: half the passes.
+      const double pass = k.params(s) * counts[s][ch] / rank_layers[s] * k.x.bytes.accumulate * 1e-9 *
+                          (k.x.bytes.first_accumulation_free ? 0.5 : 1.0);
+      EXPECT_NEAR(cc.backward.value(), counts[s][ch] * 2e-3 + pass, 1e-9) << s << ch;
+    }
+}

@@ -33,6 +33,7 @@ E parse_or_die(const std::string& s) {
 int main(int argc, char** argv) {
   if (argc != 11) usage("expected 10 arguments");
   PlanSpec q;
+  q.framework = Framework::foresight_train;  // the trainer's own entry: it runs uneven splits
   q.tp = std::stoi(argv[2]);
   q.pp = std::stoi(argv[3]);
   q.dp = std::stoi(argv[4]);
