@@ -42,6 +42,7 @@ const std::vector<BadCase> kCases = {
     {"offload_fraction_range", {"plan.offload.activations = 1.5", "must lie in [0, 1]"}},
     {"ep_without_moe", {"plan.ep = 2", "needs a model with moe"}},
     {"bool_type", {"plan.sequence_parallel = maybe", "must be true or false"}},
+    {"fusion_not_bool", {"plan.gradient_accumulation_fusion = maybe", "must be true or false", ":14:"}},
     {"plan_is_list", {"plan", "must be a mapping"}},
     {"negative_measured", {"measured.iteration_s = -60.1", "must be greater than 0"}},
     {"invalid_yaml", {"is not valid YAML", "invalid_yaml.yaml:"}},
