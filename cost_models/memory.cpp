@@ -385,9 +385,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     // parallelism sees them after repeat_kv (a head per query head) and, in the backward, also
     // holds their fp32 gradients: the accumulator and the ring's in-flight copy.
     const bool torch_sdpa = fw.cp_torch_sdpa && !model.mla;
-    const double width = torch_sdpa ? double(model.heads) / plan.tp * model.head_dim()
-                                    : std::max(model.kv_width() / plan.tp, model.mla ? 0.0 : double(model.head_dim()));
-    const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) * width;
+    const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) * cp_kv_width(fw, model, plan);
     bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
     if (torch_sdpa) bytes += Bytes(2.0 * kv * (4.0 / a));
   }
@@ -421,6 +419,11 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
                      x.bytes.gather);
   }
   return bytes;
+}
+
+double cp_kv_width(const FrameworkTraits& fw, const ModelSpec& model, const PlanSpec& plan) {
+  if (fw.cp_torch_sdpa && !model.mla) return double(model.heads) / plan.tp * model.head_dim();
+  return std::max(model.kv_width() / plan.tp, model.mla ? 0.0 : double(model.head_dim()));
 }
 
 Bytes runtime_bytes(const ExecutionModel& x, const PlanSpec& plan, int stage) {

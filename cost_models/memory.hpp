@@ -221,6 +221,12 @@ Bytes stashed_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& m
 /// full weights, twice for prefetch).
 Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage);
 
+/// Width per token of the keys (and of the values) a context-parallel rank exchanges: its share of
+/// the kv heads, at least one head (MLA: the latent width), or with PyTorch's SDPA context
+/// parallelism (FrameworkTraits::cp_torch_sdpa) one head per local query head, as SDPA receives
+/// them after the model's repeat_kv. The comm model and the memory model both read it.
+double cp_kv_width(const FrameworkTraits& fw, const ModelSpec& model, const PlanSpec& plan);
+
 /// CUDA context and NCCL buffers of one GPU of `stage` (ExecutionModel::memory options): one communicator per
 /// group the GPU belongs to (tp, dp, two pipeline neighbours, ep, the embedding group).
 Bytes runtime_bytes(const ExecutionModel& x, const PlanSpec& plan, int stage);

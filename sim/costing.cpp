@@ -109,44 +109,33 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
   if (p.cp <= 1) return {};
   const ModelSpec& m = in.e.model;
   const PlanGroups g = plan_groups(p, in.e.cluster);
-  // Keys and values of this rank's tokens (kv heads split over tp, at least one per rank; PyTorch's
-  // SDPA context parallelism sees them after repeat_kv: one per local query head).
-  const bool torch_sdpa = in.x.framework->cp_torch_sdpa;
-  const double kv_width = torch_sdpa && !m.mla ? double(m.heads) / p.tp * m.head_dim()
-                                               : std::max(m.kv_width() / p.tp, m.mla ? 0.0 : double(m.head_dim()));
-  const Bytes kv_local = Bytes(2.0 * in.x.bytes.activation * p.micro_batch * p.local_tokens(m) * kv_width);
+  // Keys and values of this rank's tokens (cost_models::cp_kv_width).
+  const Bytes kv_local = Bytes(2.0 * in.x.bytes.activation * p.micro_batch * p.local_tokens(m) *
+                               cost_models::cp_kv_width(*in.x.framework, m, p));
   const Seconds block_fwd = attention_forward / double(p.cp), block_bwd = attention_backward / double(p.cp);
-  if (torch_sdpa) {
-    // PyTorch's rotaters (FrameworkTraits::cp_torch_sdpa). Load-balanced causal blocks: every
-    // step computes the same work, a cp-th of the attention.
-    CommGroup pair = g.cp;
-    pair.ranks = 2;
-    pair.ranks_per_node = g.cp.nodes > 1 ? 1 : 2;
-    pair.nodes = g.cp.nodes > 1 ? 2 : 1;
-    pair.concurrent_groups = std::max(1, std::min(p.tp, in.e.cluster.gpus_per_node / pair.ranks_per_node));
-    Seconds kv_in;  // K/V of the other ranks, under the first block (all-gather) or each block (ring)
-    if (p.cp_comm == CpComm::all_gather) {
-      kv_in = max(Seconds(0), in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp) - block_fwd);
-    } else {
-      kv_in = double(p.cp - 1) * max(Seconds(0), in.comm.time(Collective::send_recv, kv_local, pair) - block_fwd);
-    }
-    Seconds kv_in_bwd = p.cp_comm == CpComm::all_gather
-                            ? max(Seconds(0), in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp) - block_bwd)
-                            : double(p.cp - 1) * max(Seconds(0), in.comm.time(Collective::send_recv, kv_local, pair) - block_bwd);
-    // dK, dV in fp32: cp sends, the first cp - 1 under the next block, the last waited for.
-    const Seconds dkv = in.comm.time(Collective::send_recv, kv_local * (4.0 / in.x.bytes.activation), pair);
-    return {kv_in, kv_in_bwd + double(p.cp - 1) * max(Seconds(0), dkv - block_bwd) + dkv};
-  }
-  if (p.cp_comm == CpComm::all_gather) {
-    return {in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp),
-            in.comm.time(Collective::reduce_scatter, kv_local * double(p.cp), g.cp)};
-  }
   // One ring step: every cp rank sends its block to the next; all tp ranks of a pair at once.
   CommGroup pair = g.cp;
   pair.ranks = 2;
   pair.ranks_per_node = g.cp.nodes > 1 ? 1 : 2;
   pair.nodes = g.cp.nodes > 1 ? 2 : 1;
   pair.concurrent_groups = std::max(1, std::min(p.tp, in.e.cluster.gpus_per_node / pair.ranks_per_node));
+  if (in.x.framework->cp_torch_sdpa) {
+    // PyTorch's rotaters (FrameworkTraits::cp_torch_sdpa). Load-balanced causal blocks: every
+    // step computes the same work, a cp-th of the attention. The other ranks' K/V arrive under
+    // the first block (all-gather) or one ring step under each block.
+    auto kv_in = [&](Seconds block) {
+      if (p.cp_comm == CpComm::all_gather)
+        return max(Seconds(0), in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp) - block);
+      return double(p.cp - 1) * max(Seconds(0), in.comm.time(Collective::send_recv, kv_local, pair) - block);
+    };
+    // dK, dV in fp32: cp sends, the first cp - 1 under the next block, the last waited for.
+    const Seconds dkv = in.comm.time(Collective::send_recv, kv_local * (4.0 / in.x.bytes.activation), pair);
+    return {kv_in(block_fwd), kv_in(block_bwd) + double(p.cp - 1) * max(Seconds(0), dkv - block_bwd) + dkv};
+  }
+  if (p.cp_comm == CpComm::all_gather) {
+    return {in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp),
+            in.comm.time(Collective::reduce_scatter, kv_local * double(p.cp), g.cp)};
+  }
   const Seconds step_fwd = in.comm.time(Collective::send_recv, kv_local, pair);
   const Seconds step_bwd = in.comm.time(Collective::send_recv, kv_local * 2.0, pair);  // + dK, dV
   const double steps = p.cp - 1;

@@ -39,6 +39,28 @@ struct Inputs {
   CostInputs in() const { return {e, x, compute, comm}; }
 };
 
+// The same layout as torchtitan runs it: FSDP2 (zero 3), sequence-parallel norms.
+Experiment torchtitan_cp_plan(int cp, CpComm comm = CpComm::ring) {
+  Experiment e = cp_plan(cp);
+  e.plan.framework = Framework::torchtitan;
+  e.plan.zero = 3;
+  e.plan.sequence_parallel = true;
+  e.plan.cp_comm = comm;
+  validate_experiment(e);
+  return e;
+}
+
+// One ring step's sender and receiver: the cp group's ranks 2 apart inside one node, the two
+// TP ranks' pairs at once.
+CommGroup intra_node_pair(const PlanGroups& g) {
+  CommGroup pair = g.cp;
+  pair.ranks = 2;
+  pair.ranks_per_node = 2;
+  pair.nodes = 1;
+  pair.concurrent_groups = 2;
+  return pair;
+}
+
 }  // namespace
 
 TEST(ContextParallel, RanksGroupsAndTokens) {
@@ -66,11 +88,7 @@ TEST(ContextParallel, RingExposesOnlyTheStepsTheAttentionBlockCannotHide) {
   // cp - 1 = 3 steps, each beside 1/4 of the attention core.
   Inputs k(cp_plan(4));
   const PlanGroups g = plan_groups(k.e.plan, k.e.cluster);
-  CommGroup pair = g.cp;
-  pair.ranks = 2;
-  pair.ranks_per_node = 2;
-  pair.nodes = 1;
-  pair.concurrent_groups = 2;
+  const CommGroup pair = intra_node_pair(g);
   const Seconds step = k.comm.time(Collective::send_recv, Bytes(16.0 * 1048576), pair);
   const Seconds step_b = k.comm.time(Collective::send_recv, Bytes(32.0 * 1048576), pair);
   // Attention long enough to hide every step: nothing exposed.
@@ -218,10 +236,7 @@ TEST(PerOpCheckpointing, RerunsTheForwardAllGathersButNotTheSavedReduceScatters)
   // torchtitan's op policy saves reduce_scatter outputs but not all-gathers: with tp 2 and
   // sequence parallelism a layer's forward has two all-gathers and two reduce-scatters of equal
   // size, so the recomputed forward re-runs half its TP communication; full recompute re-runs all.
-  Experiment e = cp_plan(1);
-  e.plan.framework = Framework::torchtitan;
-  e.plan.zero = 3;
-  e.plan.sequence_parallel = true;
+  Experiment e = torchtitan_cp_plan(1);
   e.plan.recompute = Recompute::selective_op;
   validate_experiment(e);
   Inputs in(e);
@@ -247,19 +262,10 @@ TEST(ContextParallel, PyTorchSdpaContextParallelMovesRepeatedHeadsAndFp32Gradien
   // rotater) under the first block; backward: the same gather under its first block, then dK, dV
   // accumulated in fp32 (128 MiB) sent one ring step at a time, each under the next block, the
   // last waited for after the loop.
-  Experiment e = cp_plan(4);
-  e.plan.framework = Framework::torchtitan;
-  e.plan.zero = 3;
-  e.plan.sequence_parallel = true;
-  e.plan.cp_comm = CpComm::all_gather;
-  validate_experiment(e);
+  const Experiment e = torchtitan_cp_plan(4, CpComm::all_gather);
   Inputs k(e);
   const PlanGroups g = plan_groups(e.plan, e.cluster);
-  CommGroup pair = g.cp;
-  pair.ranks = 2;
-  pair.ranks_per_node = 2;
-  pair.nodes = 1;
-  pair.concurrent_groups = 2;
+  const CommGroup pair = intra_node_pair(g);
   const Seconds gather = k.comm.time(Collective::all_gather, Bytes(256.0 * 1048576), g.cp);
   const Seconds dkv = k.comm.time(Collective::send_recv, Bytes(128.0 * 1048576), pair);
   // Blocks (a quarter of the attention each) too short to hide anything: all exposed.
@@ -286,12 +292,7 @@ TEST(ContextParallel, PyTorchSdpaContextParallelMergesInEagerFp32) {
   // binary ops 36, half the steps' torch.cat of the whole 4) and the final cast 6; backward, each
   // of the 4 steps 62 bytes an element (grad_query 10 + cat 4; K and V each 10 + 4 + 8; K/V cat
   // 4). At 1 TB/s and no launch cost: 1 ps a byte.
-  Experiment e = cp_plan(4);
-  e.plan.framework = Framework::torchtitan;
-  e.plan.zero = 3;
-  e.plan.sequence_parallel = true;
-  validate_experiment(e);
-  Inputs k(e);
+  Inputs k(torchtitan_cp_plan(4));
   k.compute.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };
   const double q = 8192.0 * 16 * 128;
   const TorchCpMerges m = torch_cp_merges(k.in(), 8192);
@@ -313,11 +314,7 @@ TEST(ContextParallel, PyTorchSdpaContextParallelHoldsRepeatedKeysAndFp32Gradient
   // (2 x 2 x 4 bytes x 8192 x 16 x 128 = 256 MiB).
   Experiment te = cp_plan(4);
   te.plan.cp_comm = CpComm::all_gather;
-  Experiment tt = te;
-  tt.plan.framework = Framework::torchtitan;
-  tt.plan.zero = 3;
-  tt.plan.sequence_parallel = true;
-  validate_experiment(tt);
+  const Experiment tt = torchtitan_cp_plan(4, CpComm::all_gather);
   auto cp_buffer = [](const Experiment& e) {
     Experiment no_cp = e;
     no_cp.plan.cp = 1;
