@@ -213,6 +213,14 @@ std::array<FrameworkTraits, 9> make_table() {
   // Megatron-LM's own pretrain_gpt.py forward step does not take the argument (NVIDIA/Megatron-LM
   // issue #767), which the megatron entry (2021-22) predates anyway.
   megatron_core.microbatch_recompute = true;
+  // --expert-tensor-parallel-size (core_r0.10.0 on, megatron/core/parallel_state.py
+  // initialize_model_parallel: expert groups built over tp x cp x dp independently of attention's).
+  megatron_core.expert_folding = true;
+  // Any layer count per virtual stage: --account-for-embedding-in-pipeline-split and
+  // --account-for-loss-in-pipeline-split (core_r0.11+) and --pipeline-model-parallel-layout
+  // (core_r0.13+, megatron/core/transformer/pipeline_parallel_layer_layout.py).
+  megatron_core.uneven_interleaved = true;
+  megatron_core.moe_probs_all_to_all = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
                                     "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
@@ -371,6 +379,7 @@ std::array<FrameworkTraits, 9> make_table() {
   generic.tp_overlap = true;
   generic.microbatch_recompute = true;
   generic.uneven_interleaved = true;
+  generic.expert_folding = true;
 
   // The bundled trainer (trainer/README.md): every op a Backend call (as the closed loop runs it:
   // fp32 on the CPU backend; the bf16 recipe's element sizes are not described here yet),
@@ -421,6 +430,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (!uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)) return false;
   if (!uneven_interleaved && !p.stage_layers.empty() && p.schedule == Schedule::interleaved) return false;
   if (!p.partition_method.empty() && !partition_method) return false;
+  if (p.etp() != p.tp && !expert_folding) return false;
   return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
 }
 

@@ -229,6 +229,17 @@ struct FrameworkTraits {
   /// Splits layers over stages by DeepSpeed's PipelineModule partition_method (plan.partition_method).
   bool partition_method = false;
 
+  // ---- Mixture-of-Experts
+  /// Folds expert parallelism over tp x cp x dp with the experts' own tensor-parallel degree
+  /// (plan.expert_tp): Megatron-Core's MoE parallel folding (core_r0.10+, expert_tensor_parallel_size;
+  /// Liu et al. 2025, arXiv:2504.14960). Without it, ep divides dp and the experts split over tp.
+  bool expert_folding = false;
+  /// Its all-to-all dispatcher sends the routed copies' router probabilities in an all-to-all of
+  /// their own beside the tokens, each direction (Megatron-Core's MoEAlltoAllTokenDispatcher,
+  /// core_r0.13-r0.17 token_dispatcher.py token_dispatch / _AllToAll.backward): a third exchange
+  /// per layer and direction, latency-bound.
+  bool moe_probs_all_to_all = false;
+
   /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
   bool runs(const PlanSpec& plan) const;
   /// "megatron (Megatron-LM v2.x-v3.0, 2021-22)".

@@ -268,8 +268,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                       " (each rank holds two of 2 cp chunks for causal load balancing)");
     if (!p.token_slices.empty())
       return fail("plan.cp", str((long long)p.cp), "cannot be combined with TeraPipe token slices");
-    if (m.moe)
-      return fail("plan.cp", str((long long)p.cp), "is not supported with MoE models yet (expert state over dp x cp / ep)");
+    if (m.moe && !framework_traits(p.framework).expert_folding)
+      return fail("plan.cp", str((long long)p.cp),
+                  std::string("with an MoE model needs a framework that folds the experts over tp x cp x dp (") +
+                      framework_traits(p.framework).name + " does not: megatron-core or generic do)");
     if (p.placement != Placement::tp_dp_pp)
       return fail("plan.placement", to_string(p.placement), "must be tp-dp-pp with plan.cp > 1 (tp-cp-dp-pp, Megatron-Core's order)");
     if (p.attention == AttentionImpl::unfused)
@@ -376,11 +378,41 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   }
   if (p.ep > 1 && !m.moe)
     return fail("plan.ep", str((long long)p.ep), "greater than 1 needs a model with moe");
+  if (p.expert_tp > 0 && !m.moe)
+    return fail("plan.expert_tp", str((long long)p.expert_tp), "applies to models with moe only");
   if (m.moe) {
     if (m.moe->experts % p.ep != 0)
       return fail("plan.ep", str((long long)p.ep),
                   "must divide model.moe.experts = " + str((long long)m.moe->experts));
-    if (p.dp % p.ep != 0)
+    const FrameworkTraits& mfw = framework_traits(p.framework);
+    if (p.etp() != p.tp) {
+      // MoE parallel folding (Megatron-Core >= 0.10): the experts get their own tensor-parallel
+      // degree, and ep spans whatever of tp x cp x dp expert_tp leaves.
+      if (!mfw.expert_folding)
+        return fail("plan.expert_tp", str((long long)p.expert_tp),
+                    std::string("must equal plan.tp unless the framework folds expert parallelism over tp x cp x dp (") +
+                        mfw.name + " does not: megatron-core or generic do)");
+      if (p.tp % p.etp() != 0 && p.etp() % p.tp != 0)
+        return fail("plan.expert_tp", str((long long)p.expert_tp),
+                    "must divide plan.tp = " + str((long long)p.tp) + " or be a multiple of it");
+      if (p.placement != Placement::tp_dp_pp)
+        return fail("plan.placement", to_string(p.placement),
+                    "must be tp-dp-pp when plan.expert_tp differs from plan.tp (the experts fold over the stage's "
+                    "consecutive tp-cp-dp ranks)");
+      if (p.tp > 1 && !p.sequence_parallel)
+        return fail("plan.expert_tp", str((long long)p.expert_tp),
+                    "differs from plan.tp = " + str((long long)p.tp) +
+                        ": needs plan.sequence_parallel (each tensor-parallel rank routes its own sequence shard)");
+    }
+    const long long expert_ranks = (long long)p.tp * p.cp * p.dp;
+    if (expert_ranks % ((long long)p.etp() * p.ep) != 0)
+      return fail("plan.ep", str((long long)p.ep),
+                  mfw.expert_folding
+                      ? "times the experts' tensor-parallel degree " + str((long long)p.etp()) +
+                            " must divide plan.tp * plan.cp * plan.dp = " + str(expert_ranks) +
+                            " (the ranks a stage's experts are folded over)"
+                      : "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
+    if (!mfw.expert_folding && p.dp % p.ep != 0)
       return fail("plan.ep", str((long long)p.ep),
                   "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
   }

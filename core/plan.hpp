@@ -81,7 +81,13 @@ struct PlanSpec {
   /// by bucket (Megatron-Core --overlap-param-gather); only the first bucket waits.
   bool param_gather_overlap = false;
   OffloadSpec offload;
-  int ep = 1;  // expert-parallel degree, carved out of dp
+  int ep = 1;  // expert-parallel degree: ranks the experts of a layer are spread over
+  /// Tensor-parallel degree of the expert layers (Megatron-Core's --expert-tensor-parallel-size,
+  /// MoE parallel folding: Liu et al. 2025, arXiv:2504.14960). The tp x cp x dp ranks of a stage
+  /// are regrouped for the experts as expert_tp (innermost) x ep x expert-data-parallel, so ep may
+  /// span the attention's tensor- and context-parallel ranks. 0: tp (the experts split like the
+  /// dense FFN, ep carved out of dp: every framework's layout before folding).
+  int expert_tp = 0;
   std::vector<int> token_slices;  // TeraPipe slice lengths, summing to seq_len
   /// Transformer layers per pipeline stage, first to last, summing to model.layers (empty: an even
   /// split). Llama 3 405B's 126 layers on 16 stages, DeepSpeed's partition_method results. With
@@ -124,6 +130,11 @@ struct PlanSpec {
   int grad_ranks() const { return dp * cp; }
   /// Ranks ZeRO shards model state over (plan.shard_group, or all of dp x cp).
   int shard_ways() const { return shard_group > 0 ? shard_group : grad_ranks(); }
+  /// The experts' tensor-parallel degree (plan.expert_tp, or tp when unset).
+  int etp() const { return expert_tp > 0 ? expert_tp : tp; }
+  /// Ranks holding the same experts, whose expert gradients are reduced together (and over which
+  /// ZeRO shards expert state): tp x cp x dp / (expert_tp x ep); dp / ep without folding.
+  int expert_dp() const { return std::max(1, tp * cp * dp / std::max(1, etp() * ep)); }
   /// Tokens of one sequence each rank processes.
   int local_tokens(const ModelSpec& m) const { return m.seq_len / std::max(1, cp); }
   /// Micro-batches per pipeline per iteration.

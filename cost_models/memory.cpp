@@ -77,9 +77,13 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
     // The dense FFN's stored tensors become the experts': r expert passes per token (capacity
     // padding, or dropless the busiest rank's imbalance) and the shared experts, expert_ffn wide,
     // plus the dispatched expert inputs.
+    // The expert rows this GPU holds: the routed copies of its expert-tensor-parallel group's
+    // tokens (roofline.cpp layer_times), etp x the rank's sequence shard under sequence
+    // parallelism, else the whole micro-batch's; stated in units of the tokens / t below.
     const double r = m.moe->routed_factor();
     const double fe = m.expert_ffn();
-    sharded += act * r + ((r + m.moe->shared_experts) * fe - f) * ffn_stored * act / h;
+    const double rows = r * (sequence_parallel(p) ? double(p.etp()) : t);
+    sharded += act * rows + ((r + m.moe->shared_experts) * fe - f) * ffn_stored * act / h;
     replicated += 4.0 * m.moe->experts / h;             // fp32 router logits, 4 * tokens * experts
   }
   Bytes bytes(sbh * (replicated / replicated_div + sharded / t));
@@ -253,12 +257,13 @@ StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& 
   const double t = plan.tp, h = model.hidden;
   StageParameters p;
   if (model.is_moe_layer(layer)) {
-    // Routed experts shard over ep (and tp); shared experts are dense, tensor-parallel only.
+    // Routed experts shard over ep and the experts' tensor parallelism (plan.etp(): tp unless
+    // folded); shared experts are dense, tensor-parallel only.
     const double experts = model.moe->experts * expert_ffn_parameters(model);
     const double shared = model.moe->shared_experts * expert_ffn_parameters(model);
     const double router = h * model.moe->experts;
     p.dense = (dense_layer_parameters(model) - ffn_parameters(model) + shared) / t + router;
-    p.expert = experts / (double(plan.ep) * t);
+    p.expert = experts / (double(plan.ep) * plan.etp());
   } else {
     p.dense = dense_layer_parameters(model) / t;
   }
@@ -435,7 +440,7 @@ Bytes runtime_bytes(const ExecutionModel& x, const PlanSpec& plan, int stage) {
 MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
                                const PlanSpec& plan, int stage) {
   const StageParameters params = parameters_on_gpu(*x.framework, model, plan, stage);
-  const double expert_dp = std::max(1.0, double(plan.dp) / plan.ep);
+  const double expert_dp = plan.expert_dp();
   const StateBytesPerParam dense = state_bytes_per_param(x.bytes, plan.zero, plan.shard_ways());
   const StateBytesPerParam expert = state_bytes_per_param(x.bytes, plan.zero, expert_dp);
 

@@ -21,7 +21,7 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
   OffloadCost cost;
   if (plan.offload.optimizer) {
     const StageParameters params = parameters_on_gpu(*x.framework, model, plan, stage);
-    const double expert_dp = std::max(1.0, double(plan.dp) / plan.ep);
+    const double expert_dp = plan.expert_dp();
     const double owned = plan.zero >= 1 ? params.dense / plan.shard_ways() + params.expert / expert_dp
                                         : params.total();
     // Unsharded bytes per parameter: what one parameter's update moves and keeps.

@@ -240,16 +240,23 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // FFN, or for MoE layers the experts on this GPU processing their share of routed tokens.
   double ffn_tokens = T;
   double ffn_width = f;      // one FFN's width: the dense one, or one expert's
+  double ffn_split = t;      // GPUs one FFN's width is split over: tp, or the experts' plan.etp()
   double groups = 1;         // experts on this GPU, each a GEMM of its own tokens (grouped GEMM)
   double shared_width = 0;   // shared experts' total width, on every token
   if (moe_layer && m.moe) {
-    // Each GPU's experts see top_k x capacity_factor tokens per token (dropless: top_k x the
-    // busiest rank's imbalance), split over its experts/ep experts.
-    ffn_tokens = T * m.moe->routed_factor();
+    // Each rank routes its tokens (its sequence shard under sequence parallelism) and each GPU's
+    // experts see top_k x capacity_factor copies per routed token (dropless: top_k x the busiest
+    // rank's imbalance), from the etp ranks of its expert-tensor-parallel group, split over its
+    // experts / ep experts, each expert_ffn / etp wide (MoE parallel folding; with etp = tp the
+    // whole micro-batch's copies, as before folding).
+    const double routed_tokens = p.sequence_parallel ? T / t : T;
+    ffn_split = p.etp();
+    ffn_tokens = (p.sequence_parallel ? routed_tokens * ffn_split : T) * m.moe->routed_factor();
     ffn_width = m.expert_ffn();
     groups = std::max(1.0, double(m.moe->experts) / p.ep);
     shared_width = double(m.moe->shared_experts) * m.expert_ffn();
-    F.moe_router = rc.gemm({T, double(m.moe->experts), h, 1}) + rc.memory_bound(Bytes(4.0 * T * m.moe->experts * 3), 2);
+    F.moe_router = rc.gemm({routed_tokens, double(m.moe->experts), h, 1}) +
+                   rc.memory_bound(Bytes(4.0 * routed_tokens * m.moe->experts * 3), 2);
     B.moe_router = 2.0 * F.moe_router;
     if (x.moe_dispatch == MoeDispatch::einsum) {
       // One-hot einsums: dispatch (E*C x h x T) and combine (T x h x E*C) forward; backward the
@@ -275,10 +282,11 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     fw = rc.gemm({mm / groups, nn, kk, groups});
     bw = rc.gemm_grad({mm / groups, kk, nn, groups}) + rc.gemm_grad({kk, nn, mm / groups, groups});
   };
-  fwd_bwd_grouped(ffn_tokens, up * ffn_width / t, h, F.fc1, B.fc1);
-  F.gelu = stream(tr.activation_forward * (gated ? 1.5 : 1.0), (ffn_tokens * ffn_width + T * shared_width) / t, 1);
-  B.gelu = stream(tr.activation_backward * (gated ? 5.0 / 3.0 : 1.0), (ffn_tokens * ffn_width + T * shared_width) / t, 1);
-  fwd_bwd_grouped(ffn_tokens, h, ffn_width / t, F.fc2, B.fc2);
+  fwd_bwd_grouped(ffn_tokens, up * ffn_width / ffn_split, h, F.fc1, B.fc1);
+  const double activated = ffn_tokens * ffn_width / ffn_split + T * shared_width / t;
+  F.gelu = stream(tr.activation_forward * (gated ? 1.5 : 1.0), activated, 1);
+  B.gelu = stream(tr.activation_backward * (gated ? 5.0 / 3.0 : 1.0), activated, 1);
+  fwd_bwd_grouped(ffn_tokens, h, ffn_width / ffn_split, F.fc2, B.fc2);
   if (shared_width > 0) {
     Seconds f1, b1, f2, b2;
     fwd_bwd(T, up * shared_width / t, h, f1, b1);
@@ -291,7 +299,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // Bias gradients (reductions over the tokens of each Linear's output) and autocast's weight
   // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).
   if (m.bias)
-    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / t + ffn_tokens * h, 4);
+    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / ffn_split + ffn_tokens * h, 4);
   // The layer's parameters less its norms' (which stay fp32 under autocast and are not GEMM operands).
   const double cast_params = (dense_layer_parameters(m) - m.norms_per_layer() * norm_parameters(m)) / t;
   F.layernorms += stream(tr.weight_cast_forward, cast_params, 4);
@@ -307,8 +315,8 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // it multiplies (ffn_tokens of them), and the shared experts' FC1 the T tokens again.
   if (x.dtype == Dtype::fp8) {
     const double fc1_inputs = ffn_tokens * h + (shared_width > 0 ? T * h : 0.0);
-    const double inputs = T * h + T * v_w / t + fc1_inputs + ffn_tokens * ffn_width / t + T * shared_width / t;
-    const double grads = T * (q + 2 * kv_dim) / t + T * h + (ffn_tokens * ffn_width + T * shared_width) * up / t +
+    const double inputs = T * h + T * v_w / t + fc1_inputs + ffn_tokens * ffn_width / ffn_split + T * shared_width / t;
+    const double grads = T * (q + 2 * kv_dim) / t + T * h + (ffn_tokens * ffn_width / ffn_split + T * shared_width / t) * up +
                          (ffn_tokens + (shared_width > 0 ? T : 0.0)) * h;
     if (x.fp8_scaling == Fp8Scaling::delayed) {
       F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs), 4);

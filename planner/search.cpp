@@ -154,11 +154,15 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
     for (const auto& [pp, split, deepspeed_split] : pps) {
       if ((r.gpus / tp / cp) % pp != 0) continue;
       const int dp = r.gpus / tp / cp / pp;
-      std::vector<int> eps{1};
+      // Expert layouts (ep, expert_tp): ep out of dp with the experts split over tp, and where the
+      // framework folds (Megatron-Core) also unsplit experts with ep over tp x cp x dp.
+      std::vector<std::pair<int, int>> eps{{1, 0}};
       if (m.moe) {
         eps.clear();
-        for (int ep : divisors(m.moe->experts))
-          if (dp % ep == 0) eps.push_back(ep);
+        for (int ep : divisors(m.moe->experts)) {
+          if (dp % ep == 0) eps.push_back({ep, 0});
+          if (fw.expert_folding && tp > 1 && (tp * cp * dp) % ep == 0) eps.push_back({ep, 1});
+        }
       }
       // ZeRO: none, the distributed optimizer, and ZeRO-3 (FSDP) sharded over all of dp x cp or,
       // when that spans nodes, over one node's ranks and replicated across nodes (HSDP).
@@ -182,7 +186,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
             // selective-op only where the framework has it (torchtitan): fw.runs() drops it elsewhere.
             for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::selective_op})
               for (auto [zero, shard] : zeros)
-                for (int ep : eps) {
+                for (auto [ep, expert_tp] : eps) {
                   if (grad_ranks == 1 && zero > 0) continue;
                   if (zero == 3 && (ep > 1 || sched == Schedule::terapipe)) continue;
                   PlanSpec p;
@@ -203,6 +207,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   if (deepspeed_split) p.partition_method = "type:transformer";
                   if ((split.first > 0 || deepspeed_split) && sched == Schedule::interleaved) continue;  // needs an even split
                   p.ep = ep;
+                  p.expert_tp = expert_tp;
                   p.framework = r.framework;
                   p.compile = r.compile;
                   p.compile_loss = r.compile_loss;
@@ -379,7 +384,7 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
     return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
                            p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.recompute_layers,
                            p.partial_recompute_microbatches, p.zero,
-                           p.shard_group, p.ep,
+                           p.shard_group, p.ep, p.expert_tp,
                            int(p.offload.optimizer), p.offload.activations);
   };
   std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });

@@ -17,19 +17,43 @@ std::vector<int> token_slices(const Experiment& e) {
 Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
   const ModelSpec& m = in.e.model;
   const PlanSpec& p = in.e.plan;
-  if (!m.moe || p.ep == 1) return Seconds(0);
-  // Dispatch and combine all-to-alls of routed_factor() token copies per token (top_k x
-  // capacity_factor, dropless top_k x imbalance on the busiest rank).
-  const Bytes routed = activation_tensor(in.x, p.micro_batch, tokens, m.hidden) * m.moe->routed_factor();
-  return 2.0 * in.comm.time(Collective::all_to_all, routed, plan_groups(p, in.e.cluster).ep);
+  if (!m.moe) return Seconds(0);
+  const PlanGroups g = plan_groups(p, in.e.cluster);
+  // Each rank routes its own tokens (with sequence parallelism its shard of the sequence; without,
+  // every TP rank holds the same tokens) and sends routed_factor() copies of each (top_k x
+  // capacity_factor, dropless top_k x the busiest rank's imbalance): a dispatch and a combine
+  // all-to-all over the ep group.
+  const double shard = p.sequence_parallel ? double(p.tp) : 1.0;
+  const double rf = m.moe->routed_factor();
+  const Bytes dispatched = activation_tensor(in.x, p.micro_batch, tokens / shard, m.hidden) * rf;
+  Seconds t;
+  if (p.ep > 1) {
+    t += 2.0 * in.comm.time(Collective::all_to_all, dispatched, g.ep);
+    // The copies' router probabilities in their own all-to-all (16-bit, one per copy).
+    if (in.x.framework->moe_probs_all_to_all)
+      t += in.comm.time(Collective::all_to_all, Bytes(2.0 * p.micro_batch * tokens / shard * rf), g.ep);
+  }
+  // Experts split over several GPUs with sequence parallelism: the rows the ETP group's experts
+  // received are all-gathered over it before the experts and reduce-scattered after them
+  // (Megatron-Core dispatch_postprocess / combine_preprocess); the MLP's own sequence-parallel
+  // collectives are not run (layer_step counts the attention's alone).
+  if (p.etp() > 1 && p.sequence_parallel) {
+    const Bytes rows = dispatched * double(p.etp());
+    t += in.comm.time(Collective::all_gather, rows, g.etp) + in.comm.time(Collective::reduce_scatter, rows, g.etp);
+  }
+  return t;
 }
 
 LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, Seconds tp_blocking, Seconds ep,
-                     double redo) {
+                     double redo, bool moe_layer) {
   const PlanSpec& p = in.e.plan;
   LayerStep s;
   s.forward = lc.forward;
   s.backward = lc.backward;
+  // An MoE layer under sequence parallelism runs the tensor-parallel collectives around its
+  // attention only: the experts' tokens travel in ep_comm_per_layer's collectives.
+  const bool attention_only = moe_layer && p.sequence_parallel && p.tp > 1 && !in.e.model.parallel_block;
+  if (attention_only) tp_blocking = 0.5 * tp_blocking;
   // Full recompute re-runs the forward of the layers it recomputes (block: the first
   // plan.recompute_layers of a chunk; micro-batch level: the others for some micro-batches), with
   // its TP, CP and EP communication; selective, the attention core (what compute.layer returned).
@@ -45,8 +69,8 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
     if (!p.tp_overlap) s.forward_tp = fwd.total();
   }
   if (p.tp_overlap && p.tp > 1) {
-    s.forward_tp = tp_comm_overlapped(in, tokens, lc.gemm_forward);
-    s.backward_tp = tp_comm_overlapped(in, tokens, lc.gemm_backward, true);
+    s.forward_tp = tp_comm_overlapped(in, tokens, lc.gemm_forward, false, attention_only);
+    s.backward_tp = tp_comm_overlapped(in, tokens, lc.gemm_backward, true, attention_only);
   }
   if (p.cp > 1) {
     const CpLayerComm cpc = cp_comm_per_layer(in, lc.attention_forward, lc.attention_backward);
@@ -154,7 +178,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           const LayerCompute lc = layer_compute(tokens, context, moe, m.window_of(l));
           const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
           const LayerStep ls = layer_step(in, lc, tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
-                                          layer_recompute_share(p, i, s, micro_batches));
+                                          layer_recompute_share(p, i, s, micro_batches), moe);
           cc.forward += ls.forward;
           cc.backward += ls.backward;
           cc.recompute += ls.recompute;

@@ -40,7 +40,10 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     const cost_models::StageParameters sp = cost_models::parameters_on_gpu(fw, in.e.model, p, s);
     const Bytes grads(sp.dense * in.x.bytes.reduce);
     const Bytes expert_grads(sp.expert * in.x.bytes.reduce);
-    const Bytes weights(sp.total() * in.x.bytes.weight);  // the model copy ZeRO gathers after the step
+    // The model copy ZeRO gathers after the step: the dense parameters over the shard group (the
+    // experts' shards over their expert-data-parallel group, below).
+    const Bytes weights(sp.dense * in.x.bytes.weight);
+    const Bytes expert_weights(sp.expert * in.x.bytes.weight);
     Seconds sync, gather;
     Bytes sync_bytes, gather_bytes;
     if (n > 1) {
@@ -72,18 +75,16 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
         }
       }
     }
-    // Expert gradients are replicated over dp / ep ranks.
-    const int dp_over_ep = p.dp / p.ep;
+    // Expert gradients are replicated over the plan.expert_dp() ranks holding the same experts
+    // (dp / ep without folding; tp x cp x dp / (etp x ep) folded).
     // (Under ZeRO-3 the experts' gradients are reduce-scattered unit by unit with the rest.)
-    if (expert_grads > Bytes(0) && dp_over_ep > 1 && p.zero < 3) {
-      CommGroup eg = dp;
-      eg.ranks = dp_over_ep;
-      eg.nodes = std::max(1, eg.nodes * dp_over_ep / std::max(1, p.dp));
-      eg.ranks_per_node = std::max(1, dp_over_ep / eg.nodes);
-      eg.nodes = dp_over_ep / eg.ranks_per_node;
+    if (expert_grads > Bytes(0) && p.expert_dp() > 1 && p.zero < 3) {
       // Under a reduce-scattering distributed optimizer each expert-data-parallel rank steps a shard
-      // of the experts too: Megatron-Core's expert buffers, the trainer's one reduce-scatter at ep = 1.
-      sync += in.comm.time(sharded_reduction ? Collective::reduce_scatter : Collective::all_reduce, expert_grads, eg);
+      // of the experts too (Megatron-Core's expert buffers, the trainer's one reduce-scatter at
+      // ep = 1) and gathers the updated experts after the step.
+      sync += in.comm.time(sharded_reduction ? Collective::reduce_scatter : Collective::all_reduce, expert_grads,
+                           groups.expert_dp);
+      if (p.zero >= 1 && !p.param_gather_overlap) gather += in.comm.time(Collective::all_gather, expert_weights, groups.expert_dp);
     }
     // With the reduction overlapped, the last bucket is what must wait for the backward to finish
     // (the framework's bucket: PyTorch DDP's bucket_cap_mb, Megatron-Core's bucket_size).
@@ -237,7 +238,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         // overlapped), CP and EP communication, as cost_layer_chunks charges it.
         const bool moe = m.is_moe_layer(l);
         const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
-                                        layer_recompute_share(p, i, s, micro_batches));
+                                        layer_recompute_share(p, i, s, micro_batches), moe);
         unit(fwd, fwd_copies, params, true, ls.forward_total(), false);
         unit(bwd, bwd_copies, params, p.reshard_after_forward, ls.backward_total(), reduces_per_microbatch);
       }
@@ -298,7 +299,7 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
       opt = cost_models::host_optimizer_time(*in.x.host, local, local / shard, tensors);
     } else {
       const double shard = p.zero >= 1 ? double(p.shard_ways()) : 1.0;
-      opt = in.compute.optimizer(sp.dense / shard + sp.expert / std::max(1.0, shard / p.ep));
+      opt = in.compute.optimizer(sp.dense / shard + sp.expert / (p.zero >= 1 ? double(p.expert_dp()) : 1.0));
       if (in.e.training.optimizer == Optimizer::lamb && p.zero >= 1 && p.shard_ways() > 1) {
         // Sharded LAMB needs each tensor's whole norms (weights and update): the shards' partial
         // sums of squares are all-reduced over the shard group (apex DistributedFusedLAMB), two

@@ -36,11 +36,14 @@ struct TorchCpMerges {
 };
 TorchCpMerges torch_cp_merges(const CostInputs& in, int tokens);
 
+/// `moe_layer`: under sequence parallelism an MoE layer's TP collectives are its attention's only.
 LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, Seconds tp_blocking, Seconds ep,
-                     double redo);
+                     double redo, bool moe_layer = false);
 
 /// An MoE layer's expert-parallel communication in one direction: the dispatch and combine
-/// all-to-alls of routed_factor() token copies per token over the ep group (0 at ep = 1).
+/// all-to-alls of routed_factor() copies of each token the rank routes over the ep group (with the
+/// framework's all-to-all of their router probabilities), and with experts split over several GPUs
+/// under sequence parallelism the all-gather and reduce-scatter of their rows over plan.etp().
 Seconds ep_comm_per_layer(const CostInputs& in, int tokens);
 
 /// The embedding on the first model chunk and the LM head + loss on the last, with their

@@ -79,7 +79,15 @@ PlanGroups plan_groups(const PlanSpec& p, const ClusterSpec& c) {
   g.tp.concurrent_groups = 1;
   // Gradients are reduced over dp x cp: with tp-cp-dp-pp those ranks are tp apart.
   g.dp = p.cp > 1 ? group_of(p.grad_ranks(), st.cp, gpn) : group_of(p.dp, st.dp, gpn);
-  g.ep = group_of(p.ep, st.dp, gpn);
+  // Experts: the stage's tp-cp-dp ranks regrouped as expert_tp x ep x expert-dp, innermost first
+  // (Megatron-Core's folding; with expert_tp = tp and cp = 1 that is ep carved out of dp): ep ranks
+  // expert_tp apart, expert replicas expert_tp x ep apart. Under tp-pp-dp placement (no folding,
+  // check_plan) the data-parallel ranks are tp x pp apart.
+  const long long ep_stride = p.placement == Placement::tp_dp_pp ? p.etp() : st.dp;
+  g.ep = group_of(p.ep, ep_stride, gpn);
+  g.expert_dp = group_of(p.expert_dp(), ep_stride * p.ep, gpn);
+  g.etp = p.etp() == p.tp ? g.tp : group_of(p.etp(), 1, gpn);
+  g.etp.concurrent_groups = 1;
   g.cp = group_of(p.cp, st.cp, gpn);
   const long long grad_stride = p.cp > 1 ? st.cp : st.dp;
   const int shard = p.shard_ways();
@@ -224,10 +232,11 @@ double gemm_share(const LayerCompute& lc, bool backward) {
   return total > Seconds(0) ? std::clamp(sum / total, 0.0, 1.0) : 0.0;
 }
 
-Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward) {
+Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward,
+                           bool attention_only) {
   const PlanSpec& p = in.e.plan;
   if (p.tp == 1) return Seconds(0);
-  if (!p.tp_overlap) return tp_comm_per_layer(in, tokens);
+  if (!p.tp_overlap) return (attention_only ? 0.5 : 1.0) * tp_comm_per_layer(in, tokens);
   const CommGroup tp = plan_groups(p, in.e.cluster).tp;
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
   // Forward, the all-gathers may carry FP8 (tp_forward_gather_scale); backward, bf16 gradients.
@@ -248,7 +257,7 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   }
   const Seconds comm[4] = {backward ? rs : ag, backward ? ag : rs, backward ? rs : ag, backward ? ag : rs};
   Seconds exposed;
-  for (int i = 0; i < 4; ++i) exposed += hide(comm[i], gemms[i]);
+  for (int i = 0; i < (attention_only ? 2 : 4); ++i) exposed += hide(comm[i], gemms[i]);
   return exposed;
 }
 

@@ -67,6 +67,10 @@ struct CostInputs {
 /// Communicator placements of a plan (CommModel vocabulary).
 struct PlanGroups {
   CommGroup tp, dp, pp, ep, cp;  // dp: the gradient group, dp x cp ranks
+  /// The ranks holding the same experts (plan.expert_dp() of them), whose expert gradients are
+  /// reduced together; ep: the ranks one token's experts are spread over.
+  CommGroup expert_dp;
+  CommGroup etp;  // the experts' tensor-parallel group (plan.etp() consecutive ranks)
   /// ZeRO's sharding group (the innermost plan.shard_ways() ranks of dp) and the groups that
   /// replicate across it (HSDP; one rank when ZeRO shards over all of dp).
   CommGroup shard, replicate;
@@ -144,8 +148,10 @@ double gemm_share(const LayerCompute& lc, bool backward);
 /// max(c / tp, c - g) is exposed, and the hidden part costs SM contention ctas / (sms - ctas).
 /// `gemms` are the four GEMMs in that order. Falls back to the blocking cost without overlap.
 /// In the backward the pairs turn around: the QKV and FC1 input gradients feed reduce-scatters,
-/// the projection's and FC2's gradients follow all-gathers (`backward`).
-Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward = false);
+/// the projection's and FC2's gradients follow all-gathers (`backward`). `attention_only`: the
+/// first pair alone (an MoE layer whose experts' collectives are expert-parallel communication).
+Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Seconds, 4>& gemms, bool backward = false,
+                           bool attention_only = false);
 
 /// Durations of every task of one iteration.
 WorkloadCosts cost_workload(const CostInputs& in);

@@ -109,6 +109,8 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     const std::string moe =
         std::to_string(p.model.moe->experts) + " experts, top_k " + std::to_string(p.model.moe->top_k);
     if (q.token_slices.size() > 1) unsupported("model.moe", moe, "Mixture-of-Experts layers with TeraPipe slices");
+    if (q.etp() != q.tp)
+      unsupported("plan.expert_tp", std::to_string(q.expert_tp), "experts split over other ranks than tp (MoE parallel folding)");
     if (q.zero > 0 && q.ep > 1)
       unsupported("plan.zero", std::to_string(q.zero), "ZeRO-1 with expert parallelism (plan.ep > 1)");
   }

@@ -36,7 +36,7 @@ const std::vector<BadCase> kCases = {
     {"too_many_nodes", {"experiment.nodes = 600", "must not exceed the cluster's 560 nodes"}},
     {"virtual_stages_without_interleaved", {"plan.virtual_stages = 3", "needs plan.schedule = interleaved"}},
     {"interleaved_layers", {"plan.virtual_stages = 2", "must divide model.layers = 105"}},
-    {"interleaved_chunk_counts_megatron", {"plan.stage_layers = [70 entries]", "megatron-core's interleaved schedule splits every model chunk evenly"}},
+    {"interleaved_chunk_counts_megatron", {"plan.stage_layers = [70 entries]", "megatron splits layers evenly over stages"}},
     {"token_slices_without_terapipe", {"plan.token_slices", "needs plan.schedule = terapipe"}},
     {"token_slices_bad_sum", {"plan.token_slices = sum 2024", "must sum to model.seq_len = 2048"}},
     {"offload_fraction_range", {"plan.offload.activations = 1.5", "must lie in [0, 1]"}},

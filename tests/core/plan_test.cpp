@@ -57,9 +57,10 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.stage_layers = {3, 7, 7, 7};
                         f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2; }, "plan.stage_layers"},
       // (pp entries with interleaving: one per model chunk, pp x v, is what it takes)
-      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.stage_layers = {2, 3, 3, 3, 3, 3, 3, 4};
+      {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.stage_layers = {2, 3, 3, 3, 3, 3, 3, 4};
                         f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2; }, "plan.stage_layers"},
-      // (Megatron-LM's interleaved chunks are even: a count per chunk is torchtitan's)
+      // (Megatron-LM 2021-22's interleaved chunks are even; a count per chunk is torchtitan's and
+      // Megatron-Core's --pipeline-model-parallel-layout)
       {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.first_stage_layers = 3;
                         f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2; }, "plan.schedule"},
       {[](Fixture& f) { f.p.shard_group = 3; f.p.zero = 3; }, "plan.shard_group"},      // does not divide dp 4
