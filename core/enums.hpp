@@ -94,12 +94,16 @@ enum class AttentionImpl { unfused, flash, cudnn, flash2 };
 FORESIGHT_ENUM_NAMES(AttentionImpl, {AttentionImpl::unfused, "unfused"}, {AttentionImpl::flash, "flash"},
                      {AttentionImpl::cudnn, "cudnn"}, {AttentionImpl::flash2, "flash2"});
 
-/// How MoE tokens reach their experts: a gather/scatter permute (Megatron-Core, our kernels), or
-/// DeepSpeed-MoE 2021's dense one-hot einsums, `sec,sm->ecm` to dispatch and `sec,ecm->sm` to
-/// combine, each a GEMM of 2*S*(E*C)*M FLOPs over the S tokens of a GPU (deepspeed/moe/
-/// sharded_moe.py, USE_EINSUM = True, before 2021-12-10).
-enum class MoeDispatch { permute, einsum };
-FORESIGHT_ENUM_NAMES(MoeDispatch, {MoeDispatch::permute, "permute"}, {MoeDispatch::einsum, "einsum"});
+/// How MoE tokens reach their experts: a gather/scatter permute (our kernels: one permute before
+/// the experts, one unpermute after), DeepSpeed-MoE 2021's dense one-hot einsums, `sec,sm->ecm` to
+/// dispatch and `sec,ecm->sm` to combine, each a GEMM of 2*S*(E*C)*M FLOPs over the S tokens of a
+/// GPU (deepspeed/moe/sharded_moe.py, USE_EINSUM = True, before 2021-12-10), or Megatron-Core's
+/// all-to-all dispatcher with Transformer Engine's grouped linears (MoEAlltoAllTokenDispatcher,
+/// core_r0.13-r0.17: permute, all-to-all, the received rows sorted by local expert and sorted back
+/// after the experts, unpermute; TEGroupedMLP, on sm90 one cuBLAS GEMM per local expert).
+enum class MoeDispatch { permute, einsum, alltoall };
+FORESIGHT_ENUM_NAMES(MoeDispatch, {MoeDispatch::permute, "permute"}, {MoeDispatch::einsum, "einsum"},
+                     {MoeDispatch::alltoall, "alltoall"});
 
 /// Rank order, innermost first: tp-dp-pp is Megatron-LM's (tensor ranks adjacent inside a node,
 /// then data-parallel replicas, pipeline stages outermost); tp-pp-dp puts pipeline stages next.

@@ -221,6 +221,11 @@ std::array<FrameworkTraits, 9> make_table() {
   // (core_r0.13+, megatron/core/transformer/pipeline_parallel_layer_layout.py).
   megatron_core.uneven_interleaved = true;
   megatron_core.moe_probs_all_to_all = true;
+  megatron_core.moe_dispatch = MoeDispatch::alltoall;
+  megatron_core.ep_overlap = true;
+  // --fp8-recipe delayed | tensorwise (TE Float8CurrentScaling, core_r0.13+) through
+  // Transformer Engine's modules (megatron/core/extensions/transformer_engine.py).
+  megatron_core.fp8_transformer_engine = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
                                     "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
@@ -431,6 +436,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (!uneven_interleaved && !p.stage_layers.empty() && p.schedule == Schedule::interleaved) return false;
   if (!p.partition_method.empty() && !partition_method) return false;
   if (p.etp() != p.tp && !expert_folding) return false;
+  if (p.ep_overlap && !ep_overlap) return false;
   return p.zero <= (p.pp > 1 ? max_zero_with_pipeline : max_zero);
 }
 

@@ -239,6 +239,18 @@ struct FrameworkTraits {
   /// core_r0.13-r0.17 token_dispatcher.py token_dispatch / _AllToAll.backward): a third exchange
   /// per layer and direction, latency-bound.
   bool moe_probs_all_to_all = false;
+  /// Overlaps each MoE layer's all-to-alls with another micro-batch's compute (plan.ep_overlap):
+  /// Megatron-Core's --overlap-moe-expert-parallel-comm with --delay-wgrad-compute (core_r0.14+,
+  /// pipeline_parallel/combined_1f1b.py): the forward of one micro-batch runs layer by layer beside
+  /// the backward of another, their all-to-alls on a communication stream under each other's
+  /// attention and expert compute; PP 1 or the interleaved schedule only.
+  bool ep_overlap = false;
+
+  // ---- precision
+  /// Its FP8 linears are Transformer Engine's: with training.fp8_scaling tensorwise, TE's
+  /// Float8CurrentScaling (an amax pass and a cast per quantized tensor, FP8 weights cached across
+  /// micro-batches); otherwise tensorwise and rowwise mean torchao's dynamic casts.
+  bool fp8_transformer_engine = false;
 
   /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
   bool runs(const PlanSpec& plan) const;

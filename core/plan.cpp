@@ -378,6 +378,21 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   }
   if (p.ep > 1 && !m.moe)
     return fail("plan.ep", str((long long)p.ep), "greater than 1 needs a model with moe");
+  if (p.ep_overlap) {
+    const FrameworkTraits& ofw = framework_traits(p.framework);
+    if (!ofw.ep_overlap)
+      return fail("plan.ep_overlap", "true", std::string(ofw.name) +
+                                                 " does not overlap MoE all-to-alls with compute (megatron-core does)");
+    if (!m.moe || p.ep < 2)
+      return fail("plan.ep_overlap", "true", "needs a model with moe and plan.ep > 1 (the overlapped collectives are its all-to-alls)");
+    if (p.pp > 1 && p.schedule != Schedule::interleaved)
+      return fail("plan.ep_overlap", "true",
+                  "runs with plan.pp = 1 or the interleaved schedule only (Megatron-Core's combined 1F1B)");
+    if (p.recompute == Recompute::full)
+      return fail("plan.ep_overlap", "true", "cannot be combined with full recompute (Megatron-Core refuses it)");
+    if (p.zero == 3)
+      return fail("plan.ep_overlap", "true", "is not modelled with plan.zero = 3 (per-layer parameter gathers)");
+  }
   if (p.expert_tp > 0 && !m.moe)
     return fail("plan.expert_tp", str((long long)p.expert_tp), "applies to models with moe only");
   if (m.moe) {

@@ -88,6 +88,9 @@ struct PlanSpec {
   /// span the attention's tensor- and context-parallel ranks. 0: tp (the experts split like the
   /// dense FFN, ep carved out of dp: every framework's layout before folding).
   int expert_tp = 0;
+  /// MoE: each layer's all-to-alls overlapped with another micro-batch's compute (Megatron-Core's
+  /// --overlap-moe-expert-parallel-comm --delay-wgrad-compute; FrameworkTraits::ep_overlap).
+  bool ep_overlap = false;
   std::vector<int> token_slices;  // TeraPipe slice lengths, summing to seq_len
   /// Transformer layers per pipeline stage, first to last, summing to model.layers (empty: an even
   /// split). Llama 3 405B's 126 layers on 16 stages, DeepSpeed's partition_method results. With

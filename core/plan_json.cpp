@@ -187,6 +187,7 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k
       << " --expert-model-parallel-size " << q.ep;
   if (p.model.moe && q.etp() != q.tp) s << " --expert-tensor-parallel-size " << q.etp();
+  if (q.ep_overlap) s << " --overlap-moe-expert-parallel-comm --delay-wgrad-compute";
   if (p.model.moe && p.model.moe->expert_ffn_hidden > 0) s << " --moe-ffn-hidden-size " << p.model.moe->expert_ffn_hidden;
   if (p.model.moe && p.model.moe->shared_experts > 0)
     s << " --moe-shared-expert-intermediate-size " << p.model.moe->shared_experts * p.model.expert_ffn();

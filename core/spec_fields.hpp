@@ -123,6 +123,7 @@ void visit_fields(V& v, S& p) {
   v.section("offload", p.offload);
   v.integer("ep", p.ep, 1, 1);
   v.integer("expert_tp", p.expert_tp, 0, 0);
+  v.boolean("ep_overlap", p.ep_overlap, false);
   v.int_list("token_slices", p.token_slices, 1);
   v.int_list("stage_layers", p.stage_layers, 1);
   v.integer("first_stage_layers", p.first_stage_layers, 0, 0);

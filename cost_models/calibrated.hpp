@@ -27,6 +27,7 @@ enum class CalibratedKnob {
   attention_efficiency_scale,  // multiplies the fused-attention efficiency
   clock_scale,                 // multiplies both (a sustained tensor-core clock below the datasheet's)
   fp8_gemm_efficiency_scale,   // multiplies the GEMM ceiling of FP8 GEMMs only
+  all_to_all_efficiency_scale, // multiplies the bandwidth an all-to-all reaches on its links
 };
 
 /// Where a parameter applies: every listed condition must hold (an empty list or an unset value
@@ -81,6 +82,7 @@ struct CalibrationSet {
 struct CalibratedTerms {
   Seconds slot_overhead, unit_overhead, step_overhead;
   double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0, fp8_gemm_efficiency_scale = 1.0;
+  double all_to_all_efficiency_scale = 1.0;
   std::vector<std::string> applied;  // names of the parameters in effect
   std::optional<ErrorBand> band;     // the error bar this execution's predictions carry
 };

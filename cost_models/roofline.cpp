@@ -264,6 +264,15 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       const Seconds one = rc.gemm({ffn_tokens, h, T, 1});
       F.moe_permute = 2.0 * one;
       B.moe_permute = 3.0 * one;
+    } else if (x.moe_dispatch == MoeDispatch::alltoall) {
+      // Megatron-Core's dispatcher: the rank permutes the copies it routes before the all-to-all
+      // and unpermutes them after (read and write each row), and where it holds more than one
+      // expert sorts the rows it received by local expert and sorts them back (sort_chunks_by_idxs);
+      // backward the same passes in reverse.
+      const double sent = routed_tokens * m.moe->routed_factor();
+      const double received = groups > 1 ? ffn_tokens / ffn_split : 0.0;
+      F.moe_permute = rc.memory_bound(Bytes(2 * 2.0 * x.bytes.activation * (sent + received) * h), groups > 1 ? 4 : 2);
+      B.moe_permute = F.moe_permute;
     } else {
       // Permute before and unpermute after the experts: read and write the routed (tokens, h).
       F.moe_permute = rc.memory_bound(Bytes(2 * 2.0 * x.bytes.activation * ffn_tokens * h), 2);
@@ -287,6 +296,17 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   F.gelu = stream(tr.activation_forward * (gated ? 1.5 : 1.0), activated, 1);
   B.gelu = stream(tr.activation_backward * (gated ? 5.0 / 3.0 : 1.0), activated, 1);
   fwd_bwd_grouped(ffn_tokens, h, ffn_width / ffn_split, F.fc2, B.fc2);
+  if (moe_layer && m.moe && x.moe_dispatch == MoeDispatch::alltoall && groups > 1) {
+    // Transformer Engine's grouped linear on sm90 is one cuBLAS GEMM per local expert, round robin
+    // over four streams (TE v2.7-2.14 nvte_multi_stream_cublas_gemm; the CUTLASS grouped kernel is
+    // opt-in, bf16 only): a launch per expert and GEMM, forward FC1 and FC2, backward each one's
+    // data and weight gradients, where the model above prices one batched launch.
+    const Seconds extra = rc.params().launch_overhead * (groups - 1.0);
+    F.fc1 += extra;
+    F.fc2 += extra;
+    B.fc1 += 2.0 * extra;
+    B.fc2 += 2.0 * extra;
+  }
   if (shared_width > 0) {
     Seconds f1, b1, f2, b2;
     fwd_bwd(T, up * shared_width / t, h, f1, b1);
@@ -321,6 +341,19 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     if (x.fp8_scaling == Fp8Scaling::delayed) {
       F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs), 4);
       B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
+    } else if (x.framework->fp8_transformer_engine) {
+      // Transformer Engine's current scaling (Float8CurrentScalingQuantizer, TE v2.7: an amax
+      // kernel reading the tensor, a scale kernel, then the cast): the norms' and the activation's
+      // fused kernels write their output's amax as they go (then only the cast: 3 bytes), every
+      // other input is read once more for its amax (2): the projection's input and an MoE layer's
+      // dispatched expert rows. Each output gradient: amax (2), cast and transpose (4); each saved
+      // input transposed (2). Weights are cast once per step (cached across micro-batches). An
+      // MoE layer's experts quantize each expert's rows on their own (split_quantize: three
+      // launches per expert and input, forward FC1 and FC2, backward their output gradients).
+      const double unfused = T * v_w / t + (moe_layer && m.moe ? ffn_tokens * h : 0.0);
+      const double expert_launches = moe_layer && m.moe ? 6.0 * groups : 0.0;
+      F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs + 2.0 * unfused), int(10 + expert_launches));
+      B.fp8_casts = rc.memory_bound(Bytes(6.0 * grads + 2.0 * inputs), int(16 + expert_launches));
     } else {
       // torchao's dynamic scaling (torchao/float8, Float8Linear with tensorwise or rowwise scales;
       // the scale comes from the tensor's own amax): every operand is cast where it is used.

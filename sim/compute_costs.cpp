@@ -20,8 +20,15 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
     if (plan.recompute == Recompute::selective_op) recompute = t.recompute_selective_op();
     const LayerOpTimes& F = t.forward_ops;
     const LayerOpTimes& B = t.backward_ops;
-    return LayerCompute{t.forward(), t.backward(), recompute, F.attention_core, B.attention_core,
-                        {F.qkv, F.projection, F.fc1, F.fc2}, {B.qkv, B.projection, B.fc1, B.fc2}};
+    return LayerCompute{t.forward(),
+                        t.backward(),
+                        recompute,
+                        F.attention_core,
+                        B.attention_core,
+                        {F.qkv, F.projection, F.fc1, F.fc2},
+                        {B.qkv, B.projection, B.fc1, B.fc2},
+                        F.fc1 + F.gelu + F.fc2 + F.moe_permute,
+                        B.fc1 + B.gelu + B.fc2 + B.moe_permute};
   };
   c.edges = [x, model, plan](int tokens) {
     const EdgeTimes t = edge_times(x, model, plan, tokens);

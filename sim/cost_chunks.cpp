@@ -1,4 +1,5 @@
 // Costers of the per-chunk work: transformer layers, the embedding and head, activation offload.
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -26,12 +27,17 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
   const double shard = p.sequence_parallel ? double(p.tp) : 1.0;
   const double rf = m.moe->routed_factor();
   const Bytes dispatched = activation_tensor(in.x, p.micro_batch, tokens / shard, m.hidden) * rf;
+  // An all-to-all's transfer at the calibrated share of its links' rate (calibration.yaml,
+  // all_to_all_efficiency_scale; 1 where none applies).
+  auto all_to_all = [&](Bytes bytes) {
+    const CommEstimate est = in.comm.estimate(Collective::all_to_all, bytes, g.ep);
+    return est.latency + est.transfer / in.x.calibrated.all_to_all_efficiency_scale;
+  };
   Seconds t;
   if (p.ep > 1) {
-    t += 2.0 * in.comm.time(Collective::all_to_all, dispatched, g.ep);
+    t += 2.0 * all_to_all(dispatched);
     // The copies' router probabilities in their own all-to-all (16-bit, one per copy).
-    if (in.x.framework->moe_probs_all_to_all)
-      t += in.comm.time(Collective::all_to_all, Bytes(2.0 * p.micro_batch * tokens / shard * rf), g.ep);
+    if (in.x.framework->moe_probs_all_to_all) t += all_to_all(Bytes(2.0 * p.micro_batch * tokens / shard * rf));
   }
   // Experts split over several GPUs with sequence parallelism: the rows the ETP group's experts
   // received are all-gathered over it before the experts and reduce-scattered after them
@@ -42,6 +48,42 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
     t += in.comm.time(Collective::all_gather, rows, g.etp) + in.comm.time(Collective::reduce_scatter, rows, g.etp);
   }
   return t;
+}
+
+double ep_overlap_paired_share(const PlanSpec& p, int stage, int micro_batches) {
+  const double passes = double(micro_batches) * (p.schedule == Schedule::interleaved ? p.virtual_stages : 1);
+  if (passes <= 0) return 0.0;
+  const double alone = p.pp == 1 ? 1.0 : std::min(passes, double((p.pp - stage - 1) * 2 + (p.virtual_stages - 1) * p.pp + 1));
+  return std::max(0.0, passes - alone) / passes;
+}
+
+EpExposure ep_overlap_exposure(const CostInputs& in, const LayerCompute& lc, Seconds ep, double paired_share) {
+  if (ep <= Seconds(0)) return {};
+  // One exchange of each kind: dispatch (with the probabilities) and combine, half of a direction.
+  const double x = ep.value() / 2;
+  const double attn_f = (lc.forward - lc.mlp_forward).value(), mlp_f = lc.mlp_forward.value();
+  // The experts' backward: data gradients (with the activation and the permutes), then the delayed
+  // weight gradients, half of the FC1 and FC2 GEMMs' backward.
+  const double wgrad = 0.5 * (lc.gemm_backward[2] + lc.gemm_backward[3]).value();
+  const double dgrad = std::max(0.0, lc.mlp_backward.value() - wgrad);
+  const double attn_b = (lc.backward - lc.mlp_backward + lc.recompute).value();
+  // The pair, stream by stream (compute C, communication M), each step after what it needs.
+  const double combine_b = x;                                  // M: under the forward's attention
+  const double dgrad_end = std::max(attn_f, combine_b) + dgrad;  // C: needs the combined gradient
+  const double dispatch_f = std::max(attn_f, combine_b) + x;   // M: the forward's permuted rows
+  const double wgrad_end = dgrad_end + wgrad;                  // C
+  const double dispatch_b = std::max(dispatch_f, dgrad_end) + x;  // M: the data gradient's rows
+  const double mlp_f_end = std::max(wgrad_end, dispatch_f) + mlp_f;  // C: needs the dispatched rows
+  const double combine_f = std::max(dispatch_b, mlp_f_end) + x;      // M
+  const double attn_b_end = std::max(mlp_f_end, dispatch_b) + attn_b;  // C
+  const double compute = attn_f + dgrad + wgrad + mlp_f + attn_b;
+  const double exposed = std::max(attn_b_end, combine_f) - compute;
+  const double hidden = std::max(0.0, 4 * x - exposed);
+  const double contention = overlap_contention(in, 0.5 * (gemm_share(lc, false) + gemm_share(lc, true)));
+  const double paired = 0.5 * (exposed + contention * hidden);
+  const double s = std::clamp(paired_share, 0.0, 1.0);
+  const Seconds each((1.0 - s) * ep.value() + s * paired);
+  return {each, each};
 }
 
 LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, Seconds tp_blocking, Seconds ep,
@@ -177,8 +219,13 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           const bool moe = m.is_moe_layer(l);
           const LayerCompute lc = layer_compute(tokens, context, moe, m.window_of(l));
           const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
-          const LayerStep ls = layer_step(in, lc, tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
-                                          layer_recompute_share(p, i, s, micro_batches), moe);
+          LayerStep ls = layer_step(in, lc, tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
+                                    layer_recompute_share(p, i, s, micro_batches), moe);
+          if (moe && p.ep_overlap) {
+            const EpExposure x = ep_overlap_exposure(in, lc, ls.forward_ep, ep_overlap_paired_share(p, s, micro_batches));
+            ls.forward_ep = x.forward;
+            ls.backward_ep = x.backward;
+          }
           cc.forward += ls.forward;
           cc.backward += ls.backward;
           cc.recompute += ls.recompute;

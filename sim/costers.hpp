@@ -46,6 +46,27 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
 /// under sequence parallelism the all-gather and reduce-scatter of their rows over plan.etp().
 Seconds ep_comm_per_layer(const CostInputs& in, int tokens);
 
+/// With plan.ep_overlap: one MoE layer's exposed all-to-all time per direction when Megatron-Core
+/// runs the forward of one micro-batch beside the backward of another, layer by layer
+/// (combined_1f1b.py, TransformerLayerSchedulePlan.run): the compute stream runs the forward's
+/// attention, the backward's expert data and (delayed) weight gradients, the forward's experts,
+/// then the backward's attention, while the communication stream runs the backward's combine
+/// under the forward's attention, the forward's dispatch and the backward's dispatch under the
+/// backward's experts, and the forward's combine under the backward's attention, each exchange
+/// waiting for the compute it needs. What the pair takes beyond its compute is exposed, and the
+/// hidden exchanges cost their SM share (overlap_contention). `paired_share`: the share of a
+/// stage's passes that run in such pairs (the rest, warm-up forwards and cool-down backwards, run
+/// alone with their exchanges exposed). `ep`: one direction's exchange (ep_comm_per_layer).
+struct EpExposure {
+  Seconds forward, backward;
+};
+EpExposure ep_overlap_exposure(const CostInputs& in, const LayerCompute& lc, Seconds ep, double paired_share);
+/// The share of a stage's forward (and backward) passes that Megatron-Core's combined 1F1B pairs:
+/// without a pipeline every micro-batch's but the first forward and the last backward; with the
+/// interleaved schedule those after its warm-up of (pp - stage - 1) x 2 + (v - 1) x pp + 1 forwards
+/// (schedules.get_pp_rank_microbatches, with the extra warm-up micro-batch the overlap adds).
+double ep_overlap_paired_share(const PlanSpec& plan, int stage, int micro_batches);
+
 /// The embedding on the first model chunk and the LM head + loss on the last, with their
 /// tensor-parallel collectives (vocab-parallel embedding all-reduce, the head's input-gradient
 /// all-reduce); and the all-gather a framework re-runs before a backward when it kept only a TP

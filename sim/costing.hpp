@@ -29,6 +29,9 @@ struct LayerCompute {
   /// The GEMMs a tensor-parallel collective feeds or drains, forward and backward: QKV (after the
   /// first all-gather), projection (before the first reduce-scatter), FC1, FC2.
   std::array<Seconds, 4> gemm_forward{}, gemm_backward{};
+  /// The FFN's (or the experts') share of forward / backward: FC1, the activation, FC2 and an MoE
+  /// layer's permutes (the rest is the attention side, router included).
+  Seconds mlp_forward, mlp_backward;
 };
 
 /// Compute time of the pieces outside the transformer layers, per micro-batch (or slice).

@@ -55,6 +55,7 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.param_gather_overlap) s += " ag-overlap";
   if (p.ep > 1) s += " ep" + std::to_string(p.ep);
   if (p.etp() != p.tp) s += " etp" + std::to_string(p.etp());
+  if (p.ep_overlap) s += " ep-overlap";
   if (p.offload.optimizer) s += " off:opt";
   if (p.offload.activations > 0) s += " off:act";
   return s;

@@ -139,6 +139,10 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // Session 20: NeMo 24.07's DGX H100 FP8 table (Megatron-Core with gradient accumulation
       // fusion); the largest are the small models (GPT-3 5B +16%, 20B +10%, Llama 3 8B +9%).
       {"NeMo 24.07 on DGX H100 (Megatron-Core, FP8)", {6.1, 17.0}},
+      // Session 21: Megatron-Bridge's Qwen3 MoE rows (Megatron-Core's folded EP, all-to-all
+      // dispatcher, EP overlap, TE current scaling); the two 25.09 token-dropping rows pin NCCL's
+      // all-to-all efficiency on H100, the two dropless EP-overlap rows predict (-6.5%, -12.1%).
+      {"Megatron-Bridge MoE on DGX H100 (Megatron-Core)", {9.5, 12.5}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {

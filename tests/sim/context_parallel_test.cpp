@@ -194,7 +194,7 @@ TEST(ContextParallel, ZeroThreeUnitsHideGathersBehindTheRingExchangeToo) {
   validate_experiment(e);
   Inputs k(e);
   k.compute.layer = [](int, int, bool, int) {
-    return LayerCompute{Seconds(3e-4), Seconds(6e-4), Seconds(0), Seconds(1e-4), Seconds(2e-4), {}, {}};
+    return LayerCompute{Seconds(3e-4), Seconds(6e-4), Seconds(0), Seconds(1e-4), Seconds(2e-4), {}, {}, Seconds(0), Seconds(0)};
   };
   k.compute.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   WorkloadCosts c;
@@ -301,7 +301,7 @@ TEST(ContextParallel, PyTorchSdpaContextParallelMergesInEagerFp32) {
   // Megatron-Core's CP is Transformer Engine's fused kernels: no such passes in layer_step.
   Inputs kt(cp_plan(4));
   kt.compute.memory_bound = k.compute.memory_bound;
-  const LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}};
+  const LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)};
   EXPECT_EQ(layer_step(kt.in(), lc, 8192, Seconds(0), Seconds(0), 0).forward.value(), 1e-3);
   EXPECT_NEAR(layer_step(k.in(), lc, 8192, Seconds(0), Seconds(0), 0).forward.value(), 1e-3 + m.forward.value(), 1e-15);
 }

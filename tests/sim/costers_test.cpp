@@ -19,7 +19,7 @@ namespace {
 // 0.5/1 ms (head); the optimizer 1 ns per parameter; a memory pass 1 ns per byte, launches free.
 ComputeCosts round_compute() {
   ComputeCosts c;
-  c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0), {}, {}}; };
+  c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)}; };
   c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   c.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
@@ -42,7 +42,7 @@ Experiment small() {
 // A layer whose GEMMs TP overlap hides collectives behind: 1 ms forward, 2 ms backward; QKV
 // 0.01 ms (shorter than its all-gather), projection, FC1 and FC2 1 ms each, both passes.
 LayerCompute overlap_layer(int, int, bool, int) {
-  LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}};
+  LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)};
   lc.gemm_forward = {Seconds(1e-5), Seconds(1e-3), Seconds(1e-3), Seconds(1e-3)};
   lc.gemm_backward = lc.gemm_forward;
   return lc;

@@ -120,7 +120,7 @@ TEST(MoeFolding, AnMoeLayersTensorParallelCollectivesAreItsAttentions) {
   // layer once (around attention; its experts' tokens move in the expert-parallel exchange).
   const Experiment e = folded();
   fixtures::Costed k(e, ComputeCosts{});
-  const LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}};
+  const LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)};
   const Seconds tp = tp_comm_per_layer(k.in(), 4096);
   ASSERT_GT(tp.value(), 0.0);
   EXPECT_EQ(layer_step(k.in(), lc, 4096, tp, Seconds(0), 0.0, false).forward_tp, tp);
@@ -135,13 +135,15 @@ TEST(MoeFolding, EachGpusExpertsComputeItsGroupsCopiesAtFullWidth) {
   const Experiment e = folded();
   const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
   const cost_models::LayerTimes t = cost_models::layer_times(x, e.model, e.plan, 4096, 4096, true, 0);
-  EXPECT_NEAR(t.forward_ops.fc1.value(), x.roofline().gemm({2048, 1536, 2048, 8}).value(), 1e-15);
+  // (Megatron-Core's grouped linear launches one GEMM per expert: 7 more than one batched GEMM.)
+  const Seconds launch = x.roofline().params().launch_overhead;
+  EXPECT_NEAR(t.forward_ops.fc1.value(), (x.roofline().gemm({2048, 1536, 2048, 8}) + 7.0 * launch).value(), 1e-15);
   Experiment etp2 = e;
   etp2.plan.expert_tp = 2;
   etp2.plan.ep = 8;
   const cost_models::ExecutionModel x2 = cost_models::resolve_execution(etp2);
   const cost_models::LayerTimes t2 = cost_models::layer_times(x2, etp2.model, etp2.plan, 4096, 4096, true, 0);
-  EXPECT_NEAR(t2.forward_ops.fc1.value(), x2.roofline().gemm({2048, 768, 2048, 16}).value(), 1e-15);
+  EXPECT_NEAR(t2.forward_ops.fc1.value(), (x2.roofline().gemm({2048, 768, 2048, 16}) + 15.0 * launch).value(), 1e-15);
 }
 
 TEST(MoeFolding, ExpertGradientsAreReducedOverTheRanksHoldingTheSameExperts) {
@@ -161,4 +163,119 @@ TEST(MoeFolding, ExpertGradientsAreReducedOverTheRanksHoldingTheSameExperts) {
   const double expected = k.comm.time(Collective::reduce_scatter, Bytes(sp.dense * r), dp).value() +
                           k.comm.time(Collective::reduce_scatter, Bytes(sp.expert * r), g).value();
   EXPECT_NEAR(k.c.dp_grad_sync[0].value(), expected, 1e-12 * expected);
+}
+
+TEST(MoeFolding, AllToAllRunsAtTheCalibratedShareOfItsLinks) {
+  // nccl_all_to_all_h100_efficiency (calibration.yaml) divides the transfer, not the latency.
+  const Experiment e = folded();
+  fixtures::Costed k(e, ComputeCosts{});
+  k.x.calibrated.all_to_all_efficiency_scale = 1.0;
+  const double full = ep_comm_per_layer(k.in(), 4096).value();
+  k.x.calibrated.all_to_all_efficiency_scale = 0.5;
+  const CommGroup ep{.ranks = 16, .ranks_per_node = 8, .nodes = 2};
+  const double copies = 4096.0 / 2 * 8;
+  const CommEstimate tokens = k.comm.estimate(Collective::all_to_all, Bytes(copies * 2048 * 2), ep);
+  const CommEstimate probs = k.comm.estimate(Collective::all_to_all, Bytes(copies * 2), ep);
+  const double transfer = 2 * tokens.transfer.value() + probs.transfer.value();
+  EXPECT_NEAR(ep_comm_per_layer(k.in(), 4096).value(), full + transfer, 1e-12 * full);
+}
+
+TEST(EpOverlap, PairedPassesExposeWhatTheirComputeCannotHide) {
+  // A layer of 1 ms attention + 2 ms experts forward; backward 2 ms attention, 2 ms expert data
+  // gradients and 2 ms delayed weight gradients (half of FC1's and FC2's 2 ms each). One
+  // direction's exchange of 2 ms (dispatch 1 + combine 1): the pair runs combine_b under the
+  // forward's attention, dispatch_f and dispatch_b under the expert backward, combine_f under the
+  // backward's attention: nothing exposed, all 4 ms hidden at the SM-share contention c.
+  Experiment e = folded();
+  e.plan.ep_overlap = true;
+  e.plan.pp = 1;
+  e.plan.dp = 16;
+  e.training.global_batch = 64;
+  ASSERT_FALSE(check(e).has_value());
+  fixtures::Costed k(e, ComputeCosts{});
+  LayerCompute lc{Seconds(3e-3), Seconds(6e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}, Seconds(2e-3), Seconds(4e-3)};
+  lc.gemm_backward = {Seconds(0), Seconds(0), Seconds(2e-3), Seconds(2e-3)};
+  const double c = overlap_contention(k.in(), 0.5 * (gemm_share(lc, false) + gemm_share(lc, true)));
+  ASSERT_GT(c, 0.0);
+  EpExposure x = ep_overlap_exposure(k.in(), lc, Seconds(2e-3), 1.0);
+  EXPECT_NEAR(x.forward.value(), 0.5 * c * 4e-3, 1e-15);
+  EXPECT_EQ(x.forward, x.backward);
+  // A 10 ms direction (5 + 5): combine_b ends at 5, dispatch_f at 10, dispatch_b at 15, the
+  // forward's experts run 10-12, combine_f 15-20, the backward's attention 15-17: the pair takes
+  // 20 ms for 9 ms of compute, 11 ms exposed, 20 - 11 = 9 ms hidden.
+  x = ep_overlap_exposure(k.in(), lc, Seconds(10e-3), 1.0);
+  EXPECT_NEAR(x.forward.value(), 0.5 * (11e-3 + c * 9e-3), 1e-15);
+  // Unpaired passes expose the whole exchange.
+  x = ep_overlap_exposure(k.in(), lc, Seconds(10e-3), 0.25);
+  EXPECT_NEAR(x.forward.value(), 0.75 * 10e-3 + 0.25 * 0.5 * (11e-3 + c * 9e-3), 1e-15);
+}
+
+TEST(EpOverlap, WarmUpAndCoolDownPassesRunAlone) {
+  // PP 1: every forward but the first micro-batch's pairs with a backward. Interleaved pp 8,
+  // v 4, 128 micro-batches: stage 0 runs (8 - 1) x 2 + 3 x 8 + 1 = 39 of its 512 forwards in the
+  // warm-up, the last stage 25.
+  PlanSpec p;
+  EXPECT_DOUBLE_EQ(ep_overlap_paired_share(p, 0, 8), 7.0 / 8);
+  p.pp = 8;
+  p.schedule = Schedule::interleaved;
+  p.virtual_stages = 4;
+  EXPECT_DOUBLE_EQ(ep_overlap_paired_share(p, 0, 128), (512.0 - 39) / 512);
+  EXPECT_DOUBLE_EQ(ep_overlap_paired_share(p, 7, 128), (512.0 - 25) / 512);
+}
+
+TEST(EpOverlap, RefusedWhereMegatronCoreRefusesIt) {
+  Experiment e = folded();
+  e.plan.ep_overlap = true;
+  e.plan.schedule = Schedule::one_f_one_b;  // pp 2 without interleaving
+  ASSERT_TRUE(check(e).has_value());
+  EXPECT_EQ(check(e)->field, "plan.ep_overlap");
+  e.plan.schedule = Schedule::interleaved;
+  e.plan.virtual_stages = 2;
+  EXPECT_FALSE(check(e).has_value());
+  e.plan.recompute = Recompute::full;
+  ASSERT_TRUE(check(e).has_value());
+  EXPECT_EQ(check(e)->field, "plan.ep_overlap");
+  e.plan.recompute = Recompute::none;
+  e.plan.framework = Framework::generic;
+  ASSERT_TRUE(check(e).has_value());
+  EXPECT_EQ(check(e)->field, "plan.ep_overlap");
+}
+
+TEST(MegatronCoreDispatcher, PermutesSendsAndSortsReceivedRowsAndLaunchesAGemmPerExpert) {
+  // The folded Qwen3-30B layer: each rank permutes its 2048 x 8 copies and unpermutes them, and
+  // sorts the 2048 x 8 rows it receives for its 8 experts and back: 4 passes reading and writing
+  // rows of 2048 bf16 values. TE's grouped linear launches one GEMM per expert: 7 launches more
+  // than one batched GEMM for FC1 and FC2 forward, 14 each backward.
+  const Experiment e = folded();
+  const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
+  const cost_models::LayerTimes t = cost_models::layer_times(x, e.model, e.plan, 4096, 4096, true, 0);
+  const double rows = 2048.0 * 8;
+  const Seconds permute = x.roofline().memory_bound(Bytes(2 * 2.0 * 2 * (rows + rows) * 2048), 4);
+  EXPECT_NEAR(t.forward_ops.moe_permute.value(), permute.value(), 1e-15);
+  const Seconds launch = x.roofline().params().launch_overhead;
+  EXPECT_NEAR(t.forward_ops.fc1.value(), (x.roofline().gemm({2048, 1536, 2048, 8}) + 7.0 * launch).value(), 1e-15);
+  const Seconds bwd = x.roofline().gemm_grad({2048, 2048, 1536, 8}) + x.roofline().gemm_grad({2048, 1536, 2048, 8});
+  EXPECT_NEAR(t.backward_ops.fc1.value(), (bwd + 14.0 * launch).value(), 1e-15);
+}
+
+TEST(Fp8CurrentScaling, TransformerEngineReadsEachUnfusedInputAndEveryGradientOnceMore) {
+  // Llama 3.1 8B, one dense layer of 8192 tokens on one H100, Megatron-Core: against delayed
+  // scaling, current scaling reads the projection's input (T x 4096) and every output gradient
+  // (QKV 6144, projection 4096, gate and up 2 x 14336, down 4096 per token) once more for their
+  // amax, 2 bytes per element, in 6 and 8 more launches.
+  Experiment e = load_experiment(resolve_scenario("experiments", "nemo2407-llama3-8b-8xh100-fp8"));
+  e.plan.cp = 1;
+  e.plan.dp = 8;
+  validate_experiment(e);
+  const cost_models::ExecutionModel delayed = cost_models::resolve_execution(e);
+  e.training.fp8_scaling = Fp8Scaling::tensorwise;
+  const cost_models::ExecutionModel current = cost_models::resolve_execution(e);
+  const auto td = cost_models::layer_times(delayed, e.model, e.plan, 8192, 8192, false, 0);
+  const auto tc = cost_models::layer_times(current, e.model, e.plan, 8192, 8192, false, 0);
+  const double T = 8192;
+  const Seconds launch = current.roofline().params().launch_overhead;
+  const double bw = current.roofline().memory_bound(Bytes(1e9), 0).value() / 1e9;  // s per byte
+  EXPECT_NEAR((tc.forward_ops.fp8_casts - td.forward_ops.fp8_casts).value(), 2 * T * 4096 * bw + 6 * launch.value(), 1e-12);
+  const double grads = T * (6144 + 4096 + 2 * 14336 + 4096);
+  EXPECT_NEAR((tc.backward_ops.fp8_casts - td.backward_ops.fp8_casts).value(), 2 * grads * bw + 8 * launch.value(), 1e-12);
 }

@@ -20,7 +20,7 @@ ComputeCosts fixed_compute() {
   ComputeCosts c;
   c.layer = [](int tokens, int, bool, int) {
     const double scale = tokens / 2048.0;
-    return LayerCompute{Seconds(50e-3 * scale), Seconds(100e-3 * scale), Seconds(50e-3 * scale), Seconds(0), Seconds(0), {}, {}};
+    return LayerCompute{Seconds(50e-3 * scale), Seconds(100e-3 * scale), Seconds(50e-3 * scale), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)};
   };
   c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-11); };
@@ -221,7 +221,7 @@ TEST(Predict, EnginesAgreeWhenATensorParallelGroupUsesHalfTheNodesNics) {
   ComputeCosts fast = fixed_compute();
   fast.layer = [](int tokens, int, bool, int) {
     const double scale = tokens / 2048.0;
-    return LayerCompute{Seconds(50e-6 * scale), Seconds(100e-6 * scale), Seconds(50e-6 * scale), Seconds(0), Seconds(0), {}, {}};
+    return LayerCompute{Seconds(50e-6 * scale), Seconds(100e-6 * scale), Seconds(50e-6 * scale), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)};
   };
   ASSERT_EQ(costs_of(e, fast).stage_node, (std::vector<int>{0, 0, 1, 1}));
   expect_engines_agree(e, fast);

@@ -24,7 +24,7 @@ ShardedUnit unit(double gather_ms, double compute_ms, double reduce_ms = 0) {
 // 1 ms forward, 2 ms backward, no recompute per layer; edges 0.1/0.2 ms and 0.5/1 ms.
 ComputeCosts round_compute() {
   ComputeCosts c;
-  c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}}; };
+  c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)}; };
   c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   return c;
@@ -175,7 +175,7 @@ TEST(CostShardedParameters, PersistentGemmsPayHalfOfEveryHiddenGather) {
   ComputeCosts cc = round_compute();
   cc.layer = [](int, int, bool, int) {
     const Seconds f(2.5e-4), b(5e-4);
-    return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {f, f, f, f}, {b, b, b, b}};
+    return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {f, f, f, f}, {b, b, b, b}, Seconds(0), Seconds(0)};
   };
   Costed k(e, cc);
   EXPECT_DOUBLE_EQ(overlap_contention(k.in(), 1.0), 0.5);
