@@ -193,10 +193,14 @@ int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
   switch (plan.schedule) {
     case Schedule::gpipe:
     case Schedule::terapipe: return m;
-    case Schedule::one_f_one_b: return std::min(p - stage, m);
+    // Without a pipeline, EP overlap runs a micro-batch's forward beside the previous one's
+    // backward: two in flight.
+    case Schedule::one_f_one_b: return std::min(p - stage + (plan.ep_overlap && p == 1 ? 1 : 0), m);
     case Schedule::interleaved: {
       const int v = std::max(1, plan.virtual_stages);
-      const int warmup = (p - stage - 1) * 2 + (v - 1) * p;
+      // Megatron-Core's EP overlap schedules one more warm-up micro-batch (its combined 1F1B pairs
+      // a forward with a backward; schedules.get_pp_rank_microbatches).
+      const int warmup = (p - stage - 1) * 2 + (v - 1) * p + (plan.ep_overlap ? 1 : 0);
       return std::min(warmup + 1, m * v);
     }
   }

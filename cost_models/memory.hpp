@@ -116,6 +116,7 @@ Bytes recompute_working_bytes(const ExecutionModel& x, const ModelSpec& model, c
 /// forward_backward_pipelining_with_interleaving), each chunk holding its chunk_layer_counts entry
 /// (layers/(pp*v) when even);
 /// terapipe: m, GPipe-style over micro-batches with every token slice of each in flight.
+/// plan.ep_overlap (Megatron-Core's combined 1F1B) keeps one micro-batch more.
 int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage);
 
 /// Transformer layers' worth of activations one in-flight unit holds on the stage with the most

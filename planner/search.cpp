@@ -186,37 +186,39 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
             // selective-op only where the framework has it (torchtitan): fw.runs() drops it elsewhere.
             for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::selective_op})
               for (auto [zero, shard] : zeros)
-                for (auto [ep, expert_tp] : eps) {
-                  if (grad_ranks == 1 && zero > 0) continue;
-                  if (zero == 3 && (ep > 1 || sched == Schedule::terapipe)) continue;
-                  PlanSpec p;
-                  p.tp = tp;
-                  p.cp = cp;
-                  p.pp = pp;
-                  p.dp = dp;
-                  p.micro_batch = mb;
-                  p.schedule = sched;
-                  p.virtual_stages = v;
-                  p.sequence_parallel = sp >= 1;
-                  p.tp_overlap = sp == 2;
-                  p.recompute = rc;
-                  p.zero = zero;
-                  p.shard_group = shard;
-                  p.first_stage_layers = split.first;
-                  p.last_stage_layers = split.second;
-                  if (deepspeed_split) p.partition_method = "type:transformer";
-                  if ((split.first > 0 || deepspeed_split) && sched == Schedule::interleaved) continue;  // needs an even split
-                  p.ep = ep;
-                  p.expert_tp = expert_tp;
-                  p.framework = r.framework;
-                  p.compile = r.compile;
-                  p.compile_loss = r.compile_loss;
-                  if (!fw.runs(p)) continue;
-                  if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
-                  // Too many micro-batches to simulate (an absurd batch on few pipelines).
-                  if (sim::simulation_size_violation(experiment_for(r, p), sim::SimulationSize::fast)) continue;
-                  out.push_back(p);
-                }
+                for (auto [ep, expert_tp] : eps)
+                  for (int ep_overlap = 0; ep_overlap <= (fw.ep_overlap && ep > 1 ? 1 : 0); ++ep_overlap) {
+                    if (grad_ranks == 1 && zero > 0) continue;
+                    if (zero == 3 && (ep > 1 || sched == Schedule::terapipe)) continue;
+                    PlanSpec p;
+                    p.tp = tp;
+                    p.cp = cp;
+                    p.pp = pp;
+                    p.dp = dp;
+                    p.micro_batch = mb;
+                    p.schedule = sched;
+                    p.virtual_stages = v;
+                    p.sequence_parallel = sp >= 1;
+                    p.tp_overlap = sp == 2;
+                    p.recompute = rc;
+                    p.zero = zero;
+                    p.shard_group = shard;
+                    p.first_stage_layers = split.first;
+                    p.last_stage_layers = split.second;
+                    if (deepspeed_split) p.partition_method = "type:transformer";
+                    if ((split.first > 0 || deepspeed_split) && sched == Schedule::interleaved) continue;  // needs an even split
+                    p.ep = ep;
+                    p.expert_tp = expert_tp;
+                    p.ep_overlap = ep_overlap == 1;
+                    p.framework = r.framework;
+                    p.compile = r.compile;
+                    p.compile_loss = r.compile_loss;
+                    if (!fw.runs(p)) continue;
+                    if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
+                    // Too many micro-batches to simulate (an absurd batch on few pipelines).
+                    if (sim::simulation_size_violation(experiment_for(r, p), sim::SimulationSize::fast)) continue;
+                    out.push_back(p);
+                  }
       }
     }
     }
@@ -384,7 +386,7 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
     return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
                            p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.recompute_layers,
                            p.partial_recompute_microbatches, p.zero,
-                           p.shard_group, p.ep, p.expert_tp,
+                           p.shard_group, p.ep, p.expert_tp, int(p.ep_overlap),
                            int(p.offload.optimizer), p.offload.activations);
   };
   std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
