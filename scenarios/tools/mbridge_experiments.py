@@ -35,6 +35,8 @@ Usage: python3 scenarios/tools/mbridge_experiments.py
 """
 import os
 
+from experiment_file import write_experiment
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -127,19 +129,10 @@ def main():
                  "parallelism 1, no recompute, distributed optimizer with overlapped bf16 gradient reduce and "
                  "parameter gather; attention backend left to Transformer Engine (cuDNN on H100). "
                  "Cluster dgx-h100-superpod (DGX H100, 8 x 400 Gb/s InfiniBand per node).")
-        lines = ["experiment:", f"  model: ../models/{model_file}.yaml", "  cluster: ../clusters/dgx-h100-superpod.yaml",
-                 f"  gpus: {gpus}",
-                 f"  training: {{global_batch: {gbs}, dtype: fp8, fp8_scaling: tensorwise, optimizer: adam}}",
-                 "  plan:"]
-        lines += [f"    {x}" for x in plan]
-        lines += ["  measured:"]
-        if name in CALIBRATION:
-            lines.append("    role: calibration")
-        lines += [f"    tokens_per_s: {tps * gpus}", f"    source: \"{source}, row {model} {gpus} GPUs\"",
-                  f"  notes: \"{notes}\""]
-        with open(os.path.join(ROOT, "experiments", name + ".yaml"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print("wrote", name)
+        measured = (["role: calibration"] if name in CALIBRATION else []) + [
+            f"tokens_per_s: {tps * gpus}", f"source: \"{source}, row {model} {gpus} GPUs\""]
+        write_experiment(name, model_file, "dgx-h100-superpod", gpus,
+                         f"{{global_batch: {gbs}, dtype: fp8, fp8_scaling: tensorwise, optimizer: adam}}", plan, measured, notes)
 
 
 if __name__ == "__main__":

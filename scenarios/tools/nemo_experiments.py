@@ -30,6 +30,8 @@ Usage: python3 scenarios/tools/nemo_experiments.py
 """
 import os
 
+from experiment_file import write_experiment
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -107,14 +109,8 @@ def main():
                  "sync in bf16, gradient accumulation fusion, sequence parallelism and userbuffers TP overlap as set, "
                  f"attention backend {'cuDNN (NVTE_FUSED_ATTN=1)' if attention == 'cudnn' else 'FlashAttention-2 (NVTE_FUSED_ATTN=0)'}. "
                  "Cluster dgx-h100-superpod (DGX H100, 8 x 400 Gb/s InfiniBand per node), as the table's DGX-H100.")
-        lines = ["experiment:", f"  model: ../models/{model}.yaml", "  cluster: ../clusters/dgx-h100-superpod.yaml",
-                 f"  gpus: {gpus}", f"  training: {{global_batch: {gbs}, dtype: fp8, optimizer: adam}}", "  plan:"]
-        lines += [f"    {x}" for x in plan]
-        lines += ["  measured:", f"    tokens_per_s: {tps * gpus}", f"    source: \"{SOURCE}, row {row}\"",
-                  f"  notes: \"{notes}\""]
-        with open(os.path.join(ROOT, "experiments", name + ".yaml"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print("wrote", name)
+        write_experiment(name, model, "dgx-h100-superpod", gpus, f"{{global_batch: {gbs}, dtype: fp8, optimizer: adam}}", plan,
+                         [f"tokens_per_s: {tps * gpus}", f"source: \"{SOURCE}, row {row}\""], notes)
 
 
 if __name__ == "__main__":
