@@ -21,7 +21,9 @@ std::string group_of(const Experiment& e) {
   const std::string& n = e.name;
   if (n.starts_with("mt-nlg")) return "MT-NLG (Smith et al. 2022)";
   if (n.starts_with("sc21")) return "Megatron-LM SC21 Table 1";
+  if (n.starts_with("korthikanti-table5")) return "Korthikanti 2022 Table 5 (end-to-end)";
   if (n.starts_with("korthikanti")) return "Korthikanti 2022 Table 4";
+  if (n.starts_with("megatron2020")) return "Megatron-LM repository scaling table (2020)";
   if (n.starts_with("terapipe")) return "TeraPipe (Li et al. 2021)";
   if (n.starts_with("deepspeed-moe")) return "DeepSpeed-MoE (Rajbhandari et al. 2022)";
   if (n.ends_with("-local-h100") || n.ends_with("-local-h100-compile")) return "PyTorch on one H100 (shared/bench)";

@@ -143,6 +143,11 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // dispatcher, EP overlap, TE current scaling); the two 25.09 token-dropping rows pin NCCL's
       // all-to-all efficiency on H100, the two dropless EP-overlap rows predict (-6.5%, -12.1%).
       {"Megatron-Bridge MoE on DGX H100 (Megatron-Core)", {9.5, 12.5}},
+      // Session 21: Korthikanti's Table 5 (whole iterations, Selene; +8.1% the 1T row at 1F1B with
+      // pp 64) and the Megatron-LM repository's 2020 scaling table (V100 within 4.4%; the A100 rows
+      // of the first A100 software 4-11% slower than predicted).
+      {"Korthikanti 2022 Table 5 (end-to-end)", {3.8, 8.2}},
+      {"Megatron-LM repository scaling table (2020)", {6.7, 11.5}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {
