@@ -101,6 +101,10 @@ FORESIGHT_ENUM_NAMES(AttentionImpl, {AttentionImpl::unfused, "unfused"}, {Attent
 /// all-to-all dispatcher with Transformer Engine's grouped linears (MoEAlltoAllTokenDispatcher,
 /// core_r0.13-r0.17: permute, all-to-all, the received rows sorted by local expert and sorted back
 /// after the experts, unpermute; TEGroupedMLP, on sm90 one cuBLAS GEMM per local expert).
+/// ZeRO-3's gather unit (FrameworkTraits::zero3_unit).
+enum class Zero3Unit { layer, module };
+FORESIGHT_ENUM_NAMES(Zero3Unit, {Zero3Unit::layer, "layer"}, {Zero3Unit::module, "module"});
+
 enum class MoeDispatch { permute, einsum, alltoall };
 FORESIGHT_ENUM_NAMES(MoeDispatch, {MoeDispatch::permute, "permute"}, {MoeDispatch::einsum, "einsum"},
                      {MoeDispatch::alltoall, "alltoall"});

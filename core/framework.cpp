@@ -228,9 +228,11 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.fp8_transformer_engine = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
-                                    "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021)",
+                                    "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021); ZeRO-3 as v0.6-v0.9 run it (2022-23)",
                                     "microsoft/DeepSpeed v0.5.0-0.5.3 (deepspeed/runtime/pipe/engine.py, "
-                                    "runtime/zero/stage2.py); notes/research-deepspeed-pipeline.md");
+                                    "runtime/zero/stage2.py), v0.6.0-v0.9.4 (runtime/zero/stage3.py, "
+                                    "partitioned_param_coordinator.py); notes/research-deepspeed-pipeline.md, "
+                                    "notes/research-deepspeed-zero3.md");
   deepspeed.moe_dispatch = MoeDispatch::einsum;
   // Activations partitioned over TP and all-gathered by the receiver (is_pipe_partitioned =
   // is_model_parallel, PartitionedTensor.full()); gradients sent whole from every TP rank
@@ -258,6 +260,17 @@ std::array<FrameworkTraits, 9> make_table() {
   // It has no per-stage layer counts (no Megatron --decoder-first/last-pipeline-num-layers, no
   // explicit list in v0.5): uneven splits come only from partition_method.
   deepspeed.uneven_pipeline = false;
+  // ZeRO stage 3 as v0.6-v0.9 run it (PR #1453, 2022: coalesced all-gathers on their own stream;
+  // notes/research-deepspeed-zero3.md): per-module fetches, reduce_bucket_size buckets, the
+  // gathered parameters copied out, three passes over each gradient before its reduce-scatter,
+  // max_reuse_distance 1e9, param_persistence_threshold 1e5 (runtime/zero/config.py defaults).
+  deepspeed.zero3_unit = Zero3Unit::module;
+  deepspeed.zero3_reduce_bucket_elements = 5e8;
+  deepspeed.zero3_gather_copies = true;
+  deepspeed.zero3_reduce_copy_passes = 3;
+  deepspeed.zero3_reuse_elements = 1e9;
+  deepspeed.zero3_persistence_elements = 1e5;
+  deepspeed.activation_offload_per_layer = true;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",
                                    "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "

@@ -201,6 +201,36 @@ struct FrameworkTraits {
   /// unit per step), the unsharded gradients accumulate in reduce_dtype across micro-batches, and
   /// the stage's whole gradient is reduce-scattered after its last backward, exposed.
   bool fsdp_pipeline_step_sync = false;
+  /// ZeRO-3's gather unit: a transformer layer (FSDP wrapping each block, one all-gather per layer
+  /// and pass) or each module holding parameters (DeepSpeed stage 3: the pre-forward and
+  /// pre-backward hooks of every nn.Module fetch its own parameters, v0.6+ as one coalesced
+  /// all-gather per module: a layer's QKV, output projection and the MLP's two or three
+  /// projections; partitioned_param_coordinator.py fetch_sub_module).
+  Zero3Unit zero3_unit = Zero3Unit::layer;
+  /// ZeRO-3 reduces gradients in buckets of this many elements rather than once per unit (0):
+  /// DeepSpeed's reduce_bucket_size (5e8 by default; plan.reduce_bucket overrides it), each bucket
+  /// one reduce-scatter.
+  double zero3_reduce_bucket_elements = 0;
+  /// Gathered parameters are copied out of the flat gather buffer on the gather stream (DeepSpeed's
+  /// AllGatherCoalescedHandle.wait: a torch.cat per parameter, read + write in the gather dtype).
+  bool zero3_gather_copies = false;
+  /// Passes over each reduced gradient before its reduce-scatter on the reduction stream, each a
+  /// read and a write in the reduce dtype (DeepSpeed: the copy into the IPG bucket, the
+  /// interleaving cat of reduce_scatter_coalesced, the div_ by the world size).
+  int zero3_reduce_copy_passes = 0;
+  /// Parameters used again within this many elements stay gathered instead of being released
+  /// (DeepSpeed stage3_max_reuse_distance, 1e9): the last layers of the forward are not gathered
+  /// again for the backward. 0: every released unit is gathered again.
+  double zero3_reuse_elements = 0;
+  /// Parameters of at most this many elements are kept whole on every rank (DeepSpeed
+  /// stage3_param_persistence_threshold, 1e5: the norms' and the biases' vectors) and, after each
+  /// optimizer step, gathered again one collective per parameter (_post_step). 0: none.
+  double zero3_persistence_elements = 0;
+  /// Offloaded activations move layer by layer: each layer's checkpoint to the host as the layer
+  /// finishes and back as its backward begins (DeepSpeed's activation checkpointing with
+  /// cpu_checkpointing, runtime/activation_checkpointing/checkpointing.py), so two layers' are staged
+  /// on the device rather than a whole chunk's.
+  bool activation_offload_per_layer = false;
   /// The weight-gradient GEMMs accumulate into the fp32 main gradients (Megatron-LM's
   /// gradient_accumulation_fusion, fused_weight_gradient_mlp_cuda / Transformer Engine's
   /// fuse_wgrad_accumulation), so no separate accumulation pass follows each micro-batch.

@@ -378,6 +378,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   }
   if (p.ep > 1 && !m.moe)
     return fail("plan.ep", str((long long)p.ep), "greater than 1 needs a model with moe");
+  if (p.reduce_bucket > 0 && framework_traits(p.framework).dp_bucket_elements <= 0)
+    return fail("plan.reduce_bucket", str((long long)p.reduce_bucket),
+                std::string(framework_traits(p.framework).name) +
+                    " does not reduce gradients in buckets of elements (deepspeed's reduce_bucket_size does)");
   if (p.ep_overlap) {
     const FrameworkTraits& ofw = framework_traits(p.framework);
     if (!ofw.ep_overlap)

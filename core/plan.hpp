@@ -80,6 +80,10 @@ struct PlanSpec {
   /// ZeRO-1/2: the parameter all-gather after the optimizer step overlaps the next forward, bucket
   /// by bucket (Megatron-Core --overlap-param-gather); only the first bucket waits.
   bool param_gather_overlap = false;
+  /// Gradient elements per reduction bucket where the framework reduces in buckets of elements
+  /// (DeepSpeed's reduce_bucket_size; FrameworkTraits::dp_bucket_elements and
+  /// zero3_reduce_bucket_elements). 0: the framework's default.
+  int reduce_bucket = 0;
   OffloadSpec offload;
   int ep = 1;  // expert-parallel degree: ranks the experts of a layer are spread over
   /// Tensor-parallel degree of the expert layers (Megatron-Core's --expert-tensor-parallel-size,

@@ -120,6 +120,7 @@ void visit_fields(V& v, S& p) {
   v.integer("shard_group", p.shard_group, 0, 0);
   v.boolean("reshard_after_forward", p.reshard_after_forward, true);
   v.boolean("param_gather_overlap", p.param_gather_overlap, false);
+  v.integer("reduce_bucket", p.reduce_bucket, 0, 0);
   v.section("offload", p.offload);
   v.integer("ep", p.ep, 1, 1);
   v.integer("expert_tp", p.expert_tp, 0, 0);

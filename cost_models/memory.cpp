@@ -352,8 +352,14 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
   const int m = plan.micro_batches(training), b = plan.micro_batch, s = plan.local_tokens(model);
   const double offloaded = std::clamp(plan.offload.activations, 0.0, 1.0);
   Bytes bytes = stashed_layer_activation_bytes(x, model, training, plan, stage) * (1.0 - offloaded);
-  // With activation offload, one unit is staged on the device while it streams in or out.
-  if (offloaded > 0) bytes += layer_activation_bytes_per_unit(x, model, plan, stage) * offloaded;
+  // With activation offload, one unit is staged on the device while it streams in or out; where
+  // the framework moves each layer's checkpoint on its own (FrameworkTraits::
+  // activation_offload_per_layer), two layers' (one going out, one coming back).
+  if (offloaded > 0) {
+    const Bytes unit = layer_activation_bytes_per_unit(x, model, plan, stage);
+    const double layers = std::max(1.0, layers_per_in_flight_unit(model, plan));
+    bytes += (x.framework->activation_offload_per_layer ? unit * std::min(1.0, 2.0 / layers) : unit) * offloaded;
+  }
 
   const bool all_forwards_first = plan.schedule == Schedule::gpipe || plan.schedule == Schedule::terapipe;
   const bool edges = x.framework->has_embedding_and_head;
@@ -384,7 +390,10 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     const Bytes all_grads(params.total() * x.bytes.grad);
     // The framework's extra gradient bucket (none where it reduces its grad buffer in place).
     if (fw.dp_bucket_bytes > 0) bytes += min(Bytes(fw.dp_bucket_bytes), all_grads);
-    if (fw.dp_bucket_elements > 0) bytes += min(Bytes(fw.dp_bucket_elements * x.bytes.grad), all_grads);
+    if (fw.dp_bucket_elements > 0) {
+      const double elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.dp_bucket_elements;
+      bytes += min(Bytes(elements * x.bytes.grad), all_grads);
+    }
   }
   if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
   if (has_moe) bytes += Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div);
@@ -409,8 +418,17 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       largest_layer = std::max(largest_layer, n);
       stage_layers_params += n;
     }
-    double gathered = plan.reshard_after_forward ? 2.0 * largest_layer : stage_layers_params + largest_layer;
-    double unsharded_grads = largest_layer * x.bytes.grad;
+    // A framework that gathers module by module (DeepSpeed) holds its largest module and the one
+    // prefetched, and the gradients of one module with its reduction bucket.
+    double largest_unit = largest_layer, bucket_grads = 0;
+    if (fw.zero3_unit == Zero3Unit::module) {
+      const std::vector<double> shares = zero3_module_shares(fw, model);
+      largest_unit = largest_layer * *std::max_element(shares.begin(), shares.end());
+      const double bucket = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.zero3_reduce_bucket_elements;
+      bucket_grads = std::min(bucket, stage_layers_params) * x.bytes.grad;
+    }
+    double gathered = plan.reshard_after_forward ? 2.0 * largest_unit : stage_layers_params + largest_unit;
+    double unsharded_grads = largest_unit * x.bytes.grad + bucket_grads;
     if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {
       // Reduced once per step (FrameworkTraits::fsdp_pipeline_step_sync): every unit stays
       // gathered from its first use to the step's end, and every unit's unsharded gradient
@@ -495,5 +513,33 @@ Bytes memory_shortfall(const MemoryBreakdown& memory, const GpuSpec& gpu) {
 }
 
 bool fits(const MemoryBreakdown& memory, const GpuSpec& gpu) { return memory.total() <= gpu.hbm; }
+
+std::vector<double> zero3_module_shares(const FrameworkTraits& fw, const ModelSpec& m) {
+  if (fw.zero3_unit == Zero3Unit::layer || m.mla || m.moe) return {1.0};
+  const double h = m.hidden, f = m.ffn_hidden, up = m.gated() ? 2.0 : 1.0;
+  const double w[4] = {h * (m.q_width() + 2.0 * m.kv_width()), m.v_width() * h, up * f * h, f * h};
+  const double sum = w[0] + w[1] + w[2] + w[3];
+  return {w[0] / sum, w[1] / sum, w[2] / sum, w[3] / sum};
+}
+
+std::vector<double> zero3_persistent_vectors(const FrameworkTraits& fw, const ModelSpec& m, const PlanSpec& p) {
+  std::vector<double> out;
+  if (!(fw.zero3_persistence_elements > 0)) return out;
+  const double h = m.hidden, t = p.tp, up = m.gated() ? 2.0 : 1.0;
+  auto add = [&](double n) {
+    if (n > 0 && n <= fw.zero3_persistence_elements) out.push_back(n);
+  };
+  for (int i = 0; i < m.norms_per_layer(); ++i) {
+    add(h);                                   // weight
+    if (m.norm == Norm::layernorm) add(h);    // bias
+  }
+  if (m.bias) {
+    add((m.q_width() + 2.0 * m.kv_width()) / t);
+    add(h);
+    add(up * m.ffn_hidden / t);
+    add(h);
+  }
+  return out;
+}
 
 }  // namespace foresight::cost_models

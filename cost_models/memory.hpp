@@ -254,4 +254,14 @@ Bytes memory_shortfall(const MemoryBreakdown& memory, const GpuSpec& gpu);
 /// Whether `memory` fits in the GPU's capacity.
 bool fits(const MemoryBreakdown& memory, const GpuSpec& gpu);
 
+/// The shares of a transformer layer's ZeRO-3 gather unit that the framework gathers one
+/// collective each: {1} for a layer unit; for a module unit (DeepSpeed) the dense layer's QKV,
+/// output projection, up (with gate) and down projections in proportion to their weights (MLA and
+/// MoE layers: one share).
+std::vector<double> zero3_module_shares(const FrameworkTraits& fw, const ModelSpec& m);
+/// The vectors of one transformer layer that stay whole on every rank under the framework's ZeRO-3
+/// persistence threshold (norm weights and biases, linear biases; after tensor parallelism), in
+/// elements: each gathered again after every optimizer step (FrameworkTraits::zero3_persistence_elements).
+std::vector<double> zero3_persistent_vectors(const FrameworkTraits& fw, const ModelSpec& m, const PlanSpec& p);
+
 }  // namespace foresight::cost_models

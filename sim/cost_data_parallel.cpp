@@ -152,8 +152,17 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const int micro_batches = p.micro_batches(in.e.training);
   const double sent = (k - 1.0) / k;  // of each gathered or reduced buffer, per GPU (ring)
   const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
-  auto gather = [&](double params) {
-    return params > 0 ? in.comm.time(Collective::all_gather, Bytes(params * gb), shard) : Seconds(0);
+  // A unit's gather: one all-gather, or one per module where the framework fetches module by
+  // module (FrameworkTraits::zero3_unit), the unit's parameters split as its modules' weights;
+  // with the gathered parameters copied out on the gather stream where the framework does.
+  const std::vector<double> modules = cost_models::zero3_module_shares(fw, m);
+  auto gather = [&](double params, bool layer) {
+    if (!(params > 0)) return Seconds(0);
+    Seconds t;
+    for (double share : layer ? modules : std::vector<double>{1.0})
+      t += in.comm.time(Collective::all_gather, Bytes(params * share * gb), shard);
+    if (fw.zero3_gather_copies && in.compute.memory_bound) t += in.compute.memory_bound(Bytes(2.0 * params * gb), 1);
+    return t;
   };
   // HSDP: the reduce-scattered shard of each unit is then all-reduced across the replicas, on the
   // same stream before the next unit's reduction (PyTorch FSDP HYBRID_SHARD's post-backward
@@ -161,10 +170,20 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   // foreach_reduce the same).
   const int replicas = p.grad_ranks() / k;
   const CommGroup replicate = plan_groups(p, in.e.cluster).replicate;
+  // Reductions: one reduce-scatter per unit, or per bucket of elements where the framework reduces
+  // in buckets (DeepSpeed's reduce_bucket_size, plan.reduce_bucket): a unit's gradients are that
+  // many buckets' share (buckets span units); with the framework's passes over each gradient on
+  // the reduction stream before it.
+  const double bucket = fw.zero3_reduce_bucket_elements > 0
+                            ? (p.reduce_bucket > 0 ? double(p.reduce_bucket) : fw.zero3_reduce_bucket_elements)
+                            : 0.0;
   auto reduce = [&](double params) {
     if (!(params > 0)) return Seconds(0);
-    Seconds t = in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard);
+    Seconds t = bucket > 0 ? (params / bucket) * in.comm.time(Collective::reduce_scatter, Bytes(bucket * rb), shard)
+                           : in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard);
     if (replicas > 1) t += in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
+    if (fw.zero3_reduce_copy_passes > 0 && in.compute.memory_bound)
+      t += in.compute.memory_bound(Bytes(2.0 * fw.zero3_reduce_copy_passes * params * rb), fw.zero3_reduce_copy_passes);
     return t;
   };
   // FSDP2's copies on the compute stream (FrameworkTraits::fsdp2_unit_copies): out of each
@@ -221,33 +240,54 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       std::vector<ShardedUnit> fwd, bwd;
       Seconds fwd_copies, bwd_copies;
       // One unit: its gather, its compute with the copies added, its reduction.
+      // (`layer`: a transformer layer's unit, which a module-by-module framework gathers in pieces.)
       auto unit = [&](std::vector<ShardedUnit>& units, Seconds& copies, double params, bool gathers, Seconds compute,
-                      bool reduces) {
+                      bool reduces, bool layer = true) {
         const Seconds copy = (gathers ? copy_out(params) : Seconds(0)) + (reduces ? copy_in(params) : Seconds(0));
         copies += copy;
-        units.push_back({gathers ? gather(params) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
+        units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
       };
-      if (first_segment) unit(fwd, fwd_copies, edge_params, true, edges.embedding_forward, false);
-      double chunk_params = 0;
+      if (first_segment) unit(fwd, fwd_copies, edge_params, true, edges.embedding_forward, false, false);
+      double chunk_params = 0, regathered = 0;
       const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, ch);
+      // Where the framework keeps parameters used again soon (FrameworkTraits::zero3_reuse_elements:
+      // DeepSpeed's max_reuse_distance), the units the backward starts with, the forward's last
+      // ones within that many elements of their reuse, are not gathered again: on the stage's last
+      // chunk, from the head back.
+      double reuse = ch == v - 1 ? fw.zero3_reuse_elements : 0.0;
+      auto kept_for_backward = [&](double params) {
+        if (!p.reshard_after_forward) return true;
+        if (reuse <= 0 || params > reuse) {
+          reuse = 0;
+          return false;
+        }
+        reuse -= params;
+        return true;
+      };
+      const bool head_kept = last_segment && kept_for_backward(head_params);
+      std::vector<bool> kept(chunk.size(), false);
+      for (int i = int(chunk.size()) - 1; i >= 0; --i)
+        kept[std::size_t(i)] = kept_for_backward(cost_models::layer_parameters_on_gpu(m, p, chunk[std::size_t(i)]).total());
       for (int i = 0; i < int(chunk.size()); ++i) {
         const int l = chunk[std::size_t(i)];
         const double params = cost_models::layer_parameters_on_gpu(m, p, l).total();
         chunk_params += params;
+        if (!kept[std::size_t(i)]) regathered += params;
         // What the compute stream does between two units' gathers: the layer with its TP (as
         // overlapped), CP and EP communication, as cost_layer_chunks charges it.
         const bool moe = m.is_moe_layer(l);
         const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
                                         layer_recompute_share(p, i, s, micro_batches), moe);
         unit(fwd, fwd_copies, params, true, ls.forward_total(), false);
-        unit(bwd, bwd_copies, params, p.reshard_after_forward, ls.backward_total(), reduces_per_microbatch);
+        unit(bwd, bwd_copies, params, !kept[std::size_t(i)], ls.backward_total(), reduces_per_microbatch);
       }
       if (last_segment) {
-        unit(fwd, fwd_copies, head_params, true, edges.head_forward, false);
-        unit(bwd, bwd_copies, head_params, p.reshard_after_forward, edges.head_backward, reduces_per_microbatch);
+        if (!head_kept) regathered += head_params;
+        unit(fwd, fwd_copies, head_params, true, edges.head_forward, false, false);
+        unit(bwd, bwd_copies, head_params, !head_kept, edges.head_backward, reduces_per_microbatch, false);
       }
       std::reverse(bwd.begin(), bwd.end());
-      if (first_segment) unit(bwd, bwd_copies, edge_params, false, edges.embedding_backward, reduces_per_microbatch);
+      if (first_segment) unit(bwd, bwd_copies, edge_params, false, edges.embedding_backward, reduces_per_microbatch, false);
       for (auto& chunk_slices : c.chunk[s][ch]) {
         chunk_slices.forward_dp_comm = (exposed_under_prefetch(fwd, contention_fwd) + fwd_copies) * forward_share;
         chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention_bwd) + bwd_copies;
@@ -256,8 +296,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       const double edge = first_segment ? edge_params : 0.0;
       // Per micro-batch: the forward's gathers (once per step under step_sync), the backward's
       // re-gathers (reshard_after_forward) and the reductions (per micro-batch or once).
-      const double gathered = (edge + chunk_params + head) * forward_share +
-                              (p.reshard_after_forward ? chunk_params + head : 0.0);
+      const double gathered = (edge + chunk_params + head) * forward_share + regathered;
       const double reduced = edge + chunk_params + head;
       const double reductions = step_sync ? 1.0 : double(micro_batches);
       c.zero3_gather_bytes[s] += Bytes(gathered * gb * sent * micro_batches);
@@ -307,6 +346,13 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
         const double tensors = 12.0 * double(cost_models::stage_layers(in.e.model, p, s).size());
         opt += in.comm.time(Collective::all_reduce, Bytes(2.0 * 4.0 * tensors), plan_groups(p, in.e.cluster).shard);
       }
+    }
+    // ZeRO-3 persistent vectors gathered again one by one after the step (DeepSpeed _post_step).
+    if (p.zero >= 3 && p.shard_ways() > 1) {
+      const std::vector<double> vectors = cost_models::zero3_persistent_vectors(*in.x.framework, in.e.model, p);
+      const double layers = double(cost_models::stage_layers(in.e.model, p, s).size());
+      const CommGroup shard = plan_groups(p, in.e.cluster).shard;
+      for (double n : vectors) opt += layers * in.comm.time(Collective::all_gather, Bytes(n * in.x.bytes.gather), shard);
     }
     // Calibrated per-iteration host time (cost_models/calibrated.hpp), on every stage.
     c.optimizer.push_back(opt + in.x.calibrated.step_overhead);

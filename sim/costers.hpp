@@ -110,6 +110,7 @@ struct ShardedUnit {
 /// (what is not exposed, at most the compute) costs that much more.
 Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention = 0.0);
 
+
 /// ZeRO-3 over plan.shard_ways() ranks: every (stage, chunk, slice)'s exposed gathers in its
 /// forward and gathers plus reduce-scatters in its backward (forward_dp_comm / backward_dp_comm),
 /// per micro-batch (FSDP and DeepSpeed ZeRO-3 reduce each micro-batch's gradients), and the bytes

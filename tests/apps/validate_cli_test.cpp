@@ -148,6 +148,10 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // of the first A100 software 4-11% slower than predicted).
       {"Korthikanti 2022 Table 5 (end-to-end)", {3.8, 8.2}},
       {"Megatron-LM repository scaling table (2020)", {6.7, 11.5}},
+      // Session 21: the Azure + DeepSpeed ZeRO-3 runs (2022, DeepSpeed 0.6.2, up to 1024 A100s):
+      // predicted 13-31% fast with DeepSpeed's module-by-module gathers, bucketed reduce-scatters,
+      // copies, reuse and persistent re-gathers priced; the rest unexplained (notes/status.md).
+      {"DeepSpeed ZeRO-3 on Azure A100 (2022)", {23.5, 31.0}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {

@@ -410,3 +410,83 @@ TEST(CostShardedParameters, PipelineStagesReduceOnceAfterTheirLastBackward) {
   EXPECT_NEAR(kp.c.zero3_reduce_bytes[1].value(), stage1 * 4 * sent * m, 1.0);
   EXPECT_GT(kp.c.chunk[1][0][0].backward_dp_comm.value(), 0.0);
 }
+
+namespace {
+// GPT-3 350M (24 layers, h 1024, with biases) in fp16 on two Selene nodes under DeepSpeed's
+// ZeRO-3 (dp 16), one micro-batch; every layer and edge computes in no time (only communication
+// and its copies are left to count), a memory pass 1 ns per byte.
+Experiment deepspeed_zero3() {
+  Experiment e = fsdp();
+  e.model = load_model(resolve_scenario("models", "gpt3-350m"));
+  e.training = TrainingSpec{.global_batch = 16, .dtype = Dtype::fp16, .optimizer = Optimizer::adam};
+  e.plan.framework = Framework::deepspeed;
+  e.plan.recompute = Recompute::full;
+  validate_experiment(e);
+  return e;
+}
+ComputeCosts instant_compute() {
+  ComputeCosts c;
+  c.layer = [](int, int, bool, int) { return LayerCompute{}; };
+  c.edges = [](int) { return EdgeCompute{}; };
+  c.optimizer = [](double) { return Seconds(0); };
+  c.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
+  return c;
+}
+}  // namespace
+
+TEST(DeepSpeedZero3, GathersModuleByModuleInBucketsKeepsTheTailAndCopies) {
+  // A GPT layer's modules by weight: QKV 3h^2, projection h^2, FC1 4h^2, FC2 4h^2.
+  const Experiment e = deepspeed_zero3();
+  const std::vector<double> shares = cost_models::zero3_module_shares(framework_traits(Framework::deepspeed), e.model);
+  ASSERT_EQ(shares.size(), 4u);
+  EXPECT_DOUBLE_EQ(shares[0], 3.0 / 12);
+  EXPECT_DOUBLE_EQ(shares[1], 1.0 / 12);
+  EXPECT_DOUBLE_EQ(shares[2], 4.0 / 12);
+  EXPECT_DOUBLE_EQ(shares[3], 4.0 / 12);
+  EXPECT_EQ(cost_models::zero3_module_shares(framework_traits(Framework::torchtitan), e.model).size(), 1u);
+  // With nothing to hide under, the forward exposes every gather: the embedding in one piece,
+  // each layer in its four modules (fp16), each followed by its copy out of the gather buffer
+  // (read + write, 4 bytes per parameter at 1 ns per byte), and the head (tied: GPT's final norm).
+  Costed k(e, instant_compute());
+  const CommGroup shard = plan_groups(e.plan, e.cluster).shard;
+  auto ag = [&](double params) { return k.comm.time(Collective::all_gather, Bytes(2.0 * params), shard).value(); };
+  const double layer = cost_models::layer_parameters_on_gpu(e.model, e.plan, 0).total();
+  const double all = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0).total();
+  const double edges = all - 24 * layer;
+  double layer_gather = 4e-9 * layer;
+  for (double s : shares) layer_gather += ag(layer * s);
+  // (The embedding and the head share what is beyond the layers: on one stage the first stage
+  // holds it, gathered as one module before the first layer.)
+  const double fwd = ag(edges) + 4e-9 * edges + 24 * layer_gather;
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), fwd, 1e-9 * fwd);
+  // The whole model (355M) is within max_reuse_distance (1e9): the backward gathers nothing
+  // again; it reduce-scatters in buckets of 5e8 elements, each layer its share of one bucket,
+  // with three read + write passes over every fp16 gradient (12 bytes per parameter).
+  const double bucket = k.comm.time(Collective::reduce_scatter, Bytes(2.0 * 5e8), shard).value();
+  const double bwd = all * (bucket / 5e8 + 12e-9);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), bwd, 1e-9 * bwd);
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), all * 2.0 * 15.0 / 16, 1e-6 * all);
+  // plan.reduce_bucket sets the bucket.
+  Experiment small = e;
+  small.plan.reduce_bucket = 1000000;
+  Costed k2(small, instant_compute());
+  const double bucket2 = k2.comm.time(Collective::reduce_scatter, Bytes(2.0 * 1e6), shard).value();
+  EXPECT_NEAR(k2.c.chunk[0][0][0].backward_dp_comm.value(), all * (bucket2 / 1e6 + 12e-9), 1e-9 * bwd);
+}
+
+TEST(DeepSpeedZero3, PersistentVectorsAreGatheredOneByOneAfterTheStep) {
+  // Per layer: two LayerNorms' weight and bias (h each) and the four linear biases (3h, h, 4h,
+  // h), all under the 1e5-element persistence threshold at h = 1024: 8 vectors, each an all-gather
+  // of its fp16 values after every step, on top of the optimizer's own time (0 here).
+  const Experiment e = deepspeed_zero3();
+  const std::vector<double> v = cost_models::zero3_persistent_vectors(framework_traits(Framework::deepspeed), e.model, e.plan);
+  const std::vector<double> expected = {1024, 1024, 1024, 1024, 3072, 1024, 4096, 1024};
+  EXPECT_EQ(v, expected);
+  Costed k(e, instant_compute());
+  cost_optimizer(k.in(), k.c);
+  const CommGroup shard = plan_groups(e.plan, e.cluster).shard;
+  double t = 0;
+  for (double n : expected) t += 24 * k.comm.time(Collective::all_gather, Bytes(2.0 * n), shard).value();
+  EXPECT_NEAR(k.c.optimizer[0].value(), t, 1e-12 * t);
+  EXPECT_TRUE(cost_models::zero3_persistent_vectors(framework_traits(Framework::torchtitan), e.model, e.plan).empty());
+}
