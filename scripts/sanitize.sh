@@ -17,7 +17,9 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_
 # *_uninstrumented_test (the million-GPU plan search, which repeats the planner's code at a scale
 # that takes 25x longer instrumented; the Chromium rendering of the report, whose time goes to
 # Python and Chromium, which are not instrumented, while the same report C++ runs here in
-# Report.WritesHtmlMarkdownDataAndEveryFigure), and the trainer layouts that repeat code the
+# Report.WritesHtmlMarkdownDataAndEveryFigure; the checks on validate's numbers, each a whole
+# validation of the library at 50 s instrumented, while ValidateCli.EveryMeasuredExperimentIsCompared
+# takes the validate code through the sanitizers), and the trainer layouts that repeat code the
 # combined layouts listed in tests/trainer/CMakeLists.txt (_sanitize_layouts) already take through
 # the sanitizers.
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" -LE sanitizer-skip
