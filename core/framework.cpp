@@ -189,7 +189,7 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.max_zero = megatron_core.max_zero_with_pipeline = 3;
   megatron_core.id = Framework::megatron_core;
   megatron_core.name = "megatron-core";
-  megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024)";
+  megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024); MoE as core_r0.13-r0.17 run it";
   megatron_core.source = "NVIDIA/Megatron-LM core_r0.8.0 (megatron/core/pipeline_parallel/p2p_communication.py, "
                          "megatron/core/distributed/, docs/source/api-guide/distributed_optimizer.md); "
                          "notes/research-megatron-core.md";

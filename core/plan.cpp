@@ -378,6 +378,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   }
   if (p.ep > 1 && !m.moe)
     return fail("plan.ep", str((long long)p.ep), "greater than 1 needs a model with moe");
+  if (t.dtype == Dtype::fp8 && t.fp8_scaling == Fp8Scaling::rowwise && framework_traits(p.framework).fp8_transformer_engine)
+    return fail("training.fp8_scaling", "rowwise",
+                std::string(framework_traits(p.framework).name) +
+                    " runs Transformer Engine's FP8 recipes: delayed or tensorwise (current) scaling");
   if (p.reduce_bucket > 0 && framework_traits(p.framework).dp_bucket_elements <= 0)
     return fail("plan.reduce_bucket", str((long long)p.reduce_bucket),
                 std::string(framework_traits(p.framework).name) +
@@ -423,6 +427,11 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                     "differs from plan.tp = " + str((long long)p.tp) +
                         ": needs plan.sequence_parallel (each tensor-parallel rank routes its own sequence shard)");
     }
+    // Megatron-Core: "When using expert parallelism and tensor parallelism, sequence parallelism
+    // must be used" (TransformerConfig.__post_init__): each TP rank routes its own shard.
+    if (mfw.expert_folding && p.ep > 1 && p.tp > 1 && !p.sequence_parallel)
+      return fail("plan.sequence_parallel", "false",
+                  std::string(mfw.name) + " needs it with expert parallelism (plan.ep > 1) and plan.tp > 1");
     const long long expert_ranks = (long long)p.tp * p.cp * p.dp;
     if (expert_ranks % ((long long)p.etp() * p.ep) != 0)
       return fail("plan.ep", str((long long)p.ep),

@@ -143,8 +143,11 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (q.partial_recompute_microbatches > 0) return "";
   // Per-op selective checkpointing and torch.compile are torchtitan's / PyTorch's, not Megatron-LM's.
   if (q.recompute == Recompute::selective_op || q.compile) return "";
-  // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs.
-  if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling != Fp8Scaling::delayed) return "";
+  // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs;
+  // tensorwise scaling is, where the framework's FP8 is Transformer Engine's (--fp8-recipe tensorwise).
+  if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling != Fp8Scaling::delayed &&
+      !(p.training.fp8_scaling == Fp8Scaling::tensorwise && framework_traits(q.framework).fp8_transformer_engine))
+    return "";
   // Megatron-DeepSpeed's GPTModelPipe fixes partition_method='type:transformer'; others have no flag.
   if (!q.partition_method.empty() && q.partition_method != "type:transformer") return "";
   std::ostringstream s;
@@ -186,6 +189,9 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (p.model.moe)
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k
       << " --expert-model-parallel-size " << q.ep;
+  // The dispatcher and grouped GEMMs the simulator priced for Megatron-Core (MoeDispatch::alltoall).
+  if (p.model.moe && framework_traits(q.framework).moe_dispatch == MoeDispatch::alltoall)
+    s << " --moe-token-dispatcher-type alltoall --moe-grouped-gemm";
   if (p.model.moe && q.etp() != q.tp) s << " --expert-tensor-parallel-size " << q.etp();
   if (q.ep_overlap) s << " --overlap-moe-expert-parallel-comm --delay-wgrad-compute";
   if (p.model.moe && p.model.moe->expert_ffn_hidden > 0) s << " --moe-ffn-hidden-size " << p.model.moe->expert_ffn_hidden;
@@ -218,6 +224,7 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << "]";
   }
   if (p.training.dtype == Dtype::fp8) s << " --bf16 --fp8-format hybrid";
+  if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling == Fp8Scaling::tensorwise) s << " --fp8-recipe tensorwise";
   if (p.training.dtype == Dtype::bf16) s << " --bf16";
   if (p.training.dtype == Dtype::fp16) s << " --fp16";
   return s.str();

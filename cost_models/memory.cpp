@@ -82,7 +82,7 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
     // parallelism, else the whole micro-batch's; stated in units of the tokens / t below.
     const double r = m.moe->routed_factor();
     const double fe = m.expert_ffn();
-    const double rows = r * (sequence_parallel(p) ? double(p.etp()) : t);
+    const double rows = r * (moe_routes_own_tokens(*rc.framework, p) ? double(p.etp()) : t);
     sharded += act * rows + ((r + m.moe->shared_experts) * fe - f) * ffn_stored * act / h;
     replicated += 4.0 * m.moe->experts / h;             // fp32 router logits, 4 * tokens * experts
   }
@@ -390,13 +390,18 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     const Bytes all_grads(params.total() * x.bytes.grad);
     // The framework's extra gradient bucket (none where it reduces its grad buffer in place).
     if (fw.dp_bucket_bytes > 0) bytes += min(Bytes(fw.dp_bucket_bytes), all_grads);
-    if (fw.dp_bucket_elements > 0) {
+    // (Under ZeRO-3 a framework with reduction buckets holds its bucket with the gathered units below.)
+    if (fw.dp_bucket_elements > 0 && !(plan.zero >= 3 && fw.zero3_reduce_bucket_elements > 0)) {
       const double elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.dp_bucket_elements;
       bytes += min(Bytes(elements * x.bytes.grad), all_grads);
     }
   }
   if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
-  if (has_moe) bytes += Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div);
+  // The dispatched rows in flight: the rank's copies, all-gathered over expert-TP where each rank
+  // routes its own (moe_routes_own_tokens).
+  if (has_moe)
+    bytes += Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div *
+                   (moe_routes_own_tokens(fw, plan) ? double(plan.etp()) : 1.0));
   if (plan.cp > 1) {
     // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
     // all-gathered keys and values of the whole sequence for one layer. PyTorch's SDPA context
@@ -428,6 +433,10 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       bucket_grads = std::min(bucket, stage_layers_params) * x.bytes.grad;
     }
     double gathered = plan.reshard_after_forward ? 2.0 * largest_unit : stage_layers_params + largest_unit;
+    // Parameters kept gathered for the backward within the framework's reuse distance
+    // (FrameworkTraits::zero3_reuse_elements; cost_sharded_parameters skips their re-gather).
+    if (plan.reshard_after_forward && fw.zero3_reuse_elements > 0)
+      gathered += std::min(fw.zero3_reuse_elements, stage_layers_params);
     double unsharded_grads = largest_unit * x.bytes.grad + bucket_grads;
     if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {
       // Reduced once per step (FrameworkTraits::fsdp_pipeline_step_sync): every unit stays
@@ -540,6 +549,10 @@ std::vector<double> zero3_persistent_vectors(const FrameworkTraits& fw, const Mo
     add(h);
   }
   return out;
+}
+
+bool moe_routes_own_tokens(const FrameworkTraits& fw, const PlanSpec& plan) {
+  return fw.expert_folding && (plan.tp == 1 || plan.sequence_parallel);
 }
 
 }  // namespace foresight::cost_models

@@ -264,4 +264,11 @@ std::vector<double> zero3_module_shares(const FrameworkTraits& fw, const ModelSp
 /// elements: each gathered again after every optimizer step (FrameworkTraits::zero3_persistence_elements).
 std::vector<double> zero3_persistent_vectors(const FrameworkTraits& fw, const ModelSpec& m, const PlanSpec& p);
 
+/// Whether each rank of an MoE layer routes its own tokens (its sequence shard under sequence
+/// parallelism, everything at tp 1) and the experts of an expert-tensor-parallel group see all of
+/// their ranks' copies (Megatron-Core's dispatchers, where the framework folds experts): true; or
+/// every tensor-parallel rank routes the whole micro-batch and the experts split like the dense
+/// FFN (DeepSpeed-MoE, the bundled trainer: the layout before folding).
+bool moe_routes_own_tokens(const FrameworkTraits& fw, const PlanSpec& plan);
+
 }  // namespace foresight::cost_models

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/flops.hpp"
 #include "cost_models/host_compute.hpp"
+#include "cost_models/memory.hpp"
 
 namespace foresight::cost_models {
 
@@ -249,9 +250,10 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     // rank's imbalance), from the etp ranks of its expert-tensor-parallel group, split over its
     // experts / ep experts, each expert_ffn / etp wide (MoE parallel folding; with etp = tp the
     // whole micro-batch's copies, as before folding).
-    const double routed_tokens = p.sequence_parallel ? T / t : T;
+    const bool own = moe_routes_own_tokens(*x.framework, p);
+    const double routed_tokens = own ? T / (p.sequence_parallel ? t : 1.0) : T;
     ffn_split = p.etp();
-    ffn_tokens = (p.sequence_parallel ? routed_tokens * ffn_split : T) * m.moe->routed_factor();
+    ffn_tokens = (own ? routed_tokens * ffn_split : T) * m.moe->routed_factor();
     ffn_width = m.expert_ffn();
     groups = std::max(1.0, double(m.moe->experts) / p.ep);
     shared_width = double(m.moe->shared_experts) * m.expert_ffn();
@@ -270,7 +272,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       // expert sorts the rows it received by local expert and sorts them back (sort_chunks_by_idxs);
       // backward the same passes in reverse.
       const double sent = routed_tokens * m.moe->routed_factor();
-      const double received = groups > 1 ? ffn_tokens / ffn_split : 0.0;
+      const double received = groups > 1 ? ffn_tokens : 0.0;  // after the expert-TP all-gather
       F.moe_permute = rc.memory_bound(Bytes(2 * 2.0 * x.bytes.activation * (sent + received) * h), groups > 1 ? 4 : 2);
       B.moe_permute = F.moe_permute;
     } else {
@@ -343,14 +345,15 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
     } else if (x.framework->fp8_transformer_engine) {
       // Transformer Engine's current scaling (Float8CurrentScalingQuantizer, TE v2.7: an amax
-      // kernel reading the tensor, a scale kernel, then the cast): the norms' and the activation's
-      // fused kernels write their output's amax as they go (then only the cast: 3 bytes), every
-      // other input is read once more for its amax (2): the projection's input and an MoE layer's
-      // dispatched expert rows. Each output gradient: amax (2), cast and transpose (4); each saved
+      // kernel reading the tensor, a scale kernel, then the cast): TE's fused norms write their
+      // output's amax as they go (then only the cast: 3 bytes), every other input is read once
+      // more for its amax (2): the projection's input, an MoE layer's dispatched expert rows and
+      // FC2's input (Megatron-Core's own bias-activation kernels are not TE's). Each output gradient: amax (2), cast and transpose (4); each saved
       // input transposed (2). Weights are cast once per step (cached across micro-batches). An
       // MoE layer's experts quantize each expert's rows on their own (split_quantize: three
       // launches per expert and input, forward FC1 and FC2, backward their output gradients).
-      const double unfused = T * v_w / t + (moe_layer && m.moe ? ffn_tokens * h : 0.0);
+      const double unfused = T * v_w / t + (moe_layer && m.moe ? ffn_tokens * h : 0.0) +
+                             ffn_tokens * ffn_width / ffn_split + T * shared_width / t;
       const double expert_launches = moe_layer && m.moe ? 6.0 * groups : 0.0;
       F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs + 2.0 * unfused), int(10 + expert_launches));
       B.fp8_casts = rc.memory_bound(Bytes(6.0 * grads + 2.0 * inputs), int(16 + expert_launches));

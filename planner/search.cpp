@@ -189,7 +189,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                 for (auto [ep, expert_tp] : eps)
                   for (int ep_overlap = 0; ep_overlap <= (fw.ep_overlap && ep > 1 ? 1 : 0); ++ep_overlap) {
                     if (grad_ranks == 1 && zero > 0) continue;
-                    if (zero == 3 && (ep > 1 || sched == Schedule::terapipe)) continue;
+                    if (zero == 3 && (ep > 1 || expert_tp > 0 || sched == Schedule::terapipe)) continue;
                     PlanSpec p;
                     p.tp = tp;
                     p.cp = cp;

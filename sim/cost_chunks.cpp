@@ -24,7 +24,8 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
   // every TP rank holds the same tokens) and sends routed_factor() copies of each (top_k x
   // capacity_factor, dropless top_k x the busiest rank's imbalance): a dispatch and a combine
   // all-to-all over the ep group.
-  const double shard = p.sequence_parallel ? double(p.tp) : 1.0;
+  const bool own = cost_models::moe_routes_own_tokens(*in.x.framework, p);
+  const double shard = own && p.sequence_parallel ? double(p.tp) : 1.0;
   const double rf = m.moe->routed_factor();
   const Bytes dispatched = activation_tensor(in.x, p.micro_batch, tokens / shard, m.hidden) * rf;
   // An all-to-all's transfer at the calibrated share of its links' rate (calibration.yaml,
@@ -43,7 +44,7 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
   // received are all-gathered over it before the experts and reduce-scattered after them
   // (Megatron-Core dispatch_postprocess / combine_preprocess); the MLP's own sequence-parallel
   // collectives are not run (layer_step counts the attention's alone).
-  if (p.etp() > 1 && p.sequence_parallel) {
+  if (p.etp() > 1 && own) {
     const Bytes rows = dispatched * double(p.etp());
     t += in.comm.time(Collective::all_gather, rows, g.etp) + in.comm.time(Collective::reduce_scatter, rows, g.etp);
   }
@@ -94,7 +95,8 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   s.backward = lc.backward;
   // An MoE layer under sequence parallelism runs the tensor-parallel collectives around its
   // attention only: the experts' tokens travel in ep_comm_per_layer's collectives.
-  const bool attention_only = moe_layer && p.sequence_parallel && p.tp > 1 && !in.e.model.parallel_block;
+  const bool attention_only = moe_layer && p.sequence_parallel && p.tp > 1 && !in.e.model.parallel_block &&
+                              cost_models::moe_routes_own_tokens(*in.x.framework, p);
   if (attention_only) tp_blocking = 0.5 * tp_blocking;
   // Full recompute re-runs the forward of the layers it recomputes (block: the first
   // plan.recompute_layers of a chunk; micro-batch level: the others for some micro-batches), with

@@ -84,7 +84,12 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
       // ep = 1) and gathers the updated experts after the step.
       sync += in.comm.time(sharded_reduction ? Collective::reduce_scatter : Collective::all_reduce, expert_grads,
                            groups.expert_dp);
-      if (p.zero >= 1 && !p.param_gather_overlap) gather += in.comm.time(Collective::all_gather, expert_weights, groups.expert_dp);
+      // (With the overlapped gather the experts' buckets hide under the next forward with the rest.)
+      if (p.zero >= 1 && !p.param_gather_overlap) {
+        const double edp = p.expert_dp();
+        gather += in.comm.time(Collective::all_gather, expert_weights, groups.expert_dp);
+        gather_bytes += expert_weights * ((edp - 1.0) / edp) * host_ranks;
+      }
     }
     // With the reduction overlapped, the last bucket is what must wait for the backward to finish
     // (the framework's bucket: PyTorch DDP's bucket_cap_mb, Megatron-Core's bucket_size).

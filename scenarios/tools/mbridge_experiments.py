@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the scenario files of NVIDIA Megatron-Bridge's published DGX-H100 pretraining rows for
 Mixture-of-Experts models (Megatron-Core with Transformer Engine, token all-to-all dispatcher):
-runs from outside ../shared/published, each a prediction case of the source "Megatron-Bridge on
-DGX H100 (Megatron-Core MoE)". notes/research-megatron-bridge-h100.md lists every row and the
+runs from outside ../shared/published, cases of the source "Megatron-Bridge MoE on DGX H100
+(Megatron-Core)": the two 25.09 rows calibration cases (CALIBRATION below), the others predictions. notes/research-megatron-bridge-h100.md lists every row and the
 recipe files read; notes/research-mcore-moe.md what the Megatron-Core versions run.
 
 Tables: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @ fa0315ae2 (25.09, 2025-10-10)
@@ -93,9 +93,9 @@ def stage_layers(layers, pp, vp):
 
 LAYERS = {"qwen3-30b-a3b": 48, "qwen3-235b-a22b": 94}
 
-# Declared calibration case (DESIGN.md, Fidelity rules): the row whose step is most an all-to-all
-# (Qwen3-235B over 4 nodes, no EP overlap) pins nccl_all_to_all_h100_efficiency
-# (scenarios/calibration.yaml); the other rows predict with it.
+# Declared calibration cases (DESIGN.md, Fidelity rules): the two token-dropping 25.09 rows, whose
+# all-to-alls no overlap hides (Qwen3-235B's across 4 nodes, Qwen3-30B's inside one), pin
+# nccl_all_to_all_h100_efficiency (scenarios/calibration.yaml); the dropless EP-overlap rows predict.
 CALIBRATION = {"mbridge2509-qwen3-235b-a22b-256xh100-fp8", "mbridge2509-qwen3-30b-a3b-16xh100-fp8"}
 
 

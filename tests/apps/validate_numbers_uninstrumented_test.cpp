@@ -154,8 +154,8 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
 
 TEST(Determinism, ValidateJsonIsByteIdenticalInAnyThread) {
   // validate runs single-threaded, but the fast engine keeps per-thread scratch between plans: a run
-  // in a fresh thread (fresh scratch) must match a run here after it (scratch left by that run's
-  // plans in this thread: validate's own experiments ran here first).
+  // in a fresh thread (fresh scratch) must match a run in this thread after a simulation has left
+  // its scratch here.
   std::string fresh;
   std::thread([&] { fresh = run({"validate", "--json"}); }).join();
   run({"simulate", "sc21-table1-145b", "--json"});  // leave this thread's scratch in use

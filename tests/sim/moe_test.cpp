@@ -260,9 +260,10 @@ TEST(MegatronCoreDispatcher, PermutesSendsAndSortsReceivedRowsAndLaunchesAGemmPe
 
 TEST(Fp8CurrentScaling, TransformerEngineReadsEachUnfusedInputAndEveryGradientOnceMore) {
   // Llama 3.1 8B, one dense layer of 8192 tokens on one H100, Megatron-Core: against delayed
-  // scaling, current scaling reads the projection's input (T x 4096) and every output gradient
-  // (QKV 6144, projection 4096, gate and up 2 x 14336, down 4096 per token) once more for their
-  // amax, 2 bytes per element, in 6 and 8 more launches.
+  // scaling, current scaling reads the projection's input (T x 4096) and FC2's (T x 14336, the
+  // output of Megatron-Core's own SwiGLU kernel) and every output gradient (QKV 6144, projection
+  // 4096, gate and up 2 x 14336, down 4096 per token) once more for their amax, 2 bytes per
+  // element, in 6 and 8 more launches.
   Experiment e = load_experiment(resolve_scenario("experiments", "nemo2407-llama3-8b-8xh100-fp8"));
   e.plan.cp = 1;
   e.plan.dp = 8;
@@ -275,7 +276,71 @@ TEST(Fp8CurrentScaling, TransformerEngineReadsEachUnfusedInputAndEveryGradientOn
   const double T = 8192;
   const Seconds launch = current.roofline().params().launch_overhead;
   const double bw = current.roofline().memory_bound(Bytes(1e9), 0).value() / 1e9;  // s per byte
-  EXPECT_NEAR((tc.forward_ops.fp8_casts - td.forward_ops.fp8_casts).value(), 2 * T * 4096 * bw + 6 * launch.value(), 1e-12);
+  EXPECT_NEAR((tc.forward_ops.fp8_casts - td.forward_ops.fp8_casts).value(), 2 * T * (4096 + 14336) * bw + 6 * launch.value(),
+              1e-12);
   const double grads = T * (6144 + 4096 + 2 * 14336 + 4096);
   EXPECT_NEAR((tc.backward_ops.fp8_casts - td.backward_ops.fp8_casts).value(), 2 * grads * bw + 8 * launch.value(), 1e-12);
+}
+
+TEST(MoeFolding, MegatronCoreRulesAndExpertTensorParallelismWithoutTensorParallelism) {
+  // Megatron-Core refuses expert parallelism with tensor parallelism but no sequence parallelism,
+  // and its FP8 recipes are Transformer Engine's (no torchao rowwise scaling).
+  Experiment e = folded();
+  e.plan.expert_tp = 0;
+  e.plan.ep = 4;
+  e.plan.sequence_parallel = false;
+  ASSERT_TRUE(check(e).has_value());
+  EXPECT_EQ(check(e)->field, "plan.sequence_parallel");
+  Experiment fp8 = folded();
+  fp8.training.dtype = Dtype::fp8;
+  fp8.training.fp8_scaling = Fp8Scaling::rowwise;
+  ASSERT_TRUE(check(fp8).has_value());
+  EXPECT_EQ(check(fp8)->field, "training.fp8_scaling");
+  // tp 1, expert_tp 2, ep 8 over dp 16: each rank routes its own 4096 x 8 copies, and an expert
+  // pair computes both ranks' copies for its 16 experts at half width: 2 x 4096 x 8 / 16 = 4096
+  // rows per expert through FC1's 768 of 1536 columns (one GEMM launch per expert), and all-gathers
+  // and reduce-scatters those rows over the pair.
+  Experiment one = folded();
+  one.plan.tp = 1;
+  one.plan.dp = 16;
+  one.plan.ep = 8;
+  one.plan.expert_tp = 2;
+  one.plan.sequence_parallel = false;
+  ASSERT_FALSE(check(one).has_value());
+  const cost_models::ExecutionModel x = cost_models::resolve_execution(one);
+  const cost_models::LayerTimes t = cost_models::layer_times(x, one.model, one.plan, 4096, 4096, true, 0);
+  const Seconds launch = x.roofline().params().launch_overhead;
+  EXPECT_NEAR(t.forward_ops.fc1.value(), (x.roofline().gemm({4096, 768, 2048, 16}) + 15.0 * launch).value(), 1e-15);
+  fixtures::Costed k(one, ComputeCosts{});
+  const CommGroup ep8{.ranks = 8, .ranks_per_node = 4, .nodes = 2, .concurrent_groups = 2};
+  const CommGroup pair{.ranks = 2, .ranks_per_node = 2, .nodes = 1};
+  const double copies = 4096.0 * 8;
+  const Bytes rows(2 * copies * 2048 * 2);
+  const double expected = 2 * k.comm.time(Collective::all_to_all, Bytes(copies * 2048 * 2), ep8).value() +
+                          k.comm.time(Collective::all_to_all, Bytes(copies * 2), ep8).value() +
+                          k.comm.time(Collective::all_gather, rows, pair).value() +
+                          k.comm.time(Collective::reduce_scatter, rows, pair).value();
+  EXPECT_NEAR(ep_comm_per_layer(k.in(), 4096).value(), expected, 1e-12 * expected);
+}
+
+TEST(MoeFolding, FrameworksWithoutFoldingRouteTheWholeMicroBatchOnEveryTensorParallelRank) {
+  // The bundled trainer with tp 2 and sequence parallelism: every TP rank routes all 4096 tokens
+  // (it all-gathers the hidden states first), its experts split over tp like the dense FFN; the
+  // all-to-alls carry the whole micro-batch's copies and the TP collectives stay the dense layer's.
+  Experiment e = folded();
+  e.plan.framework = Framework::foresight_train;
+  e.plan.expert_tp = 0;
+  e.plan.ep = 4;
+  e.plan.zero = 0;
+  e.training.dtype = Dtype::fp32;
+  ASSERT_FALSE(check(e).has_value());
+  fixtures::Costed k(e, ComputeCosts{});
+  EXPECT_FALSE(cost_models::moe_routes_own_tokens(*k.x.framework, e.plan));
+  const CommGroup ep4 = plan_groups(e.plan, e.cluster).ep;
+  const double copies = 4096.0 * 8;
+  const double expected = 2 * k.comm.time(Collective::all_to_all, Bytes(copies * 2048 * 4), ep4).value();
+  EXPECT_NEAR(ep_comm_per_layer(k.in(), 4096).value(), expected, 1e-12 * expected);
+  const LayerCompute lc{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)};
+  const Seconds tp = tp_comm_per_layer(k.in(), 4096);
+  EXPECT_EQ(layer_step(k.in(), lc, 4096, tp, Seconds(0), 0.0, true).forward_tp, tp);
 }
