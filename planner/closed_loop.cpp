@@ -156,6 +156,13 @@ namespace {
 double median_of(std::vector<double> v);
 }
 
+double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks) {
+  if (wall_s <= 0) return 1.0;
+  const double others_cores = std::max(0.0, others_cpu_s) / wall_s;
+  const double spare = std::max(0.0, double(cores) - double(ranks));
+  return 1.0 + std::max(0.0, others_cores - spare) / double(std::max(1, ranks));
+}
+
 LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries) {
   LoopMeasurement m;
   std::vector<double> steps;
@@ -259,8 +266,9 @@ std::string closed_loop_markdown(const nlohmann::ordered_json& r, const std::str
        r["host"]["cpu_model"].get<std::string>() + ", " + std::to_string(r["host"]["cores"].get<int>()) +
        " cores), profile `" + r["profile"].get<std::string>() + "`. Each plan was predicted by the analytic engine " +
        "from the host profile before the trainer ran it; error = measured / predicted - 1. Host speed: the "
-       "largest ratio, around a kept run, of the host probe's time to its time at calibration (1.00: as calibrated; "
-       "\"busy\": runs kept although no attempt found the host within tolerance).\n\n";
+       "largest ratio, around or during a kept run, of the host probe's time to its time at calibration, or of the "
+       "load other processes put on the run's cores to none (1.00: as calibrated; \"busy\": runs kept although no "
+       "attempt found the host within tolerance).\n\n";
   s += "| plan | ranks | predicted step (s) | measured step (s) | error | predicted peak (MB/rank) | measured peak "
        "(MB/rank) | memory error | host speed |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& c : r["cases"]) {

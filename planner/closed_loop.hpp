@@ -50,8 +50,13 @@ struct LoopMeasurement {
   std::optional<double> memory_GB;  // peak of live tensors on the fullest rank, 1e9 bytes
   std::string error;                // empty when the run succeeded
   int disturbed_runs = 0;           // runs kept although the host was slower than at calibration
-  double host_slowdown = 0;         // the largest host probe / calibration ratio around a kept run
+  double host_slowdown = 0;         // the largest host slowdown (probe ratio, others' load) around a kept run
 };
+
+/// The slowdown other processes imply for a run of `ranks` ranks on a host of `cores` cores, from
+/// the CPU seconds they used while it ran (`others_cpu_s` over `wall_s`): the cores they kept busy
+/// beyond those the run left idle, shared among its ranks (1: nothing beyond; 1 for a zero wall).
+double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks);
 
 /// The runs of one plan (one trainer summary per round): the median step time over every step
 /// but each run's first (warm-up), and the largest peak memory. A failed run is skipped and named.

@@ -5,6 +5,7 @@
 #include "apps/cli/local_loop.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -163,6 +164,28 @@ double probe_now(int threads, double duration_s) {
   double sum = 0;
   for (double x : t) sum += x;
   return sum / double(t.size());
+}
+
+/// CPU seconds the whole host has spent busy so far, all cores, per /proc/stat (user, nice, system,
+/// irq, softirq and steal: a hypervisor's steal is time another tenant took); -1 where unreadable.
+double host_busy_cpu_s() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  if (!(f >> cpu) || cpu != "cpu") return -1;
+  unsigned long long v[8] = {};
+  for (auto& x : v)
+    if (!(f >> x)) return -1;
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  return hz > 0 ? double(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / double(hz) : -1;
+}
+
+/// CPU seconds used by this process and by its children reaped so far (mpirun reaps its ranks).
+double own_and_children_cpu_s() {
+  auto sec = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  rusage self{}, kids{};
+  ::getrusage(RUSAGE_SELF, &self);
+  ::getrusage(RUSAGE_CHILDREN, &kids);
+  return sec(self.ru_utime) + sec(self.ru_stime) + sec(kids.ru_utime) + sec(kids.ru_stime);
 }
 
 /// The probe's time at calibration for `ranks` ranks at once, 0 when the profile has none.
@@ -378,8 +401,10 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
   std::vector<std::vector<nlohmann::json>> summaries(cases.size());
   std::vector<std::string> failures(cases.size());
   // A run counts when the host runs the probe as fast as it did at calibration (within
-  // o.quiet_tolerance) just before and just after it: on a shared machine, a run made during another
-  // tenant's burst measures the burst. Such a run is repeated (o.attempts in all); if none is quiet,
+  // o.quiet_tolerance) just before and just after it, and other processes took no more than the
+  // cores it left idle while it ran (/proc/stat against this process's and its children's CPU
+  // time, within the same tolerance): on a shared machine, a run made during another tenant's burst
+  // measures the burst. Such a run is repeated (o.attempts in all); if none is quiet,
   // the quietest is kept and the case says so.
   std::vector<int> disturbed(cases.size(), 0);
   std::vector<double> worst_speed(cases.size(), 0.0);
@@ -406,12 +431,23 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
         const double before = reference > 0 ? probe_now(c.plan.gpus, 0.15) / reference : 1.0;
         std::error_code ec;
         fs::remove(summary, ec);
+        const double busy0 = host_busy_cpu_s(), own0 = own_and_children_cpu_s();
+        const auto t0 = std::chrono::steady_clock::now();
         rc = run_logged(argv, log, 300);
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // Other processes' CPU time while it ran: the host's busy time less this process's and its
+        // children's; a burst that falls inside the run escapes the probes around it, not this.
+        const double busy1 = host_busy_cpu_s(), own1 = own_and_children_cpu_s();
+        const double during =
+            busy0 < 0 || busy1 < 0
+                ? 1.0
+                : planner::others_load_slowdown((busy1 - busy0) - (own1 - own0), wall,
+                                                int(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))), c.plan.gpus);
         const double after = reference > 0 ? probe_now(c.plan.gpus, 0.15) / reference : 1.0;
         if (rc != 0) break;
         std::ifstream f(summary);
         const nlohmann::json s = nlohmann::json::parse(f, nullptr, false);
-        const double slow = std::max(before, after);
+        const double slow = std::max({before, during, after});
         if (slow < best_slow) {
           best_slow = slow;
           best = s;

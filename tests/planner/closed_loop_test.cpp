@@ -102,3 +102,18 @@ TEST(ClosedLoop, ErrorsAreMeasuredOverPredictedAndSummarised) {
 
 }  // namespace
 }  // namespace foresight::planner
+
+// Hand computations: on 2 cores a 2-rank run leaves none idle, so another process's full core
+// over the whole run (1 core-second per wall second) is shared by the two ranks: 1 + 1/2. A
+// 1-rank run leaves one core idle: one busy core costs it nothing, a second half core 0.5.
+TEST(ClosedLoop, OthersLoadCountsOnlyBeyondTheIdleCores) {
+  EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(2.0, 2.0, 2, 2), 1.5);
+  EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(0.0, 2.0, 2, 2), 1.0);
+  EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(2.0, 2.0, 2, 1), 1.0);
+  EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(3.0, 2.0, 2, 1), 1.5);
+  // Oversubscribed (4 ranks on 2 cores): nothing idle; 0.4 core shared by four ranks.
+  EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(0.8, 2.0, 2, 4), 1.1);
+  // Jiffy rounding can make the difference slightly negative; a zero wall says nothing.
+  EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(-0.02, 1.0, 2, 2), 1.0);
+  EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(5.0, 0.0, 2, 2), 1.0);
+}
