@@ -263,13 +263,22 @@ std::array<FrameworkTraits, 9> make_table() {
   // ZeRO stage 3 as v0.6-v0.9 run it (PR #1453, 2022: coalesced all-gathers on their own stream;
   // notes/research-deepspeed-zero3.md): per-module fetches, reduce_bucket_size buckets, the
   // gathered parameters copied out, three passes over each gradient before its reduce-scatter,
-  // max_reuse_distance 1e9, param_persistence_threshold 1e5 (runtime/zero/config.py defaults).
+  // param_persistence_threshold 1e5 (runtime/zero/config.py default).
   deepspeed.zero3_unit = Zero3Unit::module;
   deepspeed.zero3_reduce_bucket_elements = 5e8;
   deepspeed.zero3_gather_copies = true;
   deepspeed.zero3_reduce_copy_passes = 3;
-  deepspeed.zero3_reuse_elements = 1e9;
   deepspeed.zero3_persistence_elements = 1e5;
+  // Communication not overlapped with compute: gathers on demand, nothing kept for reuse. The
+  // Azure + DeepSpeed runs (v0.6.2, docs/_posts/2022-07-26-deepspeed-azure.md) show it: their
+  // TFLOP/s against micro-batch (Fig. 5, 175B at 128-1024 GPUs, micro-batch 1-32) follow
+  // compute + a fixed per-step cost, t(mb) = mb c + X, which no overlap leaves (at micro-batch 32
+  // each module computes ~10x its gather, yet X stays 10-15 s). In the v0.6.2 source that is the
+  // coordinator without a complete trace: no prefetch (partitioned_param_coordinator.py:250),
+  // every parameter released after its module (:305-308); a reading of the code found no
+  // steady-state trigger for it (notes/research-zero3-runs.md, "Overlap").
+  deepspeed.zero3_prefetch = false;
+  deepspeed.zero3_reuse_elements = 0;
   deepspeed.activation_offload_per_layer = true;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",

@@ -218,6 +218,12 @@ struct FrameworkTraits {
   /// read and a write in the reduce dtype (DeepSpeed: the copy into the IPG bucket, the
   /// interleaving cat of reduce_scatter_coalesced, the div_ by the world size).
   int zero3_reduce_copy_passes = 0;
+  /// ZeRO-3's next unit is gathered while this one computes (FSDP's prefetch; DeepSpeed's
+  /// trace-driven prefetch once its module trace is complete). false: each unit is gathered when it
+  /// starts and waited for, behind the reduce-scatter before it on the same NCCL stream, and
+  /// nothing is kept for reuse (the reuse distance is read off that trace), so a recomputed layer
+  /// is gathered for its recompute and again for its backward.
+  bool zero3_prefetch = true;
   /// Parameters used again within this many elements stay gathered instead of being released
   /// (DeepSpeed stage3_max_reuse_distance, 1e9): the last layers of the forward are not gathered
   /// again for the backward. 0: every released unit is gathered again.

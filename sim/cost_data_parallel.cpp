@@ -118,7 +118,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   }
 }
 
-Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention) {
+Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention, bool prefetch) {
   const int n = int(units.size());
   if (n == 0) return Seconds(0);
   std::vector<double> compute_end(n, 0.0), gather_end(n, 0.0);
@@ -133,11 +133,14 @@ Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double con
   for (int i = 0; i < n; ++i) {
     // The next unit's gather is issued before this unit computes; its buffer is the one unit i - 1
     // frees when done.
-    if (i + 1 < n) gather_end[i + 1] = issue(i >= 1 ? compute_end[i - 1] : 0.0, units[i + 1].gather);
+    if (prefetch && i + 1 < n) gather_end[i + 1] = issue(i >= 1 ? compute_end[i - 1] : 0.0, units[i + 1].gather);
     compute = std::max(compute, gather_end[i]) + units[i].compute.value();
     compute_end[i] = compute;
     busy += units[i].compute.value();
     if (units[i].reduce > Seconds(0)) issue(compute_end[i], units[i].reduce);
+    // Without prefetch the next gather is issued when the next unit starts, behind this unit's
+    // reduce-scatter on the link.
+    if (!prefetch && i + 1 < n) gather_end[i + 1] = issue(compute_end[i], units[i + 1].gather);
   }
   const double exposed = std::max(compute, link) - busy;
   const double hidden = std::min(std::max(0.0, comm - exposed), busy);
@@ -281,10 +284,21 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         // What the compute stream does between two units' gathers: the layer with its TP (as
         // overlapped), CP and EP communication, as cost_layer_chunks charges it.
         const bool moe = m.is_moe_layer(l);
+        const double redo = layer_recompute_share(p, i, s, micro_batches);
         const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
-                                        layer_recompute_share(p, i, s, micro_batches), moe);
+                                        redo, moe);
         unit(fwd, fwd_copies, params, true, ls.forward_total(), false);
-        unit(bwd, bwd_copies, params, !kept[std::size_t(i)], ls.backward_total(), reduces_per_microbatch);
+        // Without prefetch nothing stays gathered (FrameworkTraits::zero3_prefetch): a recomputed
+        // layer is gathered for its recompute, released after it and gathered again for its
+        // backward (in the backward order: the recompute's unit first; `redo` of the micro-batches).
+        if (!fw.zero3_prefetch && !kept[std::size_t(i)] && redo > 0) {
+          const Seconds redo_compute = ls.recompute + ls.recompute_comm;
+          unit(bwd, bwd_copies, params, true, ls.backward_total() - redo_compute, reduces_per_microbatch);
+          bwd.push_back({gather(params, true) * redo, redo_compute, Seconds(0)});
+          regathered += params * redo;
+        } else {
+          unit(bwd, bwd_copies, params, !kept[std::size_t(i)], ls.backward_total(), reduces_per_microbatch);
+        }
       }
       if (last_segment) {
         if (!head_kept) regathered += head_params;
@@ -294,8 +308,9 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       std::reverse(bwd.begin(), bwd.end());
       if (first_segment) unit(bwd, bwd_copies, edge_params, false, edges.embedding_backward, reduces_per_microbatch, false);
       for (auto& chunk_slices : c.chunk[s][ch]) {
-        chunk_slices.forward_dp_comm = (exposed_under_prefetch(fwd, contention_fwd) + fwd_copies) * forward_share;
-        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention_bwd) + bwd_copies;
+        chunk_slices.forward_dp_comm =
+            (exposed_under_prefetch(fwd, contention_fwd, fw.zero3_prefetch) + fwd_copies) * forward_share;
+        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention_bwd, fw.zero3_prefetch) + bwd_copies;
       }
       const double head = last_segment ? head_params : 0.0;
       const double edge = first_segment ? edge_params : 0.0;

@@ -107,8 +107,10 @@ struct ShardedUnit {
 /// c + (n - 1) max(0, c - t) in the forward (gather c, compute t), the first gather when t >= c.
 /// `contention`: the compute time added per second of compute that runs beside a collective (the
 /// SMs the collective's thread blocks hold, ctas / (sms - ctas)); the hidden communication
-/// (what is not exposed, at most the compute) costs that much more.
-Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention = 0.0);
+/// (what is not exposed, at most the compute) costs that much more. `prefetch` false
+/// (FrameworkTraits::zero3_prefetch): gather i + 1 is issued when unit i is done, after its
+/// reduce-scatter: everything is exposed, the sum of the gathers and reduce-scatters.
+Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention = 0.0, bool prefetch = true);
 
 
 /// ZeRO-3 over plan.shard_ways() ranks: every (stage, chunk, slice)'s exposed gathers in its

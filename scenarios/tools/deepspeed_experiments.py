@@ -17,8 +17,9 @@ logged TFLOP/s exactly). Optimizer offload: run-175b.sh has none, run-1t.sh offl
 the CPU and the blog says "activation and optimizer states are allocated in the main memory" without
 saying for which runs: the 175B row keeps its optimizer on the GPU, the 530B, 1T and 2T rows (whose
 state does not fit beside their activations in 80 GB) offload it. The reuse distance of 3e9 is not a
-plan field (DeepSpeed's default 1e9 applies: no layer of these models is kept, where 3e9 would keep
-the last layer of the 175B and none of the others).
+plan field and does not enter: these runs' communication is not overlapped with compute (the blog's
+micro-batch sweep, reports/deepspeed-zero3-sweep.md), the regime of DeepSpeed's coordinator without a
+complete trace, which neither prefetches nor keeps anything for reuse (FrameworkTraits::zero3_prefetch).
 
 Usage: python3 scenarios/tools/deepspeed_experiments.py
 """

@@ -76,6 +76,15 @@ TEST(ExposedUnderPrefetch, BackwardReduceScattersShareTheLink) {
   EXPECT_NEAR(exposed_under_prefetch({unit(1, 2, 1.5), unit(1, 2, 1.5), unit(1, 2, 1.5)}).value(), 3e-3, 1e-12);
 }
 
+TEST(ExposedUnderPrefetch, WithoutPrefetchEverythingIsExposed) {
+  // The backward case above without prefetch: G0 0-1, U0 1-3, R0 3-4.5, G1 4.5-5.5, U1 5.5-7.5,
+  // R1 7.5-9, G2 9-10, U2 10-12, R2 12-13.5: 13.5 ms, of which 6 compute, 7.5 exposed (3 x (1 + 1.5)).
+  EXPECT_NEAR(exposed_under_prefetch({unit(1, 2, 1.5), unit(1, 2, 1.5), unit(1, 2, 1.5)}, 0.0, false).value(), 7.5e-3,
+              1e-12);
+  // Compute-bound forward: all four gathers wait, and nothing runs beside compute to contend.
+  EXPECT_NEAR(exposed_under_prefetch({unit(1, 3), unit(1, 3), unit(1, 3), unit(1, 3)}, 0.5, false).value(), 4e-3, 1e-12);
+}
+
 TEST(ExposedUnderPrefetch, ContentionChargesTheHiddenCommunication) {
   // Compute-bound 4 x (1 ms gather, 3 ms compute): 3 ms of gathers hide behind compute; at a
   // contention of 24 / (132 - 24) each costs 0.2222 ms more.
@@ -434,7 +443,7 @@ ComputeCosts instant_compute() {
 }
 }  // namespace
 
-TEST(DeepSpeedZero3, GathersModuleByModuleInBucketsKeepsTheTailAndCopies) {
+TEST(DeepSpeedZero3, GathersModuleByModuleOnDemandInBucketsAndCopies) {
   // A GPT layer's modules by weight: QKV 3h^2, projection h^2, FC1 4h^2, FC2 4h^2.
   const Experiment e = deepspeed_zero3();
   const std::vector<double> shares = cost_models::zero3_module_shares(framework_traits(Framework::deepspeed), e.model);
@@ -459,19 +468,21 @@ TEST(DeepSpeedZero3, GathersModuleByModuleInBucketsKeepsTheTailAndCopies) {
   // holds it, gathered as one module before the first layer.)
   const double fwd = ag(edges) + 4e-9 * edges + 24 * layer_gather;
   EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), fwd, 1e-9 * fwd);
-  // The whole model (355M) is within max_reuse_distance (1e9): the backward gathers nothing
-  // again; it reduce-scatters in buckets of 5e8 elements, each layer its share of one bucket,
-  // with three read + write passes over every fp16 gradient (12 bytes per parameter).
+  // Nothing stays gathered (no prefetch trace, FrameworkTraits::zero3_prefetch): under full
+  // recompute the backward gathers every layer twice, for its recompute and for its backward (the
+  // embedding's backward needs no gather); it reduce-scatters in buckets of 5e8 elements, each
+  // layer its share of one bucket, with three read + write passes over every fp16 gradient (12
+  // bytes per parameter).
   const double bucket = k.comm.time(Collective::reduce_scatter, Bytes(2.0 * 5e8), shard).value();
-  const double bwd = all * (bucket / 5e8 + 12e-9);
+  const double bwd = 2 * 24 * layer_gather + all * (bucket / 5e8 + 12e-9);
   EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), bwd, 1e-9 * bwd);
-  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), all * 2.0 * 15.0 / 16, 1e-6 * all);
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), (all + 2 * 24 * layer) * 2.0 * 15.0 / 16, 1e-6 * all);
   // plan.reduce_bucket sets the bucket.
   Experiment small = e;
   small.plan.reduce_bucket = 1000000;
   Costed k2(small, instant_compute());
   const double bucket2 = k2.comm.time(Collective::reduce_scatter, Bytes(2.0 * 1e6), shard).value();
-  EXPECT_NEAR(k2.c.chunk[0][0][0].backward_dp_comm.value(), all * (bucket2 / 1e6 + 12e-9), 1e-9 * bwd);
+  EXPECT_NEAR(k2.c.chunk[0][0][0].backward_dp_comm.value(), 2 * 24 * layer_gather + all * (bucket2 / 1e6 + 12e-9), 1e-9 * bwd);
 }
 
 TEST(DeepSpeedZero3, PersistentVectorsAreGatheredOneByOneAfterTheStep) {
