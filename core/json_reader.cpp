@@ -1,6 +1,7 @@
 #include "core/json_reader.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "core/spec_json.hpp"
@@ -26,13 +27,32 @@ const nlohmann::json& JsonReader::get(const std::string& k, bool required) {
   return j_.at(k);
 }
 
+namespace {
+
+/// An integer, or a whole number written with an exponent or a fraction (DeepSpeed-style 5e8,
+/// 9.0e7), within the long long range.
+bool whole_number(const nlohmann::json& v, long long& x) {
+  if (v.is_number_integer()) {
+    x = v.is_number_unsigned() && v.get<unsigned long long>() > 9223372036854775807ULL ? 9223372036854775807LL
+                                                                                        : v.get<long long>();
+    return true;
+  }
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.2e18) return false;
+  x = static_cast<long long>(d);
+  return true;
+}
+
+}  // namespace
+
 int JsonReader::integer(const std::string& k, std::optional<int> fallback, long long min) {
   const auto& v = get(k, !fallback);
   if (v.is_null()) return *fallback;
-  if (!v.is_number_integer()) fail(path(k), brief(v), "must be an integer");
+  long long x = 0;
+  if (!whole_number(v, x)) fail(path(k), brief(v), "must be an integer");
   if (v.is_number_unsigned() && v.get<unsigned long long>() > 2147483647ULL)
     fail(path(k), brief(v), "must be at most 2147483647");
-  const long long x = v.get<long long>();
   if (x < min) fail(path(k), brief(v), "must be at least " + std::to_string(min));
   if (x > 2147483647LL) fail(path(k), brief(v), "must be at most 2147483647");
   return int(x);
@@ -73,9 +93,9 @@ std::vector<int> JsonReader::int_list(const std::string& k, long long min) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     const auto& e = v[i];
     const std::string p = path(k) + "[" + std::to_string(i) + "]";
-    if (!e.is_number_integer()) fail(p, brief(e), "must be an integer");
+    long long x = 0;
+    if (!whole_number(e, x)) fail(p, brief(e), "must be an integer");
     if (e.is_number_unsigned() && e.get<unsigned long long>() > 2147483647ULL) fail(p, brief(e), "must be at most 2147483647");
-    const long long x = e.get<long long>();
     if (x < min) fail(p, brief(e), "must be at least " + std::to_string(min));
     if (x > 2147483647LL) fail(p, brief(e), "must be at most 2147483647");
     out.push_back(int(x));

@@ -82,19 +82,37 @@ YAML::Node MapReader::scalar(const std::string& key, bool required) {
   return n;
 }
 
+namespace {
+
+/// An integer written as digits, or as a number with an exponent or a fraction whose value is whole
+/// (DeepSpeed-style "5e8", "9.0e7"); false for anything else ("8.5", "thirty-five") or beyond
+/// the long long range.
+bool parse_whole_number(const std::string& s, long long& v) {
+  std::size_t used = 0;
+  try {
+    v = std::stoll(s, &used);
+    if (used == s.size() && used > 0) return true;
+  } catch (const std::exception&) {
+  }
+  double d = 0;
+  try {
+    d = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (used != s.size() || !std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.2e18) return false;
+  v = static_cast<long long>(d);
+  return true;
+}
+
+}  // namespace
+
 int MapReader::get_int(const std::string& key, std::optional<int> fallback, long long min_value) {
   YAML::Node n = scalar(key, !fallback.has_value());
   if (missing(n)) return *fallback;
   const std::string& s = n.Scalar();
   long long v = 0;
-  std::size_t used = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size())
-    throw SpecError(where(key), path(key), s, "must be an integer");
+  if (!parse_whole_number(s, v)) throw SpecError(where(key), path(key), s, "must be an integer");
   if (v < min_value)
     throw SpecError(where(key), path(key), s, "must be at least " + std::to_string(min_value));
   if (v > 2147483647LL) throw SpecError(where(key), path(key), s, "must be at most 2147483647");
@@ -150,14 +168,7 @@ std::vector<int> MapReader::get_int_list(const std::string& key, long long min_v
     const std::string p = path(key) + "[" + std::to_string(i) + "]";
     if (!e.IsScalar()) throw SpecError(location_of(e, file_), p, describe(e), "must be an integer");
     long long v = 0;
-    std::size_t used = 0;
-    try {
-      v = std::stoll(e.Scalar(), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != e.Scalar().size())
-      throw SpecError(location_of(e, file_), p, e.Scalar(), "must be an integer");
+    if (!parse_whole_number(e.Scalar(), v)) throw SpecError(location_of(e, file_), p, e.Scalar(), "must be an integer");
     if (v < min_value)
       throw SpecError(location_of(e, file_), p, e.Scalar(), "must be at least " + std::to_string(min_value));
     if (v > 2147483647LL) throw SpecError(location_of(e, file_), p, e.Scalar(), "must be at most 2147483647");

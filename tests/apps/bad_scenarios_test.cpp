@@ -2,6 +2,7 @@
 // line, field, value and rule in the message, exit code 2, and nothing written to stdout.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -93,6 +94,32 @@ TEST(GoodScenario, FixtureLoadsAndDescribes) {
   const int rc = foresight::cli::run_cli({"describe", std::string(FORESIGHT_TEST_DATA) + "/good/experiment.yaml"}, out, err);
   EXPECT_EQ(rc, 0) << err.str();
   EXPECT_NE(out.str().find("GPUs used"), std::string::npos);
+}
+
+TEST(GoodScenario, IntegersMayBeWrittenAsWholeFloats) {
+  // DeepSpeed-style 9e7 and 1.92e3 are whole numbers: the fixture with them describes the same plan.
+  std::ifstream f(std::string(FORESIGHT_TEST_DATA) + "/good/experiment.yaml");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  auto replace = [&text](const std::string& from, const std::string& to) {
+    const std::size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  replace("global_batch: 1920", "global_batch: 1.92e3");
+  replace("dp: 8", "dp: 8.0");
+  // The model and cluster files are named relative to the experiment: name the fixture's.
+  replace("model: model.yaml", "model: " + std::string(FORESIGHT_TEST_DATA) + "/good/model.yaml");
+  replace("cluster: cluster.yaml", "cluster: " + std::string(FORESIGHT_TEST_DATA) + "/good/cluster.yaml");
+  const std::string path = ::testing::TempDir() + "/foresight_whole_floats_experiment.yaml";
+  {
+    std::ofstream o(path);
+    o << text;
+  }
+  std::ostringstream out, err;
+  EXPECT_EQ(foresight::cli::run_cli({"describe", path}, out, err), 0) << err.str();
+  EXPECT_NE(out.str().find("1920"), std::string::npos) << out.str();
 }
 
 TEST(CommandLine, UnknownOptionIsExit2) {

@@ -166,3 +166,18 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   d.plan.partition_method = "type:transformer";
   EXPECT_EQ(parse_plan_json(to_json(d).dump(), "plan.json").plan.partition_method, "type:transformer");
 }
+
+// Integer fields take whole numbers however written (DeepSpeed configs write 5e8): 2.0 and 2e0 are
+// 2, 8.5 is refused naming the field.
+TEST(PlanJson, IntegersMayBeWrittenAsWholeFloats) {
+  auto j = to_json(sample());
+  j["plan"]["micro_batch"] = 2.0;
+  j["plan"]["dp"] = 2e0;
+  const ExecutablePlan q = parse_plan_json(j.dump(), "plan.json");
+  EXPECT_EQ(q.plan.micro_batch, 2);
+  EXPECT_EQ(q.plan.dp, 2);
+  j["plan"]["micro_batch"] = 2.5;
+  expect_refused(j.dump(), "plan.micro_batch");
+  j["plan"]["micro_batch"] = 1e300;
+  expect_refused(j.dump(), "plan.micro_batch");
+}
