@@ -278,7 +278,8 @@ std::array<FrameworkTraits, 9> make_table() {
   // every parameter released after its module (:305-308); a reading of the code found no
   // steady-state trigger for it (notes/research-zero3-runs.md, "Overlap").
   deepspeed.zero3_prefetch = false;
-  deepspeed.zero3_reuse_elements = 0;
+  // stage3_max_reuse_distance's default; it acts only with a complete trace (zero3_prefetch).
+  deepspeed.zero3_reuse_elements = 1e9;
   deepspeed.activation_offload_per_layer = true;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",

@@ -30,7 +30,7 @@ const nlohmann::json& JsonReader::get(const std::string& k, bool required) {
 namespace {
 
 /// An integer, or a whole number written with an exponent or a fraction (DeepSpeed-style 5e8,
-/// 9.0e7), within the long long range.
+/// 9.0e7); whole numbers beyond long long are clamped to its ends.
 bool whole_number(const nlohmann::json& v, long long& x) {
   if (v.is_number_integer()) {
     x = v.is_number_unsigned() && v.get<unsigned long long>() > 9223372036854775807ULL ? 9223372036854775807LL
@@ -39,8 +39,9 @@ bool whole_number(const nlohmann::json& v, long long& x) {
   }
   if (!v.is_number_float()) return false;
   const double d = v.get<double>();
-  if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.2e18) return false;
-  x = static_cast<long long>(d);
+  if (!std::isfinite(d) || d != std::floor(d)) return false;
+  // Beyond long long: the range checks that follow name the bound.
+  x = d > 9.2e18 ? 9223372036854775807LL : d < -9.2e18 ? -9223372036854775807LL : static_cast<long long>(d);
   return true;
 }
 

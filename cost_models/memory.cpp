@@ -424,7 +424,8 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       stage_layers_params += n;
     }
     // A framework that gathers module by module (DeepSpeed) holds its largest module and the one
-    // prefetched, and the gradients of one module with its reduction bucket.
+    // prefetched (without prefetch, FrameworkTraits::zero3_prefetch, only the one computing), and
+    // the gradients of one module with its reduction bucket.
     double largest_unit = largest_layer, bucket_grads = 0;
     if (fw.zero3_unit == Zero3Unit::module) {
       const std::vector<double> shares = zero3_module_shares(fw, model);
@@ -432,10 +433,12 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       const double bucket = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.zero3_reduce_bucket_elements;
       bucket_grads = std::min(bucket, stage_layers_params) * x.bytes.grad;
     }
-    double gathered = plan.reshard_after_forward ? 2.0 * largest_unit : stage_layers_params + largest_unit;
+    const double in_flight = fw.zero3_prefetch ? 2.0 : 1.0;
+    double gathered = plan.reshard_after_forward ? in_flight * largest_unit : stage_layers_params + largest_unit;
     // Parameters kept gathered for the backward within the framework's reuse distance
-    // (FrameworkTraits::zero3_reuse_elements; cost_sharded_parameters skips their re-gather).
-    if (plan.reshard_after_forward && fw.zero3_reuse_elements > 0)
+    // (FrameworkTraits::zero3_reuse_elements, read off the prefetch trace; cost_sharded_parameters
+    // skips their re-gather).
+    if (plan.reshard_after_forward && fw.zero3_prefetch && fw.zero3_reuse_elements > 0)
       gathered += std::min(fw.zero3_reuse_elements, stage_layers_params);
     double unsharded_grads = largest_unit * x.bytes.grad + bucket_grads;
     if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {

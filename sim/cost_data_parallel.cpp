@@ -140,7 +140,9 @@ Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double con
     if (units[i].reduce > Seconds(0)) issue(compute_end[i], units[i].reduce);
     // Without prefetch the next gather is issued when the next unit starts, behind this unit's
     // reduce-scatter on the link.
-    if (!prefetch && i + 1 < n) gather_end[i + 1] = issue(compute_end[i], units[i + 1].gather);
+    // A unit with nothing to gather starts when this one is done.
+    if (!prefetch && i + 1 < n)
+      gather_end[i + 1] = units[i + 1].gather > Seconds(0) ? issue(compute_end[i], units[i + 1].gather) : compute_end[i];
   }
   const double exposed = std::max(compute, link) - busy;
   const double hidden = std::min(std::max(0.0, comm - exposed), busy);
@@ -262,7 +264,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       // DeepSpeed's max_reuse_distance), the units the backward starts with, the forward's last
       // ones within that many elements of their reuse, are not gathered again: on the stage's last
       // chunk, from the head back.
-      double reuse = ch == v - 1 ? fw.zero3_reuse_elements : 0.0;
+      double reuse = ch == v - 1 && fw.zero3_prefetch ? fw.zero3_reuse_elements : 0.0;
       auto kept_for_backward = [&](double params) {
         if (!p.reshard_after_forward) return true;
         if (reuse <= 0 || params > reuse) {

@@ -5,13 +5,14 @@
 #include "apps/cli/local_loop.hpp"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -166,17 +167,32 @@ double probe_now(int threads, double duration_s) {
   return sum / double(t.size());
 }
 
-/// CPU seconds the whole host has spent busy so far, all cores, per /proc/stat (user, nice, system,
-/// irq, softirq and steal: a hypervisor's steal is time another tenant took); -1 where unreadable.
-double host_busy_cpu_s() {
+/// CPU seconds this process's CPUs (its affinity mask: a container's cpuset, not the whole host)
+/// have spent busy so far per /proc/stat's per-CPU lines: user, nice, system and steal (a
+/// hypervisor's steal is time another tenant took; interrupt time is left out, since getrusage
+/// charges the run none of what it causes); -1 where unreadable. `cores`: how many CPUs were read.
+double busy_cpu_s(int& cores) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return -1;
   std::ifstream f("/proc/stat");
-  std::string cpu;
-  if (!(f >> cpu) || cpu != "cpu") return -1;
-  unsigned long long v[8] = {};
-  for (auto& x : v)
-    if (!(f >> x)) return -1;
   const long hz = ::sysconf(_SC_CLK_TCK);
-  return hz > 0 ? double(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / double(hz) : -1;
+  if (!f || hz <= 0) return -1;
+  double ticks = 0;
+  cores = 0;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || !std::isdigit(static_cast<unsigned char>(line[3]))) continue;
+    std::istringstream in(line.substr(3));
+    int id = -1;
+    unsigned long long v[8] = {};
+    if (!(in >> id) || id < 0 || id >= CPU_SETSIZE || !CPU_ISSET(id, &set)) continue;
+    for (auto& x : v)
+      if (!(in >> x)) return -1;
+    ticks += double(v[0] + v[1] + v[2] + v[7]);
+    ++cores;
+  }
+  return cores > 0 ? ticks / double(hz) : -1;
 }
 
 /// CPU seconds used by this process and by its children reaped so far (mpirun reaps its ranks).
@@ -431,18 +447,19 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
         const double before = reference > 0 ? probe_now(c.plan.gpus, 0.15) / reference : 1.0;
         std::error_code ec;
         fs::remove(summary, ec);
-        const double busy0 = host_busy_cpu_s(), own0 = own_and_children_cpu_s();
+        int cores = 0;
+        const double busy0 = busy_cpu_s(cores), own0 = own_and_children_cpu_s();
         const auto t0 = std::chrono::steady_clock::now();
         rc = run_logged(argv, log, 300);
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        // Other processes' CPU time while it ran: the host's busy time less this process's and its
+        // Other processes' CPU time while it ran: the busy time of this process's CPUs less its and its
         // children's; a burst that falls inside the run escapes the probes around it, not this.
-        const double busy1 = host_busy_cpu_s(), own1 = own_and_children_cpu_s();
+        const double busy1 = busy_cpu_s(cores), own1 = own_and_children_cpu_s();
         const double during =
             busy0 < 0 || busy1 < 0
                 ? 1.0
                 : planner::others_load_slowdown((busy1 - busy0) - (own1 - own0), wall,
-                                                int(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))), c.plan.gpus);
+                                                cores, c.plan.gpus);
         const double after = reference > 0 ? probe_now(c.plan.gpus, 0.15) / reference : 1.0;
         if (rc != 0) break;
         std::ifstream f(summary);

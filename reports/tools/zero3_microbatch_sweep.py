@@ -48,10 +48,15 @@ def predict(foresight, tmp, seq, gpus, mb):
         f.write(model)
     text = base.replace("../models/deepspeed-azure-gpt-175b-s512.yaml", model_path)
     text = text.replace("../clusters/", os.path.join(ROOT, "scenarios", "clusters") + "/")
-    text = re.sub(r"gpus: 256", "gpus: %d" % gpus, text)
-    text = re.sub(r"dp: 256", "dp: %d" % gpus, text)
-    text = re.sub(r"micro_batch: 32", "micro_batch: %d" % mb, text)
-    text = re.sub(r"global_batch: 8192", "global_batch: %d" % (mb * gpus), text)
+    # Each edit must hit exactly once: a changed base file fails here rather than sweeping nothing.
+    for pattern, value in ((r"gpus: 256", "gpus: %d" % gpus), (r"dp: 256", "dp: %d" % gpus),
+                           (r"micro_batch: 32", "micro_batch: %d" % mb),
+                           (r"global_batch: 8192", "global_batch: %d" % (mb * gpus))):
+        text, n = re.subn(pattern, value, text)
+        if n != 1:
+            raise SystemExit("%s: expected one '%s', found %d" % (BASE, pattern, n))
+    if model.count("seq_len: %d" % seq) != 1:
+        raise SystemExit("%s: no seq_len: 512 to change" % MODEL)
     path = os.path.join(tmp, "sweep-s%d-g%d-mb%d.yaml" % (seq, gpus, mb))
     with open(path, "w") as f:
         f.write(text)

@@ -26,6 +26,7 @@ const std::vector<BadCase> kCases = {
     {"zero_micro_batch", {"plan.micro_batch = 0", "must be at least 1"}},
     {"string_for_int", {"plan.pp = thirty-five", "must be an integer"}},
     {"float_for_int", {"plan.dp = 8.5", "must be an integer"}},
+    {"hex_for_int", {"plan.dp = 0x8", "must be an integer"}},
     {"unknown_plan_key", {"plan.pipeline_chunks", "is not a known key"}},
     {"unknown_top_key", {"experiment.gpu_count", "is not a known key"}},
     {"bad_schedule", {"plan.schedule = 2f2b", "gpipe | 1f1b | interleaved | terapipe"}},
@@ -120,6 +121,7 @@ TEST(GoodScenario, IntegersMayBeWrittenAsWholeFloats) {
   std::ostringstream out, err;
   EXPECT_EQ(foresight::cli::run_cli({"describe", path}, out, err), 0) << err.str();
   EXPECT_NE(out.str().find("1920"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("dp 8"), std::string::npos) << out.str();
 }
 
 TEST(CommandLine, UnknownOptionIsExit2) {

@@ -172,12 +172,22 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
 TEST(PlanJson, IntegersMayBeWrittenAsWholeFloats) {
   auto j = to_json(sample());
   j["plan"]["micro_batch"] = 2.0;
-  j["plan"]["dp"] = 2e0;
-  const ExecutablePlan q = parse_plan_json(j.dump(), "plan.json");
+  // Exponent notation in the text itself (dump() would write a double as 2.0).
+  std::string text = j.dump();
+  const std::string dp = "\"dp\":2";
+  ASSERT_NE(text.find(dp), std::string::npos);
+  text.replace(text.find(dp), dp.size(), "\"dp\":2e0");
+  const ExecutablePlan q = parse_plan_json(text, "plan.json");
   EXPECT_EQ(q.plan.micro_batch, 2);
   EXPECT_EQ(q.plan.dp, 2);
   j["plan"]["micro_batch"] = 2.5;
   expect_refused(j.dump(), "plan.micro_batch");
   j["plan"]["micro_batch"] = 1e300;
-  expect_refused(j.dump(), "plan.micro_batch");
+  try {
+    parse_plan_json(j.dump(), "plan.json");
+    ADD_FAILURE() << "accepted 1e300";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "plan.micro_batch");
+    EXPECT_EQ(e.rule(), "must be at most 2147483647");
+  }
 }

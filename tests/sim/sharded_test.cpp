@@ -477,6 +477,14 @@ TEST(DeepSpeedZero3, GathersModuleByModuleOnDemandInBucketsAndCopies) {
   const double bwd = 2 * 24 * layer_gather + all * (bucket / 5e8 + 12e-9);
   EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), bwd, 1e-9 * bwd);
   EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), (all + 2 * 24 * layer) * 2.0 * 15.0 / 16, 1e-6 * all);
+  // With compute to hide under (1 ms per layer forward, more than any module's gather here), the
+  // gathers still wait: on demand, the forward exposes every one (no copies: this compute has no
+  // memory-bound cost), where a prefetching framework would expose about the first.
+  Costed k3(e, round_compute());
+  double on_demand = ag(edges);
+  for (double s : shares) on_demand += 24 * ag(layer * s);
+  EXPECT_NEAR(k3.c.chunk[0][0][0].forward_dp_comm.value(), on_demand, 1e-9 * on_demand);
+  EXPECT_GT(on_demand, 24 * ag(layer * shares[0]));
   // plan.reduce_bucket sets the bucket.
   Experiment small = e;
   small.plan.reduce_bucket = 1000000;
