@@ -1,7 +1,6 @@
 #include "core/json_reader.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <sstream>
 
 #include "core/spec_json.hpp"
@@ -29,20 +28,14 @@ const nlohmann::json& JsonReader::get(const std::string& k, bool required) {
 
 namespace {
 
-/// An integer, or a whole number written with an exponent or a fraction (DeepSpeed-style 5e8,
-/// 9.0e7); whole numbers beyond long long are clamped to its ends.
-bool whole_number(const nlohmann::json& v, long long& x) {
+/// An integer, or a float with a whole value (whole_number, core/spec_fields.hpp).
+bool json_whole_number(const nlohmann::json& v, long long& x) {
   if (v.is_number_integer()) {
     x = v.is_number_unsigned() && v.get<unsigned long long>() > 9223372036854775807ULL ? 9223372036854775807LL
                                                                                         : v.get<long long>();
     return true;
   }
-  if (!v.is_number_float()) return false;
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || d != std::floor(d)) return false;
-  // Beyond long long: the range checks that follow name the bound.
-  x = d > 9.2e18 ? 9223372036854775807LL : d < -9.2e18 ? -9223372036854775807LL : static_cast<long long>(d);
-  return true;
+  return v.is_number_float() && whole_number(v.get<double>(), x);
 }
 
 }  // namespace
@@ -51,7 +44,7 @@ int JsonReader::integer(const std::string& k, std::optional<int> fallback, long 
   const auto& v = get(k, !fallback);
   if (v.is_null()) return *fallback;
   long long x = 0;
-  if (!whole_number(v, x)) fail(path(k), brief(v), "must be an integer");
+  if (!json_whole_number(v, x)) fail(path(k), brief(v), "must be an integer");
   if (v.is_number_unsigned() && v.get<unsigned long long>() > 2147483647ULL)
     fail(path(k), brief(v), "must be at most 2147483647");
   if (x < min) fail(path(k), brief(v), "must be at least " + std::to_string(min));
@@ -95,7 +88,7 @@ std::vector<int> JsonReader::int_list(const std::string& k, long long min) {
     const auto& e = v[i];
     const std::string p = path(k) + "[" + std::to_string(i) + "]";
     long long x = 0;
-    if (!whole_number(e, x)) fail(p, brief(e), "must be an integer");
+    if (!json_whole_number(e, x)) fail(p, brief(e), "must be an integer");
     if (e.is_number_unsigned() && e.get<unsigned long long>() > 2147483647ULL) fail(p, brief(e), "must be at most 2147483647");
     if (x < min) fail(p, brief(e), "must be at least " + std::to_string(min));
     if (x > 2147483647LL) fail(p, brief(e), "must be at most 2147483647");

@@ -19,6 +19,7 @@
 // A std::nullopt fallback makes the field required. Readers fill the field; the writer prints it.
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -26,6 +27,15 @@
 #include "core/experiment.hpp"
 
 namespace foresight {
+
+/// What an integer field takes from a number its reader parsed as a double (DeepSpeed-style 5e8,
+/// 9.0e7): a finite whole value, clamped to long long's ends so that the range checks after it
+/// name the bound. false for a fraction, an infinity or a NaN.
+inline bool whole_number(double d, long long& x) {
+  if (!std::isfinite(d) || d != std::floor(d)) return false;
+  x = d > 9.2e18 ? 9223372036854775807LL : d < -9.2e18 ? -9223372036854775807LL : static_cast<long long>(d);
+  return true;
+}
 
 template <class S, class T>
 concept SpecOf = std::is_same_v<std::remove_const_t<S>, T>;

@@ -85,8 +85,8 @@ YAML::Node MapReader::scalar(const std::string& key, bool required) {
 namespace {
 
 /// An integer written as digits, or as a number with an exponent or a fraction whose value is whole
-/// (DeepSpeed-style "5e8", "9.0e7"), whole numbers beyond long long clamped to its ends; false
-/// for anything else ("8.5", "thirty-five", "0x10", "inf").
+/// (whole_number, core/spec_fields.hpp); false for anything else ("8.5", "thirty-five", "0x10",
+/// "inf").
 bool parse_whole_number(const std::string& s, long long& v) {
   if (s.find_first_of("xX") != std::string::npos) return false;  // std::stod would read hex floats
   std::size_t used = 0;
@@ -101,10 +101,7 @@ bool parse_whole_number(const std::string& s, long long& v) {
   } catch (const std::exception&) {
     return false;
   }
-  if (used != s.size() || !std::isfinite(d) || d != std::floor(d)) return false;
-  // Beyond long long: the range checks that follow name the bound.
-  v = d > 9.2e18 ? 9223372036854775807LL : d < -9.2e18 ? -9223372036854775807LL : static_cast<long long>(d);
-  return true;
+  return used == s.size() && whole_number(d, v);
 }
 
 }  // namespace

@@ -138,9 +138,8 @@ Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double con
     compute_end[i] = compute;
     busy += units[i].compute.value();
     if (units[i].reduce > Seconds(0)) issue(compute_end[i], units[i].reduce);
-    // Without prefetch the next gather is issued when the next unit starts, behind this unit's
-    // reduce-scatter on the link.
-    // A unit with nothing to gather starts when this one is done.
+    // Without prefetch the next gather is issued when this unit is done, behind its reduce-scatter
+    // on the link; a unit with nothing to gather starts right away.
     if (!prefetch && i + 1 < n)
       gather_end[i + 1] = units[i + 1].gather > Seconds(0) ? issue(compute_end[i], units[i + 1].gather) : compute_end[i];
   }
