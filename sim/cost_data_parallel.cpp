@@ -30,11 +30,12 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   const bool sharded_reduction = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce;
   // What an overlapped reduction hides under: a backward, priced by the first layer's kind (the
   // GEMMs' share); the same on every stage.
-  double dp_contention = 0;
-  if (c.dp_overlap) {
+  double dp_contention = 0, forward_contention = 0;
+  if (c.dp_overlap || p.param_gather_overlap) {
     const ModelSpec& m = in.e.model;
     const LayerCompute lc = in.compute.layer(p.local_tokens(m), attention_context(in.e), m.is_moe_layer(0), m.window_of(0));
-    dp_contention = overlap_contention(in, gemm_share(lc, true));
+    if (c.dp_overlap) dp_contention = overlap_contention(in, gemm_share(lc, true));
+    forward_contention = overlap_contention(in, gemm_share(lc, false));
   }
   for (int s = 0; s < p.pp; ++s) {
     const cost_models::StageParameters sp = cost_models::parameters_on_gpu(fw, in.e.model, p, s);
@@ -65,13 +66,31 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
         gather = in.comm.time(Collective::all_gather, weights, groups.shard);
         gather_bytes = weights * ((k - 1.0) / k) * host_ranks;
         if (p.param_gather_overlap) {
-          // Bucket by bucket under the next forward: the first bucket (the framework's bucket of
-          // parameters, Megatron-Core's bucket_size) is what the forward waits for.
+          // Bucket by bucket under the next iteration's first forward (Megatron-Core's
+          // --overlap-param-gather: each bucket's all-gather is dispatched from the forward
+          // pre-hook of the bucket before it, on the first micro-batch only). The forward waits
+          // for the first bucket (the framework's bucket of parameters, Megatron-Core's
+          // bucket_size), and for whatever of the first model chunk's gather that forward cannot
+          // cover: this stage's first forward, which starts only once the stages before it have
+          // run theirs (the pipeline's fill). The hidden part holds SMs beside that forward
+          // (the ctas / (sms - ctas) rule of the overlapped reduction above).
           const double bucket_params = fw.dp_overlap_bucket_bytes / in.x.bytes.reduce;
           const Bytes bucket = min(Bytes(bucket_params * in.x.bytes.weight), weights);
           const Seconds first = min(gather, in.comm.time(Collective::all_gather, bucket, groups.shard));
-          gather_bytes = gather_bytes * (first / gather);
-          gather = first;
+          const Seconds first_chunk = gather / double(std::max(1, p.virtual_stages));
+          Seconds own, window;
+          for (int q = 0; q <= s && q < int(c.chunk.size()); ++q) {
+            if (c.chunk[std::size_t(q)].empty()) continue;
+            Seconds f;
+            for (const ChunkCosts& sl : c.chunk[std::size_t(q)][0])
+              f += sl.forward + sl.forward_tp_comm + sl.forward_ep_comm + sl.forward_cp_comm;
+            window += f;
+            if (q == s) own = f;
+          }
+          const Seconds exposed = max(first, first_chunk - window);
+          const Seconds hidden_beside_own = min(max(Seconds(0), gather - exposed), own);
+          gather_bytes = gather_bytes * (exposed / gather);
+          gather = exposed + forward_contention * hidden_beside_own;
         }
       }
     }
