@@ -278,6 +278,7 @@ std::array<FrameworkTraits, 9> make_table() {
   // every parameter released after its module (:305-308); a reading of the code found no
   // steady-state trigger for it (notes/research-zero3-runs.md, "Overlap").
   deepspeed.zero3_prefetch = false;
+  deepspeed.zero3_keep_gathered = false;
   // stage3_max_reuse_distance's default; it acts only with a complete trace (zero3_prefetch).
   deepspeed.zero3_reuse_elements = 1e9;
   deepspeed.activation_offload_per_layer = true;
@@ -450,6 +451,7 @@ bool FrameworkTraits::runs(const PlanSpec& p) const {
   if (p.recompute == Recompute::selective_op && !op_selective_recompute) return false;
   if (p.compile && !compiled_elementwise) return false;
   if (p.zero < min_zero) return false;
+  if (!p.reshard_after_forward && !zero3_keep_gathered) return false;
   if (tp_needs_sequence_parallel && p.tp > 1 && !p.sequence_parallel) return false;
   if (p.recompute_layers > 0 && !partial_recompute) return false;
   if (p.partial_recompute_microbatches > 0 && !microbatch_recompute) return false;

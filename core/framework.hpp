@@ -224,6 +224,11 @@ struct FrameworkTraits {
   /// nothing is kept for reuse (the reuse distance is read off that trace), so a recomputed layer
   /// is gathered for its recompute and again for its backward.
   bool zero3_prefetch = true;
+  /// ZeRO-3 can keep each unit gathered from its forward to its backward (plan.reshard_after_forward
+  /// false: FSDP's SHARD_GRAD_OP, FSDP2's reshard_after_forward=False). DeepSpeed's stage 3 has no
+  /// such mode: it releases every module after use and keeps only what stage3_max_reuse_distance
+  /// and stage3_param_persistence_threshold say.
+  bool zero3_keep_gathered = true;
   /// Parameters used again within this many elements stay gathered instead of being released
   /// (DeepSpeed stage3_max_reuse_distance, 1e9): the last layers of the forward are not gathered
   /// again for the backward. 0: every released unit is gathered again. Only with zero3_prefetch

@@ -304,6 +304,11 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   }
   if (!p.reshard_after_forward && p.zero != 3)
     return fail("plan.reshard_after_forward", "false", "applies to plan.zero = 3 only (it is " + str((long long)p.zero) + ")");
+  if (!p.reshard_after_forward && !framework_traits(p.framework).zero3_keep_gathered)
+    return fail("plan.reshard_after_forward", "false",
+                std::string(framework_traits(p.framework).name) +
+                    " releases every module's gathered parameters after its forward (no SHARD_GRAD_OP mode; "
+                    "pytorch, torchtitan, llm-foundry and megatron-core keep them)");
   if (p.param_gather_overlap && (p.zero < 1 || p.zero > 2))
     return fail("plan.param_gather_overlap", "true",
                 "applies to plan.zero = 1 or 2, whose parameters are all-gathered after the step (it is " +

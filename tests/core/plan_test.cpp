@@ -1,6 +1,7 @@
 // check_plan: each rule by itself, on a plan that is otherwise valid.
 #include <gtest/gtest.h>
 
+#include "core/framework.hpp"
 #include "core/plan.hpp"
 #include "core/plan_json.hpp"
 
@@ -66,6 +67,8 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.shard_group = 3; f.p.zero = 3; }, "plan.shard_group"},      // does not divide dp 4
       {[](Fixture& f) { f.p.shard_group = 2; }, "plan.shard_group"},                    // zero 0
       {[](Fixture& f) { f.p.reshard_after_forward = false; f.p.zero = 1; }, "plan.reshard_after_forward"},
+      {[](Fixture& f) { f.p.reshard_after_forward = false; f.p.zero = 3; f.p.pp = 1; f.p.dp = 16;
+                        f.p.framework = Framework::deepspeed; }, "plan.reshard_after_forward"},  // no such mode
       {[](Fixture& f) { f.p.param_gather_overlap = true; f.p.zero = 3; }, "plan.param_gather_overlap"},
       {[](Fixture& f) { f.m.attention_window = AttentionWindowSpec{.size = 128, .pattern = {1, 2}}; },
        "model.attention_window.pattern"},                                              // 2 is not 0 or 1
@@ -310,4 +313,23 @@ TEST(PlanJson, GradientAccumulationFusionRoundTripsAndReachesTheLaunchLine) {
   EXPECT_FALSE(flag(Framework::megatron, true));
   EXPECT_FALSE(flag(Framework::megatron_core, std::nullopt));
   EXPECT_TRUE(flag(Framework::megatron_core, false));
+}
+
+TEST(CheckPlan, KeepingGatheredParametersWhereTheFrameworkCan) {
+  // ZeRO-3 over dp 16 at tp 2: DeepSpeed runs it, but only with each module released after its
+  // forward; FSDP (framework pytorch) can keep the gathered parameters to the backward.
+  Fixture f;
+  f.p.pp = 1;
+  f.p.dp = 16;
+  f.p.zero = 3;
+  f.p.framework = Framework::deepspeed;
+  EXPECT_FALSE(f.check().has_value());
+  EXPECT_TRUE(framework_traits(f.p.framework).runs(f.p));
+  f.p.reshard_after_forward = false;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.reshard_after_forward");
+  EXPECT_FALSE(framework_traits(f.p.framework).runs(f.p));
+  f.p.framework = Framework::pytorch;
+  EXPECT_FALSE(f.check().has_value());
+  EXPECT_TRUE(framework_traits(f.p.framework).runs(f.p));
 }
