@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/enums.hpp"
+#include "core/plan_violation.hpp"
 
 namespace foresight {
 
@@ -294,8 +295,13 @@ struct FrameworkTraits {
   /// micro-batches); otherwise tensorwise and rowwise mean torchao's dynamic casts.
   bool fp8_transformer_engine = false;
 
-  /// Whether the framework can execute `plan` (schedule, sequence parallelism, recompute, ZeRO).
-  bool runs(const PlanSpec& plan) const;
+  /// Why the framework cannot execute `plan` (schedule, sequence parallelism, recompute, ZeRO,
+  /// pipeline splits, overlaps, buckets), as the plan field, its value and the rule, naming the
+  /// frameworks that can; nothing when it can. The one home of these rules: check_plan reports
+  /// them for a written plan and the planner's search skips such candidates (runs).
+  std::optional<PlanViolation> refusal(const PlanSpec& plan) const;
+  /// Whether the framework can execute `plan`: no refusal.
+  bool runs(const PlanSpec& plan) const { return !refusal(plan).has_value(); }
   /// "megatron (Megatron-LM v2.x-v3.0, 2021-22)".
   std::string describe() const;
 };

@@ -178,17 +178,14 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("training.dtype", to_string(t.dtype),
                 "the cluster's GPU " + c.gpu.name + " has no " + std::string(to_string(t.dtype)) +
                     " peak in its GPU file (unsupported precision)");
+  const FrameworkTraits& fw = framework_traits(p.framework);
   const bool uneven = p.uneven_split();
   if (!p.partition_method.empty()) {
-    const FrameworkTraits& pfw = framework_traits(p.framework);
-    if (!pfw.partition_method)
-      return fail("plan.partition_method", p.partition_method,
-                  std::string("is DeepSpeed's pipeline partitioning; ") + pfw.name +
-                      " does not split layers that way (use plan.framework = deepspeed, or plan.stage_layers)");
     if (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)
       return fail("plan.partition_method", p.partition_method,
                   "cannot be combined with plan.stage_layers or plan.first_stage_layers / last_stage_layers (give one)");
-    const DeepSpeedPartition split = deepspeed_partition(m, p);
+    // (A framework without DeepSpeed's partitioning is refused with the framework's rules below.)
+    const DeepSpeedPartition split = fw.partition_method ? deepspeed_partition(m, p) : DeepSpeedPartition{};
     if (!split.problem.empty()) {
       std::string rule = split.problem;
       if (!split.stage_layers.empty()) {
@@ -258,20 +255,16 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                     str((long long)p.micro_batch) + " = " + str((long long)p.dp * p.micro_batch));
   if (p.zero < 0 || p.zero > 3) return fail("plan.zero", str((long long)p.zero), "must be 0, 1, 2 or 3");
   if (p.cp > 1) {
-    const FrameworkTraits& cfw = framework_traits(p.framework);
-    if (!cfw.context_parallel)
-      return fail("plan.cp", str((long long)p.cp), std::string("needs a framework that runs context parallelism (") +
-                                                        cfw.name + " does not: megatron-core, pytorch or generic do)");
     if (m.seq_len % (2LL * p.cp) != 0)
       return fail("plan.cp", str((long long)p.cp),
                   "2 * plan.cp must divide model.seq_len = " + str((long long)m.seq_len) +
                       " (each rank holds two of 2 cp chunks for causal load balancing)");
     if (!p.token_slices.empty())
       return fail("plan.cp", str((long long)p.cp), "cannot be combined with TeraPipe token slices");
-    if (m.moe && !framework_traits(p.framework).expert_folding)
+    if (m.moe && !fw.expert_folding)
       return fail("plan.cp", str((long long)p.cp),
                   std::string("with an MoE model needs a framework that folds the experts over tp x cp x dp (") +
-                      framework_traits(p.framework).name + " does not: megatron-core or generic do)");
+                      fw.name + " does not: megatron-core or generic do)");
     if (p.placement != Placement::tp_dp_pp)
       return fail("plan.placement", to_string(p.placement), "must be tp-dp-pp with plan.cp > 1 (tp-cp-dp-pp, Megatron-Core's order)");
     if (p.attention == AttentionImpl::unfused)
@@ -286,9 +279,6 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   if (p.reduce_dtype && p.grad_ranks() < 2)
     return fail("plan.reduce_dtype", to_string(*p.reduce_dtype), "needs data parallelism (plan.dp * plan.cp > 1): nothing is reduced");
   if (p.tp_overlap) {
-    if (!framework_traits(p.framework).tp_overlap)
-      return fail("plan.tp_overlap", "true", std::string(framework_traits(p.framework).name) +
-                                                 " does not overlap TP communication (megatron-core, pytorch or generic do)");
     if (p.tp < 2 || !p.sequence_parallel)
       return fail("plan.tp_overlap", "true", "needs plan.tp > 1 and plan.sequence_parallel (the overlapped collectives are its all-gathers and reduce-scatters)");
   }
@@ -304,11 +294,6 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   }
   if (!p.reshard_after_forward && p.zero != 3)
     return fail("plan.reshard_after_forward", "false", "applies to plan.zero = 3 only (it is " + str((long long)p.zero) + ")");
-  if (!p.reshard_after_forward && !framework_traits(p.framework).zero3_keep_gathered)
-    return fail("plan.reshard_after_forward", "false",
-                std::string(framework_traits(p.framework).name) +
-                    " releases every module's gathered parameters after its forward (no SHARD_GRAD_OP mode; "
-                    "pytorch, torchtitan, llm-foundry and megatron-core keep them)");
   if (p.param_gather_overlap && (p.zero < 1 || p.zero > 2))
     return fail("plan.param_gather_overlap", "true",
                 "applies to plan.zero = 1 or 2, whose parameters are all-gathered after the step (it is " +
@@ -341,11 +326,6 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.recompute_layers", n,
                   "needs plan.recompute = full (it is " + std::string(to_string(p.recompute)) +
                       "): it counts the whole layers of each stage that are recomputed");
-    const FrameworkTraits& rfw = framework_traits(p.framework);
-    if (!rfw.partial_recompute)
-      return fail("plan.recompute_layers", n,
-                  std::string(rfw.name) + " recomputes every layer or none (no block method; megatron, "
-                                          "megatron-core, pytorch or generic recompute the first N layers of a stage)");
     const std::vector<int> counts = chunk_layer_counts(m, p);
     const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
     const int largest = *std::max_element(counts.begin(), counts.end());
@@ -363,10 +343,6 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     if (p.pp < 2 || p.schedule != Schedule::one_f_one_b)
       return fail("plan.partial_recompute_microbatches", k,
                   "needs a 1F1B pipeline (plan.pp > 1, plan.schedule = 1f1b): the window is the stage's outstanding micro-batches");
-    const FrameworkTraits& kfw = framework_traits(p.framework);
-    if (!kfw.microbatch_recompute)
-      return fail("plan.partial_recompute_microbatches", k,
-                  std::string(kfw.name) + " does not vary recompute by micro-batch (megatron-core or generic do)");
   }
   if (!p.token_slices.empty() && p.schedule != Schedule::terapipe)
     return fail("plan.token_slices", "[" + str((long long)p.token_slices.size()) + " slices]",
@@ -383,19 +359,11 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   }
   if (p.ep > 1 && !m.moe)
     return fail("plan.ep", str((long long)p.ep), "greater than 1 needs a model with moe");
-  if (t.dtype == Dtype::fp8 && t.fp8_scaling == Fp8Scaling::rowwise && framework_traits(p.framework).fp8_transformer_engine)
+  if (t.dtype == Dtype::fp8 && t.fp8_scaling == Fp8Scaling::rowwise && fw.fp8_transformer_engine)
     return fail("training.fp8_scaling", "rowwise",
-                std::string(framework_traits(p.framework).name) +
+                std::string(fw.name) +
                     " runs Transformer Engine's FP8 recipes: delayed or tensorwise (current) scaling");
-  if (p.reduce_bucket > 0 && framework_traits(p.framework).dp_bucket_elements <= 0)
-    return fail("plan.reduce_bucket", str((long long)p.reduce_bucket),
-                std::string(framework_traits(p.framework).name) +
-                    " does not reduce gradients in buckets of elements (deepspeed's reduce_bucket_size does)");
   if (p.ep_overlap) {
-    const FrameworkTraits& ofw = framework_traits(p.framework);
-    if (!ofw.ep_overlap)
-      return fail("plan.ep_overlap", "true", std::string(ofw.name) +
-                                                 " does not overlap MoE all-to-alls with compute (megatron-core does)");
     if (!m.moe || p.ep < 2)
       return fail("plan.ep_overlap", "true", "needs a model with moe and plan.ep > 1 (the overlapped collectives are its all-to-alls)");
     if (p.pp > 1 && p.schedule != Schedule::interleaved)
@@ -406,20 +374,20 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     if (p.zero == 3)
       return fail("plan.ep_overlap", "true", "is not modelled with plan.zero = 3 (per-layer parameter gathers)");
   }
+  // What the chosen framework cannot run: its traits hold these rules, and the planner's search
+  // skips the same plans (FrameworkTraits::runs).
+  if (auto v = fw.refusal(p)) return v;
   if (p.expert_tp > 0 && !m.moe)
     return fail("plan.expert_tp", str((long long)p.expert_tp), "applies to models with moe only");
   if (m.moe) {
     if (m.moe->experts % p.ep != 0)
       return fail("plan.ep", str((long long)p.ep),
                   "must divide model.moe.experts = " + str((long long)m.moe->experts));
-    const FrameworkTraits& mfw = framework_traits(p.framework);
+    const FrameworkTraits& mfw = fw;
     if (p.etp() != p.tp) {
       // MoE parallel folding (Megatron-Core >= 0.10): the experts get their own tensor-parallel
-      // degree, and ep spans whatever of tp x cp x dp expert_tp leaves.
-      if (!mfw.expert_folding)
-        return fail("plan.expert_tp", str((long long)p.expert_tp),
-                    std::string("must equal plan.tp unless the framework folds expert parallelism over tp x cp x dp (") +
-                        mfw.name + " does not: megatron-core or generic do)");
+      // degree, and ep spans whatever of tp x cp x dp expert_tp leaves (a framework without it
+      // refused the plan above).
       if (p.tp % p.etp() != 0 && p.etp() % p.tp != 0)
         return fail("plan.expert_tp", str((long long)p.expert_tp),
                     "must divide plan.tp = " + str((long long)p.tp) + " or be a multiple of it");
@@ -449,39 +417,9 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.ep", str((long long)p.ep),
                   "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
   }
-  const FrameworkTraits& fw = framework_traits(p.framework);
-  if (p.gradient_accumulation_fusion.value_or(false) && !fw.precision.fp32_main_grads)
-    return fail("plan.gradient_accumulation_fusion", "true",
-                std::string(fw.name) + " keeps no fp32 main-gradient buffer for the weight-gradient GEMMs to add into "
-                                       "(Megatron-LM's fusion: megatron, megatron-core)");
-  if (!fw.uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0))
-    return fail(!p.stage_layers.empty() ? "plan.stage_layers" : p.first_stage_layers > 0 ? "plan.first_stage_layers"
-                                                                                          : "plan.last_stage_layers",
-                !p.stage_layers.empty() ? entries(p.stage_layers.size(), "entries")
-                                        : str((long long)std::max(p.first_stage_layers, p.last_stage_layers)),
-                std::string(fw.name) + " splits layers evenly over stages (megatron-core, torchtitan and generic "
-                                       "take uneven splits; deepspeed through plan.partition_method)");
-  if (!fw.uneven_interleaved && !p.stage_layers.empty() && p.schedule == Schedule::interleaved)
-    return fail("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
-                std::string(fw.name) + "'s interleaved schedule splits every model chunk evenly (torchtitan and "
-                                       "generic take a count per chunk)");
-  if (p.dp_overlap && (!fw.dp_overlap || (p.pp > 1 && !fw.dp_overlap_with_pipeline)))
-    return fail("plan.dp_overlap", "true", fw.dp_overlap_refusal);
-  if (p.zero < fw.min_zero)
-    return fail("plan.zero", str((long long)p.zero),
-                std::string(fw.name) + " runs FSDP (zero 3) with its bf16 recipe; its other paths are framework pytorch's");
-  if (fw.tp_needs_sequence_parallel && p.tp > 1 && !p.sequence_parallel)
-    return fail("plan.sequence_parallel", "false",
-                std::string(fw.name) + "'s tensor parallelism shards the norms over the sequence: set it true");
-  if (p.compile && !fw.compiled_elementwise)
-    return fail("plan.compile", "true", std::string(fw.name) + " has no torch.compile mode (pytorch and torchtitan do)");
   if (p.compile_loss && !p.compile)
     return fail("plan.compile_loss", "true", "needs plan.compile: true (torch.compile compiles the loss with the model)");
   if (p.recompute == Recompute::selective_op) {
-    if (!fw.op_selective_recompute)
-      return fail("plan.recompute", "selective-op",
-                  std::string(fw.name) + " has no per-op selective checkpointing (torchtitan does; selective is "
-                                         "Korthikanti's attention-core recompute)");
     // The saved set is defined on a dense block's matmuls (wq, wk, wv, wo, w1, w3, w2); routed
     // experts' grouped GEMMs and MLA's latent projections follow other counting rules.
     if (m.moe || m.mla)

@@ -11,6 +11,7 @@
 #include "core/enums.hpp"
 #include "core/hardware.hpp"
 #include "core/model.hpp"
+#include "core/plan_violation.hpp"
 
 namespace foresight {
 
@@ -180,11 +181,6 @@ double whole_recompute_microbatch_share(const PlanSpec& plan, int stage, int mic
 double layer_recompute_share(const PlanSpec& plan, int index_in_chunk, int stage, int micro_batches);
 
 /// A rule a plan broke: the field (dotted path, e.g. "plan.pp"), its value and the rule, in words.
-struct PlanViolation {
-  std::string field;
-  std::string value;
-  std::string rule;
-};
 
 /// Every rule a runnable plan obeys (divisibility, ranges, schedule options), checked in order;
 /// returns the first one broken. `gpus_used` is how many GPUs the run occupies.

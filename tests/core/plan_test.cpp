@@ -45,7 +45,11 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.offload.activations = -0.1; }, "plan.offload.activations"},
       {[](Fixture& f) { f.t.dtype = Dtype::fp16; }, "training.dtype"},  // fixture GPU has no fp16 peak
       {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::deepspeed; }, "plan.dp_overlap"},
-      {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::terapipe; }, "plan.dp_overlap"},
+      {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::terapipe; f.p.schedule = Schedule::terapipe;
+                        f.p.token_slices = {1024, 1024}; }, "plan.dp_overlap"},
+      {[](Fixture& f) { f.p.framework = Framework::terapipe; }, "plan.schedule"},      // TeraPipe runs only its own
+      {[](Fixture& f) { f.p.zero = 3; }, "plan.zero"},                                 // Megatron-LM: ZeRO-1 at most
+      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 2; }, "plan.zero"},  // not with a pipeline
       {[](Fixture& f) { f.p.stage_layers = {6, 6, 6}; }, "plan.stage_layers"},         // 3 entries for pp 4
       {[](Fixture& f) { f.p.stage_layers = {5, 7, 6, 5}; }, "plan.stage_layers"},      // sums to 23
       {[](Fixture& f) { f.p.stage_layers = {0, 8, 8, 8}; }, "plan.stage_layers"},      // an empty stage

@@ -319,6 +319,7 @@ TEST(CostLayerChunks, CalibratedHostTimesByHand) {
   // Per ZeRO-3 unit: the longer of its kernels (1 ms forward, 2 ms backward per layer here) and
   // a 1.5 ms host time: +0.5 ms per layer forward, nothing backward.
   e.plan.zero = 3;
+  e.plan.framework = Framework::pytorch;  // (Megatron-LM of 2021-22 has no ZeRO-3)
   e.plan.pp = 1;
   e.plan.dp = 4;
   e.training.global_batch = 4;

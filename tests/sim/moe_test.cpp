@@ -58,6 +58,7 @@ TEST(MoeFolding, EpSpansTensorAndDataParallelRanksWhereTheFrameworkFolds) {
   // A framework without folding refuses expert_tp != tp and names itself.
   Experiment ds = e;
   ds.plan.framework = Framework::deepspeed;
+  ds.plan.sequence_parallel = false;  // (Megatron-DeepSpeed has none: refused first otherwise)
   ASSERT_TRUE(check(ds).has_value());
   EXPECT_EQ(check(ds)->field, "plan.expert_tp");
   EXPECT_NE(check(ds)->rule.find("deepspeed"), std::string::npos);
