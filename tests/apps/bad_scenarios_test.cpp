@@ -32,6 +32,7 @@ const std::vector<BadCase> kCases = {
     {"bad_schedule", {"plan.schedule = 2f2b", "gpipe | 1f1b | interleaved | terapipe"}},
     {"bad_recompute", {"plan.recompute = partial", "none | selective | full"}},
     {"zero_out_of_range", {"plan.zero = 4", "must be 0, 1, 2 or 3"}},
+    {"zero_beyond_framework", {"plan.zero = 3", "megatron runs ZeRO up to stage 1 with a pipeline"}},
     {"missing_plan_field", {"plan.tp", "is required but missing"}},
     {"missing_training", {"training", "is required but missing"}},
     {"missing_model_file", {"experiment.model = ../good/no-such-model.yaml", "does not exist"}},
