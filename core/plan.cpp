@@ -179,13 +179,18 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                 "the cluster's GPU " + c.gpu.name + " has no " + std::string(to_string(t.dtype)) +
                     " peak in its GPU file (unsupported precision)");
   const FrameworkTraits& fw = framework_traits(p.framework);
+  if (p.zero < 0 || p.zero > 3) return fail("plan.zero", str((long long)p.zero), "must be 0, 1, 2 or 3");
+  if (p.expert_tp > 0 && !m.moe)
+    return fail("plan.expert_tp", str((long long)p.expert_tp), "applies to models with moe only");
+  if (!p.partition_method.empty() && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0))
+    return fail("plan.partition_method", p.partition_method,
+                "cannot be combined with plan.stage_layers or plan.first_stage_layers / last_stage_layers (give one)");
+  // What the chosen framework cannot run: its traits hold these rules, and the planner's search
+  // skips the same plans (FrameworkTraits::runs).
+  if (auto v = fw.refusal(p)) return v;
   const bool uneven = p.uneven_split();
   if (!p.partition_method.empty()) {
-    if (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0)
-      return fail("plan.partition_method", p.partition_method,
-                  "cannot be combined with plan.stage_layers or plan.first_stage_layers / last_stage_layers (give one)");
-    // (A framework without DeepSpeed's partitioning is refused with the framework's rules below.)
-    const DeepSpeedPartition split = fw.partition_method ? deepspeed_partition(m, p) : DeepSpeedPartition{};
+    const DeepSpeedPartition split = deepspeed_partition(m, p);
     if (!split.problem.empty()) {
       std::string rule = split.problem;
       if (!split.stage_layers.empty()) {
@@ -253,7 +258,6 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("training.global_batch", str((long long)t.global_batch),
                 "must be a multiple of plan.dp * plan.micro_batch = " + str((long long)p.dp) + " * " +
                     str((long long)p.micro_batch) + " = " + str((long long)p.dp * p.micro_batch));
-  if (p.zero < 0 || p.zero > 3) return fail("plan.zero", str((long long)p.zero), "must be 0, 1, 2 or 3");
   if (p.cp > 1) {
     if (m.seq_len % (2LL * p.cp) != 0)
       return fail("plan.cp", str((long long)p.cp),
@@ -374,11 +378,6 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     if (p.zero == 3)
       return fail("plan.ep_overlap", "true", "is not modelled with plan.zero = 3 (per-layer parameter gathers)");
   }
-  // What the chosen framework cannot run: its traits hold these rules, and the planner's search
-  // skips the same plans (FrameworkTraits::runs).
-  if (auto v = fw.refusal(p)) return v;
-  if (p.expert_tp > 0 && !m.moe)
-    return fail("plan.expert_tp", str((long long)p.expert_tp), "applies to models with moe only");
   if (m.moe) {
     if (m.moe->experts % p.ep != 0)
       return fail("plan.ep", str((long long)p.ep),

@@ -180,8 +180,6 @@ double whole_recompute_microbatch_share(const PlanSpec& plan, int stage, int mic
 /// layer is recomputed), the share above for the others, 0 without full recompute.
 double layer_recompute_share(const PlanSpec& plan, int index_in_chunk, int stage, int micro_batches);
 
-/// A rule a plan broke: the field (dotted path, e.g. "plan.pp"), its value and the rule, in words.
-
 /// Every rule a runnable plan obeys (divisibility, ranges, schedule options), checked in order;
 /// returns the first one broken. `gpus_used` is how many GPUs the run occupies.
 std::optional<PlanViolation> check_plan(const ModelSpec& model, const ClusterSpec& cluster,

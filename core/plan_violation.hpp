@@ -6,6 +6,7 @@
 
 namespace foresight {
 
+/// A rule a plan broke: the field (dotted path, e.g. "plan.pp"), its value and the rule, in words.
 struct PlanViolation {
   std::string field;
   std::string value;

@@ -17,7 +17,7 @@ namespace foresight::cost_models {
 
 namespace {
 
-constexpr std::array<std::pair<CalibratedKnob, const char*>, 8> kKnobs = {{
+constexpr std::array<std::pair<CalibratedKnob, const char*>, 9> kKnobs = {{
     {CalibratedKnob::slot_overhead, "slot_overhead"},
     {CalibratedKnob::unit_overhead, "unit_overhead"},
     {CalibratedKnob::step_overhead, "step_overhead"},
@@ -26,6 +26,7 @@ constexpr std::array<std::pair<CalibratedKnob, const char*>, 8> kKnobs = {{
     {CalibratedKnob::clock_scale, "clock_scale"},
     {CalibratedKnob::fp8_gemm_efficiency_scale, "fp8_gemm_efficiency_scale"},
     {CalibratedKnob::all_to_all_efficiency_scale, "all_to_all_efficiency_scale"},
+    {CalibratedKnob::tp_comm_efficiency_scale, "tp_comm_efficiency_scale"},
 }};
 
 const char* knob_name(CalibratedKnob k) {
@@ -46,7 +47,7 @@ std::string knob_names() {
 bool is_scale(CalibratedKnob k) {
   return k == CalibratedKnob::gemm_efficiency_scale || k == CalibratedKnob::attention_efficiency_scale ||
          k == CalibratedKnob::clock_scale || k == CalibratedKnob::fp8_gemm_efficiency_scale ||
-         k == CalibratedKnob::all_to_all_efficiency_scale;
+         k == CalibratedKnob::all_to_all_efficiency_scale || k == CalibratedKnob::tp_comm_efficiency_scale;
 }
 
 /// %.6g, so that a value written and read back prints the same.
@@ -193,6 +194,7 @@ CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& c
         break;
       case CalibratedKnob::fp8_gemm_efficiency_scale: t.fp8_gemm_efficiency_scale *= p.value; break;
       case CalibratedKnob::all_to_all_efficiency_scale: t.all_to_all_efficiency_scale *= p.value; break;
+      case CalibratedKnob::tp_comm_efficiency_scale: t.tp_comm_efficiency_scale *= p.value; break;
     }
     t.applied.push_back(p.name);
   }

@@ -28,6 +28,7 @@ enum class CalibratedKnob {
   clock_scale,                 // multiplies both (a sustained tensor-core clock below the datasheet's)
   fp8_gemm_efficiency_scale,   // multiplies the GEMM ceiling of FP8 GEMMs only
   all_to_all_efficiency_scale, // multiplies the bandwidth an all-to-all reaches on its links
+  tp_comm_efficiency_scale,    // multiplies the bandwidth tensor-parallel collectives reach
 };
 
 /// Where a parameter applies: every listed condition must hold (an empty list or an unset value
@@ -83,6 +84,7 @@ struct CalibratedTerms {
   Seconds slot_overhead, unit_overhead, step_overhead;
   double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0, fp8_gemm_efficiency_scale = 1.0;
   double all_to_all_efficiency_scale = 1.0;
+  double tp_comm_efficiency_scale = 1.0;
   std::vector<std::string> applied;  // names of the parameters in effect
   std::optional<ErrorBand> band;     // the error bar this execution's predictions carry
 };

@@ -272,20 +272,20 @@ void cost_edges(const CostInputs& in, WorkloadCosts& c) {
         const Bytes act = activation_tensor(in.x, p.micro_batch, slices[k], in.e.model.hidden);
         const bool first_segment = s == 0 && ch == 0;
         const bool last_segment = s == p.pp - 1 && ch == v - 1;
-        if (regathers && !last_segment) cc.backward_tp_comm += in.comm.time(Collective::all_gather, act, tp);
+        if (regathers && !last_segment) cc.backward_tp_comm += tp_collective(in, Collective::all_gather, act, tp);
         if (!fw.has_embedding_and_head || !(first_segment || last_segment)) continue;
         const EdgeCompute ec = in.compute.edges(slices[k]);
         if (first_segment) {
           cc.forward += ec.embedding_forward;
           cc.backward += ec.embedding_backward;
           // Vocab-parallel embedding: an all-reduce of its output (Megatron VocabParallelEmbedding).
-          if (p.tp > 1) cc.forward_tp_comm += in.comm.time(Collective::all_reduce, act, tp);
+          if (p.tp > 1) cc.forward_tp_comm += tp_collective(in, Collective::all_reduce, act, tp);
         }
         if (last_segment) {
           cc.forward += ec.head_forward;
           cc.backward += ec.head_backward;
           // Column-parallel LM head: its input gradient is all-reduced in the backward.
-          if (p.tp > 1) cc.backward_tp_comm += in.comm.time(Collective::all_reduce, act, tp);
+          if (p.tp > 1) cc.backward_tp_comm += tp_collective(in, Collective::all_reduce, act, tp);
         }
       }
 }

@@ -65,33 +65,6 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
         // Each rank stepped its shard: the updated weights are all-gathered.
         gather = in.comm.time(Collective::all_gather, weights, groups.shard);
         gather_bytes = weights * ((k - 1.0) / k) * host_ranks;
-        if (p.param_gather_overlap) {
-          // Bucket by bucket under the next iteration's first forward (Megatron-Core's
-          // --overlap-param-gather: each bucket's all-gather is dispatched from the forward
-          // pre-hook of the bucket before it, on the first micro-batch only). The forward waits
-          // for the first bucket (the framework's bucket of parameters, Megatron-Core's
-          // bucket_size), and for whatever of the first model chunk's gather that forward cannot
-          // cover: this stage's first forward, which starts only once the stages before it have
-          // run theirs (the pipeline's fill). The hidden part holds SMs beside that forward
-          // (the ctas / (sms - ctas) rule of the overlapped reduction above).
-          const double bucket_params = fw.dp_overlap_bucket_bytes / in.x.bytes.reduce;
-          const Bytes bucket = min(Bytes(bucket_params * in.x.bytes.weight), weights);
-          const Seconds first = min(gather, in.comm.time(Collective::all_gather, bucket, groups.shard));
-          const Seconds first_chunk = gather / double(std::max(1, p.virtual_stages));
-          Seconds own, window;
-          for (int q = 0; q <= s && q < int(c.chunk.size()); ++q) {
-            if (c.chunk[std::size_t(q)].empty()) continue;
-            Seconds f;
-            for (const ChunkCosts& sl : c.chunk[std::size_t(q)][0])
-              f += sl.forward + sl.forward_tp_comm + sl.forward_ep_comm + sl.forward_cp_comm;
-            window += f;
-            if (q == s) own = f;
-          }
-          const Seconds exposed = max(first, first_chunk - window);
-          const Seconds hidden_beside_own = min(max(Seconds(0), gather - exposed), own);
-          gather_bytes = gather_bytes * (exposed / gather);
-          gather = exposed + forward_contention * hidden_beside_own;
-        }
       }
     }
     // Expert gradients are replicated over the plan.expert_dp() ranks holding the same experts
@@ -103,12 +76,34 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
       // ep = 1) and gathers the updated experts after the step.
       sync += in.comm.time(sharded_reduction ? Collective::reduce_scatter : Collective::all_reduce, expert_grads,
                            groups.expert_dp);
-      // (With the overlapped gather the experts' buckets hide under the next forward with the rest.)
-      if (p.zero >= 1 && !p.param_gather_overlap) {
+      if (p.zero >= 1) {
         const double edp = p.expert_dp();
         gather += in.comm.time(Collective::all_gather, expert_weights, groups.expert_dp);
         gather_bytes += expert_weights * ((edp - 1.0) / edp) * host_ranks;
       }
+    }
+    if (p.param_gather_overlap && gather > Seconds(0) && (p.zero == 1 || p.zero == 2)) {
+      // Bucket by bucket under the next iteration's first forward (Megatron-Core's
+      // --overlap-param-gather: the optimizer step dispatches the first bucket's all-gather, and
+      // each bucket's forward pre-hook, on the first micro-batch only, waits for it and dispatches
+      // the next). The stage's first forward waits for the first bucket (the framework's bucket,
+      // Megatron-Core's bucket_size) and for whatever of its first model chunk's gather, dense and
+      // expert buckets alike, that forward cannot cover: the chain starts with this stage's own
+      // forward, so a pipeline's fill hides the first bucket only. The hidden part holds SMs
+      // beside the forwards (the ctas / (sms - ctas) rule of the overlapped reduction below); with
+      // an interleaved schedule the later chunks' gathers hide under the forwards before theirs.
+      const double bucket_params = fw.dp_overlap_bucket_bytes / in.x.bytes.reduce;
+      const Bytes bucket = min(Bytes(bucket_params * in.x.bytes.weight), weights);
+      const Seconds first =
+          weights > Bytes(0) && k > 1 ? min(gather, in.comm.time(Collective::all_gather, bucket, groups.shard)) : Seconds(0);
+      const Seconds first_chunk = gather / double(std::max(1, p.virtual_stages));
+      Seconds own;
+      if (s < int(c.chunk.size()) && !c.chunk[std::size_t(s)].empty())
+        for (const ChunkCosts& sl : c.chunk[std::size_t(s)][0])
+          own += sl.forward + sl.forward_tp_comm + sl.forward_ep_comm + sl.forward_cp_comm;
+      const Seconds exposed = max(first, first_chunk - own);
+      gather_bytes = gather_bytes * (exposed / gather);
+      gather = exposed + forward_contention * (gather - exposed);
     }
     // With the reduction overlapped, the last bucket is what must wait for the backward to finish
     // (the framework's bucket: PyTorch DDP's bucket_cap_mb, Megatron-Core's bucket_size).

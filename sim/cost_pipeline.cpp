@@ -43,7 +43,7 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
         if (p.pp == 1) return;
         CommGroup one_flow = pp_group;
         one_flow.concurrent_groups = 1;
-        if (p.tp > 1) tail = in.comm.time(Collective::broadcast, act, groups.tp);
+        if (p.tp > 1) tail = tp_collective(in, Collective::broadcast, act, groups.tp);
         time = in.comm.time(Collective::send_recv, act, one_flow) + tail;
         return;
       }
@@ -51,7 +51,7 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
       const Bytes per_rank = split ? act / double(p.tp) : act;
       node_bytes = per_rank * host_ranks;
       if (p.pp == 1) return;
-      if (split && !p.sequence_parallel) tail = in.comm.time(Collective::all_gather, act, groups.tp);
+      if (split && !p.sequence_parallel) tail = tp_collective(in, Collective::all_gather, act, groups.tp);
       time = in.comm.time(Collective::send_recv, per_rank, pp_group) + tail;
     };
     Seconds fwd, bwd, fwd_local, bwd_local, fwd_tail, bwd_tail, unused_tail;

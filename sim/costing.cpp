@@ -150,6 +150,11 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
   return {steps * max(Seconds(0), step_fwd - block_fwd), steps * max(Seconds(0), step_bwd - block_bwd)};
 }
 
+Seconds tp_collective(const CostInputs& in, Collective c, Bytes message, const CommGroup& group) {
+  const CommEstimate est = in.comm.estimate(c, message, group);
+  return est.latency + est.transfer / in.x.calibrated.tp_comm_efficiency_scale;
+}
+
 Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   const PlanSpec& p = in.e.plan;
   if (p.tp == 1) return Seconds(0);
@@ -161,7 +166,7 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   // block sums both branches' partial outputs before one all-reduce (and, backward, both
   // branches' input gradients): GPT-NeoX's gpt_j_residual "reduce once".
   const double syncs = in.e.model.parallel_block ? 1.0 : 2.0;
-  return syncs * in.comm.time(Collective::all_reduce, act, tp);
+  return syncs * tp_collective(in, Collective::all_reduce, act, tp);
 }
 
 double tp_forward_gather_scale(const CostInputs& in) {
@@ -180,8 +185,8 @@ TpGathersScatters tp_gathers_scatters(const CostInputs& in, int tokens, bool for
   // Per direction a sequential block syncs twice (after attention, after the MLP); a parallel
   // block once (GPT-NeoX's gpt_j_residual "reduce once").
   const double syncs = in.e.model.parallel_block ? 1.0 : 2.0;
-  return {syncs * in.comm.time(Collective::all_gather, act * (forward ? tp_forward_gather_scale(in) : 1.0), tp),
-          syncs * in.comm.time(Collective::reduce_scatter, act, tp)};
+  return {syncs * tp_collective(in, Collective::all_gather, act * (forward ? tp_forward_gather_scale(in) : 1.0), tp),
+          syncs * tp_collective(in, Collective::reduce_scatter, act, tp)};
 }
 
 TpGathersScatters tp_relayout_per_layer(const CostInputs& in, int tokens, bool forward) {
@@ -240,8 +245,8 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   const CommGroup tp = plan_groups(p, in.e.cluster).tp;
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
   // Forward, the all-gathers may carry FP8 (tp_forward_gather_scale); backward, bf16 gradients.
-  const Seconds ag = in.comm.time(Collective::all_gather, act * (backward ? 1.0 : tp_forward_gather_scale(in)), tp),
-                rs = in.comm.time(Collective::reduce_scatter, act, tp);
+  const Seconds ag = tp_collective(in, Collective::all_gather, act * (backward ? 1.0 : tp_forward_gather_scale(in)), tp),
+                rs = tp_collective(in, Collective::reduce_scatter, act, tp);
   // Async TP moves one chunk per GEMM chunk (torch's micro-pipelined TP through symmetric memory,
   // Transformer Engine's userbuffers), not a resident bulk collective beside whole GEMMs: the SM
   // share applies, not the persistent-kernel tail of overlap_contention.

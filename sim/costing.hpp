@@ -108,6 +108,11 @@ Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch
 /// 2 reduce-scatters (Korthikanti 2022 sec. 4.2). Zero at tp = 1.
 Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
 
+/// One tensor-parallel collective over `group` as the execution runs it: the comm model's latency
+/// plus its transfer at the calibrated share of the links' rate (calibration.yaml,
+/// tp_comm_efficiency_scale; 1 where none applies).
+Seconds tp_collective(const CostInputs& in, Collective c, Bytes message, const CommGroup& group);
+
 /// Element size of the forward sequence-parallel all-gathers' payload relative to the activation's:
 /// 1 / activation bytes where the framework gathers the column-parallel linears' inputs in float8
 /// (FrameworkTraits::fp8_tensorwise_tp_gather with dtype fp8 and tensorwise scaling), else 1.

@@ -40,7 +40,8 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.virtual_stages = 2; }, "plan.virtual_stages"},
       {[](Fixture& f) { f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 4; }, "plan.virtual_stages"},
       {[](Fixture& f) { f.p.token_slices = {1024, 1024}; }, "plan.token_slices"},
-      {[](Fixture& f) { f.p.schedule = Schedule::terapipe; f.p.token_slices = {1024, 1023}; }, "plan.token_slices"},
+      {[](Fixture& f) { f.p.framework = Framework::terapipe; f.p.schedule = Schedule::terapipe;
+                        f.p.token_slices = {1024, 1023}; }, "plan.token_slices"},
       {[](Fixture& f) { f.p.ep = 2; }, "plan.ep"},
       {[](Fixture& f) { f.p.offload.activations = -0.1; }, "plan.offload.activations"},
       {[](Fixture& f) { f.t.dtype = Dtype::fp16; }, "training.dtype"},  // fixture GPU has no fp16 peak
@@ -68,12 +69,13 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       // Megatron-Core's --pipeline-model-parallel-layout)
       {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.first_stage_layers = 3;
                         f.p.schedule = Schedule::interleaved; f.p.virtual_stages = 2; }, "plan.schedule"},
-      {[](Fixture& f) { f.p.shard_group = 3; f.p.zero = 3; }, "plan.shard_group"},      // does not divide dp 4
+      {[](Fixture& f) { f.p.shard_group = 3; f.p.zero = 3; f.p.framework = Framework::pytorch; }, "plan.shard_group"},      // does not divide dp 4
       {[](Fixture& f) { f.p.shard_group = 2; }, "plan.shard_group"},                    // zero 0
       {[](Fixture& f) { f.p.reshard_after_forward = false; f.p.zero = 1; }, "plan.reshard_after_forward"},
       {[](Fixture& f) { f.p.reshard_after_forward = false; f.p.zero = 3; f.p.pp = 1; f.p.dp = 16;
                         f.p.framework = Framework::deepspeed; }, "plan.reshard_after_forward"},  // no such mode
-      {[](Fixture& f) { f.p.param_gather_overlap = true; f.p.zero = 3; }, "plan.param_gather_overlap"},
+      {[](Fixture& f) { f.p.param_gather_overlap = true; f.p.zero = 3; f.p.framework = Framework::pytorch; },
+       "plan.param_gather_overlap"},
       {[](Fixture& f) { f.m.attention_window = AttentionWindowSpec{.size = 128, .pattern = {1, 2}}; },
        "model.attention_window.pattern"},                                              // 2 is not 0 or 1
       {[](Fixture& f) { f.m.attention_window = AttentionWindowSpec{.size = 128, .pattern = {0, 0}}; },
