@@ -488,3 +488,18 @@ TEST(CostLayerChunks, UnevenInterleavedChunksHoldTheirOwnLayers) {
       EXPECT_NEAR(cc.backward.value(), counts[s][ch] * 2e-3 + pass, 1e-9) << s << ch;
     }
 }
+
+TEST(TpCollective, CalibratedEfficiencyScalesTheTransferOnly) {
+  // GPT-3 1.3B at tp 2 (h 2048, one sequence of 2048 tokens, bf16): two all-reduces of the 8 MiB
+  // (b, s, h) activation per layer and direction. At a calibrated share of 0.5 of the links' rate
+  // each transfers in twice the time; the latency stays.
+  Experiment e = small();
+  Costed k(e);
+  const CommGroup tp = plan_groups(e.plan, e.cluster).tp;
+  const Bytes act(2.0 * 2048 * 2048);
+  const CommEstimate est = k.comm.estimate(Collective::all_reduce, act, tp);
+  ASSERT_GT(est.transfer.value(), 0.0);
+  EXPECT_NEAR(tp_comm_per_layer(k.in(), 2048).value(), 2 * (est.latency + est.transfer).value(), 1e-12);
+  k.x.calibrated.tp_comm_efficiency_scale = 0.5;
+  EXPECT_NEAR(tp_comm_per_layer(k.in(), 2048).value(), 2 * (est.latency + 2.0 * est.transfer).value(), 1e-12);
+}
