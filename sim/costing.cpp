@@ -400,6 +400,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   out.framework = in.x.framework->describe();
   out.attention = to_string(in.x.attention);
   out.profile = in.x.profile.describe();
+  out.calibrated_parameters = in.x.calibrated.applied;
   out.slowest = in.x.slowest;
   out.band = in.x.calibrated.band;
   return out;

@@ -51,6 +51,9 @@ struct Prediction {
   std::string framework;  // the framework entry and version the prediction assumes
   std::string attention;  // the attention kernel both compute and memory priced
   std::string profile;    // what the calibration profile contributed
+  /// The calibrated parameters in effect (scenarios/calibration.yaml), by name: the ones whose
+  /// scope (framework, GPU, precision, ZeRO stage) the experiment falls in.
+  std::vector<std::string> calibrated_parameters;
   cost_models::SlowestDevice slowest;  // the slowest of the plan's GPUs (applied to compute)
   /// The error bar (cost_models::ErrorBand): the iteration time measured runs of this kind took
   /// relative to their prediction, 10th to 90th percentile; unset where no band applies.

@@ -18,6 +18,14 @@ std::string token_slices_text(const PlanSpec& p) {
   for (std::size_t i = 0; i < p.token_slices.size(); ++i) s += (i ? "+" : "") + std::to_string(p.token_slices[i]);
   return s + ")";
 }
+
+/// "a, b (scenarios/calibration.yaml)", or "none" when no calibrated parameter's scope holds.
+std::string calibrated_text(const std::vector<std::string>& names) {
+  if (names.empty()) return "none (no calibrated parameter's scope holds)";
+  std::string s;
+  for (std::size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+  return s + " (scenarios/calibration.yaml)";
+}
 }  // namespace
 
 Command simulate_command() {
@@ -71,6 +79,7 @@ Command simulate_command() {
             j["framework"] = p.framework;
             j["attention"] = p.attention;
             j["profile"] = p.profile;
+            j["calibrated_parameters"] = p.calibrated_parameters;
             j["slowest_device"] = {{"gpus", p.slowest.devices}, {"device_spread_cv", p.slowest.cv},
                                    {"compute_factor", p.slowest.factor}};
             if (p.band) {
@@ -94,7 +103,8 @@ Command simulate_command() {
                 << (e.plan.virtual_stages > 1 ? " v" + std::to_string(e.plan.virtual_stages) : "")
                 << token_slices_text(e.plan) << ", recompute "
                 << to_string(e.plan.recompute) << ", zero " << e.plan.zero << "\n  executed as " << p.framework
-                << ", " << p.attention << " attention\n  calibration: " << p.profile << "\n  pace: "
+                << ", " << p.attention << " attention\n  calibration: " << p.profile << "\n  calibrated: "
+                << calibrated_text(p.calibrated_parameters) << "\n  pace: "
                 << p.slowest.describe() << "\n\n"
                 << format_console(sections) << "Iteration time range: " << p.range_text() << "\n";
             out << "Memory per GPU by stage (GB):";

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <sstream>
 
 #include "apps/cli/cli.hpp"
@@ -47,4 +48,19 @@ TEST(SimulateCli, HelpDocumentsTheExitCodes) {
   const Outcome r = simulate({"--help"});
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("3 the plan does not fit in device memory"), std::string::npos) << r.out;
+}
+
+TEST(SimulateCli, NamesTheCalibratedParametersInEffect) {
+  // scenarios/calibration.yaml scopes the 2020-21 Megatron-LM stack by framework megatron, fp16 and
+  // compute capability 8: SC21's 76B row (fp16, A100) gets both of its parameters, Korthikanti's
+  // 22B row (bf16, same cluster) none.
+  const auto fp16 = nlohmann::json::parse(simulate({"sc21-table1-76b", "--json"}).out);
+  const auto names = fp16["calibrated_parameters"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(names.begin(), names.end(), "megatron_fp16_a100_tp_comm_scale"), names.end()) << fp16.dump();
+  EXPECT_NE(std::find(names.begin(), names.end(), "megatron_fp16_a100_gemm_scale"), names.end());
+  const auto bf16 = nlohmann::json::parse(simulate({"korthikanti-table5-22b-full-recompute", "--json"}).out);
+  EXPECT_TRUE(bf16["calibrated_parameters"].empty()) << bf16["calibrated_parameters"].dump();
+  const Outcome text = simulate({"sc21-table1-76b"});
+  EXPECT_NE(text.out.find("calibrated: megatron_fp16_a100_gemm_scale, megatron_fp16_a100_tp_comm_scale"), std::string::npos)
+      << text.out;
 }
