@@ -442,14 +442,12 @@ const FrameworkTraits& framework_traits(Framework f) {
 
 namespace {
 
-/// "megatron-core, pytorch or generic": the frameworks whose traits satisfy `can`, in table order.
+/// "megatron-core, pytorch or generic": the frameworks whose traits satisfy `can`, in enum order.
 template <class Pred>
 std::string frameworks_that(Pred can) {
   std::vector<std::string> names;
-  for (Framework f : {Framework::megatron, Framework::megatron_core, Framework::deepspeed, Framework::terapipe,
-                      Framework::pytorch, Framework::torchtitan, Framework::llm_foundry, Framework::foresight_train,
-                      Framework::generic})
-    if (can(framework_traits(f))) names.push_back(framework_traits(f).name);
+  for (const auto& entry : EnumNames<Framework>::kList)
+    if (const FrameworkTraits& t = framework_traits(entry.first); can(t)) names.push_back(t.name);
   std::string out;
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (i) out += i + 1 == names.size() ? " or " : ", ";
@@ -463,9 +461,6 @@ std::string count(long long v) { return std::to_string(v); }
 }  // namespace
 
 std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
-  auto no = [](std::string field, std::string value, std::string rule) {
-    return std::optional<PlanViolation>(PlanViolation{std::move(field), std::move(value), std::move(rule)});
-  };
   const std::string me = name;
   // Without a pipeline, GPipe and 1F1B are the same execution.
   const bool unpipelined = p.pp == 1 && (p.schedule == Schedule::gpipe || p.schedule == Schedule::one_f_one_b);
@@ -473,49 +468,49 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                            (unpipelined && (schedules[int(Schedule::gpipe)] || schedules[int(Schedule::one_f_one_b)]));
   if (!schedule_ok) {
     const int k = int(p.schedule);
-    return no("plan.schedule", to_string(p.schedule),
+    return violation("plan.schedule", to_string(p.schedule),
               me + " does not run this schedule (" + frameworks_that([k](const FrameworkTraits& t) { return t.schedules[k]; }) +
                   " do)");
   }
   if (p.sequence_parallel && !sequence_parallel)
-    return no("plan.sequence_parallel", "true",
+    return violation("plan.sequence_parallel", "true",
               me + " has no sequence parallelism (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.sequence_parallel; }) + " do)");
   if (tp_needs_sequence_parallel && p.tp > 1 && !p.sequence_parallel)
-    return no("plan.sequence_parallel", "false", me + "'s tensor parallelism shards the norms over the sequence: set it true");
+    return violation("plan.sequence_parallel", "false", me + "'s tensor parallelism shards the norms over the sequence: set it true");
   if (p.recompute == Recompute::selective && !selective_recompute)
-    return no("plan.recompute", "selective",
+    return violation("plan.recompute", "selective",
               me + " has no selective (attention-core) recompute (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.selective_recompute; }) + " do)");
   if (p.recompute == Recompute::full && !full_recompute)
-    return no("plan.recompute", "full",
+    return violation("plan.recompute", "full",
               me + " has no full activation recompute (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.full_recompute; }) + " do)");
   if (p.recompute == Recompute::selective_op && !op_selective_recompute)
-    return no("plan.recompute", "selective-op",
+    return violation("plan.recompute", "selective-op",
               me + " has no per-op selective checkpointing (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.op_selective_recompute; }) +
                   " do; selective is Korthikanti's attention-core recompute)");
   if (p.recompute_layers > 0 && !partial_recompute)
-    return no("plan.recompute_layers", count(p.recompute_layers),
+    return violation("plan.recompute_layers", count(p.recompute_layers),
               me + " recomputes every layer or none (no block method; " +
                   frameworks_that([](const FrameworkTraits& t) { return t.partial_recompute; }) +
                   " recompute the first N layers of a stage)");
   if (p.partial_recompute_microbatches > 0 && !microbatch_recompute)
-    return no("plan.partial_recompute_microbatches", count(p.partial_recompute_microbatches),
+    return violation("plan.partial_recompute_microbatches", count(p.partial_recompute_microbatches),
               me + " does not vary recompute by micro-batch (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.microbatch_recompute; }) + " do)");
   if (p.compile && !compiled_elementwise)
-    return no("plan.compile", "true",
+    return violation("plan.compile", "true",
               me + " has no torch.compile mode (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.compiled_elementwise; }) + " do)");
   if (p.zero < min_zero)
-    return no("plan.zero", count(p.zero),
+    return violation("plan.zero", count(p.zero),
               me + " runs FSDP (zero " + count(min_zero) + ") with its bf16 recipe; its other paths are framework pytorch's");
   const int most = p.pp > 1 ? max_zero_with_pipeline : max_zero;
   if (p.zero > most) {
     const bool piped = p.pp > 1;
-    return no("plan.zero", count(p.zero),
+    return violation("plan.zero", count(p.zero),
               me + " runs ZeRO up to stage " + count(most) + (piped ? " with a pipeline (plan.pp > 1)" : "") + " (" +
                   frameworks_that([&](const FrameworkTraits& t) {
                     return (piped ? t.max_zero_with_pipeline : t.max_zero) >= p.zero;
@@ -523,52 +518,52 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                   " run stage " + count(p.zero) + (piped ? " with a pipeline" : "") + ")");
   }
   if (!p.reshard_after_forward && !zero3_keep_gathered)
-    return no("plan.reshard_after_forward", "false",
+    return violation("plan.reshard_after_forward", "false",
               me + " releases every module's gathered parameters after its forward (no SHARD_GRAD_OP mode; " +
                   frameworks_that([](const FrameworkTraits& t) { return t.zero3_keep_gathered && t.max_zero >= 3; }) +
                   " keep them)");
   if (p.cp > 1 && !context_parallel)
-    return no("plan.cp", count(p.cp),
+    return violation("plan.cp", count(p.cp),
               "needs a framework that runs context parallelism (" + me + " does not: " +
                   frameworks_that([](const FrameworkTraits& t) { return t.context_parallel; }) + " do)");
   if (p.tp_overlap && !tp_overlap)
-    return no("plan.tp_overlap", "true",
+    return violation("plan.tp_overlap", "true",
               me + " does not overlap TP communication (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.tp_overlap; }) + " do)");
   if (p.dp_overlap && (!dp_overlap || (p.pp > 1 && !dp_overlap_with_pipeline)))
-    return no("plan.dp_overlap", "true", dp_overlap_refusal);
+    return violation("plan.dp_overlap", "true", dp_overlap_refusal);
   if (p.ep_overlap && !ep_overlap)
-    return no("plan.ep_overlap", "true",
+    return violation("plan.ep_overlap", "true",
               me + " does not overlap MoE all-to-alls with compute (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.ep_overlap; }) + " do)");
   if (!p.partition_method.empty() && !partition_method)
-    return no("plan.partition_method", p.partition_method,
+    return violation("plan.partition_method", p.partition_method,
               "is DeepSpeed's pipeline partitioning; " + me +
                   " does not split layers that way (use plan.framework = deepspeed, or plan.stage_layers)");
   if (!uneven_pipeline && (!p.stage_layers.empty() || p.first_stage_layers > 0 || p.last_stage_layers > 0))
-    return no(!p.stage_layers.empty()     ? "plan.stage_layers"
+    return violation(!p.stage_layers.empty()     ? "plan.stage_layers"
               : p.first_stage_layers > 0 ? "plan.first_stage_layers"
                                          : "plan.last_stage_layers",
-              !p.stage_layers.empty() ? "[" + count((long long)p.stage_layers.size()) + " entries]"
+              !p.stage_layers.empty() ? entries(p.stage_layers.size(), "entries")
                                       : count(std::max(p.first_stage_layers, p.last_stage_layers)),
               me + " splits layers evenly over stages (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.uneven_pipeline; }) +
                   " take uneven splits; deepspeed through plan.partition_method)");
   if (!uneven_interleaved && !p.stage_layers.empty() && p.schedule == Schedule::interleaved)
-    return no("plan.stage_layers", "[" + count((long long)p.stage_layers.size()) + " entries]",
+    return violation("plan.stage_layers", entries(p.stage_layers.size(), "entries"),
               me + "'s interleaved schedule splits every model chunk evenly (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.uneven_interleaved; }) +
                   " take a count per chunk)");
   if (p.expert_tp > 0 && p.etp() != p.tp && !expert_folding)
-    return no("plan.expert_tp", count(p.expert_tp),
+    return violation("plan.expert_tp", count(p.expert_tp),
               "must equal plan.tp unless the framework folds expert parallelism over tp x cp x dp (" + me +
                   " does not: " + frameworks_that([](const FrameworkTraits& t) { return t.expert_folding; }) + " do)");
   if (p.gradient_accumulation_fusion.value_or(false) && !precision.fp32_main_grads)
-    return no("plan.gradient_accumulation_fusion", "true",
+    return violation("plan.gradient_accumulation_fusion", "true",
               me + " keeps no fp32 main-gradient buffer for the weight-gradient GEMMs to add into (Megatron-LM's "
                    "fusion: " + frameworks_that([](const FrameworkTraits& t) { return t.precision.fp32_main_grads; }) + ")");
   if (p.reduce_bucket > 0 && dp_bucket_elements <= 0)
-    return no("plan.reduce_bucket", count(p.reduce_bucket),
+    return violation("plan.reduce_bucket", count(p.reduce_bucket),
               me + " does not reduce gradients in buckets of elements (deepspeed's reduce_bucket_size does)");
   return std::nullopt;
 }

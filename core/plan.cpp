@@ -16,17 +16,9 @@ std::string str(double v) {
   if (!s.empty() && s.back() == '.') s.pop_back();
   return s;
 }
-/// "[n entries]" (appended piecewise: g++ 12's -Wrestrict misfires on "[" + std::string + "...").
-std::string entries(std::size_t n, const char* what) {
-  std::string s = "[";
-  s += std::to_string(n);
-  s += ' ';
-  s += what;
-  s += ']';
-  return s;
-}
+/// (violation, core/plan_violation.hpp, under check_plan's short name)
 std::optional<PlanViolation> fail(std::string field, std::string value, std::string rule) {
-  return PlanViolation{std::move(field), std::move(value), std::move(rule)};
+  return violation(std::move(field), std::move(value), std::move(rule));
 }
 }  // namespace
 
@@ -382,7 +374,6 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     if (m.moe->experts % p.ep != 0)
       return fail("plan.ep", str((long long)p.ep),
                   "must divide model.moe.experts = " + str((long long)m.moe->experts));
-    const FrameworkTraits& mfw = fw;
     if (p.etp() != p.tp) {
       // MoE parallel folding (Megatron-Core >= 0.10): the experts get their own tensor-parallel
       // degree, and ep spans whatever of tp x cp x dp expert_tp leaves (a framework without it
@@ -401,18 +392,18 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     }
     // Megatron-Core: "When using expert parallelism and tensor parallelism, sequence parallelism
     // must be used" (TransformerConfig.__post_init__): each TP rank routes its own shard.
-    if (mfw.expert_folding && p.ep > 1 && p.tp > 1 && !p.sequence_parallel)
+    if (fw.expert_folding && p.ep > 1 && p.tp > 1 && !p.sequence_parallel)
       return fail("plan.sequence_parallel", "false",
-                  std::string(mfw.name) + " needs it with expert parallelism (plan.ep > 1) and plan.tp > 1");
+                  std::string(fw.name) + " needs it with expert parallelism (plan.ep > 1) and plan.tp > 1");
     const long long expert_ranks = (long long)p.tp * p.cp * p.dp;
     if (expert_ranks % ((long long)p.etp() * p.ep) != 0)
       return fail("plan.ep", str((long long)p.ep),
-                  mfw.expert_folding
+                  fw.expert_folding
                       ? "times the experts' tensor-parallel degree " + str((long long)p.etp()) +
                             " must divide plan.tp * plan.cp * plan.dp = " + str(expert_ranks) +
                             " (the ranks a stage's experts are folded over)"
                       : "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
-    if (!mfw.expert_folding && p.dp % p.ep != 0)
+    if (!fw.expert_folding && p.dp % p.ep != 0)
       return fail("plan.ep", str((long long)p.ep),
                   "must divide plan.dp = " + str((long long)p.dp) + " (experts are sharded over data-parallel ranks)");
   }

@@ -2,6 +2,8 @@
 // its value and the rule it broke (the CLI prints them and exits 2).
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
 
 namespace foresight {
@@ -12,5 +14,21 @@ struct PlanViolation {
   std::string value;
   std::string rule;
 };
+
+/// The violation of `rule` by `field` = `value`, as check_plan and FrameworkTraits::refusal return it.
+inline std::optional<PlanViolation> violation(std::string field, std::string value, std::string rule) {
+  return PlanViolation{std::move(field), std::move(value), std::move(rule)};
+}
+
+/// "[n entries]", a list field's value in a violation (appended piecewise: g++ 12's -Wrestrict
+/// misfires on "[" + std::string + "...").
+inline std::string entries(std::size_t n, const char* what) {
+  std::string s = "[";
+  s += std::to_string(n);
+  s += ' ';
+  s += what;
+  s += ']';
+  return s;
+}
 
 }  // namespace foresight

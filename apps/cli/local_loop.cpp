@@ -19,6 +19,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -204,6 +205,21 @@ double own_and_children_cpu_s() {
   return sec(self.ru_utime) + sec(self.ru_stime) + sec(kids.ru_utime) + sec(kids.ru_stime);
 }
 
+/// Runs `run` and returns the slowdown other processes imply for it as a run of `ranks` ranks
+/// (planner::others_load_slowdown): the busy time of this process's CPUs while it ran, less its
+/// own and its children's; 1 where /proc/stat cannot be read. A burst inside the run escapes probes
+/// taken around it, not this.
+double others_slowdown_during(int ranks, const std::function<void()>& run) {
+  int cores = 0;
+  const double busy0 = busy_cpu_s(cores), own0 = own_and_children_cpu_s();
+  const auto t0 = std::chrono::steady_clock::now();
+  run();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double busy1 = busy_cpu_s(cores), own1 = own_and_children_cpu_s();
+  if (busy0 < 0 || busy1 < 0) return 1.0;
+  return planner::others_load_slowdown((busy1 - busy0) - (own1 - own0), wall, cores, ranks);
+}
+
 /// The probe's time at calibration for `ranks` ranks at once, 0 when the profile has none.
 double probe_reference(const cost_models::HostProfile& p, int ranks) {
   for (std::size_t i = 0; i < p.slowdown.size() && i < p.probe_s.size(); ++i)
@@ -326,21 +342,14 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   // A pair during which other processes took more of this process's CPUs than the probes left idle
   // (/proc/stat, as validate --local guards its runs) measures their burst, not oversubscription:
   // it is timed again, three tries in all, and kept (and counted) only when no try was quiet.
-  constexpr double kQuietTolerance = 0.07;
+  const double quiet_tolerance = LocalLoopOptions{}.quiet_tolerance;
   std::vector<double> alone_runs;
   std::vector<std::vector<double>> ratios(std::size_t(2 * cores + 1)), absolute(std::size_t(2 * cores + 1));
   int disturbed_pairs = 0;
   // One probe run of `ranks` ranks and the slowdown other processes' CPU time implies for it.
   auto probe_run = [&](int ranks, double& others) {
-    int read_cores = 0;
-    const double busy0 = busy_cpu_s(read_cores), own0 = own_and_children_cpu_s();
-    const auto start = std::chrono::steady_clock::now();
-    nlohmann::json r = mpirun(ranks, {"--slowdown"}, tmp / ("slowdown-" + tag + ".json"));
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double busy1 = busy_cpu_s(read_cores), own1 = own_and_children_cpu_s();
-    others = busy0 < 0 || busy1 < 0
-                 ? 1.0
-                 : planner::others_load_slowdown((busy1 - busy0) - (own1 - own0), wall, read_cores, ranks);
+    nlohmann::json r;
+    others = others_slowdown_during(ranks, [&] { r = mpirun(ranks, {"--slowdown"}, tmp / ("slowdown-" + tag + ".json")); });
     return r;
   };
   // After three pairs in a row found the host busy in every try, the load is steady, not a
@@ -362,10 +371,10 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
           one = std::move(a);
           many = std::move(b);
         }
-        if (worst <= 1.0 + kQuietTolerance) break;
+        if (worst <= 1.0 + quiet_tolerance) break;
       }
       if (one.is_null() || many.is_null()) continue;
-      if (worst > 1.0 + kQuietTolerance) {
+      if (worst > 1.0 + quiet_tolerance) {
         ++disturbed_pairs;
         ++busy_in_a_row;
       } else {
@@ -492,19 +501,7 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
         const double before = reference > 0 ? probe_now(c.plan.gpus, 0.15) / reference : 1.0;
         std::error_code ec;
         fs::remove(summary, ec);
-        int cores = 0;
-        const double busy0 = busy_cpu_s(cores), own0 = own_and_children_cpu_s();
-        const auto t0 = std::chrono::steady_clock::now();
-        rc = run_logged(argv, log, 300);
-        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        // Other processes' CPU time while it ran: the busy time of this process's CPUs less its and its
-        // children's; a burst that falls inside the run escapes the probes around it, not this.
-        const double busy1 = busy_cpu_s(cores), own1 = own_and_children_cpu_s();
-        const double during =
-            busy0 < 0 || busy1 < 0
-                ? 1.0
-                : planner::others_load_slowdown((busy1 - busy0) - (own1 - own0), wall,
-                                                cores, c.plan.gpus);
+        const double during = others_slowdown_during(c.plan.gpus, [&] { rc = run_logged(argv, log, 300); });
         const double after = reference > 0 ? probe_now(c.plan.gpus, 0.15) / reference : 1.0;
         if (rc != 0) break;
         std::ifstream f(summary);
