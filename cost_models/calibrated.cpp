@@ -17,7 +17,7 @@ namespace foresight::cost_models {
 
 namespace {
 
-constexpr std::array<std::pair<CalibratedKnob, const char*>, 9> kKnobs = {{
+constexpr std::array<std::pair<CalibratedKnob, const char*>, 10> kKnobs = {{
     {CalibratedKnob::slot_overhead, "slot_overhead"},
     {CalibratedKnob::unit_overhead, "unit_overhead"},
     {CalibratedKnob::step_overhead, "step_overhead"},
@@ -27,6 +27,7 @@ constexpr std::array<std::pair<CalibratedKnob, const char*>, 9> kKnobs = {{
     {CalibratedKnob::fp8_gemm_efficiency_scale, "fp8_gemm_efficiency_scale"},
     {CalibratedKnob::all_to_all_efficiency_scale, "all_to_all_efficiency_scale"},
     {CalibratedKnob::tp_comm_efficiency_scale, "tp_comm_efficiency_scale"},
+    {CalibratedKnob::socket_one_gpu_efficiency_scale, "socket_one_gpu_efficiency_scale"},
 }};
 
 const char* knob_name(CalibratedKnob k) {
@@ -47,7 +48,8 @@ std::string knob_names() {
 bool is_scale(CalibratedKnob k) {
   return k == CalibratedKnob::gemm_efficiency_scale || k == CalibratedKnob::attention_efficiency_scale ||
          k == CalibratedKnob::clock_scale || k == CalibratedKnob::fp8_gemm_efficiency_scale ||
-         k == CalibratedKnob::all_to_all_efficiency_scale || k == CalibratedKnob::tp_comm_efficiency_scale;
+         k == CalibratedKnob::all_to_all_efficiency_scale || k == CalibratedKnob::tp_comm_efficiency_scale ||
+         k == CalibratedKnob::socket_one_gpu_efficiency_scale;
 }
 
 /// %.6g, so that a value written and read back prints the same.
@@ -87,6 +89,7 @@ bool CalibratedScope::matches(const ClusterSpec& cluster, const TrainingSpec& tr
   if (dtype && training.dtype != *dtype) return false;
   if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), cluster.gpu.name) == gpus.end()) return false;
   if (fp8_scaling && (training.dtype != Dtype::fp8 || training.fp8_scaling != *fp8_scaling)) return false;
+  if (network && cluster.inter.topology != *network) return false;
   return true;
 }
 
@@ -102,6 +105,7 @@ std::string CalibratedScope::describe() const {
   if (min_zero) add("zero >= " + std::to_string(*min_zero));
   if (dtype) add(std::string("dtype ") + to_string(*dtype));
   if (fp8_scaling) add(std::string("fp8 scaling ") + to_string(*fp8_scaling));
+  if (network) add(std::string("network ") + to_string(*network));
   if (!gpus.empty()) {
     std::string g = "GPU ";
     for (std::size_t i = 0; i < gpus.size(); ++i) g += (i ? " or " : "") + gpus[i];
@@ -195,6 +199,7 @@ CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& c
       case CalibratedKnob::fp8_gemm_efficiency_scale: t.fp8_gemm_efficiency_scale *= p.value; break;
       case CalibratedKnob::all_to_all_efficiency_scale: t.all_to_all_efficiency_scale *= p.value; break;
       case CalibratedKnob::tp_comm_efficiency_scale: t.tp_comm_efficiency_scale *= p.value; break;
+      case CalibratedKnob::socket_one_gpu_efficiency_scale: t.socket_one_gpu_efficiency_scale *= p.value; break;
     }
     t.applied.push_back(p.name);
   }
@@ -256,6 +261,7 @@ CalibrationSet load_calibration(const std::string& path) {
       if (s.has("min_zero")) p.scope.min_zero = s.get_int("min_zero", std::nullopt, 0);
       if (s.has("dtype")) p.scope.dtype = s.get_enum<Dtype>("dtype", std::nullopt);
       if (s.has("fp8_scaling")) p.scope.fp8_scaling = s.get_enum<Fp8Scaling>("fp8_scaling", std::nullopt);
+      if (s.has("network")) p.scope.network = s.get_enum<NetworkTopology>("network", std::nullopt);
       if (s.has("gpus")) {
         const YAML::Node gl = s.child("gpus", true);
         if (!gl.IsSequence() || gl.size() == 0)
@@ -334,7 +340,7 @@ std::string calibration_yaml(const CalibrationSet& set) {
     s += "      range_source: " + quoted(p.range_source) + "\n";
     const CalibratedScope& sc = p.scope;
     if (!sc.frameworks.empty() || sc.compute_capability || sc.min_zero || sc.dtype || !sc.gpus.empty() ||
-        sc.fp8_scaling) {
+        sc.fp8_scaling || sc.network) {
       s += "      scope:";
       std::string inner;
       auto add = [&inner](const std::string& x) { inner += (inner.empty() ? " {" : ", ") + x; };
@@ -347,6 +353,7 @@ std::string calibration_yaml(const CalibrationSet& set) {
       if (sc.min_zero) add("min_zero: " + std::to_string(*sc.min_zero));
       if (sc.dtype) add(std::string("dtype: ") + to_string(*sc.dtype));
       if (sc.fp8_scaling) add(std::string("fp8_scaling: ") + to_string(*sc.fp8_scaling));
+      if (sc.network) add(std::string("network: ") + to_string(*sc.network));
       if (!sc.gpus.empty()) {
         std::string g = "gpus: [";
         for (std::size_t i = 0; i < sc.gpus.size(); ++i) g += (i ? ", " : "") + sc.gpus[i];

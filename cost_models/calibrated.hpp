@@ -29,6 +29,7 @@ enum class CalibratedKnob {
   fp8_gemm_efficiency_scale,   // multiplies the GEMM ceiling of FP8 GEMMs only
   all_to_all_efficiency_scale, // multiplies the bandwidth an all-to-all reaches on its links
   tp_comm_efficiency_scale,    // multiplies the bandwidth tensor-parallel collectives reach
+  socket_one_gpu_efficiency_scale,  // multiplies the line-rate share of one GPU's NCCL socket connection
 };
 
 /// Where a parameter applies: every listed condition must hold (an empty list or an unset value
@@ -40,6 +41,7 @@ struct CalibratedScope {
   std::optional<Dtype> dtype = std::nullopt;
   std::vector<std::string> gpus = {};  // GPU file names (e.g. h100-grand-teton)
   std::optional<Fp8Scaling> fp8_scaling = std::nullopt;  // with dtype fp8: the scaling recipe
+  std::optional<NetworkTopology> network = std::nullopt;  // the cluster's inter-node network
   bool matches(const ClusterSpec& cluster, const TrainingSpec& training, const PlanSpec& plan) const;
   std::string describe() const;
 };
@@ -85,6 +87,7 @@ struct CalibratedTerms {
   double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0, fp8_gemm_efficiency_scale = 1.0;
   double all_to_all_efficiency_scale = 1.0;
   double tp_comm_efficiency_scale = 1.0;
+  double socket_one_gpu_efficiency_scale = 1.0;  // CommParams::socket_efficiency_one (CommModel applies it)
   std::vector<std::string> applied;  // names of the parameters in effect
   std::optional<ErrorBand> band;     // the error bar this execution's predictions carry
 };

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "cost_models/calibrated.hpp"
 #include "cost_models/host_profile.hpp"
 
 namespace foresight {
@@ -71,7 +72,9 @@ CommParams CommParams::nccl_defaults() {
   // (2 nodes) and 22.2-22.9 Gbit/s (4 nodes): 0.46 and 0.70, their mean 0.58. Eight GPUs' proxy
   // threads stage every byte through host memory and share the NIC's TCP streams. Used only for
   // ethernet clusters. (Was 0.80 for every case, from an NVIDIA slide's 10 GB/s on 100GbE whose
-  // GPUs per node are not stated.)
+  // GPUs per node are not stated.) The one-GPU end is a tuned GCP figure; a cluster's own stack may
+  // reach less, which the calibrated socket_one_gpu_efficiency_scale carries (scenarios/
+  // calibration.yaml, pinned on TeraPipe's p3.16xlarge runs; CommModel(cluster, calibrated)).
   p.socket_efficiency_one = 0.95;
   p.socket_efficiency_eight = 0.58;
   // tuning.cc nvlsEfficiency[Hopper] = 0.85 (Blackwell 0.74), applied on top of the NVLink rate.
@@ -131,6 +134,15 @@ struct CommModel::Path {
 
 CommModel::CommModel(const ClusterSpec& cluster)
     : CommModel(cluster, CommParams::nccl_defaults(cluster.gpu.compute_capability)) {}
+
+CommModel::CommModel(const ClusterSpec& cluster, const cost_models::CalibratedTerms& calibrated)
+    : CommModel(cluster, [&] {
+        CommParams p = CommParams::nccl_defaults(cluster.gpu.compute_capability);
+        // The one-GPU end only: the eight-GPU share is a measurement of GPUs contending for the
+        // NIC (nccl#209), which is what it stays; between them the interpolation moves with it.
+        p.socket_efficiency_one = std::min(1.0, p.socket_efficiency_one * calibrated.socket_one_gpu_efficiency_scale);
+        return p;
+      }()) {}
 
 CommModel::CommModel(const ClusterSpec& cluster, CommParams params)
     : cluster_(cluster), params_(std::move(params)) {

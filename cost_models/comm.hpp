@@ -20,6 +20,7 @@ namespace foresight {
 
 namespace cost_models {
 struct HostProfile;
+struct CalibratedTerms;
 }
 
 /// The collectives NCCL offers (send_recv: one point-to-point transfer per rank pair).
@@ -159,6 +160,9 @@ class CommModel {
   /// With NCCL's constants for the cluster's GPU generation (CommParams::nccl_defaults(cc)).
   explicit CommModel(const ClusterSpec& cluster);
   CommModel(const ClusterSpec& cluster, CommParams params);
+  /// NCCL's constants with the calibrated parameters of an execution applied (those that act on
+  /// communication in general rather than one kind of collective: socket transport efficiency).
+  CommModel(const ClusterSpec& cluster, const cost_models::CalibratedTerms& calibrated);
 
   /// Time of one collective. `message` follows NCCL's count*sizeof(dtype) convention: all_reduce and
   /// broadcast the buffer, all_gather the OUTPUT, reduce_scatter the INPUT, all_to_all the total bytes

@@ -240,7 +240,15 @@ cost_models::ExecutionModel execution_for(const SearchRequest& r, int zero) {
 }
 
 SearchExecutions::SearchExecutions(const SearchRequest& r) : request_(&r) {
-  for (int zero = 0; zero <= 3; ++zero) by_zero_.push_back(execution_for(r, zero));
+  for (int zero = 0; zero <= 3; ++zero) {
+    by_zero_.push_back(execution_for(r, zero));
+    comm_by_zero_.emplace_back(r.cluster, by_zero_.back().calibrated);
+  }
+}
+
+const CommModel& SearchExecutions::comm_of(const PlanSpec& p) const {
+  of(p);  // the same scope check
+  return comm_by_zero_[std::size_t(p.zero)];
 }
 
 const cost_models::ExecutionModel& SearchExecutions::of(const PlanSpec& p) const {
@@ -284,7 +292,6 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
   // Every plan of the search runs on the same framework, GPU and dtype: one execution model per
   // ZeRO stage (SearchExecutions).
   const SearchExecutions executions(r);
-  const CommModel comm(r.cluster);
   // Plans are enumerated in a regular order, and their costs follow it (schedules, TeraPipe
   // slicings and recompute modes alternate), so every `shares`-th plan can be a much heavier share
   // than the others. A fixed pseudo-random permutation (the same on every rank) spreads the heavy
@@ -343,7 +350,8 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
           const Experiment eq = experiment_for(r, q);
           Candidate cq;
           cq.plan = q;
-          cq.analytic = sim::predict({eq, x, sim::compute_costs(eq, x), comm}, sim::EngineKind::analytic);
+          cq.analytic =
+              sim::predict({eq, x, sim::compute_costs(eq, x), executions.comm_of(q)}, sim::EngineKind::analytic);
           cq.peak_memory = cq.analytic.memory_per_stage[cq.analytic.most_loaded_stage].total();
           local.fitting.push_back(std::move(cq));
         };
@@ -412,7 +420,6 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
 void resimulate_top(const SearchRequest& r, SearchResult& res, int share, int shares, const SearchProgress& progress) {
   if (!r.simgrid_top || !sim::simgrid_available()) return;
   const SearchExecutions executions(r);
-  const CommModel comm(r.cluster);
   long done = 0;
   const long mine = (long(res.ranked.size()) - share + shares - 1) / shares;
   for (std::size_t i = std::size_t(share); i < res.ranked.size(); i += std::size_t(shares)) {
@@ -420,7 +427,7 @@ void resimulate_top(const SearchRequest& r, SearchResult& res, int share, int sh
     const Experiment e = experiment_for(r, c.plan);
     const cost_models::ExecutionModel& x = executions.of(c.plan);
     if (!sim::simulation_size_violation(e, sim::SimulationSize::simgrid))  // else left analytic-only
-      c.simgrid = sim::predict({e, x, sim::compute_costs(e, x), comm}, sim::EngineKind::simgrid);
+      c.simgrid = sim::predict({e, x, sim::compute_costs(e, x), executions.comm_of(c.plan)}, sim::EngineKind::simgrid);
     if (progress) progress(SearchStage::simgrid, ++done, mine);
   }
 }
@@ -446,7 +453,7 @@ std::vector<std::size_t> pareto_front(const std::vector<std::pair<double, double
 std::vector<int> terapipe_slices(const SearchRequest& r, const cost_models::ExecutionModel& x, const PlanSpec& plan) {
   const Experiment e = experiment_for(r, plan);
   const sim::ComputeCosts compute = sim::compute_costs(e, x);
-  const CommModel comm(e.cluster);
+  const CommModel comm(e.cluster, x.calibrated);
   int g = std::max(1, std::min(r.slice_granularity, r.model.seq_len));
   while (r.model.seq_len % g != 0) --g;
   const SliceTime time = [&](int tokens, int end) { return sim::slice_stage_time({e, x, compute, comm}, tokens, end); };
@@ -471,7 +478,7 @@ PlanStanding rank_of(const SearchRequest& r, const SearchResult& result, const P
   const cost_models::ExecutionModel x = cost_models::resolve_execution(r.cluster, r.training, plan);
   if (plan.schedule == Schedule::terapipe && plan.token_slices.empty()) plan.token_slices = terapipe_slices(r, x, plan);
   const Experiment e = experiment_for(r, plan);
-  s.prediction = sim::predict({e, x, sim::compute_costs(e, x), CommModel(e.cluster)}, sim::EngineKind::analytic);
+  s.prediction = sim::predict({e, x, sim::compute_costs(e, x), CommModel(e.cluster, x.calibrated)}, sim::EngineKind::analytic);
   s.fits = fits(x, r, plan, nullptr);
   s.of = long(result.fitting_iterations_s.size());
   if (!s.fits) return s;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/experiment.hpp"
+#include "cost_models/comm.hpp"
 #include "cost_models/execution.hpp"
 #include "sim/prediction.hpp"
 
@@ -130,10 +131,13 @@ class SearchExecutions {
  public:
   explicit SearchExecutions(const SearchRequest& r);
   const cost_models::ExecutionModel& of(const PlanSpec& p) const;
+  /// The communication model with that execution's calibrated parameters applied.
+  const CommModel& comm_of(const PlanSpec& p) const;
 
  private:
   const SearchRequest* request_;
   std::vector<cost_models::ExecutionModel> by_zero_;  // index: ZeRO stage 0..3
+  std::vector<CommModel> comm_by_zero_;
 };
 
 /// TeraPipe's optimal slices for a plan (schedule terapipe), from planner/terapipe_slicing.hpp.

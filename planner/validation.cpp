@@ -61,7 +61,7 @@ ExperimentPrediction predict_experiment(Experiment e, sim::EngineKind engine,
     c.band = x.calibrated.band;
     out.cases.push_back(std::move(c));
   };
-  const CommModel comm(e.cluster);
+  const CommModel comm(e.cluster, x.calibrated);
   if (m.forward_ms || m.backward_ms) {
     // One transformer layer, forward and backward (recompute included), with its TP communication.
     const sim::ComputeCosts compute = sim::compute_costs(e, x);

@@ -409,7 +409,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
 Prediction predict(const Experiment& e, EngineKind engine, nlohmann::json* trace) {
   const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
   const ComputeCosts compute = compute_costs(e, x);
-  const CommModel comm(e.cluster);
+  const CommModel comm(e.cluster, x.calibrated);
   return predict({e, x, compute, comm}, engine, trace);
 }
 

@@ -56,7 +56,7 @@ Command simulate_command() {
           const Experiment e = planner::with_token_slices(loaded, x);
           const auto engine = *parse_enum<sim::EngineKind>(o->engine);
           const sim::ComputeCosts compute = sim::compute_costs(e, x);
-          const CommModel comm(e.cluster);
+          const CommModel comm(e.cluster, x.calibrated);
           nlohmann::json trace;
           // A SimGrid run of a large plan takes seconds to minutes: say when it starts and ends.
           std::optional<Progress> run;

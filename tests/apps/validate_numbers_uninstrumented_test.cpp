@@ -77,7 +77,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // The two prediction points; the 280-node run and BLOOM pin the DeepSpeed pipeline engine's
       // slot overhead (scenarios/calibration.yaml). Target 5 / 5 (issue 22).
       {"MT-NLG (Smith et al. 2022)", {3.0, 3.0}},
-      {"TeraPipe (Li et al. 2021)", {7.0, 10.0}},  // target 15 / 15 (met since the socket rate by GPUs sharing the NIC)
+      // Session 24: the 13B GPipe baseline (calibration) pins one GPU's socket share on the p3's
+      // 25 Gb/s Ethernet (scenarios/calibration.yaml): 6.0% / 9.3% -> 4.4% / 8.3% over the other eight.
+      {"TeraPipe (Li et al. 2021)", {4.8, 9.0}},  // target 15 / 15 (met since the socket rate by GPUs sharing the NIC)
       // Since the 6.7B dense row runs micro-batch 2 (the ramp-up divisibility its script needs at 128 GPUs).
       // Session 18: the A100 GEMM figures make its TP8 GEMMs 1-2% faster (+42 -> +44%).
       {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {43.5, 44.5}},  // target 15 / 15
@@ -147,7 +149,8 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
     }
   EXPECT_EQ(j["calibration"]["cases"].get<int>(), calibration);
   EXPECT_EQ(j["leave_one_out"]["cases"].get<int>(), calibration);
-  // Issue 22's leave-one-out target (met since every calibrated parameter has two cases or more).
+  // Issue 22's leave-one-out target (met; a parameter pinned by one case, as the socket share by
+  // TeraPipe's 13B baseline, leaves that case at the uncalibrated model when it is left out).
   EXPECT_LE(j["leave_one_out"]["mape_pct"].get<double>(), 7.0);
   int predictions = 0;
   for (const auto& g : j["groups"])

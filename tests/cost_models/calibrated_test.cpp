@@ -62,6 +62,24 @@ TEST(Calibrated, ScopeSelectsFrameworkGpuAndZeroStage) {
   EXPECT_TRUE(calibrated_terms(set, h100, t, fsdp).applied.empty());
 }
 
+// A network scope: the socket-transport parameter reaches Ethernet clusters only, and its
+// effect is the CommModel's (the execution only carries the scale).
+TEST(Calibrated, NetworkScopeSelectsEthernetClusters) {
+  const ClusterSpec selene = load_cluster(resolve_scenario("clusters", "selene"));
+  const ClusterSpec p3 = load_cluster(resolve_scenario("clusters", "aws-p3-16xlarge"));
+  const TrainingSpec t{.global_batch = 8};
+  PlanSpec p;
+  CalibrationSet set;
+  CalibratedParameter s = param("socket", CalibratedKnob::socket_one_gpu_efficiency_scale, 0.8,
+                                {.network = NetworkTopology::ethernet});
+  s.unit = "1";
+  set.parameters = {s};
+  EXPECT_DOUBLE_EQ(calibrated_terms(set, p3, t, p).socket_one_gpu_efficiency_scale, 0.8);
+  EXPECT_DOUBLE_EQ(calibrated_terms(set, selene, t, p).socket_one_gpu_efficiency_scale, 1.0);
+  EXPECT_TRUE(calibrated_terms(set, selene, t, p).applied.empty());
+  EXPECT_EQ(set.parameters[0].scope.describe(), "network ethernet");
+}
+
 TEST(Calibrated, ScalesDivideGemmTimesAndTheAttentionEfficiency) {
   // Half the GEMM throughput doubles a GEMM's time without its launch; the attention scale
   // multiplies the fused kernel's efficiency, so a compute-bound attention forward takes 1/0.5
@@ -93,6 +111,7 @@ TEST(Calibrated, FileRulesNameTheFieldAndValue) {
       {"range: [1, 0]}\n", "calibration.parameters[0].range", "0 <= low <= high"},
       {"range: [0, 1], colour: red}\n", "calibration.parameters[0].colour", "is not a known key"},
       {"range: [0, 1], scope: {frameworks: [jax]}}\n", "calibration.parameters[0].scope.frameworks", "must be one of"},
+      {"range: [0, 1], scope: {network: infiniband}}\n", "calibration.parameters[0].scope.network", "must be one of"},
   };
   for (const auto& c : cases) {
     std::string text = head;
@@ -125,6 +144,7 @@ TEST(Calibrated, WrittenFileReadsBackTheSame) {
   p.hi = 0.06;
   p.fit_cases = {"a", "b"};
   p.fit_rms_pct = 1.5;
+  p.scope.network = NetworkTopology::ethernet;
   set.parameters = {p};
   const std::string text = calibration_yaml(set);
   const CalibrationSet back = load_calibration(write_temp(text));
@@ -132,6 +152,7 @@ TEST(Calibrated, WrittenFileReadsBackTheSame) {
   EXPECT_DOUBLE_EQ(back.parameters[0].value, 0.0123457);  // 6 significant digits
   EXPECT_EQ(back.parameters[0].meaning, p.meaning);
   EXPECT_EQ(back.parameters[0].fit_cases, p.fit_cases);
+  EXPECT_EQ(back.parameters[0].scope.network, NetworkTopology::ethernet);
   EXPECT_EQ(calibration_yaml(back), text);
 }
 

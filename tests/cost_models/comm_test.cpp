@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "cost_models/calibrated.hpp"
 #include "cost_models/comm.hpp"
 
 using namespace foresight;
@@ -229,6 +230,36 @@ TEST(CommModel, SendRecvByHand) {
   // NVLink mesh pair: 2 of 6 links: 3 us + 2^30 / (150 GB/s * 0.8 / 3).
   EXPECT_NEAR(in_us(mp3.time(Collective::send_recv, 1_GiB, {.ranks = 2, .ranks_per_node = 2, .nodes = 1})),
               3.0 + 1073741824.0 / 40e9 * 1e6, 1e-6);
+}
+
+// A calibrated socket_one_gpu_efficiency_scale (cost_models/calibrated.hpp) moves the one-GPU end
+// of the socket share only: 0.95 x 0.8 = 0.76 for one pair alone, 0.58 still for eight sharing,
+// and two pairs a third of the way in log2 between the two ends (0.76 - (0.76 - 0.58) / 3). On a
+// fat tree (RDMA, no sockets) nothing changes: 0.96 of the NIC.
+TEST(CommModel, CalibratedSocketShareMovesTheOneGpuEndOnly) {
+  ClusterSpec p3 = selene_like();
+  p3.intra = {.kind = IntraFabric::nvlink_mesh, .bandwidth = 150_GBps, .latency = 3_us};
+  p3.inter = {.nics_per_node = 1, .nic_bandwidth = 25_Gbps, .latency = 30_us,
+              .topology = NetworkTopology::ethernet, .oversubscription = 1.0};
+  cost_models::CalibratedTerms terms;
+  terms.socket_one_gpu_efficiency_scale = 0.8;
+  const CommModel m(p3, terms);
+  const CommGroup pair{.ranks = 2, .ranks_per_node = 1, .nodes = 2};
+  EXPECT_NEAR(in_us(m.time(Collective::send_recv, 1_GiB, pair)), 30.0 + 1073741824.0 / (3.125e9 * 0.76) * 1e6, 1e-3);
+  CommGroup eight = pair;
+  eight.concurrent_groups = 8;
+  EXPECT_NEAR(in_us(m.time(Collective::send_recv, 1_GiB, eight)), 30.0 + 1073741824.0 / (3.125e9 * 0.58 / 8) * 1e6,
+              1e-3);
+  CommGroup two = pair;
+  two.concurrent_groups = 2;
+  EXPECT_NEAR(in_us(m.time(Collective::send_recv, 1_GiB, two)),
+              30.0 + 1073741824.0 / (3.125e9 * (0.76 - 0.18 / 3) / 2) * 1e6, 1e-3);
+  // Never beyond the line rate, whatever the scale.
+  terms.socket_one_gpu_efficiency_scale = 1.5;
+  EXPECT_NEAR(in_us(CommModel(p3, terms).time(Collective::send_recv, 1_GiB, pair)), 30.0 + 1073741824.0 / 3.125e9 * 1e6,
+              1e-3);
+  const CommModel rdma(selene_like(), terms);
+  EXPECT_NEAR(in_us(rdma.time(Collective::send_recv, 1_GiB, pair)), 5.0 + 1073741824.0 / 24e9 * 1e6, 1e-6);
 }
 
 // all-to-all by hand: 4 nodes x 8 GPUs, 1 GiB per rank. 24/32 of it crosses the NICs at
