@@ -82,7 +82,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       {"TeraPipe (Li et al. 2021)", {4.8, 9.0}},  // target 15 / 15 (met since the socket rate by GPUs sharing the NIC)
       // Since the 6.7B dense row runs micro-batch 2 (the ramp-up divisibility its script needs at 128 GPUs).
       // Session 18: the A100 GEMM figures make its TP8 GEMMs 1-2% faster (+42 -> +44%).
-      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {43.5, 44.5}},  // target 15 / 15
+      // Session 24: Megatron-DeepSpeed runs Megatron-LM's fp16 TP all-reduces, so the 2020-21
+      // stack's calibrated rates reach its A100 fp16 runs: 43.2% / 44.1% -> 37.3% / 41.4%.
+      {"DeepSpeed-MoE (Rajbhandari et al. 2022)", {37.5, 41.6}},  // target 15 / 15
       // 23 prediction rows after the calibrated Triton-attention scale (three rows pin it).
       // Session 18: Transformer Engine's split-accumulation FP8 gradient GEMMs (1.15x) move its
       // FP8 rows 2-3 points slower (5.5 -> 5.6%).
@@ -127,7 +129,8 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // copies, reuse and persistent re-gathers priced; the rest unexplained (notes/status.md).
       // Session 22: v0.6.2's communication is not overlapped (FrameworkTraits::zero3_prefetch, from
       // the blog's micro-batch sweep): 5-15% fast, 9.0%.
-      {"DeepSpeed ZeRO-3 on Azure A100 (2022)", {9.1, 15.5}},
+      // Session 24: the 2020-21 stack's GEMM rate (0.988) reaches these fp16 DeepSpeed runs: 8.2%.
+      {"DeepSpeed ZeRO-3 on Azure A100 (2022)", {8.3, 14.8}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {
