@@ -117,11 +117,28 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     // SC21 sec. 4.2 runs DDP's reduction beside the backward; the same ctas / (sms - ctas) rule as
     // ZeRO-3's prefetch and overlapped TP). The stage's last backward is chunk 0's first slice
     // (TeraPipe runs a micro-batch's backward from its last slice to its first).
+    // With model chunks (an interleaved schedule) each chunk's buckets are reduced when its own
+    // last micro-batch runs its backward (Megatron-Core enables a chunk's grad sync on its last
+    // micro-batch, schedules.py backward_step_helper): chunk v-1 first, chunk 0 last, each a
+    // pipeline's worth of backward steps apart. The share of each chunk is its share of the
+    // stage's layers, as the gradient buffer is split in cost_layer_chunks.
+    const int v = p.virtual_stages;
+    std::vector<double> shares;
+    if (c.dp_overlap && v > 1) {
+      const double stage_layers = double(cost_models::stage_layers(in.e.model, p, s).size());
+      for (int ch = 0; ch < v; ++ch)
+        shares.push_back(stage_layers > 0 ? double(cost_models::chunk_layers(in.e.model, p, s, ch).size()) / stage_layers
+                                          : 1.0 / v);
+    }
+    c.dp_sync_chunk_share.push_back(shares);
     Seconds slowdown;
     if (c.dp_overlap && sync > tail && !c.chunk.empty() && !c.chunk[std::size_t(s)].empty() &&
         !c.chunk[std::size_t(s)][0].empty()) {
       const ChunkCosts& last = c.chunk[std::size_t(s)][0].front();
-      slowdown = dp_contention * min(sync - tail, last.backward + last.recompute);
+      // The buckets hide under the backward steps from the first chunk's last micro-batch on:
+      // (v - 1) pipelines' worth of steps after it and its own, each about the last one's length.
+      const double steps = v > 1 ? double(v - 1) * p.pp + 1.0 : 1.0;
+      slowdown = dp_contention * min(sync - tail, (last.backward + last.recompute) * steps);
     }
     c.dp_overlap_slowdown.push_back(slowdown);
     c.dp_sync_tail.push_back(tail);

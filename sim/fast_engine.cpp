@@ -64,6 +64,11 @@ SimResult run_fast(const WorkloadCosts& c) {
   std::vector<int> next(p, 0);
   std::vector<double> stream(p, 0.0);
   std::vector<double> last_backward_start(p, 0.0);  // where an overlapped DP sync may begin
+  // Per stage and model chunk: when the chunk's last backward started and ended (its own buckets'
+  // reduction may begin with the first and its last bucket follows the second).
+  thread_local std::vector<std::vector<double>> chunk_bwd_start, chunk_bwd_end;
+  chunk_bwd_start.assign(p, std::vector<double>(v, 0.0));
+  chunk_bwd_end.assign(p, std::vector<double>(v, 0.0));
   int remaining = 0;
   for (int s = 0; s < p; ++s) remaining += int(order[s].size());
   while (remaining > 0) {
@@ -124,6 +129,10 @@ SimResult run_fast(const WorkloadCosts& c) {
         }
         OpState& os = st[s][next[s]];
         os.done = t;
+        if (o.pass == Pass::backward) {
+          chunk_bwd_start[s][o.chunk] = start;
+          chunk_bwd_end[s][o.chunk] = t;
+        }
         // The outgoing transfer (blocking: on this stream) when the consumer is another segment.
         const int dst_g = o.pass == Pass::forward ? g + 1 : g - 1;
         if (dst_g >= 0 && dst_g < segments && dst_g % p != s) {
@@ -155,7 +164,28 @@ SimResult run_fast(const WorkloadCosts& c) {
       // The backward, stretched by the overlapped buckets' SM contention, and the buckets both end
       // before the tail.
       const double stretched = last + c.dp_overlap_slowdown_of(s).value();
-      exposed = std::max(last_backward_start[s] + (sync - tail), stretched) + tail - last;
+      const std::vector<double>& shares = c.dp_chunk_shares_of(s);
+      if (int(shares.size()) == v && v > 1) {
+        // Chunk by chunk in the order their last backwards ran, queued on the DP stream: a chunk's
+        // buckets start with its last backward (or when the previous chunk's are done), and its
+        // last bucket waits for that backward's end; the final chunk's end is the stretched one.
+        std::vector<int> chunks(v);
+        for (int k = 0; k < v; ++k) chunks[k] = k;
+        std::sort(chunks.begin(), chunks.end(),
+                  [&](int a, int b) { return chunk_bwd_start[s][a] < chunk_bwd_start[s][b]; });
+        double free = 0;
+        for (int k = 0; k < v; ++k) {
+          const int ch = chunks[k];
+          const double part = sync * shares[ch];
+          const double own_tail = std::min(tail, part);
+          const double backward_end = k + 1 == v ? stretched : chunk_bwd_end[s][ch];
+          const double begin = std::max(free, chunk_bwd_start[s][ch]);
+          free = std::max(begin + part - own_tail, backward_end) + own_tail;
+        }
+        exposed = free - last;
+      } else {
+        exposed = std::max(last_backward_start[s] + (sync - tail), stretched) + tail - last;
+      }
     }
     add(s, Category::dp_comm, exposed);
     add(s, Category::optimizer, opt);

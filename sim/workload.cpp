@@ -78,7 +78,9 @@ class Builder {
       const Bytes sync_bytes = s < int(c_.dp_grad_sync_bytes.size()) ? c_.dp_grad_sync_bytes[s] : Bytes(0);
       Seconds tail = sync;
       std::optional<TaskId> overlapped;
-      if (c_.dp_overlap && sync > Seconds(0)) {
+      const std::vector<double>& shares = c_.dp_chunk_shares_of(s);
+      const bool per_chunk = c_.dp_overlap && sync > Seconds(0) && v > 1 && int(shares.size()) == v;
+      if (c_.dp_overlap && sync > Seconds(0) && !per_chunk) {
         // All buckets but the last run while the stage's last backward does: a task that starts
         // when that backward may start (after the same predecessors), on the DP resource.
         tail = c_.dp_overlap_tail(s);
@@ -93,9 +95,7 @@ class Builder {
           t.latency = c_.dp_latency;
           t.resources = {p + s};
           const TaskId id = add(t);
-          std::vector<TaskId> preds;
-          for (auto [e, end] = boost::in_edges(first, w_.graph); e != end; ++e) preds.push_back(boost::source(*e, w_.graph));
-          for (TaskId u : preds) edge(u, id);
+          for (TaskId u : preds_of(first)) edge(u, id);
           overlapped = id;
         } else {
           tail = sync;
@@ -104,14 +104,58 @@ class Builder {
       // The last backward's slowdown from the overlapped buckets' SM contention, on the compute
       // stream before the tail.
       std::optional<TaskId> contention;
-      if (overlapped && c_.dp_overlap_slowdown_of(s) > Seconds(0)) {
+      if ((overlapped || per_chunk) && c_.dp_overlap_slowdown_of(s) > Seconds(0)) {
         Task t = base(Category::dp_comm, s, "dp_overlap_contention");
         t.duration = c_.dp_overlap_slowdown_of(s);
         t.resources = {s};
         contention = add(t);
         edge(after_backward, *contention);
       }
-      if (sync > Seconds(0)) {
+      if (per_chunk) {
+        // Model chunks (interleaved schedule): each chunk's buckets start with its own last
+        // backward, queued on the DP stream in the order those backwards run; a chunk's last
+        // bucket follows its backward's end (the final chunk's: the stretched one).
+        tail = c_.dp_overlap_tail(s);
+        std::vector<int> last_index(v, -1);
+        for (int i = 0; i < int(orders[s].size()); ++i)
+          if (orders[s][i].pass == Pass::backward) last_index[orders[s][i].chunk] = i;
+        std::vector<int> chunks;
+        for (int ch = 0; ch < v; ++ch)
+          if (last_index[ch] >= 0) chunks.push_back(ch);
+        std::sort(chunks.begin(), chunks.end(), [&](int a, int b) { return last_index[a] < last_index[b]; });
+        std::optional<TaskId> previous;
+        for (std::size_t k = 0; k < chunks.size(); ++k) {
+          const int ch = chunks[k];
+          const ScheduledOp& op = orders[s][std::size_t(last_index[ch])];
+          const auto key = std::make_tuple(Pass::backward, op.microbatch, ch * p + s, op.slice);
+          const Seconds part = sync * shares[std::size_t(ch)];
+          const Seconds own_tail = min(tail, part);
+          const bool final = k + 1 == chunks.size();
+          Task o = base(Category::dp_comm, s, "dp_grad_sync_overlapped");
+          o.duration = part - own_tail;
+          o.bytes = sync_bytes * ((part - own_tail) / sync);
+          o.latency = c_.dp_latency;
+          o.resources = {p + s};
+          const TaskId oid = add(o);
+          for (TaskId u : preds_of(lookup(seg_first_, key))) edge(u, oid);
+          if (previous) edge(*previous, oid);
+          Task t = base(Category::dp_comm, s, final ? "dp_grad_sync" : "dp_grad_sync_chunk_tail");
+          t.duration = own_tail;
+          t.bytes = sync_bytes * (own_tail / sync);
+          t.latency = c_.dp_latency;
+          t.resources = {p + s};
+          const TaskId tid = add(t);
+          edge(oid, tid);
+          if (final) {
+            edge(after_backward, tid);
+            if (contention) edge(*contention, tid);
+          } else {
+            edge(lookup(seg_last_, key), tid);
+          }
+          previous = tid;
+        }
+        if (previous) sync_task = *previous;
+      } else if (sync > Seconds(0)) {
         Task t = base(Category::dp_comm, s, "dp_grad_sync");
         t.duration = tail;
         t.bytes = sync_bytes * (tail / sync);
@@ -279,6 +323,11 @@ class Builder {
 
   const WorkloadCosts& c_;
   Workload w_;
+  std::vector<TaskId> preds_of(TaskId v) const {
+    std::vector<TaskId> preds;
+    for (auto [e, end] = boost::in_edges(v, w_.graph); e != end; ++e) preds.push_back(boost::source(*e, w_.graph));
+    return preds;
+  }
   std::map<int, TaskId> last_on_compute_;
   std::map<Key, TaskId> seg_first_, seg_last_, offload_out_, send_;
 };

@@ -111,6 +111,14 @@ struct WorkloadCosts {
   Seconds dp_overlap_slowdown_of(int s) const {
     return dp_overlap && s < int(dp_overlap_slowdown.size()) ? dp_overlap_slowdown[s] : Seconds(0);
   }
+  /// Per stage, with dp_overlap and model chunks: the share of the stage's sync each chunk's
+  /// buckets carry; chunk c's may start with its own last backward (the chunks' syncs queue on
+  /// the stage's DP stream). Empty: the whole sync waits for the stage's last backward.
+  std::vector<std::vector<double>> dp_sync_chunk_share;
+  const std::vector<double>& dp_chunk_shares_of(int s) const {
+    static const std::vector<double> none;
+    return dp_overlap && s < int(dp_sync_chunk_share.size()) ? dp_sync_chunk_share[s] : none;
+  }
   std::vector<Bytes> dp_grad_sync_bytes;  // per stage: bytes each DP rank sends in it (coarse ring)
   std::vector<Bytes> dp_param_gather_bytes;
   Seconds dp_latency;                     // latency term of one DP collective

@@ -109,6 +109,41 @@ TEST(Schedule, OverlappedDataParallelSyncHidesBehindTheLastBackward) {
   }
 }
 
+TEST(Schedule, InterleavedChunksStartTheirOwnSyncWithTheirLastBackward) {
+  // p 2, m 2, v 2, forward 0.5 and backward 1.0 per chunk, free transfers. Stage 0 runs
+  // F0.c0 F1.c0 F0.c1 F1.c1 B0.c1 B1.c1 B0.c0 B1.c0; worked by hand (dependencies across the two
+  // stages), its last backward of chunk 1 is [4.5, 5.5] and of chunk 0 [6.5, 7.5]; stage 1's are
+  // [3.5, 4.5] and [5.5, 6.5]. Each chunk carries half the sync; the tail (last bucket) is 0.2 s,
+  // the optimizer 0.5 s.
+  for (const bool fast : {false, true}) {
+    auto c = uniform(Schedule::interleaved, 2, 2, 2, 1.0, 2.0);
+    c.dp_overlap = true;
+    c.optimizer = {Seconds(0.5), Seconds(0.5)};
+    c.dp_sync_tail = {Seconds(0.2), Seconds(0.2)};
+    c.dp_sync_chunk_share = {{0.5, 0.5}, {0.5, 0.5}};
+    auto run = [&] { return fast ? run_fast(c) : run_analytic(build_workload(c)); };
+    // 2 s: chunk 1's 0.8 s from 4.5, tail after 5.5: 5.7; chunk 0's from 6.5 to 7.3, tail after
+    // 7.5: 7.7, exposed 0.2; the step ends 8.2 (stage 1: 6.7 + 0.5).
+    c.dp_grad_sync = {Seconds(2.0), Seconds(2.0)};
+    auto r = run();
+    EXPECT_NEAR(r.stages[0].busy[int(Category::dp_comm)].value(), 0.2, 1e-12) << (fast ? "fast" : "graph");
+    EXPECT_NEAR(r.iteration.value(), 8.2, 1e-12) << (fast ? "fast" : "graph");
+    // 6 s: chunk 1's 2.8 s run 4.5 -> 7.3, its tail to 7.5; chunk 0's wait for them on the DP
+    // stream: 7.5 -> 10.3, tail 10.5; exposed 3.0, the step 11.0.
+    c.dp_grad_sync = {Seconds(6.0), Seconds(6.0)};
+    r = run();
+    EXPECT_NEAR(r.stages[0].busy[int(Category::dp_comm)].value(), 3.0, 1e-12) << (fast ? "fast" : "graph");
+    EXPECT_NEAR(r.iteration.value(), 11.0, 1e-12) << (fast ? "fast" : "graph");
+    // Without per-chunk shares the whole 2 s waits for the stage's last backward (6.5): 8.3, then
+    // the tail after 7.5: 8.5, exposed 1.0, the step 9.0.
+    c.dp_grad_sync = {Seconds(2.0), Seconds(2.0)};
+    c.dp_sync_chunk_share.clear();
+    r = run();
+    EXPECT_NEAR(r.stages[0].busy[int(Category::dp_comm)].value(), 1.0, 1e-12) << (fast ? "fast" : "graph");
+    EXPECT_NEAR(r.iteration.value(), 9.0, 1e-12) << (fast ? "fast" : "graph");
+  }
+}
+
 TEST(Schedule, DataParallelSyncAndOptimizerFollowTheLastBackward) {
   auto c = uniform(Schedule::one_f_one_b, 1, 2, 1, 1.0, 2.0);
   c.dp_grad_sync = {Seconds(0.25)};
