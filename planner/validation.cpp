@@ -25,6 +25,7 @@ std::string group_of(const Experiment& e) {
   if (n.starts_with("korthikanti")) return "Korthikanti 2022 Table 4";
   if (n.starts_with("megatron2020")) return "Megatron-LM repository scaling table (2020)";
   if (n.starts_with("megatron-readme")) return "Megatron-LM README GPT-3 175B example (2021)";
+  if (n.starts_with("mcore-r080")) return "Megatron-Core r0.8 README weak scaling (H100, 2024)";
   if (n.starts_with("terapipe")) return "TeraPipe (Li et al. 2021)";
   if (n.starts_with("deepspeed-moe")) return "DeepSpeed-MoE (Rajbhandari et al. 2022)";
   if (n.starts_with("deepspeed-azure")) return "DeepSpeed ZeRO-3 on Azure A100 (2022)";
