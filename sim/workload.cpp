@@ -309,8 +309,11 @@ class Builder {
     t.bytes = op.slice < int(bytes.size()) ? bytes[op.slice] : Bytes(0);
     t.src_stage = src;
     t.dst_stage = dst;
+    // The link between neighbouring stages, in the direction the bytes travel (an interleaved
+    // schedule's forward wrap from stage 1 to stage 0 at p = 2 shares the 1 -> 0 direction with
+    // the backward sends, not the 0 -> 1 one its pass would suggest).
     const int lo = std::min(src, dst);
-    if (std::abs(src - dst) == 1) t.resources = {3 * p + 2 * lo + (forward ? 0 : 1)};
+    if (std::abs(src - dst) == 1) t.resources = {3 * p + 2 * lo + (src < dst ? 0 : 1)};
     TaskId id;
     if (c_.p2p_blocks_sender) {
       id = append_compute(t, src);

@@ -44,7 +44,8 @@ TEST(FastEngine, EqualsGraphEngineWithOverlappedDataParallelSync) {
   struct Case { Schedule s; int p, m, v; };
   const Case cases[] = {{Schedule::one_f_one_b, 1, 4, 1}, {Schedule::one_f_one_b, 4, 8, 1},
                         {Schedule::gpipe, 3, 5, 1}, {Schedule::interleaved, 4, 8, 2},
-                        {Schedule::interleaved, 3, 9, 3}, {Schedule::interleaved, 4, 8, 4}};
+                        {Schedule::interleaved, 3, 9, 3}, {Schedule::interleaved, 4, 8, 4},
+                        {Schedule::interleaved, 2, 4, 4}};
   for (const auto& k : cases)
     for (int trial = 0; trial < 5; ++trial) {
       WorkloadCosts c = random_costs(rng, k.s, k.p, k.m, k.v, 1);
@@ -82,6 +83,10 @@ TEST(FastEngine, EqualsGraphEngine) {
   const Case cases[] = {{Schedule::one_f_one_b, 1, 4, 1, 1},  {Schedule::one_f_one_b, 4, 8, 1, 1},
                         {Schedule::one_f_one_b, 8, 3, 1, 1},  {Schedule::gpipe, 4, 6, 1, 1},
                         {Schedule::interleaved, 4, 8, 2, 1},  {Schedule::interleaved, 3, 9, 3, 1},
+                        // More chunks than stages at p = 2: the forward wrap 1 -> 0 shares the
+                        // 1 -> 0 link direction with the backward sends (the graph engine once
+                        // queued it behind the 0 -> 1 forward sends).
+                        {Schedule::interleaved, 2, 4, 4, 1},  {Schedule::interleaved, 2, 6, 3, 1},
                         {Schedule::terapipe, 4, 2, 1, 5},     {Schedule::terapipe, 6, 1, 1, 8}};
   for (const auto& k : cases) {
     for (int trial = 0; trial < 5; ++trial) {
