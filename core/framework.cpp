@@ -16,15 +16,21 @@ namespace {
 /// branch and the residual and writes the sum and a 1-byte mask (7 per site, backward the same),
 /// the fused bias-GeLU reads and writes the (tokens, ffn) tensor (4; backward reads input and
 /// gradient, writes the gradient: 6). The embedding gathers a word row and a position row and
-/// writes their sum (3 x 2; backward the same). The vocab-parallel cross-entropy reads and writes
-/// the fp32 logits (3 x 4 per element, forward and backward). Bias-gradient reductions are not
-/// counted for these entries (a < 1% term of the backward; notes/status.md).
+/// writes their sum (3 x 2; backward the same). The vocab-parallel cross-entropy, per (tokens,
+/// local vocabulary) element, pass by pass as Megatron-LM runs it on `logits.float()` (mpu/
+/// cross_entropy.py of 2021, the same in Megatron-Core core_r0.8.0 tensor_parallel/cross_entropy.py
+/// without --cross-entropy-loss-fusion): the cast (read 2, write 4), the row max (read 4), the max
+/// subtracted in place (4 + 4), exp in place (4 + 4), the row sum (read 4), the division into the
+/// softmax it saves (4 + 4): 38 in 6 launches; backward the softmax scaled in place by the loss
+/// gradient (4 + 4) and the cast's gradient back to 16 bits (4 + 2): 14 in 2 launches.
+/// Bias-gradient reductions are not counted for these entries (a < 1% term of the backward;
+/// notes/status.md).
 constexpr ElementwiseTraffic kMegatron2021Traffic{
     .norms_forward = 8, .norms_backward = 16, .norms_launches_forward = 2, .norms_launches_backward = 2,
     .residual_forward = 14, .residual_backward = 14, .residual_launches_forward = 2, .residual_launches_backward = 2,
     .activation_forward = 4, .activation_backward = 6,
     .embedding_forward = 6, .embedding_backward = 6, .embedding_launches = 2,
-    .loss_forward = 12, .loss_backward = 12, .loss_launches_forward = 2, .loss_launches_backward = 2};
+    .loss_forward = 38, .loss_backward = 14, .loss_launches_forward = 6, .loss_launches_backward = 2};
 
 /// Eager PyTorch under torch.autocast(bf16) on fp32 parameters, kernel by kernel, per (tokens,
 /// hidden) element (../shared/bench/torch_gpt_baseline.py's block: pre-LayerNorm, SDPA, GeLU-tanh):

@@ -73,7 +73,7 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // Session 23: three fp16 rows of Megatron-LM's 2020-21 A100 stack (SC21 1.7B and 18B, the
       // 2020 table's 8B tp8) pin its GEMM and tensor-parallel all-reduce rates
       // (scenarios/calibration.yaml): 4.9% / 10.2% -> 1.4% / 4.2% over the other eight.
-      {"Megatron-LM SC21 Table 1", {1.6, 4.5}},  // target 5 / 10 (met)
+      {"Megatron-LM SC21 Table 1", {1.6, 4.7}},  // target 5 / 10 (met)
       // The two prediction points; the 280-node run and BLOOM pin the DeepSpeed pipeline engine's
       // slot overhead (scenarios/calibration.yaml). Target 5 / 5 (issue 22).
       {"MT-NLG (Smith et al. 2022)", {3.0, 3.0}},
@@ -109,7 +109,7 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       {"torchtitan (Meta, FSDP2)", {8.3, 31.5}},
       // Session 20: NeMo 24.07's DGX H100 FP8 table (Megatron-Core with gradient accumulation
       // fusion); the largest are the small models (GPT-3 5B +16%, 20B +10%, Llama 3 8B +9%).
-      {"NeMo 24.07 on DGX H100 (Megatron-Core, FP8)", {6.1, 17.0}},
+      {"NeMo 24.07 on DGX H100 (Megatron-Core, FP8)", {5.3, 15.0}},
       // Session 21: Megatron-Bridge's Qwen3 MoE rows (Megatron-Core's folded EP, all-to-all
       // dispatcher, EP overlap, TE current scaling); the two 25.09 token-dropping rows pin NCCL's
       // all-to-all efficiency on H100, the two dropless EP-overlap rows predict (-6.5%, -12.1%).
@@ -117,7 +117,7 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // Session 21: Korthikanti's Table 5 (whole iterations, Selene; +8.1% the 1T row at 1F1B with
       // pp 64) and the Megatron-LM repository's 2020 scaling table (V100 within 4.4%; the A100 rows
       // of the first A100 software 4-11% slower than predicted).
-      {"Korthikanti 2022 Table 5 (end-to-end)", {3.8, 8.2}},
+      {"Korthikanti 2022 Table 5 (end-to-end)", {3.9, 8.4}},
       // Session 23: the 2020-21 stack's calibrated TP all-reduce rate: 6.6% / 11.4% -> 3.8% / 7.9%
       // (the dp 128 rows of tp 1-4 remain 5-8% fast).
       {"Megatron-LM repository scaling table (2020)", {4.0, 8.2}},
@@ -125,17 +125,19 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // the calibration above at -6%).
       {"Megatron-LM README GPT-3 175B example (2021)", {2.0, 2.0}},
       // Session 24: Megatron-Core r0.8.0's weak-scaling table (NVIDIA/Megatron-LM README, 2024-07,
-      // H100, 1.7B-462B), predicted as it was added: the 1.7B and 7.1B rows run 28% and 16% slower
-      // than predicted, the 32B row 34% faster (its data-parallel reduce-scatter, which the model
-      // leaves 0.3 s exposed), the pipelined rows within -13..0%.
-      {"Megatron-Core r0.8 README weak scaling (H100, 2024)", {13.5, 35.0}},
+      // H100, 1.7B-462B), predicted as it was added: the 1.7B and 7.1B rows run 23% and 15% slower
+      // than predicted (with the loss priced pass by pass), the 32B row 34% faster (its data-parallel
+      // reduce-scatter, which the model leaves 0.3 s exposed at micro-batch 1), the pipelined rows
+      // within -11..0%.
+      {"Megatron-Core r0.8 README weak scaling (H100, 2024)", {12.5, 34.5}},
       // Session 21: the Azure + DeepSpeed ZeRO-3 runs (2022, DeepSpeed 0.6.2, up to 1024 A100s):
       // predicted 13-31% fast with DeepSpeed's module-by-module gathers, bucketed reduce-scatters,
       // copies, reuse and persistent re-gathers priced; the rest unexplained (notes/status.md).
       // Session 22: v0.6.2's communication is not overlapped (FrameworkTraits::zero3_prefetch, from
       // the blog's micro-batch sweep): 5-15% fast, 9.0%.
-      // Session 24: the 2020-21 stack's GEMM rate (0.988) reaches these fp16 DeepSpeed runs: 8.2%.
-      {"DeepSpeed ZeRO-3 on Azure A100 (2022)", {8.3, 14.8}},
+      // Session 24: Megatron-LM's fp32 cross-entropy priced pass by pass puts the 2020-21 stack's
+      // fitted GEMM rate at 1, so these fp16 DeepSpeed runs keep their 9.0%.
+      {"DeepSpeed ZeRO-3 on Azure A100 (2022)", {9.1, 15.5}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {
