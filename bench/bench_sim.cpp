@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   {
     const Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-280"));
     const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
-    const CommModel comm(e.cluster);
+    const CommModel comm(e.cluster, x.calibrated);
     const ComputeCosts compute = compute_costs(e, x);
     std::vector<double> rates;
     for (int r = 0; r < repeat; ++r) {
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   if (simgrid_available()) {
     const Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-420"));
     const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
-    const CommModel comm(e.cluster);
+    const CommModel comm(e.cluster, x.calibrated);
     const ComputeCosts compute = compute_costs(e, x);
     std::vector<double> walls;
     Prediction p;

@@ -409,6 +409,12 @@ std::array<FrameworkTraits, 9> make_table() {
                                   "Rajbhandari et al. 2020 (ZeRO) sec. 3.1; Dao et al. 2022 (FlashAttention); "
                                   "PyTorch DDP docs");
   generic.attention = AttentionImpl::flash;
+  // A fused softmax cross-entropy (llm.c's fused classifier, as kernels/cross_entropy.cu): the
+  // 16-bit logits read once for the row's max and sum, read again and their gradient written.
+  generic.elementwise.loss_forward = 2;
+  generic.elementwise.loss_backward = 4;
+  generic.elementwise.loss_launches_forward = 1;
+  generic.elementwise.loss_launches_backward = 1;
   generic.dp_bucket_bytes = kDdpBucketBytes;
   generic.schedules[int(Schedule::terapipe)] = true;
   generic.context_parallel = true;
@@ -429,6 +435,11 @@ std::array<FrameworkTraits, 9> make_table() {
                        .grads_freed_between_steps = false, .autocast_weight_copies = true};
   trainer.activations = {.dropout = false, .attention_output_copy = false, .logits_bytes = 4};
   trainer.zero_reduction = ZeroReduction::reduce_scatter;
+  // Its loss is kernels/cross_entropy.cu's fused kernel (as generic's).
+  trainer.elementwise.loss_forward = 2;
+  trainer.elementwise.loss_backward = 4;
+  trainer.elementwise.loss_launches_forward = 1;
+  trainer.elementwise.loss_launches_backward = 1;
   trainer.dp_bucket_bytes = kDdpBucketBytes;
   trainer.dp_overlap_bucket_bytes = kDdpBucketBytes;
   trainer.schedules[int(Schedule::terapipe)] = true;

@@ -17,7 +17,7 @@ namespace foresight::cost_models {
 
 namespace {
 
-constexpr std::array<std::pair<CalibratedKnob, const char*>, 10> kKnobs = {{
+constexpr std::array<std::pair<CalibratedKnob, const char*>, 11> kKnobs = {{
     {CalibratedKnob::slot_overhead, "slot_overhead"},
     {CalibratedKnob::unit_overhead, "unit_overhead"},
     {CalibratedKnob::step_overhead, "step_overhead"},
@@ -28,6 +28,7 @@ constexpr std::array<std::pair<CalibratedKnob, const char*>, 10> kKnobs = {{
     {CalibratedKnob::all_to_all_efficiency_scale, "all_to_all_efficiency_scale"},
     {CalibratedKnob::tp_comm_efficiency_scale, "tp_comm_efficiency_scale"},
     {CalibratedKnob::socket_one_gpu_efficiency_scale, "socket_one_gpu_efficiency_scale"},
+    {CalibratedKnob::layer_host_time, "layer_host_time"},
 }};
 
 const char* knob_name(CalibratedKnob k) {
@@ -86,6 +87,7 @@ bool CalibratedScope::matches(const ClusterSpec& cluster, const TrainingSpec& tr
     return false;
   if (compute_capability && std::fabs(cluster.gpu.compute_capability - *compute_capability) > 1e-9) return false;
   if (min_zero && plan.zero < *min_zero) return false;
+  if (max_zero && plan.zero > *max_zero) return false;
   if (dtype && training.dtype != *dtype) return false;
   if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), cluster.gpu.name) == gpus.end()) return false;
   if (fp8_scaling && (training.dtype != Dtype::fp8 || training.fp8_scaling != *fp8_scaling)) return false;
@@ -103,6 +105,7 @@ std::string CalibratedScope::describe() const {
   }
   if (compute_capability) add("compute capability " + num(*compute_capability));
   if (min_zero) add("zero >= " + std::to_string(*min_zero));
+  if (max_zero) add("zero <= " + std::to_string(*max_zero));
   if (dtype) add(std::string("dtype ") + to_string(*dtype));
   if (fp8_scaling) add(std::string("fp8 scaling ") + to_string(*fp8_scaling));
   if (network) add(std::string("network ") + to_string(*network));
@@ -200,6 +203,7 @@ CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& c
       case CalibratedKnob::all_to_all_efficiency_scale: t.all_to_all_efficiency_scale *= p.value; break;
       case CalibratedKnob::tp_comm_efficiency_scale: t.tp_comm_efficiency_scale *= p.value; break;
       case CalibratedKnob::socket_one_gpu_efficiency_scale: t.socket_one_gpu_efficiency_scale *= p.value; break;
+      case CalibratedKnob::layer_host_time: t.layer_host_time += Seconds(p.value); break;
     }
     t.applied.push_back(p.name);
   }
@@ -259,6 +263,7 @@ CalibrationSet load_calibration(const std::string& path) {
       }
       if (s.has("compute_capability")) p.scope.compute_capability = s.get_double("compute_capability", std::nullopt, 0.0, true);
       if (s.has("min_zero")) p.scope.min_zero = s.get_int("min_zero", std::nullopt, 0);
+      if (s.has("max_zero")) p.scope.max_zero = s.get_int("max_zero", std::nullopt, 0);
       if (s.has("dtype")) p.scope.dtype = s.get_enum<Dtype>("dtype", std::nullopt);
       if (s.has("fp8_scaling")) p.scope.fp8_scaling = s.get_enum<Fp8Scaling>("fp8_scaling", std::nullopt);
       if (s.has("network")) p.scope.network = s.get_enum<NetworkTopology>("network", std::nullopt);
@@ -339,7 +344,7 @@ std::string calibration_yaml(const CalibrationSet& set) {
     s += "      range: " + range_text(p.lo, p.hi) + "\n";
     s += "      range_source: " + quoted(p.range_source) + "\n";
     const CalibratedScope& sc = p.scope;
-    if (!sc.frameworks.empty() || sc.compute_capability || sc.min_zero || sc.dtype || !sc.gpus.empty() ||
+    if (!sc.frameworks.empty() || sc.compute_capability || sc.min_zero || sc.max_zero || sc.dtype || !sc.gpus.empty() ||
         sc.fp8_scaling || sc.network) {
       s += "      scope:";
       std::string inner;
@@ -351,6 +356,7 @@ std::string calibration_yaml(const CalibrationSet& set) {
       }
       if (sc.compute_capability) add("compute_capability: " + num(*sc.compute_capability));
       if (sc.min_zero) add("min_zero: " + std::to_string(*sc.min_zero));
+      if (sc.max_zero) add("max_zero: " + std::to_string(*sc.max_zero));
       if (sc.dtype) add(std::string("dtype: ") + to_string(*sc.dtype));
       if (sc.fp8_scaling) add(std::string("fp8_scaling: ") + to_string(*sc.fp8_scaling));
       if (sc.network) add(std::string("network: ") + to_string(*sc.network));

@@ -30,6 +30,7 @@ enum class CalibratedKnob {
   all_to_all_efficiency_scale, // multiplies the bandwidth an all-to-all reaches on its links
   tp_comm_efficiency_scale,    // multiplies the bandwidth tensor-parallel collectives reach
   socket_one_gpu_efficiency_scale,  // multiplies the line-rate share of one GPU's NCCL socket connection
+  layer_host_time,             // seconds of host work per transformer layer and pass (the pass takes the longer)
 };
 
 /// Where a parameter applies: every listed condition must hold (an empty list or an unset value
@@ -38,6 +39,7 @@ struct CalibratedScope {
   std::vector<Framework> frameworks = {};
   std::optional<double> compute_capability = std::nullopt;  // e.g. 8.0 for A100, 9.0 for H100
   std::optional<int> min_zero = std::nullopt;               // e.g. 3: sharded-parameter (FSDP) runs only
+  std::optional<int> max_zero = std::nullopt;               // e.g. 1: runs without sharded gradients
   std::optional<Dtype> dtype = std::nullopt;
   std::vector<std::string> gpus = {};  // GPU file names (e.g. h100-grand-teton)
   std::optional<Fp8Scaling> fp8_scaling = std::nullopt;  // with dtype fp8: the scaling recipe
@@ -83,7 +85,7 @@ struct CalibrationSet {
 
 /// The effect of the parameters whose scope an execution falls in.
 struct CalibratedTerms {
-  Seconds slot_overhead, unit_overhead, step_overhead;
+  Seconds slot_overhead, unit_overhead, step_overhead, layer_host_time;
   double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0, fp8_gemm_efficiency_scale = 1.0;
   double all_to_all_efficiency_scale = 1.0;
   double tp_comm_efficiency_scale = 1.0;

@@ -140,7 +140,10 @@ CommModel::CommModel(const ClusterSpec& cluster, const cost_models::CalibratedTe
         CommParams p = CommParams::nccl_defaults(cluster.gpu.compute_capability);
         // The one-GPU end only: the eight-GPU share is a measurement of GPUs contending for the
         // NIC (nccl#209), which is what it stays; between them the interpolation moves with it.
-        p.socket_efficiency_one = std::min(1.0, p.socket_efficiency_one * calibrated.socket_one_gpu_efficiency_scale);
+        // Never below the eight-GPU end (one connection alone does no worse than eight sharing
+        // the NIC) nor beyond the line rate.
+        p.socket_efficiency_one = std::clamp(p.socket_efficiency_one * calibrated.socket_one_gpu_efficiency_scale,
+                                             p.socket_efficiency_eight, 1.0);
         return p;
       }()) {}
 

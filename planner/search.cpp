@@ -247,7 +247,8 @@ SearchExecutions::SearchExecutions(const SearchRequest& r) : request_(&r) {
 }
 
 const CommModel& SearchExecutions::comm_of(const PlanSpec& p) const {
-  of(p);  // the same scope check
+  // Keyed as of() is (the callers price the plan with of(p) too, which checks the scope).
+  FORESIGHT_CHECK(p.zero >= 0 && p.zero < int(comm_by_zero_.size())) << "zero " << p.zero;
   return comm_by_zero_[std::size_t(p.zero)];
 }
 

@@ -122,7 +122,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     // micro-batch, schedules.py backward_step_helper): chunk v-1 first, chunk 0 last, each a
     // pipeline's worth of backward steps apart. The share of each chunk is its share of the
     // stage's layers, as the gradient buffer is split in cost_layer_chunks.
-    const int v = p.virtual_stages;
+    const int v = c.shape.virtual_stages;
     std::vector<double> shares;
     if (c.dp_overlap && v > 1) {
       const double stage_layers = double(cost_models::stage_layers(in.e.model, p, s).size());

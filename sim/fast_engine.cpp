@@ -67,7 +67,7 @@ SimResult run_fast(const WorkloadCosts& c) {
   // Per stage and model chunk: when the chunk's last backward started and ended (its own buckets'
   // reduction may begin with the first and its last bucket follows the second).
   thread_local std::vector<std::vector<double>> chunk_bwd_start, chunk_bwd_end;
-  chunk_bwd_start.assign(p, std::vector<double>(v, 0.0));
+  chunk_bwd_start.assign(p, std::vector<double>(v, -1.0));
   chunk_bwd_end.assign(p, std::vector<double>(v, 0.0));
   int remaining = 0;
   for (int s = 0; s < p; ++s) remaining += int(order[s].size());
@@ -157,7 +157,8 @@ SimResult run_fast(const WorkloadCosts& c) {
     const double opt = s < int(c.optimizer.size()) ? c.optimizer[s].value() : 0.0;
     const double gather = s < int(c.dp_param_gather.size()) ? c.dp_param_gather[s].value() : 0.0;
     // Exposed: what the optimizer waits for after the last compute. Overlapped, the buckets run
-    // from the start of the last backward and only the last one must follow its end.
+    // from the start of the last backward (with model chunks, each chunk's from the start of its
+    // own last backward) and only the last one must follow its end.
     double exposed = sync;
     if (c.dp_overlap && sync > 0) {
       const double tail = c.dp_overlap_tail(s).value();
@@ -170,7 +171,10 @@ SimResult run_fast(const WorkloadCosts& c) {
         // buckets start with its last backward (or when the previous chunk's are done), and its
         // last bucket waits for that backward's end; the final chunk's end is the stretched one.
         std::vector<int> chunks(v);
-        for (int k = 0; k < v; ++k) chunks[k] = k;
+        for (int k = 0; k < v; ++k) {
+          chunks[k] = k;
+          FORESIGHT_CHECK(chunk_bwd_start[s][k] >= 0) << "stage " << s << " chunk " << k << " has no backward";
+        }
         std::sort(chunks.begin(), chunks.end(),
                   [&](int a, int b) { return chunk_bwd_start[s][a] < chunk_bwd_start[s][b]; });
         double free = 0;

@@ -120,8 +120,10 @@ class Builder {
         for (int i = 0; i < int(orders[s].size()); ++i)
           if (orders[s][i].pass == Pass::backward) last_index[orders[s][i].chunk] = i;
         std::vector<int> chunks;
-        for (int ch = 0; ch < v; ++ch)
-          if (last_index[ch] >= 0) chunks.push_back(ch);
+        for (int ch = 0; ch < v; ++ch) {
+          FORESIGHT_CHECK(last_index[ch] >= 0) << "stage " << s << " chunk " << ch << " has no backward";
+          chunks.push_back(ch);
+        }
         std::sort(chunks.begin(), chunks.end(), [&](int a, int b) { return last_index[a] < last_index[b]; });
         std::optional<TaskId> previous;
         for (std::size_t k = 0; k < chunks.size(); ++k) {
@@ -142,7 +144,9 @@ class Builder {
           Task t = base(Category::dp_comm, s, final ? "dp_grad_sync" : "dp_grad_sync_chunk_tail");
           t.duration = own_tail;
           t.bytes = sync_bytes * (own_tail / sync);
-          t.latency = c_.dp_latency;
+          // One latency term per chunk's collectives (carried by its first part), as the
+          // single-sync path pays one per part.
+          t.latency = final ? c_.dp_latency : Seconds(0);
           t.resources = {p + s};
           const TaskId tid = add(t);
           edge(oid, tid);

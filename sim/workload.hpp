@@ -103,10 +103,12 @@ struct WorkloadCosts {
     const Seconds sync = s < int(dp_grad_sync.size()) ? dp_grad_sync[s] : Seconds(0);
     return s < int(dp_sync_tail.size()) ? min(sync, dp_sync_tail[s]) : sync;
   }
-  /// Per stage, with dp_overlap: the compute time the overlapped buckets add to the last backward
-  /// while their NCCL kernels hold SMs (overlap_contention x the overlapped time, at most that
-  /// backward's computation), as ZeRO-3's prefetch and overlapped TP pay it. The bucket tail
-  /// starts after the stretched backward. Both engines use this.
+  /// Per stage, with dp_overlap: the compute time the overlapped buckets add to the backward while
+  /// their NCCL kernels hold SMs (overlap_contention x the overlapped time, at most the backward
+  /// steps they can hide under: the last one, or with model chunks the (v - 1) pp + 1 from the
+  /// first chunk's last micro-batch on), as ZeRO-3's prefetch and overlapped TP pay it; added at
+  /// the end of the last backward. The bucket tail starts after the stretched backward. Both
+  /// engines use this.
   std::vector<Seconds> dp_overlap_slowdown;
   Seconds dp_overlap_slowdown_of(int s) const {
     return dp_overlap && s < int(dp_overlap_slowdown.size()) ? dp_overlap_slowdown[s] : Seconds(0);

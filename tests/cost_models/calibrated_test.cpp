@@ -60,6 +60,13 @@ TEST(Calibrated, ScopeSelectsFrameworkGpuAndZeroStage) {
   EXPECT_DOUBLE_EQ(f.attention_efficiency_scale, 0.5);
   fsdp.zero = 1;  // DDP-style, not sharded parameters
   EXPECT_TRUE(calibrated_terms(set, h100, t, fsdp).applied.empty());
+  // An upper bound on the ZeRO stage: stages 0-1 in, 2-3 out.
+  set.parameters = {param("upto1", CalibratedKnob::slot_overhead, 0.01, {.frameworks = {Framework::deepspeed}, .max_zero = 1})};
+  for (int z = 0; z <= 3; ++z) {
+    ds.zero = z;
+    EXPECT_EQ(calibrated_terms(set, a100, t, ds).applied.size(), z <= 1 ? 1u : 0u) << "zero " << z;
+  }
+  EXPECT_EQ(set.parameters[0].scope.describe(), "framework deepspeed, zero <= 1");
 }
 
 // A network scope: the socket-transport parameter reaches Ethernet clusters only, and its

@@ -254,6 +254,10 @@ TEST(CommModel, CalibratedSocketShareMovesTheOneGpuEndOnly) {
   two.concurrent_groups = 2;
   EXPECT_NEAR(in_us(m.time(Collective::send_recv, 1_GiB, two)),
               30.0 + 1073741824.0 / (3.125e9 * (0.76 - 0.18 / 3) / 2) * 1e6, 1e-3);
+  // Never below the eight-GPU end: at 0.5 one pair alone still gets 0.58 of the line.
+  terms.socket_one_gpu_efficiency_scale = 0.5;
+  EXPECT_NEAR(in_us(CommModel(p3, terms).time(Collective::send_recv, 1_GiB, pair)),
+              30.0 + 1073741824.0 / (3.125e9 * 0.58) * 1e6, 1e-3);
   // Never beyond the line rate, whatever the scale.
   terms.socket_one_gpu_efficiency_scale = 1.5;
   EXPECT_NEAR(in_us(CommModel(p3, terms).time(Collective::send_recv, 1_GiB, pair)), 30.0 + 1073741824.0 / 3.125e9 * 1e6,
