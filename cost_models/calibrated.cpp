@@ -17,7 +17,7 @@ namespace foresight::cost_models {
 
 namespace {
 
-constexpr std::array<std::pair<CalibratedKnob, const char*>, 11> kKnobs = {{
+constexpr std::array<std::pair<CalibratedKnob, const char*>, 10> kKnobs = {{
     {CalibratedKnob::slot_overhead, "slot_overhead"},
     {CalibratedKnob::unit_overhead, "unit_overhead"},
     {CalibratedKnob::step_overhead, "step_overhead"},
@@ -28,7 +28,6 @@ constexpr std::array<std::pair<CalibratedKnob, const char*>, 11> kKnobs = {{
     {CalibratedKnob::all_to_all_efficiency_scale, "all_to_all_efficiency_scale"},
     {CalibratedKnob::tp_comm_efficiency_scale, "tp_comm_efficiency_scale"},
     {CalibratedKnob::socket_one_gpu_efficiency_scale, "socket_one_gpu_efficiency_scale"},
-    {CalibratedKnob::layer_host_time, "layer_host_time"},
 }};
 
 const char* knob_name(CalibratedKnob k) {
@@ -203,7 +202,6 @@ CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& c
       case CalibratedKnob::all_to_all_efficiency_scale: t.all_to_all_efficiency_scale *= p.value; break;
       case CalibratedKnob::tp_comm_efficiency_scale: t.tp_comm_efficiency_scale *= p.value; break;
       case CalibratedKnob::socket_one_gpu_efficiency_scale: t.socket_one_gpu_efficiency_scale *= p.value; break;
-      case CalibratedKnob::layer_host_time: t.layer_host_time += Seconds(p.value); break;
     }
     t.applied.push_back(p.name);
   }

@@ -30,7 +30,6 @@ enum class CalibratedKnob {
   all_to_all_efficiency_scale, // multiplies the bandwidth an all-to-all reaches on its links
   tp_comm_efficiency_scale,    // multiplies the bandwidth tensor-parallel collectives reach
   socket_one_gpu_efficiency_scale,  // multiplies the line-rate share of one GPU's NCCL socket connection
-  layer_host_time,             // seconds of host work per transformer layer and pass (the pass takes the longer)
 };
 
 /// Where a parameter applies: every listed condition must hold (an empty list or an unset value
@@ -85,7 +84,7 @@ struct CalibrationSet {
 
 /// The effect of the parameters whose scope an execution falls in.
 struct CalibratedTerms {
-  Seconds slot_overhead, unit_overhead, step_overhead, layer_host_time;
+  Seconds slot_overhead, unit_overhead, step_overhead;
   double gemm_efficiency_scale = 1.0, attention_efficiency_scale = 1.0, fp8_gemm_efficiency_scale = 1.0;
   double all_to_all_efficiency_scale = 1.0;
   double tp_comm_efficiency_scale = 1.0;

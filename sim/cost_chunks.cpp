@@ -238,16 +238,6 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
             cc.forward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.forward);
             cc.backward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.backward);
           }
-          if (in.x.calibrated.layer_host_time > Seconds(0)) {
-            // Calibrated host time per layer and pass (the framework's Python around each kernel:
-            // module hooks, dtype and shape checks, workspace allocation): the host runs ahead of
-            // the GPU until a layer's kernels are shorter than its launching, and from there the
-            // layer takes the host's time. A recomputed forward runs the same host code again.
-            const Seconds host = in.x.calibrated.layer_host_time;
-            cc.forward += max(Seconds(0), host - (ls.forward + ls.forward_tp + ls.forward_ep + ls.forward_cp));
-            cc.backward += max(Seconds(0), host - (ls.backward + ls.backward_tp + ls.backward_ep + ls.backward_cp));
-            if (ls.recompute > Seconds(0)) cc.recompute += max(Seconds(0), host - (ls.recompute + ls.recompute_comm));
-          }
           cc.forward_cp_comm += ls.forward_cp;
           cc.backward_cp_comm += ls.backward_cp;
           cc.forward_tp_comm += ls.forward_tp;
