@@ -63,9 +63,8 @@ SimResult run_fast(const WorkloadCosts& c) {
   // Process ops in waves: each stage advances while its next op's producer has been computed.
   std::vector<int> next(p, 0);
   std::vector<double> stream(p, 0.0);
-  std::vector<double> last_backward_start(p, 0.0);  // where an overlapped DP sync may begin
-  // Per stage and model chunk: when the chunk's last backward started and ended (its own buckets'
-  // reduction may begin with the first and its last bucket follows the second).
+  // Per stage and model chunk: when the chunk's last backward started and ended (an overlapped DP
+  // sync's buckets may begin with the first and the last bucket follows the second).
   thread_local std::vector<std::vector<double>> chunk_bwd_start, chunk_bwd_end;
   chunk_bwd_start.assign(p, std::vector<double>(v, -1.0));
   chunk_bwd_end.assign(p, std::vector<double>(v, 0.0));
@@ -107,7 +106,6 @@ SimResult run_fast(const WorkloadCosts& c) {
           r.stages[s].pp_wait += Seconds(dep - std::max(stream[s], send_start));
         }
         double t = start;
-        if (o.pass == Pass::backward) last_backward_start[s] = start;
         if (o.pass == Pass::forward) {
           t += cc.forward_dp_comm.value() + cc.forward.value() + cc.forward_tp_comm.value() + cc.forward_ep_comm.value();
           add(s, Category::dp_comm, cc.forward_dp_comm.value());
@@ -165,31 +163,35 @@ SimResult run_fast(const WorkloadCosts& c) {
       // The backward, stretched by the overlapped buckets' SM contention, and the buckets both end
       // before the tail.
       const double stretched = last + c.dp_overlap_slowdown_of(s).value();
+      // The parts that queue on the DP stream, in the order their backwards ran: with model chunks
+      // each chunk's share from its own last backward; otherwise the whole sync from the stage's
+      // last backward (the chunk whose last backward started latest).
       const std::vector<double>& shares = c.dp_chunk_shares_of(s);
-      if (int(shares.size()) == v && v > 1) {
-        // Chunk by chunk in the order their last backwards ran, queued on the DP stream: a chunk's
-        // buckets start with its last backward (or when the previous chunk's are done), and its
-        // last bucket waits for that backward's end; the final chunk's end is the stretched one.
-        std::vector<int> chunks(v);
+      const bool per_chunk = int(shares.size()) == v && v > 1;
+      std::vector<int> chunks;
+      if (per_chunk) {
         for (int k = 0; k < v; ++k) {
-          chunks[k] = k;
+          chunks.push_back(k);
           FORESIGHT_CHECK(chunk_bwd_start[s][k] >= 0) << "stage " << s << " chunk " << k << " has no backward";
         }
         std::sort(chunks.begin(), chunks.end(),
                   [&](int a, int b) { return chunk_bwd_start[s][a] < chunk_bwd_start[s][b]; });
-        double free = 0;
-        for (int k = 0; k < v; ++k) {
-          const int ch = chunks[k];
-          const double part = sync * shares[ch];
-          const double own_tail = std::min(tail, part);
-          const double backward_end = k + 1 == v ? stretched : chunk_bwd_end[s][ch];
-          const double begin = std::max(free, chunk_bwd_start[s][ch]);
-          free = std::max(begin + part - own_tail, backward_end) + own_tail;
-        }
-        exposed = free - last;
       } else {
-        exposed = std::max(last_backward_start[s] + (sync - tail), stretched) + tail - last;
+        chunks.push_back(int(std::max_element(chunk_bwd_start[s].begin(), chunk_bwd_start[s].end()) -
+                             chunk_bwd_start[s].begin()));
       }
+      // A part's buckets start with its backward (or when the previous part's are done) and its
+      // last bucket waits for that backward's end; the final part's end is the stretched one.
+      double free = 0;
+      for (std::size_t k = 0; k < chunks.size(); ++k) {
+        const int ch = chunks[k];
+        const double part = per_chunk ? sync * shares[ch] : sync;
+        const double own_tail = std::min(tail, part);
+        const double backward_end = k + 1 == chunks.size() ? stretched : chunk_bwd_end[s][ch];
+        const double begin = std::max(free, chunk_bwd_start[s][ch]);
+        free = std::max(begin + (part - own_tail), backward_end) + own_tail;
+      }
+      exposed = free - last;
     }
     add(s, Category::dp_comm, exposed);
     add(s, Category::optimizer, opt);

@@ -77,98 +77,80 @@ class Builder {
       TaskId sync_task = after_backward;
       const Bytes sync_bytes = s < int(c_.dp_grad_sync_bytes.size()) ? c_.dp_grad_sync_bytes[s] : Bytes(0);
       Seconds tail = sync;
-      std::optional<TaskId> overlapped;
+      // Overlapped, the buckets run as parts queued on the DP resource, in the order their
+      // backwards run: with model chunks (interleaved schedule) each chunk's share from its own
+      // last backward; otherwise the whole sync from the stage's last backward, when more than its
+      // last bucket is left to hide. A part's buckets but the last start with that backward (after
+      // its predecessors) or when the previous part is done; the last bucket follows the
+      // backward's end, the final part's the stretched one.
       const std::vector<double>& shares = c_.dp_chunk_shares_of(s);
       const bool per_chunk = c_.dp_overlap && sync > Seconds(0) && v > 1 && int(shares.size()) == v;
-      if (c_.dp_overlap && sync > Seconds(0) && !per_chunk) {
-        // All buckets but the last run while the stage's last backward does: a task that starts
-        // when that backward may start (after the same predecessors), on the DP resource.
+      std::vector<int> last_index(v, -1);  // each chunk's last backward in the stage's order
+      for (int i = 0; i < int(orders[s].size()); ++i)
+        if (orders[s][i].pass == Pass::backward) last_index[orders[s][i].chunk] = i;
+      std::vector<int> chunks;
+      if (per_chunk) {
+        for (int ch = 0; ch < v; ++ch) {
+          FORESIGHT_CHECK(last_index[ch] >= 0) << "stage " << s << " chunk " << ch << " has no backward";
+          chunks.push_back(ch);
+        }
+        std::sort(chunks.begin(), chunks.end(), [&](int a, int b) { return last_index[a] < last_index[b]; });
         tail = c_.dp_overlap_tail(s);
-        const auto last_bwd = std::find_if(orders[s].rbegin(), orders[s].rend(),
-                                           [](const ScheduledOp& o) { return o.pass == Pass::backward; });
-        if (last_bwd != orders[s].rend() && sync > tail) {
-          const TaskId first = lookup(seg_first_, std::make_tuple(Pass::backward, last_bwd->microbatch,
-                                                                  last_bwd->chunk * p + s, last_bwd->slice));
-          Task t = base(Category::dp_comm, s, "dp_grad_sync_overlapped");
-          t.duration = sync - tail;
-          t.bytes = sync_bytes * ((sync - tail) / sync);
-          t.latency = c_.dp_latency;
-          t.resources = {p + s};
-          const TaskId id = add(t);
-          for (TaskId u : preds_of(first)) edge(u, id);
-          overlapped = id;
-        } else {
-          tail = sync;
+      } else if (c_.dp_overlap && sync > Seconds(0)) {
+        const int last = int(std::max_element(last_index.begin(), last_index.end()) - last_index.begin());
+        if (last_index[last] >= 0 && sync > c_.dp_overlap_tail(s)) {
+          chunks.push_back(last);
+          tail = c_.dp_overlap_tail(s);
         }
       }
+      // A part of the sync on the DP resource: its bytes in proportion to its time.
+      auto dp_part = [&](const char* name, Seconds duration, Seconds latency) {
+        Task t = base(Category::dp_comm, s, name);
+        t.duration = duration;
+        t.bytes = sync_bytes * (duration / sync);
+        t.latency = latency;
+        t.resources = {p + s};
+        return add(t);
+      };
       // The last backward's slowdown from the overlapped buckets' SM contention, on the compute
       // stream before the tail.
       std::optional<TaskId> contention;
-      if ((overlapped || per_chunk) && c_.dp_overlap_slowdown_of(s) > Seconds(0)) {
+      if (!chunks.empty() && c_.dp_overlap_slowdown_of(s) > Seconds(0)) {
         Task t = base(Category::dp_comm, s, "dp_overlap_contention");
         t.duration = c_.dp_overlap_slowdown_of(s);
         t.resources = {s};
         contention = add(t);
         edge(after_backward, *contention);
       }
-      if (per_chunk) {
-        // Model chunks (interleaved schedule): each chunk's buckets start with its own last
-        // backward, queued on the DP stream in the order those backwards run; a chunk's last
-        // bucket follows its backward's end (the final chunk's: the stretched one).
-        tail = c_.dp_overlap_tail(s);
-        std::vector<int> last_index(v, -1);
-        for (int i = 0; i < int(orders[s].size()); ++i)
-          if (orders[s][i].pass == Pass::backward) last_index[orders[s][i].chunk] = i;
-        std::vector<int> chunks;
-        for (int ch = 0; ch < v; ++ch) {
-          FORESIGHT_CHECK(last_index[ch] >= 0) << "stage " << s << " chunk " << ch << " has no backward";
-          chunks.push_back(ch);
+      std::optional<TaskId> previous;
+      for (std::size_t k = 0; k < chunks.size(); ++k) {
+        const int ch = chunks[k];
+        const ScheduledOp& op = orders[s][std::size_t(last_index[ch])];
+        const auto key = std::make_tuple(Pass::backward, op.microbatch, ch * p + s, op.slice);
+        const Seconds part = per_chunk ? sync * shares[std::size_t(ch)] : sync;
+        const Seconds own_tail = min(tail, part);
+        const bool final = k + 1 == chunks.size();
+        const TaskId oid = dp_part("dp_grad_sync_overlapped", part - own_tail, c_.dp_latency);
+        for (TaskId u : preds_of(lookup(seg_first_, key))) edge(u, oid);
+        if (previous) edge(*previous, oid);
+        // One latency term per part (carried by its first piece; the final tail carries one more,
+        // as the whole sync's last bucket is a collective of its own).
+        const TaskId tid = dp_part(final ? "dp_grad_sync" : "dp_grad_sync_chunk_tail", own_tail,
+                                   final ? c_.dp_latency : Seconds(0));
+        edge(oid, tid);
+        if (final) {
+          edge(after_backward, tid);
+          if (contention) edge(*contention, tid);
+        } else {
+          edge(lookup(seg_last_, key), tid);
         }
-        std::sort(chunks.begin(), chunks.end(), [&](int a, int b) { return last_index[a] < last_index[b]; });
-        std::optional<TaskId> previous;
-        for (std::size_t k = 0; k < chunks.size(); ++k) {
-          const int ch = chunks[k];
-          const ScheduledOp& op = orders[s][std::size_t(last_index[ch])];
-          const auto key = std::make_tuple(Pass::backward, op.microbatch, ch * p + s, op.slice);
-          const Seconds part = sync * shares[std::size_t(ch)];
-          const Seconds own_tail = min(tail, part);
-          const bool final = k + 1 == chunks.size();
-          Task o = base(Category::dp_comm, s, "dp_grad_sync_overlapped");
-          o.duration = part - own_tail;
-          o.bytes = sync_bytes * ((part - own_tail) / sync);
-          o.latency = c_.dp_latency;
-          o.resources = {p + s};
-          const TaskId oid = add(o);
-          for (TaskId u : preds_of(lookup(seg_first_, key))) edge(u, oid);
-          if (previous) edge(*previous, oid);
-          Task t = base(Category::dp_comm, s, final ? "dp_grad_sync" : "dp_grad_sync_chunk_tail");
-          t.duration = own_tail;
-          t.bytes = sync_bytes * (own_tail / sync);
-          // One latency term per chunk's collectives (carried by its first part), as the
-          // single-sync path pays one per part.
-          t.latency = final ? c_.dp_latency : Seconds(0);
-          t.resources = {p + s};
-          const TaskId tid = add(t);
-          edge(oid, tid);
-          if (final) {
-            edge(after_backward, tid);
-            if (contention) edge(*contention, tid);
-          } else {
-            edge(lookup(seg_last_, key), tid);
-          }
-          previous = tid;
-        }
-        if (previous) sync_task = *previous;
+        previous = tid;
+      }
+      if (previous) {
+        sync_task = *previous;
       } else if (sync > Seconds(0)) {
-        Task t = base(Category::dp_comm, s, "dp_grad_sync");
-        t.duration = tail;
-        t.bytes = sync_bytes * (tail / sync);
-        t.latency = c_.dp_latency;
-        t.resources = {p + s};
-        sync_task = add(t);
+        sync_task = dp_part("dp_grad_sync", tail, c_.dp_latency);
         edge(after_backward, sync_task);
-        if (overlapped) edge(*overlapped, sync_task);
-        if (contention) edge(*contention, sync_task);
       }
       Task opt = base(Category::optimizer, s, "optimizer_step");
       opt.duration = at(c_.optimizer, s);
