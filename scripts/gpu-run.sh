@@ -5,13 +5,16 @@
 # Uses gpu-bundle/ (scripts/gpu-bundle.sh, built on a machine without a GPU) when its binaries
 # run here; otherwise builds on the spot into build-gpu/ (minutes of the GPU machine's time).
 # PHASES="a b" runs only those (a second call for what the budget left out).
-# Phases in this order (limits in seconds, override with PHASE_<NAME>_S): probe 60; correctness 300
-# (the GPU tests, compute-sanitizer on failures); loop 300 (the closed loop: foresight validate
-# --local --backend cuda, the trainer's CUDA backend calibrated op by op, the one-rank plans
-# predicted, run and compared, closed-loop-cuda.md / .json); baseline 420
-# (../shared/bench/torch_gpt_baseline.py: PyTorch eager and compile tokens/s and peak memory of GPT
-# 124M-2.7B); kernels 300; calibrate 420; train 300 (foresight-train --backend cuda on the local
-# 350M and 1.3B plans).
+# Phases in this order, sized for a 15-minute device lease (one call of at most 600 s, the machine's
+# start included in the lease), limits in seconds, override with PHASE_<NAME>_S:
+#   probe 20; correctness 140 (the GPU tests; compute-sanitizer reruns of a failing one, at most
+#   SANITIZER_S=40 s each); train 130 (foresight-train --backend cuda --precision bf16 on the local
+#   350M and 1.3B plans, TRAIN_STEPS=8); baseline 70 (PyTorch eager on the same two models through
+#   scripts/torch-baseline-subset.py; BASELINE_COMPILE=gpt-1.3b adds torch.compile rows); loop 110
+#   (foresight validate --local --backend cuda: the trainer's CUDA backend calibrated op by op, the
+#   one-rank plans predicted, run and compared: closed-loop-cuda.md / .json); kernels 60
+#   (bench_kernels vs PyTorch on the same shapes); calibrate 120 (foresight calibrate --quick).
+# The device tool brings back at most 8 files from $OUT: ARCHIVE=path.tar.gz packs RESULTS_DIR there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-${OUT:-out}}
@@ -22,10 +25,10 @@ declare -A phase_rc phase_s
 log() { echo "[gpu-run $(date +%H:%M:%S)] $*" | tee -a "$RESULTS/gpu-run.log"; }
 
 # Runs "$@" for at most $1 seconds with stdout+stderr into RESULTS/<name>.log; records rc and time.
-# The device tool gives one command at most 600 s: GPU_RUN_BUDGET_S (default 560) bounds the whole
+# The device tool gives one command at most 600 s: GPU_RUN_BUDGET_S (default 530) bounds the whole
 # script, each phase getting at most what is left (less 20 s for the summary); a phase with under
 # 15 s left is skipped and says so.
-GPU_RUN_BUDGET_S=${GPU_RUN_BUDGET_S:-560}
+GPU_RUN_BUDGET_S=${GPU_RUN_BUDGET_S:-530}
 phase() {
   local name=$1 limit=$2
   shift 2
@@ -79,38 +82,40 @@ export FORESIGHT_SCENARIOS=$(realpath scenarios) FORESIGHT_PROGRESS=lines
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # ---- phases
-phase probe 60 "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -60; nvcc --version; \
+phase probe 20 "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -60; nvcc --version; \
   python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'; \
   ls /usr/local/cuda/lib64 | grep -E 'cudnn|nccl|cublas' | head -20"
 
-phase correctness 300 "rc=0; for t in $BIN/gpu_*_test; do n=\$(basename \$t); \
+SANITIZER_S=${SANITIZER_S:-40}
+phase correctness 140 "rc=0; for t in $BIN/gpu_*_test; do n=\$(basename \$t); \
   \$t --gtest_output=json:$RESULTS/\$n.json > $RESULTS/\$n.txt 2>&1 || { rc=1; \
     if command -v compute-sanitizer >/dev/null; then CUBLASLT_LOG_LEVEL=2 CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr \
-      timeout 120 compute-sanitizer --print-limit 20 \$t > $RESULTS/\$n.sanitizer.txt 2>&1; fi; }; \
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $RESULTS/\$n.txt; done; exit \$rc"
+      timeout $SANITIZER_S compute-sanitizer --print-limit 20 \$t > $RESULTS/\$n.sanitizer.txt 2>&1; fi; }; \
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' $RESULTS/\$n.txt; done; exit \$rc"
 
-# The closed loop (issue 24) on this GPU: calibrate the trainer's CUDA backend, predict, run, compare.
-phase loop 300 "$BIN/foresight validate --local --backend cuda --work-dir $RESULTS/loop-cuda \
-  --results $RESULTS/closed-loop-cuda.json --markdown $RESULTS/closed-loop-cuda.md"
+# The trainer on the GPU: one rank, the local experiments' models as plans, bf16 (Megatron's recipe).
+TRAIN_STEPS=${TRAIN_STEPS:-8}
+phase train 130 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
+  mkdir -p $RESULTS/train-\$e && $BIN/foresight plan --experiment \$e --no-simgrid --top 1 --out $RESULTS/train-\$e \
+    > $RESULTS/train-\$e/plan.txt && \
+  timeout 60 $BIN/foresight-train --plan $RESULTS/train-\$e/plan.json --backend cuda --precision bf16 --steps $TRAIN_STEPS \
+    --summary $RESULTS/train-\$e/summary.json \
+    > $RESULTS/train-\$e/train.txt 2>&1; echo \"\$e: exit \$?\"; tail -5 $RESULTS/train-\$e/train.txt; done"
 
 baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
 [ -f "$baseline" ] || baseline=../shared/bench/torch_gpt_baseline.py
-phase baseline 420 "python3 $baseline | tee $RESULTS/torch_baseline.jsonl"
+phase baseline 70 "PYTHONUNBUFFERED=1 python3 scripts/torch-baseline-subset.py $baseline --eager gpt-350m,gpt-1.3b \
+  --compile '${BASELINE_COMPILE:-}' | tee $RESULTS/torch_baseline.jsonl"
 
-phase kernels 300 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
+# The closed loop (issue 24) on this GPU: calibrate the trainer's CUDA backend, predict, run, compare.
+phase loop 110 "$BIN/foresight validate --local --backend cuda --work-dir $RESULTS/loop-cuda \
+  --results $RESULTS/closed-loop-cuda.json --markdown $RESULTS/closed-loop-cuda.md"
+
+phase kernels 60 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
   python3 calibrate/bench_torch.py $RESULTS/bench_torch.json && \
   python3 calibrate/compare_bench.py $RESULTS/bench_kernels.json $RESULTS/bench_torch.json"
 
-phase calibrate 420 "$BIN/foresight calibrate --quick --out $RESULTS/profile-quick.json"
-
-
-# The trainer on the GPU: one rank, the local experiments' models as plans (bf16 where it runs it).
-phase train 300 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
-  mkdir -p $RESULTS/train-\$e && $BIN/foresight plan --experiment \$e --no-simgrid --top 1 --out $RESULTS/train-\$e \
-    > $RESULTS/train-\$e/plan.txt && \
-  timeout 140 $BIN/foresight-train --plan $RESULTS/train-\$e/plan.json --backend cuda --steps 12 \
-    --summary $RESULTS/train-\$e/summary.json \
-    > $RESULTS/train-\$e/train.txt 2>&1; echo \"\$e: exit \$?\"; tail -5 $RESULTS/train-\$e/train.txt; done"
+phase calibrate 120 "$BIN/foresight calibrate --quick --out $RESULTS/profile-quick.json"
 
 # ---- summary
 {
@@ -120,7 +125,7 @@ phase train 300 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
   echo
   echo "| phase | exit | seconds | log |"
   echo "| --- | --- | --- | --- |"
-  for p in build probe correctness kernels calibrate baseline train loop; do
+  for p in build probe correctness train baseline loop kernels calibrate; do
     [ -n "${phase_rc[$p]+x}" ] && echo "| $p | ${phase_rc[$p]} | ${phase_s[$p]} | $p.log |"
   done
   echo
@@ -129,6 +134,9 @@ phase train 300 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
   echo
   echo "## Closed loop on the GPU"
   grep -E '^\| [a-z]|^Step' "$RESULTS/closed-loop-cuda.md" 2>/dev/null
+  echo
+  echo "## foresight-train --backend cuda --precision bf16"
+  for f in "$RESULTS"/train-*/train.txt; do [ -f "$f" ] && { echo "$f:"; tail -4 "$f"; }; done
   echo
   echo "## PyTorch baseline (tokens/s, peak memory GiB)"
   grep -h '"name"' "$RESULTS/torch_baseline.jsonl" 2>/dev/null
@@ -152,3 +160,7 @@ except OSError:
 json.dump(out, open(os.path.join(d, "results.json"), "w"), indent=1)
 EOF
 log "done: $RESULTS/summary.md, $RESULTS/results.json"
+if [ -n "${ARCHIVE:-}" ]; then
+  tar -C "$(dirname "$(realpath "$RESULTS")")" --exclude=.libs -czf "$ARCHIVE" "$(basename "$(realpath "$RESULTS")")" &&
+    echo "packed into $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1))"
+fi
