@@ -214,7 +214,7 @@ nlohmann::ordered_json measure_pass(Backend& backend, const std::function<void()
     be->fill(qkv, 0.1f);
     be->fill(dout, 0.1f);
     be->attention_forward(out, probs, qkv, qkv, s);
-    return backward ? timed([&] { be->attention_backward(d, d, dout, probs, qkv, qkv, s); })
+    return backward ? timed([&] { be->attention_backward(d, d, dout, out, probs, qkv, qkv, s); })
                     : timed([&] { be->attention_forward(out, probs, qkv, qkv, s); });
   };
   const std::vector<double> seqs = {16, 32, 64, 128, 256};

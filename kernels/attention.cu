@@ -1,13 +1,21 @@
-// Causal attention, FlashAttention-2 structure (Dao 2023, Algorithms 1 and 2) in plain fp32 CUDA
-// cores: bf16 in and out, fp32 math, no tensor cores yet. Written for obvious correctness first:
-//  - forward: a block takes 8 query rows of one (batch, head), one warp per row; it walks 32-key
-//    tiles staged in shared memory; lane j scores key j, the warp keeps the online-softmax max and
-//    sum, and each lane accumulates D/32 output columns. Saves lse = max + log(sum).
-//  - backward: rowsum(dO o) first; then dK, dV with one warp per key row walking query tiles, and
-//    dQ with one warp per query row walking key tiles. Probabilities are recomputed from lse in
-//    both; no atomics, so the result is deterministic.
-// Left out: tensor-core (mma) tiles, which a fast version needs (this one is expected to run an
-// order of magnitude below FlashAttention-2 on an H100), dropout, non-causal and varlen batches.
+// Causal attention, FlashAttention-2 structure (Dao 2023, Algorithms 1 and 2) on tensor cores:
+// bf16 mma.sync m16n8k16 tiles with fp32 accumulation (sm_80 and later), operands staged in shared
+// memory and read into fragments with ldmatrix.
+//  - forward: a block of 4 warps takes 64 query rows of one (batch, head), 16 rows per warp, and
+//    walks 64-key tiles up to the causal limit; S = Q K^T and O += P V are warp-level mma, the
+//    online softmax runs on the accumulator fragments (a row's values live in the 4 lanes of a
+//    quad). The probabilities go into the P V product as bf16 (as FlashAttention-2 does). Saves
+//    lse = max + log(sum) per row (natural log).
+//  - backward: rowsum(dO o) first; then dK, dV with a block per 64-key tile walking the query
+//    tiles that see it (S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q), and dQ with a
+//    block per 64-query tile walking key tiles (S, dP, dQ += dS K). Probabilities are recomputed
+//    from lse; no atomics, so the result is deterministic (two passes instead of FlashAttention-2's
+//    atomic dQ: 7 products instead of 5 in the backward).
+// Layouts are strided (row strides ld_q, ld_kv, ld_o in elements), so that the trainer's packed
+// qkv (N, 3*H*D) is read in place, and keys may outnumber queries (C >= T: a TeraPipe slice after
+// C - T cached keys; query i sees keys 0 .. C - T + i).
+// Mask convention (fragment coordinates): an accumulator c[4] of an m16n8 tile holds rows g and
+// g + 8 (g = lane / 4), columns 2t and 2t + 1 (t = lane % 4): c0, c1 on row g, c2, c3 on row g + 8.
 #include <cmath>
 
 #include "kernels/cuda_check.hpp"
@@ -18,237 +26,420 @@ namespace foresight::kernels {
 
 namespace {
 
-constexpr int kRows = 8;   // query (or key) rows per block, one warp each
-constexpr int kTile = 32;  // keys (or queries) per shared-memory tile, one per lane
-constexpr unsigned kFull = 0xffffffffu;
+using bfloat = __nv_bfloat16;
 
-// Offset of element (b, t, h, 0) of a (B, T, H, D) tensor.
-__device__ __forceinline__ long row_at(int b, int t, int h, int T, int H, int D) {
-  return ((long(b) * T + t) * H + h) * D;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBM = 16 * kWarps;  // query rows per block (16 per warp)
+constexpr int kBN = 64;           // keys per tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Shared-memory rows are padded by 8 elements (16 bytes) so that ldmatrix's eight row addresses
+// fall in different banks.
+template <int D>
+constexpr int kStride = D + 8;
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+// c (16x8 fp32) += a (16x16 bf16, row) b (16x8 bf16, col).
+__device__ __forceinline__ void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Rows r0 .. r0 + 63 of a (rows, D) matrix with row stride ld into a [64][D + 8] tile; rows at or
+// beyond `rows` become zeros. 16-byte loads (the host checks the alignment).
 template <int D>
-__global__ void __launch_bounds__(32 * kRows)
-    attn_fwd_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o, float* lse,
-                    int T, int H, float scale) {
-  constexpr int kPer = D / 32;
-  __shared__ float Ks[kTile][D + 1];  // +1: lane j reads row j along d without bank conflicts
-  __shared__ float Vs[kTile][D];
-  __shared__ float Qs[kRows][D];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int b = blockIdx.y / H, h = blockIdx.y % H;
-  const int row0 = blockIdx.x * kRows;
-  const int i = row0 + warp;
-  const bool active = i < T;
-  if (active)
-    for (int d = lane; d < D; d += 32) Qs[warp][d] = dev::to_f(q[row_at(b, i, h, T, H, D) + d]) * scale;
-  float m = -INFINITY, l = 0;
-  float acc[kPer];
-  for (int c = 0; c < kPer; ++c) acc[c] = 0;
-  const int last = min(T - 1, row0 + kRows - 1);  // the block's last query row sees keys 0..last
-  for (int j0 = 0; j0 <= last; j0 += kTile) {
-    __syncthreads();  // the previous tile is consumed (and Qs is written)
-    for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
-      const int jj = e / D, d = e % D, j = j0 + jj;
-      Ks[jj][d] = j < T ? dev::to_f(k[row_at(b, j, h, T, H, D) + d]) : 0.0f;
-      Vs[jj][d] = j < T ? dev::to_f(v[row_at(b, j, h, T, H, D) + d]) : 0.0f;
-    }
-    __syncthreads();
-    if (!active || j0 > i) continue;  // warp-uniform; every thread still meets every barrier
-    const int j = j0 + lane;
-    float s = -INFINITY;
-    if (j <= i) {
-      float dot = 0;
-      for (int d = 0; d < D; ++d) dot += Qs[warp][d] * Ks[lane][d];
-      s = dot;
-    }
-    const float m_new = fmaxf(m, dev::warp_max(s));  // finite: key j0 <= i is visible to lane 0
-    const float p = expf(s - m_new);                  // 0 where masked
-    const float corr = expf(m - m_new);               // 0 on the first tile (m = -inf)
-    l = l * corr + dev::warp_sum(p);
-    for (int c = 0; c < kPer; ++c) acc[c] *= corr;
-    for (int jj = 0; jj < kTile; ++jj) {
-      const float pj = __shfl_sync(kFull, p, jj);
-      for (int c = 0; c < kPer; ++c) acc[c] += pj * Vs[jj][lane + 32 * c];
-    }
-    m = m_new;
+__device__ __forceinline__ void load_tile(bfloat* tile, const bfloat* g, long ld, int r0, int rows) {
+  constexpr int kVec = D / 8;
+  for (int e = threadIdx.x; e < 64 * kVec; e += kThreads) {
+    const int r = e / kVec, c = (e % kVec) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r0 + r < rows) v = *reinterpret_cast<const uint4*>(g + long(r0 + r) * ld + c);
+    *reinterpret_cast<uint4*>(tile + r * kStride<D> + c) = v;
   }
-  if (!active) return;
-  const float inv = 1.0f / l;
-  for (int c = 0; c < kPer; ++c) o[row_at(b, i, h, T, H, D) + lane + 32 * c] = dev::to_b(acc[c] * inv);
-  if (lane == 0) lse[(long(b) * H + h) * T + i] = m + logf(l);
 }
 
-// Dvec (B, H, T) = rowsum(dO * o): one warp per (b, t, h) row.
+// s (16 x 64) = a (16 x D, this warp's rows of a tile) b (64 x D tile)^T.
 template <int D>
-__global__ void attn_bwd_dot_kernel(const __nv_bfloat16* o, const __nv_bfloat16* dout, float* dvec, int T, int H,
-                                    long rows) {
-  const long r = long(blockIdx.x) * kRows + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= rows) return;
-  float s = 0;
-  for (int d = lane; d < D; d += 32) s += dev::to_f(o[r * D + d]) * dev::to_f(dout[r * D + d]);
-  s = dev::warp_sum(s);
-  const int h = int(r % H), t = int((r / H) % T), b = int(r / (long(H) * T));
-  if (lane == 0) dvec[(long(b) * H + h) * T + t] = s;
+__device__ __forceinline__ void warp_abt(float (&s)[8][4], const bfloat* a, const bfloat* b) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    std::uint32_t af[4];
+    ldsm_x4(af, a + (lane % 16) * kStride<D> + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) {
+      std::uint32_t bf[4];
+      ldsm_x4(bf, b + (nb * 16 + (lane % 8) + (lane / 16) * 8) * kStride<D> + kk * 16 + ((lane / 8) % 2) * 8);
+      mma(s[2 * nb], af, bf[0], bf[1]);
+      mma(s[2 * nb + 1], af, bf[2], bf[3]);
+    }
+  }
 }
 
+// o (16 x D) += p (16 x 64, fp32 fragments, rounded to bf16 here) b (64 x D tile).
 template <int D>
-__global__ void __launch_bounds__(32 * kRows)
-    attn_bwd_dkdv_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                         const __nv_bfloat16* dout, const float* lse, const float* dvec, __nv_bfloat16* dk,
-                         __nv_bfloat16* dv, int T, int H, float scale) {
-  constexpr int kPer = D / 32;
-  __shared__ float Qs[kTile][D + 1];
-  __shared__ float dOs[kTile][D + 1];
-  __shared__ float Kw[kRows][D], Vw[kRows][D];
-  __shared__ float lse_s[kTile], dvec_s[kTile];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int b = blockIdx.y / H, h = blockIdx.y % H;
-  const int j = blockIdx.x * kRows + warp;  // this warp's key row
-  const bool active = j < T;
-  if (active)
-    for (int d = lane; d < D; d += 32) {
-      Kw[warp][d] = dev::to_f(k[row_at(b, j, h, T, H, D) + d]);
-      Vw[warp][d] = dev::to_f(v[row_at(b, j, h, T, H, D) + d]);
+__device__ __forceinline__ void warp_pb(float (&o)[D / 8][4], const float (&p)[8][4], const bfloat* b) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const std::uint32_t a[4] = {dev::pack2(p[2 * j][0], p[2 * j][1]), dev::pack2(p[2 * j][2], p[2 * j][3]),
+                                dev::pack2(p[2 * j + 1][0], p[2 * j + 1][1]),
+                                dev::pack2(p[2 * j + 1][2], p[2 * j + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      std::uint32_t bf[4];
+      ldsm_x4_trans(bf, b + (j * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride<D> + dp * 16 + (lane / 16) * 8);
+      mma(o[2 * dp], a, bf[0], bf[1]);
+      mma(o[2 * dp + 1], a, bf[2], bf[3]);
     }
-  float gk[kPer], gv[kPer];
-  for (int c = 0; c < kPer; ++c) gk[c] = gv[c] = 0;
-  const long stat0 = (long(b) * H + h) * T;
-  // Queries before the block's first key see none of its keys: start at that key's tile.
-  for (int i0 = (blockIdx.x * kRows / kTile) * kTile; i0 < T; i0 += kTile) {
+  }
+}
+
+struct Geometry {
+  int T, C, H;
+  long ld_q, ld_kv, ld_o;
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    attn_fwd_kernel(const bfloat* q, const bfloat* k, const bfloat* v, bfloat* o, float* lse, Geometry g,
+                    float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bfloat* Qs = reinterpret_cast<bfloat*>(smem);
+  bfloat* Ks = Qs + kBM * kStride<D>;
+  bfloat* Vs = Ks + kBN * kStride<D>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  const int b = blockIdx.y / g.H, h = blockIdx.y % g.H;
+  const int m0 = blockIdx.x * kBM, P = g.C - g.T;
+  const bfloat* qb = q + long(b) * g.T * g.ld_q + long(h) * D;
+  const bfloat* kb = k + long(b) * g.C * g.ld_kv + long(h) * D;
+  const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
+  load_tile<D>(Qs, qb, g.ld_q, m0, g.T);
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+  const int row[2] = {m0 + warp * 16 + gr, m0 + warp * 16 + gr + 8};
+  const int kend = min(g.C, P + m0 + kBM);  // the block's last row sees keys 0 .. P + m0 + 63
+  for (int n0 = 0; n0 < kend; n0 += kBN) {
+    __syncthreads();  // the previous tiles are consumed (first pass: Qs is written)
+    load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
+    load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
     __syncthreads();
-    for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
-      const int ii = e / D, d = e % D, i = i0 + ii;
-      Qs[ii][d] = i < T ? dev::to_f(q[row_at(b, i, h, T, H, D) + d]) : 0.0f;
-      dOs[ii][d] = i < T ? dev::to_f(dout[row_at(b, i, h, T, H, D) + d]) : 0.0f;
-    }
-    if (threadIdx.x < kTile) {
-      const int i = i0 + threadIdx.x;
-      lse_s[threadIdx.x] = i < T ? lse[stat0 + i] : 0.0f;
-      dvec_s[threadIdx.x] = i < T ? dvec[stat0 + i] : 0.0f;
-    }
-    __syncthreads();
-    if (!active || i0 + kTile - 1 < j) continue;  // no query of this tile sees key j
-    const int i = i0 + lane;
-    float p = 0, ds = 0;
-    if (i < T && i >= j) {
-      float s = 0, dp = 0;
-      for (int d = 0; d < D; ++d) {
-        s += Qs[lane][d] * Kw[warp][d];
-        dp += dOs[lane][d] * Vw[warp][d];
+    float s[8][4];
+    warp_abt<D>(s, Qs + warp * 16 * kStride<D>, Ks);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + nt * 8 + 2 * t + (e & 1), r = row[e / 2];
+        s[nt][e] = (key <= P + r && key < g.C) ? s[nt][e] * scale_log2 : -INFINITY;
       }
-      p = expf(s * scale - lse_s[lane]);
-      ds = p * (dp - dvec_s[lane]);
-    }
-    for (int ii = 0; ii < kTile; ++ii) {
-      const float pi = __shfl_sync(kFull, p, ii), dsi = __shfl_sync(kFull, ds, ii);
-      for (int c = 0; c < kPer; ++c) {
-        gv[c] += pi * dOs[ii][lane + 32 * c];
-        gk[c] += dsi * Qs[ii][lane + 32 * c];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(mrow[half], mx);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet
+      const float corr = exp2f(mrow[half] - base);
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 2 * half; e < 2 * half + 2; ++e) {
+          s[nt][e] = exp2f(s[nt][e] - base);
+          sum += s[nt][e];
+        }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      lrow[half] = lrow[half] * corr + sum;
+      mrow[half] = m_new;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        acc[d][2 * half] *= corr;
+        acc[d][2 * half + 1] *= corr;
       }
     }
+    warp_pb<D>(acc, s, Vs);
   }
-  if (!active) return;
-  for (int c = 0; c < kPer; ++c) {
-    dk[row_at(b, j, h, T, H, D) + lane + 32 * c] = dev::to_b(gk[c] * scale);
-    dv[row_at(b, j, h, T, H, D) + lane + 32 * c] = dev::to_b(gv[c]);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row[half];
+    if (r >= g.T) continue;
+    const float inv = lrow[half] > 0.0f ? 1.0f / lrow[half] : 0.0f;
+    bfloat* orow = o + (long(b) * g.T + r) * g.ld_o + long(h) * D;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d)
+      *reinterpret_cast<std::uint32_t*>(orow + d * 8 + 2 * t) =
+          dev::pack2(acc[d][2 * half] * inv, acc[d][2 * half + 1] * inv);
+    if (t == 0)
+      lse[(long(b) * g.H + h) * g.T + r] = lrow[half] > 0.0f ? (mrow[half] + log2f(lrow[half])) * kLn2 : -INFINITY;
+  }
+}
+
+// delta[(b*H + h)*T + i] = sum_d dO[b, i, h, d] o[b, i, h, d] (the D term of the softmax gradient).
+__global__ void attn_bwd_dot_kernel(const bfloat* o, const bfloat* dout, float* delta, Geometry g, int D, long rows) {
+  const long idx = blockIdx.x * long(blockDim.x) + threadIdx.x;
+  if (idx >= rows) return;
+  const int i = int(idx % g.T);
+  const long bh = idx / g.T;
+  const int h = int(bh % g.H), b = int(bh / g.H);
+  const long at = (long(b) * g.T + i) * g.ld_o + long(h) * D;
+  float s = 0.0f;
+  for (int d = 0; d < D; d += 2) {
+    const std::uint32_t ow = *reinterpret_cast<const std::uint32_t*>(o + at + d);
+    const std::uint32_t gw = *reinterpret_cast<const std::uint32_t*>(dout + at + d);
+    s += dev::lo(ow) * dev::lo(gw) + dev::hi(ow) * dev::hi(gw);
+  }
+  delta[idx] = s;
+}
+
+// Stores a 16 x D fragment block (rows `row[2]`, fp32 accumulators times `scale`) into a strided
+// bf16 matrix, adding what is there when `accumulate`; rows at or beyond `rows` are skipped.
+template <int D>
+__device__ __forceinline__ void store_rows(bfloat* base, long ld, const int (&row)[2], int rows,
+                                           const float (&acc)[D / 8][4], float scale, bool accumulate) {
+  const int t = (threadIdx.x & 31) % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    if (row[half] >= rows) continue;
+    bfloat* p = base + long(row[half]) * ld;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      std::uint32_t* w = reinterpret_cast<std::uint32_t*>(p + d * 8 + 2 * t);
+      float a = acc[d][2 * half] * scale, c = acc[d][2 * half + 1] * scale;
+      if (accumulate) {
+        const std::uint32_t old = *w;
+        a += dev::lo(old);
+        c += dev::hi(old);
+      }
+      *w = dev::pack2(a, c);
+    }
   }
 }
 
 template <int D>
-__global__ void __launch_bounds__(32 * kRows)
-    attn_bwd_dq_kernel(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                       const __nv_bfloat16* dout, const float* lse, const float* dvec, __nv_bfloat16* dq, int T, int H,
-                       float scale) {
-  constexpr int kPer = D / 32;
-  __shared__ float Ks[kTile][D + 1];
-  __shared__ float Vs[kTile][D + 1];
-  __shared__ float Qw[kRows][D], dOw[kRows][D];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int b = blockIdx.y / H, h = blockIdx.y % H;
-  const int row0 = blockIdx.x * kRows;
-  const int i = row0 + warp;
-  const bool active = i < T;
-  float lse_i = 0, dvec_i = 0;
-  if (active) {
-    for (int d = lane; d < D; d += 32) {
-      Qw[warp][d] = dev::to_f(q[row_at(b, i, h, T, H, D) + d]);
-      dOw[warp][d] = dev::to_f(dout[row_at(b, i, h, T, H, D) + d]);
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_dkdv_kernel(const bfloat* q, const bfloat* k, const bfloat* v, const bfloat* dout, const float* lse,
+                         const float* delta, bfloat* dk, bfloat* dv, Geometry g, float scale, float scale_log2,
+                         bool accumulate) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bfloat* Ks = reinterpret_cast<bfloat*>(smem);
+  bfloat* Vs = Ks + kBN * kStride<D>;
+  bfloat* Qs = Vs + kBN * kStride<D>;
+  bfloat* Gs = Qs + kBM * kStride<D>;  // dO
+  float* Ls = reinterpret_cast<float*>(Gs + kBM * kStride<D>);  // lse * log2(e) of the tile's queries
+  float* Ds = Ls + kBM;                                          // delta of the tile's queries
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  const int b = blockIdx.y / g.H, h = blockIdx.y % g.H;
+  const int n0 = blockIdx.x * kBN, P = g.C - g.T;
+  const bfloat* qb = q + long(b) * g.T * g.ld_q + long(h) * D;
+  const bfloat* gb = dout + long(b) * g.T * g.ld_o + long(h) * D;
+  const bfloat* kb = k + long(b) * g.C * g.ld_kv + long(h) * D;
+  const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
+  const float* lb = lse + (long(b) * g.H + h) * g.T;
+  const float* db = delta + (long(b) * g.H + h) * g.T;
+  load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
+  load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
+
+  float dk_acc[D / 8][4], dv_acc[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[d][e] = dv_acc[d][e] = 0.0f;
+  const int key[2] = {n0 + warp * 16 + gr, n0 + warp * 16 + gr + 8};
+  const int first = max(0, n0 - P);  // the first query that sees a key of this tile
+  for (int m0 = first / kBM * kBM; m0 < g.T; m0 += kBM) {
+    __syncthreads();  // the previous query tile is consumed
+    load_tile<D>(Qs, qb, g.ld_q, m0, g.T);
+    load_tile<D>(Gs, gb, g.ld_o, m0, g.T);
+    for (int r = threadIdx.x; r < kBM; r += kThreads) {
+      const bool in = m0 + r < g.T;
+      Ls[r] = in ? lb[m0 + r] * kLog2e : 0.0f;
+      Ds[r] = in ? db[m0 + r] : 0.0f;
     }
-    lse_i = lse[(long(b) * H + h) * T + i];
-    dvec_i = dvec[(long(b) * H + h) * T + i];
-  }
-  float gq[kPer];
-  for (int c = 0; c < kPer; ++c) gq[c] = 0;
-  const int last = min(T - 1, row0 + kRows - 1);
-  for (int j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();
-    for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
-      const int jj = e / D, d = e % D, j = j0 + jj;
-      Ks[jj][d] = j < T ? dev::to_f(k[row_at(b, j, h, T, H, D) + d]) : 0.0f;
-      Vs[jj][d] = j < T ? dev::to_f(v[row_at(b, j, h, T, H, D) + d]) : 0.0f;
-    }
-    __syncthreads();
-    if (!active || j0 > i) continue;
-    const int j = j0 + lane;
-    float ds = 0;
-    if (j <= i) {
-      float s = 0, dp = 0;
-      for (int d = 0; d < D; ++d) {
-        s += Qw[warp][d] * Ks[lane][d];
-        dp += dOw[warp][d] * Vs[lane][d];
+    float p[8][4], ds[8][4];
+    warp_abt<D>(p, Ks + warp * 16 * kStride<D>, Qs);  // S^T: rows keys, columns queries
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qc = nt * 8 + 2 * t + (e & 1), qi = m0 + qc, kr = key[e / 2];
+        p[nt][e] = (qi < g.T && kr <= P + qi && kr < g.C) ? exp2f(p[nt][e] * scale_log2 - Ls[qc]) : 0.0f;
       }
-      const float p = expf(s * scale - lse_i);
-      ds = p * (dp - dvec_i);
-    }
-    for (int jj = 0; jj < kTile; ++jj) {
-      const float dsj = __shfl_sync(kFull, ds, jj);
-      for (int c = 0; c < kPer; ++c) gq[c] += dsj * Ks[jj][lane + 32 * c];
-    }
+    warp_abt<D>(ds, Vs + warp * 16 * kStride<D>, Gs);  // dP^T = V dO^T
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
+    warp_pb<D>(dv_acc, p, Gs);   // dV += P^T dO
+    warp_pb<D>(dk_acc, ds, Qs);  // dK += dS^T Q (times scale at the store)
   }
-  if (!active) return;
-  for (int c = 0; c < kPer; ++c) dq[row_at(b, i, h, T, H, D) + lane + 32 * c] = dev::to_b(gq[c] * scale);
+  store_rows<D>(dk + long(b) * g.C * g.ld_kv + long(h) * D, g.ld_kv, key, g.C, dk_acc, scale, accumulate);
+  store_rows<D>(dv + long(b) * g.C * g.ld_kv + long(h) * D, g.ld_kv, key, g.C, dv_acc, 1.0f, accumulate);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_dq_kernel(const bfloat* q, const bfloat* k, const bfloat* v, const bfloat* dout, const float* lse,
+                       const float* delta, bfloat* dq, Geometry g, float scale, float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bfloat* Qs = reinterpret_cast<bfloat*>(smem);
+  bfloat* Gs = Qs + kBM * kStride<D>;
+  bfloat* Ks = Gs + kBM * kStride<D>;
+  bfloat* Vs = Ks + kBN * kStride<D>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
+  const int b = blockIdx.y / g.H, h = blockIdx.y % g.H;
+  const int m0 = blockIdx.x * kBM, P = g.C - g.T;
+  const bfloat* kb = k + long(b) * g.C * g.ld_kv + long(h) * D;
+  const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
+  load_tile<D>(Qs, q + long(b) * g.T * g.ld_q + long(h) * D, g.ld_q, m0, g.T);
+  load_tile<D>(Gs, dout + long(b) * g.T * g.ld_o + long(h) * D, g.ld_o, m0, g.T);
+  const int row[2] = {m0 + warp * 16 + gr, m0 + warp * 16 + gr + 8};
+  float l2[2], dl[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool in = row[half] < g.T;
+    l2[half] = in ? lse[(long(b) * g.H + h) * g.T + row[half]] * kLog2e : 0.0f;
+    dl[half] = in ? delta[(long(b) * g.H + h) * g.T + row[half]] : 0.0f;
+  }
+  float acc[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+  const int kend = min(g.C, P + m0 + kBM);
+  for (int n0 = 0; n0 < kend; n0 += kBN) {
+    __syncthreads();
+    load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
+    load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
+    __syncthreads();
+    float p[8][4], ds[8][4];
+    warp_abt<D>(p, Qs + warp * 16 * kStride<D>, Ks);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kc = n0 + nt * 8 + 2 * t + (e & 1), r = row[e / 2];
+        p[nt][e] = (r < g.T && kc <= P + r && kc < g.C) ? exp2f(p[nt][e] * scale_log2 - l2[e / 2]) : 0.0f;
+      }
+    warp_abt<D>(ds, Gs + warp * 16 * kStride<D>, Vs);  // dP = dO V^T
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - dl[e / 2]);
+    warp_pb<D>(acc, ds, Ks);  // dQ += dS K (times scale at the store)
+  }
+  store_rows<D>(dq + long(b) * g.T * g.ld_q + long(h) * D, g.ld_q, row, g.T, acc, scale, false);
 }
 
 float scale_of(const AttentionShape& s) { return s.scale != 0 ? s.scale : 1.0f / std::sqrt(float(s.D)); }
+
+Geometry geometry_of(const AttentionShape& s) {
+  const long hd = long(s.H) * s.D;
+  return {s.T, s.C > 0 ? s.C : s.T, s.H, s.ld_q > 0 ? s.ld_q : hd, s.ld_kv > 0 ? s.ld_kv : hd, s.ld_o > 0 ? s.ld_o : hd};
+}
 
 void check_shape(const AttentionShape& s, const char* who) {
   detail::require(s.B > 0 && s.T > 0 && s.H > 0, std::string(who) + ": B, T, H must be positive");
   detail::require(s.D == 32 || s.D == 64 || s.D == 128, std::string(who) + ": head dim must be 32, 64 or 128");
   detail::require(long(s.B) * s.H <= 65535, std::string(who) + ": B * H must be at most 65535");
+  detail::require(s.C == 0 || s.C >= s.T, std::string(who) + ": keys C must be 0 (= T) or at least T");
+  const Geometry g = geometry_of(s);
+  const long hd = long(s.H) * s.D;
+  detail::require(g.ld_q >= hd && g.ld_kv >= hd && g.ld_o >= hd,
+                  std::string(who) + ": a row stride is shorter than H * D");
+  detail::require(g.ld_q % 8 == 0 && g.ld_kv % 8 == 0 && g.ld_o % 8 == 0,
+                  std::string(who) + ": row strides must be multiples of 8 elements (16-byte loads)");
+}
+void check_aligned(std::initializer_list<const void*> ps, const char* who) {
+  for (const void* p : ps)
+    detail::require(dev::aligned16(p), std::string(who) + ": tensors must be 16-byte aligned");
+}
+
+template <int D>
+constexpr int fwd_smem() {
+  return (kBM + 2 * kBN) * kStride<D> * int(sizeof(bfloat));
+}
+template <int D>
+constexpr int dkdv_smem() {
+  return (2 * kBN + 2 * kBM) * kStride<D> * int(sizeof(bfloat)) + 2 * kBM * int(sizeof(float));
+}
+template <int D>
+constexpr int dq_smem() {
+  return (2 * kBM + 2 * kBN) * kStride<D> * int(sizeof(bfloat));
 }
 
 template <int D>
 void forward_d(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, const AttentionShape& s,
                cudaStream_t stream) {
-  const dim3 grid(dev::blocks_for(s.T, kRows), s.B * s.H);
-  attn_fwd_kernel<D><<<grid, 32 * kRows, 0, stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(o), lse, s.T, s.H,
-                                                      scale_of(s));
+  const Geometry g = geometry_of(s);
+  FORESIGHT_CUDA(cudaFuncSetAttribute(attn_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, fwd_smem<D>()));
+  const dim3 grid(dev::blocks_for(s.T, kBM), s.B * s.H);
+  attn_fwd_kernel<D><<<grid, kThreads, fwd_smem<D>(), stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(o), lse, g,
+                                                                 scale_of(s) * kLog2e);
   FORESIGHT_CUDA_LAUNCHED("attention_forward");
 }
 
 template <int D>
 void backward_d(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
-                bf16* dq, bf16* dk, bf16* dv, float* dvec, const AttentionShape& s, cudaStream_t stream) {
-  const long rows = long(s.B) * s.T * s.H;
-  attn_bwd_dot_kernel<D><<<dev::blocks_for(rows, kRows), 32 * kRows, 0, stream>>>(dev::cu(o), dev::cu(dout), dvec, s.T,
-                                                                                  s.H, rows);
+                bf16* dq, bf16* dk, bf16* dv, float* delta, const AttentionShape& s, cudaStream_t stream) {
+  const Geometry g = geometry_of(s);
+  const long rows = long(s.B) * s.H * s.T;
+  attn_bwd_dot_kernel<<<dev::blocks_for(rows, 256), 256, 0, stream>>>(dev::cu(o), dev::cu(dout), delta, g, D, rows);
   FORESIGHT_CUDA_LAUNCHED("attention_backward rowsum");
-  const dim3 grid(dev::blocks_for(s.T, kRows), s.B * s.H);
-  attn_bwd_dkdv_kernel<D><<<grid, 32 * kRows, 0, stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(dout), lse, dvec,
-                                                           dev::cu(dk), dev::cu(dv), s.T, s.H, scale_of(s));
+  const float scale = scale_of(s);
+  FORESIGHT_CUDA(
+      cudaFuncSetAttribute(attn_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_smem<D>()));
+  const dim3 kgrid(dev::blocks_for(g.C, kBN), s.B * s.H);
+  attn_bwd_dkdv_kernel<D><<<kgrid, kThreads, dkdv_smem<D>(), stream>>>(
+      dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(dout), lse, delta, dev::cu(dk), dev::cu(dv), g, scale,
+      scale * kLog2e, s.accumulate_dkv);
   FORESIGHT_CUDA_LAUNCHED("attention_backward dk dv");
-  attn_bwd_dq_kernel<D><<<grid, 32 * kRows, 0, stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(dout), lse, dvec,
-                                                         dev::cu(dq), s.T, s.H, scale_of(s));
+  FORESIGHT_CUDA(cudaFuncSetAttribute(attn_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem<D>()));
+  const dim3 qgrid(dev::blocks_for(s.T, kBM), s.B * s.H);
+  attn_bwd_dq_kernel<D><<<qgrid, kThreads, dq_smem<D>(), stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(dout),
+                                                                    lse, delta, dev::cu(dq), g, scale, scale * kLog2e);
   FORESIGHT_CUDA_LAUNCHED("attention_backward dq");
 }
 
 }  // namespace
 
+bool attention_supports(const AttentionShape& s) {
+  if (s.B <= 0 || s.T <= 0 || s.H <= 0 || (s.D != 32 && s.D != 64 && s.D != 128) || long(s.B) * s.H > 65535)
+    return false;
+  if (s.C != 0 && s.C < s.T) return false;
+  const Geometry g = geometry_of(s);
+  const long hd = long(s.H) * s.D;
+  return g.ld_q >= hd && g.ld_kv >= hd && g.ld_o >= hd && g.ld_q % 8 == 0 && g.ld_kv % 8 == 0 && g.ld_o % 8 == 0;
+}
+
 void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, const AttentionShape& s,
                        cudaStream_t stream) {
   check_shape(s, "attention_forward");
+  check_aligned({q, k, v, o}, "attention_forward");
   switch (s.D) {
     case 32: return forward_d<32>(q, k, v, o, lse, s, stream);
     case 64: return forward_d<64>(q, k, v, o, lse, s, stream);
@@ -263,12 +454,13 @@ std::size_t attention_backward_workspace_bytes(const AttentionShape& s) {
 void attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
                         bf16* dq, bf16* dk, bf16* dv, void* workspace, const AttentionShape& s, cudaStream_t stream) {
   check_shape(s, "attention_backward");
+  check_aligned({q, k, v, o, dout, dq, dk, dv}, "attention_backward");
   detail::require(workspace != nullptr, "attention_backward: needs attention_backward_workspace_bytes of workspace");
-  float* dvec = static_cast<float*>(workspace);
+  float* delta = static_cast<float*>(workspace);
   switch (s.D) {
-    case 32: return backward_d<32>(q, k, v, o, dout, lse, dq, dk, dv, dvec, s, stream);
-    case 64: return backward_d<64>(q, k, v, o, dout, lse, dq, dk, dv, dvec, s, stream);
-    default: return backward_d<128>(q, k, v, o, dout, lse, dq, dk, dv, dvec, s, stream);
+    case 32: return backward_d<32>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
+    case 64: return backward_d<64>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
+    default: return backward_d<128>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
   }
 }
 

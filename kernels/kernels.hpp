@@ -104,19 +104,32 @@ void softmax_cross_entropy(const bf16* logits, const std::int32_t* targets, floa
                            float dloss, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------
-// Causal attention (FlashAttention-2 structure: tiled over keys, online softmax, the forward saves
-// the log-sum-exp and the backward recomputes the probabilities; no (T, T) matrix is stored)
+// Causal attention (FlashAttention-2 structure on bf16 tensor cores: tiled over keys, online
+// softmax, the forward saves the log-sum-exp and the backward recomputes the probabilities; no
+// (T, T) matrix is stored). sm_80 or later.
 
 struct AttentionShape {
   int B = 0, T = 0, H = 0, D = 0;  // D in {32, 64, 128}
   float scale = 0;                 // softmax scale; 0 means 1 / sqrt(D)
+  /// Keys per sequence, C >= T (0: C = T). Query i sees keys 0 .. C - T + i: a TeraPipe slice after
+  /// C - T cached keys.
+  int C = 0;
+  /// Row strides in elements, multiples of 8 (0: H * D, the contiguous (B, T, H, D) layout).
+  /// Element (b, i, h, d) of q is q[(b*T + i)*ld_q + h*D + d]; k, v and their gradients use ld_kv
+  /// and C rows per sequence; o and dout use ld_o. The trainer's packed qkv is read in place.
+  long ld_q = 0, ld_kv = 0, ld_o = 0;
+  /// The backward adds into dk and dv (bf16, one rounding of old + new) instead of overwriting.
+  bool accumulate_dkv = false;
 };
-/// o (B, T, H, D) bf16 and lse (B, H, T) fp32 from q, k, v (B, T, H, D) bf16.
+/// Whether the launchers accept `s` (head dim, strides, key count); pointers must also be 16-byte
+/// aligned.
+bool attention_supports(const AttentionShape& s);
+/// o bf16 and lse (B, H, T) fp32 (natural log) from q, k, v bf16.
 void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, const AttentionShape& s,
                        cudaStream_t stream);
 /// fp32 scratch the backward needs: rowsum(dO o) per (B, H, T).
 std::size_t attention_backward_workspace_bytes(const AttentionShape& s);
-/// dq, dk, dv (B, T, H, D) bf16 overwritten; deterministic (no atomics).
+/// dq overwritten; dk, dv overwritten (or added to with accumulate_dkv); deterministic (no atomics).
 void attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
                         bf16* dq, bf16* dk, bf16* dv, void* workspace, const AttentionShape& s, cudaStream_t stream);
 

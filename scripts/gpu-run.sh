@@ -8,12 +8,13 @@
 # Phases in this order, sized for a 15-minute device lease (one call of at most 600 s, the machine's
 # start included in the lease), limits in seconds, override with PHASE_<NAME>_S:
 #   probe 20; correctness 140 (the GPU tests; compute-sanitizer reruns of a failing one, at most
-#   SANITIZER_S=40 s each); train 130 (foresight-train --backend cuda --precision bf16 on the local
-#   350M and 1.3B plans, TRAIN_STEPS=8); baseline 70 (PyTorch eager on the same two models through
-#   scripts/torch-baseline-subset.py; BASELINE_COMPILE=gpt-1.3b adds torch.compile rows); loop 110
-#   (foresight validate --local --backend cuda: the trainer's CUDA backend calibrated op by op, the
-#   one-rank plans predicted, run and compared: closed-loop-cuda.md / .json); kernels 60
-#   (bench_kernels vs PyTorch on the same shapes); calibrate 120 (foresight calibrate --quick).
+#   SANITIZER_S=40 s each); train 200 (foresight-train --backend cuda --precision bf16 on the local
+#   350M and 1.3B plans, TRAIN_STEPS=8, then a profiled 350M run: GPU time per op); baseline 70 (PyTorch eager on the same two models through
+#   scripts/torch-baseline-subset.py; BASELINE_COMPILE=gpt-1.3b adds torch.compile rows); kernels 60
+#   (bench_kernels vs PyTorch on the same shapes); loop 110 (foresight validate --local --backend
+#   cuda: the trainer's CUDA backend calibrated op by op, the one-rank plans predicted, run and
+#   compared: closed-loop-cuda.md / .json); calibrate 120 (foresight calibrate --quick).
+# ARCHIVE leaves out loop-cuda/ (the loop's run directories, ~18 MB; its tables are kept).
 # The device tool brings back at most 8 files from $OUT: ARCHIVE=path.tar.gz packs RESULTS_DIR there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,8 +58,9 @@ BIN=""
 if [ -x "$BUNDLE/bin/foresight" ]; then
   # Only the libraries this machine lacks come from the bundle.
   mkdir -p "$RESULTS/.libs"
+  # ldd, or the dynamic loader's own listing where ldd is not installed (the lent machines).
   for b in "$BUNDLE"/bin/*; do
-    ldd "$b" 2>/dev/null | awk '/not found/ {print $1}'
+    { ldd "$b" 2>/dev/null || LD_TRACE_LOADED_OBJECTS=1 "$b" 2>/dev/null; } | awk '/not found/ {print $1}'
   done | sort -u | while read -r lib; do
     [ -f "$BUNDLE/lib/$lib" ] && ln -sf "$(realpath "$BUNDLE/lib/$lib")" "$RESULTS/.libs/$lib"
   done
@@ -93,27 +95,32 @@ phase correctness 140 "rc=0; for t in $BIN/gpu_*_test; do n=\$(basename \$t); \
       timeout $SANITIZER_S compute-sanitizer --print-limit 20 \$t > $RESULTS/\$n.sanitizer.txt 2>&1; fi; }; \
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]' $RESULTS/\$n.txt; done; exit \$rc"
 
-# The trainer on the GPU: one rank, the local experiments' models as plans, bf16 (Megatron's recipe).
+# The trainer on the GPU: one rank, the local experiments' models as plans, bf16 (Megatron's recipe),
+# then a short run of the 350M plan with FORESIGHT_PROFILE_OPS=1 (GPU time per op; the events cost
+# a little, so its step times are not the headline).
 TRAIN_STEPS=${TRAIN_STEPS:-8}
-phase train 130 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
+phase train 200 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
   mkdir -p $RESULTS/train-\$e && $BIN/foresight plan --experiment \$e --no-simgrid --top 1 --out $RESULTS/train-\$e \
     > $RESULTS/train-\$e/plan.txt && \
-  timeout 60 $BIN/foresight-train --plan $RESULTS/train-\$e/plan.json --backend cuda --precision bf16 --steps $TRAIN_STEPS \
+  timeout 80 $BIN/foresight-train --plan $RESULTS/train-\$e/plan.json --backend cuda --precision bf16 --steps $TRAIN_STEPS \
     --summary $RESULTS/train-\$e/summary.json \
-    > $RESULTS/train-\$e/train.txt 2>&1; echo \"\$e: exit \$?\"; tail -5 $RESULTS/train-\$e/train.txt; done"
+    > $RESULTS/train-\$e/train.txt 2>&1; echo \"\$e: exit \$?\"; tail -5 $RESULTS/train-\$e/train.txt; done; \
+  FORESIGHT_PROFILE_OPS=1 timeout 40 $BIN/foresight-train --plan $RESULTS/train-gpt-350m-local-h100/plan.json --backend cuda \
+    --precision bf16 --steps 3 > $RESULTS/train-profile-350m.txt 2>&1; echo \"profile: exit \$?\"; \
+  head -40 $RESULTS/train-profile-350m.txt | grep -v '^step'"
 
 baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
 [ -f "$baseline" ] || baseline=../shared/bench/torch_gpt_baseline.py
 phase baseline 70 "PYTHONUNBUFFERED=1 python3 scripts/torch-baseline-subset.py $baseline --eager gpt-350m,gpt-1.3b \
   --compile '${BASELINE_COMPILE:-}' | tee $RESULTS/torch_baseline.jsonl"
 
-# The closed loop (issue 24) on this GPU: calibrate the trainer's CUDA backend, predict, run, compare.
-phase loop 110 "$BIN/foresight validate --local --backend cuda --work-dir $RESULTS/loop-cuda \
-  --results $RESULTS/closed-loop-cuda.json --markdown $RESULTS/closed-loop-cuda.md"
-
 phase kernels 60 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
   python3 calibrate/bench_torch.py $RESULTS/bench_torch.json && \
   python3 calibrate/compare_bench.py $RESULTS/bench_kernels.json $RESULTS/bench_torch.json"
+
+# The closed loop (issue 24) on this GPU: calibrate the trainer's CUDA backend, predict, run, compare.
+phase loop 110 "$BIN/foresight validate --local --backend cuda --work-dir $RESULTS/loop-cuda \
+  --results $RESULTS/closed-loop-cuda.json --markdown $RESULTS/closed-loop-cuda.md"
 
 phase calibrate 120 "$BIN/foresight calibrate --quick --out $RESULTS/profile-quick.json"
 
@@ -125,7 +132,7 @@ phase calibrate 120 "$BIN/foresight calibrate --quick --out $RESULTS/profile-qui
   echo
   echo "| phase | exit | seconds | log |"
   echo "| --- | --- | --- | --- |"
-  for p in build probe correctness train baseline loop kernels calibrate; do
+  for p in build probe correctness train baseline kernels loop calibrate; do
     [ -n "${phase_rc[$p]+x}" ] && echo "| $p | ${phase_rc[$p]} | ${phase_s[$p]} | $p.log |"
   done
   echo
@@ -137,6 +144,7 @@ phase calibrate 120 "$BIN/foresight calibrate --quick --out $RESULTS/profile-qui
   echo
   echo "## foresight-train --backend cuda --precision bf16"
   for f in "$RESULTS"/train-*/train.txt; do [ -f "$f" ] && { echo "$f:"; tail -4 "$f"; }; done
+  [ -f "$RESULTS/train-profile-350m.txt" ] && { echo; echo "GPU time per op, 350M, 3 steps:"; grep -A25 'GPU time per op' "$RESULTS/train-profile-350m.txt"; }
   echo
   echo "## PyTorch baseline (tokens/s, peak memory GiB)"
   grep -h '"name"' "$RESULTS/torch_baseline.jsonl" 2>/dev/null
@@ -161,6 +169,6 @@ json.dump(out, open(os.path.join(d, "results.json"), "w"), indent=1)
 EOF
 log "done: $RESULTS/summary.md, $RESULTS/results.json"
 if [ -n "${ARCHIVE:-}" ]; then
-  tar -C "$(dirname "$(realpath "$RESULTS")")" --exclude=.libs -czf "$ARCHIVE" "$(basename "$(realpath "$RESULTS")")" &&
+  tar -C "$(dirname "$(realpath "$RESULTS")")" --exclude=.libs --exclude=loop-cuda -czf "$ARCHIVE" "$(basename "$(realpath "$RESULTS")")" &&
     echo "packed into $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1))"
 fi

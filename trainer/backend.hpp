@@ -114,14 +114,26 @@ class Backend {
   /// Causal multi-head attention. qkv (N, 3*H*D) laid out [q heads | k heads | v heads], of which
   /// the queries are read; kv (batch*keys, 3*H*D), same layout, of which the keys and values are
   /// read (kv = qkv without TeraPipe slices; else the cached K/V of earlier slices, then this
-  /// slice's). out (N, H*D); probs (batch*H*seq, keys) softmax(q k^T / sqrt(D)) saved for the backward.
+  /// slice's). out (N, H*D); probs: what the backward needs, shaped as attention_saved() says:
+  /// (batch*H*seq, keys) softmax(q k^T / sqrt(D)) of the activation type (the unfused path), or
+  /// (batch*H*seq, 1) fp32 log-sum-exp per query (a fused, FlashAttention-style path).
   virtual void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const Tensor& kv,
                                  const AttentionShape& s) = 0;
-  /// From dout (N, H*D) and the saved probs, qkv and kv: the query columns of dqkv (N, 3*H*D) are
-  /// overwritten with dL/dq; dL/dk and dL/dv are added into the key and value columns of dkv
-  /// (batch*keys, 3*H*D). dkv may be dqkv itself (zeroed by the caller) when kv is qkv.
-  virtual void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
-                                  const Tensor& kv, const AttentionShape& s) = 0;
+  /// The tensor attention_forward saves for the backward: rows, columns, and whether it is fp32
+  /// (zeros_fp32) rather than of the activation type (zeros). Default: the probabilities.
+  struct AttentionSaved {
+    std::int64_t rows = 0, cols = 0;
+    bool fp32 = false;
+  };
+  virtual AttentionSaved attention_saved(const AttentionShape& s) const {
+    return {std::int64_t(s.batch) * s.heads * s.seq, s.keys(), false};
+  }
+  /// From dout (N, H*D), the forward's out and saved probs, qkv and kv: the query columns of dqkv
+  /// (N, 3*H*D) are overwritten with dL/dq; dL/dk and dL/dv are added into the key and value
+  /// columns of dkv (batch*keys, 3*H*D). dkv may be dqkv itself (zeroed by the caller) when kv is
+  /// qkv. `out` is read by fused paths (rowsum(dout * out)); the unfused one ignores it.
+  virtual void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& out, const Tensor& probs,
+                                  const Tensor& qkv, const Tensor& kv, const AttentionShape& s) = 0;
 
   // --- embeddings (vocabulary split over tensor-parallel ranks: this rank holds rows
   //     [vocab_offset, vocab_offset + table.rows())) ---

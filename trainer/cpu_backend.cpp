@@ -251,7 +251,8 @@ class CpuBackend final : public Backend {
           }
         }
   }
-  void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
+  void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& /*out*/, const Tensor& probs,
+                          const Tensor& qkv,
                           const Tensor& kv, const AttentionShape& s) override {
     const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys(), P = C - S;
     check_same_shape(dqkv, qkv, "attention_backward");

@@ -3,19 +3,24 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernels/cublas_check.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device.hpp"
+#include "kernels/kernels.hpp"
 #include "trainer/cuda_backend_kernels.hpp"
 #include "trainer/precision.hpp"
 
@@ -149,6 +154,73 @@ float* fp32(const Tensor& t, const char* op, const char* what) {
 }
 cudaDataType_t cublas_type(cuda::Type t) { return t == cuda::Type::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 
+/// FORESIGHT_PROFILE_OPS=1: every backend call is bracketed by two CUDA events on the backend's
+/// stream, and the destructor prints each op's GPU time (sum over calls, count, share) to stderr,
+/// largest first: the device time between the events, without synchronising the stream in the
+/// step (the events are read once, at the end). Gaps between ops (host time, launch latency) are
+/// what the step takes beyond the ops' sum.
+class OpProfiler {
+ public:
+  explicit OpProfiler(cudaStream_t stream) : stream_(stream) {}
+  ~OpProfiler() {
+    for (auto& [name, evs] : events_)
+      for (auto& [a, b] : evs) {
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+      }
+  }
+  std::pair<cudaEvent_t, cudaEvent_t> begin(const std::string& name) {
+    cudaEvent_t a = nullptr, b = nullptr;
+    FORESIGHT_CUDA(cudaEventCreate(&a));
+    FORESIGHT_CUDA(cudaEventCreate(&b));
+    FORESIGHT_CUDA(cudaEventRecord(a, stream_));
+    events_[name].push_back({a, b});
+    return {a, b};
+  }
+  void end(cudaEvent_t b) { cudaEventRecord(b, stream_); }
+  void report() {
+    if (cudaStreamSynchronize(stream_) != cudaSuccess) return;
+    std::vector<std::tuple<double, std::string, std::size_t>> rows;
+    double total = 0;
+    for (auto& [name, evs] : events_) {
+      double ms = 0;
+      for (auto& [a, b] : evs) {
+        float t = 0;
+        if (cudaEventElapsedTime(&t, a, b) == cudaSuccess) ms += t;
+      }
+      rows.emplace_back(ms, name, evs.size());
+      total += ms;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "foresight-train: GPU time per op (FORESIGHT_PROFILE_OPS), every step, %.1f ms in all\n", total);
+    std::fprintf(stderr, "  %10s %7s %6s  %s\n", "ms", "calls", "share", "op");
+    for (auto& [ms, name, n] : rows)
+      std::fprintf(stderr, "  %10.2f %7zu %5.1f%%  %s\n", ms, n, total > 0 ? 100 * ms / total : 0.0, name.c_str());
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::map<std::string, std::vector<std::pair<cudaEvent_t, cudaEvent_t>>> events_;
+};
+
+/// Records the end event of one profiled op when it leaves scope (nothing when profiling is off).
+class OpScope {
+ public:
+  OpScope() = default;
+  OpScope(OpProfiler* p, cudaEvent_t end) : p_(p), end_(end) {}
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+  OpScope(OpScope&& o) noexcept : p_(o.p_), end_(o.end_) { o.p_ = nullptr; }
+  OpScope& operator=(OpScope&&) = delete;
+  ~OpScope() {
+    if (p_) p_->end(end_);
+  }
+
+ private:
+  OpProfiler* p_ = nullptr;
+  cudaEvent_t end_ = nullptr;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool tf32, Precision precision) : device_(device), tf32_(tf32), precision_(precision) {
@@ -163,8 +235,13 @@ class CudaBackend final : public Backend {
                                      : CUBLAS_PEDANTIC_MATH;
     FORESIGHT_CUBLAS(cublasSetMathMode(blas_, mode));
     pool_ = std::make_shared<DevicePool>(device_);
+    if (const char* e = std::getenv("FORESIGHT_ATTENTION")) unfused_attention_ = std::string(e) == "unfused";
+    if (const char* e = std::getenv("FORESIGHT_PROFILE_OPS"); e && *e && std::string(e) != "0")
+      profiler_ = std::make_unique<OpProfiler>(stream_);
   }
   ~CudaBackend() override {
+    if (profiler_) profiler_->report();
+    profiler_.reset();
     cudaStreamSynchronize(stream_);
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
@@ -179,6 +256,7 @@ class CudaBackend final : public Backend {
   Tensor zeros(std::int64_t rows, std::int64_t cols) override { return make(rows, cols, activation_type(precision_)); }
   Tensor zeros_fp32(std::int64_t rows, std::int64_t cols) override { return make(rows, cols, ElementType::fp32); }
   void copy_from_host(Tensor dst, std::span<const float> src) override {
+    const OpScope op_scope = profile("copy_from_host");
     check_device(dst, "copy_from_host");
     FORESIGHT_CHECK(std::int64_t(src.size()) == dst.numel()) << src.size() << " vs " << dst.numel();
     if (src.empty()) return;
@@ -194,6 +272,7 @@ class CudaBackend final : public Backend {
     FORESIGHT_CUDA(cudaStreamSynchronize(stream_));  // the span may go away when we return
   }
   void copy_to_host(std::span<float> dst, const Tensor& src) override {
+    const OpScope op_scope = profile("copy_to_host");
     check_device(src, "copy_to_host");
     FORESIGHT_CHECK(std::int64_t(dst.size()) == src.numel()) << dst.size() << " vs " << src.numel();
     if (dst.empty()) return;
@@ -208,6 +287,7 @@ class CudaBackend final : public Backend {
     FORESIGHT_CUDA(cudaStreamSynchronize(stream_));
   }
   void fill(Tensor t, float value) override {
+    const OpScope op_scope = profile("fill");
     check_device(t, "fill");
     cuda::fill(out(t), t.numel(), value, stream_);
   }
@@ -215,6 +295,7 @@ class CudaBackend final : public Backend {
   std::int64_t peak_bytes() const override { return pool_->peak(); }
 
   void copy(Tensor dst, const Tensor& src) override {
+    const OpScope op_scope = profile("copy");
     check_same_shape(dst, src, "copy");
     if (src.numel() == 0) return;
     if (dst.storage() == src.storage())
@@ -223,10 +304,12 @@ class CudaBackend final : public Backend {
       cuda::convert(out(dst), in(src), src.numel(), stream_);
   }
   void add(Tensor y, const Tensor& x) override {
+    const OpScope op_scope = profile("add");
     check_same_shape(y, x, "add");
     cuda::add(out(y), in(x), y.numel(), stream_);
   }
   double sum_squares(const Tensor& x) override {
+    const OpScope op_scope = profile("sum_squares");
     Scratch s(pool_, sizeof(double) * (cuda::kSumBlocks + 1));
     double* partial = s.as<double>();
     cuda::sum_squares(in(x), x.numel(), partial, partial + cuda::kSumBlocks, stream_);
@@ -236,6 +319,7 @@ class CudaBackend final : public Backend {
     return r;
   }
   bool all_finite(const Tensor& x) override {
+    const OpScope op_scope = profile("all_finite");
     Scratch s(pool_, sizeof(int));
     FORESIGHT_CUDA(cudaMemsetAsync(s.as<int>(), 0, sizeof(int), stream_));
     cuda::any_non_finite(in(x), x.numel(), s.as<int>(), stream_);
@@ -250,6 +334,10 @@ class CudaBackend final : public Backend {
     const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
     FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
         << "matmul (" << M << "," << K << ")x(" << Kb << "," << N << ") into (" << c.rows() << "," << c.cols() << ")";
+    const OpScope op_scope = profile_on() ? profile("matmul " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                                    std::to_string(K) + (ta ? " t" : " n") + (tb ? "t" : "n") +
+                                                    (accumulate ? " +=" : ""))
+                                          : OpScope{};
     if (M == 0 || N == 0) return;
     if (K == 0) {
       if (!accumulate) fill(c, 0.0f);
@@ -263,31 +351,40 @@ class CudaBackend final : public Backend {
     gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, accumulate ? 1.0f : 0.0f, out(c), N, 0, 1);
   }
   void add_bias(Tensor y, const Tensor& bias) override {
+    const OpScope op_scope = profile("add_bias");
     FORESIGHT_CHECK(bias.numel() == y.cols()) << bias.numel() << " vs " << y.cols();
     cuda::add_bias(out(y), in(bias), y.rows(), y.cols(), stream_);
   }
   void bias_backward(Tensor dbias, const Tensor& dy) override {
+    const OpScope op_scope = profile("bias_backward");
     FORESIGHT_CHECK(dbias.numel() == dy.cols()) << dbias.numel() << " vs " << dy.cols();
-    cuda::bias_backward(out(dbias), in(dy), dy.rows(), dy.cols(), stream_);
+    Scratch partial(pool_, sizeof(double) * std::size_t(cuda::column_scratch_doubles(dy.rows(), dy.cols())));
+    cuda::bias_backward(out(dbias), in(dy), dy.rows(), dy.cols(), partial.as<double>(), stream_);
   }
 
   void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& gamma,
                          const Tensor& beta) override {
+    const OpScope op_scope = profile("layernorm_forward");
     check_same_shape(y, x, "layernorm_forward");
     cuda::layernorm_forward(out(y), fp32(mean, "layernorm_forward", "mean"), fp32(rstd, "layernorm_forward", "rstd"),
                             in(x), in(gamma), in(beta), x.rows(), x.cols(), kLayerNormEps, stream_);
   }
   void layernorm_backward(Tensor dx, Tensor dgamma, Tensor dbeta, const Tensor& dy, const Tensor& x,
                           const Tensor& mean, const Tensor& rstd, const Tensor& gamma) override {
+    const OpScope op_scope = profile("layernorm_backward");
     check_same_shape(dx, x, "layernorm_backward");
+    Scratch partial(pool_, 2 * sizeof(double) * std::size_t(cuda::column_scratch_doubles(x.rows(), x.cols())));
     cuda::layernorm_backward(out(dx), out(dgamma), out(dbeta), in(dy), in(x), fp32(mean, "layernorm_backward", "mean"),
-                             fp32(rstd, "layernorm_backward", "rstd"), in(gamma), x.rows(), x.cols(), stream_);
+                             fp32(rstd, "layernorm_backward", "rstd"), in(gamma), x.rows(), x.cols(),
+                             partial.as<double>(), stream_);
   }
   void gelu_forward(Tensor y, const Tensor& x) override {
+    const OpScope op_scope = profile("gelu_forward");
     check_same_shape(y, x, "gelu_forward");
     cuda::gelu_forward(out(y), in(x), x.numel(), stream_);
   }
   void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) override {
+    const OpScope op_scope = profile("gelu_backward");
     check_same_shape(dx, x, "gelu_backward");
     cuda::gelu_backward(out(dx), in(dy), in(x), x.numel(), stream_);
   }
@@ -298,15 +395,31 @@ class CudaBackend final : public Backend {
   // probs x V. The backward is the same products transposed, with dS from softmax_backward; the
   // 1/sqrt(D) of the scores is applied as the dQ and dK GEMMs' alpha, after dS is rounded (the
   // CPU backend's order).
+  // Fused attention (kernels::attention_forward/backward: FlashAttention-2 structure on bf16
+  // tensor cores, lse saved instead of probs) under the bf16 recipe when the kernels take the
+  // shape; FORESIGHT_ATTENTION=unfused keeps Megatron-LM's unfused path below.
+  AttentionSaved attention_saved(const AttentionShape& s) const override {
+    if (fused_attention(s)) return {std::int64_t(s.batch) * s.heads * s.seq, 1, true};
+    return Backend::attention_saved(s);
+  }
+
   void attention_forward(Tensor out_t, Tensor probs, const Tensor& qkv, const Tensor& kv,
                          const AttentionShape& s) override {
+    const OpScope op_scope = profile("attention_forward");
     const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys();
     FORESIGHT_CHECK(qkv.cols() == 3 * HD && kv.cols() == 3 * HD && out_t.cols() == HD &&
                     qkv.rows() == std::int64_t(s.batch) * S && kv.rows() == std::int64_t(s.batch) * C && C >= S &&
-                    probs.rows() == std::int64_t(s.batch) * s.heads * S && probs.cols() == C)
+                    probs.rows() == std::int64_t(s.batch) * s.heads * S)
         << "attention_forward shapes";
     check_activation(qkv, "attention_forward", "qkv");
     check_activation(kv, "attention_forward", "kv");
+    if (saved_is_lse(probs, s)) {
+      check_activation(out_t, "attention_forward", "out");
+      kernels::attention_forward(bf16_at(qkv, 0), bf16_at(kv, HD), bf16_at(kv, 2 * HD), bf16_at(out_t, 0),
+                                 probs.data(), kernel_shape(s), stream_);
+      return;
+    }
+    FORESIGHT_CHECK(probs.cols() == C) << "attention_forward: probs has " << probs.cols() << " columns, keys " << C;
     check_activation(probs, "attention_forward", "probs");
     const std::int64_t ld = qkv.cols();
     const float scale = float(1.0 / std::sqrt(double(D)));
@@ -318,15 +431,37 @@ class CudaBackend final : public Backend {
       gemm(false, false, S, D, C, 1.0f, p, C, S * C, v, ld, D, 0.0f, out(out_t, b * S * HD), HD, D, s.heads);
     }
   }
-  void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& probs, const Tensor& qkv,
-                          const Tensor& kv, const AttentionShape& s) override {
+  void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& out_t, const Tensor& probs,
+                          const Tensor& qkv, const Tensor& kv, const AttentionShape& s) override {
+    const OpScope op_scope = profile("attention_backward");
     const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys();
     check_same_shape(dqkv, qkv, "attention_backward");
     check_same_shape(dkv, kv, "attention_backward");
     check_activation(qkv, "attention_backward", "qkv");
     check_activation(kv, "attention_backward", "kv");
-    check_activation(probs, "attention_backward", "probs");
     check_activation(dout, "attention_backward", "dout");
+    if (saved_is_lse(probs, s)) {
+      check_activation(out_t, "attention_backward", "out");
+      check_activation(dqkv, "attention_backward", "dqkv");
+      kernels::AttentionShape ks = kernel_shape(s);
+      Scratch delta(pool_, kernels::attention_backward_workspace_bytes(ks));
+      if (dkv.storage() == Storage::packed_bf16) {
+        ks.accumulate_dkv = true;  // dL/dk, dL/dv added into dkv's bf16 columns (one rounding)
+        kernels::attention_backward(bf16_at(qkv, 0), bf16_at(kv, HD), bf16_at(kv, 2 * HD), bf16_at(out_t, 0),
+                                    bf16_at(dout, 0), probs.data(), bf16_at(dqkv, 0), bf16_at(dkv, HD),
+                                    bf16_at(dkv, 2 * HD), delta.as<void>(), ks, stream_);
+        return;
+      }
+      // An fp32 key/value accumulator (TeraPipe slices): the kernel writes bf16 gradients into a
+      // zeroed bf16 copy of dkv's shape, which is then added into it.
+      Tensor tmp = make(dkv.rows(), dkv.cols(), ElementType::bf16);
+      kernels::attention_backward(bf16_at(qkv, 0), bf16_at(kv, HD), bf16_at(kv, 2 * HD), bf16_at(out_t, 0),
+                                  bf16_at(dout, 0), probs.data(), bf16_at(dqkv, 0), bf16_at(tmp, HD),
+                                  bf16_at(tmp, 2 * HD), delta.as<void>(), ks, stream_);
+      cuda::add(out(dkv), in(tmp), dkv.numel(), stream_);
+      return;
+    }
+    check_activation(probs, "attention_backward", "probs");
     const std::int64_t ld = qkv.cols();
     const float scale = float(1.0 / std::sqrt(double(D)));
     // dL/dprobs, then dL/dscores in place: of the activation type, as probs.
@@ -346,6 +481,7 @@ class CudaBackend final : public Backend {
 
   void embedding_forward(Tensor x, const Tensor& table, std::span<const std::int32_t> tokens,
                          std::int64_t vocab_offset) override {
+    const OpScope op_scope = profile("embedding_forward");
     FORESIGHT_CHECK(x.rows() == std::int64_t(tokens.size()) && x.cols() == table.cols()) << "embedding_forward shapes";
     Scratch t = upload(tokens);
     cuda::embedding_forward(out(x), in(table), t.as<std::int32_t>(), x.rows(), x.cols(), table.rows(), vocab_offset,
@@ -353,11 +489,38 @@ class CudaBackend final : public Backend {
   }
   void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
                           std::int64_t vocab_offset) override {
+    const OpScope op_scope = profile("embedding_backward");
     FORESIGHT_CHECK(dx.rows() == std::int64_t(tokens.size()) && dx.cols() == dtable.cols()) << "embedding_backward shapes";
-    Scratch t = upload(tokens);
+    // Rows grouped by token on the host (a counting pass, rows ascending within a token), so that
+    // one block per distinct token adds its rows in the CPU's order.
+    const std::int64_t V = dtable.rows();
+    std::vector<std::int32_t> count(std::size_t(V) + 1, 0);
+    for (std::int32_t tok : tokens) {
+      const std::int64_t r = std::int64_t(tok) - vocab_offset;
+      if (r >= 0 && r < V) ++count[std::size_t(r) + 1];
+    }
+    std::vector<std::int32_t> first, table_row;  // per distinct token: where its rows start, its row
+    std::vector<std::int32_t> start(std::size_t(V), 0);
+    std::int32_t at = 0;
+    for (std::int64_t r = 0; r < V; ++r)
+      if (count[std::size_t(r) + 1] > 0) {
+        first.push_back(at);
+        table_row.push_back(std::int32_t(r));
+        start[std::size_t(r)] = at;
+        at += count[std::size_t(r) + 1];
+      }
+    first.push_back(at);
+    std::vector<std::int32_t> order(static_cast<std::size_t>(at));
+    for (std::size_t n = 0; n < tokens.size(); ++n) {
+      const std::int64_t r = std::int64_t(tokens[n]) - vocab_offset;
+      if (r >= 0 && r < V) order[std::size_t(start[std::size_t(r)]++)] = std::int32_t(n);
+    }
+    const std::int64_t distinct = std::int64_t(table_row.size());
+    if (distinct == 0) return;
+    Scratch so = upload(order), sf = upload(first), sr = upload(table_row);
     if (dtable.storage() == Storage::float32) {
-      cuda::embedding_backward(dtable.data(), in(dx), t.as<std::int32_t>(), dx.rows(), dx.cols(), dtable.rows(),
-                               vocab_offset, stream_);
+      cuda::embedding_backward(dtable.data(), in(dx), so.as<std::int32_t>(), sf.as<std::int32_t>(),
+                               sr.as<std::int32_t>(), distinct, dx.cols(), stream_);
       return;
     }
     // A bf16 table gradient (the CPU adds floats token by token and rounds once at the end): the
@@ -365,25 +528,29 @@ class CudaBackend final : public Backend {
     Scratch f(pool_, dtable.numel() * sizeof(float));
     const cuda::Out fo{f.as<float>(), cuda::Type::fp32};
     cuda::convert(fo, in(dtable), dtable.numel(), stream_);
-    cuda::embedding_backward(f.as<float>(), in(dx), t.as<std::int32_t>(), dx.rows(), dx.cols(), dtable.rows(),
-                             vocab_offset, stream_);
+    cuda::embedding_backward(f.as<float>(), in(dx), so.as<std::int32_t>(), sf.as<std::int32_t>(),
+                             sr.as<std::int32_t>(), distinct, dx.cols(), stream_);
     cuda::convert(out(dtable), fo, dtable.numel(), stream_);
   }
   void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) override {
+    const OpScope op_scope = profile("add_positions");
     check_positions(p, x.rows(), positions.rows());
     cuda::add_positions(out(x), in(positions), x.rows(), x.cols(), p.first_row, p.period, p.offset, stream_);
   }
   void positions_backward(Tensor dpositions, const Tensor& dx, const TokenPositions& p) override {
+    const OpScope op_scope = profile("positions_backward");
     check_positions(p, dx.rows(), dpositions.rows());
     cuda::positions_backward(out(dpositions), in(dx), dpositions.rows(), dx.rows(), dx.cols(), p.first_row, p.period,
                              p.offset, stream_);
   }
 
   void logits_row_max(Tensor row_max, const Tensor& logits) override {
+    const OpScope op_scope = profile("logits_row_max");
     cuda::logits_row_max(fp32(row_max, "logits_row_max", "row_max"), in(logits), logits.rows(), logits.cols(), stream_);
   }
   void logits_sum_exp_and_target(Tensor stats, const Tensor& logits, const Tensor& row_max,
                                  std::span<const std::int32_t> targets, std::int64_t vocab_offset) override {
+    const OpScope op_scope = profile("logits_sum_exp_and_target");
     FORESIGHT_CHECK(std::int64_t(targets.size()) == logits.rows()) << "targets " << targets.size() << " vs " << logits.rows();
     Scratch t = upload(targets);
     cuda::logits_sum_exp_and_target(fp32(stats, "logits_sum_exp_and_target", "stats"), in(logits),
@@ -402,6 +569,7 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(Tensor dlogits, const Tensor& logits, const Tensor& row_max, const Tensor& stats,
                               std::span<const std::int32_t> targets, std::int64_t vocab_offset,
                               float scale) override {
+    const OpScope op_scope = profile("cross_entropy_backward");
     check_same_shape(dlogits, logits, "cross_entropy_backward");
     FORESIGHT_CHECK(std::int64_t(targets.size()) == logits.rows()) << "targets " << targets.size() << " vs " << logits.rows();
     Scratch t = upload(targets);
@@ -411,6 +579,7 @@ class CudaBackend final : public Backend {
   }
 
   void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWStep& h) override {
+    const OpScope op_scope = profile("adamw");
     check_same_shape(param, grad, "adamw");
     const double c1 = 1.0 - std::pow(double(h.beta1), h.step), c2 = 1.0 - std::pow(double(h.beta2), h.step);
     // Master weights, main gradients and moments: fp32 under every recipe.
@@ -420,6 +589,43 @@ class CudaBackend final : public Backend {
 
  private:
   bool bf16() const { return precision_ == Precision::bf16; }
+  bool profile_on() const { return profiler_ != nullptr; }
+
+  /// Whether attention runs fused (kernels/attention.cu) for this shape: the bf16 recipe, a head
+  /// dim the kernels take, 16-byte-aligned rows of the packed qkv (3*H*D a multiple of 8) and the
+  /// environment not asking for the unfused path. Pointer alignment is checked per call.
+  bool fused_attention(const AttentionShape& s) const {
+    if (!bf16() || unfused_attention_) return false;
+    return kernels::attention_supports(kernel_shape(s));
+  }
+  /// The saved tensor is a fused forward's log-sum-exp (fp32, one column) rather than probs.
+  bool saved_is_lse(const Tensor& saved, const AttentionShape& s) const {
+    return bf16() && saved.storage() == Storage::float32 && saved.cols() == 1 &&
+           saved.rows() == std::int64_t(s.batch) * s.heads * s.seq && fused_attention(s);
+  }
+  static kernels::AttentionShape kernel_shape(const AttentionShape& s) {
+    const long ld = 3L * s.heads * s.head_dim;  // packed qkv and kv rows
+    kernels::AttentionShape k;
+    k.B = s.batch;
+    k.T = s.seq;
+    k.H = s.heads;
+    k.D = s.head_dim;
+    k.C = s.keys();
+    k.ld_q = ld;
+    k.ld_kv = ld;
+    k.ld_o = long(s.heads) * s.head_dim;
+    return k;
+  }
+  /// A bf16 tensor's elements from `elements` on, as the kernels take them (16-byte aligned or
+  /// the launcher refuses).
+  static kernels::bf16* bf16_at(const Tensor& t, std::int64_t elements) {
+    FORESIGHT_CHECK(t.storage() == Storage::packed_bf16) << "a fused-attention operand that is not packed bf16";
+    return static_cast<kernels::bf16*>(t.raw()) + elements;
+  }
+  OpScope profile(const std::string& name) {
+    if (!profiler_) return {};
+    return {profiler_.get(), profiler_->begin(name).second};
+  }
 
   Tensor make(std::int64_t rows, std::int64_t cols, ElementType type) {
     FORESIGHT_CHECK(rows >= 0 && cols >= 0) << rows << "x" << cols;
@@ -497,6 +703,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::shared_ptr<DevicePool> pool_;
+  std::unique_ptr<OpProfiler> profiler_;
+  bool unfused_attention_ = false;
 };
 
 int local_rank() {

@@ -10,6 +10,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <string>
@@ -111,13 +112,28 @@ __global__ void add_bias_k(Y* y, const B* bias, std::int64_t rows, std::int64_t 
     st(y, i, ld(y, i) + ld(bias, i % cols));
 }
 
-template <class G, class T>
-__global__ void bias_backward_k(G* dbias, const T* dy, std::int64_t rows, std::int64_t cols) {
+// Column sums in two deterministic stages (the one-thread-per-column loop over every row ran a
+// 16384 x 4096 bias gradient on 16 blocks, ~50 ms): stage 1 gives each (column, chunk of
+// kColumnChunkRows rows) one thread summing its rows in order in double, into partial[chunk][col];
+// stage 2 adds a column's chunks in chunk order. Coalesced across a warp's columns both times.
+template <class T>
+__global__ void column_partial_k(double* partial, const T* dy, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (j >= cols) return;
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * kColumnChunkRows;
+  const std::int64_t r1 = r0 + kColumnChunkRows < rows ? r0 + kColumnChunkRows : rows;
+  double s = 0;
+  for (std::int64_t n = r0; n < r1; ++n) s += ld(dy, n * cols + j);
+  partial[blockIdx.y * cols + j] = s;
+}
+
+template <class G>
+__global__ void column_finish_k(G* out, const double* partial, std::int64_t chunks, std::int64_t cols) {
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= cols) return;
   double s = 0;
-  for (std::int64_t n = 0; n < rows; ++n) s += ld(dy, n * cols + j);
-  st(dbias, j, float(ld(dbias, j) + s));
+  for (std::int64_t c = 0; c < chunks; ++c) s += partial[c * cols + j];
+  st(out, j, float(ld(out, j) + s));
 }
 
 template <class T, class W>
@@ -165,38 +181,44 @@ __global__ void layernorm_backward_dx_k(T* dx, const T* dy, const T* x, const fl
   }
 }
 
-template <class G, class T>
-__global__ void layernorm_backward_params_k(G* dgamma, G* dbeta, const T* dy, const T* x, const float* mean,
-                                            const float* rstd, std::int64_t rows, std::int64_t cols) {
+template <class T>
+__global__ void layernorm_params_partial_k(double* pg, double* pb, const T* dy, const T* x, const float* mean,
+                                           const float* rstd, std::int64_t rows, std::int64_t cols) {
   const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (j >= cols) return;
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * kColumnChunkRows;
+  const std::int64_t r1 = r0 + kColumnChunkRows < rows ? r0 + kColumnChunkRows : rows;
   double dg = 0, db = 0;
-  for (std::int64_t n = 0; n < rows; ++n) {
+  for (std::int64_t n = r0; n < r1; ++n) {
     const double xhat = (ld(x, n * cols + j) - double(mean[n])) * double(rstd[n]);
     dg += double(ld(dy, n * cols + j)) * xhat;
     db += ld(dy, n * cols + j);
   }
-  st(dgamma, j, float(ld(dgamma, j) + dg));
-  st(dbeta, j, float(ld(dbeta, j) + db));
+  pg[blockIdx.y * cols + j] = dg;
+  pb[blockIdx.y * cols + j] = db;
 }
 
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
+// GeLU, softmax and cross-entropy evaluate tanh and exp in float (tanhf, expf: within 2 ulp):
+// in double they ran on the FP64 units, a large share of a step's elementwise time; sums stay
+// double. Against the CPU backend's double evaluation the outputs differ by float rounding
+// (~1e-7 relative), far inside the GPU tests' tolerances (2e-5 fp32, one bf16 ulp).
+constexpr float kSqrt2OverPiF = 0.7978845608f;
 
 template <class T>
 __global__ void gelu_forward_k(T* y, const T* x, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
-    const double v = ld(x, i);
-    st(y, i, float(0.5 * v * (1.0 + tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)))));
+    const float v = ld(x, i);
+    st(y, i, 0.5f * v * (1.0f + tanhf(kSqrt2OverPiF * (v + 0.044715f * v * v * v))));
   }
 }
 
 template <class T>
 __global__ void gelu_backward_k(T* dx, const T* dy, const T* x, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
-    const double v = ld(x, i);
-    const double t = tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
-    const double d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
-    st(dx, i, float(ld(dy, i) * d));
+    const float v = ld(x, i);
+    const float t = tanhf(kSqrt2OverPiF * (v + 0.044715f * v * v * v));
+    const float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrt2OverPiF * (1.0f + 3.0f * 0.044715f * v * v);
+    st(dx, i, ld(dy, i) * d);
   }
 }
 
@@ -211,11 +233,12 @@ __global__ void causal_softmax_k(T* scores, std::int64_t seq, std::int64_t keys)
   for (std::int64_t j = threadIdx.x; j <= last; j += blockDim.x) mx = fmaxf(mx, ld(row, j));
   mx = block_max(mx, shf);
   double s = 0;
-  for (std::int64_t j = threadIdx.x; j <= last; j += blockDim.x) s += exp(double(ld(row, j)) - mx);
+  for (std::int64_t j = threadIdx.x; j <= last; j += blockDim.x) s += expf(ld(row, j) - mx);
   s = block_sum(s, sh);
+  const float inv = float(1.0 / s);
   // Each thread rewrites only the elements it read above.
   for (std::int64_t j = threadIdx.x; j < keys; j += blockDim.x)
-    st(row, j, j <= last ? float(exp(double(ld(row, j)) - mx) / s) : 0.0f);
+    st(row, j, j <= last ? expf(ld(row, j) - mx) * inv : 0.0f);
 }
 
 template <class T>
@@ -241,14 +264,17 @@ __global__ void embedding_forward_k(T* x, const T* table, const std::int32_t* to
   }
 }
 
+// One block per distinct token: its rows (ascending, `order[first[u]] .. order[first[u+1]-1]`) are
+// added into its table row one after another in float, exactly the CPU's additions in its order.
 template <class T>
-__global__ void embedding_backward_k(float* dtable, const T* dx, const std::int32_t* tokens, std::int64_t rows,
-                                     std::int64_t cols, std::int64_t table_rows, std::int64_t offset) {
-  const std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
-  if (j >= cols) return;
-  for (std::int64_t n = 0; n < rows; ++n) {
-    const std::int64_t r = std::int64_t(tokens[n]) - offset;
-    if (r >= 0 && r < table_rows) dtable[r * cols + j] += ld(dx, n * cols + j);
+__global__ void embedding_backward_k(float* dtable, const T* dx, const std::int32_t* order, const std::int32_t* first,
+                                     const std::int32_t* table_row, std::int64_t cols) {
+  const std::int64_t u = blockIdx.x;
+  const std::int64_t r = table_row[u];
+  for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    float acc = dtable[r * cols + j];
+    for (std::int32_t k = first[u]; k < first[u + 1]; ++k) acc += ld(dx, std::int64_t(order[k]) * cols + j);
+    dtable[r * cols + j] = acc;
   }
 }
 
@@ -297,7 +323,7 @@ __global__ void logits_sum_exp_k(float* stats, const T* logits, const float* row
   const std::int64_t n = blockIdx.x;
   const T* l = logits + n * vocab;
   double s = 0;
-  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += exp(double(ld(l, j)) - row_max[n]);
+  for (std::int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(ld(l, j) - row_max[n]);
   s = block_sum(s, sh);
   if (threadIdx.x == 0) {
     const std::int64_t t = std::int64_t(targets[n]) - offset;
@@ -313,9 +339,9 @@ __global__ void cross_entropy_backward_k(T* dlogits, const T* logits, const floa
   const std::int64_t total = rows * vocab;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t n = i / vocab, j = i % vocab;
-    const double p = exp(double(ld(logits, i)) - row_max[n]) / double(stats[2 * n]);
+    const float p = expf(ld(logits, i) - row_max[n]) / stats[2 * n];
     const std::int64_t t = std::int64_t(targets[n]) - offset;
-    st(dlogits, i, float(scale * (p - (j == t ? 1.0 : 0.0))));
+    st(dlogits, i, scale * (p - (j == t ? 1.0f : 0.0f)));
   }
 }
 
@@ -382,9 +408,18 @@ void add_bias(Out y, In bias, std::int64_t rows, std::int64_t cols, cudaStream_t
   if (rows * cols > 0)
     typed(y, [&](auto* py) { typed(bias, [&](auto* pb) { LAUNCH(add_bias_k, blocks_for(rows * cols), py, pb, rows, cols); }); });
 }
-void bias_backward(Out dbias, In dy, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
-  if (cols > 0)
-    typed(dbias, [&](auto* g) { typed(dy, [&](auto* d) { LAUNCH(bias_backward_k, blocks_for(cols), g, d, rows, cols); }); });
+std::int64_t column_scratch_doubles(std::int64_t rows, std::int64_t cols) {
+  return std::max<std::int64_t>(1, (rows + kColumnChunkRows - 1) / kColumnChunkRows) * cols;
+}
+void bias_backward(Out dbias, In dy, std::int64_t rows, std::int64_t cols, double* scratch, cudaStream_t stream) {
+  if (cols == 0) return;
+  const std::int64_t chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+  if (chunks > 0) {
+    kernels::detail::require(chunks < 65536, "bias_backward: more than 65535 row chunks");
+    const dim3 grid(unsigned(blocks_for(cols)), unsigned(chunks));
+    typed(dy, [&](auto* d) { LAUNCH(column_partial_k, grid, scratch, d, rows, cols); });
+  }
+  typed(dbias, [&](auto* g) { LAUNCH(column_finish_k, blocks_for(cols), g, scratch, chunks, cols); });
 }
 void layernorm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta, std::int64_t rows, std::int64_t cols,
                        double eps, cudaStream_t stream) {
@@ -401,7 +436,7 @@ void layernorm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta,
   });
 }
 void layernorm_backward(Out dx, Out dgamma, Out dbeta, In dy, In x, const float* mean, const float* rstd, In gamma,
-                        std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+                        std::int64_t rows, std::int64_t cols, double* scratch, cudaStream_t stream) {
   if (rows == 0) return;
   same_type(dx.type, dy.type, "layernorm_backward (dx, dy)");
   same_type(dx.type, x.type, "layernorm_backward (dx, x)");
@@ -411,10 +446,14 @@ void layernorm_backward(Out dx, Out dgamma, Out dbeta, In dy, In x, const float*
     const T* pdy = static_cast<const T*>(dy.data);
     const T* px = static_cast<const T*>(x.data);
     typed(gamma, [&](auto* pg) { LAUNCH(layernorm_backward_dx_k, int(rows), pdx, pdy, px, mean, rstd, pg, cols); });
+    const std::int64_t chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+    kernels::detail::require(chunks < 65536, "layernorm_backward: more than 65535 row chunks");
+    const dim3 grid(unsigned(blocks_for(cols)), unsigned(chunks));
+    LAUNCH(layernorm_params_partial_k, grid, scratch, scratch + chunks * cols, pdy, px, mean, rstd, rows, cols);
     typed(dgamma, [&](auto* pdg) {
       using G = std::remove_pointer_t<decltype(pdg)>;
-      LAUNCH(layernorm_backward_params_k, blocks_for(cols), pdg, static_cast<G*>(dbeta.data), pdy, px, mean, rstd, rows,
-             cols);
+      LAUNCH(column_finish_k, blocks_for(cols), pdg, scratch, chunks, cols);
+      LAUNCH(column_finish_k, blocks_for(cols), static_cast<G*>(dbeta.data), scratch + chunks * cols, chunks, cols);
     });
   });
 }
@@ -456,11 +495,12 @@ void embedding_forward(Out x, In table, const std::int32_t* tokens, std::int64_t
            table_rows, offset);
   });
 }
-void embedding_backward(float* dtable, In dx, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
-                        std::int64_t table_rows, std::int64_t offset, cudaStream_t stream) {
-  if (cols > 0)
+void embedding_backward(float* dtable, In dx, const std::int32_t* order, const std::int32_t* first,
+                        const std::int32_t* table_row, std::int64_t distinct, std::int64_t cols, cudaStream_t stream) {
+  if (cols > 0 && distinct > 0)
     typed(dx, [&](auto* d) {
-      LAUNCH(embedding_backward_k, blocks_for(cols), dtable, d, tokens, rows, cols, table_rows, offset);
+      kernels::detail::require(distinct <= 2147483647LL, "embedding_backward: too many distinct tokens");
+      LAUNCH(embedding_backward_k, unsigned(distinct), dtable, d, order, first, table_row, cols);
     });
 }
 void add_positions(Out x, In positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,

@@ -42,15 +42,20 @@ void any_non_finite(In x, std::int64_t n, int* flag, cudaStream_t stream);
 
 /// y (rows, cols) += bias (cols) per row.
 void add_bias(Out y, In bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
-/// dbias (cols) += column sums of dy (rows, cols), each column summed in row order in double.
-void bias_backward(Out dbias, In dy, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+/// Column gradients (bias, LayerNorm's gamma and beta) sum kColumnChunkRows-row chunks in double
+/// in parallel, then each column's chunks in order: deterministic. Their scratch holds
+/// column_scratch_doubles(rows, cols) doubles (twice that for layernorm_backward).
+inline constexpr std::int64_t kColumnChunkRows = 64;
+std::int64_t column_scratch_doubles(std::int64_t rows, std::int64_t cols);
+/// dbias (cols) += column sums of dy (rows, cols), in double (chunks of rows, then the chunks).
+void bias_backward(Out dbias, In dy, std::int64_t rows, std::int64_t cols, double* scratch, cudaStream_t stream);
 
 /// y, x of one type; gamma, beta of one type; mean and rstd fp32 (LayerNorm statistics).
 void layernorm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta, std::int64_t rows, std::int64_t cols,
                        double eps, cudaStream_t stream);
 /// dx, dy, x of one type; dgamma, dbeta of one type (accumulated); mean, rstd fp32.
 void layernorm_backward(Out dx, Out dgamma, Out dbeta, In dy, In x, const float* mean, const float* rstd, In gamma,
-                        std::int64_t rows, std::int64_t cols, cudaStream_t stream);
+                        std::int64_t rows, std::int64_t cols, double* scratch, cudaStream_t stream);
 void gelu_forward(Out y, In x, std::int64_t n, cudaStream_t stream);
 /// dx, dy, x of one type.
 void gelu_backward(Out dx, In dy, In x, std::int64_t n, cudaStream_t stream);
@@ -65,10 +70,12 @@ void softmax_backward(Out dp, In p, std::int64_t rows, std::int64_t keys, cudaSt
 /// x (rows, cols) = table[tokens[n] - offset] or 0 outside [0, table_rows); x and table of one type.
 void embedding_forward(Out x, In table, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
                        std::int64_t table_rows, std::int64_t offset, cudaStream_t stream);
-/// dtable[tokens[n] - offset] += dx row n, rows in order (one thread per column: deterministic).
-/// dtable fp32: the CPU's float additions, in its order (a bf16 table goes through an fp32 copy).
-void embedding_backward(float* dtable, In dx, const std::int32_t* tokens, std::int64_t rows, std::int64_t cols,
-                        std::int64_t table_rows, std::int64_t offset, cudaStream_t stream);
+/// dtable[table_row[u]] += dx rows order[first[u]] .. order[first[u + 1] - 1] for each of the
+/// `distinct` tokens u (the caller groups the rows by token on the host, ascending within a
+/// token): one block per token, float additions in row order, the CPU's (deterministic). dtable
+/// fp32 (a bf16 table goes through an fp32 copy).
+void embedding_backward(float* dtable, In dx, const std::int32_t* order, const std::int32_t* first,
+                        const std::int32_t* table_row, std::int64_t distinct, std::int64_t cols, cudaStream_t stream);
 /// x row n += positions row offset + (first_row + n) % period.
 void add_positions(Out x, In positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
                    std::int64_t period, std::int64_t offset, cudaStream_t stream);

@@ -48,6 +48,13 @@ Tensor sequence_rows(const Tensor& t, int b, std::int64_t per_seq, std::int64_t 
   return t.row_slice(b * per_seq + first, count);
 }
 
+/// The tensor the backend's attention saves for the backward (probabilities, or a fused path's
+/// log-sum-exp per query), as the backend says.
+Tensor attention_saved(Backend& be, const LayerDims& d) {
+  const Backend::AttentionSaved s = be.attention_saved(attention_shape(d));
+  return s.fp32 ? be.zeros_fp32(s.rows, s.cols) : be.zeros(s.rows, s.cols);
+}
+
 }  // namespace
 
 const Tensor& attention_context(const LayerActivations& a) { return a.kv.defined() ? a.kv : a.qkv; }
@@ -72,7 +79,7 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
       be.copy(sequence_rows(a.kv, b, d.past + d.seq, d.past, d.seq), sequence_rows(a.qkv, b, d.seq, 0, d.seq));
     }
   }
-  a.probs = be.zeros(std::int64_t(d.batch) * d.heads * d.seq, d.past + d.seq);
+  a.probs = attention_saved(be, d);
   a.attn = be.zeros(N, HD);
   be.attention_forward(a.attn, a.probs, a.qkv, attention_context(a), attention_shape(d));
   Tensor o = be.zeros(N, H);
@@ -156,7 +163,7 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
   // Attention block; the core is rebuilt first under selective recompute.
   Tensor probs = a.probs, attn = a.attn;
   if (!probs.defined()) {
-    probs = be.zeros(std::int64_t(d.batch) * d.heads * d.seq, d.past + d.seq);
+    probs = attention_saved(be, d);
     attn = be.zeros(N, HD);
     be.attention_forward(attn, probs, a.qkv, attention_context(a), attention_shape(d));
   }
@@ -167,7 +174,7 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
   be.matmul(dattn, dx1_full, false, w.w_o, true, false);
   Tensor dqkv = be.zeros(N, 3 * HD);
   if (!kv_grad.defined()) {
-    be.attention_backward(dqkv, dqkv, dattn, probs, a.qkv, a.qkv, attention_shape(d));
+    be.attention_backward(dqkv, dqkv, dattn, attn, probs, a.qkv, a.qkv, attention_shape(d));
   } else {
     // TeraPipe: gradients of the keys/values of positions 0 .. past+seq go to the shared
     // accumulator; this slice's own rows there (its share plus later slices') join dqkv. Partial
@@ -175,7 +182,7 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
     // without slices.
     const std::int64_t T = kv_grad.rows() / d.batch, C = d.past + d.seq;
     Tensor dkv = be.zeros_fp32(std::int64_t(d.batch) * C, 3 * HD);
-    be.attention_backward(dqkv, dkv, dattn, probs, a.qkv, attention_context(a), attention_shape(d));
+    be.attention_backward(dqkv, dkv, dattn, attn, probs, a.qkv, attention_context(a), attention_shape(d));
     for (int b = 0; b < d.batch; ++b) {
       be.add(sequence_rows(kv_grad, b, T, 0, C), sequence_rows(dkv, b, C, 0, C));
       be.add(sequence_rows(dqkv, b, d.seq, 0, d.seq), sequence_rows(kv_grad, b, T, d.past, d.seq));

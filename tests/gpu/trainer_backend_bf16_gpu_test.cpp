@@ -335,14 +335,54 @@ TEST_F(CudaBackendBf16Test, AttentionForwardBackward) {
     auto dout = pair(N, HD);
     auto dqkv = pair(N, 3 * HD);
     auto dkv = context ? pair_fp32(NK, 3 * HD) : dqkv;
-    cpu->attention_backward(dqkv.first, dkv.first, dout.first, probs.first, qkv.first, kv.first, s);
-    gpu->attention_backward(dqkv.second, dkv.second, dout.second, probs.second, qkv.second, kv.second, s);
+    cpu->attention_backward(dqkv.first, dkv.first, dout.first, o.first, probs.first, qkv.first, kv.first, s);
+    gpu->attention_backward(dqkv.second, dkv.second, dout.second, o.second, probs.second, qkv.second, kv.second, s);
     expect_bf16("attention_backward dq" + tag, dqkv, kBf16Attention, 0, HD);
     if (context)
       expect_fp32("attention_backward dk, dv (fp32 acc)" + tag, dkv, kBf16Attention.rel);
     else
       expect_bf16("attention_backward dk, dv" + tag, dqkv, kBf16Attention, HD, 3 * HD);
   }
+}
+
+// The fused path (kernels/attention.cu through the backend: head dims 64 and 128, lse saved instead
+// of probs) against the CPU's unfused bf16 attention, plain causal and a TeraPipe slice (80
+// queries after 96 cached positions; neither a multiple of the kernels' 64-row tiles). The two
+// round different intermediates to bf16 (normalised probabilities vs the online softmax's
+// unnormalised ones, then 1/sum in fp32), so the bound is the attention one, doubled for the
+// backward's chained products; a wrong tile, mask or fragment layout gives errors of order 1.
+TEST_F(CudaBackendBf16Test, FusedAttentionMatchesTheCpu) {
+  for (const int D : {64, 128})
+    for (const int context : {0, 176}) {
+      AttentionShape s{.batch = 2, .seq = 80, .heads = 2, .head_dim = D, .context = context};
+      const std::int64_t HD = s.heads * s.head_dim, N = std::int64_t(s.batch) * s.seq;
+      const std::int64_t NK = std::int64_t(s.batch) * s.keys();
+      const Backend::AttentionSaved saved = gpu->attention_saved(s);
+      ASSERT_TRUE(saved.fp32 && saved.cols == 1 && saved.rows == std::int64_t(s.batch) * s.heads * s.seq)
+          << "D " << D << ": the bf16 CUDA backend should save lse (fused attention)";
+      const Backend::AttentionSaved cpu_saved = cpu->attention_saved(s);
+      EXPECT_EQ(cpu_saved.cols, s.keys()) << "the CPU backend saves probabilities";
+      auto qkv = pair(N, 3 * HD), kv = context ? pair(NK, 3 * HD) : qkv;
+      auto o = out(N, HD);
+      Tensor probs = cpu->zeros(cpu_saved.rows, cpu_saved.cols), lse = gpu->zeros_fp32(saved.rows, 1);
+      cpu->attention_forward(o.first, probs, qkv.first, kv.first, s);
+      gpu->attention_forward(o.second, lse, qkv.second, kv.second, s);
+      const std::string tag = " D" + std::to_string(D) + (context ? " (slice after 96)" : " (causal)");
+      expect_bf16("fused attention_forward out" + tag, o, kBf16Attention);
+      // The backward from each side's own forward; the GPU's out as the CPU computed it would
+      // differ only by the forward's rounding, so both read their own.
+      auto dout = pair(N, HD);
+      auto dqkv = pair(N, 3 * HD);
+      auto dkv = context ? pair_fp32(NK, 3 * HD) : dqkv;
+      cpu->attention_backward(dqkv.first, dkv.first, dout.first, o.first, probs, qkv.first, kv.first, s);
+      gpu->attention_backward(dqkv.second, dkv.second, dout.second, o.second, lse, qkv.second, kv.second, s);
+      const Bf16Tol back{.rel = 2 * kBf16Attention.rel, .ulps = -1, .fraction = 1.0};
+      expect_bf16("fused attention_backward dq" + tag, dqkv, back, 0, HD);
+      if (context)
+        expect_fp32("fused attention_backward dk, dv (fp32 acc)" + tag, dkv, back.rel);
+      else
+        expect_bf16("fused attention_backward dk, dv" + tag, dqkv, back, HD, 3 * HD);
+    }
 }
 
 TEST_F(CudaBackendBf16Test, EmbeddingsPositionsAndCrossEntropy) {
@@ -423,7 +463,7 @@ TEST_F(CudaBackendBf16Test, AdamWOnFp32MastersThenTheBf16WorkingCopy) {
 // memory (which counts 2 bytes per bf16 element, as the GPU must really hold them).
 TEST_F(CudaBackendBf16Test, TrainingRunsMatchTheCpuBackend) {
   for (const gpu_test::RunCase& c : gpu_test::run_cases()) {
-    const std::string plan = gpu_test::tiny_plan(c.plan, c.model);
+    const std::string plan = gpu_test::tiny_plan(c.plan, c.model, c.heads);
     const RunResult want = gpu_test::run(plan, "cpu", Precision::bf16), got = gpu_test::run(plan, "cuda", Precision::bf16);
     const RunResult fp32 = gpu_test::run(plan, "cuda", Precision::fp32);
     EXPECT_EQ(got.compute_dtype, "bf16") << c.name;

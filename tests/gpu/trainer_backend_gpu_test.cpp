@@ -189,8 +189,8 @@ TEST_F(CudaBackendTest, AttentionForwardBackward) {
     // from the same random values (the CPU and GPU must then agree on every column).
     auto dqkv = pair(N, 3 * HD);
     auto dkv = context ? pair(NK, 3 * HD) : dqkv;
-    cpu->attention_backward(dqkv.first, dkv.first, dout.first, probs.first, qkv.first, kv.first, s);
-    gpu->attention_backward(dqkv.second, dkv.second, dout.second, probs.second, qkv.second, kv.second, s);
+    cpu->attention_backward(dqkv.first, dkv.first, dout.first, o.first, probs.first, qkv.first, kv.first, s);
+    gpu->attention_backward(dqkv.second, dkv.second, dout.second, o.second, probs.second, qkv.second, kv.second, s);
     expect_close("attention_backward dq" + tag, dqkv, 1e-4, 0, HD);
     if (context)
       expect_close("attention_backward dk, dv" + tag, dkv, 1e-4, HD, 3 * HD);
@@ -261,7 +261,7 @@ using gpu_test::tiny_plan;
 
 TEST_F(CudaBackendTest, TrainingRunsMatchTheCpuBackend) {
   for (const gpu_test::RunCase& c : gpu_test::run_cases()) {
-    const std::string plan = tiny_plan(c.plan, c.model);
+    const std::string plan = tiny_plan(c.plan, c.model, c.heads);
     const std::vector<double> want = losses(plan, "cpu"), got = losses(plan, "cuda");
     ASSERT_EQ(got.size(), want.size()) << c.name;
     for (std::size_t i = 0; i < want.size(); ++i) {

@@ -50,12 +50,16 @@ inline std::vector<double> losses(const std::string& plan_json, const std::strin
 
 /// A 4-layer, 64-wide GPT on one GPU; `plan_extra` and `model_extra` are appended to the plan's
 /// "plan" and "model" objects (schedule, recompute, slices; MoE).
-inline std::string tiny_plan(const std::string& plan_extra, const std::string& model_extra) {
+/// `heads` 1 gives one 64-wide head, a head dim the fused attention kernels take (the bf16 CUDA
+/// backend then runs kernels/attention.cu instead of the unfused path).
+inline std::string tiny_plan(const std::string& plan_extra, const std::string& model_extra, int heads = 4) {
   return R"({"schema_version": 1,
-  "model": {"name": "tiny", "layers": 4, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 256)" + model_extra + R"(},
+  "model": {"name": "tiny", "layers": 4, "hidden": 64, "heads": )" + std::to_string(heads) +
+         R"(, "seq_len": 32, "vocab": 256)" + model_extra + R"(},
   "cluster": {"name": "one-gpu", "gpus_per_node": 1},
   "training": {"global_batch": 8, "dtype": "fp32", "optimizer": "adam"},
-  "plan": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 2, "placement": "tp-dp-pp", "zero": 0)" + plan_extra + R"(},
+  "plan": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 2, "placement": "tp-dp-pp", "zero": 0,
+           "framework": "foresight-train")" + plan_extra + R"(},
   "gpus": 1, "data": "text", "steps": 6,
   "prediction": {"iteration_s": 0.05, "tokens_per_s": 2560, "tflops_per_gpu": 0.001, "memory_GB": 0.01, "engine": "test"}})";
 }
@@ -65,6 +69,7 @@ inline std::string tiny_plan(const std::string& plan_extra, const std::string& m
 struct RunCase {
   const char* name;
   std::string plan, model;
+  int heads = 4;
 };
 inline std::vector<RunCase> run_cases() {
   return {
@@ -73,6 +78,9 @@ inline std::vector<RunCase> run_cases() {
       {"selective recompute", R"(, "schedule": "1f1b", "recompute": "selective")", ""},
       {"moe", R"(, "schedule": "1f1b", "recompute": "none")",
        R"(, "moe": {"experts": 4, "top_k": 2, "capacity_factor": 1.25, "every": 2})"},
+      {"dense 1f1b, one 64-wide head", R"(, "schedule": "1f1b", "recompute": "none")", "", 1},
+      {"terapipe slices, one 64-wide head", R"(, "schedule": "terapipe", "recompute": "selective", "token_slices": [8, 24])",
+       "", 1},
   };
 }
 
