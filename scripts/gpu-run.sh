@@ -58,12 +58,19 @@ BIN=""
 if [ -x "$BUNDLE/bin/foresight" ]; then
   # Only the libraries this machine lacks come from the bundle.
   mkdir -p "$RESULTS/.libs"
-  # ldd, or the dynamic loader's own listing where ldd is not installed (the lent machines).
-  for b in "$BUNDLE"/bin/*; do
-    { ldd "$b" 2>/dev/null || LD_TRACE_LOADED_OBJECTS=1 "$b" 2>/dev/null; } | awk '/not found/ {print $1}'
-  done | sort -u | while read -r lib; do
-    [ -f "$BUNDLE/lib/$lib" ] && ln -sf "$(realpath "$BUNDLE/lib/$lib")" "$RESULTS/.libs/$lib"
+  # A bundle library goes on the path when the machine has no library of that name (its loader
+  # cache, or the usual directories): the lent machines have neither ldd nor SimGrid and Boost's
+  # context library, but their own MPI and CUDA must stay in charge.
+  for f in "$BUNDLE"/lib/*; do
+    lib=$(basename "$f")
+    if ldconfig -p 2>/dev/null | grep -q " $lib "; then continue; fi
+    found=0
+    for d in /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu /usr/local/lib /usr/lib /usr/local/cuda/lib64; do
+      [ -e "$d/$lib" ] && found=1 && break
+    done
+    [ "$found" = 1 ] || ln -sf "$(realpath "$f")" "$RESULTS/.libs/$lib"
   done
+  log "bundle libraries on the path: $(ls "$RESULTS/.libs" | tr '\n' ' ')"
   export LD_LIBRARY_PATH="$(realpath "$RESULTS/.libs")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if "$BUNDLE/bin/foresight" --version >/dev/null 2>&1 && "$BUNDLE/bin/foresight-train" --help >/dev/null 2>&1; then
     BIN=$(realpath "$BUNDLE/bin")

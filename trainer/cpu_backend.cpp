@@ -47,6 +47,14 @@ struct HostBuffer : Buffer {
 
 const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
 
+/// GeLU's 0.5 (1 + tanh u), u = sqrt(2/pi) (v + 0.044715 v^3), as the logistic 1 / (1 + e^(-2u)):
+/// the same function, without 1 + tanh u cancelling for very negative v (to exactly 0 below
+/// v ~ -7 in double, below v ~ -4 in float). 1 - tanh^2 u = 4 s (1 - s) likewise.
+double gelu_sigmoid(double v) {
+  const double u = kSqrt2OverPi * (v + 0.044715 * v * v * v);
+  return 1.0 / (1.0 + std::exp(-2.0 * u));
+}
+
 /// The value an op stores into an element of `t`: float(v), rounded to bf16 when t is bf16.
 float store(const Tensor& t, double v) {
   const float f = float(v);
@@ -203,15 +211,15 @@ class CpuBackend final : public Backend {
     check_same_shape(y, x, "gelu_forward");
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const double v = x.data()[i];
-      y.data()[i] = store(y, 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))));
+      y.data()[i] = store(y, v * gelu_sigmoid(v));
     }
   }
   void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) override {
     check_same_shape(dx, x, "gelu_backward");
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const double v = x.data()[i];
-      const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
-      const double d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
+      const double s = gelu_sigmoid(v);
+      const double d = s + 2.0 * v * s * (1.0 - s) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
       dx.data()[i] = store(dx, dy.data()[i] * d);
     }
   }

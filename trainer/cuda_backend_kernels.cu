@@ -204,11 +204,19 @@ __global__ void layernorm_params_partial_k(double* pg, double* pb, const T* dy, 
 // (~1e-7 relative), far inside the GPU tests' tolerances (2e-5 fp32, one bf16 ulp).
 constexpr float kSqrt2OverPiF = 0.7978845608f;
 
+// GeLU's 0.5 (1 + tanh u) written as the logistic 1 / (1 + e^(-2u)) (the same function): for very
+// negative inputs 1 + tanh u cancels to nothing in float (x < -4 already), the logistic keeps its
+// relative precision. The CPU backend uses the same form in double (cpu_backend.cpp).
+__device__ __forceinline__ float gelu_sigmoid(float v) {
+  const float u = kSqrt2OverPiF * (v + 0.044715f * v * v * v);
+  return 1.0f / (1.0f + expf(-2.0f * u));
+}
+
 template <class T>
 __global__ void gelu_forward_k(T* y, const T* x, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
     const float v = ld(x, i);
-    st(y, i, 0.5f * v * (1.0f + tanhf(kSqrt2OverPiF * (v + 0.044715f * v * v * v))));
+    st(y, i, v * gelu_sigmoid(v));
   }
 }
 
@@ -216,8 +224,8 @@ template <class T>
 __global__ void gelu_backward_k(T* dx, const T* dy, const T* x, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
     const float v = ld(x, i);
-    const float t = tanhf(kSqrt2OverPiF * (v + 0.044715f * v * v * v));
-    const float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrt2OverPiF * (1.0f + 3.0f * 0.044715f * v * v);
+    const float s = gelu_sigmoid(v);
+    const float d = s + 2.0f * v * s * (1.0f - s) * kSqrt2OverPiF * (1.0f + 3.0f * 0.044715f * v * v);
     st(dx, i, ld(dy, i) * d);
   }
 }
