@@ -33,10 +33,20 @@ LinearFitResult fit_linear(const std::vector<double>& units, const std::vector<d
   Eigen::Vector2d ab = A.colPivHouseholderQr().solve(ones);
   LinearFitResult r{.fixed_s = ab(0), .per_unit_s = ab(1)};
   if (r.fixed_s < 0 || r.per_unit_s < 0) {
-    // Through the origin: minimise sum (b u_i / t_i - 1)^2.
-    const Eigen::VectorXd x = A.col(1);
-    r.fixed_s = 0;
-    r.per_unit_s = std::max(0.0, x.dot(ones) / x.dot(x));
+    // The non-negative optimum lies on a boundary: through the origin (a = 0: minimise
+    // sum (b u_i / t_i - 1)^2) or flat (b = 0: minimise sum (a / t_i - 1)^2), whichever fits
+    // better. Flat is what a GPU op at launch-bound sizes measures (every size ~4.5 us on the
+    // first H200 run, reports/gpu-2026-11-28); through the origin gave those ops no cost at all.
+    auto cost = [&](double a, double b) { return (A.col(0) * a + A.col(1) * b - ones).squaredNorm(); };
+    const Eigen::VectorXd x = A.col(1), w = A.col(0);
+    const double b0 = std::max(0.0, x.dot(ones) / x.dot(x)), a0 = std::max(0.0, w.dot(ones) / w.dot(w));
+    if (cost(0, b0) <= cost(a0, 0)) {
+      r.fixed_s = 0;
+      r.per_unit_s = b0;
+    } else {
+      r.fixed_s = a0;
+      r.per_unit_s = 0;
+    }
   }
   for (long i = 0; i < n; ++i)
     r.max_rel_residual = std::max(r.max_rel_residual, std::abs((r.fixed_s + r.per_unit_s * units[std::size_t(i)]) /

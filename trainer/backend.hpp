@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "trainer/precision.hpp"
 #include "trainer/tensor.hpp"
@@ -85,6 +86,14 @@ class Backend {
   virtual void add(Tensor y, const Tensor& x) = 0;
   /// Sum of squares of every element, accumulated in double.
   virtual double sum_squares(const Tensor& x) = 0;
+  /// sum_squares of each tensor, in order. A device backend queues them all and waits once (the
+  /// gradient norm asks for one per parameter: 292 waits per step for a 24-layer GPT otherwise).
+  virtual std::vector<double> sum_squares_many(std::span<const Tensor> xs) {
+    std::vector<double> r;
+    r.reserve(xs.size());
+    for (const Tensor& x : xs) r.push_back(sum_squares(x));
+    return r;
+  }
   /// True when every element is finite.
   virtual bool all_finite(const Tensor& x) = 0;
 

@@ -337,6 +337,21 @@ class CudaBackend final : public Backend {
     FORESIGHT_CUDA(cudaStreamSynchronize(stream_));
     return r;
   }
+  std::vector<double> sum_squares_many(std::span<const Tensor> xs) override {
+    const OpScope op_scope = profile("sum_squares_many");
+    std::vector<double> r(xs.size(), 0.0);
+    if (xs.empty()) return r;
+    // Each tensor's partial sums and result in its own slot; the results are contiguous so that
+    // one copy brings them all back.
+    const std::size_t n = xs.size(), per = cuda::kSumBlocks;
+    Scratch s(pool_, sizeof(double) * n * (per + 1));
+    double* results = s.as<double>();
+    double* partial = results + n;
+    for (std::size_t i = 0; i < n; ++i) cuda::sum_squares(in(xs[i]), xs[i].numel(), partial + i * per, results + i, stream_);
+    FORESIGHT_CUDA(cudaMemcpyAsync(r.data(), results, sizeof(double) * n, cudaMemcpyDeviceToHost, stream_));
+    FORESIGHT_CUDA(cudaStreamSynchronize(stream_));
+    return r;
+  }
   bool all_finite(const Tensor& x) override {
     const OpScope op_scope = profile("all_finite");
     Scratch s(pool_, sizeof(int));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 namespace foresight::trainer {
 
@@ -24,21 +25,24 @@ double learning_rate(const OptimizerConfig& c, int step) {
 
 double global_grad_norm(Backend& be, const ParamStore& store, Communicator& world, bool counts,
                         bool counts_experts) {
-  double sq = 0;
+  std::vector<Tensor> grads;
   for (int i = 0; i < store.size(); ++i)
-    if (store[i].decl.in_grad_norm && (store[i].decl.expert ? counts_experts : counts))
-      sq += be.sum_squares(store[i].grad);
+    if (store[i].decl.in_grad_norm && (store[i].decl.expert ? counts_experts : counts)) grads.push_back(store[i].grad);
+  double sq = 0;
+  for (double s : be.sum_squares_many(grads)) sq += s;  // in parameter order, as one by one
   double v[1] = {sq};
   world.all_reduce(v, ReduceOp::sum);
   return std::sqrt(v[0]);
 }
 
 double sharded_grad_norm(Backend& be, const ParamStore& store, Communicator& world) {
-  double sq = 0;
+  std::vector<Tensor> parts;
   for (int i = 0; i < store.size(); ++i) {
     const auto [first, last] = part_in_shard(store, store[i]);
-    if (store[i].decl.in_grad_norm && first < last) sq += be.sum_squares(store.grads().row_slice(first, last - first));
+    if (store[i].decl.in_grad_norm && first < last) parts.push_back(store.grads().row_slice(first, last - first));
   }
+  double sq = 0;
+  for (double s : be.sum_squares_many(parts)) sq += s;
   double v[1] = {sq};
   world.all_reduce(v, ReduceOp::sum);
   return std::sqrt(v[0]);

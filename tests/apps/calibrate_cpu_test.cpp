@@ -32,6 +32,23 @@ TEST(CpuCalibration, ANegativeInterceptIsRefittedThroughTheOrigin) {
   EXPECT_NEAR(f.per_unit_s, (x[0] + x[1] + x[2]) / (x[0] * x[0] + x[1] * x[1] + x[2] * x[2]), 1e-18);
 }
 
+TEST(CpuCalibration, AFlatOpIsFittedAsAFixedCost) {
+  // A launch-bound GPU op: the same ~4.5 us whatever the size (the first H200 run's copy, add,
+  // gelu). The unconstrained slope comes out negative; the flat boundary fits, a = the relative
+  // least-squares constant sum(1/t) / sum(1/t^2), the origin one would leave a 90%+ residual.
+  const std::vector<double> units = {4096, 16384, 65536, 262144};
+  const std::vector<double> times = {4.70e-6, 4.56e-6, 4.67e-6, 4.54e-6};
+  const auto f = foresight::calibrate::fit_linear(units, times);
+  EXPECT_EQ(f.per_unit_s, 0.0);
+  double s1 = 0, s2 = 0;
+  for (double t : times) {
+    s1 += 1 / t;
+    s2 += 1 / (t * t);
+  }
+  EXPECT_NEAR(f.fixed_s, s1 / s2, 1e-15);
+  EXPECT_LT(f.max_rel_residual, 0.02);
+}
+
 TEST(CpuCalibration, RefusesOptionsItDoesNotTake) {
   const auto dir = std::filesystem::temp_directory_path() / ("foresight-calibrate-cpu-test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

@@ -88,6 +88,16 @@ TEST_F(CudaBackendTest, ElementwiseReductionsAndStorage) {
   gpu->add(y.second, x.second);
   expect_close("add", y);
   EXPECT_NEAR(gpu->sum_squares(x.second), cpu->sum_squares(x.first), 1e-9 * cpu->sum_squares(x.first));
+  {
+    // The batched form (the gradient norm's): each entry the single call's double, bit for bit.
+    auto x2 = pair(3, 5), x3 = pair(0, 4);
+    const std::vector<Tensor> xs = {x.second, x2.second, x3.second};
+    const std::vector<double> many = gpu->sum_squares_many(xs);
+    ASSERT_EQ(many.size(), 3u);
+    EXPECT_EQ(many[0], gpu->sum_squares(x.second));
+    EXPECT_EQ(many[1], gpu->sum_squares(x2.second));
+    EXPECT_EQ(many[2], 0.0);
+  }
   EXPECT_TRUE(gpu->all_finite(x.second));
   std::vector<float> h = host(*gpu, x.second);
   h[1000] = std::numeric_limits<float>::infinity();
