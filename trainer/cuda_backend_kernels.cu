@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -366,6 +368,87 @@ __global__ void adamw_k(float* param, const float* grad, float* m, float* v, std
   }
 }
 
+// 16-byte forms of the streaming kernels for packed bf16 (8 elements per load and store): the
+// scalar kernels move 2 bytes per thread per access, which left add_bias, GeLU and add at a
+// fraction of the memory bandwidth on the H200 (reports/gpu-2026-11-28). Same arithmetic per
+// element as the scalar kernels (float math, one round to nearest even); used when every pointer
+// is 16-byte aligned and the counts are multiples of 8.
+struct Bf16x8 {
+  float v[8];
+};
+__device__ __forceinline__ Bf16x8 load8(const bf16* p) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const std::uint32_t u[4] = {w.x, w.y, w.z, w.w};
+  Bf16x8 r;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    r.v[2 * i] = __uint_as_float(u[i] << 16);
+    r.v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+  return r;
+}
+__device__ __forceinline__ void store8(bf16* p, const Bf16x8& r) {
+  std::uint32_t u[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    u[i] = std::uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(r.v[2 * i]))) |
+           (std::uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(r.v[2 * i + 1]))) << 16);
+  *reinterpret_cast<uint4*>(p) = make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+__global__ void add_bias_vec_k(bf16* y, const bf16* bias, std::int64_t n8, std::int64_t cols) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n8; i += std::int64_t(gridDim.x) * blockDim.x) {
+    Bf16x8 a = load8(y + 8 * i);
+    const Bf16x8 b = load8(bias + (8 * i) % cols);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a.v[k] += b.v[k];
+    store8(y + 8 * i, a);
+  }
+}
+__global__ void add_vec_k(bf16* y, const bf16* x, std::int64_t n8) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n8; i += std::int64_t(gridDim.x) * blockDim.x) {
+    Bf16x8 a = load8(y + 8 * i);
+    const Bf16x8 b = load8(x + 8 * i);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a.v[k] += b.v[k];
+    store8(y + 8 * i, a);
+  }
+}
+__global__ void gelu_forward_vec_k(bf16* y, const bf16* x, std::int64_t n8) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n8; i += std::int64_t(gridDim.x) * blockDim.x) {
+    Bf16x8 a = load8(x + 8 * i);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a.v[k] = a.v[k] * gelu_sigmoid(a.v[k]);
+    store8(y + 8 * i, a);
+  }
+}
+__global__ void gelu_backward_vec_k(bf16* dx, const bf16* dy, const bf16* x, std::int64_t n8) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n8; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const Bf16x8 v = load8(x + 8 * i);
+    Bf16x8 g = load8(dy + 8 * i);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float s = gelu_sigmoid(v.v[k]);
+      g.v[k] *= s + 2.0f * v.v[k] * s * (1.0f - s) * kSqrt2OverPiF * (1.0f + 3.0f * 0.044715f * v.v[k] * v.v[k]);
+    }
+    store8(dx + 8 * i, g);
+  }
+}
+// fp32 -> bf16 (the master weights into the working copy, every step).
+__global__ void convert_f32_bf16_vec_k(bf16* dst, const float* src, std::int64_t n8) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n8; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const float4 a = reinterpret_cast<const float4*>(src)[2 * i], b = reinterpret_cast<const float4*>(src)[2 * i + 1];
+    store8(dst + 8 * i, Bf16x8{{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}});
+  }
+}
+
+bool vec8(std::int64_t n, std::initializer_list<const void*> ps) {
+  if (n % 8 != 0) return false;
+  for (const void* p : ps)
+    if ((reinterpret_cast<std::uintptr_t>(p) & 15u) != 0) return false;
+  return true;
+}
+
 // Storage dispatch: calls f with the tensor's elements as the pointer type they are stored in,
 // so that one generic lambda instantiates a kernel for every storage type.
 template <class F>
@@ -399,10 +482,19 @@ void fill(Out p, std::int64_t n, float value, cudaStream_t stream) {
   if (n > 0) typed(p, [&](auto* d) { LAUNCH(fill_k, blocks_for(n), d, n, value); });
 }
 void convert(Out dst, In src, std::int64_t n, cudaStream_t stream) {
+  if (n > 0 && dst.type == Type::bf16 && src.type == Type::fp32 && vec8(n, {dst.data, src.data})) {
+    LAUNCH(convert_f32_bf16_vec_k, blocks_for(n / 8), static_cast<bf16*>(dst.data), static_cast<const float*>(src.data),
+           n / 8);
+    return;
+  }
   if (n > 0)
     typed(dst, [&](auto* d) { typed(src, [&](auto* s) { LAUNCH(convert_k, blocks_for(n), d, s, n); }); });
 }
 void add(Out y, In x, std::int64_t n, cudaStream_t stream) {
+  if (n > 0 && y.type == Type::bf16 && x.type == Type::bf16 && vec8(n, {y.data, x.data})) {
+    LAUNCH(add_vec_k, blocks_for(n / 8), static_cast<bf16*>(y.data), static_cast<const bf16*>(x.data), n / 8);
+    return;
+  }
   if (n > 0) typed(y, [&](auto* py) { typed(x, [&](auto* px) { LAUNCH(add_k, blocks_for(n), py, px, n); }); });
 }
 void sum_squares(In x, std::int64_t n, double* scratch, double* result, cudaStream_t stream) {
@@ -413,6 +505,12 @@ void any_non_finite(In x, std::int64_t n, int* flag, cudaStream_t stream) {
   if (n > 0) typed(x, [&](auto* px) { LAUNCH(non_finite_k, blocks_for(n), px, n, flag); });
 }
 void add_bias(Out y, In bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
+  if (rows * cols > 0 && y.type == Type::bf16 && bias.type == Type::bf16 && cols % 8 == 0 &&
+      vec8(rows * cols, {y.data, bias.data})) {
+    LAUNCH(add_bias_vec_k, blocks_for(rows * cols / 8), static_cast<bf16*>(y.data), static_cast<const bf16*>(bias.data),
+           rows * cols / 8, cols);
+    return;
+  }
   if (rows * cols > 0)
     typed(y, [&](auto* py) { typed(bias, [&](auto* pb) { LAUNCH(add_bias_k, blocks_for(rows * cols), py, pb, rows, cols); }); });
 }
@@ -468,6 +566,10 @@ void layernorm_backward(Out dx, Out dgamma, Out dbeta, In dy, In x, const float*
 void gelu_forward(Out y, In x, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   same_type(y.type, x.type, "gelu_forward");
+  if (y.type == Type::bf16 && vec8(n, {y.data, x.data})) {
+    LAUNCH(gelu_forward_vec_k, blocks_for(n / 8), static_cast<bf16*>(y.data), static_cast<const bf16*>(x.data), n / 8);
+    return;
+  }
   typed(y, [&](auto* py) {
     using T = std::remove_pointer_t<decltype(py)>;
     LAUNCH(gelu_forward_k, blocks_for(n), py, static_cast<const T*>(x.data), n);
@@ -477,6 +579,11 @@ void gelu_backward(Out dx, In dy, In x, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   same_type(dx.type, dy.type, "gelu_backward (dx, dy)");
   same_type(dx.type, x.type, "gelu_backward (dx, x)");
+  if (dx.type == Type::bf16 && vec8(n, {dx.data, dy.data, x.data})) {
+    LAUNCH(gelu_backward_vec_k, blocks_for(n / 8), static_cast<bf16*>(dx.data), static_cast<const bf16*>(dy.data),
+           static_cast<const bf16*>(x.data), n / 8);
+    return;
+  }
   typed(dx, [&](auto* pdx) {
     using T = std::remove_pointer_t<decltype(pdx)>;
     LAUNCH(gelu_backward_k, blocks_for(n), pdx, static_cast<const T*>(dy.data), static_cast<const T*>(x.data), n);

@@ -253,6 +253,32 @@ TEST_F(CudaBackendBf16Test, ElementwiseReductionsAndMixedTypes) {
   expect_bf16("fill 0.1 (rounded)", fl, Bf16Tol{.rel = 0, .ulps = 0, .fraction = 0});
 }
 
+// The 16-byte streaming kernels (counts multiples of 8, aligned tensors; the test above's 37 x 129
+// and 50 x 300 shapes take the scalar ones): the scalar kernels' arithmetic, so the scalar
+// kernels' bounds (one bf16 step, rarely: a float sum or exp rounded once more than the CPU's
+// double), and the fp32 -> bf16 copy bit for bit.
+TEST_F(CudaBackendBf16Test, VectorisedStreamingKernels) {
+  const std::int64_t N = 64, C = 256;
+  auto y = pair(N, C), x = pair(N, C), bias = pair(1, C);
+  cpu->add(y.first, x.first);
+  gpu->add(y.second, x.second);
+  expect_bf16("add bf16 += bf16 (16-byte)", y, kBf16Exact);
+  cpu->add_bias(y.first, bias.first);
+  gpu->add_bias(y.second, bias.second);
+  expect_bf16("add_bias (16-byte)", y, kBf16Exact);
+  auto g = pair(N, C, 3.0f), gy = out(N, C), dy = pair(N, C), gdx = out(N, C);
+  cpu->gelu_forward(gy.first, g.first);
+  gpu->gelu_forward(gy.second, g.second);
+  expect_bf16("gelu_forward (16-byte)", gy, kBf16Exact);
+  cpu->gelu_backward(gdx.first, dy.first, g.first);
+  gpu->gelu_backward(gdx.second, dy.second, g.second);
+  expect_bf16("gelu_backward (16-byte)", gdx, kBf16Exact);
+  auto master = pair_fp32(N, C), working = out(N, C);
+  cpu->copy(working.first, master.first);
+  gpu->copy(working.second, master.second);
+  expect_bf16("copy fp32 -> bf16 (16-byte)", working, Bf16Tol{.rel = 0, .ulps = 0, .fraction = 0});
+}
+
 TEST_F(CudaBackendBf16Test, MatmulIntoBf16ActivationsAndFp32MainGrads) {
   const std::int64_t M = 67, N = 45, K = 93;
   for (int ta = 0; ta < 2; ++ta)
