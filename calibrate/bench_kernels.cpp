@@ -78,8 +78,8 @@ int run(const std::string& out_path) {
                     std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k), s.median_s, s.spread(),
                     2.0 * g.m * g.n * g.k / s.median_s / 1e12, "TFLOP/s"});
   }
-  {
-    const k::AttentionShape a{.B = 4, .T = 2048, .H = 16, .D = 128};
+  for (const bool pipelined : {false, true}) {
+    const k::AttentionShape a{.B = 4, .T = 2048, .H = 16, .D = 128, .pipelined = pipelined};
     const std::size_t n = std::size_t(a.B) * a.T * a.H * a.D;
     Buf q(n * 2), kk(n * 2), v(n * 2), o(n * 2), dout(n * 2), dq(n * 2), dk(n * 2), dv(n * 2), lse(n * 4),
         ws(k::attention_backward_workspace_bytes(a));
@@ -90,8 +90,8 @@ int run(const std::string& out_path) {
     });
     // FlashAttention-2's convention: causal fwd 4 B H T^2 D / 2, fwd+bwd = 3.5x that.
     const double flops = 3.5 * 4.0 * a.B * a.H * double(a.T) * a.T * a.D / 2;
-    rows.push_back({"attention fwd+bwd causal", "B4 H16 T2048 D128", s.median_s, s.spread(), flops / s.median_s / 1e12,
-                    "TFLOP/s"});
+    rows.push_back({pipelined ? "attention fwd+bwd causal cp.async" : "attention fwd+bwd causal", "B4 H16 T2048 D128",
+                    s.median_s, s.spread(), flops / s.median_s / 1e12, "TFLOP/s"});
   }
   {
     const long n = 1L << 27;  // 128 Mi elements: 256 MiB per bf16 tensor

@@ -13,7 +13,8 @@ if len(sys.argv) > 2 and os.path.exists(sys.argv[2]):
 copy = next((r["rate"] for r in ours if r["name"] == "copy d2d"), None)
 print(f"{'kernel':34s} {'ours':>10s} {'torch':>10s} {'ratio':>7s}  target")
 for r in ours:
-    t = torch_rows.get(r["name"])
+    # Variants of a kernel (e.g. "attention fwd+bwd causal cp.async") compare with the same torch row.
+    t = torch_rows.get(r["name"]) or torch_rows.get(r["name"].removesuffix(" cp.async"))
     if r["unit"] == "GB/s" and r["name"] != "copy d2d":
         ratio, target = (r["rate"] / copy if copy else float("nan")), ">= 0.80 of copy"
     elif r["name"].startswith("gemm"):

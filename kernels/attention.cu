@@ -75,6 +75,26 @@ __device__ __forceinline__ void load_tile(bfloat* tile, const bfloat* g, long ld
   }
 }
 
+// The same tile through cp.async (16-byte copies global -> shared that bypass registers; rows at or
+// beyond `rows` are zero-filled by a source size of 0, their address clamped to a valid row). The
+// caller commits the group and waits for it (cp_async_wait) before a barrier.
+template <int D>
+__device__ __forceinline__ void load_tile_async(bfloat* tile, const bfloat* g, long ld, int r0, int rows) {
+  constexpr int kVec = D / 8;
+  for (int e = threadIdx.x; e < 64 * kVec; e += kThreads) {
+    const int r = e / kVec, c = (e % kVec) * 8;
+    const bool in = r0 + r < rows;
+    const bfloat* src = g + long(in ? r0 + r : rows - 1) * ld + c;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(tile + r * kStride<D> + c)),
+                 "l"(src), "r"(in ? 16 : 0));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // s (16 x 64) = a (16 x D, this warp's rows of a tile) b (64 x D tile)^T.
 template <int D>
 __device__ __forceinline__ void warp_abt(float (&s)[8][4], const bfloat* a, const bfloat* b) {
@@ -119,7 +139,9 @@ struct Geometry {
   long ld_q, ld_kv, ld_o;
 };
 
-template <int D>
+// kPipe: K/V tiles double-buffered through cp.async, the next tile's copy in flight while this
+// one is computed (the plain form loads, waits at a barrier, computes).
+template <int D, bool kPipe>
 __global__ void __launch_bounds__(kThreads)
     attn_fwd_kernel(const bfloat* q, const bfloat* k, const bfloat* v, bfloat* o, float* lse, Geometry g,
                     float scale_log2) {
@@ -133,7 +155,14 @@ __global__ void __launch_bounds__(kThreads)
   const bfloat* qb = q + long(b) * g.T * g.ld_q + long(h) * D;
   const bfloat* kb = k + long(b) * g.C * g.ld_kv + long(h) * D;
   const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
-  load_tile<D>(Qs, qb, g.ld_q, m0, g.T);
+  if constexpr (kPipe) {
+    load_tile_async<D>(Qs, qb, g.ld_q, m0, g.T);
+    load_tile_async<D>(Ks, kb, g.ld_kv, 0, g.C);
+    load_tile_async<D>(Vs, vb, g.ld_kv, 0, g.C);
+    cp_async_commit();
+  } else {
+    load_tile<D>(Qs, qb, g.ld_q, m0, g.T);
+  }
 
   float acc[D / 8][4];
 #pragma unroll
@@ -141,13 +170,32 @@ __global__ void __launch_bounds__(kThreads)
   float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
   const int row[2] = {m0 + warp * 16 + gr, m0 + warp * 16 + gr + 8};
   const int kend = min(g.C, P + m0 + kBM);  // the block's last row sees keys 0 .. P + m0 + 63
-  for (int n0 = 0; n0 < kend; n0 += kBN) {
-    __syncthreads();  // the previous tiles are consumed (first pass: Qs is written)
-    load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
-    load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
-    __syncthreads();
+  for (int n0 = 0, it = 0; n0 < kend; n0 += kBN, ++it) {
+    const bfloat* Kt = Ks;
+    const bfloat* Vt = Vs;
+    if constexpr (kPipe) {
+      bfloat* const K1 = Vs + kBN * kStride<D>;  // the second slot (ternaries, not an array:
+      bfloat* const V1 = K1 + kBN * kStride<D>;  // a dynamically indexed array goes to local memory)
+      const bool odd = it & 1;
+      Kt = odd ? K1 : Ks;
+      Vt = odd ? V1 : Vs;
+      if (n0 + kBN < kend) {  // the next tile into the other slot, consumed by the last iteration
+        load_tile_async<D>(odd ? Ks : K1, kb, g.ld_kv, n0 + kBN, g.C);
+        load_tile_async<D>(odd ? Vs : V1, vb, g.ld_kv, n0 + kBN, g.C);
+        cp_async_commit();
+        cp_async_wait<1>();  // this tile's group (and Q's) has landed; the next may still fly
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+    } else {
+      __syncthreads();  // the previous tiles are consumed (first pass: Qs is written)
+      load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
+      load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
+      __syncthreads();
+    }
     float s[8][4];
-    warp_abt<D>(s, Qs + warp * 16 * kStride<D>, Ks);
+    warp_abt<D>(s, Qs + warp * 16 * kStride<D>, Kt);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -183,7 +231,8 @@ __global__ void __launch_bounds__(kThreads)
         acc[d][2 * half + 1] *= corr;
       }
     }
-    warp_pb<D>(acc, s, Vs);
+    warp_pb<D>(acc, s, Vt);
+    if constexpr (kPipe) __syncthreads();  // this slot is refilled by the next iteration but one
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -241,7 +290,8 @@ __device__ __forceinline__ void store_rows(bfloat* base, long ld, const int (&ro
   }
 }
 
-template <int D>
+// kPipe: the query tiles (Q, dO, lse, delta) double-buffered through cp.async.
+template <int D, bool kPipe>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_dkdv_kernel(const bfloat* q, const bfloat* k, const bfloat* v, const bfloat* dout, const float* lse,
                          const float* delta, bfloat* dk, bfloat* dv, Geometry g, float scale, float scale_log2,
@@ -262,8 +312,39 @@ __global__ void __launch_bounds__(kThreads)
   const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
   const float* lb = lse + (long(b) * g.H + h) * g.T;
   const float* db = delta + (long(b) * g.H + h) * g.T;
-  load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
-  load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
+  // Pipelined layout after K and V: two slots of (Q, dO), then lse and delta for each slot.
+  // Pipelined layout after K and V: Q and dO of slot 0, Q and dO of slot 1, then lse and delta
+  // of slot 0 and of slot 1 (pointers chosen by ternaries: an indexed array would live in local
+  // memory).
+  bfloat* const Q1 = Qs + 2 * kBM * kStride<D>;
+  bfloat* const G1 = Gs + 2 * kBM * kStride<D>;
+  float* const L0 = reinterpret_cast<float*>(Qs + 4 * kBM * kStride<D>);
+  float* const L1 = L0 + kBM;
+  float* const D0 = L0 + 2 * kBM;
+  float* const D1 = L0 + 3 * kBM;
+  // Stages query tile m into slot `sl`: Q and dO by cp.async, lse and delta by plain stores.
+  [[maybe_unused]] auto stage = [&](bool sl, int m) {
+    load_tile_async<D>(sl ? Q1 : Qs, qb, g.ld_q, m, g.T);
+    load_tile_async<D>(sl ? G1 : Gs, gb, g.ld_o, m, g.T);
+    cp_async_commit();
+    float* const lt = sl ? L1 : L0;
+    float* const dt = sl ? D1 : D0;
+    for (int r = threadIdx.x; r < kBM; r += kThreads) {
+      const bool in = m + r < g.T;
+      lt[r] = in ? lb[m + r] * kLog2e : 0.0f;
+      dt[r] = in ? db[m + r] : 0.0f;
+    }
+  };
+  const int first = max(0, n0 - P);  // the first query that sees a key of this tile
+  if constexpr (kPipe) {
+    load_tile_async<D>(Ks, kb, g.ld_kv, n0, g.C);
+    load_tile_async<D>(Vs, vb, g.ld_kv, n0, g.C);
+    cp_async_commit();
+    if (first / kBM * kBM < g.T) stage(false, first / kBM * kBM);
+  } else {
+    load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
+    load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
+  }
 
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
 #pragma unroll
@@ -271,39 +352,60 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk_acc[d][e] = dv_acc[d][e] = 0.0f;
   const int key[2] = {n0 + warp * 16 + gr, n0 + warp * 16 + gr + 8};
-  const int first = max(0, n0 - P);  // the first query that sees a key of this tile
-  for (int m0 = first / kBM * kBM; m0 < g.T; m0 += kBM) {
-    __syncthreads();  // the previous query tile is consumed
-    load_tile<D>(Qs, qb, g.ld_q, m0, g.T);
-    load_tile<D>(Gs, gb, g.ld_o, m0, g.T);
-    for (int r = threadIdx.x; r < kBM; r += kThreads) {
-      const bool in = m0 + r < g.T;
-      Ls[r] = in ? lb[m0 + r] * kLog2e : 0.0f;
-      Ds[r] = in ? db[m0 + r] : 0.0f;
+  for (int m0 = first / kBM * kBM, it = 0; m0 < g.T; m0 += kBM, ++it) {
+    const bfloat* Qt = Qs;
+    const bfloat* Gt = Gs;
+    const float* Lt = Ls;
+    const float* Dt = Ds;
+    if constexpr (kPipe) {
+      const bool odd = it & 1;
+      Qt = odd ? Q1 : Qs;
+      Gt = odd ? G1 : Gs;
+      Lt = odd ? L1 : L0;
+      Dt = odd ? D1 : D0;
+      if (m0 + kBM < g.T) {
+        stage(!odd, m0 + kBM);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+    } else {
+      __syncthreads();  // the previous query tile is consumed
+      load_tile<D>(Qs, qb, g.ld_q, m0, g.T);
+      load_tile<D>(Gs, gb, g.ld_o, m0, g.T);
+      for (int r = threadIdx.x; r < kBM; r += kThreads) {
+        const bool in = m0 + r < g.T;
+        Ls[r] = in ? lb[m0 + r] * kLog2e : 0.0f;
+        Ds[r] = in ? db[m0 + r] : 0.0f;
+      }
+      __syncthreads();
     }
-    __syncthreads();
     float p[8][4], ds[8][4];
-    warp_abt<D>(p, Ks + warp * 16 * kStride<D>, Qs);  // S^T: rows keys, columns queries
+    warp_abt<D>(p, Ks + warp * 16 * kStride<D>, Qt);  // S^T: rows keys, columns queries
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qc = nt * 8 + 2 * t + (e & 1), qi = m0 + qc, kr = key[e / 2];
-        p[nt][e] = (qi < g.T && kr <= P + qi && kr < g.C) ? exp2f(p[nt][e] * scale_log2 - Ls[qc]) : 0.0f;
+        p[nt][e] = (qi < g.T && kr <= P + qi && kr < g.C) ? exp2f(p[nt][e] * scale_log2 - Lt[qc]) : 0.0f;
       }
-    warp_abt<D>(ds, Vs + warp * 16 * kStride<D>, Gs);  // dP^T = V dO^T
+    warp_abt<D>(ds, Vs + warp * 16 * kStride<D>, Gt);  // dP^T = V dO^T
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
-    warp_pb<D>(dv_acc, p, Gs);   // dV += P^T dO
-    warp_pb<D>(dk_acc, ds, Qs);  // dK += dS^T Q (times scale at the store)
+      for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - Dt[nt * 8 + 2 * t + (e & 1)]);
+    warp_pb<D>(dv_acc, p, Gt);   // dV += P^T dO
+    warp_pb<D>(dk_acc, ds, Qt);  // dK += dS^T Q (times scale at the store)
+    if constexpr (kPipe) __syncthreads();  // this slot is refilled by the next iteration but one
   }
+  if constexpr (kPipe) cp_async_wait<0>();  // a tile no query sees still had its K/V group in flight
   store_rows<D>(dk + long(b) * g.C * g.ld_kv + long(h) * D, g.ld_kv, key, g.C, dk_acc, scale, accumulate);
   store_rows<D>(dv + long(b) * g.C * g.ld_kv + long(h) * D, g.ld_kv, key, g.C, dv_acc, 1.0f, accumulate);
 }
 
-template <int D>
+// kPipe: K/V tiles double-buffered through cp.async, as the forward.
+template <int D, bool kPipe>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_dq_kernel(const bfloat* q, const bfloat* k, const bfloat* v, const bfloat* dout, const float* lse,
                        const float* delta, bfloat* dq, Geometry g, float scale, float scale_log2) {
@@ -317,8 +419,16 @@ __global__ void __launch_bounds__(kThreads)
   const int m0 = blockIdx.x * kBM, P = g.C - g.T;
   const bfloat* kb = k + long(b) * g.C * g.ld_kv + long(h) * D;
   const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
-  load_tile<D>(Qs, q + long(b) * g.T * g.ld_q + long(h) * D, g.ld_q, m0, g.T);
-  load_tile<D>(Gs, dout + long(b) * g.T * g.ld_o + long(h) * D, g.ld_o, m0, g.T);
+  if constexpr (kPipe) {
+    load_tile_async<D>(Qs, q + long(b) * g.T * g.ld_q + long(h) * D, g.ld_q, m0, g.T);
+    load_tile_async<D>(Gs, dout + long(b) * g.T * g.ld_o + long(h) * D, g.ld_o, m0, g.T);
+    load_tile_async<D>(Ks, kb, g.ld_kv, 0, g.C);
+    load_tile_async<D>(Vs, vb, g.ld_kv, 0, g.C);
+    cp_async_commit();
+  } else {
+    load_tile<D>(Qs, q + long(b) * g.T * g.ld_q + long(h) * D, g.ld_q, m0, g.T);
+    load_tile<D>(Gs, dout + long(b) * g.T * g.ld_o + long(h) * D, g.ld_o, m0, g.T);
+  }
   const int row[2] = {m0 + warp * 16 + gr, m0 + warp * 16 + gr + 8};
   float l2[2], dl[2];
 #pragma unroll
@@ -331,13 +441,32 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
   const int kend = min(g.C, P + m0 + kBM);
-  for (int n0 = 0; n0 < kend; n0 += kBN) {
-    __syncthreads();
-    load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
-    load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
-    __syncthreads();
+  for (int n0 = 0, it = 0; n0 < kend; n0 += kBN, ++it) {
+    const bfloat* Kt = Ks;
+    const bfloat* Vt = Vs;
+    if constexpr (kPipe) {
+      bfloat* const K1 = Vs + kBN * kStride<D>;
+      bfloat* const V1 = K1 + kBN * kStride<D>;
+      const bool odd = it & 1;
+      Kt = odd ? K1 : Ks;
+      Vt = odd ? V1 : Vs;
+      if (n0 + kBN < kend) {
+        load_tile_async<D>(odd ? Ks : K1, kb, g.ld_kv, n0 + kBN, g.C);
+        load_tile_async<D>(odd ? Vs : V1, vb, g.ld_kv, n0 + kBN, g.C);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+    } else {
+      __syncthreads();
+      load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
+      load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
+      __syncthreads();
+    }
     float p[8][4], ds[8][4];
-    warp_abt<D>(p, Qs + warp * 16 * kStride<D>, Ks);
+    warp_abt<D>(p, Qs + warp * 16 * kStride<D>, Kt);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -345,12 +474,13 @@ __global__ void __launch_bounds__(kThreads)
         const int kc = n0 + nt * 8 + 2 * t + (e & 1), r = row[e / 2];
         p[nt][e] = (r < g.T && kc <= P + r && kc < g.C) ? exp2f(p[nt][e] * scale_log2 - l2[e / 2]) : 0.0f;
       }
-    warp_abt<D>(ds, Gs + warp * 16 * kStride<D>, Vs);  // dP = dO V^T
+    warp_abt<D>(ds, Gs + warp * 16 * kStride<D>, Vt);  // dP = dO V^T
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - dl[e / 2]);
-    warp_pb<D>(acc, ds, Ks);  // dQ += dS K (times scale at the store)
+    warp_pb<D>(acc, ds, Kt);  // dQ += dS K (times scale at the store)
+    if constexpr (kPipe) __syncthreads();  // this slot is refilled by the next iteration but one
   }
   store_rows<D>(dq + long(b) * g.T * g.ld_q + long(h) * D, g.ld_q, row, g.T, acc, scale, false);
 }
@@ -379,31 +509,34 @@ void check_aligned(std::initializer_list<const void*> ps, const char* who) {
     detail::require(dev::aligned16(p), std::string(who) + ": tensors must be 16-byte aligned");
 }
 
-template <int D>
+// Shared memory per block; the pipelined forms hold two slots of the tiles they stream.
+template <int D, bool kPipe>
 constexpr int fwd_smem() {
-  return (kBM + 2 * kBN) * kStride<D> * int(sizeof(bfloat));
+  return (kBM + (kPipe ? 4 : 2) * kBN) * kStride<D> * int(sizeof(bfloat));
 }
-template <int D>
+template <int D, bool kPipe>
 constexpr int dkdv_smem() {
-  return (2 * kBN + 2 * kBM) * kStride<D> * int(sizeof(bfloat)) + 2 * kBM * int(sizeof(float));
+  return (2 * kBN + (kPipe ? 4 : 2) * kBM) * kStride<D> * int(sizeof(bfloat)) +
+         (kPipe ? 4 : 2) * kBM * int(sizeof(float));
 }
-template <int D>
+template <int D, bool kPipe>
 constexpr int dq_smem() {
-  return (2 * kBM + 2 * kBN) * kStride<D> * int(sizeof(bfloat));
+  return (2 * kBM + (kPipe ? 4 : 2) * kBN) * kStride<D> * int(sizeof(bfloat));
 }
 
-template <int D>
+template <int D, bool kPipe>
 void forward_d(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, const AttentionShape& s,
                cudaStream_t stream) {
   const Geometry g = geometry_of(s);
-  FORESIGHT_CUDA(cudaFuncSetAttribute(attn_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, fwd_smem<D>()));
+  constexpr int smem = fwd_smem<D, kPipe>();
+  FORESIGHT_CUDA(cudaFuncSetAttribute(attn_fwd_kernel<D, kPipe>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(dev::blocks_for(s.T, kBM), s.B * s.H);
-  attn_fwd_kernel<D><<<grid, kThreads, fwd_smem<D>(), stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(o), lse, g,
-                                                                 scale_of(s) * kLog2e);
+  attn_fwd_kernel<D, kPipe><<<grid, kThreads, smem, stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(o), lse, g,
+                                                              scale_of(s) * kLog2e);
   FORESIGHT_CUDA_LAUNCHED("attention_forward");
 }
 
-template <int D>
+template <int D, bool kPipe>
 void backward_d(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
                 bf16* dq, bf16* dk, bf16* dv, float* delta, const AttentionShape& s, cudaStream_t stream) {
   const Geometry g = geometry_of(s);
@@ -411,18 +544,36 @@ void backward_d(const bf16* q, const bf16* k, const bf16* v, const bf16* o, cons
   attn_bwd_dot_kernel<<<dev::blocks_for(rows, 256), 256, 0, stream>>>(dev::cu(o), dev::cu(dout), delta, g, D, rows);
   FORESIGHT_CUDA_LAUNCHED("attention_backward rowsum");
   const float scale = scale_of(s);
+  constexpr int kv_smem = dkdv_smem<D, kPipe>(), q_smem = dq_smem<D, kPipe>();
   FORESIGHT_CUDA(
-      cudaFuncSetAttribute(attn_bwd_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_smem<D>()));
+      cudaFuncSetAttribute(attn_bwd_dkdv_kernel<D, kPipe>, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_smem));
   const dim3 kgrid(dev::blocks_for(g.C, kBN), s.B * s.H);
-  attn_bwd_dkdv_kernel<D><<<kgrid, kThreads, dkdv_smem<D>(), stream>>>(
+  attn_bwd_dkdv_kernel<D, kPipe><<<kgrid, kThreads, kv_smem, stream>>>(
       dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(dout), lse, delta, dev::cu(dk), dev::cu(dv), g, scale,
       scale * kLog2e, s.accumulate_dkv);
   FORESIGHT_CUDA_LAUNCHED("attention_backward dk dv");
-  FORESIGHT_CUDA(cudaFuncSetAttribute(attn_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem<D>()));
+  FORESIGHT_CUDA(cudaFuncSetAttribute(attn_bwd_dq_kernel<D, kPipe>, cudaFuncAttributeMaxDynamicSharedMemorySize, q_smem));
   const dim3 qgrid(dev::blocks_for(s.T, kBM), s.B * s.H);
-  attn_bwd_dq_kernel<D><<<qgrid, kThreads, dq_smem<D>(), stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(dout),
-                                                                    lse, delta, dev::cu(dq), g, scale, scale * kLog2e);
+  attn_bwd_dq_kernel<D, kPipe><<<qgrid, kThreads, q_smem, stream>>>(dev::cu(q), dev::cu(k), dev::cu(v), dev::cu(dout),
+                                                                     lse, delta, dev::cu(dq), g, scale, scale * kLog2e);
   FORESIGHT_CUDA_LAUNCHED("attention_backward dq");
+}
+
+template <int D>
+void forward_p(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, const AttentionShape& s,
+               cudaStream_t stream) {
+  if (s.pipelined)
+    forward_d<D, true>(q, k, v, o, lse, s, stream);
+  else
+    forward_d<D, false>(q, k, v, o, lse, s, stream);
+}
+template <int D>
+void backward_p(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const bf16* dout, const float* lse,
+                bf16* dq, bf16* dk, bf16* dv, float* delta, const AttentionShape& s, cudaStream_t stream) {
+  if (s.pipelined)
+    backward_d<D, true>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
+  else
+    backward_d<D, false>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
 }
 
 }  // namespace
@@ -441,9 +592,9 @@ void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, flo
   check_shape(s, "attention_forward");
   check_aligned({q, k, v, o}, "attention_forward");
   switch (s.D) {
-    case 32: return forward_d<32>(q, k, v, o, lse, s, stream);
-    case 64: return forward_d<64>(q, k, v, o, lse, s, stream);
-    default: return forward_d<128>(q, k, v, o, lse, s, stream);
+    case 32: return forward_p<32>(q, k, v, o, lse, s, stream);
+    case 64: return forward_p<64>(q, k, v, o, lse, s, stream);
+    default: return forward_p<128>(q, k, v, o, lse, s, stream);
   }
 }
 
@@ -458,9 +609,9 @@ void attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16*
   detail::require(workspace != nullptr, "attention_backward: needs attention_backward_workspace_bytes of workspace");
   float* delta = static_cast<float*>(workspace);
   switch (s.D) {
-    case 32: return backward_d<32>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
-    case 64: return backward_d<64>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
-    default: return backward_d<128>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
+    case 32: return backward_p<32>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
+    case 64: return backward_p<64>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
+    default: return backward_p<128>(q, k, v, o, dout, lse, dq, dk, dv, delta, s, stream);
   }
 }
 

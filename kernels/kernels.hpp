@@ -120,6 +120,9 @@ struct AttentionShape {
   long ld_q = 0, ld_kv = 0, ld_o = 0;
   /// The backward adds into dk and dv (bf16, one rounding of old + new) instead of overwriting.
   bool accumulate_dkv = false;
+  /// Stream the K/V (forward, dQ) and Q/dO (dK/dV) tiles through cp.async with two buffers, the
+  /// next tile's copy overlapping this one's products (same arithmetic, more shared memory).
+  bool pipelined = false;
 };
 /// Whether the launchers accept `s` (head dim, strides, key count); pointers must also be 16-byte
 /// aligned.

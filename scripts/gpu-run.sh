@@ -9,7 +9,8 @@
 # start included in the lease), limits in seconds, override with PHASE_<NAME>_S:
 #   probe 20; correctness 140 (the GPU tests; compute-sanitizer reruns of a failing one, at most
 #   SANITIZER_S=40 s each); train 200 (foresight-train --backend cuda --precision bf16 on the local
-#   350M and 1.3B plans, TRAIN_STEPS=8, then a profiled 350M run: GPU time per op); baseline 70 (PyTorch eager on the same two models through
+#   350M and 1.3B plans, TRAIN_STEPS=8, then a profiled 350M run: GPU time per op, and a 350M run
+#   with FORESIGHT_ATTENTION=pipelined, the attention kernels' cp.async form); baseline 70 (PyTorch eager on the same two models through
 #   scripts/torch-baseline-subset.py; BASELINE_COMPILE=gpt-1.3b adds torch.compile rows); kernels 60
 #   (bench_kernels vs PyTorch on the same shapes); loop 110 (foresight validate --local --backend
 #   cuda: the trainer's CUDA backend calibrated op by op, the one-rank plans predicted, run and
@@ -114,7 +115,10 @@ phase train 200 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
     > $RESULTS/train-\$e/train.txt 2>&1; echo \"\$e: exit \$?\"; tail -5 $RESULTS/train-\$e/train.txt; done; \
   FORESIGHT_PROFILE_OPS=1 timeout 40 $BIN/foresight-train --plan $RESULTS/train-gpt-350m-local-h100/plan.json --backend cuda \
     --precision bf16 --steps 3 > $RESULTS/train-profile-350m.txt 2>&1; echo \"profile: exit \$?\"; \
-  head -40 $RESULTS/train-profile-350m.txt | grep -v '^step'"
+  head -40 $RESULTS/train-profile-350m.txt | grep -v '^step'; \
+  FORESIGHT_ATTENTION=pipelined timeout 40 $BIN/foresight-train --plan $RESULTS/train-gpt-350m-local-h100/plan.json \
+    --backend cuda --precision bf16 --steps 6 > $RESULTS/train-pipelined-350m.txt 2>&1; echo \"pipelined: exit \$?\"; \
+  tail -3 $RESULTS/train-pipelined-350m.txt"
 
 baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
 [ -f "$baseline" ] || baseline=../shared/bench/torch_gpt_baseline.py
@@ -150,7 +154,7 @@ phase calibrate 120 "$BIN/foresight calibrate --quick --out $RESULTS/profile-qui
   grep -E '^\| [a-z]|^Step' "$RESULTS/closed-loop-cuda.md" 2>/dev/null
   echo
   echo "## foresight-train --backend cuda --precision bf16"
-  for f in "$RESULTS"/train-*/train.txt; do [ -f "$f" ] && { echo "$f:"; tail -4 "$f"; }; done
+  for f in "$RESULTS"/train-*/train.txt "$RESULTS"/train-pipelined-350m.txt; do [ -f "$f" ] && { echo "$f:"; tail -4 "$f"; }; done
   [ -f "$RESULTS/train-profile-350m.txt" ] && { echo; echo "GPU time per op, 350M, 3 steps:"; grep -A25 'GPU time per op' "$RESULTS/train-profile-350m.txt"; }
   echo
   echo "## PyTorch baseline (tokens/s, peak memory GiB)"

@@ -254,7 +254,10 @@ class CudaBackend final : public Backend {
                                      : CUBLAS_PEDANTIC_MATH;
     FORESIGHT_CUBLAS(cublasSetMathMode(blas_, mode));
     pool_ = std::make_shared<DevicePool>(device_);
-    if (const char* e = std::getenv("FORESIGHT_ATTENTION")) unfused_attention_ = std::string(e) == "unfused";
+    if (const char* e = std::getenv("FORESIGHT_ATTENTION")) {
+      unfused_attention_ = std::string(e) == "unfused";
+      pipelined_attention_ = std::string(e) == "pipelined";
+    }
     if (const char* e = std::getenv("FORESIGHT_PROFILE_OPS"); e && *e && std::string(e) != "0")
       profiler_ = std::make_unique<OpProfiler>(stream_);
   }
@@ -431,7 +434,8 @@ class CudaBackend final : public Backend {
   // CPU backend's order).
   // Fused attention (kernels::attention_forward/backward: FlashAttention-2 structure on bf16
   // tensor cores, lse saved instead of probs) under the bf16 recipe when the kernels take the
-  // shape; FORESIGHT_ATTENTION=unfused keeps Megatron-LM's unfused path below.
+  // shape; FORESIGHT_ATTENTION=unfused keeps Megatron-LM's unfused path below,
+  // FORESIGHT_ATTENTION=pipelined takes the kernels' cp.async double-buffered form.
   AttentionSaved attention_saved(const AttentionShape& s) const override {
     if (fused_attention(s)) return {std::int64_t(s.batch) * s.heads * s.seq, 1, true};
     return Backend::attention_saved(s);
@@ -637,7 +641,7 @@ class CudaBackend final : public Backend {
     return bf16() && saved.storage() == Storage::float32 && saved.cols() == 1 &&
            saved.rows() == std::int64_t(s.batch) * s.heads * s.seq && fused_attention(s);
   }
-  static kernels::AttentionShape kernel_shape(const AttentionShape& s) {
+  kernels::AttentionShape kernel_shape(const AttentionShape& s) const {
     const long ld = 3L * s.heads * s.head_dim;  // packed qkv and kv rows
     kernels::AttentionShape k;
     k.B = s.batch;
@@ -648,6 +652,7 @@ class CudaBackend final : public Backend {
     k.ld_q = ld;
     k.ld_kv = ld;
     k.ld_o = long(s.heads) * s.head_dim;
+    k.pipelined = pipelined_attention_;
     return k;
   }
   /// A bf16 tensor's elements from `elements` on, as the kernels take them (16-byte aligned or
@@ -739,6 +744,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DevicePool> pool_;
   std::unique_ptr<OpProfiler> profiler_;
   bool unfused_attention_ = false;
+  bool pipelined_attention_ = false;  // FORESIGHT_ATTENTION=pipelined: the kernels' cp.async form
 };
 
 int local_rank() {

@@ -100,8 +100,9 @@ TEST_F(GemmGpu, ExpertGemmAndBiasGrad) {
 class AttentionGpu : public Gpu {};
 
 TEST_F(AttentionGpu, ForwardAndBackwardMatchReference) {
+  for (const bool pipelined : {false, true})
   for (int D : {32, 64, 128}) {
-    const AttentionShape s{.B = 2, .T = 203, .H = 3, .D = D};
+    const AttentionShape s{.B = 2, .T = 203, .H = 3, .D = D, .pipelined = pipelined};
     const float scale = 1.0f / std::sqrt(float(D));
     const std::size_t n = std::size_t(s.B) * s.T * s.H * D, nstat = std::size_t(s.B) * s.H * s.T;
     auto q = randn(n, 20 + D), k = randn(n, 21 + D), v = randn(n, 22 + D), dout = randn(n, 23 + D);
@@ -114,7 +115,7 @@ TEST_F(AttentionGpu, ForwardAndBackwardMatchReference) {
     d_lse.poison();
     attention_forward(dq_in.get(), dk_in.get(), dv_in.get(), d_o.get(), d_lse.get(), s, stream);
     sync();
-    const std::string tag = " D" + std::to_string(D) + " T" + std::to_string(s.T);
+    const std::string tag = " D" + std::to_string(D) + " T" + std::to_string(s.T) + (pipelined ? " cp.async" : "");
     expect_close("attention fwd o" + tag, d_o.download(), o, kTolBf16);
     expect_close("attention fwd lse" + tag, d_lse.download(), lse, kTolF32);
 
