@@ -442,6 +442,81 @@ __global__ void convert_f32_bf16_vec_k(bf16* dst, const float* src, std::int64_t
   }
 }
 
+// LayerNorm for packed bf16 rows (cols a multiple of 8): one warp per row, 16-byte loads, the
+// row's sums in double across the warp (a shuffle tree instead of the block kernels' shared-memory
+// tree and its eight barriers per reduction). The same formulas as layernorm_forward_k and
+// layernorm_backward_dx_k; only the order of the double additions differs.
+__device__ __forceinline__ double warp_sum_d(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+constexpr int kRowsPerBlock = kThreads / 32;
+
+__global__ void layernorm_forward_vec_k(bf16* y, float* mean, float* rstd, const bf16* x, const bf16* gamma,
+                                        const bf16* beta, std::int64_t rows, std::int64_t cols, double eps) {
+  const std::int64_t n = blockIdx.x * std::int64_t(kRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (n >= rows) return;  // whole warps leave: the shuffles below see full warps
+  const bf16* xr = x + n * cols;
+  double s = 0;
+  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+    const Bf16x8 v = load8(xr + j);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s += v.v[k];
+  }
+  const double mu = warp_sum_d(s) / double(cols);
+  double q = 0;
+  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+    const Bf16x8 v = load8(xr + j);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) q += (v.v[k] - mu) * (v.v[k] - mu);
+  }
+  const double rs = 1.0 / sqrt(warp_sum_d(q) / double(cols) + eps);
+  if (lane == 0) {
+    mean[n] = float(mu);
+    rstd[n] = float(rs);
+  }
+  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+    const Bf16x8 v = load8(xr + j), g = load8(gamma + j), b = load8(beta + j);
+    Bf16x8 o;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o.v[k] = float((v.v[k] - mu) * rs * g.v[k] + b.v[k]);
+    store8(y + n * cols + j, o);
+  }
+}
+
+__global__ void layernorm_backward_dx_vec_k(bf16* dx, const bf16* dy, const bf16* x, const float* mean,
+                                            const float* rstd, const bf16* gamma, std::int64_t rows,
+                                            std::int64_t cols) {
+  const std::int64_t n = blockIdx.x * std::int64_t(kRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (n >= rows) return;
+  const bf16* xr = x + n * cols;
+  const bf16* dyr = dy + n * cols;
+  const double mu = mean[n], rs = rstd[n];
+  double a = 0, b = 0;
+  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+    const Bf16x8 v = load8(xr + j), d = load8(dyr + j), g = load8(gamma + j);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const double xhat = (v.v[k] - mu) * rs, dxhat = double(d.v[k]) * g.v[k];
+      a += dxhat;
+      b += dxhat * xhat;
+    }
+  }
+  const double ma = warp_sum_d(a) / double(cols), mb = warp_sum_d(b) / double(cols);
+  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+    const Bf16x8 v = load8(xr + j), d = load8(dyr + j), g = load8(gamma + j);
+    Bf16x8 o;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const double xhat = (v.v[k] - mu) * rs, dxhat = double(d.v[k]) * g.v[k];
+      o.v[k] = float(rs * (dxhat - ma - xhat * mb));
+    }
+    store8(dx + n * cols + j, o);
+  }
+}
+
 bool vec8(std::int64_t n, std::initializer_list<const void*> ps) {
   if (n % 8 != 0) return false;
   for (const void* p : ps)
@@ -532,6 +607,12 @@ void layernorm_forward(Out y, float* mean, float* rstd, In x, In gamma, In beta,
   if (rows == 0) return;
   same_type(y.type, x.type, "layernorm_forward (y, x)");
   same_type(gamma.type, beta.type, "layernorm_forward (gamma, beta)");
+  if (y.type == Type::bf16 && gamma.type == Type::bf16 && vec8(cols, {y.data, x.data, gamma.data, beta.data})) {
+    LAUNCH(layernorm_forward_vec_k, blocks_for(rows, kRowsPerBlock), static_cast<bf16*>(y.data), mean, rstd,
+           static_cast<const bf16*>(x.data), static_cast<const bf16*>(gamma.data), static_cast<const bf16*>(beta.data),
+           rows, cols, eps);
+    return;
+  }
   typed(y, [&](auto* py) {
     using T = std::remove_pointer_t<decltype(py)>;
     typed(gamma, [&](auto* pg) {
@@ -551,7 +632,15 @@ void layernorm_backward(Out dx, Out dgamma, Out dbeta, In dy, In x, const float*
     using T = std::remove_pointer_t<decltype(pdx)>;
     const T* pdy = static_cast<const T*>(dy.data);
     const T* px = static_cast<const T*>(x.data);
-    typed(gamma, [&](auto* pg) { LAUNCH(layernorm_backward_dx_k, int(rows), pdx, pdy, px, mean, rstd, pg, cols); });
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (gamma.type == Type::bf16 && vec8(cols, {pdx, pdy, px, gamma.data}))
+        LAUNCH(layernorm_backward_dx_vec_k, blocks_for(rows, kRowsPerBlock), pdx, pdy, px, mean, rstd,
+               static_cast<const bf16*>(gamma.data), rows, cols);
+      else
+        typed(gamma, [&](auto* pg) { LAUNCH(layernorm_backward_dx_k, int(rows), pdx, pdy, px, mean, rstd, pg, cols); });
+    } else {
+      typed(gamma, [&](auto* pg) { LAUNCH(layernorm_backward_dx_k, int(rows), pdx, pdy, px, mean, rstd, pg, cols); });
+    }
     const std::int64_t chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
     kernels::detail::require(chunks < 65536, "layernorm_backward: more than 65535 row chunks");
     const dim3 grid(unsigned(blocks_for(cols)), unsigned(chunks));
