@@ -273,6 +273,21 @@ TEST_F(CudaBackendBf16Test, VectorisedStreamingKernels) {
   cpu->gelu_backward(gdx.first, dy.first, g.first);
   gpu->gelu_backward(gdx.second, dy.second, g.second);
   expect_bf16("gelu_backward (16-byte)", gdx, kBf16Exact);
+  // LayerNorm, one warp per row (the same formulas, double sums in another order).
+  auto lx = pair(N, C, 3.0f), gamma = pair(1, C), beta = pair(1, C);
+  auto ln = out(N, C), mean = out(N, 1, true), rstd = out(N, 1, true);
+  cpu->layernorm_forward(ln.first, mean.first, rstd.first, lx.first, gamma.first, beta.first);
+  gpu->layernorm_forward(ln.second, mean.second, rstd.second, lx.second, gamma.second, beta.second);
+  expect_bf16("layernorm_forward y (warp per row)", ln, kBf16Exact);
+  expect_fp32("layernorm_forward mean (warp per row)", mean, 1e-6);
+  expect_fp32("layernorm_forward rstd (warp per row)", rstd, 1e-6);
+  auto ldy = pair(N, C), ldx = out(N, C), dg = pair_fp32(1, C), db = pair_fp32(1, C);
+  cpu->layernorm_backward(ldx.first, dg.first, db.first, ldy.first, lx.first, mean.first, rstd.first, gamma.first);
+  gpu->layernorm_backward(ldx.second, dg.second, db.second, ldy.second, lx.second, mean.second, rstd.second,
+                          gamma.second);
+  expect_bf16("layernorm_backward dx (warp per row)", ldx, kBf16Exact);
+  expect_fp32("layernorm_backward dgamma", dg, 1e-6);
+  expect_fp32("layernorm_backward dbeta", db, 1e-6);
   auto master = pair_fp32(N, C), working = out(N, C);
   cpu->copy(working.first, master.first);
   gpu->copy(working.second, master.second);
