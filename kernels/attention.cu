@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     warp_pb<D>(acc, s, Vt);
-    if constexpr (kPipe) __syncthreads();  // this slot is refilled by the next iteration but one
+    if constexpr (kPipe) __syncthreads();  // the next iteration's prefetch refills this slot
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -312,7 +312,6 @@ __global__ void __launch_bounds__(kThreads)
   const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
   const float* lb = lse + (long(b) * g.H + h) * g.T;
   const float* db = delta + (long(b) * g.H + h) * g.T;
-  // Pipelined layout after K and V: two slots of (Q, dO), then lse and delta for each slot.
   // Pipelined layout after K and V: Q and dO of slot 0, Q and dO of slot 1, then lse and delta
   // of slot 0 and of slot 1 (pointers chosen by ternaries: an indexed array would live in local
   // memory).
@@ -397,7 +396,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - Dt[nt * 8 + 2 * t + (e & 1)]);
     warp_pb<D>(dv_acc, p, Gt);   // dV += P^T dO
     warp_pb<D>(dk_acc, ds, Qt);  // dK += dS^T Q (times scale at the store)
-    if constexpr (kPipe) __syncthreads();  // this slot is refilled by the next iteration but one
+    if constexpr (kPipe) __syncthreads();  // the next iteration's prefetch refills this slot
   }
   if constexpr (kPipe) cp_async_wait<0>();  // a tile no query sees still had its K/V group in flight
   store_rows<D>(dk + long(b) * g.C * g.ld_kv + long(h) * D, g.ld_kv, key, g.C, dk_acc, scale, accumulate);
@@ -480,7 +479,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - dl[e / 2]);
     warp_pb<D>(acc, ds, Kt);  // dQ += dS K (times scale at the store)
-    if constexpr (kPipe) __syncthreads();  // this slot is refilled by the next iteration but one
+    if constexpr (kPipe) __syncthreads();  // the next iteration's prefetch refills this slot
   }
   store_rows<D>(dq + long(b) * g.T * g.ld_q + long(h) * D, g.ld_q, row, g.T, acc, scale, false);
 }

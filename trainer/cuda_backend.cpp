@@ -255,8 +255,12 @@ class CudaBackend final : public Backend {
     FORESIGHT_CUBLAS(cublasSetMathMode(blas_, mode));
     pool_ = std::make_shared<DevicePool>(device_);
     if (const char* e = std::getenv("FORESIGHT_ATTENTION")) {
-      unfused_attention_ = std::string(e) == "unfused";
-      pipelined_attention_ = std::string(e) == "pipelined";
+      const std::string v = e;
+      if (v != "fused" && v != "pipelined" && v != "unfused")
+        throw SpecError(SourceLocation{"environment", 0, 0}, "FORESIGHT_ATTENTION", v,
+                        "must be fused (the default), pipelined (its cp.async form) or unfused");
+      unfused_attention_ = v == "unfused";
+      pipelined_attention_ = v == "pipelined";
     }
     if (const char* e = std::getenv("FORESIGHT_PROFILE_OPS"); e && *e && std::string(e) != "0")
       profiler_ = std::make_unique<OpProfiler>(stream_);

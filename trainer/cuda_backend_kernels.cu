@@ -454,66 +454,70 @@ constexpr int kRowsPerBlock = kThreads / 32;
 
 __global__ void layernorm_forward_vec_k(bf16* y, float* mean, float* rstd, const bf16* x, const bf16* gamma,
                                         const bf16* beta, std::int64_t rows, std::int64_t cols, double eps) {
-  const std::int64_t n = blockIdx.x * std::int64_t(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (n >= rows) return;  // whole warps leave: the shuffles below see full warps
-  const bf16* xr = x + n * cols;
-  double s = 0;
-  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
-    const Bf16x8 v = load8(xr + j);
+  // Rows stride over the grid (blocks_for caps it); n is the same for every lane of a warp, so
+  // whole warps leave the loop together and the shuffles below always see full warps.
+  for (std::int64_t n = blockIdx.x * std::int64_t(kRowsPerBlock) + threadIdx.x / 32; n < rows;
+       n += std::int64_t(gridDim.x) * kRowsPerBlock) {
+    const bf16* xr = x + n * cols;
+    double s = 0;
+    for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+      const Bf16x8 v = load8(xr + j);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) s += v.v[k];
-  }
-  const double mu = warp_sum_d(s) / double(cols);
-  double q = 0;
-  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
-    const Bf16x8 v = load8(xr + j);
+      for (int k = 0; k < 8; ++k) s += v.v[k];
+    }
+    const double mu = warp_sum_d(s) / double(cols);
+    double q = 0;
+    for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+      const Bf16x8 v = load8(xr + j);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) q += (v.v[k] - mu) * (v.v[k] - mu);
-  }
-  const double rs = 1.0 / sqrt(warp_sum_d(q) / double(cols) + eps);
-  if (lane == 0) {
-    mean[n] = float(mu);
-    rstd[n] = float(rs);
-  }
-  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
-    const Bf16x8 v = load8(xr + j), g = load8(gamma + j), b = load8(beta + j);
-    Bf16x8 o;
+      for (int k = 0; k < 8; ++k) q += (v.v[k] - mu) * (v.v[k] - mu);
+    }
+    const double rs = 1.0 / sqrt(warp_sum_d(q) / double(cols) + eps);
+    if (lane == 0) {
+      mean[n] = float(mu);
+      rstd[n] = float(rs);
+    }
+    for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+      const Bf16x8 v = load8(xr + j), g = load8(gamma + j), b = load8(beta + j);
+      Bf16x8 o;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) o.v[k] = float((v.v[k] - mu) * rs * g.v[k] + b.v[k]);
-    store8(y + n * cols + j, o);
+      for (int k = 0; k < 8; ++k) o.v[k] = float((v.v[k] - mu) * rs * g.v[k] + b.v[k]);
+      store8(y + n * cols + j, o);
+    }
   }
 }
 
 __global__ void layernorm_backward_dx_vec_k(bf16* dx, const bf16* dy, const bf16* x, const float* mean,
                                             const float* rstd, const bf16* gamma, std::int64_t rows,
                                             std::int64_t cols) {
-  const std::int64_t n = blockIdx.x * std::int64_t(kRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (n >= rows) return;
-  const bf16* xr = x + n * cols;
-  const bf16* dyr = dy + n * cols;
-  const double mu = mean[n], rs = rstd[n];
-  double a = 0, b = 0;
-  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
-    const Bf16x8 v = load8(xr + j), d = load8(dyr + j), g = load8(gamma + j);
+  for (std::int64_t n = blockIdx.x * std::int64_t(kRowsPerBlock) + threadIdx.x / 32; n < rows;
+       n += std::int64_t(gridDim.x) * kRowsPerBlock) {  // warp-uniform, as the forward
+    const bf16* xr = x + n * cols;
+    const bf16* dyr = dy + n * cols;
+    const double mu = mean[n], rs = rstd[n];
+    double a = 0, b = 0;
+    for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+      const Bf16x8 v = load8(xr + j), d = load8(dyr + j), g = load8(gamma + j);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const double xhat = (v.v[k] - mu) * rs, dxhat = double(d.v[k]) * g.v[k];
-      a += dxhat;
-      b += dxhat * xhat;
+      for (int k = 0; k < 8; ++k) {
+        const double xhat = (v.v[k] - mu) * rs, dxhat = double(d.v[k]) * g.v[k];
+        a += dxhat;
+        b += dxhat * xhat;
+      }
     }
-  }
-  const double ma = warp_sum_d(a) / double(cols), mb = warp_sum_d(b) / double(cols);
-  for (std::int64_t j = 8 * lane; j < cols; j += 256) {
-    const Bf16x8 v = load8(xr + j), d = load8(dyr + j), g = load8(gamma + j);
-    Bf16x8 o;
+    const double ma = warp_sum_d(a) / double(cols), mb = warp_sum_d(b) / double(cols);
+    for (std::int64_t j = 8 * lane; j < cols; j += 256) {
+      const Bf16x8 v = load8(xr + j), d = load8(dyr + j), g = load8(gamma + j);
+      Bf16x8 o;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const double xhat = (v.v[k] - mu) * rs, dxhat = double(d.v[k]) * g.v[k];
-      o.v[k] = float(rs * (dxhat - ma - xhat * mb));
+      for (int k = 0; k < 8; ++k) {
+        const double xhat = (v.v[k] - mu) * rs, dxhat = double(d.v[k]) * g.v[k];
+        o.v[k] = float(rs * (dxhat - ma - xhat * mb));
+      }
+      store8(dx + n * cols + j, o);
     }
-    store8(dx + n * cols + j, o);
   }
 }
 

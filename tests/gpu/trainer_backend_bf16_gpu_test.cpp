@@ -258,7 +258,9 @@ TEST_F(CudaBackendBf16Test, ElementwiseReductionsAndMixedTypes) {
 // kernels' bounds (one bf16 step, rarely: a float sum or exp rounded once more than the CPU's
 // double), and the fp32 -> bf16 copy bit for bit.
 TEST_F(CudaBackendBf16Test, VectorisedStreamingKernels) {
-  const std::int64_t N = 64, C = 256;
+  // 61 rows (not a multiple of the LayerNorm kernels' 8 rows per block), 264 columns (a multiple of
+  // 8, not of a warp's 256): idle lanes and an early-leaving warp are exercised.
+  const std::int64_t N = 61, C = 264;
   auto y = pair(N, C), x = pair(N, C), bias = pair(1, C);
   cpu->add(y.first, x.first);
   gpu->add(y.second, x.second);
