@@ -52,6 +52,34 @@ t = timeit(attn)
 rows.append({"name": "attention fwd+bwd causal", "median_s": t,
              "rate": 3.5 * 4 * B * H * T * T * D / 2 / t / 1e12, "unit": "TFLOP/s"})
 
+# SDPA per backend at the sequence lengths long-context runs give one call (a context-parallel
+# ring step at 128k-256k over cp 4-8 is a 16k-32k causal block): whether PyTorch's flash backend
+# (FlashAttention-2 vendored, which torchtitan's CP ran) reaches FlashAttention-2's own ~330
+# TFLOP/s there (notes/research-pytorch.md). Rows named "sdpa <backend> ...", not compared with
+# bench_kernels; a backend this build lacks is skipped.
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+for backend_name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]:
+    for T_long in (16384, 32768):
+        B_l, H_l = 1, 32
+        ql, kl, vl = (torch.randn(B_l, H_l, T_long, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                      for _ in range(3))
+        dol = torch.randn(B_l, H_l, T_long, D, device=dev, dtype=torch.bfloat16)
+
+        def attn_long():
+            with sdpa_kernel(backend):
+                o = torch.nn.functional.scaled_dot_product_attention(ql, kl, vl, is_causal=True)
+            o.backward(dol)
+
+        try:
+            t = timeit(attn_long, reps=5, warmup=1)
+        except RuntimeError as err:  # no kernel of that backend for this shape or build
+            print(f"sdpa {backend_name} T{T_long}: skipped ({str(err).splitlines()[0][:80]})")
+            continue
+        rows.append({"name": f"sdpa {backend_name} fwd+bwd causal B1 H32 T{T_long} D128", "median_s": t,
+                     "rate": 3.5 * 4 * B_l * H_l * T_long * T_long * D / 2 / t / 1e12, "unit": "TFLOP/s"})
+        del ql, kl, vl, dol
+
 n = 1 << 27
 x = torch.randn(n, device=dev, dtype=torch.bfloat16)
 y = torch.randn(n, device=dev, dtype=torch.bfloat16)

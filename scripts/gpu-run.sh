@@ -7,14 +7,19 @@
 # PHASES="a b" runs only those (a second call for what the budget left out).
 # Phases in this order, sized for a 15-minute device lease (one call of at most 600 s, the machine's
 # start included in the lease), limits in seconds, override with PHASE_<NAME>_S:
-#   probe 20; correctness 140 (the GPU tests; compute-sanitizer reruns of a failing one, at most
-#   SANITIZER_S=40 s each); train 200 (foresight-train --backend cuda --precision bf16 on the local
-#   350M and 1.3B plans, TRAIN_STEPS=8, then a profiled 350M run: GPU time per op, and a 350M run
-#   with FORESIGHT_ATTENTION=pipelined, the attention kernels' cp.async form); baseline 70 (PyTorch eager on the same two models through
-#   scripts/torch-baseline-subset.py; BASELINE_COMPILE=gpt-1.3b adds torch.compile rows); kernels 60
-#   (bench_kernels vs PyTorch on the same shapes); loop 110 (foresight validate --local --backend
-#   cuda: the trainer's CUDA backend calibrated op by op, the one-rank plans predicted, run and
-#   compared: closed-loop-cuda.md / .json); calibrate 120 (foresight calibrate --quick).
+#   probe 20;
+#   correctness 140: the GPU tests; compute-sanitizer reruns of a failing one, at most
+#     SANITIZER_S=40 s each;
+#   train 200: foresight-train --backend cuda --precision bf16 on the local 350M and 1.3B plans
+#     (TRAIN_STEPS=8), then a profiled 350M run (GPU time per op) and a 350M run with
+#     FORESIGHT_ATTENTION=pipelined (the attention kernels' cp.async form);
+#   baseline 70: PyTorch eager on the same two models through scripts/torch-baseline-subset.py
+#     (BASELINE_COMPILE=gpt-1.3b adds torch.compile rows);
+#   kernels 90: bench_kernels vs PyTorch on the same shapes, and PyTorch SDPA per backend at 16k
+#     and 32k;
+#   loop 110: foresight validate --local --backend cuda (the trainer's CUDA backend calibrated op
+#     by op, the one-rank plans predicted, run and compared: closed-loop-cuda.md / .json);
+#   calibrate 120: foresight calibrate --quick.
 # ARCHIVE leaves out loop-cuda/ (the loop's run directories, ~18 MB; its tables are kept).
 # The device tool brings back at most 8 files from $OUT: ARCHIVE=path.tar.gz packs RESULTS_DIR there.
 set -uo pipefail
@@ -125,7 +130,7 @@ baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
 phase baseline 70 "PYTHONUNBUFFERED=1 python3 scripts/torch-baseline-subset.py $baseline --eager gpt-350m,gpt-1.3b \
   --compile '${BASELINE_COMPILE:-}' | tee $RESULTS/torch_baseline.jsonl"
 
-phase kernels 60 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
+phase kernels 90 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
   python3 calibrate/bench_torch.py $RESULTS/bench_torch.json && \
   python3 calibrate/compare_bench.py $RESULTS/bench_kernels.json $RESULTS/bench_torch.json"
 
