@@ -104,6 +104,15 @@ class Backend {
   /// main-grad (Megatron-LM's gradient-accumulation fusion).
   virtual void matmul(Tensor c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                       bool accumulate) = 0;
+  /// c (M,N) = op(a) op(b) + bias (1,N) broadcast over rows: a Linear layer's output in one
+  /// call. The bias joins the fp32 sum before c is rounded, so a bf16 c is rounded once (the
+  /// rounding of cuBLASLt's BIAS epilogue, which the CUDA backend uses); matmul then add_bias
+  /// rounds twice. This default is that pair, for backends with nothing to fuse.
+  virtual void matmul_bias(Tensor c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                           const Tensor& bias) {
+    matmul(c, a, transpose_a, b, transpose_b, false);
+    add_bias(c, bias);
+  }
   /// y (N,C) += bias (1,C) broadcast over rows.
   virtual void add_bias(Tensor y, const Tensor& bias) = 0;
   /// dbias (1,C) += column sums of dy (N,C).

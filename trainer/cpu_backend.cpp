@@ -119,6 +119,16 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, bool accumulate) override {
+    gemm(c, a, ta, b, tb, accumulate, nullptr);
+  }
+  void matmul_bias(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& bias) override {
+    FORESIGHT_CHECK(bias.numel() == c.cols()) << bias.numel() << " vs " << c.cols();
+    gemm(c, a, ta, b, tb, false, &bias);
+  }
+  /// c = op(a) op(b) (+ c when accumulating) (+ bias per column), each element's products summed
+  /// in double over k in increasing order, rounded to float, the bias added in float, and a bf16 c
+  /// rounded once at the end.
+  void gemm(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, bool accumulate, const Tensor* bias) {
     const std::int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
     const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
     FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
@@ -141,6 +151,8 @@ class CpuBackend final : public Backend {
       }
       float* row = pc + i * N;
       for (std::int64_t j = 0; j < N; ++j) row[j] = accumulate ? float(row[j] + acc[j]) : float(acc[j]);
+      if (bias)
+        for (std::int64_t j = 0; j < N; ++j) row[j] += bias->data()[j];
     }
     round_if_bf16(c);
   }

@@ -1,5 +1,6 @@
 #include "trainer/cuda_backend.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -7,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -240,6 +243,30 @@ class OpScope {
   cudaEvent_t end_ = nullptr;
 };
 
+/// A bf16 cuBLASLt matrix layout, destroyed on scope exit.
+struct LtLayout {
+  cublasLtMatrixLayout_t h = nullptr;
+  LtLayout(std::uint64_t rows, std::uint64_t cols, std::int64_t ld) {
+    FORESIGHT_CUBLAS(cublasLtMatrixLayoutCreate(&h, CUDA_R_16BF, rows, cols, ld));
+  }
+  ~LtLayout() { cublasLtMatrixLayoutDestroy(h); }
+  LtLayout(const LtLayout&) = delete;
+  LtLayout& operator=(const LtLayout&) = delete;
+};
+
+/// A cuBLASLt matmul descriptor (fp32 compute and scale), destroyed on scope exit.
+struct LtDesc {
+  cublasLtMatmulDesc_t h = nullptr;
+  LtDesc() { FORESIGHT_CUBLAS(cublasLtMatmulDescCreate(&h, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  ~LtDesc() { cublasLtMatmulDescDestroy(h); }
+  LtDesc(const LtDesc&) = delete;
+  LtDesc& operator=(const LtDesc&) = delete;
+  template <class T>
+  void set(cublasLtMatmulDescAttributes_t a, const T& v) {
+    FORESIGHT_CUBLAS(cublasLtMatmulDescSetAttribute(h, a, &v, sizeof(v)));
+  }
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool tf32, Precision precision) : device_(device), tf32_(tf32), precision_(precision) {
@@ -264,11 +291,25 @@ class CudaBackend final : public Backend {
     }
     if (const char* e = std::getenv("FORESIGHT_PROFILE_OPS"); e && *e && std::string(e) != "0")
       profiler_ = std::make_unique<OpProfiler>(stream_);
+    if (const char* e = std::getenv("FORESIGHT_GEMM_EPILOGUE")) {
+      const std::string v = e;
+      if (v != "bias" && v != "none")
+        throw SpecError(SourceLocation{"environment", 0, 0}, "FORESIGHT_GEMM_EPILOGUE", v,
+                        "must be bias (the default: a Linear layer's bias added in cuBLASLt's epilogue) or none "
+                        "(a separate add_bias kernel)");
+      bias_epilogue_ = v == "bias";
+    }
+    if (bf16() && bias_epilogue_) {
+      FORESIGHT_CUBLAS(cublasLtCreate(&lt_));
+      lt_workspace_ = std::make_unique<Scratch>(pool_, kLtWorkspaceBytes);
+    }
   }
   ~CudaBackend() override {
     if (profiler_) profiler_->report();
     profiler_.reset();
     cudaStreamSynchronize(stream_);
+    lt_workspace_.reset();
+    if (lt_) cublasLtDestroy(lt_);
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -390,6 +431,32 @@ class CudaBackend final : public Backend {
     std::optional<Scratch> sa, sb;
     const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb);
     gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, accumulate ? 1.0f : 0.0f, out(c), N, 0, 1);
+  }
+  void matmul_bias(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& bias) override {
+    const std::int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
+    const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
+    FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
+        << "matmul_bias (" << M << "," << K << ")x(" << Kb << "," << N << ") into (" << c.rows() << "," << c.cols()
+        << ")";
+    FORESIGHT_CHECK(bias.numel() == N) << "matmul_bias: bias of " << bias.numel() << " for " << N << " columns";
+    if (!bf16() || c.storage() != Storage::packed_bf16 || M == 0 || N == 0 || K == 0) {
+      // fp32 (or nothing to fuse): the sum and the bias meet in fp32 either way.
+      Backend::matmul_bias(c, a, ta, b, tb, bias);
+      return;
+    }
+    check_device(bias, "matmul_bias");
+    std::optional<Scratch> sa, sb, sbias;
+    const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb), pbias = gemm_operand(bias, sbias);
+    if (lt_ && bias_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), pbias, out(c))) return;
+    // No epilogue for these pointers: the same single rounding in three steps, through an fp32
+    // copy of the sum (what the CPU backend and cuBLASLt's epilogue compute).
+    const OpScope op_scope = profile("matmul_bias unfused " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                     std::to_string(K));
+    Scratch sum(pool_, std::size_t(M * N) * sizeof(float));
+    const cuda::Out sum32{sum.as<void>(), cuda::Type::fp32};
+    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, 0.0f, sum32, N, 0, 1);
+    cuda::add_bias(sum32, pbias, M, N, stream_);
+    cuda::convert(out(c), sum32, M * N, stream_);
   }
   void add_bias(Tensor y, const Tensor& bias) override {
     const OpScope op_scope = profile("add_bias");
@@ -721,6 +788,92 @@ class CudaBackend final : public Backend {
                                                 CUBLAS_GEMM_DEFAULT));
   }
 
+  /// The largest power of two (up to 256) that divides a pointer: the alignment cuBLASLt may assume
+  /// of a buffer (its MIN_ALIGNMENT preferences default to 256, which trainer slices break: a
+  /// tensor's row slice or a parameter's view into the flat working copy starts anywhere).
+  static std::uint32_t alignment(const void* p) {
+    const auto v = reinterpret_cast<std::uintptr_t>(p);
+    std::uint32_t a = 1;
+    while (a < 256 && v % (2 * a) == 0) a *= 2;
+    return a;
+  }
+
+  /// Row-major bf16 C (M,N) = op(A) op(B) + bias (N) through cuBLASLt's BIAS epilogue: fp32
+  /// accumulation, the bf16 bias added to the fp32 sum, C rounded once. The problem is mapped to
+  /// cuBLASLt's column-major view as in gemm() (C^T = op(B)^T op(A)^T, B first), so the bias runs
+  /// along cuBLASLt's rows, one value per output column. The algorithm comes from the heuristic
+  /// with the operands' real alignments and without reductions in the output type (a split-K
+  /// partial sum rounded to bf16 would be a second rounding), once per shape and alignment; false
+  /// when it has none (the caller falls back) or the bias is not 16-byte aligned (Marian's note on
+  /// cuBLASLt bias epilogues, marian-nmt src/tensors/gpu/prod.cpp: misaligned bias vectors fail).
+  bool bias_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cuda::In A, std::int64_t lda,
+                 cuda::In B, std::int64_t ldb, cuda::In bias, cuda::Out C) {
+    FORESIGHT_CHECK(A.type == cuda::Type::bf16 && B.type == cuda::Type::bf16 && bias.type == cuda::Type::bf16 &&
+                    C.type == cuda::Type::bf16)
+        << "bias_gemm: bf16 operands only";
+    if (alignment(bias.data) < 16) return false;
+    const std::uint32_t align_a = alignment(B.data), align_b = alignment(A.data), align_c = alignment(C.data);
+    const std::string key = std::to_string(M) + "," + std::to_string(N) + "," + std::to_string(K) + "," +
+                            std::to_string(int(ta)) + std::to_string(int(tb)) + "," + std::to_string(lda) + "," +
+                            std::to_string(ldb) + "," + std::to_string(align_a) + "," + std::to_string(align_b) +
+                            "," + std::to_string(align_c);
+    auto it = lt_algos_.find(key);
+    if (it != lt_algos_.end() && !it->second) return false;  // asked before: no algorithm
+
+    // cuBLASLt's "A" is our B: (K,N) row-major = column-major (N,K) with op N, or (N,K) = (K,N) with
+    // op T; its "B" is our A likewise; C (M,N) row-major = column-major (N,M), ld N.
+    const LtLayout la(tb ? K : N, tb ? N : K, ldb), lb(ta ? M : K, ta ? K : M, lda), lc(N, M, N);
+    LtDesc op;
+    op.set(CUBLASLT_MATMUL_DESC_TRANSA, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
+    op.set(CUBLASLT_MATMUL_DESC_TRANSB, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
+    op.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    op.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data);
+    op.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+    if (it == lt_algos_.end()) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      FORESIGHT_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+      const std::size_t ws = kLtWorkspaceBytes;
+      const std::uint32_t schemes =
+          CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+      auto pref_set = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
+        if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v));
+      };
+      pref_set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws);
+      pref_set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, schemes);
+      pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+      pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+      pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
+      pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(lt_, op.h, la.h, lb.h, lc.h, lc.h, pref, 1, &result, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      // Not supported for this problem (a status, or no answer): remembered, and the caller falls back.
+      if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        lt_algos_.emplace(key, std::nullopt);
+        return false;
+      }
+      it = lt_algos_.emplace(key, result.algo).first;
+    }
+    const OpScope op_scope = profile_on() ? profile("matmul+bias " + std::to_string(M) + "x" + std::to_string(N) +
+                                                    "x" + std::to_string(K) + (ta ? " t" : " n") + (tb ? "t" : "n"))
+                                          : OpScope{};
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t st = cublasLtMatmul(lt_, op.h, &alpha, B.data, la.h, A.data, lb.h, &beta, C.data, lc.h, C.data,
+                                             lc.h, &*it->second, lt_workspace_->as<void>(), kLtWorkspaceBytes, stream_);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+      // Refused before launching anything: this problem takes the fallback from now on.
+      std::fprintf(stderr, "foresight-train: cuBLASLt refused the bias epilogue for %s (status %d); unfused there\n",
+                   key.c_str(), int(st));
+      it->second.reset();
+      return false;
+    }
+    FORESIGHT_CUBLAS(st);
+    return true;
+  }
+
   Scratch upload(std::span<const std::int32_t> ids) {
     Scratch s(pool_, std::max<std::size_t>(1, ids.size()) * sizeof(std::int32_t));
     if (!ids.empty())
@@ -747,6 +900,14 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::shared_ptr<DevicePool> pool_;
   std::unique_ptr<OpProfiler> profiler_;
+  // cuBLASLt for the GEMMs with a bias epilogue (bf16 recipe; FORESIGHT_GEMM_EPILOGUE=none turns
+  // it off), its workspace (32 MiB, what PyTorch gives cuBLASLt on Hopper) and the algorithm chosen
+  // per problem (nullopt: none, use the fallback).
+  static constexpr std::size_t kLtWorkspaceBytes = 32u << 20;
+  bool bias_epilogue_ = true;
+  cublasLtHandle_t lt_ = nullptr;
+  std::unique_ptr<Scratch> lt_workspace_;
+  std::map<std::string, std::optional<cublasLtMatmulAlgo_t>> lt_algos_;
   bool unfused_attention_ = false;
   bool pipelined_attention_ = false;  // FORESIGHT_ATTENTION=pipelined: the kernels' cp.async form
 };

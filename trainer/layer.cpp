@@ -67,8 +67,8 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
   a.rstd1 = be.zeros_fp32(n, 1);
   be.layernorm_forward(a.a, a.mean1, a.rstd1, a.x, w.ln1_g, w.ln1_b);
   a.qkv = be.zeros(N, 3 * HD);
-  be.matmul(a.qkv, gather_tokens(be, tp, d, a.a), false, w.w_qkv, false, false);
-  be.add_bias(a.qkv, w.b_qkv);
+  // Column-parallel: each rank's output columns are complete, so their bias goes in with the GEMM.
+  be.matmul_bias(a.qkv, gather_tokens(be, tp, d, a.a), false, w.w_qkv, false, w.b_qkv);
   a.kv = Tensor{};
   if (d.past > 0) {
     // TeraPipe: this slice's queries attend to the cached K/V of the earlier slices, then its own.
@@ -104,8 +104,7 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
     return;
   }
   a.fc1 = be.zeros(N, d.ffn);
-  be.matmul(a.fc1, gather_tokens(be, tp, d, a.c), false, w.w_fc1, false, false);
-  be.add_bias(a.fc1, w.b_fc1);
+  be.matmul_bias(a.fc1, gather_tokens(be, tp, d, a.c), false, w.w_fc1, false, w.b_fc1);
   a.gelu = be.zeros(N, d.ffn);
   be.gelu_forward(a.gelu, a.fc1);
   Tensor y = be.zeros(N, H);

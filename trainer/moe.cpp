@@ -26,8 +26,8 @@ void experts_forward(Backend& be, const MoeDims& d, const MoeTensors& w, MoeActi
     for (int j = 0; j < L; ++j) {
       const std::int64_t first = (std::int64_t(s) * L + j) * cap;
       Tensor f = a.fc1.row_slice(first, cap), g = a.gelu.row_slice(first, cap);
-      be.matmul(f, a.expert_in.row_slice(first, cap), false, w.w_fc1[std::size_t(j)], false, false);
-      be.add_bias(f, w.b_fc1[std::size_t(j)]);
+      be.matmul_bias(f, a.expert_in.row_slice(first, cap), false, w.w_fc1[std::size_t(j)], false,
+                     w.b_fc1[std::size_t(j)]);
       be.gelu_forward(g, f);
     }
 }
@@ -98,8 +98,8 @@ Tensor moe_forward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTen
     for (int j = 0; j < L; ++j) {
       const std::int64_t first = (std::int64_t(s) * L + j) * cap;
       Tensor o = out.row_slice(first, cap);
-      be.matmul(o, a.gelu.row_slice(first, cap), false, w.w_fc2[std::size_t(j)], false, false);
-      be.add_bias(o, w.b_fc2[std::size_t(j)]);
+      // An expert's whole output (experts are not split over tensor-parallel ranks): bias fused.
+      be.matmul_bias(o, a.gelu.row_slice(first, cap), false, w.w_fc2[std::size_t(j)], false, w.b_fc2[std::size_t(j)]);
     }
   // Combine: the outputs go back to the tokens' ranks, weighted by the gates.
   a.combined_out = be.zeros(std::int64_t(E) * cap, H);

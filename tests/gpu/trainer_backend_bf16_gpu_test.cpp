@@ -325,6 +325,44 @@ TEST_F(CudaBackendBf16Test, MatmulIntoBf16ActivationsAndFp32MainGrads) {
   expect_bf16("matmul fp32 operands rounded", c, kBf16Gemm);
 }
 
+TEST_F(CudaBackendBf16Test, MatmulWithItsBiasRoundsOnceAsTheCpu) {
+  // Backend::matmul_bias: cuBLASLt's BIAS epilogue where the pointers allow it, else an fp32 sum,
+  // the bias, one conversion; both round the bf16 output once, after the bias, as the CPU does.
+  // Same inputs as the plain GEMM test, so the GEMM tolerance: the bias adds no rounding. Shapes:
+  // a Linear layer's (tokens x in) x (out x in)^T with the trainer's sizes in miniature, every
+  // transpose, and the operands as the trainer hands them: whole tensors (256-byte aligned), a
+  // row slice (2-byte aligned A: the heuristic must be told), a bias at an odd element offset
+  // (not 16-byte aligned: the fallback).
+  const std::int64_t M = 96, N = 72, K = 64;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const std::string tag = " ta " + std::to_string(ta) + " tb " + std::to_string(tb);
+      auto a = ta ? pair(K, M) : pair(M, K);
+      auto b = tb ? pair(N, K) : pair(K, N);
+      auto bias = pair(1, N);
+      auto c = out(M, N);
+      cpu->matmul_bias(c.first, a.first, ta, b.first, tb, bias.first);
+      gpu->matmul_bias(c.second, a.second, ta, b.second, tb, bias.second);
+      expect_bf16("matmul_bias" + tag, c, kBf16Gemm);
+    }
+  // A from the 3rd row of a bigger tensor: 3 x 64 x 2 = 384 bytes in, aligned to 128 only.
+  auto big = pair(M + 3, K);
+  const Tensor a_cpu = big.first.row_slice(3, M), a_gpu = big.second.row_slice(3, M);
+  auto w = pair(N, K);
+  // A bias 1 element into a row: 2-byte aligned.
+  auto biases = pair(1, N + 1);
+  const Tensor bias_cpu(biases.first.buffer(), 0, 1, N), bias_gpu(biases.second.buffer(), 0, 1, N);
+  auto c = out(M, N);
+  cpu->matmul_bias(c.first, a_cpu, false, w.first, true, bias_cpu);
+  gpu->matmul_bias(c.second, a_gpu, false, w.second, true, bias_gpu);
+  expect_bf16("matmul_bias, aligned bias, sliced A", c, kBf16Gemm);
+  auto c2 = out(M, N);
+  const Tensor odd_cpu(biases.first.buffer(), 1, 1, N), odd_gpu(biases.second.buffer(), 1, 1, N);
+  cpu->matmul_bias(c2.first, a_cpu, false, w.first, true, odd_cpu);
+  gpu->matmul_bias(c2.second, a_gpu, false, w.second, true, odd_gpu);
+  expect_bf16("matmul_bias, bias at an odd offset", c2, kBf16Gemm);
+}
+
 TEST_F(CudaBackendBf16Test, BiasLayerNormGelu) {
   const std::int64_t N = 50, C = 300;
   auto y = pair(N, C), bias = pair(1, C);

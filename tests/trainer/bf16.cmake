@@ -22,7 +22,13 @@
 #      equal the single rank's (to the double-precision loss sum, 1e-12) until such a 2^-24
 #      difference in a master weight moves its bf16 working copy across a rounding boundary; that
 #      happened at step 5 (MoE ep 2), 6 (TeraPipe), 10 (dp 2) and 12 (pp 2) here, so steps 1-3
-#      are checked to 1e-12. Recompute and offload change no order at all: bit-identical.
+#      were checked to 1e-12. Since the bias of the column-parallel GEMMs joins their fp32 sum
+#      before the one rounding (Backend::matmul_bias, session 26: the values move, the layouts
+#      still round alike) the first flip comes at step 3 for dp 2, TeraPipe, pp 2 with TeraPipe
+#      and selective recompute, and MoE ep 2 (3.5e-6, 2.1e-8, 2.1e-8, 9.8e-7 there; steps 1 and 2
+#      equal to 1e-16), and later than step 3 for pp 2 and pp 2 with virtual stages: those four
+#      are checked over steps 1-2, these two over 1-3. Recompute and offload change no order at
+#      all: bit-identical.
 #    - After that first flip the runs drift apart like bf16 and fp32 do, by the same mechanism:
 #      measured max 3.2e-5 dense (tp2_pp2_dp2_zero1; 4.8e-5 at tp 4 with sp), 2.0e-4 MoE
 #      (moe_tp2_sp). Tolerances 1e-4 dense, 4e-4 MoE: the ZeRO-1 layout gathering its master
@@ -71,14 +77,14 @@ if(FORESIGHT_HAVE_MPI)
     "offload 0 20"
     "tp2 1e-4 0"
     "pp2 1e-4 3"
-    "dp2 1e-4 3"
+    "dp2 1e-4 2"
     "tp2_pp2_dp2_zero1 1e-4 0"
     "pp2_vs2 1e-4 3"
     "tp2_sp 1e-4 0"
     "tp2_pp2_dp2_sp_zero1 1e-4 0"
-    "terapipe 1e-4 3"
-    "pp2_terapipe_selective 1e-4 3"
-    "moe_dp2_ep2 4e-4 3"
+    "terapipe 1e-4 2"
+    "pp2_terapipe_selective 1e-4 2"
+    "moe_dp2_ep2 4e-4 2"
     "moe_tp2_sp 4e-4 0")
   # Under the sanitizers one multi-rank bf16 layout runs (sequence parallelism's bf16
   # reduce-scatter and all-gather, two ranks) beside the single-rank ones.

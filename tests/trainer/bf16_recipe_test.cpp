@@ -123,6 +123,29 @@ TEST(Bf16Gemm, SumsInFp32AndRoundsOnlyABf16Output) {
   }
 }
 
+TEST(Bf16Gemm, ALinearLayersBiasJoinsTheSumBeforeItsOneRounding) {
+  // matmul_bias rounds a bf16 output once, after the bias (cuBLASLt's BIAS epilogue); matmul then
+  // add_bias rounds twice. [1, 2^-8] . [1, 1] = 1 + 2^-8, exactly half a bf16 step above 1, and the
+  // bias is 2^-9: once, 1 + 3 * 2^-9 rounds up to 1 + 2^-7; twice, the tie goes to 1 (even) and
+  // 1 + 2^-9, a quarter step, rounds back to 1.
+  auto be = make_cpu_backend(Precision::bf16);
+  const float e8 = std::ldexp(1.0f, -8), e9 = std::ldexp(1.0f, -9);
+  const Tensor a = tensor(*be, 1, 2, {1, e8}, ElementType::bf16), ones = tensor(*be, 2, 1, {1, 1}, ElementType::bf16);
+  const Tensor bias = tensor(*be, 1, 1, {e9}, ElementType::bf16);
+  Tensor once = be->zeros(1, 1), twice = be->zeros(1, 1);
+  be->matmul_bias(once, a, false, ones, false, bias);
+  EXPECT_EQ(only(*be, once), 1.0f + std::ldexp(1.0f, -7));
+  be->matmul(twice, a, false, ones, false, false);
+  be->add_bias(twice, bias);
+  EXPECT_EQ(only(*be, twice), 1.0f);
+  // Under fp32 the two are the same float sums: (1 + 2^-8) + 2^-9.
+  auto be32 = make_cpu_backend(Precision::fp32);
+  Tensor f = be32->zeros(1, 1);
+  be32->matmul_bias(f, tensor(*be32, 1, 2, {1, e8}, ElementType::fp32), false,
+                    tensor(*be32, 2, 1, {1, 1}, ElementType::fp32), false, tensor(*be32, 1, 1, {e9}, ElementType::fp32));
+  EXPECT_EQ(only(*be32, f), 1.0f + e8 + e9);
+}
+
 TEST(Bf16Params, Fp32MasterAndABf16WorkingCopyOf18BytesPerParameter) {
   auto be = make_cpu_backend(Precision::bf16);
   ParamStore store(1, 0);
