@@ -450,8 +450,9 @@ class CudaBackend final : public Backend {
     if (lt_ && bias_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), pbias, out(c))) return;
     // No epilogue for these pointers: the same single rounding in three steps, through an fp32
     // copy of the sum (what the CPU backend and cuBLASLt's epilogue compute).
-    const OpScope op_scope = profile("matmul_bias unfused " + std::to_string(M) + "x" + std::to_string(N) + "x" +
-                                     std::to_string(K));
+    const OpScope op_scope = profile_on() ? profile("matmul_bias unfused " + std::to_string(M) + "x" +
+                                                    std::to_string(N) + "x" + std::to_string(K))
+                                          : OpScope{};
     Scratch sum(pool_, std::size_t(M * N) * sizeof(float));
     const cuda::Out sum32{sum.as<void>(), cuda::Type::fp32};
     gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, 0.0f, sum32, N, 0, 1);
