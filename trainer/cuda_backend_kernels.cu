@@ -396,19 +396,12 @@ __device__ __forceinline__ void store8(bf16* p, const Bf16x8& r) {
   *reinterpret_cast<uint4*>(p) = make_uint4(u[0], u[1], u[2], u[3]);
 }
 
-__global__ void add_bias_vec_k(bf16* y, const bf16* bias, std::int64_t n8, std::int64_t cols) {
+// y += x, x repeating every `period` elements (a multiple of 8): a bias row broadcast over the
+// rows (period = cols), or a whole tensor (period = the element count).
+__global__ void add_periodic_vec_k(bf16* y, const bf16* x, std::int64_t n8, std::int64_t period) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n8; i += std::int64_t(gridDim.x) * blockDim.x) {
     Bf16x8 a = load8(y + 8 * i);
-    const Bf16x8 b = load8(bias + (8 * i) % cols);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) a.v[k] += b.v[k];
-    store8(y + 8 * i, a);
-  }
-}
-__global__ void add_vec_k(bf16* y, const bf16* x, std::int64_t n8) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n8; i += std::int64_t(gridDim.x) * blockDim.x) {
-    Bf16x8 a = load8(y + 8 * i);
-    const Bf16x8 b = load8(x + 8 * i);
+    const Bf16x8 b = load8(x + (8 * i) % period);
 #pragma unroll
     for (int k = 0; k < 8; ++k) a.v[k] += b.v[k];
     store8(y + 8 * i, a);
@@ -571,7 +564,7 @@ void convert(Out dst, In src, std::int64_t n, cudaStream_t stream) {
 }
 void add(Out y, In x, std::int64_t n, cudaStream_t stream) {
   if (n > 0 && y.type == Type::bf16 && x.type == Type::bf16 && vec8(n, {y.data, x.data})) {
-    LAUNCH(add_vec_k, blocks_for(n / 8), static_cast<bf16*>(y.data), static_cast<const bf16*>(x.data), n / 8);
+    LAUNCH(add_periodic_vec_k, blocks_for(n / 8), static_cast<bf16*>(y.data), static_cast<const bf16*>(x.data), n / 8, n);
     return;
   }
   if (n > 0) typed(y, [&](auto* py) { typed(x, [&](auto* px) { LAUNCH(add_k, blocks_for(n), py, px, n); }); });
@@ -586,8 +579,8 @@ void any_non_finite(In x, std::int64_t n, int* flag, cudaStream_t stream) {
 void add_bias(Out y, In bias, std::int64_t rows, std::int64_t cols, cudaStream_t stream) {
   if (rows * cols > 0 && y.type == Type::bf16 && bias.type == Type::bf16 && cols % 8 == 0 &&
       vec8(rows * cols, {y.data, bias.data})) {
-    LAUNCH(add_bias_vec_k, blocks_for(rows * cols / 8), static_cast<bf16*>(y.data), static_cast<const bf16*>(bias.data),
-           rows * cols / 8, cols);
+    LAUNCH(add_periodic_vec_k, blocks_for(rows * cols / 8), static_cast<bf16*>(y.data),
+           static_cast<const bf16*>(bias.data), rows * cols / 8, cols);
     return;
   }
   if (rows * cols > 0)
