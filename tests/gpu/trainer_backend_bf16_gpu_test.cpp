@@ -154,6 +154,26 @@ class CudaBackendBf16Test : public ::testing::Test {
     EXPECT_LE(err / scale, tol) << what;
   }
 
+  /// LayerNorm forward and backward on a random (rows, cols) input: y and dx in bf16 (computed in
+  /// double on both sides: kBf16Exact), the fp32 statistics and gamma/beta gradients normwise.
+  void expect_layernorm(std::int64_t rows, std::int64_t cols, const std::string& tag) {
+    auto x = pair(rows, cols, 3.0f), gamma = pair(1, cols), beta = pair(1, cols);
+    auto y = out(rows, cols), mean = out(rows, 1, true), rstd = out(rows, 1, true);
+    cpu->layernorm_forward(y.first, mean.first, rstd.first, x.first, gamma.first, beta.first);
+    gpu->layernorm_forward(y.second, mean.second, rstd.second, x.second, gamma.second, beta.second);
+    expect_bf16("layernorm_forward y" + tag, y, kBf16Exact);
+    expect_fp32("layernorm_forward mean" + tag, mean, 1e-6);
+    expect_fp32("layernorm_forward rstd" + tag, rstd, 1e-6);
+    auto dy = pair(rows, cols), dx = out(rows, cols), dgamma = pair_fp32(1, cols), dbeta = pair_fp32(1, cols);
+    cpu->layernorm_backward(dx.first, dgamma.first, dbeta.first, dy.first, x.first, mean.first, rstd.first,
+                            gamma.first);
+    gpu->layernorm_backward(dx.second, dgamma.second, dbeta.second, dy.second, x.second, mean.second, rstd.second,
+                            gamma.second);
+    expect_bf16("layernorm_backward dx" + tag, dx, kBf16Exact);
+    expect_fp32("layernorm_backward dgamma" + tag, dgamma, 1e-6);
+    expect_fp32("layernorm_backward dbeta" + tag, dbeta, 1e-6);
+  }
+
   std::unique_ptr<Backend> gpu, cpu;
   std::mt19937 rng{20261124};
 };
@@ -276,20 +296,7 @@ TEST_F(CudaBackendBf16Test, VectorisedStreamingKernels) {
   gpu->gelu_backward(gdx.second, dy.second, g.second);
   expect_bf16("gelu_backward (16-byte)", gdx, kBf16Exact);
   // LayerNorm, one warp per row (the same formulas, double sums in another order).
-  auto lx = pair(N, C, 3.0f), gamma = pair(1, C), beta = pair(1, C);
-  auto ln = out(N, C), mean = out(N, 1, true), rstd = out(N, 1, true);
-  cpu->layernorm_forward(ln.first, mean.first, rstd.first, lx.first, gamma.first, beta.first);
-  gpu->layernorm_forward(ln.second, mean.second, rstd.second, lx.second, gamma.second, beta.second);
-  expect_bf16("layernorm_forward y (warp per row)", ln, kBf16Exact);
-  expect_fp32("layernorm_forward mean (warp per row)", mean, 1e-6);
-  expect_fp32("layernorm_forward rstd (warp per row)", rstd, 1e-6);
-  auto ldy = pair(N, C), ldx = out(N, C), dg = pair_fp32(1, C), db = pair_fp32(1, C);
-  cpu->layernorm_backward(ldx.first, dg.first, db.first, ldy.first, lx.first, mean.first, rstd.first, gamma.first);
-  gpu->layernorm_backward(ldx.second, dg.second, db.second, ldy.second, lx.second, mean.second, rstd.second,
-                          gamma.second);
-  expect_bf16("layernorm_backward dx (warp per row)", ldx, kBf16Exact);
-  expect_fp32("layernorm_backward dgamma", dg, 1e-6);
-  expect_fp32("layernorm_backward dbeta", db, 1e-6);
+  expect_layernorm(N, C, " (warp per row)");
   auto master = pair_fp32(N, C), working = out(N, C);
   cpu->copy(working.first, master.first);
   gpu->copy(working.second, master.second);
@@ -374,20 +381,9 @@ TEST_F(CudaBackendBf16Test, BiasLayerNormGelu) {
   gpu->bias_backward(db.second, y.second);
   expect_fp32("bias_backward into fp32", db, 1e-6);
 
-  auto x = pair(N, C, 3.0f), gamma = pair(1, C), beta = pair(1, C);
-  auto ln = out(N, C), mean = out(N, 1, true), rstd = out(N, 1, true);
-  cpu->layernorm_forward(ln.first, mean.first, rstd.first, x.first, gamma.first, beta.first);
-  gpu->layernorm_forward(ln.second, mean.second, rstd.second, x.second, gamma.second, beta.second);
-  expect_bf16("layernorm_forward y", ln, kBf16Exact);
-  expect_fp32("layernorm_forward mean (fp32)", mean, 1e-6);
-  expect_fp32("layernorm_forward rstd (fp32)", rstd, 1e-6);
-  auto dy = pair(N, C), dx = out(N, C), dg = pair_fp32(1, C), dbeta = pair_fp32(1, C);
-  cpu->layernorm_backward(dx.first, dg.first, dbeta.first, dy.first, x.first, mean.first, rstd.first, gamma.first);
-  gpu->layernorm_backward(dx.second, dg.second, dbeta.second, dy.second, x.second, mean.second, rstd.second, gamma.second);
-  expect_bf16("layernorm_backward dx", dx, kBf16Exact);
-  expect_fp32("layernorm_backward dgamma (fp32)", dg, 1e-6);
-  expect_fp32("layernorm_backward dbeta (fp32)", dbeta, 1e-6);
+  expect_layernorm(N, C, "");
 
+  auto x = pair(N, C, 3.0f), dy = pair(N, C);
   auto gy = out(N, C), gdx = out(N, C);
   cpu->gelu_forward(gy.first, x.first);
   gpu->gelu_forward(gy.second, x.second);
