@@ -134,6 +134,42 @@ __device__ __forceinline__ void warp_pb(float (&o)[D / 8][4], const float (&p)[8
   }
 }
 
+// The key/value tile of the keys n0 .. n0 + 63 (loop iteration `it`, the last tile ending before
+// `kend`), in shared memory and visible to every thread on return, for the kernels that walk key
+// tiles (forward, dQ). The plain form: a barrier (the previous tile is consumed; on the first pass
+// the caller's own tiles are written), both loads into Ks and Vs, a barrier. kPipe: K/V
+// double-buffered through cp.async, slot `it % 2` (the second slot directly after Vs) holding this
+// tile, whose group the caller's previous iteration (or its prologue, for the first) started; the
+// next tile's copy is started into the other slot before waiting for this one. The caller ends each
+// iteration with a barrier so that the following prefetch cannot overwrite a slot being read.
+template <int D, bool kPipe>
+__device__ __forceinline__ void kv_tile(const bfloat*& Kt, const bfloat*& Vt, bfloat* Ks, bfloat* Vs, const bfloat* kb,
+                                        const bfloat* vb, long ld_kv, int n0, int it, int kend, int C) {
+  if constexpr (kPipe) {
+    bfloat* const K1 = Vs + kBN * kStride<D>;  // the second slot (ternaries, not an array:
+    bfloat* const V1 = K1 + kBN * kStride<D>;  // a dynamically indexed array goes to local memory)
+    const bool odd = it & 1;
+    Kt = odd ? K1 : Ks;
+    Vt = odd ? V1 : Vs;
+    if (n0 + kBN < kend) {  // the next tile into the other slot, consumed by the last iteration
+      load_tile_async<D>(odd ? Ks : K1, kb, ld_kv, n0 + kBN, C);
+      load_tile_async<D>(odd ? Vs : V1, vb, ld_kv, n0 + kBN, C);
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile's group (and the prologue's) has landed; the next may still fly
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+  } else {
+    Kt = Ks;
+    Vt = Vs;
+    __syncthreads();
+    load_tile<D>(Ks, kb, ld_kv, n0, C);
+    load_tile<D>(Vs, vb, ld_kv, n0, C);
+    __syncthreads();
+  }
+}
+
 struct Geometry {
   int T, C, H;
   long ld_q, ld_kv, ld_o;
@@ -171,29 +207,9 @@ __global__ void __launch_bounds__(kThreads)
   const int row[2] = {m0 + warp * 16 + gr, m0 + warp * 16 + gr + 8};
   const int kend = min(g.C, P + m0 + kBM);  // the block's last row sees keys 0 .. P + m0 + 63
   for (int n0 = 0, it = 0; n0 < kend; n0 += kBN, ++it) {
-    const bfloat* Kt = Ks;
-    const bfloat* Vt = Vs;
-    if constexpr (kPipe) {
-      bfloat* const K1 = Vs + kBN * kStride<D>;  // the second slot (ternaries, not an array:
-      bfloat* const V1 = K1 + kBN * kStride<D>;  // a dynamically indexed array goes to local memory)
-      const bool odd = it & 1;
-      Kt = odd ? K1 : Ks;
-      Vt = odd ? V1 : Vs;
-      if (n0 + kBN < kend) {  // the next tile into the other slot, consumed by the last iteration
-        load_tile_async<D>(odd ? Ks : K1, kb, g.ld_kv, n0 + kBN, g.C);
-        load_tile_async<D>(odd ? Vs : V1, vb, g.ld_kv, n0 + kBN, g.C);
-        cp_async_commit();
-        cp_async_wait<1>();  // this tile's group (and Q's) has landed; the next may still fly
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-    } else {
-      __syncthreads();  // the previous tiles are consumed (first pass: Qs is written)
-      load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
-      load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
-      __syncthreads();
-    }
+    const bfloat* Kt;
+    const bfloat* Vt;
+    kv_tile<D, kPipe>(Kt, Vt, Ks, Vs, kb, vb, g.ld_kv, n0, it, kend, g.C);
     float s[8][4];
     warp_abt<D>(s, Qs + warp * 16 * kStride<D>, Kt);
 #pragma unroll
@@ -441,29 +457,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = 0; d < D / 8; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
   const int kend = min(g.C, P + m0 + kBM);
   for (int n0 = 0, it = 0; n0 < kend; n0 += kBN, ++it) {
-    const bfloat* Kt = Ks;
-    const bfloat* Vt = Vs;
-    if constexpr (kPipe) {
-      bfloat* const K1 = Vs + kBN * kStride<D>;
-      bfloat* const V1 = K1 + kBN * kStride<D>;
-      const bool odd = it & 1;
-      Kt = odd ? K1 : Ks;
-      Vt = odd ? V1 : Vs;
-      if (n0 + kBN < kend) {
-        load_tile_async<D>(odd ? Ks : K1, kb, g.ld_kv, n0 + kBN, g.C);
-        load_tile_async<D>(odd ? Vs : V1, vb, g.ld_kv, n0 + kBN, g.C);
-        cp_async_commit();
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-    } else {
-      __syncthreads();
-      load_tile<D>(Ks, kb, g.ld_kv, n0, g.C);
-      load_tile<D>(Vs, vb, g.ld_kv, n0, g.C);
-      __syncthreads();
-    }
+    const bfloat* Kt;
+    const bfloat* Vt;
+    kv_tile<D, kPipe>(Kt, Vt, Ks, Vs, kb, vb, g.ld_kv, n0, it, kend, g.C);
     float p[8][4], ds[8][4];
     warp_abt<D>(p, Qs + warp * 16 * kStride<D>, Kt);
 #pragma unroll
