@@ -13,8 +13,9 @@
 #   train 200: foresight-train --backend cuda --precision bf16 on the local 350M and 1.3B plans
 #     (TRAIN_STEPS=8), then a profiled 350M run (GPU time per op) and a 350M run with
 #     FORESIGHT_ATTENTION=pipelined (the attention kernels' cp.async form);
-#   baseline 70: PyTorch eager on the same two models through scripts/torch-baseline-subset.py
-#     (BASELINE_COMPILE=gpt-1.3b adds torch.compile rows);
+#   baseline 70: PyTorch eager on the same two models through scripts/torch-baseline-subset.py,
+#     then the 124M and 2.7B rows for their peak memory (issue 19; BASELINE_EAGER overrides the
+#     list, BASELINE_COMPILE=gpt-1.3b adds torch.compile rows);
 #   kernels 90: bench_kernels vs PyTorch on the same shapes, and PyTorch SDPA per backend at 16k
 #     and 32k;
 #   loop 110: foresight validate --local --backend cuda (the trainer's CUDA backend calibrated op
@@ -127,8 +128,9 @@ phase train 200 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
 
 baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
 [ -f "$baseline" ] || baseline=../shared/bench/torch_gpt_baseline.py
-phase baseline 70 "PYTHONUNBUFFERED=1 python3 scripts/torch-baseline-subset.py $baseline --eager gpt-350m,gpt-1.3b \
-  --compile '${BASELINE_COMPILE:-}' | tee $RESULTS/torch_baseline.jsonl"
+phase baseline 70 "PYTHONUNBUFFERED=1 python3 scripts/torch-baseline-subset.py $baseline \
+  --eager '${BASELINE_EAGER:-gpt-350m,gpt-1.3b,gpt2-124m,gpt-2.7b}' --compile '${BASELINE_COMPILE:-}' \
+  | tee $RESULTS/torch_baseline.jsonl"
 
 phase kernels 90 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
   python3 calibrate/bench_torch.py $RESULTS/bench_torch.json && \
