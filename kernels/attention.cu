@@ -187,7 +187,10 @@ __global__ void __launch_bounds__(kThreads)
   bfloat* Vs = Ks + kBN * kStride<D>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
   const int b = blockIdx.y / g.H, h = blockIdx.y % g.H;
-  const int m0 = blockIdx.x * kBM, P = g.C - g.T;
+  // Longest first: query tile blockIdx.x counted from the end sees the most keys under the causal
+  // mask, so the heavy blocks of every (batch, head) start in the first waves and the light ones
+  // fill the tail (FlashAttention-3's longest-processing-time order for causal attention).
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM, P = g.C - g.T;
   const bfloat* qb = q + long(b) * g.T * g.ld_q + long(h) * D;
   const bfloat* kb = k + long(b) * g.C * g.ld_kv + long(h) * D;
   const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
@@ -321,7 +324,7 @@ __global__ void __launch_bounds__(kThreads)
   float* Ds = Ls + kBM;                                          // delta of the tile's queries
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
   const int b = blockIdx.y / g.H, h = blockIdx.y % g.H;
-  const int n0 = blockIdx.x * kBN, P = g.C - g.T;
+  const int n0 = blockIdx.x * kBN, P = g.C - g.T;  // key tile 0 sees the most queries: longest first already
   const bfloat* qb = q + long(b) * g.T * g.ld_q + long(h) * D;
   const bfloat* gb = dout + long(b) * g.T * g.ld_o + long(h) * D;
   const bfloat* kb = k + long(b) * g.C * g.ld_kv + long(h) * D;
@@ -431,7 +434,10 @@ __global__ void __launch_bounds__(kThreads)
   bfloat* Vs = Ks + kBN * kStride<D>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t = lane % 4;
   const int b = blockIdx.y / g.H, h = blockIdx.y % g.H;
-  const int m0 = blockIdx.x * kBM, P = g.C - g.T;
+  // Longest first: query tile blockIdx.x counted from the end sees the most keys under the causal
+  // mask, so the heavy blocks of every (batch, head) start in the first waves and the light ones
+  // fill the tail (FlashAttention-3's longest-processing-time order for causal attention).
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM, P = g.C - g.T;
   const bfloat* kb = k + long(b) * g.C * g.ld_kv + long(h) * D;
   const bfloat* vb = v + long(b) * g.C * g.ld_kv + long(h) * D;
   if constexpr (kPipe) {
