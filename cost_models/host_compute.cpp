@@ -60,8 +60,8 @@ LayerTimes host_layer_times(const HostOps& ops, const ModelSpec& m, const PlanSp
   F_.dropout_residual = 2.0 * (P.op("add_bias", n * H) + P.op("add", n * H));
   if (moe_layer) {
     // trainer/moe.cpp: the router GEMM; softmax, top-k and capacity slots on the host (priced as
-    // the loss's exponential pass over the (tokens, experts) logits); one row copy per routed
-    // token into the dispatch buffer; on each rank every (source rank, local expert) pair is a
+    // the loss's exponential pass over the (tokens, experts) logits); the dispatch buffer filled
+    // by one row gather (the embedding lookup's op); on each rank every (source rank, local expert) pair is a
     // GeLU MLP over `cap` rows, E x cap rows in all (the all-to-alls are the engine's); the
     // weighted combine on the host (per element an add).
     const MoeSpec& e = *m.moe;
@@ -70,7 +70,7 @@ LayerTimes host_layer_times(const HostOps& ops, const ModelSpec& m, const PlanSp
     const double Fe = double(m.expert_ffn());
     const Seconds host_round_trip = P.op("copy", N * E) + P.op("logits_sum_exp_and_target", N * E);
     F_.moe_router = P.zeros(N, E) + P.mm(MatmulVariant::nn, N, E, H) + host_round_trip;
-    F_.moe_permute = P.zeros(rows, H) + N * K * P.op("copy", H) + P.zeros(rows, H) + P.zeros(rows, H) +
+    F_.moe_permute = P.zeros(rows, H) + P.op("embedding_forward", rows * H) + P.zeros(rows, H) + P.zeros(rows, H) +
                      P.zeros(rows, H) + P.op("copy", rows * H) + P.op("add", N * H * K) + P.zeros(N, H) +
                      P.op("copy", N * H);
     F_.fc1 = 2.0 * P.zeros(rows, Fe) +

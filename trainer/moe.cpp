@@ -82,12 +82,17 @@ Tensor moe_forward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTen
     a.aux_loss += kMoeAuxCoefficient * E * a.load[std::size_t(e)] * p / double(N);
   }
 
-  // Dispatch: (E, capacity, h) expert-major, so rank r's experts are one contiguous block.
-  Tensor dispatch = be.zeros(std::int64_t(E) * cap, H);
+  // Dispatch: (E, capacity, h) expert-major, so rank r's experts are one contiguous block. One row
+  // gather (the embedding lookup's op, `input` as the table: row i of the dispatch is the token
+  // that took slot i, or zeros for an empty slot) rather than a copy per routed token, which on a
+  // GPU was N x K launches per MoE layer.
+  std::vector<std::int32_t> token_of_slot(std::size_t(E) * cap, -1);
   for (std::int64_t n = 0; n < N; ++n)
     for (int j = 0; j < K; ++j)
       if (a.slot[n * K + j] >= 0)
-        be.copy(dispatch.row_slice(std::int64_t(a.expert[n * K + j]) * cap + a.slot[n * K + j], 1), input.row_slice(n, 1));
+        token_of_slot[std::size_t(a.expert[n * K + j]) * cap + std::size_t(a.slot[n * K + j])] = std::int32_t(n);
+  Tensor dispatch = be.zeros(std::int64_t(E) * cap, H);
+  be.embedding_forward(dispatch, input, token_of_slot, 0);
   a.expert_in = be.zeros(std::int64_t(d.ep) * L * cap, H);  // by source rank, then local expert
   ep.all_to_all(a.expert_in, dispatch);
   a.fc1 = be.zeros(a.expert_in.rows(), d.ffn);
