@@ -16,34 +16,6 @@ namespace foresight::kernels {
 
 namespace {
 
-// RAII for the descriptors of one call.
-struct Layout {
-  cublasLtMatrixLayout_t h = nullptr;
-  Layout(cudaDataType_t t, std::uint64_t rows, std::uint64_t cols, std::int64_t ld, int batch, std::int64_t stride) {
-    FORESIGHT_CUBLAS(cublasLtMatrixLayoutCreate(&h, t, rows, cols, ld));
-    if (batch > 1) {
-      FORESIGHT_CUBLAS(cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
-      FORESIGHT_CUBLAS(
-          cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
-    }
-  }
-  ~Layout() { cublasLtMatrixLayoutDestroy(h); }
-  Layout(const Layout&) = delete;
-  Layout& operator=(const Layout&) = delete;
-};
-
-struct OpDesc {
-  cublasLtMatmulDesc_t h = nullptr;
-  OpDesc() { FORESIGHT_CUBLAS(cublasLtMatmulDescCreate(&h, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
-  ~OpDesc() { cublasLtMatmulDescDestroy(h); }
-  OpDesc(const OpDesc&) = delete;
-  OpDesc& operator=(const OpDesc&) = delete;
-  template <class T>
-  void set(cublasLtMatmulDescAttributes_t a, const T& v) {
-    FORESIGHT_CUBLAS(cublasLtMatmulDescSetAttribute(h, a, &v, sizeof(v)));
-  }
-};
-
 cublasLtEpilogue_t to_cublas(Epilogue e) {
   switch (e) {
     case Epilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
@@ -68,13 +40,13 @@ void run_gemm(BlasContext& ctx, const void* A, const void* B, void* C, const voi
   // (n, k) row-major = column-major (k, n), ld k, op T.
   const cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  Layout la(CUDA_R_16BF, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.batch,
+  LtLayout la(CUDA_R_16BF, d.trans_b ? d.k : d.n, d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.batch,
             std::int64_t(d.k) * d.n);
   // cuBLASLt "B" = our A: stored (m, k) = column-major (k, m), ld k, op N; or (k, m) = (m, k), ld m, op T.
-  Layout lb(CUDA_R_16BF, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.batch,
+  LtLayout lb(CUDA_R_16BF, d.trans_a ? d.m : d.k, d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.batch,
             std::int64_t(d.m) * d.k);
-  Layout lc(c_type, d.n, d.m, d.n, d.batch, std::int64_t(d.m) * d.n);
-  OpDesc op;
+  LtLayout lc(c_type, d.n, d.m, d.n, d.batch, std::int64_t(d.m) * d.n);
+  LtMatmulDesc op;
   op.set(CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   op.set(CUBLASLT_MATMUL_DESC_TRANSB, op_b);
   op.set(CUBLASLT_MATMUL_DESC_EPILOGUE, to_cublas(e));

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -243,30 +242,6 @@ class OpScope {
   cudaEvent_t end_ = nullptr;
 };
 
-/// A bf16 cuBLASLt matrix layout, destroyed on scope exit.
-struct LtLayout {
-  cublasLtMatrixLayout_t h = nullptr;
-  LtLayout(std::uint64_t rows, std::uint64_t cols, std::int64_t ld) {
-    FORESIGHT_CUBLAS(cublasLtMatrixLayoutCreate(&h, CUDA_R_16BF, rows, cols, ld));
-  }
-  ~LtLayout() { cublasLtMatrixLayoutDestroy(h); }
-  LtLayout(const LtLayout&) = delete;
-  LtLayout& operator=(const LtLayout&) = delete;
-};
-
-/// A cuBLASLt matmul descriptor (fp32 compute and scale), destroyed on scope exit.
-struct LtDesc {
-  cublasLtMatmulDesc_t h = nullptr;
-  LtDesc() { FORESIGHT_CUBLAS(cublasLtMatmulDescCreate(&h, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
-  ~LtDesc() { cublasLtMatmulDescDestroy(h); }
-  LtDesc(const LtDesc&) = delete;
-  LtDesc& operator=(const LtDesc&) = delete;
-  template <class T>
-  void set(cublasLtMatmulDescAttributes_t a, const T& v) {
-    FORESIGHT_CUBLAS(cublasLtMatmulDescSetAttribute(h, a, &v, sizeof(v)));
-  }
-};
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, bool tf32, Precision precision) : device_(device), tf32_(tf32), precision_(precision) {
@@ -412,10 +387,7 @@ class CudaBackend final : public Backend {
   }
 
   void matmul(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, bool accumulate) override {
-    const std::int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
-    const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
-    FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
-        << "matmul (" << M << "," << K << ")x(" << Kb << "," << N << ") into (" << c.rows() << "," << c.cols() << ")";
+    const auto [M, N, K] = gemm_dims(c, a, ta, b, tb, "matmul");
     const OpScope op_scope = profile_on() ? profile("matmul " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                                                     std::to_string(K) + (ta ? " t" : " n") + (tb ? "t" : "n") +
                                                     (accumulate ? " +=" : ""))
@@ -433,11 +405,7 @@ class CudaBackend final : public Backend {
     gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, accumulate ? 1.0f : 0.0f, out(c), N, 0, 1);
   }
   void matmul_bias(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& bias) override {
-    const std::int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
-    const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
-    FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
-        << "matmul_bias (" << M << "," << K << ")x(" << Kb << "," << N << ") into (" << c.rows() << "," << c.cols()
-        << ")";
+    const auto [M, N, K] = gemm_dims(c, a, ta, b, tb, "matmul_bias");
     FORESIGHT_CHECK(bias.numel() == N) << "matmul_bias: bias of " << bias.numel() << " for " << N << " columns";
     if (!bf16() || c.storage() != Storage::packed_bf16 || M == 0 || N == 0 || K == 0) {
       // fp32 (or nothing to fuse): the sum and the bias meet in fp32 either way.
@@ -789,6 +757,16 @@ class CudaBackend final : public Backend {
                                                 CUBLAS_GEMM_DEFAULT));
   }
 
+  /// (M, N, K) of c (M,N) = op(a) (M,K) op(b) (K,N), checked against the three shapes.
+  static std::tuple<std::int64_t, std::int64_t, std::int64_t> gemm_dims(const Tensor& c, const Tensor& a, bool ta,
+                                                                        const Tensor& b, bool tb, const char* op) {
+    const std::int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
+    const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
+    FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
+        << op << " (" << M << "," << K << ")x(" << Kb << "," << N << ") into (" << c.rows() << "," << c.cols() << ")";
+    return {M, N, K};
+  }
+
   /// The largest power of two (up to 256) that divides a pointer: the alignment cuBLASLt may assume
   /// of a buffer (its MIN_ALIGNMENT preferences default to 256, which trainer slices break: a
   /// tensor's row slice or a parameter's view into the flat working copy starts anywhere).
@@ -823,8 +801,9 @@ class CudaBackend final : public Backend {
 
     // cuBLASLt's "A" is our B: (K,N) row-major = column-major (N,K) with op N, or (N,K) = (K,N) with
     // op T; its "B" is our A likewise; C (M,N) row-major = column-major (N,M), ld N.
-    const LtLayout la(tb ? K : N, tb ? N : K, ldb), lb(ta ? M : K, ta ? K : M, lda), lc(N, M, N);
-    LtDesc op;
+    const kernels::LtLayout la(CUDA_R_16BF, tb ? K : N, tb ? N : K, ldb), lb(CUDA_R_16BF, ta ? M : K, ta ? K : M, lda),
+        lc(CUDA_R_16BF, N, M, N);
+    kernels::LtMatmulDesc op;
     op.set(CUBLASLT_MATMUL_DESC_TRANSA, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
     op.set(CUBLASLT_MATMUL_DESC_TRANSB, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
     op.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
