@@ -253,6 +253,34 @@ nlohmann::ordered_json measure_pass(Backend& backend, const std::function<void()
   ops["positions_backward"] = linear_op("element", el, [&](double u) {
     return pair(u, [&](Tensor&, Tensor& dx) { be->positions_backward(positions, dx, TokenPositions{.first_row = 0, .period = 64, .offset = 0}); });
   }, log, "positions_backward");
+  // The MoE combine's ops (trainer/moe.cpp): each output row gathers k = 2 rows of a source twice
+  // its height (as a capacity-factor-1 combine reads E x capacity = N x k slot rows), every third
+  // choice dropped; units = output elements x k, the terms summed. row_dots: one pair per choice,
+  // units = pairs x C, the multiply-adds.
+  const int gk = 2;
+  auto choice_rows = [&](double u) {
+    const std::int64_t choices = std::int64_t(u / C), src_rows = std::max<std::int64_t>(1, choices);
+    std::vector<std::int32_t> r(static_cast<std::size_t>(choices));
+    for (std::int64_t i = 0; i < choices; ++i) r[std::size_t(i)] = i % 3 == 2 ? -1 : std::int32_t((i * 7) % src_rows);
+    return r;
+  };
+  ops["gather_rows_weighted"] = linear_op("term", el, [&](double u) {
+    const std::vector<std::int32_t> r = choice_rows(u);
+    const std::vector<double> w(r.size(), 0.5);
+    Tensor src = be->zeros(std::max<std::int64_t>(1, rows(u)), std::int64_t(C)), y = be->zeros(rows(u) / gk, std::int64_t(C));
+    be->fill(src, 0.5f);
+    return timed([&] { be->gather_rows_weighted(y, src, r, w, gk); });
+  }, log, "gather_rows_weighted");
+  ops["row_dots"] = linear_op("element", el, [&](double u) {
+    const std::vector<std::int32_t> r = choice_rows(u);
+    std::vector<std::int32_t> tok(r.size());
+    for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = std::int32_t(i / gk);
+    Tensor a = be->zeros(std::max<std::int64_t>(1, rows(u) / gk), std::int64_t(C)),
+           b = be->zeros(std::max<std::int64_t>(1, rows(u)), std::int64_t(C));
+    be->fill(a, 0.5f);
+    be->fill(b, 0.25f);
+    return timed([&] { (void)be->row_dots(a, tok, b, r); });
+  }, log, "row_dots");
   // The loss over (rows, V) logits, V = 256.
   const double V = 256;
   const std::vector<double> lel = {8192, 32768, 131072, 262144};

@@ -44,12 +44,13 @@ LayerTimes host_layer_times(const HostOps& ops, const ModelSpec& m, const PlanSp
   LayerOpTimes& F_ = L.forward_ops;
   LayerOpTimes& B_ = L.backward_ops;
   // ---- forward (layer_forward)
-  // QKV, FC1 and the experts' GEMMs are Backend::matmul_bias calls: priced as the GEMM and an
-  // add_bias. On the CPU backend the bias is added row by row inside the GEMM's loop, a pass over
-  // C while it is in cache (no dearer than add_bias). Under bf16 on the CUDA backend it is
-  // cuBLASLt's epilogue, nearly free, so the add_bias here overprices by one launch-bound kernel
-  // per call (copy, add and gelu_forward measured about 4.5 us each at the closed loop's sizes in
-  // run 1, reports/gpu-2026-11-28): well under 1% of its 10-34 ms steps.
+  // QKV is a Backend::matmul_bias call, FC1 (dense and experts') a matmul_bias_gelu, and FC2's
+  // input gradient a matmul_dgelu: priced as the GEMM plus the add_bias, gelu_forward or
+  // gelu_backward pass they contain. On the CPU backend those passes run over C while it is in
+  // cache (no dearer than the separate ops). Under bf16 on the CUDA backend they are cuBLASLt's
+  // epilogues, nearly free, so each call here is overpriced by one or two launch-bound kernels
+  // (copy, add and gelu_forward measured about 4.5 us each at the closed loop's sizes in run 1,
+  // reports/gpu-2026-11-28): about 1% of its 10-34 ms steps.
   F_.layernorms = 2.0 * (P.zeros(n, H) + 2.0 * P.zeros(n, 1) + P.op("layernorm_forward", n * H));
   F_.qkv = P.zeros(N, 3 * HD) + gather + P.mm(MatmulVariant::nn, N, 3 * HD, H) + P.op("add_bias", N * 3 * HD);
   if (past > 0)  // TeraPipe: the slice's K/V joined to the cached prefix
@@ -63,7 +64,9 @@ LayerTimes host_layer_times(const HostOps& ops, const ModelSpec& m, const PlanSp
     // the loss's exponential pass over the (tokens, experts) logits); the dispatch buffer filled
     // by one row gather (the embedding lookup's op); on each rank every (source rank, local expert) pair is a
     // GeLU MLP over `cap` rows, E x cap rows in all (the all-to-alls are the engine's); the
-    // weighted combine on the host (per element an add).
+    // weighted combine one gather_rows_weighted of k terms per output element. Backward: the
+    // gates' row dots, the k = 1 gather of gate * dy into the slots, and the input gradient's
+    // k-term gather back to the tokens.
     const MoeSpec& e = *m.moe;
     const double E = e.experts, K = e.top_k;
     const double cap = std::ceil(e.capacity_factor * N * K / E - 1e-9), rows = E * cap, groups = E;
@@ -71,18 +74,17 @@ LayerTimes host_layer_times(const HostOps& ops, const ModelSpec& m, const PlanSp
     const Seconds host_round_trip = P.op("copy", N * E) + P.op("logits_sum_exp_and_target", N * E);
     F_.moe_router = P.zeros(N, E) + P.mm(MatmulVariant::nn, N, E, H) + host_round_trip;
     F_.moe_permute = P.zeros(rows, H) + P.op("embedding_forward", rows * H) + P.zeros(rows, H) + P.zeros(rows, H) +
-                     P.zeros(rows, H) + P.op("copy", rows * H) + P.op("add", N * H * K) + P.zeros(N, H) +
-                     P.op("copy", N * H);
+                     P.zeros(rows, H) + P.zeros(N, H) + P.op("gather_rows_weighted", N * K * H);
     F_.fc1 = 2.0 * P.zeros(rows, Fe) +
              groups * (P.mm(MatmulVariant::nn, cap, Fe, H) + P.op("add_bias", cap * Fe));
     F_.gelu = groups * P.op("gelu_forward", cap * Fe);
     F_.fc2 = groups * (P.mm(MatmulVariant::nn, cap, H, Fe) + P.op("add_bias", cap * H));
-    B_.moe_permute = P.op("copy", N * H) + P.op("copy", rows * H) + P.op("add", N * H * K) + P.zeros(rows, H) +
-                     P.op("copy", rows * H) + P.zeros(rows, H) + P.zeros(rows, H) + P.zeros(rows, H) +
-                     P.op("copy", rows * H) + P.op("add", N * H * K);
+    B_.moe_permute = P.op("row_dots", N * K * H) + P.zeros(rows, H) + P.op("gather_rows_weighted", rows * H) +
+                     P.zeros(rows, H) + P.zeros(rows, H) + P.zeros(rows, H) + P.zeros(N, H) +
+                     P.op("gather_rows_weighted", N * K * H);
     B_.moe_router = host_round_trip + P.zeros(N, E) + P.op("copy", N * E) + P.mm(MatmulVariant::tn, H, E, N) +
-                    P.zeros(N, H) + P.op("copy", N * H) + P.mm(MatmulVariant::nt, N, H, E);
-    B_.fc2 = groups * (P.op("bias_backward", cap * H) + P.mm(MatmulVariant::tn, Fe, H, cap) + P.zeros(cap, Fe) +
+                    P.mm(MatmulVariant::nt, N, H, E);
+    B_.fc2 = groups * (P.op("bias_backward", cap * H) + P.mm(MatmulVariant::tn, Fe, H, cap) +
                        P.mm(MatmulVariant::nt, cap, Fe, H));
     B_.gelu = groups * (P.zeros(cap, Fe) + P.op("gelu_backward", cap * Fe) + P.op("bias_backward", cap * Fe));
     B_.fc1 = groups * (P.mm(MatmulVariant::tn, H, Fe, cap) + P.mm(MatmulVariant::nt, cap, H, Fe));
@@ -91,7 +93,7 @@ LayerTimes host_layer_times(const HostOps& ops, const ModelSpec& m, const PlanSp
     F_.gelu = P.zeros(N, F) + P.op("gelu_forward", N * F);
     F_.fc2 = P.zeros(N, H) + P.mm(MatmulVariant::nn, N, H, F) + scatter;
     // ---- backward of the MLP (layer_backward)
-    B_.fc2 = P.op("bias_backward", n * H) + gather + P.mm(MatmulVariant::tn, F, H, N) + P.zeros(N, F) +
+    B_.fc2 = P.op("bias_backward", n * H) + gather + P.mm(MatmulVariant::tn, F, H, N) +
              P.mm(MatmulVariant::nt, N, F, H);
     B_.gelu = P.zeros(N, F) + P.op("gelu_backward", N * F) + P.op("bias_backward", N * F);
     B_.fc1 = gather + P.mm(MatmulVariant::tn, H, F, N) + P.zeros(N, H) + P.mm(MatmulVariant::nt, N, H, F) + scatter;

@@ -36,6 +36,9 @@ class CudaError : public std::runtime_error {
 class BlasContext {
  public:
   explicit BlasContext(std::size_t workspace_bytes = std::size_t(32) << 20);
+  /// With a workspace the caller owns (and keeps alive): the trainer passes one from its own pool,
+  /// so that the bytes count in its memory figures.
+  BlasContext(void* workspace, std::size_t workspace_bytes);
   ~BlasContext();
   BlasContext(const BlasContext&) = delete;
   BlasContext& operator=(const BlasContext&) = delete;
@@ -50,6 +53,7 @@ class BlasContext {
   void* handle_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
+  bool owns_workspace_ = true;
   std::map<std::string, std::string> algos_;
 };
 
@@ -64,6 +68,24 @@ void gemm(BlasContext& ctx, const bf16* A, const bf16* B, bf16* C, const bf16* b
 /// The same with an fp32 C (and fp32 bias): weight gradients, router logits.
 void gemm(BlasContext& ctx, const bf16* A, const bf16* B, float* C, const float* bias, const GemmDims& dims,
           Epilogue epilogue, float alpha, float beta, cudaStream_t stream);
+/// Every gemm asks cuBLASLt's heuristic for an algorithm that holds for the pointers' real
+/// alignments (a view's rows start anywhere; the heuristic otherwise assumes 256 bytes) and whose
+/// split-K partial sums, if any, stay in fp32 (a bf16 C is rounded once, from the whole fp32 sum).
+/// gemm throws when there is none; try_gemm returns false instead (also for a bias that is not
+/// 16-byte aligned, which cuBLASLt's epilogues mishandle), so that a caller can fall back. The
+/// answer, either way, is cached per problem and alignment.
+bool try_gemm(BlasContext& ctx, const bf16* A, const bf16* B, bf16* C, const bf16* bias, const GemmDims& dims,
+              Epilogue epilogue, float alpha, float beta, cudaStream_t stream);
+bool try_gemm(BlasContext& ctx, const bf16* A, const bf16* B, float* C, const float* bias, const GemmDims& dims,
+              Epilogue epilogue, float alpha, float beta, cudaStream_t stream);
+/// The epilogues with a GeLU aux matrix (bf16, C's shape and leading dimension): bias_gelu_aux
+/// writes C = gelu(op(A) op(B) + bias) and aux = op(A) op(B) + bias (a Linear layer and its
+/// activation, keeping the pre-activation for the backward); dgelu reads aux and writes
+/// C = op(A) op(B) * gelu'(aux) (that activation's backward through the next layer's GEMM).
+/// False when cuBLASLt has no algorithm, or the bias or aux is not 16-byte aligned or ldc not a
+/// multiple of 8.
+bool try_gemm_aux(BlasContext& ctx, const bf16* A, const bf16* B, bf16* C, const bf16* bias, bf16* aux,
+                  const GemmDims& dims, Epilogue epilogue, cudaStream_t stream);
 /// Grouped expert GEMM: `experts` products of equal shape over (experts, capacity, in) inputs and
 /// (experts, out, in) weights (trans_b), out (experts, capacity, out). Capacity padding makes the
 /// groups equal, so this is one strided-batched cuBLASLt call.

@@ -30,14 +30,21 @@ float gelu_grad(float xf) {
 namespace ref {
 
 void gemm(const float* A, const float* B, float* C, const GemmDims& d, const float* bias, Epilogue epilogue,
-          float alpha, float beta) {
+          float alpha, float beta, float* aux) {
   if (d.m <= 0 || d.n <= 0 || d.k <= 0 || d.batch <= 0) throw std::invalid_argument("gemm: sizes must be positive");
   if (beta != 0.0f && epilogue != Epilogue::none)
     throw std::invalid_argument("gemm: beta != 0 is only allowed without an epilogue");
-  const bool with_bias = epilogue == Epilogue::bias || epilogue == Epilogue::bias_gelu;
-  const bool with_gelu = epilogue == Epilogue::gelu || epilogue == Epilogue::bias_gelu;
+  const bool with_aux = epilogue == Epilogue::bias_gelu_aux || epilogue == Epilogue::dgelu;
+  const bool with_bias = epilogue == Epilogue::bias || epilogue == Epilogue::bias_gelu ||
+                         epilogue == Epilogue::bias_gelu_aux;
+  const bool with_gelu = epilogue == Epilogue::gelu || epilogue == Epilogue::bias_gelu ||
+                         epilogue == Epilogue::bias_gelu_aux;
+  if (with_aux && (!aux || d.batch != 1)) throw std::invalid_argument("gemm: the epilogue needs an aux matrix, batch 1");
   if (with_bias && !bias) throw std::invalid_argument("gemm: the epilogue needs a bias");
-  const long sa = long(d.m) * d.k, sb = long(d.k) * d.n, sc = long(d.m) * d.n;
+  const long la = d.ld_a(), lb = d.ld_b(), lc = d.ld_c();
+  if (la < (d.trans_a ? d.m : d.k) || lb < (d.trans_b ? d.k : d.n) || lc < d.n)
+    throw std::invalid_argument("gemm: a leading dimension below the stored width");
+  const long sa = d.batch_stride_a(), sb = d.batch_stride_b(), sc = d.batch_stride_c();
   for (int b = 0; b < d.batch; ++b) {
     const float* a = A + b * sa;
     const float* bb = B + b * sb;
@@ -46,16 +53,18 @@ void gemm(const float* A, const float* B, float* C, const GemmDims& d, const flo
       for (int j = 0; j < d.n; ++j) {
         double acc = 0;
         for (int p = 0; p < d.k; ++p) {
-          const double av = d.trans_a ? a[long(p) * d.m + i] : a[long(i) * d.k + p];
-          const double bv = d.trans_b ? bb[long(j) * d.k + p] : bb[long(p) * d.n + j];
+          const double av = d.trans_a ? a[long(p) * la + i] : a[long(i) * la + p];
+          const double bv = d.trans_b ? bb[long(j) * lb + p] : bb[long(p) * lb + j];
           acc += av * bv;
         }
         double r = alpha * acc;
         if (with_bias) r += bias[j];
         float out = static_cast<float>(r);
+        if (epilogue == Epilogue::bias_gelu_aux) aux[long(i) * lc + j] = out;
         if (with_gelu) out = gelu(out);
-        if (beta != 0.0f) out = static_cast<float>(r + double(beta) * c[long(i) * d.n + j]);
-        c[long(i) * d.n + j] = out;
+        if (epilogue == Epilogue::dgelu) out = static_cast<float>(double(out) * gelu_grad(aux[long(i) * lc + j]));
+        if (beta != 0.0f) out = static_cast<float>(r + double(beta) * c[long(i) * lc + j]);
+        c[long(i) * lc + j] = out;
       }
   }
 }

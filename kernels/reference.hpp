@@ -16,17 +16,31 @@
 
 namespace foresight::kernels {
 
-/// What a GEMM applies to its result before writing it (cuBLASLt epilogues).
-enum class Epilogue { none, bias, gelu, bias_gelu };
+/// What a GEMM applies to its result before writing it (cuBLASLt epilogues). bias_gelu_aux also
+/// writes the pre-activation (sum + bias) into an aux matrix for the backward (GELU_AUX_BIAS);
+/// dgelu multiplies the sum by GeLU' of the aux matrix it reads (DGELU).
+enum class Epilogue { none, bias, gelu, bias_gelu, bias_gelu_aux, dgelu };
 
 /// C = alpha * op(A) op(B) (+ bias, GeLU) + beta * C, all row-major.
 /// op(A) is (m, k): A is stored (m, k), or (k, m) when trans_a. op(B) is (k, n): B is stored
 /// (k, n), or (n, k) when trans_b (a PyTorch Linear weight (out, in) is B with trans_b).
-/// `batch` independent products over contiguous batches (strides m*k, k*n, m*n).
+/// `batch` independent products. Each stored matrix may be a view into a wider one: lda, ldb and
+/// ldc are the elements between the starts of consecutive stored rows (0: packed, the stored
+/// width), and stride_a/b/c the elements between consecutive products of the batch (0: packed,
+/// the stored rows times the leading dimension).
 struct GemmDims {
   int m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   int batch = 1;
+  long lda = 0, ldb = 0, ldc = 0;
+  long stride_a = 0, stride_b = 0, stride_c = 0;
+
+  long ld_a() const { return lda > 0 ? lda : (trans_a ? m : k); }
+  long ld_b() const { return ldb > 0 ? ldb : (trans_b ? k : n); }
+  long ld_c() const { return ldc > 0 ? ldc : n; }
+  long batch_stride_a() const { return stride_a > 0 ? stride_a : long(trans_a ? k : m) * ld_a(); }
+  long batch_stride_b() const { return stride_b > 0 ? stride_b : long(trans_b ? n : k) * ld_b(); }
+  long batch_stride_c() const { return stride_c > 0 ? stride_c : long(m) * ld_c(); }
 };
 
 /// GeLU, tanh approximation (GPT-2; Hendrycks & Gimpel 2016 eq. for the approximation).
@@ -48,8 +62,10 @@ namespace ref {
 /// C (batch, m, n) = alpha * op(A) op(B) + beta * C, or with an epilogue gelu?(alpha * op(A) op(B)
 /// + bias (n)). beta != 0 is allowed only with Epilogue::none (the order of the C term and the
 /// epilogue would otherwise be a cuBLASLt detail); throws std::invalid_argument otherwise.
+/// bias_gelu_aux writes the float pre-activation r = sum + bias into aux and gelu(r) into C;
+/// dgelu writes float(sum) * gelu'(aux) into C. aux has C's shape and leading dimension.
 void gemm(const float* A, const float* B, float* C, const GemmDims& d, const float* bias, Epilogue epilogue,
-          float alpha = 1.0f, float beta = 0.0f);
+          float alpha = 1.0f, float beta = 0.0f, float* aux = nullptr);
 
 /// db (n) += column sums of dy (m, n): the bias gradient of a linear layer.
 void bias_grad(const float* dy, float* db, int m, int n);

@@ -11,8 +11,9 @@
 #   correctness 140: the GPU tests; compute-sanitizer reruns of a failing one, at most
 #     SANITIZER_S=40 s each;
 #   train 200: foresight-train --backend cuda --precision bf16 on the local 350M and 1.3B plans
-#     (TRAIN_STEPS=8), then a profiled 350M run (GPU time per op) and a 350M run with
-#     FORESIGHT_ATTENTION=pipelined (the attention kernels' cp.async form);
+#     (TRAIN_STEPS=8), then a profiled 350M run (GPU time per op), a 350M run with
+#     FORESIGHT_ATTENTION=pipelined (the attention kernels' cp.async form) and one with
+#     FORESIGHT_GEMM=cublas (cublasGemmEx, the GEMMs before kernels::gemm served the trainer);
 #   baseline 70: PyTorch eager on the same two models through scripts/torch-baseline-subset.py,
 #     then the 124M and 2.7B rows for their peak memory (issue 19; BASELINE_EAGER overrides the
 #     list, BASELINE_COMPILE=gpt-1.3b adds torch.compile rows);
@@ -124,7 +125,10 @@ phase train 200 "for e in gpt-350m-local-h100 gpt3-1.3b-local-h100; do \
   head -40 $RESULTS/train-profile-350m.txt | grep -v '^step'; \
   FORESIGHT_ATTENTION=pipelined timeout 40 $BIN/foresight-train --plan $RESULTS/train-gpt-350m-local-h100/plan.json \
     --backend cuda --precision bf16 --steps 6 > $RESULTS/train-pipelined-350m.txt 2>&1; echo \"pipelined: exit \$?\"; \
-  tail -3 $RESULTS/train-pipelined-350m.txt"
+  tail -3 $RESULTS/train-pipelined-350m.txt; \
+  FORESIGHT_GEMM=cublas timeout 30 $BIN/foresight-train --plan $RESULTS/train-gpt-350m-local-h100/plan.json \
+    --backend cuda --precision bf16 --steps 6 > $RESULTS/train-cublas-350m.txt 2>&1; echo \"cublas gemm: exit \$?\"; \
+  tail -3 $RESULTS/train-cublas-350m.txt"
 
 baseline=$BUNDLE/shared-bench/torch_gpt_baseline.py
 [ -f "$baseline" ] || baseline=../shared/bench/torch_gpt_baseline.py
@@ -161,7 +165,7 @@ phase calibrate 120 "$BIN/foresight calibrate --quick --out $RESULTS/profile-qui
   grep -E '^\| [a-z]|^Step' "$RESULTS/closed-loop-cuda.md" 2>/dev/null
   echo
   echo "## foresight-train --backend cuda --precision bf16"
-  for f in "$RESULTS"/train-*/train.txt "$RESULTS"/train-pipelined-350m.txt; do [ -f "$f" ] && { echo "$f:"; tail -4 "$f"; }; done
+  for f in "$RESULTS"/train-*/train.txt "$RESULTS"/train-pipelined-350m.txt "$RESULTS"/train-cublas-350m.txt; do [ -f "$f" ] && { echo "$f:"; tail -4 "$f"; }; done
   [ -f "$RESULTS/train-profile-350m.txt" ] && { echo; echo "GPU time per op, 350M, 3 steps:"; grep -A25 'GPU time per op' "$RESULTS/train-profile-350m.txt"; }
   echo
   echo "## PyTorch baseline (tokens/s, peak memory GiB)"

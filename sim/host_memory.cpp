@@ -29,16 +29,16 @@ LayerElements layer_elements(const ModelSpec& m, const PlanSpec& p, double S, do
   const double past = C - S;
   const double core = b * heads * S * C + N * HD;  // probs and attention output
   double mlp = 2 * N * F;                          // fc1 and GeLU outputs
-  double mlp_backward = 2 * N * F + N * H;         // dgelu, dfc1, the partial input gradient
+  double mlp_backward = N * F + N * H;             // dfc1 (matmul_dgelu: no separate dgelu), the partial input gradient
   if (moe_layer && m.moe) {
     // trainer/moe.cpp keeps the experts' input rows, their FC1 and GeLU outputs and the combined
     // rows (E x capacity rows on every rank); its backward holds the gradients of the combined,
-    // returned and dispatched rows, one expert's FC1/GeLU gradients and the input gradient.
+    // returned and dispatched rows, one expert's FC1 gradient and the input gradient.
     const MoeSpec& e = *m.moe;
     const double cap = std::ceil(e.capacity_factor * N * e.top_k / e.experts - 1e-9), rows = e.experts * cap;
     const double Fe = double(m.expert_ffn());
     mlp = 2 * rows * H + 2 * rows * Fe;
-    mlp_backward = 4 * rows * H + 2 * cap * Fe + N * H + N * e.experts;
+    mlp_backward = 4 * rows * H + cap * Fe + N * H + N * e.experts;
   }
   LayerElements L;
   // a, x1, c, out (n x h each), two norms' mean and rstd, QKV, the core, FC1/GeLU (or the MoE's),

@@ -113,6 +113,25 @@ class Backend {
     matmul(c, a, transpose_a, b, transpose_b, false);
     add_bias(c, bias);
   }
+  /// A Linear layer and its GeLU in one call: pre (M,N) = op(a) op(b) + bias, as matmul_bias
+  /// stores it, and y (M,N) = GeLU of that sum as a float, before pre's rounding. So under bf16
+  /// y is rounded once, from the unrounded pre-activation (cuBLASLt's GELU_AUX_BIAS epilogue,
+  /// which the CUDA backend uses; pre is its aux output). Under fp32 it is matmul_bias then
+  /// gelu_forward exactly. This default is that pair, for backends with nothing to fuse.
+  virtual void matmul_bias_gelu(Tensor y, Tensor pre, const Tensor& a, bool transpose_a, const Tensor& b,
+                                bool transpose_b, const Tensor& bias) {
+    matmul_bias(pre, a, transpose_a, b, transpose_b, bias);
+    gelu_forward(y, pre);
+  }
+  /// GeLU's backward through the GEMM that feeds it: dx (M,N) = (op(a) op(b)) * GeLU'(pre), the
+  /// product taken from the GEMM's float sum, rounded once (cuBLASLt's DGELU epilogue with pre as
+  /// its aux input). Under fp32 it is matmul then gelu_backward exactly, and so is this default.
+  virtual void matmul_dgelu(Tensor dx, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                            const Tensor& pre) {
+    Tensor t = zeros(dx.rows(), dx.cols());
+    matmul(t, a, transpose_a, b, transpose_b, false);
+    gelu_backward(dx, t, pre);
+  }
   /// y (N,C) += bias (1,C) broadcast over rows.
   virtual void add_bias(Tensor y, const Tensor& bias) = 0;
   /// dbias (1,C) += column sums of dy (N,C).
@@ -161,6 +180,17 @@ class Backend {
   /// dtable[token - vocab_offset] += dx rows, in token order (deterministic).
   virtual void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
                                   std::int64_t vocab_offset) = 0;
+  /// out (R,C) row r = sum over j < k of weights[r*k + j] * src row rows[r*k + j], an entry with a
+  /// negative row skipped (a row with none is 0): summed in double in j order, rounded once. The
+  /// MoE combine (k = top-k, the gates as weights), its backward's scatter of gate * dy into the
+  /// expert slots (k = 1, one source per slot) and the input gradient's return to the tokens
+  /// (weights 1) are this one gather, on the device, with no host round trip.
+  virtual void gather_rows_weighted(Tensor out, const Tensor& src, std::span<const std::int32_t> rows,
+                                    std::span<const double> weights, int k) = 0;
+  /// dots[i] = sum over c of a[a_rows[i], c] * b[b_rows[i], c], in double in column order; 0 for a
+  /// pair with a negative row. The MoE gates' gradients (dy . expert output), returned to the host.
+  virtual std::vector<double> row_dots(const Tensor& a, std::span<const std::int32_t> a_rows, const Tensor& b,
+                                       std::span<const std::int32_t> b_rows) = 0;
   /// x (N,C) += positions (seq,C) row p.of(n).
   virtual void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) = 0;
   /// dpositions (seq,C) += dx rows folded by position p.of(n).
@@ -191,6 +221,13 @@ inline constexpr double kLayerNormEps = 1e-5;
 
 /// Fails (FORESIGHT_CHECK) unless a and b have the same (rows, cols); `op` names the caller.
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
+/// Fails unless gather_rows_weighted's arguments agree: rows and weights hold out.rows() * k entries,
+/// k >= 1, out and src have as many columns, and every row index is below src.rows().
+void check_gather_rows(const Tensor& out, const Tensor& src, std::span<const std::int32_t> rows,
+                       std::span<const double> weights, int k);
+/// Fails unless row_dots' arguments agree (as many a_rows as b_rows, equal columns, indices in range).
+void check_row_dots(const Tensor& a, std::span<const std::int32_t> a_rows, const Tensor& b,
+                    std::span<const std::int32_t> b_rows);
 
 /// The backends this build offers, by name: "cpu"; with CUDA, "cuda" (fp32 GEMMs) and "cuda-tf32";
 /// each runs either recipe. Throws SpecError naming --backend for a name this build lacks (or a

@@ -19,6 +19,26 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
       << op << ": (" << a.rows() << "," << a.cols() << ") vs (" << b.rows() << "," << b.cols() << ")";
 }
 
+void check_gather_rows(const Tensor& out, const Tensor& src, std::span<const std::int32_t> rows,
+                       std::span<const double> weights, int k) {
+  FORESIGHT_CHECK(k >= 1 && std::int64_t(rows.size()) == out.rows() * k && weights.size() == rows.size() &&
+                  out.cols() == src.cols())
+      << "gather_rows_weighted: out (" << out.rows() << "," << out.cols() << "), src (" << src.rows() << ","
+      << src.cols() << "), k " << k << ", " << rows.size() << " rows, " << weights.size() << " weights";
+  for (const std::int32_t r : rows)
+    FORESIGHT_CHECK(r < src.rows()) << "gather_rows_weighted: row " << r << " of a " << src.rows() << "-row source";
+}
+
+void check_row_dots(const Tensor& a, std::span<const std::int32_t> a_rows, const Tensor& b,
+                    std::span<const std::int32_t> b_rows) {
+  FORESIGHT_CHECK(a_rows.size() == b_rows.size() && a.cols() == b.cols())
+      << "row_dots: " << a_rows.size() << " vs " << b_rows.size() << " rows, columns " << a.cols() << " vs " << b.cols();
+  for (std::size_t i = 0; i < a_rows.size(); ++i)
+    FORESIGHT_CHECK(a_rows[i] < a.rows() && b_rows[i] < b.rows())
+        << "row_dots: pair " << i << " (" << a_rows[i] << ", " << b_rows[i] << ") of " << a.rows() << " and "
+        << b.rows() << " rows";
+}
+
 namespace {
 
 /// Allocation counters shared by the backend and its buffers (a buffer may outlive a call).
@@ -53,6 +73,12 @@ const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
 double gelu_sigmoid(double v) {
   const double u = kSqrt2OverPi * (v + 0.044715 * v * v * v);
   return 1.0 / (1.0 + std::exp(-2.0 * u));
+}
+
+/// d GeLU(v) / dv of the same form: s + 2 v s (1 - s) u', s = gelu_sigmoid(v).
+double gelu_derivative(double v) {
+  const double s = gelu_sigmoid(v);
+  return s + 2.0 * v * s * (1.0 - s) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
 }
 
 /// The value an op stores into an element of `t`: float(v), rounded to bf16 when t is bf16.
@@ -125,10 +151,27 @@ class CpuBackend final : public Backend {
     FORESIGHT_CHECK(bias.numel() == c.cols()) << bias.numel() << " vs " << c.cols();
     gemm(c, a, ta, b, tb, false, &bias);
   }
+  void matmul_bias_gelu(Tensor y, Tensor pre, const Tensor& a, bool ta, const Tensor& b, bool tb,
+                        const Tensor& bias) override {
+    FORESIGHT_CHECK(bias.numel() == pre.cols()) << bias.numel() << " vs " << pre.cols();
+    check_same_shape(y, pre, "matmul_bias_gelu");
+    gemm(pre, a, ta, b, tb, false, &bias, false);  // the float sums, not yet rounded
+    for (std::int64_t i = 0; i < pre.numel(); ++i) {
+      const double v = pre.data()[i];
+      y.data()[i] = store(y, v * gelu_sigmoid(v));
+    }
+    round_if_bf16(pre);
+  }
+  void matmul_dgelu(Tensor dx, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& pre) override {
+    check_same_shape(dx, pre, "matmul_dgelu");
+    gemm(dx, a, ta, b, tb, false, nullptr, false);  // the float sums, not yet rounded
+    for (std::int64_t i = 0; i < pre.numel(); ++i) dx.data()[i] = store(dx, dx.data()[i] * gelu_derivative(pre.data()[i]));
+  }
   /// c = op(a) op(b) (+ c when accumulating) (+ bias per column), each element's products summed
   /// in double over k in increasing order, rounded to float, the bias added in float, and a bf16 c
-  /// rounded once at the end.
-  void gemm(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, bool accumulate, const Tensor* bias) {
+  /// rounded once at the end (unless `round` is false: the fused GeLU ops round after their pass).
+  void gemm(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, bool accumulate, const Tensor* bias,
+            bool round = true) {
     const std::int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
     const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
     FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
@@ -154,7 +197,7 @@ class CpuBackend final : public Backend {
       if (bias)
         for (std::int64_t j = 0; j < N; ++j) row[j] += bias->data()[j];
     }
-    round_if_bf16(c);
+    if (round) round_if_bf16(c);
   }
   void add_bias(Tensor y, const Tensor& bias) override {
     FORESIGHT_CHECK(bias.numel() == y.cols()) << bias.numel() << " vs " << y.cols();
@@ -228,12 +271,7 @@ class CpuBackend final : public Backend {
   }
   void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) override {
     check_same_shape(dx, x, "gelu_backward");
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      const double v = x.data()[i];
-      const double s = gelu_sigmoid(v);
-      const double d = s + 2.0 * v * s * (1.0 - s) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
-      dx.data()[i] = store(dx, dy.data()[i] * d);
-    }
+    for (std::int64_t i = 0; i < x.numel(); ++i) dx.data()[i] = store(dx, dy.data()[i] * gelu_derivative(x.data()[i]));
   }
 
   void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const Tensor& kv,
@@ -347,6 +385,40 @@ class CpuBackend final : public Backend {
       for (std::int64_t j = 0; j < C; ++j) dtable.data()[r * C + j] += dx.data()[n * C + j];
     }
     round_if_bf16(dtable);
+  }
+  void gather_rows_weighted(Tensor out, const Tensor& src, std::span<const std::int32_t> rows,
+                            std::span<const double> weights, int k) override {
+    check_gather_rows(out, src, rows, weights, k);
+    const std::int64_t C = out.cols();
+    std::vector<double> acc(static_cast<std::size_t>(C));
+    for (std::int64_t r = 0; r < out.rows(); ++r) {
+      // Term by term over a row, so that every element still sums its terms in j order.
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int j = 0; j < k; ++j) {
+        const std::int64_t s = rows[std::size_t(r * k + j)];
+        if (s < 0) continue;
+        const double w = weights[std::size_t(r * k + j)];
+        const float* x = src.data() + s * C;
+        for (std::int64_t c = 0; c < C; ++c) acc[std::size_t(c)] += w * x[c];
+      }
+      float* y = out.data() + r * C;
+      for (std::int64_t c = 0; c < C; ++c) y[c] = store(out, acc[std::size_t(c)]);
+    }
+  }
+  std::vector<double> row_dots(const Tensor& a, std::span<const std::int32_t> a_rows, const Tensor& b,
+                               std::span<const std::int32_t> b_rows) override {
+    check_row_dots(a, a_rows, b, b_rows);
+    const std::int64_t C = a.cols();
+    std::vector<double> dots(a_rows.size(), 0.0);
+    for (std::size_t i = 0; i < dots.size(); ++i) {
+      if (a_rows[i] < 0 || b_rows[i] < 0) continue;
+      const float* x = a.data() + std::int64_t(a_rows[i]) * C;
+      const float* y = b.data() + std::int64_t(b_rows[i]) * C;
+      double d = 0;
+      for (std::int64_t c = 0; c < C; ++c) d += double(x[c]) * y[c];
+      dots[i] = d;
+    }
+    return dots;
   }
   void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) override {
     const std::int64_t C = x.cols();

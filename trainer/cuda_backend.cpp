@@ -1,6 +1,5 @@
 #include "trainer/cuda_backend.hpp"
 
-#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -268,23 +267,33 @@ class CudaBackend final : public Backend {
       profiler_ = std::make_unique<OpProfiler>(stream_);
     if (const char* e = std::getenv("FORESIGHT_GEMM_EPILOGUE")) {
       const std::string v = e;
-      if (v != "bias" && v != "none")
+      if (v != "gelu" && v != "bias" && v != "none")
         throw SpecError(SourceLocation{"environment", 0, 0}, "FORESIGHT_GEMM_EPILOGUE", v,
-                        "must be bias (the default: a Linear layer's bias added in cuBLASLt's epilogue) or none "
-                        "(a separate add_bias kernel)");
-      bias_epilogue_ = v == "bias";
+                        "must be gelu (the default: a Linear layer's bias, and FC1's GeLU and its backward, in "
+                        "cuBLASLt's epilogues), bias (the bias only) or none (separate kernels)");
+      bias_epilogue_ = v != "none";
+      gelu_epilogue_ = v == "gelu";
     }
-    if (bf16() && bias_epilogue_) {
-      FORESIGHT_CUBLAS(cublasLtCreate(&lt_));
+    if (const char* e = std::getenv("FORESIGHT_GEMM")) {
+      const std::string v = e;
+      if (v != "lt" && v != "cublas")
+        throw SpecError(SourceLocation{"environment", 0, 0}, "FORESIGHT_GEMM", v,
+                        "must be lt (the default: bf16 GEMMs through kernels::gemm, cuBLASLt, the GEMM `foresight "
+                        "calibrate` measures) or cublas (cublasGemmEx)");
+      lt_gemm_ = v == "lt";
+    }
+    if (bf16() && (bias_epilogue_ || gelu_epilogue_ || lt_gemm_)) {
+      // The workspace comes from the pool, so that it counts in the memory figures.
       lt_workspace_ = std::make_unique<Scratch>(pool_, kLtWorkspaceBytes);
+      lt_.emplace(lt_workspace_->as<void>(), kLtWorkspaceBytes);
     }
   }
   ~CudaBackend() override {
     if (profiler_) profiler_->report();
     profiler_.reset();
     cudaStreamSynchronize(stream_);
+    lt_.reset();
     lt_workspace_.reset();
-    if (lt_) cublasLtDestroy(lt_);
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -402,7 +411,9 @@ class CudaBackend final : public Backend {
     // or fp32 (a weight gradient accumulating into its main-grad, beta = 1).
     std::optional<Scratch> sa, sb;
     const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb);
-    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, accumulate ? 1.0f : 0.0f, out(c), N, 0, 1);
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (bf16() && lt_gemm_ && lt_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), beta, out(c), nullptr)) return;
+    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, beta, out(c), N, 0, 1);
   }
   void matmul_bias(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& bias) override {
     const auto [M, N, K] = gemm_dims(c, a, ta, b, tb, "matmul_bias");
@@ -415,7 +426,7 @@ class CudaBackend final : public Backend {
     check_device(bias, "matmul_bias");
     std::optional<Scratch> sa, sb, sbias;
     const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb), pbias = gemm_operand(bias, sbias);
-    if (lt_ && bias_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), pbias, out(c))) return;
+    if (bias_epilogue_ && lt_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), 0.0f, out(c), &pbias)) return;
     // No epilogue for these pointers: the same single rounding in three steps, through an fp32
     // copy of the sum (what the CPU backend and cuBLASLt's epilogue compute).
     const OpScope op_scope = profile_on() ? profile("matmul_bias unfused " + std::to_string(M) + "x" +
@@ -426,6 +437,56 @@ class CudaBackend final : public Backend {
     gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, 0.0f, sum32, N, 0, 1);
     cuda::add_bias(sum32, pbias, M, N, stream_);
     cuda::convert(out(c), sum32, M * N, stream_);
+  }
+  void matmul_bias_gelu(Tensor y, Tensor pre, const Tensor& a, bool ta, const Tensor& b, bool tb,
+                        const Tensor& bias) override {
+    const auto [M, N, K] = gemm_dims(pre, a, ta, b, tb, "matmul_bias_gelu");
+    check_same_shape(y, pre, "matmul_bias_gelu");
+    FORESIGHT_CHECK(bias.numel() == N) << "matmul_bias_gelu: bias of " << bias.numel() << " for " << N << " columns";
+    if (!bf16() || pre.storage() != Storage::packed_bf16 || y.storage() != Storage::packed_bf16 || M == 0 ||
+        N == 0 || K == 0) {
+      Backend::matmul_bias_gelu(y, pre, a, ta, b, tb, bias);  // fp32: the pair is the same arithmetic
+      return;
+    }
+    check_device(bias, "matmul_bias_gelu");
+    std::optional<Scratch> sa, sb, sbias;
+    const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb), pbias = gemm_operand(bias, sbias);
+    if (gelu_epilogue_ && lt_gemm_aux(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), &pbias, out(y), out(pre),
+                                      kernels::Epilogue::bias_gelu_aux))
+      return;
+    // No epilogue: the same roundings through an fp32 copy of the sum, then one pass writing the
+    // rounded pre-activation and the GeLU of the unrounded one.
+    const OpScope op_scope = profile_on() ? profile("matmul_bias_gelu unfused " + std::to_string(M) + "x" +
+                                                    std::to_string(N) + "x" + std::to_string(K))
+                                          : OpScope{};
+    Scratch sum(pool_, std::size_t(M * N) * sizeof(float));
+    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, 0.0f, cuda::Out{sum.as<void>(), cuda::Type::fp32}, N,
+         0, 1);
+    cuda::bias_gelu_from_fp32(out(y), out(pre), sum.as<float>(), pbias, M, N, stream_);
+  }
+  void matmul_dgelu(Tensor dx, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& pre) override {
+    const auto [M, N, K] = gemm_dims(dx, a, ta, b, tb, "matmul_dgelu");
+    check_same_shape(dx, pre, "matmul_dgelu");
+    if (!bf16() || dx.storage() != Storage::packed_bf16 || pre.storage() != Storage::packed_bf16 || M == 0 ||
+        N == 0 || K == 0) {
+      Backend::matmul_dgelu(dx, a, ta, b, tb, pre);  // fp32: the pair is the same arithmetic
+      return;
+    }
+    check_device(pre, "matmul_dgelu");
+    std::optional<Scratch> sa, sb;
+    const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb);
+    // cuBLASLt reads the aux matrix only (DGELU); its pointer is declared writable.
+    const cuda::Out aux{const_cast<void*>(in(pre).data), cuda::Type::bf16};
+    if (gelu_epilogue_ &&
+        lt_gemm_aux(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), nullptr, out(dx), aux, kernels::Epilogue::dgelu))
+      return;
+    const OpScope op_scope = profile_on() ? profile("matmul_dgelu unfused " + std::to_string(M) + "x" +
+                                                    std::to_string(N) + "x" + std::to_string(K))
+                                          : OpScope{};
+    Scratch sum(pool_, std::size_t(M * N) * sizeof(float));
+    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, 0.0f, cuda::Out{sum.as<void>(), cuda::Type::fp32}, N,
+         0, 1);
+    cuda::dgelu_from_fp32(out(dx), sum.as<float>(), in(pre), M * N, stream_);
   }
   void add_bias(Tensor y, const Tensor& bias) override {
     const OpScope op_scope = profile("add_bias");
@@ -564,6 +625,33 @@ class CudaBackend final : public Backend {
     Scratch t = upload(tokens);
     cuda::embedding_forward(out(x), in(table), t.as<std::int32_t>(), x.rows(), x.cols(), table.rows(), vocab_offset,
                             stream_);
+  }
+  void gather_rows_weighted(Tensor y, const Tensor& src, std::span<const std::int32_t> rows,
+                            std::span<const double> weights, int k) override {
+    const OpScope op_scope = profile("gather_rows_weighted");
+    check_gather_rows(y, src, rows, weights, k);
+    Scratch u = upload(rows, weights);
+    cuda::gather_rows_weighted(out(y), in(src), u.as<std::int32_t>(),
+                               reinterpret_cast<const double*>(u.as<char>() + ids_bytes_aligned(rows.size())),
+                               y.rows(), y.cols(), k, stream_);
+  }
+  std::vector<double> row_dots(const Tensor& a, std::span<const std::int32_t> a_rows, const Tensor& b,
+                               std::span<const std::int32_t> b_rows) override {
+    const OpScope op_scope = profile("row_dots");
+    check_row_dots(a, a_rows, b, b_rows);
+    std::vector<double> dots(a_rows.size(), 0.0);
+    if (dots.empty()) return dots;
+    // Both index lists in one upload: a's, then b's.
+    std::vector<std::int32_t> ids(a_rows.begin(), a_rows.end());
+    ids.insert(ids.end(), b_rows.begin(), b_rows.end());
+    Scratch u = upload(ids);
+    Scratch d(pool_, dots.size() * sizeof(double));
+    cuda::row_dots(d.as<double>(), in(a), u.as<std::int32_t>(), in(b), u.as<std::int32_t>() + a_rows.size(),
+                   std::int64_t(dots.size()), a.cols(), stream_);
+    FORESIGHT_CUDA(cudaMemcpyAsync(dots.data(), d.as<double>(), dots.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                   stream_));
+    FORESIGHT_CUDA(cudaStreamSynchronize(stream_));
+    return dots;
   }
   void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
                           std::int64_t vocab_offset) override {
@@ -767,97 +855,67 @@ class CudaBackend final : public Backend {
     return {M, N, K};
   }
 
-  /// The largest power of two (up to 256) that divides a pointer: the alignment cuBLASLt may assume
-  /// of a buffer (its MIN_ALIGNMENT preferences default to 256, which trainer slices break: a
-  /// tensor's row slice or a parameter's view into the flat working copy starts anywhere).
-  static std::uint32_t alignment(const void* p) {
-    const auto v = reinterpret_cast<std::uintptr_t>(p);
-    std::uint32_t a = 1;
-    while (a < 256 && v % (2 * a) == 0) a *= 2;
-    return a;
+  /// Row-major C (M,N) = op(A) op(B) (+ beta C, or + bias (N) broadcast over rows) through
+  /// kernels::try_gemm: cuBLASLt, the GEMM `foresight calibrate` measures, asked for an algorithm
+  /// that holds for the operands' real alignments (a row slice or a parameter's view into the flat
+  /// working copy starts anywhere) and keeps split-K partial sums in fp32, so a bf16 C is rounded
+  /// once, with the bias in the sum (its BIAS epilogue). False when it has none for this problem
+  /// (or the bias is not 16-byte aligned): the caller falls back.
+  /// FC1 with its bias and GeLU (Epilogue::bias_gelu_aux: C the GeLU, aux the pre-activation) or
+  /// FC2's input gradient through the GeLU (Epilogue::dgelu: aux read) as one kernels::gemm, bf16
+  /// throughout; false when cuBLASLt has no algorithm for it (the caller falls back).
+  bool lt_gemm_aux(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cuda::In A, std::int64_t lda,
+                   cuda::In B, std::int64_t ldb, const cuda::In* bias, cuda::Out C, cuda::Out aux,
+                   kernels::Epilogue e) {
+    if (!lt_ || M >= (1LL << 31) || N >= (1LL << 31) || K >= (1LL << 31)) return false;
+    FORESIGHT_CHECK(A.type == cuda::Type::bf16 && B.type == cuda::Type::bf16 && C.type == cuda::Type::bf16 &&
+                    aux.type == cuda::Type::bf16 && (!bias || bias->type == cuda::Type::bf16))
+        << "lt_gemm_aux: bf16 operands only";
+    const kernels::GemmDims d{.m = int(M), .n = int(N), .k = int(K), .trans_a = ta, .trans_b = tb, .lda = long(lda),
+                              .ldb = long(ldb), .ldc = long(N)};
+    const OpScope op_scope =
+        profile_on() ? profile(std::string(e == kernels::Epilogue::dgelu ? "matmul+dgelu " : "matmul+bias+gelu ") +
+                               std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                               (ta ? " t" : " n") + (tb ? "t" : "n"))
+                     : OpScope{};
+    return kernels::try_gemm_aux(*lt_, static_cast<const kernels::bf16*>(A.data),
+                                 static_cast<const kernels::bf16*>(B.data), static_cast<kernels::bf16*>(C.data),
+                                 bias ? static_cast<const kernels::bf16*>(bias->data) : nullptr,
+                                 static_cast<kernels::bf16*>(aux.data), d, e, stream_);
+  }
+  bool lt_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cuda::In A, std::int64_t lda,
+               cuda::In B, std::int64_t ldb, float beta, cuda::Out C, const cuda::In* bias) {
+    if (!lt_ || M >= (1LL << 31) || N >= (1LL << 31) || K >= (1LL << 31)) return false;
+    FORESIGHT_CHECK(A.type == cuda::Type::bf16 && B.type == cuda::Type::bf16 && (!bias || bias->type == C.type))
+        << "lt_gemm: bf16 operands, and a bias of C's type";
+    const kernels::GemmDims d{.m = int(M), .n = int(N), .k = int(K), .trans_a = ta, .trans_b = tb, .lda = long(lda),
+                              .ldb = long(ldb), .ldc = long(N)};
+    const auto* a = static_cast<const kernels::bf16*>(A.data);
+    const auto* b = static_cast<const kernels::bf16*>(B.data);
+    const kernels::Epilogue e = bias ? kernels::Epilogue::bias : kernels::Epilogue::none;
+    const OpScope op_scope = profile_on() && bias ? profile("matmul+bias " + std::to_string(M) + "x" +
+                                                            std::to_string(N) + "x" + std::to_string(K) +
+                                                            (ta ? " t" : " n") + (tb ? "t" : "n"))
+                                                  : OpScope{};
+    if (C.type == cuda::Type::bf16)
+      return kernels::try_gemm(*lt_, a, b, static_cast<kernels::bf16*>(C.data),
+                               bias ? static_cast<const kernels::bf16*>(bias->data) : nullptr, d, e, 1.0f, beta, stream_);
+    return kernels::try_gemm(*lt_, a, b, static_cast<float*>(C.data),
+                             bias ? static_cast<const float*>(bias->data) : nullptr, d, e, 1.0f, beta, stream_);
   }
 
-  /// Row-major bf16 C (M,N) = op(A) op(B) + bias (N) through cuBLASLt's BIAS epilogue: fp32
-  /// accumulation, the bf16 bias added to the fp32 sum, C rounded once. The problem is mapped to
-  /// cuBLASLt's column-major view as in gemm() (C^T = op(B)^T op(A)^T, B first), so the bias runs
-  /// along cuBLASLt's rows, one value per output column. The algorithm comes from the heuristic
-  /// with the operands' real alignments and without reductions in the output type (a split-K
-  /// partial sum rounded to bf16 would be a second rounding), once per shape and alignment; false
-  /// when it has none (the caller falls back) or the bias is not 16-byte aligned (Marian's note on
-  /// cuBLASLt bias epilogues, marian-nmt src/tensors/gpu/prod.cpp: misaligned bias vectors fail).
-  bool bias_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cuda::In A, std::int64_t lda,
-                 cuda::In B, std::int64_t ldb, cuda::In bias, cuda::Out C) {
-    FORESIGHT_CHECK(A.type == cuda::Type::bf16 && B.type == cuda::Type::bf16 && bias.type == cuda::Type::bf16 &&
-                    C.type == cuda::Type::bf16)
-        << "bias_gemm: bf16 operands only";
-    if (alignment(bias.data) < 16) return false;
-    const std::uint32_t align_a = alignment(B.data), align_b = alignment(A.data), align_c = alignment(C.data);
-    const std::string key = std::to_string(M) + "," + std::to_string(N) + "," + std::to_string(K) + "," +
-                            std::to_string(int(ta)) + std::to_string(int(tb)) + "," + std::to_string(lda) + "," +
-                            std::to_string(ldb) + "," + std::to_string(align_a) + "," + std::to_string(align_b) +
-                            "," + std::to_string(align_c);
-    auto it = lt_algos_.find(key);
-    if (it != lt_algos_.end() && !it->second) return false;  // asked before: no algorithm
-
-    // cuBLASLt's "A" is our B: (K,N) row-major = column-major (N,K) with op N, or (N,K) = (K,N) with
-    // op T; its "B" is our A likewise; C (M,N) row-major = column-major (N,M), ld N.
-    const kernels::LtLayout la(CUDA_R_16BF, tb ? K : N, tb ? N : K, ldb), lb(CUDA_R_16BF, ta ? M : K, ta ? K : M, lda),
-        lc(CUDA_R_16BF, N, M, N);
-    kernels::LtMatmulDesc op;
-    op.set(CUBLASLT_MATMUL_DESC_TRANSA, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
-    op.set(CUBLASLT_MATMUL_DESC_TRANSB, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
-    op.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    op.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data);
-    op.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
-    if (it == lt_algos_.end()) {
-      cublasLtMatmulPreference_t pref = nullptr;
-      FORESIGHT_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-      const std::size_t ws = kLtWorkspaceBytes;
-      const std::uint32_t schemes =
-          CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-      auto pref_set = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
-        if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v));
-      };
-      pref_set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws);
-      pref_set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, schemes);
-      pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
-      pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
-      pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
-      pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
-      if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(lt_, op.h, la.h, lb.h, lc.h, lc.h, pref, 1, &result, &found);
-      cublasLtMatmulPreferenceDestroy(pref);
-      // Not supported for this problem (a status, or no answer): remembered, and the caller falls back.
-      if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        lt_algos_.emplace(key, std::nullopt);
-        return false;
-      }
-      it = lt_algos_.emplace(key, result.algo).first;
-    }
-    const OpScope op_scope = profile_on() ? profile("matmul+bias " + std::to_string(M) + "x" + std::to_string(N) +
-                                                    "x" + std::to_string(K) + (ta ? " t" : " n") + (tb ? "t" : "n"))
-                                          : OpScope{};
-    const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t st = cublasLtMatmul(lt_, op.h, &alpha, B.data, la.h, A.data, lb.h, &beta, C.data, lc.h, C.data,
-                                             lc.h, &*it->second, lt_workspace_->as<void>(), kLtWorkspaceBytes, stream_);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
-      // Refused before launching anything: this problem takes the fallback from now on.
-      std::fprintf(stderr, "foresight-train: cuBLASLt refused the bias epilogue for %s (status %d); unfused there\n",
-                   key.c_str(), int(st));
-      it->second.reset();
-      return false;
-    }
-    FORESIGHT_CUBLAS(st);
-    return true;
-  }
-
-  Scratch upload(std::span<const std::int32_t> ids) {
-    Scratch s(pool_, std::max<std::size_t>(1, ids.size()) * sizeof(std::int32_t));
+  Scratch upload(std::span<const std::int32_t> ids) { return upload(ids, std::span<const double>{}); }
+  /// ids, then (from the first 8-byte boundary after them, at ids_bytes_aligned(ids.size())) the
+  /// doubles, in one scratch buffer and one wait.
+  static std::size_t ids_bytes_aligned(std::size_t n) { return (std::max<std::size_t>(1, n) * 4 + 7) / 8 * 8; }
+  Scratch upload(std::span<const std::int32_t> ids, std::span<const double> values) {
+    const std::size_t at = ids_bytes_aligned(ids.size());
+    Scratch s(pool_, at + values.size() * sizeof(double));
     if (!ids.empty())
       FORESIGHT_CUDA(cudaMemcpyAsync(s.as<std::int32_t>(), ids.data(), ids.size() * sizeof(std::int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+    if (!values.empty())
+      FORESIGHT_CUDA(cudaMemcpyAsync(s.as<char>() + at, values.data(), values.size() * sizeof(double),
                                      cudaMemcpyHostToDevice, stream_));
     // Pageable source: the copy has read it when the call returns (CUDA's pageable-memory rule),
     // but the span's owner may be gone before the stream runs; wait to keep the rule out of it.
@@ -880,14 +938,15 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::shared_ptr<DevicePool> pool_;
   std::unique_ptr<OpProfiler> profiler_;
-  // cuBLASLt for the GEMMs with a bias epilogue (bf16 recipe; FORESIGHT_GEMM_EPILOGUE=none turns
-  // it off), its workspace (32 MiB, what PyTorch gives cuBLASLt on Hopper) and the algorithm chosen
-  // per problem (nullopt: none, use the fallback).
+  // kernels::gemm's cuBLASLt context for the bf16 recipe's GEMMs (FORESIGHT_GEMM=cublas sends the
+  // plain ones to cublasGemmEx instead) and their bias epilogue (FORESIGHT_GEMM_EPILOGUE=none turns
+  // it off); its workspace is 32 MiB, what PyTorch gives cuBLASLt on Hopper.
   static constexpr std::size_t kLtWorkspaceBytes = 32u << 20;
-  bool bias_epilogue_ = true;
-  cublasLtHandle_t lt_ = nullptr;
+  bool bias_epilogue_ = true;  // FORESIGHT_GEMM_EPILOGUE: bias or gelu
+  bool gelu_epilogue_ = true;  // FORESIGHT_GEMM_EPILOGUE: gelu
+  bool lt_gemm_ = true;        // FORESIGHT_GEMM
   std::unique_ptr<Scratch> lt_workspace_;
-  std::map<std::string, std::optional<cublasLtMatmulAlgo_t>> lt_algos_;
+  std::optional<kernels::BlasContext> lt_;  // on lt_workspace_
   bool unfused_attention_ = false;
   bool pipelined_attention_ = false;  // FORESIGHT_ATTENTION=pipelined: the kernels' cp.async form
 };

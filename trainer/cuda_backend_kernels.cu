@@ -222,8 +222,19 @@ __global__ void gelu_forward_k(T* y, const T* x, std::int64_t n) {
   }
 }
 
-template <class T>
-__global__ void gelu_backward_k(T* dx, const T* dy, const T* x, std::int64_t n) {
+// The pre-activation p = sum + bias (the float add the CPU makes) stored rounded, and GeLU(p) of
+// the unrounded p: matmul_bias_gelu's roundings without cuBLASLt's epilogue.
+template <class O, class B>
+__global__ void bias_gelu_from_fp32_k(O* y, O* pre, const float* sum, const B* bias, std::int64_t n, std::int64_t cols) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const float v = sum[i] + ld(bias, i % cols);
+    st(pre, i, v);
+    st(y, i, v * gelu_sigmoid(v));
+  }
+}
+
+template <class T, class Y, class X>
+__global__ void gelu_backward_k(T* dx, const Y* dy, const X* x, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(gridDim.x) * blockDim.x) {
     const float v = ld(x, i);
     const float s = gelu_sigmoid(v);
@@ -313,6 +324,40 @@ __global__ void positions_backward_k(G* dpositions, const T* dx, std::int64_t po
       for (std::int64_t n = n0; n < rows; n += period) acc += ld(dx, n * cols + j);
     }
     st(dpositions, i, float(ld(dpositions, i) + acc));
+  }
+}
+
+// One thread per output element. The products and sums are rounded one by one (__dmul_rn,
+// __dadd_rn: no fused multiply-add), as the CPU's double arithmetic does, so the two agree bit for bit.
+template <class O, class S>
+__global__ void gather_rows_weighted_k(O* out, const S* src, const std::int32_t* rows, const double* weights,
+                                       std::int64_t out_rows, std::int64_t cols, int k) {
+  const std::int64_t total = out_rows * cols;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / cols, c = i % cols;
+    double acc = 0;
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t s = rows[r * k + j];
+      if (s >= 0) acc = __dadd_rn(acc, __dmul_rn(weights[r * k + j], double(ld(src, s * cols + c))));
+    }
+    st(out, i, float(acc));
+  }
+}
+
+// One warp per pair: its lanes stride the columns in double, then a shuffle reduction.
+template <class A, class B>
+__global__ void row_dots_k(double* dots, const A* a, const std::int32_t* a_rows, const B* b, const std::int32_t* b_rows,
+                           std::int64_t pairs, std::int64_t cols) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
+  // Every lane of a warp has the same i, so the whole warp takes part in each shuffle.
+  for (std::int64_t i = (blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x) / 32; i < pairs; i += warps) {
+    const std::int64_t ra = a_rows[i], rb = b_rows[i];
+    double d = 0;
+    if (ra >= 0 && rb >= 0)
+      for (std::int64_t c = lane; c < cols; c += 32) d += double(ld(a, ra * cols + c)) * double(ld(b, rb * cols + c));
+    for (int o = 16; o > 0; o /= 2) d += __shfl_down_sync(0xffffffffu, d, o);
+    if (lane == 0) dots[i] = d;
   }
 }
 
@@ -675,6 +720,21 @@ void gelu_backward(Out dx, In dy, In x, std::int64_t n, cudaStream_t stream) {
     LAUNCH(gelu_backward_k, blocks_for(n), pdx, static_cast<const T*>(dy.data), static_cast<const T*>(x.data), n);
   });
 }
+void bias_gelu_from_fp32(Out y, Out pre, const float* sum, In bias, std::int64_t rows, std::int64_t cols,
+                         cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  same_type(y.type, pre.type, "bias_gelu_from_fp32");
+  typed(y, [&](auto* py) {
+    using T = std::remove_pointer_t<decltype(py)>;
+    typed(bias, [&](auto* pb) {
+      LAUNCH(bias_gelu_from_fp32_k, blocks_for(rows * cols), py, static_cast<T*>(pre.data), sum, pb, rows * cols, cols);
+    });
+  });
+}
+void dgelu_from_fp32(Out dx, const float* dy, In x, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  typed(dx, [&](auto* pdx) { typed(x, [&](auto* px) { LAUNCH(gelu_backward_k, blocks_for(n), pdx, dy, px, n); }); });
+}
 void causal_softmax(Out scores, std::int64_t rows, std::int64_t seq, std::int64_t keys, cudaStream_t stream) {
   if (rows > 0) typed(scores, [&](auto* p) { LAUNCH(causal_softmax_k, int(rows), p, seq, keys); });
 }
@@ -702,6 +762,20 @@ void embedding_backward(float* dtable, In dx, const std::int32_t* order, const s
     typed(dx, [&](auto* d) {
       kernels::detail::require(distinct <= 2147483647LL, "embedding_backward: too many distinct tokens");
       LAUNCH(embedding_backward_k, unsigned(distinct), dtable, d, order, first, table_row, cols);
+    });
+}
+void gather_rows_weighted(Out out, In src, const std::int32_t* rows, const double* weights, std::int64_t out_rows,
+                          std::int64_t cols, int k, cudaStream_t stream) {
+  if (out_rows * cols > 0)
+    typed(out, [&](auto* o) {
+      typed(src, [&](auto* x) { LAUNCH(gather_rows_weighted_k, blocks_for(out_rows * cols), o, x, rows, weights, out_rows, cols, k); });
+    });
+}
+void row_dots(double* dots, In a, const std::int32_t* a_rows, In b, const std::int32_t* b_rows, std::int64_t pairs,
+              std::int64_t cols, cudaStream_t stream) {
+  if (pairs > 0)
+    typed(a, [&](auto* pa) {
+      typed(b, [&](auto* pb) { LAUNCH(row_dots_k, blocks_for(pairs * 32), dots, pa, a_rows, pb, b_rows, pairs, cols); });
     });
 }
 void add_positions(Out x, In positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,

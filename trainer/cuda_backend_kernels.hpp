@@ -60,6 +60,13 @@ void gelu_forward(Out y, In x, std::int64_t n, cudaStream_t stream);
 /// dx, dy, x of one type.
 void gelu_backward(Out dx, In dy, In x, std::int64_t n, cudaStream_t stream);
 
+/// matmul_bias_gelu's epilogue without cuBLASLt: p = sum (fp32, rows x cols) + bias (cols), in
+/// float; pre = p and y = GeLU(p), each rounded once when bf16 (y and pre of one type).
+void bias_gelu_from_fp32(Out y, Out pre, const float* sum, In bias, std::int64_t rows, std::int64_t cols,
+                         cudaStream_t stream);
+/// matmul_dgelu's: dx = dy (fp32) * GeLU'(x), rounded once when bf16.
+void dgelu_from_fp32(Out dx, const float* dy, In x, std::int64_t n, cudaStream_t stream);
+
 /// Rows of `scores` (rows = batch*heads*seq, keys columns; row r is query r % seq): causal mask
 /// (query i sees keys 0 .. keys - seq + i) and softmax in place; masked entries become 0.
 void causal_softmax(Out scores, std::int64_t rows, std::int64_t seq, std::int64_t keys, cudaStream_t stream);
@@ -76,6 +83,13 @@ void embedding_forward(Out x, In table, const std::int32_t* tokens, std::int64_t
 /// fp32 (a bf16 table goes through an fp32 copy).
 void embedding_backward(float* dtable, In dx, const std::int32_t* order, const std::int32_t* first,
                         const std::int32_t* table_row, std::int64_t distinct, std::int64_t cols, cudaStream_t stream);
+/// out (out_rows, cols) row r = sum over j < k of weights[r*k+j] * src row rows[r*k+j] (negative rows
+/// skipped), in double with the CPU's roundings (no fused multiply-add), rounded once.
+void gather_rows_weighted(Out out, In src, const std::int32_t* rows, const double* weights, std::int64_t out_rows,
+                          std::int64_t cols, int k, cudaStream_t stream);
+/// dots[i] = a row a_rows[i] . b row b_rows[i] in double (0 when either is negative); a warp per pair.
+void row_dots(double* dots, In a, const std::int32_t* a_rows, In b, const std::int32_t* b_rows, std::int64_t pairs,
+              std::int64_t cols, cudaStream_t stream);
 /// x row n += positions row offset + (first_row + n) % period.
 void add_positions(Out x, In positions, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
                    std::int64_t period, std::int64_t offset, cudaStream_t stream);

@@ -103,10 +103,10 @@ void layer_forward(Backend& be, Communicator& tp, const LayerDims& d, const Laye
     be.add(a.out, a.x1);
     return;
   }
+  // FC1, its bias and the GeLU in one call; fc1 (the pre-activation) is kept for the backward.
   a.fc1 = be.zeros(N, d.ffn);
-  be.matmul_bias(a.fc1, gather_tokens(be, tp, d, a.c), false, w.w_fc1, false, w.b_fc1);
   a.gelu = be.zeros(N, d.ffn);
-  be.gelu_forward(a.gelu, a.fc1);
+  be.matmul_bias_gelu(a.gelu, a.fc1, gather_tokens(be, tp, d, a.c), false, w.w_fc1, false, w.b_fc1);
   Tensor y = be.zeros(N, H);
   be.matmul(y, a.gelu, false, w.w_fc2, false, false);
   a.out = reduce_tokens(be, tp, d, y);
@@ -145,10 +145,8 @@ Tensor layer_backward(Backend& be, Communicator& tp, const LayerDims& d, const L
     be.bias_backward(g.b_fc2, dout);
     const Tensor dout_full = gather_tokens(be, tp, d, dout);
     be.matmul(g.w_fc2, a.gelu, true, dout_full, false, true);
-    Tensor dgelu = be.zeros(N, d.ffn);
-    be.matmul(dgelu, dout_full, false, w.w_fc2, true, false);
-    Tensor dfc1 = be.zeros(N, d.ffn);
-    be.gelu_backward(dfc1, dgelu, a.fc1);
+    Tensor dfc1 = be.zeros(N, d.ffn);  // through FC2's input GEMM and the GeLU in one call
+    be.matmul_dgelu(dfc1, dout_full, false, w.w_fc2, true, a.fc1);
     be.bias_backward(g.b_fc1, dfc1);
     be.matmul(g.w_fc1, gather_tokens(be, tp, d, a.c), true, dfc1, false, true);
     Tensor dc_partial = be.zeros(N, H);

@@ -19,16 +19,25 @@ std::vector<float> to_host(Backend& be, const Tensor& t) {
   return v;
 }
 
+/// For each (token, choice) pair, in (n, j) order, the row of its kept slot in the (E * capacity, h)
+/// expert-major layout, or -1 when the choice was dropped.
+std::vector<std::int32_t> slot_rows(const MoeDims& d, const MoeActivations& a) {
+  const std::size_t pairs = std::size_t(d.tokens) * std::size_t(d.top_k);
+  std::vector<std::int32_t> r(pairs, -1);
+  for (std::size_t i = 0; i < pairs; ++i)
+    if (a.slot[i] >= 0) r[i] = std::int32_t(std::int64_t(a.expert[i]) * d.capacity() + a.slot[i]);
+  return r;
+}
+
 /// Runs every local expert's MLP on its rows of `in` (ep sources x local experts x capacity, h).
 void experts_forward(Backend& be, const MoeDims& d, const MoeTensors& w, MoeActivations& a) {
   const int cap = d.capacity(), L = d.local_experts();
   for (int s = 0; s < d.ep; ++s)
     for (int j = 0; j < L; ++j) {
       const std::int64_t first = (std::int64_t(s) * L + j) * cap;
-      Tensor f = a.fc1.row_slice(first, cap), g = a.gelu.row_slice(first, cap);
-      be.matmul_bias(f, a.expert_in.row_slice(first, cap), false, w.w_fc1[std::size_t(j)], false,
-                     w.b_fc1[std::size_t(j)]);
-      be.gelu_forward(g, f);
+      be.matmul_bias_gelu(a.gelu.row_slice(first, cap), a.fc1.row_slice(first, cap),
+                          a.expert_in.row_slice(first, cap), false, w.w_fc1[std::size_t(j)], false,
+                          w.b_fc1[std::size_t(j)]);
     }
 }
 
@@ -106,45 +115,34 @@ Tensor moe_forward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTen
       // An expert's whole output (experts are not split over tensor-parallel ranks): bias fused.
       be.matmul_bias(o, a.gelu.row_slice(first, cap), false, w.w_fc2[std::size_t(j)], false, w.b_fc2[std::size_t(j)]);
     }
-  // Combine: the outputs go back to the tokens' ranks, weighted by the gates.
+  // Combine: the outputs go back to the tokens' ranks; each token's row is its kept slots' rows
+  // weighted by the gates, gathered on the backend (y_n = sum_j gate_nj * out[slot_nj]).
   a.combined_out = be.zeros(std::int64_t(E) * cap, H);
   ep.all_to_all(a.combined_out, out);
-  const std::vector<float> co = to_host(be, a.combined_out);
-  std::vector<float> y(std::size_t(N * H), 0.0f);
-  for (std::int64_t n = 0; n < N; ++n)
-    for (int c = 0; c < H; ++c) {
-      double acc = 0;
-      for (int j = 0; j < K; ++j)
-        if (a.slot[n * K + j] >= 0)
-          acc += a.gate[n * K + j] * co[(std::size_t(a.expert[n * K + j]) * cap + a.slot[n * K + j]) * H + c];
-      y[std::size_t(n * H + c)] = float(acc);
-    }
-  Tensor yt = be.zeros(N, H);
-  be.copy_from_host(yt, y);
-  return yt;
+  Tensor y = be.zeros(N, H);
+  be.gather_rows_weighted(y, a.combined_out, slot_rows(d, a), a.gate, K);
+  return y;
 }
 
 Tensor moe_backward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTensors& w, const MoeTensors& g,
                     const MoeActivations& a, const Tensor& dy, double aux_scale) {
   const std::int64_t N = d.tokens;
   const int E = d.experts, K = d.top_k, cap = d.capacity(), L = d.local_experts(), H = d.hidden;
-  const std::vector<float> dyh = to_host(be, dy), co = to_host(be, a.combined_out);
-  // Combine backward: d(expert output) = gate * dy at kept slots; dgate = dy . expert output.
-  std::vector<float> dco(std::size_t(E) * cap * H, 0.0f);
-  std::vector<double> dgate(std::size_t(N * K), 0.0);
-  for (std::int64_t n = 0; n < N; ++n)
-    for (int j = 0; j < K; ++j) {
-      if (a.slot[n * K + j] < 0) continue;
-      const std::size_t row = (std::size_t(a.expert[n * K + j]) * cap + a.slot[n * K + j]) * H;
-      double dot = 0;
-      for (int c = 0; c < H; ++c) {
-        dco[row + c] = float(a.gate[n * K + j] * dyh[std::size_t(n * H + c)]);
-        dot += double(dyh[std::size_t(n * H + c)]) * co[row + c];
-      }
-      dgate[std::size_t(n * K + j)] = dot;
-    }
+  // Combine backward: d(expert output) = gate * dy at each kept slot (every slot has at most one
+  // token: a gather with k = 1 from dy); dgate = dy . expert output (row dots, to the host for the
+  // router's backward). Dropped choices get no gradient.
+  const std::vector<std::int32_t> rows = slot_rows(d, a);
+  std::vector<std::int32_t> token_rows(rows.size()), token_of_slot(std::size_t(E) * cap, -1);
+  std::vector<double> gate_of_slot(std::size_t(E) * cap, 0.0);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    token_rows[i] = std::int32_t(i / std::size_t(K));
+    if (rows[i] < 0) continue;
+    token_of_slot[std::size_t(rows[i])] = token_rows[i];
+    gate_of_slot[std::size_t(rows[i])] = a.gate[i];
+  }
+  const std::vector<double> dgate = be.row_dots(dy, token_rows, a.combined_out, rows);
   Tensor dcombined = be.zeros(std::int64_t(E) * cap, H);
-  be.copy_from_host(dcombined, dco);
+  be.gather_rows_weighted(dcombined, dy, token_of_slot, gate_of_slot, 1);
   Tensor dout = be.zeros(a.expert_in.rows(), H);
   ep.all_to_all(dout, dcombined);  // to the experts' ranks, as the dispatch went
 
@@ -157,25 +155,18 @@ Tensor moe_backward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTe
       const Tensor dob = dout.row_slice(first, cap);
       be.bias_backward(g.b_fc2[e], dob);
       be.matmul(g.w_fc2[e], a.gelu.row_slice(first, cap), true, dob, false, true);
-      Tensor dgelu = be.zeros(cap, d.ffn);
-      be.matmul(dgelu, dob, false, w.w_fc2[e], true, false);
       Tensor dfc1 = be.zeros(cap, d.ffn);
-      be.gelu_backward(dfc1, dgelu, a.fc1.row_slice(first, cap));
+      be.matmul_dgelu(dfc1, dob, false, w.w_fc2[e], true, a.fc1.row_slice(first, cap));
       be.bias_backward(g.b_fc1[e], dfc1);
       be.matmul(g.w_fc1[e], a.expert_in.row_slice(first, cap), true, dfc1, false, true);
       be.matmul(din.row_slice(first, cap), dfc1, false, w.w_fc1[e], true, false);
     }
   Tensor ddispatch = be.zeros(std::int64_t(E) * cap, H);
   ep.all_to_all(ddispatch, din);  // back to the tokens' ranks
-  const std::vector<float> dd = to_host(be, ddispatch);
-  std::vector<float> dx(std::size_t(N * H), 0.0f);
-  for (std::int64_t n = 0; n < N; ++n)
-    for (int c = 0; c < H; ++c) {
-      double acc = 0;
-      for (int j = 0; j < K; ++j)
-        if (a.slot[n * K + j] >= 0) acc += dd[(std::size_t(a.expert[n * K + j]) * cap + a.slot[n * K + j]) * H + c];
-      dx[std::size_t(n * H + c)] = float(acc);
-    }
+  // dL/dinput through the dispatch: each token's kept slots' rows summed (weights 1); the router's
+  // part is added below.
+  Tensor dinput = be.zeros(N, H);
+  be.gather_rows_weighted(dinput, ddispatch, rows, std::vector<double>(rows.size(), 1.0), K);
 
   // Router backward: through the gate renormalisation, the load-balancing loss and the softmax.
   std::vector<float> dlogits(std::size_t(N * E), 0.0f);
@@ -201,8 +192,6 @@ Tensor moe_backward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTe
   Tensor dl = be.zeros(N, E);
   be.copy_from_host(dl, dlogits);
   be.matmul(g.router, a.input, true, dl, false, true);
-  Tensor dinput = be.zeros(N, H);
-  be.copy_from_host(dinput, dx);
   be.matmul(dinput, dl, false, w.router, true, true);
   return dinput;
 }

@@ -4,8 +4,9 @@
 // tokens per router call (slots given choice-major, tokens in order; the rest are dropped and pass
 // through the residual only), the Switch load-balancing loss, and the experts sharded over the
 // expert-parallel group with an all-to-all dispatch and combine. Each expert is a GeLU MLP (h ->
-// ffn -> h). Routing decisions are made on the host (this is the CPU backend's path; a CUDA backend
-// would run kernels/'s router). With tensor parallelism the caller runs it whole on every rank
+// ffn -> h). The router's softmax, top-k and slot assignment run on the host over the (N, E) logits
+// (small: E is tens of experts); the dispatch, the weighted combine and their backward are
+// backend ops (a row gather and row dots), so the (N, h) activations never leave the device. With tensor parallelism the caller runs it whole on every rank
 // (experts replicated over the group). Left out: tensor-parallel experts, token dropping policies
 // other than first come first served, router noise.
 #pragma once

@@ -45,6 +45,82 @@ TEST_F(GemmGpu, Bf16OutputAllTransposesAndEpilogues) {
   }
 }
 
+// Views as the trainer passes them: A's rows 2-byte aligned inside a wider buffer, C written into
+// the middle of a wider one (the elements around it must stay as they were), against the CPU twin
+// with the same leading dimensions. A bias that is not 16-byte aligned: try_gemm declines and
+// leaves C alone, gemm throws.
+TEST_F(GemmGpu, ViewsAtAnyAlignment) {
+  BlasContext ctx;
+  const int m = 96, n = 72, k = 40, lda = k + 3, ldc = n + 5;
+  auto A = randn(std::size_t(m) * lda + 1, 21), B = randn(std::size_t(n) * k, 22), bias = randn(n + 8, 23);
+  const auto Ab = to_bf16_inplace(A), Bb = to_bf16_inplace(B), biasb = to_bf16_inplace(bias);
+  const GemmDims d{.m = m, .n = n, .k = k, .trans_b = true, .lda = lda, .ldc = ldc};
+  std::vector<float> want(std::size_t(m) * ldc + 3, 0.5f);
+  ref::gemm(A.data() + 1, B.data(), want.data() + 3, d, bias.data() + 8, Epilogue::bias);
+  DevBuf<bf16> dA(Ab), dB(Bb), dbias(biasb);
+  DevBuf<float> dC(std::vector<float>(want.size(), 0.5f));
+  gemm(ctx, dA.get() + 1, dB.get(), dC.get() + 3, static_cast<const float*>(nullptr), d, Epilogue::none, 1.0f,
+       0.0f, stream);
+  sync();
+  std::vector<float> want_plain(want.size(), 0.5f);
+  ref::gemm(A.data() + 1, B.data(), want_plain.data() + 3, d, nullptr, Epilogue::none);
+  expect_close("gemm fp32 C, A 2-byte aligned, lda 43, ldc 77", dC.download(), want_plain, kTolF32);
+
+  DevBuf<bf16> dC16(std::vector<bf16>(want.size(), to_bf16(0.5f)));
+  ASSERT_TRUE(try_gemm(ctx, dA.get() + 1, dB.get(), dC16.get() + 3, dbias.get() + 8, d, Epilogue::bias, 1.0f, 0.0f,
+                       stream));
+  sync();
+  expect_close("gemm bf16 C + bias, A 2-byte aligned, C 6-byte aligned", dC16.download(), want, kTolBf16);
+
+  DevBuf<bf16> dC2(std::vector<bf16>(want.size(), to_bf16(0.5f)));
+  EXPECT_FALSE(try_gemm(ctx, dA.get() + 1, dB.get(), dC2.get() + 3, dbias.get() + 1, d, Epilogue::bias, 1.0f, 0.0f,
+                        stream));
+  sync();
+  for (const bf16 v : dC2.download()) ASSERT_EQ(v.bits, to_bf16(0.5f).bits) << "a declined GEMM wrote into C";
+  EXPECT_THROW(gemm(ctx, dA.get() + 1, dB.get(), dC2.get() + 3, dbias.get() + 1, d, Epilogue::bias, 1.0f, 0.0f, stream),
+               CudaError);
+}
+
+// The GeLU epilogues with an aux matrix, against the CPU twin: GELU_AUX_BIAS writes the GeLU and
+// the pre-activation; DGELU reads that pre-activation back. Then the refusals: an aux matrix at a
+// 2-byte offset, and an ldc that is not a multiple of 8.
+TEST_F(GemmGpu, GeluAuxAndDgeluEpilogues) {
+  BlasContext ctx;
+  const int m = 64, k = 48, n = 96;
+  auto x = randn(std::size_t(m) * k, 31), w = randn(std::size_t(n) * k, 32), bias = randn(n, 33);
+  const auto xb = to_bf16_inplace(x), wb = to_bf16_inplace(w), biasb = to_bf16_inplace(bias);
+  const GemmDims d{.m = m, .n = n, .k = k, .trans_b = true};
+  std::vector<float> want_y(std::size_t(m) * n), want_pre(want_y.size());
+  ref::gemm(x.data(), w.data(), want_y.data(), d, bias.data(), Epilogue::bias_gelu_aux, 1.0f, 0.0f, want_pre.data());
+  DevBuf<bf16> dx(xb), dw(wb), dbias(biasb), dy(want_y.size()), dpre(want_y.size() + 8);
+  dy.poison();
+  dpre.poison();
+  ASSERT_TRUE(try_gemm_aux(ctx, dx.get(), dw.get(), dy.get(), dbias.get(), dpre.get(), d, Epilogue::bias_gelu_aux, stream));
+  sync();
+  expect_close("gemm bias_gelu_aux: the GeLU", dy.download(), want_y, kTolBf16);
+  std::vector<bf16> pre = dpre.download();
+  pre.resize(want_pre.size());
+  expect_close("gemm bias_gelu_aux: the pre-activation", pre, want_pre, kTolBf16);
+
+  // dgelu: d (m, k) = g (m, n) w (n, k) * gelu'(aux), aux (m, k) the bf16 values cuBLASLt reads.
+  auto g = randn(std::size_t(m) * n, 34), aux = randn(std::size_t(m) * k, 35);
+  const auto gb = to_bf16_inplace(g), auxb = to_bf16_inplace(aux);
+  const GemmDims dd{.m = m, .n = k, .k = n};
+  std::vector<float> want_d(std::size_t(m) * k);
+  ref::gemm(g.data(), w.data(), want_d.data(), dd, nullptr, Epilogue::dgelu, 1.0f, 0.0f, aux.data());
+  DevBuf<bf16> dg(gb), daux(auxb), dd_out(want_d.size());
+  dd_out.poison();
+  ASSERT_TRUE(try_gemm_aux(ctx, dg.get(), dw.get(), dd_out.get(), nullptr, daux.get(), dd, Epilogue::dgelu, stream));
+  sync();
+  expect_close("gemm dgelu", dd_out.download(), want_d, kTolBf16);
+
+  EXPECT_FALSE(try_gemm_aux(ctx, dx.get(), dw.get(), dy.get(), dbias.get(), dpre.get() + 1, d, Epilogue::bias_gelu_aux,
+                            stream));
+  const GemmDims odd{.m = m, .n = n - 1, .k = k, .trans_b = true};  // ldc 95
+  EXPECT_FALSE(try_gemm_aux(ctx, dx.get(), dw.get(), dy.get(), dbias.get(), dpre.get(), odd, Epilogue::bias_gelu_aux,
+                            stream));
+}
+
 TEST_F(GemmGpu, Fp32OutputAccumulatesWithBeta) {
   // A weight gradient dW (out, in) += dy^T x: trans_a, m = out, n = in, k = tokens, beta = 1.
   BlasContext ctx;

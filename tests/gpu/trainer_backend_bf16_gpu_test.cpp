@@ -12,8 +12,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -370,6 +372,36 @@ TEST_F(CudaBackendBf16Test, MatmulWithItsBiasRoundsOnceAsTheCpu) {
   expect_bf16("matmul_bias, bias at an odd offset", c2, kBf16Gemm);
 }
 
+TEST_F(CudaBackendBf16Test, FusedGeluGemmsMatchTheCpu) {
+  // Backend::matmul_bias_gelu and matmul_dgelu: cuBLASLt's GELU_AUX_BIAS and DGELU epilogues by
+  // default, the fp32-scratch fallback with FORESIGHT_GEMM_EPILOGUE=bias (a second backend made
+  // with it set). Both take the GeLU (or GeLU') from the unrounded sum and round once, as the CPU
+  // does; cuBLASLt's own GeLU formula differs from the kernels' in the last float bits. The GEMM
+  // tolerance for all three outputs. An FC1-like (tokens x in) x (in x ffn) and FC2's input
+  // gradient (tokens x h) x (ffn x h)^T with the pre-activation of FC1 as the aux.
+  const std::int64_t M = 128, H = 64, F = 192;
+  for (const char* mode : {"gelu", "bias"}) {
+    ::setenv("FORESIGHT_GEMM_EPILOGUE", mode, 1);
+    std::unique_ptr<Backend> g = make_backend("cuda", Precision::bf16);
+    ::unsetenv("FORESIGHT_GEMM_EPILOGUE");
+    // This mode's backend serves as the fixture's GPU backend for the block (pair, out and
+    // expect_bf16 use `gpu`); declared first, so it outlives the block's tensors.
+    std::swap(gpu, g);
+    const std::string tag = std::string(" (FORESIGHT_GEMM_EPILOGUE=") + mode + ")";
+    auto x = pair(M, H), w1 = pair(H, F), b1 = pair(1, F), dy = pair(M, H), w2 = pair(F, H);
+    auto y = out(M, F), pre = out(M, F);
+    cpu->matmul_bias_gelu(y.first, pre.first, x.first, false, w1.first, false, b1.first);
+    gpu->matmul_bias_gelu(y.second, pre.second, x.second, false, w1.second, false, b1.second);
+    expect_bf16("matmul_bias_gelu pre" + tag, pre, kBf16Gemm);
+    expect_bf16("matmul_bias_gelu y" + tag, y, kBf16Gemm);
+    auto dx = out(M, F);
+    cpu->matmul_dgelu(dx.first, dy.first, false, w2.first, true, pre.first);
+    gpu->matmul_dgelu(dx.second, dy.second, false, w2.second, true, pre.second);
+    expect_bf16("matmul_dgelu" + tag, dx, kBf16Gemm);
+    std::swap(gpu, g);
+  }
+}
+
 TEST_F(CudaBackendBf16Test, BiasLayerNormGelu) {
   const std::int64_t N = 50, C = 300;
   auto y = pair(N, C), bias = pair(1, C);
@@ -503,6 +535,57 @@ TEST_F(CudaBackendBf16Test, EmbeddingsPositionsAndCrossEntropy) {
   cpu->cross_entropy_backward(dl.first, logits.first, row_max.first, stats.first, tokens, offset, 0.25f);
   gpu->cross_entropy_backward(dl.second, logits.second, row_max.second, stats.second, tokens, offset, 0.25f);
   expect_bf16("cross_entropy_backward", dl, kBf16Exact);
+}
+
+// The MoE combine's ops (trainer/moe.cpp): the weighted row gather rounds the same double sums
+// (no fused multiply-add on either side), so it is exact; the row dots sum in another order on the
+// GPU (lanes, then a shuffle), so they agree to double rounding.
+TEST_F(CudaBackendBf16Test, MoeGatherAndRowDotsMatchTheCpu) {
+  const std::int64_t tokens = 37, slots = 29, C = 72;
+  const int k = 2;
+  std::uniform_int_distribution<int> slot(-1, int(slots) - 1);  // -1: a dropped choice
+  std::uniform_real_distribution<double> gate(0.0, 1.0);
+  std::vector<std::int32_t> rows(std::size_t(tokens * k));
+  std::vector<double> weights(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = slot(rng);
+    weights[i] = gate(rng);
+  }
+  for (const bool fp32 : {false, true}) {
+    auto src = pair(slots, C, 1.0f, fp32), y = out(tokens, C, fp32);
+    cpu->gather_rows_weighted(y.first, src.first, rows, weights, k);
+    gpu->gather_rows_weighted(y.second, src.second, rows, weights, k);
+    if (fp32) {
+      expect_fp32("gather_rows_weighted k=2 (fp32)", y, 0.0);
+    } else {
+      expect_bf16("gather_rows_weighted k=2", y, Bf16Tol{.rel = 0, .ulps = 0, .fraction = 0});
+    }
+  }
+  // k = 1 from the tokens into the slots (the combine's backward): unused slots must become 0.
+  std::vector<std::int32_t> token_of_slot(std::size_t(slots), -1);
+  std::vector<double> w1(std::size_t(slots), 0.0);
+  for (std::int64_t s = 0; s < slots; s += 2) {
+    token_of_slot[std::size_t(s)] = std::int32_t((s * 7) % tokens);
+    w1[std::size_t(s)] = gate(rng);
+  }
+  auto dy = pair(tokens, C), dslots = out(slots, C);
+  cpu->gather_rows_weighted(dslots.first, dy.first, token_of_slot, w1, 1);
+  gpu->gather_rows_weighted(dslots.second, dy.second, token_of_slot, w1, 1);
+  expect_bf16("gather_rows_weighted k=1 into slots", dslots, Bf16Tol{.rel = 0, .ulps = 0, .fraction = 0});
+
+  auto combined = pair(slots, C);
+  std::vector<std::int32_t> token_rows(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) token_rows[i] = std::int32_t(i / k);
+  const std::vector<double> want = cpu->row_dots(dy.first, token_rows, combined.first, rows);
+  const std::vector<double> got = gpu->row_dots(dy.second, token_rows, combined.second, rows);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (rows[i] < 0) {
+      EXPECT_EQ(got[i], 0.0) << "pair " << i << ": a dropped choice";
+    }
+    // 72 products of bf16 values, exact in double, summed in two orders: a few double ulps.
+    EXPECT_NEAR(got[i], want[i], 1e-13 * (1.0 + std::abs(want[i]))) << "pair " << i;
+  }
 }
 
 TEST_F(CudaBackendBf16Test, AdamWOnFp32MastersThenTheBf16WorkingCopy) {

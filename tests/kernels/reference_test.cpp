@@ -35,6 +35,27 @@ TEST(GemmRef, HandComputed2x2) {
                std::invalid_argument);
 }
 
+// Views into wider buffers (the trainer's slices of a packed qkv, a parameter inside a flat
+// buffer): leading dimensions and batch strides, by hand.
+TEST(GemmRef, LeadingDimensionsAndStridesReadAndWriteViews) {
+  // A = rows of a 2x3 buffer, columns 0-1: [[1, 2], [4, 5]]; B = [[5, 6], [7, 8]] inside a 2x4
+  // buffer at columns 1-2; C written into columns 0-1 of a 2x3 buffer, column 2 left alone.
+  const std::vector<float> A = {1, 2, 3, 4, 5, 6}, B = {0, 5, 6, 0, 0, 7, 8, 0};
+  std::vector<float> C = {-1, -1, -1, -1, -1, -1};
+  ref::gemm(A.data(), B.data() + 1, C.data(), {.m = 2, .n = 2, .k = 2, .lda = 3, .ldb = 4, .ldc = 3}, nullptr,
+            k::Epilogue::none);
+  EXPECT_EQ(C, (std::vector<float>{19, 22, -1, 55, 64, -1}));
+  // Two products 3 elements apart of A (1x1 times 1x1): stride_a 3, stride_b 1, stride_c 2.
+  std::vector<float> D(4, 0.0f);
+  ref::gemm(A.data(), B.data() + 1, D.data(),
+            {.m = 1, .n = 1, .k = 1, .batch = 2, .stride_a = 3, .stride_b = 1, .stride_c = 2}, nullptr,
+            k::Epilogue::none);
+  EXPECT_EQ(D, (std::vector<float>{1 * 5, 0, 4 * 6, 0}));
+  // A leading dimension below the stored width is refused.
+  EXPECT_THROW(ref::gemm(A.data(), B.data(), C.data(), {.m = 2, .n = 2, .k = 2, .lda = 1}, nullptr, k::Epilogue::none),
+               std::invalid_argument);
+}
+
 TEST(GemmRef, TransposesAndBatchesMatchANaiveDoubleProduct) {
   const int m = 5, n = 7, kk = 3, batch = 2;
   for (int ta = 0; ta < 2; ++ta)

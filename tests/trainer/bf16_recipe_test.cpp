@@ -146,6 +146,63 @@ TEST(Bf16Gemm, ALinearLayersBiasJoinsTheSumBeforeItsOneRounding) {
   EXPECT_EQ(only(*be32, f), 1.0f + e8 + e9);
 }
 
+TEST(Bf16Gemm, FusedGeluReadsTheUnroundedSum) {
+  // matmul_bias_gelu (cuBLASLt's GELU_AUX_BIAS): [1, 2^-9] . [1, 1] + 2^-11 = 1.00244140625, a
+  // fifth of a bf16 step above 1. The kept pre-activation rounds to 1; the GeLU is taken of the
+  // unrounded sum: GeLU(1.00244140625) = 0.84383 (tanh form), which rounds to 0.84375, where
+  // GeLU(1) = 0.84119 would round to 0.83984375 (steps of 2^-8 there).
+  auto be = make_cpu_backend(Precision::bf16);
+  const float e9 = std::ldexp(1.0f, -9), e11 = std::ldexp(1.0f, -11);
+  const Tensor a = tensor(*be, 1, 2, {1, e9}, ElementType::bf16), ones = tensor(*be, 2, 1, {1, 1}, ElementType::bf16);
+  Tensor y = be->zeros(1, 1), pre = be->zeros(1, 1);
+  be->matmul_bias_gelu(y, pre, a, false, ones, false, tensor(*be, 1, 1, {e11}, ElementType::bf16));
+  EXPECT_EQ(only(*be, pre), 1.0f);
+  EXPECT_EQ(only(*be, y), 0.84375f);
+  Tensor twice = be->zeros(1, 1);
+  be->gelu_forward(twice, pre);
+  EXPECT_EQ(only(*be, twice), 0.83984375f);
+  // matmul_dgelu (DGELU): the same 1 + 2^-9 sum times GeLU'(1.5) = 1.1277108 is 1.1299142, which
+  // rounds to 1.1328125 (steps of 2^-7); the rounded sum, 1, would give 1.125.
+  Tensor dx = be->zeros(1, 1);
+  be->matmul_dgelu(dx, a, false, ones, false, tensor(*be, 1, 1, {1.5f}, ElementType::bf16));
+  EXPECT_EQ(only(*be, dx), 1.1328125f);
+}
+
+TEST(Bf16Gemm, UnderFp32TheFusedGeluOpsAreThePairsExactly) {
+  // No rounding between the GEMM and the GeLU under fp32: the fused calls and the pairs they
+  // replace give the same bits (random operands, every element compared).
+  auto be = make_cpu_backend(Precision::fp32);
+  const std::int64_t M = 7, K = 5, N = 6;
+  std::vector<float> va(M * K), vb(K * N), vbias(N), vdy(M * N);
+  for (std::size_t i = 0; i < va.size(); ++i) va[i] = std::sin(0.7 * double(i) + 0.3);
+  for (std::size_t i = 0; i < vb.size(); ++i) vb[i] = std::cos(1.3 * double(i));
+  for (std::size_t i = 0; i < vbias.size(); ++i) vbias[i] = 0.1f * float(i) - 0.2f;
+  const Tensor a = tensor(*be, M, K, va, ElementType::fp32), b = tensor(*be, K, N, vb, ElementType::fp32);
+  const Tensor bias = tensor(*be, 1, N, vbias, ElementType::fp32);
+  Tensor y = be->zeros(M, N), pre = be->zeros(M, N), y2 = be->zeros(M, N), pre2 = be->zeros(M, N);
+  be->matmul_bias_gelu(y, pre, a, false, b, false, bias);
+  be->matmul_bias(pre2, a, false, b, false, bias);
+  be->gelu_forward(y2, pre2);
+  std::vector<float> h1(M * N), h2(M * N);
+  be->copy_to_host(h1, y);
+  be->copy_to_host(h2, y2);
+  EXPECT_EQ(h1, h2);
+  be->copy_to_host(h1, pre);
+  be->copy_to_host(h2, pre2);
+  EXPECT_EQ(h1, h2);
+  // dx (M,K) = dy (M,N) b^T (N,K) through GeLU' of an (M,K) pre-activation.
+  const Tensor dy = tensor(*be, M, N, std::vector<float>(vdy.size(), 0.25f), ElementType::fp32);
+  const Tensor x = tensor(*be, M, K, va, ElementType::fp32);
+  Tensor dx = be->zeros(M, K), dx2 = be->zeros(M, K), t = be->zeros(M, K);
+  be->matmul_dgelu(dx, dy, false, b, true, x);
+  be->matmul(t, dy, false, b, true, false);
+  be->gelu_backward(dx2, t, x);
+  std::vector<float> d1(M * K), d2(M * K);
+  be->copy_to_host(d1, dx);
+  be->copy_to_host(d2, dx2);
+  EXPECT_EQ(d1, d2);
+}
+
 TEST(Bf16Params, Fp32MasterAndABf16WorkingCopyOf18BytesPerParameter) {
   auto be = make_cpu_backend(Precision::bf16);
   ParamStore store(1, 0);

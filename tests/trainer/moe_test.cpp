@@ -56,6 +56,35 @@ TEST(Moe, RoutingCapacityAndCombineByHand) {
   EXPECT_NEAR(a.aux_loss, 0.01 * 2 * (0.75 * P0 + 0.25 * P1), 1e-12);
 }
 
+// The backend ops the combine runs on (trainer/moe.cpp), by hand: a weighted gather of k rows per
+// output (negative rows skipped), summed in double and rounded once, and row dot products.
+TEST(Moe, WeightedRowGatherAndRowDotsByHand) {
+  auto be = make_cpu_backend();
+  const Tensor src = from(*be, {1, 2, 3, 4, 5, 6}, 3, 2);  // rows (1,2), (3,4), (5,6)
+  Tensor y = be->zeros(2, 2);
+  be->fill(y, 99.0f);  // overwritten, not accumulated into
+  // Row 0: 0.5 * (5,6) + 2 * (1,2) = (4.5, 7); row 1: both choices dropped, so 0.
+  be->gather_rows_weighted(y, src, std::vector<std::int32_t>{2, 0, -1, -1}, std::vector<double>{0.5, 2, 7, 7}, 2);
+  EXPECT_EQ(host(*be, y), (std::vector<float>{4.5f, 7.0f, 0.0f, 0.0f}));
+  // dots: (1,2).(5,6) = 17, (3,4).(3,4) = 25, and a pair with a dropped row gives 0.
+  EXPECT_EQ(be->row_dots(src, std::vector<std::int32_t>{0, 1, 2}, src, std::vector<std::int32_t>{2, 1, -1}),
+            (std::vector<double>{17.0, 25.0, 0.0}));
+
+  // bf16 (steps of 2^-7 above 1): 1 + 3 x 2^-9 = 1.005859375 lies above the tie 1.00390625, so
+  // the one rounding gives 1.0078125. Rounding after each term would keep 1 + 2^-9 at 1.0 three
+  // times over and return 1.0.
+  auto bf = make_cpu_backend(Precision::bf16);
+  const Tensor s16 = from(*bf, {1.0f, 1.0f / 512}, 2, 1);
+  Tensor y16 = bf->zeros(1, 1);
+  bf->gather_rows_weighted(y16, s16, std::vector<std::int32_t>{0, 1, 1, 1}, std::vector<double>{1, 1, 1, 1}, 4);
+  EXPECT_EQ(host(*bf, y16)[0], 1.0078125f);
+
+  // Bad arguments fail loudly: a row beyond the source, and index lists of the wrong length.
+  EXPECT_ANY_THROW(be->gather_rows_weighted(y, src, std::vector<std::int32_t>{3, 0, 0, 0}, std::vector<double>(4, 1.0), 2));
+  EXPECT_ANY_THROW(be->gather_rows_weighted(y, src, std::vector<std::int32_t>{0, 0}, std::vector<double>(2, 1.0), 2));
+  EXPECT_ANY_THROW(be->row_dots(src, std::vector<std::int32_t>{0}, src, std::vector<std::int32_t>{0, 1}));
+}
+
 TEST(Moe, GradientsMatchFiniteDifferences) {
   auto be = make_cpu_backend();
   auto self = make_self_communicator();
