@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -100,7 +101,7 @@ bool run_gemm(BlasContext& ctx, const void* A, const void* B, void* C, const voi
   for (const long v : {long(d.m), long(d.n), long(d.k), long(d.batch), long(d.trans_a), long(d.trans_b), long(e),
                        long(c_type), long(beta != 0.0f), d.ld_a(), d.ld_b(), d.ld_c(), d.batch_stride_a(),
                        d.batch_stride_b(), d.batch_stride_c(), long(align_a), long(align_b), long(align_c),
-                       long(with_aux ? alignment(aux) : 0)})
+                       long(with_bias ? alignment(bias) : 0), long(with_aux ? alignment(aux) : 0)})
     key += std::to_string(v) + ",";
   auto& cache = ctx.algo_cache();
   auto it = cache.find(key);
@@ -129,6 +130,11 @@ bool run_gemm(BlasContext& ctx, const void* A, const void* B, void* C, const voi
       st = cublasLtMatmulAlgoGetHeuristic(handle, op.h, la.h, lb.h, lc.h, lc.h, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (must) FORESIGHT_CUBLAS(st);
+    // NOT_SUPPORTED (or no answer) is the heuristic's "no algorithm"; any other failure is more
+    // likely a descriptor this code set wrongly, so it is said once (the caller still falls back).
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+      std::fprintf(stderr, "kernels::gemm: cuBLASLt's heuristic failed with %s for %s; falling back\n",
+                   cublasLtGetStatusName(st), key.c_str());
     const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
     it = cache.emplace(key, ok ? std::string(reinterpret_cast<const char*>(&result.algo), sizeof(result.algo))
                                : std::string()).first;

@@ -36,8 +36,8 @@ class CudaError : public std::runtime_error {
 class BlasContext {
  public:
   explicit BlasContext(std::size_t workspace_bytes = std::size_t(32) << 20);
-  /// With a workspace the caller owns (and keeps alive): the trainer passes one from its own pool,
-  /// so that the bytes count in its memory figures.
+  /// With a workspace the caller owns (and keeps alive, and frees): the trainer passes scratch
+  /// from its own pool, so that the memory comes from the allocator it already holds.
   BlasContext(void* workspace, std::size_t workspace_bytes);
   ~BlasContext();
   BlasContext(const BlasContext&) = delete;

@@ -283,7 +283,8 @@ class CudaBackend final : public Backend {
       lt_gemm_ = v == "lt";
     }
     if (bf16() && (bias_epilogue_ || gelu_epilogue_ || lt_gemm_)) {
-      // The workspace comes from the pool, so that it counts in the memory figures.
+      // The workspace is pool scratch: like every scratch buffer it is outside the live-tensor
+      // figures (bytes_in_use, peak_bytes), though it is device memory all the same (32 MiB).
       lt_workspace_ = std::make_unique<Scratch>(pool_, kLtWorkspaceBytes);
       lt_.emplace(lt_workspace_->as<void>(), kLtWorkspaceBytes);
     }

@@ -388,7 +388,10 @@ TEST_F(CudaBackendBf16Test, FusedGeluGemmsMatchTheCpu) {
     // expect_bf16 use `gpu`); declared first, so it outlives the block's tensors.
     std::swap(gpu, g);
     const std::string tag = std::string(" (FORESIGHT_GEMM_EPILOGUE=") + mode + ")";
-    auto x = pair(M, H), w1 = pair(H, F), b1 = pair(1, F), dy = pair(M, H), w2 = pair(F, H);
+    // Inputs at scale 0.35: the pre-activation is about N(0, 1) (64 products of two N(0, 0.35^2)
+    // factors). Far below -4, cuBLASLt's float 1 + tanh u may cancel to an exact 0 where the CPU's
+    // logistic form keeps a tiny value; at this scale that is a few elements in 10^5.
+    auto x = pair(M, H, 0.35f), w1 = pair(H, F, 0.35f), b1 = pair(1, F, 0.35f), dy = pair(M, H), w2 = pair(F, H);
     auto y = out(M, F), pre = out(M, F);
     cpu->matmul_bias_gelu(y.first, pre.first, x.first, false, w1.first, false, b1.first);
     gpu->matmul_bias_gelu(y.second, pre.second, x.second, false, w1.second, false, b1.second);
