@@ -125,12 +125,12 @@ class Backend {
   }
   /// GeLU's backward through the GEMM that feeds it: dx (M,N) = (op(a) op(b)) * GeLU'(pre), the
   /// product taken from the GEMM's float sum, rounded once (cuBLASLt's DGELU epilogue with pre as
-  /// its aux input). Under fp32 it is matmul then gelu_backward exactly, and so is this default.
+  /// its aux input). Under fp32 it is matmul then gelu_backward exactly, and so is this default,
+  /// in place in dx (no (M,N) temporary: the host memory mirror counts none).
   virtual void matmul_dgelu(Tensor dx, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                             const Tensor& pre) {
-    Tensor t = zeros(dx.rows(), dx.cols());
-    matmul(t, a, transpose_a, b, transpose_b, false);
-    gelu_backward(dx, t, pre);
+    matmul(dx, a, transpose_a, b, transpose_b, false);
+    gelu_backward(dx, dx, pre);
   }
   /// y (N,C) += bias (1,C) broadcast over rows.
   virtual void add_bias(Tensor y, const Tensor& bias) = 0;
@@ -146,7 +146,7 @@ class Backend {
                                   const Tensor& mean, const Tensor& rstd, const Tensor& gamma) = 0;
   /// y = GeLU(x), tanh approximation (GPT-2, Hendrycks & Gimpel 2016).
   virtual void gelu_forward(Tensor y, const Tensor& x) = 0;
-  /// dx = dy * GeLU'(x) (overwrite).
+  /// dx = dy * GeLU'(x) (overwrite), element by element: dx may be dy.
   virtual void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) = 0;
   /// Causal multi-head attention. qkv (N, 3*H*D) laid out [q heads | k heads | v heads], of which
   /// the queries are read; kv (batch*keys, 3*H*D), same layout, of which the keys and values are
