@@ -110,7 +110,9 @@ struct Runner {
     int done = 0;
     for (const auto& s : shapes) {
       if (progress) progress("gemm", done++, int(shapes.size()));
-      // A Linear layer's forward: x (m, k) times W (n, k)^T, the layout the trainer uses.
+      // A Linear layer's forward as PyTorch and Megatron store it: x (m, k) times W (n, k)^T. The
+      // bundled trainer stores W as (k, n) (an nn product through the same kernels::gemm); the
+      // sweep keeps PyTorch's layout so that its figures compare with PyTorch's GEMMs.
       const k::GemmDims d{.m = int(s.m), .n = int(s.n), .k = int(s.k), .trans_b = true};
       Measurement m{.kernel = "gemm", .impl = "cublaslt", .shape = {{"m", s.m}, {"n", s.n}, {"k", s.k}, {"trans_b", true}}};
       m.timing = H.time([&](cudaStream_t st) {
