@@ -281,6 +281,24 @@ nlohmann::ordered_json measure_pass(Backend& backend, const std::function<void()
     be->fill(b, 0.25f);
     return timed([&] { (void)be->row_dots(a, tok, b, r); });
   }, log, "row_dots");
+  // Activation offload's copies as trainer/offload.cpp makes them: a tensor into a fresh host
+  // vector, and a fresh tensor filled from one (a memcpy on the CPU backend, pageable cudaMemcpy
+  // plus any bf16 conversion on a device backend); units = elements.
+  ops["copy_to_host"] = linear_op("element", el, [&](double u) {
+    Tensor t = be->zeros(rows(u), std::int64_t(C));
+    be->fill(t, 0.5f);
+    return timed([&] {
+      std::vector<float> h(static_cast<std::size_t>(t.numel()));
+      be->copy_to_host(h, t);
+    });
+  }, log, "copy_to_host");
+  ops["copy_from_host"] = linear_op("element", el, [&](double u) {
+    const std::vector<float> h(static_cast<std::size_t>(rows(u) * std::int64_t(C)), 0.5f);
+    return timed([&] {
+      Tensor t = be->zeros(rows(u), std::int64_t(C));
+      be->copy_from_host(t, h);
+    });
+  }, log, "copy_from_host");
   // The loss over (rows, V) logits, V = 256.
   const double V = 256;
   const std::vector<double> lel = {8192, 32768, 131072, 262144};

@@ -27,7 +27,8 @@ const std::vector<std::string>& host_profile_ops() {
       "zeros", "copy", "add", "add_bias", "bias_backward", "layernorm_forward", "layernorm_backward",
       "gelu_forward", "gelu_backward", "attention_forward", "attention_backward", "embedding_forward",
       "embedding_backward", "add_positions", "positions_backward", "logits_row_max", "logits_sum_exp_and_target",
-      "cross_entropy_backward", "adamw", "sum_squares", "gather_rows_weighted", "row_dots"};
+      "cross_entropy_backward", "adamw", "sum_squares", "gather_rows_weighted", "row_dots",
+      "copy_to_host", "copy_from_host"};
   return ops;
 }
 

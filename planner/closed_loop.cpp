@@ -49,7 +49,16 @@ ClusterSpec local_cpu_cluster(const std::string& profile_path, int ranks) {
   c.inter.nics_per_node = 1;
   c.inter.nic_bandwidth = c.intra.bandwidth;
   c.inter.latency = c.intra.latency;
-  c.host.pcie_bandwidth = g.hbm_bandwidth;  // activation offload on the CPU backend is a memcpy
+  // Activation offload goes through the backend's copy_to_host / copy_from_host (trainer/offload.cpp),
+  // which the profile times per element of the plans' fp32 activations: a memcpy with a fresh host
+  // vector on the CPU backend, a pageable cudaMemcpy on a device backend (its "PCIe").
+  // The model prices offload by bytes alone, so each copy's fixed cost is spread over a typical
+  // offloaded tensor of these plans (2^16 elements: tokens x hidden to tokens x ffn).
+  const auto per_element = [&](const char* op) {
+    const cost_models::LinearFit& f = h.ops.at(op);
+    return f.per_unit_s + f.fixed_s / 65536.0;
+  };
+  c.host.pcie_bandwidth = BytesPerSecond(4.0 / (0.5 * (per_element("copy_to_host") + per_element("copy_from_host"))));
   c.host.memory = g.hbm;
   c.source = profile_path;
   return c;

@@ -35,6 +35,15 @@ std::string write_profile() {
   return path.string();
 }
 
+TEST(ClosedLoop, OffloadMovesAtTheBackendsMeasuredCopyRate) {
+  // Every op of the synthetic profile costs 1 us + 2 ns per element: with the fixed cost spread
+  // over 65536 elements, 2.0153 ns per fp32 element (4 bytes) each way, 1.985 GB/s; not the host
+  // memcpy's 10 GB/s (read + write counted, 5 GB/s of copying).
+  const ClusterSpec c = local_cpu_cluster(write_profile(), 2);
+  EXPECT_DOUBLE_EQ(c.host.pcie_bandwidth.value(), 4.0 / (2e-9 + 1e-6 / 65536));
+  EXPECT_DOUBLE_EQ(c.gpu.hbm_bandwidth.value(), 5e9);
+}
+
 TEST(ClosedLoop, PlanSetCoversTheIssuesLayoutsOnTwoRanks) {
   const std::vector<LoopCase> cases = closed_loop_plans(2, 8);
   EXPECT_GE(cases.size(), 8u);
