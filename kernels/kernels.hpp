@@ -82,6 +82,9 @@ bool try_gemm(BlasContext& ctx, const bf16* A, const bf16* B, float* C, const fl
 /// writes C = gelu(op(A) op(B) + bias) and aux = op(A) op(B) + bias (a Linear layer and its
 /// activation, keeping the pre-activation for the backward); dgelu reads aux and writes
 /// C = op(A) op(B) * gelu'(aux) (that activation's backward through the next layer's GEMM).
+/// cuBLASLt's GeLU is the tanh form, as this project's: PyTorch decomposes its CUDA
+/// _addmm_activation(use_gelu=True), which runs this epilogue, as gelu(approximate="tanh")
+/// (torch/_decomp/decompositions.py).
 /// False when cuBLASLt has no algorithm, or the bias or aux is not 16-byte aligned or ldc not a
 /// multiple of 8.
 bool try_gemm_aux(BlasContext& ctx, const bf16* A, const bf16* B, bf16* C, const bf16* bias, bf16* aux,
