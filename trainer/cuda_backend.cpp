@@ -413,7 +413,9 @@ class CudaBackend final : public Backend {
     std::optional<Scratch> sa, sb;
     const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb);
     const float beta = accumulate ? 1.0f : 0.0f;
-    if (bf16() && lt_gemm_ && lt_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), beta, out(c), nullptr)) return;
+    if (bf16() && lt_gemm_ &&
+        lt_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), beta, out(c), kernels::Epilogue::none))
+      return;
     gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, beta, out(c), N, 0, 1);
   }
   void matmul_bias(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& bias) override {
@@ -427,17 +429,14 @@ class CudaBackend final : public Backend {
     check_device(bias, "matmul_bias");
     std::optional<Scratch> sa, sb, sbias;
     const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb), pbias = gemm_operand(bias, sbias);
-    if (bias_epilogue_ && lt_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), 0.0f, out(c), &pbias)) return;
+    if (bias_epilogue_ &&
+        lt_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), 0.0f, out(c), kernels::Epilogue::bias, &pbias))
+      return;
     // No epilogue for these pointers: the same single rounding in three steps, through an fp32
     // copy of the sum (what the CPU backend and cuBLASLt's epilogue compute).
-    const OpScope op_scope = profile_on() ? profile("matmul_bias unfused " + std::to_string(M) + "x" +
-                                                    std::to_string(N) + "x" + std::to_string(K))
-                                          : OpScope{};
-    Scratch sum(pool_, std::size_t(M * N) * sizeof(float));
-    const cuda::Out sum32{sum.as<void>(), cuda::Type::fp32};
-    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, 0.0f, sum32, N, 0, 1);
-    cuda::add_bias(sum32, pbias, M, N, stream_);
-    cuda::convert(out(c), sum32, M * N, stream_);
+    const Fp32Sum sum = fp32_sum("matmul_bias", ta, tb, M, N, K, pa, a.cols(), pb, b.cols());
+    cuda::add_bias(sum.out(), pbias, M, N, stream_);
+    cuda::convert(out(c), sum.out(), M * N, stream_);
   }
   void matmul_bias_gelu(Tensor y, Tensor pre, const Tensor& a, bool ta, const Tensor& b, bool tb,
                         const Tensor& bias) override {
@@ -452,18 +451,14 @@ class CudaBackend final : public Backend {
     check_device(bias, "matmul_bias_gelu");
     std::optional<Scratch> sa, sb, sbias;
     const cuda::In pa = gemm_operand(a, sa), pb = gemm_operand(b, sb), pbias = gemm_operand(bias, sbias);
-    if (gelu_epilogue_ && lt_gemm_aux(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), &pbias, out(y), out(pre),
-                                      kernels::Epilogue::bias_gelu_aux))
+    const cuda::Out aux = out(pre);
+    if (gelu_epilogue_ && lt_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), 0.0f, out(y),
+                                  kernels::Epilogue::bias_gelu_aux, &pbias, &aux))
       return;
     // No epilogue: the same roundings through an fp32 copy of the sum, then one pass writing the
     // rounded pre-activation and the GeLU of the unrounded one.
-    const OpScope op_scope = profile_on() ? profile("matmul_bias_gelu unfused " + std::to_string(M) + "x" +
-                                                    std::to_string(N) + "x" + std::to_string(K))
-                                          : OpScope{};
-    Scratch sum(pool_, std::size_t(M * N) * sizeof(float));
-    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, 0.0f, cuda::Out{sum.as<void>(), cuda::Type::fp32}, N,
-         0, 1);
-    cuda::bias_gelu_from_fp32(out(y), out(pre), sum.as<float>(), pbias, M, N, stream_);
+    const Fp32Sum sum = fp32_sum("matmul_bias_gelu", ta, tb, M, N, K, pa, a.cols(), pb, b.cols());
+    cuda::bias_gelu_from_fp32(out(y), out(pre), sum.data(), pbias, M, N, stream_);
   }
   void matmul_dgelu(Tensor dx, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& pre) override {
     const auto [M, N, K] = gemm_dims(dx, a, ta, b, tb, "matmul_dgelu");
@@ -479,15 +474,10 @@ class CudaBackend final : public Backend {
     // cuBLASLt reads the aux matrix only (DGELU); its pointer is declared writable.
     const cuda::Out aux{const_cast<void*>(in(pre).data), cuda::Type::bf16};
     if (gelu_epilogue_ &&
-        lt_gemm_aux(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), nullptr, out(dx), aux, kernels::Epilogue::dgelu))
+        lt_gemm(ta, tb, M, N, K, pa, a.cols(), pb, b.cols(), 0.0f, out(dx), kernels::Epilogue::dgelu, nullptr, &aux))
       return;
-    const OpScope op_scope = profile_on() ? profile("matmul_dgelu unfused " + std::to_string(M) + "x" +
-                                                    std::to_string(N) + "x" + std::to_string(K))
-                                          : OpScope{};
-    Scratch sum(pool_, std::size_t(M * N) * sizeof(float));
-    gemm(ta, tb, M, N, K, 1.0f, pa, a.cols(), 0, pb, b.cols(), 0, 0.0f, cuda::Out{sum.as<void>(), cuda::Type::fp32}, N,
-         0, 1);
-    cuda::dgelu_from_fp32(out(dx), sum.as<float>(), in(pre), M * N, stream_);
+    const Fp32Sum sum = fp32_sum("matmul_dgelu", ta, tb, M, N, K, pa, a.cols(), pb, b.cols());
+    cuda::dgelu_from_fp32(out(dx), sum.data(), in(pre), M * N, stream_);
   }
   void add_bias(Tensor y, const Tensor& bias) override {
     const OpScope op_scope = profile("add_bias");
@@ -856,48 +846,54 @@ class CudaBackend final : public Backend {
     return {M, N, K};
   }
 
-  /// Row-major C (M,N) = op(A) op(B) (+ beta C, or + bias (N) broadcast over rows) through
-  /// kernels::try_gemm: cuBLASLt, the GEMM `foresight calibrate` measures, asked for an algorithm
-  /// that holds for the operands' real alignments (a row slice or a parameter's view into the flat
-  /// working copy starts anywhere) and keeps split-K partial sums in fp32, so a bf16 C is rounded
-  /// once, with the bias in the sum (its BIAS epilogue). False when it has none for this problem
-  /// (or the bias is not 16-byte aligned): the caller falls back.
-  /// FC1 with its bias and GeLU (Epilogue::bias_gelu_aux: C the GeLU, aux the pre-activation) or
-  /// FC2's input gradient through the GeLU (Epilogue::dgelu: aux read) as one kernels::gemm, bf16
-  /// throughout; false when cuBLASLt has no algorithm for it (the caller falls back).
-  bool lt_gemm_aux(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cuda::In A, std::int64_t lda,
-                   cuda::In B, std::int64_t ldb, const cuda::In* bias, cuda::Out C, cuda::Out aux,
-                   kernels::Epilogue e) {
-    if (!lt_ || M >= (1LL << 31) || N >= (1LL << 31) || K >= (1LL << 31)) return false;
-    FORESIGHT_CHECK(A.type == cuda::Type::bf16 && B.type == cuda::Type::bf16 && C.type == cuda::Type::bf16 &&
-                    aux.type == cuda::Type::bf16 && (!bias || bias->type == cuda::Type::bf16))
-        << "lt_gemm_aux: bf16 operands only";
-    const kernels::GemmDims d{.m = int(M), .n = int(N), .k = int(K), .trans_a = ta, .trans_b = tb, .lda = long(lda),
-                              .ldb = long(ldb), .ldc = long(N)};
-    const OpScope op_scope =
-        profile_on() ? profile(std::string(e == kernels::Epilogue::dgelu ? "matmul+dgelu " : "matmul+bias+gelu ") +
-                               std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
-                               (ta ? " t" : " n") + (tb ? "t" : "n"))
-                     : OpScope{};
-    return kernels::try_gemm_aux(*lt_, static_cast<const kernels::bf16*>(A.data),
-                                 static_cast<const kernels::bf16*>(B.data), static_cast<kernels::bf16*>(C.data),
-                                 bias ? static_cast<const kernels::bf16*>(bias->data) : nullptr,
-                                 static_cast<kernels::bf16*>(aux.data), d, e, stream_);
+  /// The unfused epilogues' first step: C (M,N) = op(A) op(B) into fp32 scratch, profiled as
+  /// "<op> unfused MxNxK" until the returned value is gone (the epilogue's own pass included).
+  struct Fp32Sum {
+    OpScope scope;
+    Scratch sum;
+    cuda::Out out() const { return {sum.as<void>(), cuda::Type::fp32}; }
+    const float* data() const { return sum.as<float>(); }
+  };
+  Fp32Sum fp32_sum(const char* op, bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cuda::In A,
+                   std::int64_t lda, cuda::In B, std::int64_t ldb) {
+    OpScope scope = profile_on() ? profile(std::string(op) + " unfused " + std::to_string(M) + "x" +
+                                           std::to_string(N) + "x" + std::to_string(K))
+                                 : OpScope{};
+    Fp32Sum r{std::move(scope), Scratch(pool_, std::size_t(M * N) * sizeof(float))};
+    gemm(ta, tb, M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, r.out(), N, 0, 1);
+    return r;
   }
+  /// Row-major C (M,N) = op(A) op(B) (+ beta C) through kernels::try_gemm: cuBLASLt, the GEMM
+  /// `foresight calibrate` measures, asked for an algorithm that holds for the operands' real
+  /// alignments (a row slice or a parameter's view into the flat working copy starts anywhere) and
+  /// keeps split-K partial sums in fp32, so a bf16 C is rounded once, with its epilogue in the sum:
+  /// Epilogue::bias adds `bias` (N) over rows; bias_gelu_aux (FC1 with its bias and GeLU: C the
+  /// GeLU, *aux the pre-activation) and dgelu (FC2's input gradient through the GeLU: *aux read)
+  /// take a bf16 C and aux. False when it has no algorithm for this problem (or the bias or aux is
+  /// not 16-byte aligned): the caller falls back.
   bool lt_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, cuda::In A, std::int64_t lda,
-               cuda::In B, std::int64_t ldb, float beta, cuda::Out C, const cuda::In* bias) {
+               cuda::In B, std::int64_t ldb, float beta, cuda::Out C, kernels::Epilogue e,
+               const cuda::In* bias = nullptr, const cuda::Out* aux = nullptr) {
     if (!lt_ || M >= (1LL << 31) || N >= (1LL << 31) || K >= (1LL << 31)) return false;
-    FORESIGHT_CHECK(A.type == cuda::Type::bf16 && B.type == cuda::Type::bf16 && (!bias || bias->type == C.type))
-        << "lt_gemm: bf16 operands, and a bias of C's type";
+    FORESIGHT_CHECK(A.type == cuda::Type::bf16 && B.type == cuda::Type::bf16 && (!bias || bias->type == C.type) &&
+                    (!aux || (aux->type == cuda::Type::bf16 && C.type == cuda::Type::bf16)))
+        << "lt_gemm: bf16 operands, a bias of C's type, and with an aux matrix a bf16 C";
     const kernels::GemmDims d{.m = int(M), .n = int(N), .k = int(K), .trans_a = ta, .trans_b = tb, .lda = long(lda),
                               .ldb = long(ldb), .ldc = long(N)};
     const auto* a = static_cast<const kernels::bf16*>(A.data);
     const auto* b = static_cast<const kernels::bf16*>(B.data);
-    const kernels::Epilogue e = bias ? kernels::Epilogue::bias : kernels::Epilogue::none;
-    const OpScope op_scope = profile_on() && bias ? profile("matmul+bias " + std::to_string(M) + "x" +
-                                                            std::to_string(N) + "x" + std::to_string(K) +
-                                                            (ta ? " t" : " n") + (tb ? "t" : "n"))
-                                                  : OpScope{};
+    const char* fused = e == kernels::Epilogue::bias            ? "matmul+bias "
+                        : e == kernels::Epilogue::bias_gelu_aux ? "matmul+bias+gelu "
+                        : e == kernels::Epilogue::dgelu         ? "matmul+dgelu "
+                                                                : nullptr;  // plain: the caller's scope
+    const OpScope op_scope = profile_on() && fused ? profile(fused + std::to_string(M) + "x" + std::to_string(N) +
+                                                             "x" + std::to_string(K) + (ta ? " t" : " n") +
+                                                             (tb ? "t" : "n"))
+                                                   : OpScope{};
+    if (aux)
+      return kernels::try_gemm_aux(*lt_, a, b, static_cast<kernels::bf16*>(C.data),
+                                   bias ? static_cast<const kernels::bf16*>(bias->data) : nullptr,
+                                   static_cast<kernels::bf16*>(aux->data), d, e, stream_);
     if (C.type == cuda::Type::bf16)
       return kernels::try_gemm(*lt_, a, b, static_cast<kernels::bf16*>(C.data),
                                bias ? static_cast<const kernels::bf16*>(bias->data) : nullptr, d, e, 1.0f, beta, stream_);
