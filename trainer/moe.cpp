@@ -29,6 +29,22 @@ std::vector<std::int32_t> slot_rows(const MoeDims& d, const MoeActivations& a) {
   return r;
 }
 
+/// Who fills each of the E * capacity slots: the token (-1: empty) and its gate, from slot_rows.
+struct SlotSources {
+  std::vector<std::int32_t> token;
+  std::vector<double> gate;
+};
+SlotSources slot_sources(const MoeDims& d, const MoeActivations& a, const std::vector<std::int32_t>& rows) {
+  const std::size_t slots = std::size_t(d.experts) * std::size_t(d.capacity());
+  SlotSources s{std::vector<std::int32_t>(slots, -1), std::vector<double>(slots, 0.0)};
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i] >= 0) {
+      s.token[std::size_t(rows[i])] = std::int32_t(i / std::size_t(d.top_k));
+      s.gate[std::size_t(rows[i])] = a.gate[i];
+    }
+  return s;
+}
+
 /// Runs every local expert's MLP on its rows of `in` (ep sources x local experts x capacity, h).
 void experts_forward(Backend& be, const MoeDims& d, const MoeTensors& w, MoeActivations& a) {
   const int cap = d.capacity(), L = d.local_experts();
@@ -95,13 +111,9 @@ Tensor moe_forward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTen
   // gather (the embedding lookup's op, `input` as the table: row i of the dispatch is the token
   // that took slot i, or zeros for an empty slot) rather than a copy per routed token, which on a
   // GPU was N x K launches per MoE layer.
-  std::vector<std::int32_t> token_of_slot(std::size_t(E) * cap, -1);
-  for (std::int64_t n = 0; n < N; ++n)
-    for (int j = 0; j < K; ++j)
-      if (a.slot[n * K + j] >= 0)
-        token_of_slot[std::size_t(a.expert[n * K + j]) * cap + std::size_t(a.slot[n * K + j])] = std::int32_t(n);
+  const std::vector<std::int32_t> rows = slot_rows(d, a);
   Tensor dispatch = be.zeros(std::int64_t(E) * cap, H);
-  be.embedding_forward(dispatch, input, token_of_slot, 0);
+  be.embedding_forward(dispatch, input, slot_sources(d, a, rows).token, 0);
   a.expert_in = be.zeros(std::int64_t(d.ep) * L * cap, H);  // by source rank, then local expert
   ep.all_to_all(a.expert_in, dispatch);
   a.fc1 = be.zeros(a.expert_in.rows(), d.ffn);
@@ -120,7 +132,7 @@ Tensor moe_forward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTen
   a.combined_out = be.zeros(std::int64_t(E) * cap, H);
   ep.all_to_all(a.combined_out, out);
   Tensor y = be.zeros(N, H);
-  be.gather_rows_weighted(y, a.combined_out, slot_rows(d, a), a.gate, K);
+  be.gather_rows_weighted(y, a.combined_out, rows, a.gate, K);
   return y;
 }
 
@@ -132,17 +144,12 @@ Tensor moe_backward(Backend& be, Communicator& ep, const MoeDims& d, const MoeTe
   // token: a gather with k = 1 from dy); dgate = dy . expert output (row dots, to the host for the
   // router's backward). Dropped choices get no gradient.
   const std::vector<std::int32_t> rows = slot_rows(d, a);
-  std::vector<std::int32_t> token_rows(rows.size()), token_of_slot(std::size_t(E) * cap, -1);
-  std::vector<double> gate_of_slot(std::size_t(E) * cap, 0.0);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    token_rows[i] = std::int32_t(i / std::size_t(K));
-    if (rows[i] < 0) continue;
-    token_of_slot[std::size_t(rows[i])] = token_rows[i];
-    gate_of_slot[std::size_t(rows[i])] = a.gate[i];
-  }
+  std::vector<std::int32_t> token_rows(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) token_rows[i] = std::int32_t(i / std::size_t(K));
   const std::vector<double> dgate = be.row_dots(dy, token_rows, a.combined_out, rows);
+  const SlotSources from = slot_sources(d, a, rows);
   Tensor dcombined = be.zeros(std::int64_t(E) * cap, H);
-  be.gather_rows_weighted(dcombined, dy, token_of_slot, gate_of_slot, 1);
+  be.gather_rows_weighted(dcombined, dy, from.token, from.gate, 1);
   Tensor dout = be.zeros(a.expert_in.rows(), H);
   ep.all_to_all(dout, dcombined);  // to the experts' ranks, as the dispatch went
 
