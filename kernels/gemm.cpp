@@ -39,8 +39,7 @@ void check_dims(const GemmDims& d, Epilogue e, float beta, const void* bias, con
   detail::require(d.batch == 1 || e == Epilogue::none, "gemm: epilogues are only supported with batch == 1");
   detail::require(bias || !has_bias(e), "gemm: the epilogue needs a bias");
   detail::require(aux || !has_aux(e), "gemm: the epilogue needs an aux matrix");
-  detail::require(d.ld_a() >= (d.trans_a ? d.m : d.k) && d.ld_b() >= (d.trans_b ? d.k : d.n) && d.ld_c() >= d.n,
-                  "gemm: a leading dimension below the stored width");
+  detail::require(d.leading_dims_cover_widths(), "gemm: a leading dimension below the stored width");
 }
 
 /// The largest power of two, up to 256, that divides a pointer: the alignment cuBLASLt may assume

@@ -42,8 +42,7 @@ void gemm(const float* A, const float* B, float* C, const GemmDims& d, const flo
   if (with_aux && (!aux || d.batch != 1)) throw std::invalid_argument("gemm: the epilogue needs an aux matrix, batch 1");
   if (with_bias && !bias) throw std::invalid_argument("gemm: the epilogue needs a bias");
   const long la = d.ld_a(), lb = d.ld_b(), lc = d.ld_c();
-  if (la < (d.trans_a ? d.m : d.k) || lb < (d.trans_b ? d.k : d.n) || lc < d.n)
-    throw std::invalid_argument("gemm: a leading dimension below the stored width");
+  if (!d.leading_dims_cover_widths()) throw std::invalid_argument("gemm: a leading dimension below the stored width");
   const long sa = d.batch_stride_a(), sb = d.batch_stride_b(), sc = d.batch_stride_c();
   for (int b = 0; b < d.batch; ++b) {
     const float* a = A + b * sa;

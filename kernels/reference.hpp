@@ -41,6 +41,10 @@ struct GemmDims {
   long batch_stride_a() const { return stride_a > 0 ? stride_a : long(trans_a ? k : m) * ld_a(); }
   long batch_stride_b() const { return stride_b > 0 ? stride_b : long(trans_b ? n : k) * ld_b(); }
   long batch_stride_c() const { return stride_c > 0 ? stride_c : long(m) * ld_c(); }
+  /// Every leading dimension at least its stored matrix's width.
+  bool leading_dims_cover_widths() const {
+    return ld_a() >= (trans_a ? m : k) && ld_b() >= (trans_b ? k : n) && ld_c() >= n;
+  }
 };
 
 /// GeLU, tanh approximation (GPT-2; Hendrycks & Gimpel 2016 eq. for the approximation).
