@@ -128,14 +128,16 @@ int run_trainer_cli(int argc, char** argv) {
                "1F1B then deadlocks under NCCL, whose sends wait for their receives)");
   app.footer("Exit codes: 0 done, 2 bad input (file, field, value and rule on stderr), 3 non-finite loss or "
              "gradient norm (step on stderr), 4 no progress within --timeout-s (a peer died or hung).\n"
-             "Environment (read by --backend cuda; a value outside a listed set exits 2 naming it):\n"
+             "Environment (the first three read by --backend cuda; a value outside a listed set exits 2 naming it):\n"
              "  FORESIGHT_ATTENTION=fused|pipelined|unfused  bf16 attention: the tensor-core kernel (default), its "
              "cp.async form, or Megatron-LM's unfused path\n"
              "  FORESIGHT_GEMM=lt|cublas  bf16 GEMMs through kernels::gemm (cuBLASLt, the GEMM foresight calibrate "
              "times; default) or cublasGemmEx\n"
              "  FORESIGHT_GEMM_EPILOGUE=gelu|bias|none  bias and GeLU in cuBLASLt's epilogues (default), the bias "
              "only, or separate kernels\n"
-             "  FORESIGHT_PROFILE_OPS=1  print each op's GPU time (calls x median) when the run ends");
+             "  FORESIGHT_PROFILE_OPS=1  print each op's time (calls x median) when the run ends: GPU time from events "
+             "on --backend cuda, the host clock on --backend cpu (ops named as foresight calibrate --backend cpu "
+             "names them)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "trainer/op_profile.hpp"
 
 namespace foresight::trainer {
 
@@ -99,32 +100,50 @@ const float* gemm_operand(const Tensor& t, bool bf16, std::vector<float>& scratc
 class CpuBackend final : public Backend {
  public:
   CpuBackend(bool staged, Precision precision) : staged_(staged), precision_(precision) {}
+  CpuBackend(const CpuBackend&) = delete;
+  CpuBackend& operator=(const CpuBackend&) = delete;
+  ~CpuBackend() override {
+    if (profiler_) print_op_profile(stderr, "CPU", profiler_->times());
+  }
   std::string name() const override { return staged_ ? "cpu-staged" : "cpu"; }
   std::string compute_dtype() const override { return to_string(precision_); }
   Precision precision() const override { return precision_; }
   Device device() const override { return staged_ ? Device::cuda : Device::host; }
 
-  Tensor zeros(std::int64_t rows, std::int64_t cols) override { return make(rows, cols, activation_type(precision_)); }
-  Tensor zeros_fp32(std::int64_t rows, std::int64_t cols) override { return make(rows, cols, ElementType::fp32); }
+  Tensor zeros(std::int64_t rows, std::int64_t cols) override {
+    const HostOpTimer op_timer = timed("zeros");
+    return make(rows, cols, activation_type(precision_));
+  }
+  Tensor zeros_fp32(std::int64_t rows, std::int64_t cols) override {
+    const HostOpTimer op_timer = timed("zeros");
+    return make(rows, cols, ElementType::fp32);
+  }
   void copy_from_host(Tensor dst, std::span<const float> src) override {
+    const HostOpTimer op_timer = timed("copy_from_host");
     FORESIGHT_CHECK(std::int64_t(src.size()) == dst.numel()) << src.size() << " vs " << dst.numel();
     std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
     round_if_bf16(dst);
   }
   void copy_to_host(std::span<float> dst, const Tensor& src) override {
+    const HostOpTimer op_timer = timed("copy_to_host");
     FORESIGHT_CHECK(std::int64_t(dst.size()) == src.numel()) << dst.size() << " vs " << src.numel();
     std::memcpy(dst.data(), src.data(), dst.size() * sizeof(float));
   }
-  void fill(Tensor t, float value) override { std::fill(t.data(), t.data() + t.numel(), store(t, value)); }
+  void fill(Tensor t, float value) override {
+    const HostOpTimer op_timer = timed("fill");
+    std::fill(t.data(), t.data() + t.numel(), store(t, value));
+  }
   std::int64_t bytes_in_use() const override { return usage_->in_use.load(); }
   std::int64_t peak_bytes() const override { return usage_->peak.load(); }
 
   void copy(Tensor dst, const Tensor& src) override {
+    const HostOpTimer op_timer = timed("copy");
     check_same_shape(dst, src, "copy");
     std::memcpy(dst.data(), src.data(), std::size_t(src.numel()) * sizeof(float));
     round_if_bf16(dst);  // e.g. the master weights into the bf16 working copy
   }
   void add(Tensor y, const Tensor& x) override {
+    const HostOpTimer op_timer = timed("add");
     check_same_shape(y, x, "add");
     float* py = y.data();
     const float* px = x.data();
@@ -132,12 +151,14 @@ class CpuBackend final : public Backend {
     round_if_bf16(y);
   }
   double sum_squares(const Tensor& x) override {
+    const HostOpTimer op_timer = timed("sum_squares");
     double s = 0;
     const float* p = x.data();
     for (std::int64_t i = 0; i < x.numel(); ++i) s += double(p[i]) * p[i];
     return s;
   }
   bool all_finite(const Tensor& x) override {
+    const HostOpTimer op_timer = timed("all_finite");
     const float* p = x.data();
     for (std::int64_t i = 0; i < x.numel(); ++i)
       if (!std::isfinite(p[i])) return false;
@@ -145,14 +166,17 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, bool accumulate) override {
+    const HostOpTimer op_timer = timed(gemm_op_name(0, ta, tb));
     gemm(c, a, ta, b, tb, accumulate, nullptr);
   }
   void matmul_bias(Tensor c, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& bias) override {
+    const HostOpTimer op_timer = timed(gemm_op_name(1, ta, tb));
     FORESIGHT_CHECK(bias.numel() == c.cols()) << bias.numel() << " vs " << c.cols();
     gemm(c, a, ta, b, tb, false, &bias);
   }
   void matmul_bias_gelu(Tensor y, Tensor pre, const Tensor& a, bool ta, const Tensor& b, bool tb,
                         const Tensor& bias) override {
+    const HostOpTimer op_timer = timed(gemm_op_name(2, ta, tb));
     FORESIGHT_CHECK(bias.numel() == pre.cols()) << bias.numel() << " vs " << pre.cols();
     check_same_shape(y, pre, "matmul_bias_gelu");
     gemm(pre, a, ta, b, tb, false, &bias, false);  // the float sums, not yet rounded
@@ -163,6 +187,7 @@ class CpuBackend final : public Backend {
     round_if_bf16(pre);
   }
   void matmul_dgelu(Tensor dx, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& pre) override {
+    const HostOpTimer op_timer = timed(gemm_op_name(3, ta, tb));
     check_same_shape(dx, pre, "matmul_dgelu");
     gemm(dx, a, ta, b, tb, false, nullptr, false);  // the float sums, not yet rounded
     for (std::int64_t i = 0; i < pre.numel(); ++i) dx.data()[i] = store(dx, dx.data()[i] * gelu_derivative(pre.data()[i]));
@@ -200,12 +225,14 @@ class CpuBackend final : public Backend {
     if (round) round_if_bf16(c);
   }
   void add_bias(Tensor y, const Tensor& bias) override {
+    const HostOpTimer op_timer = timed("add_bias");
     FORESIGHT_CHECK(bias.numel() == y.cols()) << bias.numel() << " vs " << y.cols();
     for (std::int64_t n = 0; n < y.rows(); ++n)
       for (std::int64_t j = 0; j < y.cols(); ++j) y.data()[n * y.cols() + j] += bias.data()[j];
     round_if_bf16(y);
   }
   void bias_backward(Tensor dbias, const Tensor& dy) override {
+    const HostOpTimer op_timer = timed("bias_backward");
     FORESIGHT_CHECK(dbias.numel() == dy.cols()) << dbias.numel() << " vs " << dy.cols();
     std::vector<double> s(std::size_t(dy.cols()), 0.0);
     for (std::int64_t n = 0; n < dy.rows(); ++n)
@@ -215,6 +242,7 @@ class CpuBackend final : public Backend {
 
   void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& gamma,
                          const Tensor& beta) override {
+    const HostOpTimer op_timer = timed("layernorm_forward");
     check_same_shape(y, x, "layernorm_forward");
     const std::int64_t C = x.cols();
     for (std::int64_t n = 0; n < x.rows(); ++n) {
@@ -234,6 +262,7 @@ class CpuBackend final : public Backend {
   }
   void layernorm_backward(Tensor dx, Tensor dgamma, Tensor dbeta, const Tensor& dy, const Tensor& x,
                           const Tensor& mean, const Tensor& rstd, const Tensor& gamma) override {
+    const HostOpTimer op_timer = timed("layernorm_backward");
     check_same_shape(dx, x, "layernorm_backward");
     const std::int64_t C = x.cols();
     std::vector<double> dg(std::size_t(C), 0.0), db(std::size_t(C), 0.0), xhat(static_cast<std::size_t>(C));
@@ -263,6 +292,7 @@ class CpuBackend final : public Backend {
     }
   }
   void gelu_forward(Tensor y, const Tensor& x) override {
+    const HostOpTimer op_timer = timed("gelu_forward");
     check_same_shape(y, x, "gelu_forward");
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const double v = x.data()[i];
@@ -270,12 +300,14 @@ class CpuBackend final : public Backend {
     }
   }
   void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) override {
+    const HostOpTimer op_timer = timed("gelu_backward");
     check_same_shape(dx, x, "gelu_backward");
     for (std::int64_t i = 0; i < x.numel(); ++i) dx.data()[i] = store(dx, dy.data()[i] * gelu_derivative(x.data()[i]));
   }
 
   void attention_forward(Tensor out, Tensor probs, const Tensor& qkv, const Tensor& kv,
                          const AttentionShape& s) override {
+    const HostOpTimer op_timer = timed("attention_forward");
     const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys(), P = C - S;
     FORESIGHT_CHECK(qkv.cols() == 3 * HD && kv.cols() == 3 * HD && out.cols() == HD &&
                     qkv.rows() == std::int64_t(s.batch) * S && kv.rows() == std::int64_t(s.batch) * C && P >= 0 &&
@@ -312,6 +344,7 @@ class CpuBackend final : public Backend {
   void attention_backward(Tensor dqkv, Tensor dkv, const Tensor& dout, const Tensor& /*out*/, const Tensor& probs,
                           const Tensor& qkv,
                           const Tensor& kv, const AttentionShape& s) override {
+    const HostOpTimer op_timer = timed("attention_backward");
     const std::int64_t HD = std::int64_t(s.heads) * s.head_dim, S = s.seq, D = s.head_dim, C = s.keys(), P = C - S;
     check_same_shape(dqkv, qkv, "attention_backward");
     check_same_shape(dkv, kv, "attention_backward");
@@ -364,6 +397,7 @@ class CpuBackend final : public Backend {
 
   void embedding_forward(Tensor x, const Tensor& table, std::span<const std::int32_t> tokens,
                          std::int64_t vocab_offset) override {
+    const HostOpTimer op_timer = timed("embedding_forward");
     FORESIGHT_CHECK(x.rows() == std::int64_t(tokens.size()) && x.cols() == table.cols()) << "embedding_forward shapes";
     const std::int64_t C = x.cols();
     for (std::int64_t n = 0; n < x.rows(); ++n) {
@@ -378,6 +412,7 @@ class CpuBackend final : public Backend {
   }
   void embedding_backward(Tensor dtable, const Tensor& dx, std::span<const std::int32_t> tokens,
                           std::int64_t vocab_offset) override {
+    const HostOpTimer op_timer = timed("embedding_backward");
     const std::int64_t C = dx.cols();
     for (std::int64_t n = 0; n < dx.rows(); ++n) {
       const std::int64_t r = tokens[n] - vocab_offset;
@@ -388,6 +423,7 @@ class CpuBackend final : public Backend {
   }
   void gather_rows_weighted(Tensor out, const Tensor& src, std::span<const std::int32_t> rows,
                             std::span<const double> weights, int k) override {
+    const HostOpTimer op_timer = timed("gather_rows_weighted");
     check_gather_rows(out, src, rows, weights, k);
     const std::int64_t C = out.cols();
     std::vector<double> acc(static_cast<std::size_t>(C));
@@ -407,6 +443,7 @@ class CpuBackend final : public Backend {
   }
   std::vector<double> row_dots(const Tensor& a, std::span<const std::int32_t> a_rows, const Tensor& b,
                                std::span<const std::int32_t> b_rows) override {
+    const HostOpTimer op_timer = timed("row_dots");
     check_row_dots(a, a_rows, b, b_rows);
     const std::int64_t C = a.cols();
     std::vector<double> dots(a_rows.size(), 0.0);
@@ -421,6 +458,7 @@ class CpuBackend final : public Backend {
     return dots;
   }
   void add_positions(Tensor x, const Tensor& positions, const TokenPositions& p) override {
+    const HostOpTimer op_timer = timed("add_positions");
     const std::int64_t C = x.cols();
     for (std::int64_t n = 0; n < x.rows(); ++n) {
       const std::int64_t r = p.of(n);
@@ -430,6 +468,7 @@ class CpuBackend final : public Backend {
     round_if_bf16(x);
   }
   void positions_backward(Tensor dpositions, const Tensor& dx, const TokenPositions& p) override {
+    const HostOpTimer op_timer = timed("positions_backward");
     const std::int64_t C = dx.cols(), S = dpositions.rows();
     std::vector<double> acc(std::size_t(S * C), 0.0);
     for (std::int64_t n = 0; n < dx.rows(); ++n) {
@@ -441,6 +480,7 @@ class CpuBackend final : public Backend {
   }
 
   void logits_row_max(Tensor row_max, const Tensor& logits) override {
+    const HostOpTimer op_timer = timed("logits_row_max");
     const std::int64_t V = logits.cols();
     for (std::int64_t n = 0; n < logits.rows(); ++n) {
       const float* l = logits.data() + n * V;
@@ -449,6 +489,7 @@ class CpuBackend final : public Backend {
   }
   void logits_sum_exp_and_target(Tensor stats, const Tensor& logits, const Tensor& row_max,
                                  std::span<const std::int32_t> targets, std::int64_t vocab_offset) override {
+    const HostOpTimer op_timer = timed("logits_sum_exp_and_target");
     const std::int64_t V = logits.cols();
     for (std::int64_t n = 0; n < logits.rows(); ++n) {
       const float* l = logits.data() + n * V;
@@ -460,6 +501,7 @@ class CpuBackend final : public Backend {
     }
   }
   double cross_entropy_loss_sum(const Tensor& row_max, const Tensor& stats) override {
+    const HostOpTimer op_timer = timed("cross_entropy_loss_sum");
     double loss = 0;
     for (std::int64_t n = 0; n < row_max.rows(); ++n)
       loss += std::log(double(stats.data()[2 * n])) + row_max.data()[n] - stats.data()[2 * n + 1];
@@ -468,6 +510,7 @@ class CpuBackend final : public Backend {
   void cross_entropy_backward(Tensor dlogits, const Tensor& logits, const Tensor& row_max, const Tensor& stats,
                               std::span<const std::int32_t> targets, std::int64_t vocab_offset,
                               float scale) override {
+    const HostOpTimer op_timer = timed("cross_entropy_backward");
     check_same_shape(dlogits, logits, "cross_entropy_backward");
     const std::int64_t V = logits.cols();
     for (std::int64_t n = 0; n < logits.rows(); ++n) {
@@ -481,6 +524,7 @@ class CpuBackend final : public Backend {
   }
 
   void adamw(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWStep& h) override {
+    const HostOpTimer op_timer = timed("adamw");
     check_same_shape(param, grad, "adamw");
     const double c1 = 1.0 - std::pow(double(h.beta1), h.step), c2 = 1.0 - std::pow(double(h.beta2), h.step);
     for (std::int64_t i = 0; i < param.numel(); ++i) {
@@ -505,9 +549,24 @@ class CpuBackend final : public Backend {
     return Tensor(std::make_shared<HostBuffer>(std::size_t(rows * cols), usage_, device(), type), 0, rows, cols);
   }
 
+  /// The profile's name of a GEMM call: the op (matmul, matmul_bias, matmul_bias_gelu,
+  /// matmul_dgelu) and its transpose variant as the host profile names them (nn, nt, tn; tt for
+  /// a call the trainer does not make).
+  static std::string_view gemm_op_name(int op, bool ta, bool tb) {
+    static constexpr const char* kNames[4][4] = {
+        {"matmul_nn", "matmul_nt", "matmul_tn", "matmul_tt"},
+        {"matmul_bias_nn", "matmul_bias_nt", "matmul_bias_tn", "matmul_bias_tt"},
+        {"matmul_bias_gelu_nn", "matmul_bias_gelu_nt", "matmul_bias_gelu_tn", "matmul_bias_gelu_tt"},
+        {"matmul_dgelu_nn", "matmul_dgelu_nt", "matmul_dgelu_tn", "matmul_dgelu_tt"}};
+    return kNames[op][(ta ? 2 : 0) + (tb ? 1 : 0)];
+  }
+  HostOpTimer timed(std::string_view op) { return HostOpTimer(profiler_.get(), op); }
+
   bool staged_;
   Precision precision_;
   std::shared_ptr<Usage> usage_ = std::make_shared<Usage>();
+  /// FORESIGHT_PROFILE_OPS: each op's host time, printed to stderr when the backend goes.
+  std::unique_ptr<HostOpProfiler> profiler_ = op_profiling_requested() ? std::make_unique<HostOpProfiler>() : nullptr;
 };
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "kernels/device.hpp"
 #include "kernels/kernels.hpp"
 #include "trainer/cuda_backend_kernels.hpp"
+#include "trainer/op_profile.hpp"
 #include "trainer/precision.hpp"
 
 namespace foresight::trainer {
@@ -179,43 +180,21 @@ class OpProfiler {
     return {a, b};
   }
   void end(cudaEvent_t b) { cudaEventRecord(b, stream_); }
-  /// Per op: calls, the median time of one call and calls x median, largest first. The median
-  /// keeps one-time costs out (the first GEMM's cuBLAS set-up and lazy module loading, the first
-  /// step's allocations, a host-to-device copy waiting for the queue to drain), which the plain
-  /// sum, also printed, includes.
+  /// Per op: calls, the median time of one call and calls x median, largest first
+  /// (print_op_profile). The median keeps one-time costs out (the first GEMM's cuBLAS set-up and
+  /// lazy module loading, the first step's allocations, a host-to-device copy waiting for the queue
+  /// to drain), which the plain sum, also printed, includes.
   void report() {
     if (cudaStreamSynchronize(stream_) != cudaSuccess) return;
-    struct Row {
-      double steady_ms, median_ms, sum_ms;
-      std::string name;
-      std::size_t calls;
-    };
-    std::vector<Row> rows;
-    double steady = 0, sum = 0;
+    OpTimesMs times;
     for (auto& [name, evs] : events_) {
-      std::vector<double> t;
+      std::vector<double>& t = times[name];
       for (auto& [a, b] : evs) {
         float ms = 0;
         if (cudaEventElapsedTime(&ms, a, b) == cudaSuccess) t.push_back(ms);
       }
-      if (t.empty()) continue;
-      double total = 0;
-      for (double x : t) total += x;
-      std::nth_element(t.begin(), t.begin() + std::ptrdiff_t(t.size() / 2), t.end());
-      const double med = t[t.size() / 2];
-      rows.push_back({med * double(evs.size()), med, total, name, evs.size()});
-      steady += med * double(evs.size());
-      sum += total;
     }
-    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.steady_ms > b.steady_ms; });
-    std::fprintf(stderr,
-                 "foresight-train: GPU time per op (FORESIGHT_PROFILE_OPS), all steps: %.1f ms as calls x median, "
-                 "%.1f ms summed\n",
-                 steady, sum);
-    std::fprintf(stderr, "  %12s %7s %12s %10s %6s  %s\n", "calls x med", "calls", "median ms", "sum ms", "share", "op");
-    for (const Row& r : rows)
-      std::fprintf(stderr, "  %12.2f %7zu %12.4f %10.2f %5.1f%%  %s\n", r.steady_ms, r.calls, r.median_ms, r.sum_ms,
-                   steady > 0 ? 100 * r.steady_ms / steady : 0.0, r.name.c_str());
+    print_op_profile(stderr, "GPU", times);
   }
 
  private:
@@ -263,8 +242,7 @@ class CudaBackend final : public Backend {
       unfused_attention_ = v == "unfused";
       pipelined_attention_ = v == "pipelined";
     }
-    if (const char* e = std::getenv("FORESIGHT_PROFILE_OPS"); e && *e && std::string(e) != "0")
-      profiler_ = std::make_unique<OpProfiler>(stream_);
+    if (op_profiling_requested()) profiler_ = std::make_unique<OpProfiler>(stream_);
     if (const char* e = std::getenv("FORESIGHT_GEMM_EPILOGUE")) {
       const std::string v = e;
       if (v != "gelu" && v != "bias" && v != "none")
