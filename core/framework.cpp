@@ -289,6 +289,11 @@ std::array<FrameworkTraits, 9> make_table() {
   // stage3_max_reuse_distance's default; it acts only with a complete trace (zero3_prefetch).
   deepspeed.zero3_reuse_elements = 1e9;
   deepspeed.activation_offload_per_layer = true;
+  // DeepSpeedCPUAdam (ZeRO-Offload): one fused pass per element, reading the fp32 gradient, weight,
+  // exp_avg and exp_avg_sq and writing the last three (csrc/adam/cpu_adam_impl.cpp, Step_1/Step_AVX):
+  // 28 bytes; the fp16 copy for the device goes through a tile-sized staging buffer that stays in
+  // cache.
+  deepspeed.host_optimizer_bytes_per_param = 28;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",
                                    "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "

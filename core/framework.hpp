@@ -244,6 +244,16 @@ struct FrameworkTraits {
   /// cpu_checkpointing, runtime/activation_checkpointing/checkpointing.py), so two layers' are staged
   /// on the device rather than a whole chunk's.
   bool activation_offload_per_layer = false;
+  /// Host memory traffic of one parameter's optimizer step on the CPUs when the optimizer is
+  /// offloaded (plan.offload.optimizer), bytes: the step streams the fp32 state, so its time is
+  /// this times the parameters over the host's memory bandwidth (cost_models::offload_cost).
+  /// Default 80: PyTorch's AdamW on CPU tensors, which takes its single-tensor path (foreach and
+  /// fused default to accelerator tensors only: torch/optim/optimizer.py
+  /// _default_to_fused_or_foreach), pass by pass in torch/optim/adam.py _single_tensor_adam with
+  /// 4-byte elements: the decoupled weight decay param.mul_ (read 4, write 4), exp_avg.lerp_ (8 +
+  /// 4), exp_avg_sq.mul_ (4 + 4) and addcmul_ (8 + 4), the denominator's sqrt, division and add_
+  /// (3 x (4 + 4)), param.addcdiv_ (12 + 4): 80.
+  double host_optimizer_bytes_per_param = 80;
   /// The weight-gradient GEMMs accumulate into the fp32 main gradients (Megatron-LM's
   /// gradient_accumulation_fusion, fused_weight_gradient_mlp_cuda / Transformer Engine's
   /// fuse_wgrad_accumulation), so no separate accumulation pass follows each micro-batch.

@@ -117,6 +117,10 @@ struct InterNodeSpec {
 struct HostSpec {
   BytesPerSecond pcie_bandwidth;  // host <-> one GPU, per direction
   Bytes memory;                   // host memory per node
+  /// The rate the node's CPUs stream their memory at (STREAM-triad class, all sockets), which an
+  /// optimizer stepping on the host is bound by (cost_models::offload_cost). Zero: not stated, and
+  /// then a plan cannot offload its optimizer (core/plan.cpp check_plan).
+  BytesPerSecond memory_bandwidth;
 };
 
 /// The most GPUs a cluster may have: 2^24, far beyond any machine built, and small enough that GPU

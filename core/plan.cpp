@@ -298,6 +298,11 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("plan.zero", "3", "is not supported with TeraPipe token slices (every slice would re-gather its layers)");
   if (p.offload.activations < 0.0 || p.offload.activations > 1.0)
     return fail("plan.offload.activations", str(p.offload.activations), "must lie in [0, 1]");
+  if (p.offload.optimizer && !(c.host.memory_bandwidth.value() > 0))
+    return fail("plan.offload.optimizer", "true",
+                "needs cluster.host.memory_GBps, which cluster " + (c.name.empty() ? std::string("(unnamed)") : c.name) +
+                    " does not state: an offloaded optimizer steps on the host CPUs, at the rate their memory "
+                    "streams the fp32 state");
   if (p.virtual_stages > 1 && p.schedule != Schedule::interleaved)
     return fail("plan.virtual_stages", str((long long)p.virtual_stages),
                 "greater than 1 needs plan.schedule = interleaved (it is " +

@@ -94,6 +94,7 @@ ExecutablePlan parse_plan_json(const std::string& text, const std::string& sourc
   c.nodes = (p.gpus + p.gpus_per_node - 1) / p.gpus_per_node;
   c.gpus_per_node = p.gpus_per_node;
   c.gpu.peak_fp32 = c.gpu.peak_tf32 = c.gpu.peak_fp16 = c.gpu.peak_bf16 = c.gpu.peak_fp8 = FlopsPerSecond(1);  // not checked here
+  c.host.memory_bandwidth = BytesPerSecond(1);  // nor this (the simulator's need for an offloaded optimizer)
   if (auto v = check_plan(p.model, c, p.training, p.plan, p.gpus))
     throw SpecError(SourceLocation{source, 0, 0}, v->field, v->value, v->rule);
   return p;

@@ -263,6 +263,7 @@ ClusterSpec read_cluster(const Section& s, Resolver& res) {
     MapReader h(r.child("host", true), s.file, "cluster.host");
     c.host.pcie_bandwidth = gigabytes_per_s(h.get_double("pcie_GBps", std::nullopt, 0.0, true));
     c.host.memory = gigabytes(h.get_double("memory_GB", std::nullopt, 0.0, true));
+    c.host.memory_bandwidth = gigabytes_per_s(h.get_double("memory_GBps", 0.0, 0.0));
     h.finish();
   }
   c.source = r.get_string("source", "");

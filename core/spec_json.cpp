@@ -74,7 +74,10 @@ nlohmann::ordered_json to_json(const ClusterSpec& c) {
             {"topology", to_string(c.inter.topology)},
             {"oversubscription", c.inter.oversubscription},
             {"tiers", tiers_json(c.inter.tiers)}}},
-          {"host", {{"pcie_GBps", in_GBps(c.host.pcie_bandwidth)}, {"memory_GB", in_GB(c.host.memory)}}}};
+          {"host",
+           {{"pcie_GBps", in_GBps(c.host.pcie_bandwidth)},
+            {"memory_GB", in_GB(c.host.memory)},
+            {"memory_GBps", in_GBps(c.host.memory_bandwidth)}}}};
 }
 
 nlohmann::ordered_json to_json(const TrainingSpec& t) { return fields_json(t); }

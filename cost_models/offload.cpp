@@ -29,6 +29,11 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
     cost.optimizer_to_host = Bytes(owned * per_param.grads);
     cost.optimizer_to_device = Bytes(owned * x.bytes.weight);  // the model copy, not autocast's
     cost.host_memory_per_gpu += Bytes(owned * (per_param.optimizer + per_param.grads));
+    const BytesPerSecond host_bw = cluster.host.memory_bandwidth;
+    FORESIGHT_CHECK(host_bw.value() > 0 && cluster.gpus_per_node > 0)
+        << "an offloaded optimizer needs the host's memory bandwidth (check_plan refuses plans without it)";
+    const BytesPerSecond share = host_bw / double(cluster.gpus_per_node);
+    cost.host_optimizer_time = Bytes(owned * x.framework->host_optimizer_bytes_per_param) / share;
   }
   const double fraction = std::clamp(plan.offload.activations, 0.0, 1.0);
   if (fraction > 0) {

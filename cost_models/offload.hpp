@@ -23,6 +23,12 @@ struct OffloadCost {
   Bytes activations_to_device;  // the same bytes prefetched back for the backward pass
   Seconds to_host_time;         // to_host() / host.pcie_bandwidth
   Seconds to_device_time;       // to_device() / host.pcie_bandwidth
+  /// The optimizer step on the host CPUs over this GPU's P parameters: P x the framework's host
+  /// optimizer bytes per parameter over this GPU's share of the node's host memory bandwidth
+  /// (every GPU of the node steps at once, after its backward, so the node's CPUs stream all
+  /// their states together). Bound by memory, not arithmetic: a fused Adam does about 15 flops
+  /// per 28 bytes.
+  Seconds host_optimizer_time;
   Bytes host_memory_per_gpu;    // optimizer state + gradient staging + offloaded activations
   Bytes host_memory_per_node;   // host_memory_per_gpu x gpus_per_node
 
@@ -37,7 +43,8 @@ struct OffloadCost {
 /// (params/dp, experts/(dp/ep)) when zero >= 1, else all it holds (ZeRO-Offload needs each
 /// replica to step its own copy then). It sends P gradients in the gradient dtype and receives P
 /// weights in the model dtype; the host keeps P x the optimizer bytes/param (fp32 master, m, v,
-/// Megatron's fp32 main-grad copy) plus P gradients it received.
+/// Megatron's fp32 main-grad copy) plus P gradients it received, and its CPUs step them
+/// (host_optimizer_time; the cluster must state host.memory_GBps).
 /// Activations (plan.offload.activations = f): per iteration every unit (micro-batch, or
 /// micro-batch x model chunk when interleaved) sends f x its stage activations out and back;
 /// the host holds f x the peak stash.

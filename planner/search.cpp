@@ -326,11 +326,13 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
       Bytes need;
       bool ok = fits(x, r, p, &need);
       if (!ok) {
-        // Offload what does not fit on the device: optimizer state first, then activations.
+        // Offload what does not fit on the device: optimizer state first, then activations. An
+        // optimizer steps on the host only where the cluster states the host's memory bandwidth
+        // (check_plan); elsewhere only activations are offloaded.
         PlanSpec q = p;
-        q.offload.optimizer = true;
+        q.offload.optimizer = r.cluster.host.memory_bandwidth.value() > 0;
         Bytes need2;
-        if (fits(x, r, q, &need2)) {
+        if (q.offload.optimizer && fits(x, r, q, &need2)) {
           p = q;
           ok = true;
         } else {

@@ -378,10 +378,11 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
     const cost_models::StageParameters sp = cost_models::parameters_on_gpu(*in.x.framework, in.e.model, p, s);
     Seconds opt;
     if (p.offload.optimizer) {
-      // Optimizer state on the host: gradients go down and weights come back over PCIe.
+      // Optimizer state on the host: gradients go down, the host's CPUs step them, and weights
+      // come back over PCIe.
       const cost_models::OffloadCost oc = cost_models::offload_cost(in.x, in.e.model, in.e.training, p, in.e.cluster, s);
       const BytesPerSecond pcie = in.e.cluster.host.pcie_bandwidth;
-      opt = oc.optimizer_to_host / pcie + oc.optimizer_to_device / pcie;
+      opt = oc.optimizer_to_host / pcie + oc.host_optimizer_time + oc.optimizer_to_device / pcie;
     } else if (in.x.host) {
       // The trainer on a CPU device: per tensor norms and AdamW, the shard's step under ZeRO-1.
       const double local = sp.dense + sp.expert, shard = p.zero >= 1 ? double(p.shard_ways()) : 1.0;

@@ -44,6 +44,7 @@ TEST(CheckPlan, EachRuleNamesItsField) {
                         f.p.token_slices = {1024, 1023}; }, "plan.token_slices"},
       {[](Fixture& f) { f.p.ep = 2; }, "plan.ep"},
       {[](Fixture& f) { f.p.offload.activations = -0.1; }, "plan.offload.activations"},
+      {[](Fixture& f) { f.p.offload.optimizer = true; }, "plan.offload.optimizer"},  // no host memory bandwidth
       {[](Fixture& f) { f.t.dtype = Dtype::fp16; }, "training.dtype"},  // fixture GPU has no fp16 peak
       {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::deepspeed; }, "plan.dp_overlap"},
       {[](Fixture& f) { f.p.dp_overlap = true; f.p.framework = Framework::terapipe; f.p.schedule = Schedule::terapipe;
@@ -338,4 +339,17 @@ TEST(CheckPlan, KeepingGatheredParametersWhereTheFrameworkCan) {
   f.p.framework = Framework::pytorch;
   EXPECT_FALSE(f.check().has_value());
   EXPECT_TRUE(framework_traits(f.p.framework).runs(f.p));
+}
+
+TEST(CheckPlan, AnOffloadedOptimizerNeedsTheHostsMemoryBandwidth) {
+  Fixture f;
+  f.c.name = "nodes-without-a-host-figure";
+  f.p.offload.optimizer = true;
+  const std::optional<PlanViolation> v = f.check();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->field, "plan.offload.optimizer");
+  EXPECT_NE(v->rule.find("cluster.host.memory_GBps"), std::string::npos) << v->rule;
+  EXPECT_NE(v->rule.find("nodes-without-a-host-figure"), std::string::npos) << v->rule;
+  f.c.host.memory_bandwidth = BytesPerSecond(260e9);
+  EXPECT_FALSE(f.check().has_value());
 }

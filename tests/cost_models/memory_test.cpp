@@ -42,7 +42,7 @@ ClusterSpec selene() {
   c.gpus_per_node = 8;
   c.gpu.name = "a100-sxm4-80gb";
   c.gpu.hbm = 80_GiB;
-  c.host = HostSpec{.pcie_bandwidth = 25_GBps, .memory = 2000_GB};
+  c.host = HostSpec{.pcie_bandwidth = 25_GBps, .memory = 2000_GB, .memory_bandwidth = 260_GBps};
   return c;
 }
 

@@ -24,7 +24,7 @@ ClusterSpec node(Bytes host_memory) {
   c.nodes = 1;
   c.gpus_per_node = 8;
   c.gpu.hbm = 80_GiB;
-  c.host = HostSpec{.pcie_bandwidth = 25_GBps, .memory = host_memory};
+  c.host = HostSpec{.pcie_bandwidth = 25_GBps, .memory = host_memory, .memory_bandwidth = 260_GBps};
   return c;
 }
 
@@ -64,6 +64,22 @@ TEST(OffloadCost, OptimizerZeroOffloadDeepSpeed) {
   // With 1 GB of host memory the node is 1,168,406,016 B short.
   EXPECT_FALSE(host_memory_fits(c, node(1_GB).host));
   EXPECT_DOUBLE_EQ(host_memory_shortfall(c, node(1_GB).host).value(), 1168406016.0);
+  // DeepSpeedCPUAdam streams 28 B per parameter (read gradient, weight, m, v; write weight, m, v),
+  // every GPU of the node at once on 260 GB/s: 32.5 GB/s each. 19,360,768 x 28 = 542,101,504 B in
+  // 16.680046276923... ms.
+  EXPECT_NEAR(in_ms(c.host_optimizer_time), 542101504.0 / 32.5e9 * 1e3, 1e-9);
+}
+
+TEST(OffloadCost, TheHostStepsTorchsAdamWPassByPass) {
+  // PyTorch's AdamW on CPU tensors (single-tensor path): 80 B per parameter, 19,360,768 x 80 =
+  // 1,548,861,440 B at 32.5 GB/s = 47.657275076923... ms; twice the GPUs per node, half the share.
+  const PlanSpec p = zero1_dp4(Framework::megatron);
+  EXPECT_NEAR(in_ms(offload_cost(exec(p), tiny(), kTraining, p, node(2000_GB), 0).host_optimizer_time),
+              1548861440.0 / 32.5e9 * 1e3, 1e-9);
+  ClusterSpec sixteen = node(2000_GB);
+  sixteen.gpus_per_node = 16;
+  EXPECT_NEAR(in_ms(offload_cost(exec(p), tiny(), kTraining, p, sixteen, 0).host_optimizer_time),
+              1548861440.0 / 16.25e9 * 1e3, 1e-9);
 }
 
 TEST(OffloadCost, OptimizerZeroOffloadMegatronFp32Grads) {

@@ -125,6 +125,24 @@ TEST(Search, AppliesZeroScopedCalibrationToShardedCandidatesOnly) {
   EXPECT_THROW(executions.of(plain_sharded), InternalError);
 }
 
+TEST(Search, OffloadsTheOptimizerOnlyWhereTheHostsMemoryBandwidthIsKnown) {
+  // 16 GiB GPUs: some plans fit only with their optimizer state on the host. Selene states its
+  // hosts' memory bandwidth, so those plans are ranked (with the host's step in their time); a
+  // cluster that does not state it gets no such plan, since its step could not be priced.
+  SearchRequest r = small_request();
+  r.cluster.gpu.hbm = gibibytes(16);
+  auto offloading = [](const SearchResult& res) {
+    int n = 0;
+    for (const auto& c : res.ranked) n += c.plan.offload.optimizer ? 1 : 0;
+    return n;
+  };
+  EXPECT_GT(offloading(search_plans(r)), 0);
+  r.cluster.host.memory_bandwidth = BytesPerSecond(0);
+  const SearchResult without = search_plans(r);
+  EXPECT_FALSE(without.ranked.empty());
+  EXPECT_EQ(offloading(without), 0);
+}
+
 TEST(Search, ImpossibleRequestReportsTheShortfall) {
   SearchRequest r = small_request();
   r.model = load_model(resolve_scenario("models", "sc21-1t"));
