@@ -43,6 +43,8 @@ const std::vector<BadCase> kCases = {
     {"token_slices_without_terapipe", {"plan.token_slices", "needs plan.schedule = terapipe"}},
     {"token_slices_bad_sum", {"plan.token_slices = sum 2024", "must sum to model.seq_len = 2048"}},
     {"offload_fraction_range", {"plan.offload.activations = 1.5", "must lie in [0, 1]"}},
+    {"offload_optimizer_without_host_bandwidth",
+     {"plan.offload.optimizer = true", "needs cluster.host.memory_GBps", ":14:"}},
     {"ep_without_moe", {"plan.ep = 2", "needs a model with moe"}},
     {"bool_type", {"plan.sequence_parallel = maybe", "must be true or false"}},
     {"fusion_not_bool", {"plan.gradient_accumulation_fusion = maybe", "must be true or false", ":14:"}},
