@@ -213,6 +213,9 @@ std::array<FrameworkTraits, 9> make_table() {
   // --context-parallel-size with Transformer Engine's p2p ring attention (core_r0.8.0,
   // megatron/core/parallel_state.py; TE attention.py AttnFuncWithCPAndKVP2P).
   megatron_core.context_parallel = true;
+  // --fp8-param-gather (megatron/training/arguments.py; the distributed optimizer gathers the FP8
+  // parameters, TE keeping each one's FP8 transpose beside it).
+  megatron_core.fp8_param_gather = true;
   // --tp-comm-overlap: Transformer Engine userbuffers (TE v1.x, transformer_engine/pytorch/module/base.py).
   megatron_core.tp_overlap = true;
   // Micro-batch-level recompute: Megatron-Core's 1F1B schedule passes checkpoint_activations_microbatch
@@ -395,6 +398,9 @@ std::array<FrameworkTraits, 9> make_table() {
   // parallelize_llama.py: enable_float8_tensorwise_tp = float8 linears and not a rowwise recipe
   // ("float8 all-gather with TP is only supported for tensorwise float8 scaling recipes").
   torchtitan.fp8_tensorwise_tp_gather = true;
+  // float8.enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp (torchtitan
+  // job config, torchao Float8LinearConfig; its 405B preset turns both on).
+  torchtitan.fp8_param_gather = true;
   // apply_fsdp: fully_shard per TransformerBlock, the embedding and the output (FSDP2).
   torchtitan.fsdp2_unit_copies = true;
   // Its pipelines are torch.distributed.pipelining's schedules, whose stages reduce FSDP2
@@ -423,6 +429,7 @@ std::array<FrameworkTraits, 9> make_table() {
   generic.dp_bucket_bytes = kDdpBucketBytes;
   generic.schedules[int(Schedule::terapipe)] = true;
   generic.context_parallel = true;
+  generic.fp8_param_gather = true;
   generic.tp_overlap = true;
   generic.microbatch_recompute = true;
   generic.uneven_interleaved = true;
@@ -554,6 +561,10 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                   frameworks_that([](const FrameworkTraits& t) { return t.tp_overlap; }) + " do)");
   if (p.dp_overlap && (!dp_overlap || (p.pp > 1 && !dp_overlap_with_pipeline)))
     return violation("plan.dp_overlap", "true", dp_overlap_refusal);
+  if (p.fp8_param_gather && !fp8_param_gather)
+    return violation("plan.fp8_param_gather", "true",
+              me + " does not gather parameters in FP8 (" +
+                  frameworks_that([](const FrameworkTraits& t) { return t.fp8_param_gather; }) + " do)");
   if (p.ep_overlap && !ep_overlap)
     return violation("plan.ep_overlap", "true",
               me + " does not overlap MoE all-to-alls with compute (" +

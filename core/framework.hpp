@@ -184,6 +184,10 @@ struct FrameworkTraits {
   /// enable_float8_tensorwise_tp: torchao Float8ColwiseParallel / PrepareFloat8ModuleInput; rowwise
   /// recipes gather in bf16). Reduce-scatters and the backward stay bf16.
   bool fp8_tensorwise_tp_gather = false;
+  /// Gathers the layers' GEMM weights in FP8 when the plan asks (PlanSpec::fp8_param_gather): under
+  /// ZeRO-3 torchao's FSDP float8 all-gather (tensorwise scaling only: torchao/float8
+  /// fsdp_utils.py), under ZeRO-1/2 Megatron-Core's --fp8-param-gather.
+  bool fp8_param_gather = false;
   /// Under ZeRO-3 its sharding is FSDP2 (fully_shard): a unit's parameters are all-gathered into
   /// one flat buffer and copied out into per-parameter tensors (split_with_sizes_copy: read and
   /// write the gathered dtype), and its gradients copied into the flat reduce-scatter buffer,

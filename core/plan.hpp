@@ -93,6 +93,13 @@ struct PlanSpec {
   /// span the attention's tensor- and context-parallel ranks. 0: tp (the experts split like the
   /// dense FFN, ep carved out of dp: every framework's layout before folding).
   int expert_tp = 0;
+  /// FP8 training: the transformer layers' GEMM weights are all-gathered in FP8, one byte each,
+  /// instead of the gather dtype. Under ZeRO-3 (FSDP2 with torchao float8: Float8LinearConfig
+  /// enable_fsdp_float8_all_gather with precompute_float8_dynamic_scale_for_fsdp; tensorwise
+  /// scaling) each shard is cast before the gather and the gathered weight is already FP8, so the
+  /// per-micro-batch weight cast goes; under ZeRO-1/2 (Megatron-Core's --fp8-param-gather) the
+  /// distributed optimizer's parameter all-gather carries FP8 (FrameworkTraits::fp8_param_gather).
+  bool fp8_param_gather = false;
   /// MoE: each layer's all-to-alls overlapped with another micro-batch's compute (Megatron-Core's
   /// --overlap-moe-expert-parallel-comm --delay-wgrad-compute; FrameworkTraits::ep_overlap).
   bool ep_overlap = false;

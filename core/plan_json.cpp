@@ -183,6 +183,7 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (!q.gradient_accumulation_fusion.value_or(framework_traits(q.framework).gradient_accumulation_fusion))
     s << " --no-gradient-accumulation-fusion";
   if (q.param_gather_overlap) s << " --overlap-param-gather";
+  if (q.fp8_param_gather) s << " --fp8-param-gather";
   if (q.tp_overlap) s << " --tp-comm-overlap";
   if (q.cp > 1)
     s << " --context-parallel-size " << q.cp << " --cp-comm-type " << (q.cp_comm == CpComm::ring ? "p2p" : "all_gather");

@@ -130,6 +130,7 @@ void visit_fields(V& v, S& p) {
   v.integer("shard_group", p.shard_group, 0, 0);
   v.boolean("reshard_after_forward", p.reshard_after_forward, true);
   v.boolean("param_gather_overlap", p.param_gather_overlap, false);
+  v.boolean("fp8_param_gather", p.fp8_param_gather, false);
   v.integer("reduce_bucket", p.reduce_bucket, 0, 0);
   v.section("offload", p.offload);
   v.integer("ep", p.ep, 1, 1);

@@ -257,6 +257,14 @@ Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& mo
 
 // ---- Parameters and model state -----------------------------------------------------------------
 
+double layer_gather_bytes(const ModelSpec& model, const PlanSpec& plan, double element) {
+  if (!plan.fp8_param_gather) return element;
+  const double norms = double(model.norms_per_layer()) * norm_parameters(model);
+  const double weights = std::max(0.0, dense_layer_parameters(model) - norms) / double(plan.tp);
+  const double norm_share = norms + weights > 0 ? norms / (norms + weights) : 0.0;
+  return norm_share * element + (1.0 - norm_share) * 1.0;
+}
+
 StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, int layer) {
   const double t = plan.tp, h = model.hidden;
   StageParameters p;
@@ -448,7 +456,8 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       gathered = stage_layers_params;
       unsharded_grads = parameters_on_gpu(fw, model, plan, stage).total() * x.bytes.reduce;
     }
-    bytes += Bytes(gathered * x.bytes.gather + unsharded_grads);
+    // (The gathered layers hold their GEMM weights in FP8 under plan.fp8_param_gather.)
+    bytes += Bytes(gathered * layer_gather_bytes(model, plan, x.bytes.gather) + unsharded_grads);
     // A later last stage's LM head unit (untied matrix or tied copy) while it computes.
     if (stage > 0 && is_last_stage(plan, stage) && fw.has_embedding_and_head)
       bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);

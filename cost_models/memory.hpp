@@ -163,6 +163,12 @@ StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelS
                                   int stage);
 /// The parameters of transformer layer `layer` on one GPU (tensor- and expert-parallel shares).
 StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, int layer);
+/// Bytes per parameter of a transformer layer's parameter all-gather (and of its gathered copy)
+/// when its elements are otherwise `element` bytes: `element`, or with plan.fp8_param_gather one
+/// byte for the layer's GEMM weights, its norms keeping `element` (they are not FP8 operands).
+/// Norms are replicated over the tensor-parallel ranks, the weights split: per GPU the norms'
+/// share is norms / (norms + weights / tp).
+double layer_gather_bytes(const ModelSpec& model, const PlanSpec& plan, double element);
 
 /// Bytes per parameter of model state, after sharding over `shard_ways` data-parallel ranks.
 struct StateBytesPerParam {

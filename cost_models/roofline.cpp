@@ -366,11 +366,14 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       // Backward: each output gradient cast twice, as is and transposed for the weight gradient
       // (2 x 3, + 2 for its amax in eager mode); each saved input cast again transposed (3); each
       // weight transposed for the data gradient (3). Rowwise scales move the same bytes (one
-      // amax per row instead of one per tensor). FSDP's float8 all-gather (each shard cast once,
-      // before the gather) is not modelled: weights are cast per micro-batch as without it.
+      // amax per row instead of one per tensor). With FSDP's float8 all-gather and precomputed
+      // scales (plan.fp8_param_gather) each shard is cast once before the gather, a 1/dp share
+      // left out, so the forward gets its weights in FP8 and casts none; the backward still
+      // transposes each (read 1, write 1).
       const double amax = p.compile ? 0.0 : 2.0;
-      F.fp8_casts = rc.memory_bound(Bytes((3.0 + amax) * inputs + (3.0 + amax) * cast_params), 8);
-      B.fp8_casts = rc.memory_bound(Bytes((6.0 + amax) * grads + 3.0 * inputs + 3.0 * cast_params), 16);
+      const double weight_fwd = p.fp8_param_gather ? 0.0 : 3.0 + amax, weight_bwd = p.fp8_param_gather ? 2.0 : 3.0;
+      F.fp8_casts = rc.memory_bound(Bytes((3.0 + amax) * inputs + weight_fwd * cast_params), 8);
+      B.fp8_casts = rc.memory_bound(Bytes((6.0 + amax) * grads + 3.0 * inputs + weight_bwd * cast_params), 16);
     }
   }
 

@@ -42,8 +42,13 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     const Bytes grads(sp.dense * in.x.bytes.reduce);
     const Bytes expert_grads(sp.expert * in.x.bytes.reduce);
     // The model copy ZeRO gathers after the step: the dense parameters over the shard group (the
-    // experts' shards over their expert-data-parallel group, below).
-    const Bytes weights(sp.dense * in.x.bytes.weight);
+    // experts' shards over their expert-data-parallel group, below). Under plan.fp8_param_gather
+    // the layers' GEMM weights travel in FP8 (Megatron-Core's --fp8-param-gather).
+    double layer_dense = 0;
+    if (p.fp8_param_gather)
+      for (int l : cost_models::stage_layers(in.e.model, p, s)) layer_dense += cost_models::layer_parameters_on_gpu(in.e.model, p, l).dense;
+    const Bytes weights((sp.dense - layer_dense) * in.x.bytes.weight +
+                        layer_dense * cost_models::layer_gather_bytes(in.e.model, p, in.x.bytes.weight));
     const Bytes expert_weights(sp.expert * in.x.bytes.weight);
     Seconds sync, gather;
     Bytes sync_bytes, gather_bytes;
@@ -192,6 +197,9 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const int micro_batches = p.micro_batches(in.e.training);
   const double sent = (k - 1.0) / k;  // of each gathered or reduced buffer, per GPU (ring)
   const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
+  // A transformer layer's gathers carry its GEMM weights in FP8 under plan.fp8_param_gather; the
+  // embedding and the head stay in the gather dtype.
+  const double lgb = cost_models::layer_gather_bytes(m, p, gb);
   // A unit's gather: one all-gather, or one per module where the framework fetches module by
   // module (FrameworkTraits::zero3_unit), the unit's parameters split as its modules' weights;
   // with the gathered parameters copied out on the gather stream where the framework does.
@@ -200,8 +208,9 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
     if (!(params > 0)) return Seconds(0);
     Seconds t;
     for (double share : layer ? modules : std::vector<double>{1.0})
-      t += in.comm.time(Collective::all_gather, Bytes(params * share * gb), shard);
-    if (fw.zero3_gather_copies && in.compute.memory_bound) t += in.compute.memory_bound(Bytes(2.0 * params * gb), 1);
+      t += in.comm.time(Collective::all_gather, Bytes(params * share * (layer ? lgb : gb)), shard);
+    if (fw.zero3_gather_copies && in.compute.memory_bound)
+      t += in.compute.memory_bound(Bytes(2.0 * params * (layer ? lgb : gb)), 1);
     return t;
   };
   // HSDP: the reduce-scattered shard of each unit is then all-reduced across the replicas, on the
@@ -231,8 +240,9 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   // buffer in reduce_dtype. They lengthen the unit's compute (under which the next gather hides)
   // and are charged with the exposed communication, as FSDP's own time.
   const bool unit_copies = fw.fsdp2_unit_copies && bool(in.compute.memory_bound);
-  auto copy_out = [&](double params) {
-    return unit_copies && params > 0 ? in.compute.memory_bound(Bytes(params * 2.0 * gb), 1) : Seconds(0);
+  auto copy_out = [&](double params, bool layer) {
+    return unit_copies && params > 0 ? in.compute.memory_bound(Bytes(params * 2.0 * (layer ? lgb : gb)), 1)
+                                     : Seconds(0);
   };
   // The unsharded gradients are in the compute dtype, which is what the gathers carry (FSDP2's
   // param_dtype): read gb, write rb.
@@ -283,7 +293,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       // (`layer`: a transformer layer's unit, which a module-by-module framework gathers in pieces.)
       auto unit = [&](std::vector<ShardedUnit>& units, Seconds& copies, double params, bool gathers, Seconds compute,
                       bool reduces, bool layer = true) {
-        const Seconds copy = (gathers ? copy_out(params) : Seconds(0)) + (reduces ? copy_in(params) : Seconds(0));
+        const Seconds copy = (gathers ? copy_out(params, layer) : Seconds(0)) + (reduces ? copy_in(params) : Seconds(0));
         copies += copy;
         units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
       };
@@ -348,10 +358,12 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       const double edge = first_segment ? edge_params : 0.0;
       // Per micro-batch: the forward's gathers (once per step under step_sync), the backward's
       // re-gathers (reshard_after_forward) and the reductions (per micro-batch or once).
+      const double gathered_layers = chunk_params * forward_share + regathered - (last_segment && !head_kept ? head : 0.0);
       const double gathered = (edge + chunk_params + head) * forward_share + regathered;
       const double reduced = edge + chunk_params + head;
       const double reductions = step_sync ? 1.0 : double(micro_batches);
-      c.zero3_gather_bytes[s] += Bytes(gathered * gb * sent * micro_batches);
+      c.zero3_gather_bytes[s] +=
+          Bytes((gathered_layers * lgb + (gathered - gathered_layers) * gb) * sent * micro_batches);
       c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * reductions);
       if (replicas > 1)  // each GPU's shard through a ring all-reduce over the replicas
         c.zero3_reduce_bytes[s] += Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * reductions);

@@ -189,6 +189,8 @@ def main(path):
         if split:
             plan.append("stage_layers: [" + ", ".join(str(n) for n in split) + "]")
         plan += [f"recompute: {recompute_of(p['recompute'])}", "zero: 3"]
+        if float8 and "with FSDP float8 all-gather" in float8:
+            plan.append("fp8_param_gather: true")  # stated by the row (not: 'not stated for this row')
         if pp > 1:
             plan.append("reshard_after_forward: false")
         if tp > 1:

@@ -353,3 +353,38 @@ TEST(CheckPlan, AnOffloadedOptimizerNeedsTheHostsMemoryBandwidth) {
   f.c.host.memory_bandwidth = BytesPerSecond(260e9);
   EXPECT_FALSE(f.check().has_value());
 }
+
+TEST(CheckPlan, Fp8ParamGatherNeedsFp8ShardedParametersAndAFrameworkThatDoesIt) {
+  auto with = [](auto edit) {
+    Fixture f;
+    f.c.gpu.peak_fp8 = FlopsPerSecond(624e12);
+    f.t.dtype = Dtype::fp8;
+    f.t.fp8_scaling = Fp8Scaling::tensorwise;
+    f.p.framework = Framework::megatron_core;
+    f.p.zero = 1;
+    f.p.fp8_param_gather = true;
+    edit(f);
+    return f.check();
+  };
+  EXPECT_FALSE(with([](Fixture&) {}).has_value());  // Megatron-Core's --fp8-param-gather
+  auto rule = [&](auto edit) {
+    const auto v = with(edit);
+    return v ? v->field + ": " + v->rule : std::string("accepted");
+  };
+  EXPECT_NE(rule([](Fixture& f) { f.t.dtype = Dtype::bf16; f.t.fp8_scaling = Fp8Scaling::delayed; })
+                .find("plan.fp8_param_gather: needs training.dtype = fp8"),
+            std::string::npos);
+  EXPECT_NE(rule([](Fixture& f) { f.p.zero = 0; }).find("plan.fp8_param_gather: needs plan.zero >= 1"), std::string::npos);
+  // Megatron-LM (2021) has no such mode; torchtitan (torchao) only with tensorwise scales.
+  EXPECT_NE(rule([](Fixture& f) { f.p.framework = Framework::megatron; }).find("does not gather parameters in FP8"),
+            std::string::npos);
+  EXPECT_NE(rule([](Fixture& f) {
+              f.p.framework = Framework::torchtitan;
+              f.p.zero = 3;
+              f.p.tp = 1;
+              f.p.pp = 1;
+              f.p.dp = 32;
+              f.t.fp8_scaling = Fp8Scaling::rowwise;
+            }).find("supports tensorwise scales only"),
+            std::string::npos);
+}

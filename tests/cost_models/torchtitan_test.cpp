@@ -186,6 +186,16 @@ TEST(Torchtitan, DynamicFp8ScalingCastsEveryOperandWhereItIsUsed) {
   EXPECT_NEAR(Le.forward_ops.fp8_casts.value(), rc.memory_bound(Bytes(5 * inputs + 5 * weights), 8).value(), 1e-12);
   EXPECT_NEAR(Le.backward_ops.fp8_casts.value(), rc.memory_bound(Bytes(8 * grads + 3 * inputs + 3 * weights), 16).value(),
               1e-12);
+  // FSDP's float8 all-gather (plan.fp8_param_gather): the gathered weights are already FP8, so the
+  // forward casts none of them and the backward only transposes each (read 1, write 1).
+  e.plan.compile = true;
+  e.plan.fp8_param_gather = true;
+  const ExecutionModel xg = resolve_execution(e);
+  const LayerTimes Lg = layer_times(xg, e.model, e.plan, 8192, 8192, false);
+  EXPECT_NEAR(Lg.forward_ops.fp8_casts.value(), rc.memory_bound(Bytes(3 * inputs), 8).value(), 1e-12);
+  EXPECT_NEAR(Lg.backward_ops.fp8_casts.value(), rc.memory_bound(Bytes(6 * grads + 3 * inputs + 2 * weights), 16).value(),
+              1e-12);
+  e.plan.fp8_param_gather = false;
   // Transformer Engine's delayed scaling: 3 bytes per input, 4 per gradient and 2 per input back.
   e.training.fp8_scaling = Fp8Scaling::delayed;
   const ExecutionModel xd = resolve_execution(e);

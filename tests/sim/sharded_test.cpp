@@ -121,6 +121,30 @@ TEST(CostShardedParameters, BytesPerGpuPerStepByKind) {
   EXPECT_NEAR(kp.c.zero3_gather_bytes[0].value(), (2 * 24 * layer + embedding) * 2 * sent, 1.0);
 }
 
+TEST(CostShardedParameters, Fp8ParamGatherCarriesTheLayersWeightsInOneByte) {
+  // The same FSDP plan trained in FP8 (tensorwise) with plan.fp8_param_gather: each layer's GEMM
+  // weights travel in 1 byte, its two LayerNorms (2 x 2h parameters) in 2; the embedding stays
+  // in 2. Per layer 12h^2 + 13h parameters, of which 4h norms: bytes = 2 x 4h + (12h^2 + 9h).
+  Experiment e = fsdp();
+  e.cluster.gpu.peak_fp8 = FlopsPerSecond(2 * e.cluster.gpu.peak_bf16.value());  // an FP8-capable part
+  e.training.dtype = Dtype::fp8;
+  e.training.fp8_scaling = Fp8Scaling::tensorwise;
+  e.plan.framework = Framework::generic;
+  validate_experiment(e);
+  Costed plain(e);
+  e.plan.fp8_param_gather = true;
+  validate_experiment(e);
+  Costed fp8(e);
+  const ModelSpec& m = e.model;
+  const double h = m.hidden, layer = 12 * h * h + 13 * h, layer_bytes = 2 * 4 * h + (12 * h * h + 9 * h);
+  const double embedding = double(m.vocab) * h + double(m.seq_len) * h + 2 * h;
+  const double sent = 15.0 / 16.0 * 2;
+  EXPECT_NEAR(plain.c.zero3_gather_bytes[0].value(), (2 * 24 * layer + embedding) * 2 * sent, 1.0);
+  EXPECT_NEAR(fp8.c.zero3_gather_bytes[0].value(), (2 * 24 * layer_bytes + embedding * 2) * sent, 1.0);
+  // The reduce-scatters are unchanged (gradients are not FP8).
+  EXPECT_DOUBLE_EQ(fp8.c.zero3_reduce_bytes[0].value(), plain.c.zero3_reduce_bytes[0].value());
+}
+
 TEST(CostDataParallel, ReduceDtypeSetsTheAllReducedBytes) {
   // DDP with 2 micro-batches: gradients all-reduced once per step, fp32 (the autocast recipe's
   // fp32 parameters) or, with plan.reduce_dtype bf16, 2 bytes each: the ring sends 2 x 15/16 of
