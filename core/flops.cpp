@@ -48,6 +48,10 @@ double dense_layer_parameters(const ModelSpec& m) {
   return attention_weights(m) + attention_biases(m) + sinks + ffn_parameters(m) + m.norms_per_layer() * norm_parameters(m);
 }
 
+double linear_layer_parameters(const ModelSpec& m) {
+  return dense_layer_parameters(m) - m.norms_per_layer() * norm_parameters(m);
+}
+
 double embedding_parameters(const ModelSpec& m) {
   const double positions = m.position == PositionEmbedding::learned ? double(m.seq_len) * m.hidden : 0.0;
   const double head = m.tie_embeddings ? 0.0 : double(m.vocab) * m.hidden;

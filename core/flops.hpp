@@ -26,6 +26,9 @@ double expert_ffn_parameters(const ModelSpec& m);
 double ffn_weight_matrices(const ModelSpec& m);
 /// One norm's parameters: gain and bias (LayerNorm), gain only (RMSNorm).
 double norm_parameters(const ModelSpec& m);
+/// A dense layer's parameters less its norms: its Linear layers' weights and biases (and sinks),
+/// the GEMM operands a precision recipe casts.
+double linear_layer_parameters(const ModelSpec& m);
 /// Input embedding, learned positions (if any) and an untied output matrix (if any).
 double embedding_parameters(const ModelSpec& m);
 

@@ -22,6 +22,21 @@ std::optional<PlanViolation> fail(std::string field, std::string value, std::str
 }
 }  // namespace
 
+std::optional<PlanViolation> fp8_param_gather_violation(const FrameworkTraits& fw, const TrainingSpec& t,
+                                                        const PlanSpec& p) {
+  if (t.dtype != Dtype::fp8)
+    return fail("plan.fp8_param_gather", "true",
+                "needs training.dtype = fp8 (it is " + std::string(to_string(t.dtype)) + "): the weights it gathers are FP8 GEMM operands");
+  if (p.zero < 1)
+    return fail("plan.fp8_param_gather", "true",
+                "needs plan.zero >= 1 (it is 0): it is the sharded parameters' all-gather that carries FP8");
+  if (!fw.fp8_transformer_engine && t.fp8_scaling != Fp8Scaling::tensorwise)
+    return fail("plan.fp8_param_gather", "true",
+                "with torchao's float8 needs training.fp8_scaling = tensorwise (it is " +
+                    std::string(to_string(t.fp8_scaling)) + "): its FSDP float8 all-gather supports tensorwise scales only");
+  return std::nullopt;
+}
+
 std::vector<int> chunk_layer_counts(const ModelSpec& m, const PlanSpec& p) {
   const int pp = std::max(1, p.pp);
   const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
@@ -364,18 +379,8 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("training.fp8_scaling", "rowwise",
                 std::string(fw.name) +
                     " runs Transformer Engine's FP8 recipes: delayed or tensorwise (current) scaling");
-  if (p.fp8_param_gather) {
-    if (t.dtype != Dtype::fp8)
-      return fail("plan.fp8_param_gather", "true",
-                  "needs training.dtype = fp8 (it is " + std::string(to_string(t.dtype)) + "): the weights it gathers are FP8 GEMM operands");
-    if (p.zero < 1)
-      return fail("plan.fp8_param_gather", "true",
-                  "needs plan.zero >= 1 (it is 0): it is the sharded parameters' all-gather that carries FP8");
-    if (!fw.fp8_transformer_engine && t.fp8_scaling != Fp8Scaling::tensorwise)
-      return fail("plan.fp8_param_gather", "true",
-                  "with torchao's float8 needs training.fp8_scaling = tensorwise (it is " +
-                      std::string(to_string(t.fp8_scaling)) + "): its FSDP float8 all-gather supports tensorwise scales only");
-  }
+  if (p.fp8_param_gather)
+    if (auto v = fp8_param_gather_violation(fw, t, p)) return v;
   if (p.ep_overlap) {
     if (!m.moe || p.ep < 2)
       return fail("plan.ep_overlap", "true", "needs a model with moe and plan.ep > 1 (the overlapped collectives are its all-to-alls)");

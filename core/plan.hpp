@@ -193,6 +193,14 @@ std::optional<PlanViolation> check_plan(const ModelSpec& model, const ClusterSpe
                                         const TrainingSpec& training, const PlanSpec& plan,
                                         int gpus_used);
 
+struct FrameworkTraits;  // core/framework.hpp
+
+/// check_plan's rules for plan.fp8_param_gather as if the plan asked for it (FP8 training, zero >= 1,
+/// tensorwise scales with torchao's float8); the framework's support is FrameworkTraits'
+/// (fp8_param_gather, refused in its refusal()). The planner asks this to turn it on.
+std::optional<PlanViolation> fp8_param_gather_violation(const FrameworkTraits& framework, const TrainingSpec& training,
+                                                        const PlanSpec& plan);
+
 /// Rules the model alone must obey (hidden % heads, kv_heads, MoE settings).
 std::optional<PlanViolation> check_model(const ModelSpec& model);
 

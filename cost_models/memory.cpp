@@ -260,7 +260,7 @@ Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& mo
 double layer_gather_bytes(const ModelSpec& model, const PlanSpec& plan, double element) {
   if (!plan.fp8_param_gather) return element;
   const double norms = double(model.norms_per_layer()) * norm_parameters(model);
-  const double weights = std::max(0.0, dense_layer_parameters(model) - norms) / double(plan.tp);
+  const double weights = linear_layer_parameters(model) / double(plan.tp);
   const double norm_share = norms + weights > 0 ? norms / (norms + weights) : 0.0;
   return norm_share * element + (1.0 - norm_share) * 1.0;
 }

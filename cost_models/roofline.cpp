@@ -323,7 +323,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   if (m.bias)
     B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / ffn_split + ffn_tokens * h, 4);
   // The layer's parameters less its norms' (which stay fp32 under autocast and are not GEMM operands).
-  const double cast_params = (dense_layer_parameters(m) - m.norms_per_layer() * norm_parameters(m)) / t;
+  const double cast_params = linear_layer_parameters(m) / t;
   F.layernorms += stream(tr.weight_cast_forward, cast_params, 4);
   B.layernorms += stream(tr.weight_cast_backward, cast_params, 4);
 

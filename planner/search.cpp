@@ -213,10 +213,10 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                     p.framework = r.framework;
                     p.compile = r.compile;
                     p.compile_loss = r.compile_loss;
-                    // FP8 training gathers its sharded GEMM weights in FP8 where the framework can
-                    // (fewer bytes, no per-micro-batch weight casts, smaller gathered buffers).
-                    p.fp8_param_gather = r.training.dtype == Dtype::fp8 && zero >= 1 && fw.fp8_param_gather &&
-                                         (fw.fp8_transformer_engine || r.training.fp8_scaling == Fp8Scaling::tensorwise);
+                    // FP8 training gathers its sharded GEMM weights in FP8 where the framework and
+                    // the rules allow (fewer bytes, no per-micro-batch weight casts, smaller
+                    // gathered buffers).
+                    p.fp8_param_gather = fw.fp8_param_gather && !fp8_param_gather_violation(fw, r.training, p);
                     if (!fw.runs(p)) continue;
                     if (check_plan(m, r.cluster, r.training, p, r.gpus)) continue;
                     // Too many micro-batches to simulate (an absurd batch on few pipelines).
