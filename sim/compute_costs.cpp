@@ -2,10 +2,24 @@
 // roofline on its GPU (with the part of the GPU's calibration profile that matches what the
 // execution runs), the framework's attention kernel, MoE dispatch and elementwise kernels
 // (cost_models/roofline.hpp layer_times, edge_times, optimizer_time).
+#include <algorithm>
+
 #include "cost_models/roofline.hpp"
 #include "sim/costing.hpp"
 
 namespace foresight::sim {
+
+namespace {
+Seconds recompute_of(const cost_models::LayerTimes& t, Recompute mode) {
+  switch (mode) {
+    case Recompute::full: return t.recompute_full();
+    case Recompute::selective: return t.recompute_selective();
+    case Recompute::selective_op: return t.recompute_selective_op();
+    case Recompute::none: break;
+  }
+  return Seconds(0);
+}
+}  // namespace
 
 ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionModel& x) {
   using namespace cost_models;
@@ -14,10 +28,7 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
   ComputeCosts c;
   c.layer = [x, model, plan](int tokens, int context, bool moe, int window) {
     const LayerTimes t = layer_times(x, model, plan, tokens, context, moe, window);
-    Seconds recompute;
-    if (plan.recompute == Recompute::full) recompute = t.recompute_full();
-    if (plan.recompute == Recompute::selective) recompute = t.recompute_selective();
-    if (plan.recompute == Recompute::selective_op) recompute = t.recompute_selective_op();
+    const Seconds recompute = recompute_of(t, plan.recompute);
     const LayerOpTimes& F = t.forward_ops;
     const LayerOpTimes& B = t.backward_ops;
     return LayerCompute{t.forward(),
@@ -38,6 +49,35 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
   const std::shared_ptr<const RooflineCompute> rc = x.compute;
   c.memory_bound = [rc](Bytes bytes, int launches) { return rc->memory_bound(bytes, launches); };
   return c;
+}
+
+OpsBreakdown ops_breakdown(const Experiment& e, const cost_models::ExecutionModel& x) {
+  const ModelSpec& m = e.model;
+  const PlanSpec& p = e.plan;
+  OpsBreakdown out;
+  const int tokens = p.local_tokens(m), context = attention_context(e);
+  for (int l = 0; l < m.layers; ++l) {
+    const bool moe = m.is_moe_layer(l);
+    const int window = m.window_of(l);
+    auto it = std::find_if(out.kinds.begin(), out.kinds.end(),
+                           [&](const LayerKindOps& k) { return k.moe == moe && k.window == window; });
+    if (it != out.kinds.end()) {
+      ++it->layers;
+      continue;
+    }
+    LayerKindOps k;
+    k.moe = moe;
+    k.window = window;
+    k.layers = 1;
+    k.tokens = tokens;
+    k.context = context;
+    k.times = cost_models::layer_times(x, m, p, tokens, context, moe, window);
+    k.recompute = recompute_of(k.times, p.recompute);
+    out.kinds.push_back(k);
+  }
+  const cost_models::EdgeTimes t = cost_models::edge_times(x, m, p, tokens);
+  out.edges = EdgeCompute{t.embedding_forward, t.embedding_backward, t.head_forward, t.head_backward};
+  return out;
 }
 
 }  // namespace foresight::sim

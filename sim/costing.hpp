@@ -14,6 +14,7 @@
 #include "core/experiment.hpp"
 #include "cost_models/comm.hpp"
 #include "cost_models/execution.hpp"
+#include "cost_models/roofline.hpp"
 #include "sim/prediction.hpp"
 #include "sim/simgrid_engine.hpp"
 #include "sim/workload.hpp"
@@ -39,6 +40,24 @@ struct EdgeCompute {
   Seconds embedding_forward, embedding_backward;  // first stage
   Seconds head_forward, head_backward;            // last stage: final norm, logits, loss
 };
+
+/// One kind of transformer layer of an experiment, priced op by op for one micro-batch of the
+/// plan's local tokens (what `foresight simulate --ops` prints): the kind (dense or MoE, and its
+/// sliding window), how many of the model's layers are of it, and the forward and backward times
+/// of each op with what the plan's recompute mode re-runs.
+struct LayerKindOps {
+  bool moe = false;
+  int window = 0;  // sliding window, 0 for full attention
+  int layers = 0;
+  int tokens = 0, context = 0;  // per sequence: local tokens, attention context
+  cost_models::LayerTimes times;
+  Seconds recompute;
+};
+struct OpsBreakdown {
+  std::vector<LayerKindOps> kinds;  // in the order of the model's first layer of each kind
+  EdgeCompute edges;                // per micro-batch of local tokens
+};
+OpsBreakdown ops_breakdown(const Experiment& e, const cost_models::ExecutionModel& x);
 
 /// The compute side of costing, so that sim/ needs no knowledge of how kernels are timed (tests
 /// and calibrate/ substitute their own).

@@ -4,6 +4,7 @@
 
 #include "apps/cli/cli.hpp"
 #include "apps/cli/progress.hpp"
+#include "core/report.hpp"
 #include "core/scenario.hpp"
 #include "planner/search.hpp"
 #include "sim/costing.hpp"
@@ -26,12 +27,96 @@ std::string calibrated_text(const std::vector<std::string>& names) {
   for (std::size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
   return s + " (scenarios/calibration.yaml)";
 }
+
+/// The ops of LayerOpTimes in the order a layer runs them, with the names --ops prints.
+struct OpField {
+  const char* name;
+  const char* key;
+  Seconds cost_models::LayerOpTimes::*field;
+};
+constexpr OpField kOps[] = {
+    {"norms (and weight casts)", "norms", &cost_models::LayerOpTimes::layernorms},
+    {"QKV GEMM", "qkv", &cost_models::LayerOpTimes::qkv},
+    {"attention core", "attention_core", &cost_models::LayerOpTimes::attention_core},
+    {"projection GEMM", "projection", &cost_models::LayerOpTimes::projection},
+    {"dropout, residual, layout", "residual", &cost_models::LayerOpTimes::dropout_residual},
+    {"MoE router", "moe_router", &cost_models::LayerOpTimes::moe_router},
+    {"MoE permutes", "moe_permute", &cost_models::LayerOpTimes::moe_permute},
+    {"FC1 GEMM", "fc1", &cost_models::LayerOpTimes::fc1},
+    {"activation (and bias grads)", "activation", &cost_models::LayerOpTimes::gelu},
+    {"FC2 GEMM", "fc2", &cost_models::LayerOpTimes::fc2},
+    {"FP8 casts", "fp8_casts", &cost_models::LayerOpTimes::fp8_casts},
+};
+
+std::string kind_text(const sim::LayerKindOps& k) {
+  std::string s = k.moe ? "MoE" : "dense";
+  if (k.window > 0) s += ", window " + std::to_string(k.window);
+  return s;
+}
+
+std::string ms_text(Seconds t) { return format_number(in_ms(t), 3); }
+
+/// `--ops`: each kind of layer op by op, and the embedding and LM head, for one micro-batch.
+void print_ops(std::ostream& out, const Experiment& e, const sim::OpsBreakdown& ops) {
+  out << "\nCompute of one micro-batch on one GPU, op by op (ms; micro-batch " << e.plan.micro_batch << " x "
+      << (ops.kinds.empty() ? 0 : ops.kinds.front().tokens) << " tokens, attention context "
+      << (ops.kinds.empty() ? 0 : ops.kinds.front().context) << "; tp " << e.plan.tp
+      << (e.plan.sequence_parallel ? " with sequence parallelism" : "") << "; communication excluded)\n";
+  auto row = [&](const std::string& name, const std::string& f, const std::string& b) {
+    std::string line = "    " + name;
+    line.resize(std::max<std::size_t>(line.size() + 1, 36), ' ');
+    std::string fw = f, bw = b;
+    out << line << std::string(fw.size() < 10 ? 10 - fw.size() : 0, ' ') << fw
+        << std::string(bw.size() < 12 ? 12 - bw.size() : 1, ' ') << bw << "\n";
+  };
+  for (const auto& k : ops.kinds) {
+    out << "  " << kind_text(k) << " layers (" << k.layers << " of " << e.model.layers << ")\n";
+    row("op", "forward", "backward");
+    for (const auto& op : kOps) {
+      const Seconds f = k.times.forward_ops.*op.field, b = k.times.backward_ops.*op.field;
+      if (f.v == 0 && b.v == 0) continue;
+      row(op.name, ms_text(f), ms_text(b));
+    }
+    row("layer", ms_text(k.times.forward()), ms_text(k.times.backward()));
+    if (e.plan.recompute != Recompute::none)
+      row(std::string("recompute (") + to_string(e.plan.recompute) + ")", ms_text(k.recompute), "");
+  }
+  out << "  outside the layers\n";
+  row("embedding", ms_text(ops.edges.embedding_forward), ms_text(ops.edges.embedding_backward));
+  row("final norm, LM head, loss", ms_text(ops.edges.head_forward), ms_text(ops.edges.head_backward));
+}
+
+nlohmann::ordered_json ops_json(const sim::OpsBreakdown& ops) {
+  nlohmann::ordered_json kinds = nlohmann::ordered_json::array();
+  for (const auto& k : ops.kinds) {
+    nlohmann::ordered_json fwd, bwd;
+    for (const auto& op : kOps) {
+      fwd[op.key] = in_ms(k.times.forward_ops.*op.field);
+      bwd[op.key] = in_ms(k.times.backward_ops.*op.field);
+    }
+    kinds.push_back({{"kind", kind_text(k)},
+                     {"layers", k.layers},
+                     {"tokens", k.tokens},
+                     {"context", k.context},
+                     {"forward_ms", fwd},
+                     {"backward_ms", bwd},
+                     {"layer_forward_ms", in_ms(k.times.forward())},
+                     {"layer_backward_ms", in_ms(k.times.backward())},
+                     {"recompute_ms", in_ms(k.recompute)}});
+  }
+  return {{"layer_kinds", kinds},
+          {"edges_ms",
+           {{"embedding_forward", in_ms(ops.edges.embedding_forward)},
+            {"embedding_backward", in_ms(ops.edges.embedding_backward)},
+            {"head_forward", in_ms(ops.edges.head_forward)},
+            {"head_backward", in_ms(ops.edges.head_backward)}}}};
+}
 }  // namespace
 
 Command simulate_command() {
   struct Opts {
     std::string experiment, engine = "analytic", trace;
-    bool json = false, check = false;
+    bool json = false, check = false, ops = false;
   };
   return Command{
       "simulate", "Simulate one iteration of an experiment and print time, throughput, breakdown, memory",
@@ -44,6 +129,9 @@ Command simulate_command() {
         sub.add_flag("--json", o->json, "Print machine-readable JSON");
         sub.add_option("--trace", o->trace, "Write a Chrome/Perfetto trace (JSON) of the iteration to this file");
         sub.add_flag("--check", o->check, "Fail (exit 1) when a sanity check of the result breaks");
+        sub.add_flag("--ops", o->ops,
+                     "Also print each kind of layer op by op (forward, backward, recompute; one micro-batch on "
+                     "one GPU, ms) and the embedding and LM head; with --json, an \"ops\" object");
         sub.footer("Exit codes: 0 the plan runs and fits; 1 a sanity check broke (with --check) or an internal error; "
                    "2 bad input (file, field, value and rule named); 3 the plan does not fit in device memory "
                    "(the most loaded stage and the shortfall are printed).");
@@ -92,6 +180,7 @@ Command simulate_command() {
             j["fits"] = p.fits();
             j["memory_shortfall_GB"] = in_GB(p.memory_shortfall());
             j["checks_failed"] = broken;
+            if (o->ops) j["ops"] = ops_json(sim::ops_breakdown(e, x));
             out << j.dump(2) << "\n";
           } else {
             out << "Experiment " << e.name << " on " << e.gpus << " GPUs (" << e.cluster.gpu.name << "), engine "
@@ -115,6 +204,7 @@ Command simulate_command() {
             out << "\n";
             if (e.measured && e.measured->iteration_s)
               out << "Published: " << *e.measured->iteration_s << " s per iteration (" << e.measured->source << ")\n";
+            if (o->ops) print_ops(out, e, sim::ops_breakdown(e, x));
             if (!p.fits()) out << "DOES NOT FIT in device memory: " << p.memory_verdict() << "\n";
             for (const auto& b : broken) out << "CHECK FAILED: " << b << "\n";
           }

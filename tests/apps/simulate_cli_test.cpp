@@ -64,3 +64,47 @@ TEST(SimulateCli, NamesTheCalibratedParametersInEffect) {
   EXPECT_NE(text.out.find("calibrated: megatron_fp16_a100_gemm_scale, megatron_fp16_a100_tp_comm_scale"), std::string::npos)
       << text.out;
 }
+
+TEST(SimulateCli, OpsPricesEachKindOfLayerOpByOp) {
+  // DeepSpeed-MoE's 1.3B+MoE-128 (Rajbhandari et al. 2022): 24 layers, an MoE FFN in every other
+  // one, i.e. 12 MoE layers and 12 dense ones (../shared/published/datapoints.yaml).
+  const Outcome r = simulate({"deepspeed-moe-table3-1.3b-moe128", "--json", "--ops"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto kinds = nlohmann::json::parse(r.out)["ops"]["layer_kinds"];
+  ASSERT_EQ(kinds.size(), 2u) << kinds.dump();
+  int moe_layers = 0, dense_layers = 0;
+  for (const auto& k : kinds) {
+    (k["kind"] == "MoE" ? moe_layers : dense_layers) += k["layers"].get<int>();
+    EXPECT_EQ(k["forward_ms"]["moe_router"].get<double>() > 0, k["kind"] == "MoE") << k.dump();
+    // The layer's row is the sum of its ops.
+    for (const char* dir : {"forward", "backward"}) {
+      double sum = 0;
+      for (const auto& [op, ms] : k[std::string(dir) + "_ms"].items()) sum += ms.get<double>();
+      EXPECT_NEAR(sum, k[std::string("layer_") + dir + "_ms"].get<double>(), 1e-9 * sum) << dir;
+    }
+  }
+  EXPECT_EQ(moe_layers, 12);
+  EXPECT_EQ(dense_layers, 12);
+
+  // Units: Megatron-Core's 1.7B (h 2048, micro-batch 4 x 4096 tokens, tp 1) has a QKV GEMM of
+  // 2 x 16384 x 6144 x 2048 = 4.12e11 FLOP; in the milliseconds printed it must run below the
+  // H100's 989.4 bf16 TFLOP/s and above a third of it.
+  const Outcome m = simulate({"mcore-r080-weak-gpt-1.7b-48xh100", "--json", "--ops"});
+  ASSERT_EQ(m.rc, 0) << m.err;
+  const auto dense = nlohmann::json::parse(m.out)["ops"]["layer_kinds"];
+  ASSERT_EQ(dense.size(), 1u);
+  EXPECT_EQ(dense[0]["layers"], 24);
+  EXPECT_EQ(dense[0]["tokens"], 4096);
+  const double tflops = 2.0 * 16384 * 6144 * 2048 / (dense[0]["forward_ms"]["qkv"].get<double>() * 1e-3) / 1e12;
+  EXPECT_LT(tflops, 989.4);
+  EXPECT_GT(tflops, 989.4 / 3);
+
+  const Outcome text = simulate({"mcore-r080-weak-gpt-1.7b-48xh100", "--ops"});
+  EXPECT_NE(text.out.find("Compute of one micro-batch on one GPU, op by op (ms; micro-batch 4 x 4096 tokens"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("dense layers (24 of 24)"), std::string::npos);
+  EXPECT_NE(text.out.find("final norm, LM head, loss"), std::string::npos);
+  // Without --ops nothing of it.
+  EXPECT_EQ(simulate({"mcore-r080-weak-gpt-1.7b-48xh100"}).out.find("op by op"), std::string::npos);
+}
