@@ -173,6 +173,45 @@ Seconds LayerOpTimes::forward() const {
          fp8_casts;
 }
 
+Fp8CastTimes torchao_fp8_casts(const RooflineCompute& rc, Fp8Scaling scaling, bool compile, bool fp8_param_gather,
+                               double inputs, double grads, double weights) {
+  // torchao's dynamic scaling (torchao/float8, Float8Linear with tensorwise or rowwise scales;
+  // the scale comes from the tensor's own amax): every operand is cast where it is used.
+  // Forward: each input cast (read 2, write 1) after its amax, which Inductor fuses into the
+  // kernel producing the input under torch.compile and eager PyTorch reads separately (2);
+  // each weight cast per micro-batch the same way.
+  // Backward: each output gradient cast twice, as is and transposed for the weight gradient
+  // (2 x 3, + 2 for its amax in eager mode); each saved input cast again transposed (3); each
+  // weight transposed for the data gradient (3). With FSDP's float8 all-gather and precomputed
+  // scales (plan.fp8_param_gather) each shard is cast once before the gather, a 1/dp share
+  // left out, so the forward gets its weights in FP8 and casts none; the backward still
+  // transposes each (read 1, write 1).
+  const double amax = compile ? 0.0 : 2.0;
+  const double weight_fwd = fp8_param_gather ? 0.0 : 3.0 + amax, weight_bwd = fp8_param_gather ? 2.0 : 3.0;
+  Fp8CastTimes t;
+  t.forward = rc.memory_bound(Bytes((3.0 + amax) * inputs + weight_fwd * weights), 8);
+  t.backward = rc.memory_bound(Bytes((6.0 + amax) * grads + 3.0 * inputs + weight_bwd * weights), 16);
+  if (scaling == Fp8Scaling::rowwise) {
+    // Rowwise scaling costs more than these casts. (1) Its gradient GEMMs run without fast
+    // accumulation, where torch's rowwise CUTLASS kernel is slow, so torchao runs cuBLAS's
+    // tensorwise kernel and multiplies the output by the outer product of the two scale vectors
+    // afterwards (torchao float8_ops.py addmm_float8_unwrapped; pytorch/ao#1325 and #2184):
+    // Inductor fuses the data gradient's multiply into its consumer, the weight gradient's runs
+    // alone (read 2, write 2 per weight element). (2) Per element of each GEMM input,
+    // kRowwiseInputBytes of further HBM traffic: what torchao's own rowwise benchmark shows beyond
+    // everything itemized here (tests/cost_models/torchao_rowwise_test.cpp: its LayerNorm ->
+    // Linear -> Sigmoid fwd + bwd speedups over bf16 by M, K, N on an H100, PyTorch 2.8 nightly,
+    // fitted over the 108 shapes with M >= 8192; without the term the model is 18% too optimistic
+    // there, most where K is large and N small, where the inputs outweigh the GEMM). Counted per
+    // distinct input, not per Linear: counted per Linear (torchtitan's separate wq, wk, wv and
+    // w1, w3) it would push the 70B rowwise rows' GEMM scale to its bound and still leave them
+    // 5-10% slow (notes/status.md, session 29).
+    constexpr double kRowwiseInputBytes = 32.0;
+    t.backward += rc.memory_bound(Bytes(4.0 * weights + kRowwiseInputBytes * inputs), 8);
+  }
+  return t;
+}
+
 LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
                        bool moe_layer, int window) {
   if (x.host) return host_layer_times(*x.host, m, p, tokens, context, moe_layer);
@@ -358,22 +397,10 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs + 2.0 * unfused), int(10 + expert_launches));
       B.fp8_casts = rc.memory_bound(Bytes(6.0 * grads + 2.0 * inputs), int(16 + expert_launches));
     } else {
-      // torchao's dynamic scaling (torchao/float8, Float8Linear with tensorwise or rowwise scales;
-      // the scale comes from the tensor's own amax): every operand is cast where it is used.
-      // Forward: each input cast (read 2, write 1) after its amax, which Inductor fuses into the
-      // kernel producing the input under torch.compile and eager PyTorch reads separately (2);
-      // each weight cast per micro-batch the same way (the layer's weights on this GPU).
-      // Backward: each output gradient cast twice, as is and transposed for the weight gradient
-      // (2 x 3, + 2 for its amax in eager mode); each saved input cast again transposed (3); each
-      // weight transposed for the data gradient (3). Rowwise scales move the same bytes (one
-      // amax per row instead of one per tensor). With FSDP's float8 all-gather and precomputed
-      // scales (plan.fp8_param_gather) each shard is cast once before the gather, a 1/dp share
-      // left out, so the forward gets its weights in FP8 and casts none; the backward still
-      // transposes each (read 1, write 1).
-      const double amax = p.compile ? 0.0 : 2.0;
-      const double weight_fwd = p.fp8_param_gather ? 0.0 : 3.0 + amax, weight_bwd = p.fp8_param_gather ? 2.0 : 3.0;
-      F.fp8_casts = rc.memory_bound(Bytes((3.0 + amax) * inputs + weight_fwd * cast_params), 8);
-      B.fp8_casts = rc.memory_bound(Bytes((6.0 + amax) * grads + 3.0 * inputs + weight_bwd * cast_params), 16);
+      // torchao's dynamic scaling (torchao_fp8_casts).
+      const Fp8CastTimes c = torchao_fp8_casts(rc, x.fp8_scaling, p.compile, p.fp8_param_gather, inputs, grads, cast_params);
+      F.fp8_casts = c.forward;
+      B.fp8_casts = c.backward;
     }
   }
 

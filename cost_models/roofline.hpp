@@ -170,6 +170,16 @@ struct LayerTimes {
 LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& plan, int tokens, int context,
                        bool moe_layer, int window = 0);
 
+/// FP8 casts of torchao's dynamic scaling (training.fp8_scaling tensorwise or rowwise on a
+/// framework whose FP8 linears are not Transformer Engine's) for GEMMs whose inputs total `inputs`
+/// elements, output gradients `grads` elements and weights `weights` parameters on this GPU:
+/// forward and backward times, with what rowwise scaling adds (roofline.cpp).
+struct Fp8CastTimes {
+  Seconds forward, backward;
+};
+Fp8CastTimes torchao_fp8_casts(const RooflineCompute& rc, Fp8Scaling scaling, bool compile, bool fp8_param_gather,
+                               double inputs, double grads, double weights);
+
 struct EdgeTimes {
   Seconds embedding_forward, embedding_backward, head_forward, head_backward;
 };
