@@ -122,7 +122,10 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
     s.backward_cp = cpc.backward;
     if (redo > 0) s.backward_cp += cpc.forward * redo;  // the recomputed forward
   }
-  if (redo > 0) s.recompute_comm = (s.forward_tp + ep) * redo;
+  if (redo > 0) {
+    s.recompute_comm = s.forward_tp * redo;
+    s.recompute_ep = ep * redo;
+  }
   // Per-op selective checkpointing saves reduce-scatter outputs but not all-gathers (torchtitan's
   // _save_list: SDPA, every other mm, reduce_scatter_tensor): the re-run matmuls need their
   // gathered inputs, so the forward's all-gathers, half its TP collectives, run again.
@@ -243,6 +246,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           cc.forward_tp_comm += ls.forward_tp;
           cc.backward_tp_comm += ls.backward_tp;
           cc.recompute_tp_comm += ls.recompute_comm;
+          cc.recompute_ep_comm += ls.recompute_ep;
           cc.forward_ep_comm += ls.forward_ep;
           cc.backward_ep_comm += ls.backward_ep;
         }

@@ -334,7 +334,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         // layer is gathered for its recompute, released after it and gathered again for its
         // backward (in the backward order: the recompute's unit first; `redo` of the micro-batches).
         if (!fw.zero3_prefetch && !kept[std::size_t(i)] && redo > 0) {
-          const Seconds redo_compute = ls.recompute + ls.recompute_comm;
+          const Seconds redo_compute = ls.recompute + ls.recompute_comm + ls.recompute_ep;
           unit(bwd, bwd_copies, params, true, ls.backward_total() - redo_compute, reduces_per_microbatch);
           bwd.push_back({gather(params, true) * redo, redo_compute, Seconds(0)});
           regathered += params * redo;

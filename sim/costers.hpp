@@ -24,10 +24,13 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c);
 /// direction's dispatch + combine all-to-alls (0 for dense layers).
 struct LayerStep {
   Seconds forward, forward_tp, forward_cp, forward_ep;
-  Seconds recompute, recompute_comm;  // recompute_comm: the recomputed forward's TP and EP collectives
+  Seconds recompute, recompute_comm;  // recompute_comm: the recomputed forward's TP collectives
+  Seconds recompute_ep;               // and its MoE all-to-alls
   Seconds backward, backward_tp, backward_cp, backward_ep;  // backward_cp holds a recomputed forward's CP exchange
   Seconds forward_total() const { return forward + forward_tp + forward_cp + forward_ep; }
-  Seconds backward_total() const { return recompute + recompute_comm + backward + backward_tp + backward_cp + backward_ep; }
+  Seconds backward_total() const {
+    return recompute + recompute_comm + recompute_ep + backward + backward_tp + backward_cp + backward_ep;
+  }
 };
 /// PyTorch's SDPA context parallelism's eager fp32 merging of the ring steps' blocks for one
 /// layer (forward: the outputs and log-sum-exps; backward: the query, key and value gradients).

@@ -223,6 +223,7 @@ class Builder {
       ids.push_back(piece(Category::dp_comm, cc.backward_dp_comm, "bwd_zero3_gather_reduce"));
       ids.push_back(piece(Category::recompute, cc.recompute, "recompute"));
       ids.push_back(piece(Category::tp_comm, cc.recompute_tp_comm, "recompute_tp"));
+      ids.push_back(piece(Category::ep_comm, cc.recompute_ep_comm, "recompute_ep"));
       ids.push_back(piece(Category::backward, cc.backward, "bwd"));
       ids.push_back(piece(Category::tp_comm, cc.backward_tp_comm, "bwd_tp"));
       ids.push_back(piece(Category::ep_comm, cc.backward_ep_comm, "bwd_ep"));

@@ -54,6 +54,7 @@ struct ChunkCosts {
   Seconds forward, backward;                    // computation (backward: data and weight gradients)
   Seconds forward_tp_comm, backward_tp_comm;    // blocking tensor/sequence-parallel collectives
   Seconds recompute, recompute_tp_comm;         // recompute before backward (0 without)
+  Seconds recompute_ep_comm;                    // the recomputed forward's MoE all-to-alls
   Seconds forward_ep_comm, backward_ep_comm;    // MoE all-to-all dispatch and combine
   Seconds forward_cp_comm, backward_cp_comm;    // context parallelism's exposed K/V exchange
   Seconds offload_out, offload_in;              // activation copies to/from host on a side stream

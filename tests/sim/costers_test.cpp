@@ -503,3 +503,27 @@ TEST(TpCollective, CalibratedEfficiencyScalesTheTransferOnly) {
   k.x.calibrated.tp_comm_efficiency_scale = 0.5;
   EXPECT_NEAR(tp_comm_per_layer(k.in(), 2048).value(), 2 * (est.latency + 2.0 * est.transfer).value(), 1e-12);
 }
+
+TEST(CostLayerChunks, ARecomputedForwardsAllToAllsAreExpertParallelTime) {
+  // MoE (4 experts in every other layer) on tp 1 x pp 2 x dp 4 with ep 4 and full recompute: each
+  // recomputed MoE layer re-runs its forward's dispatch and combine. That time is expert-parallel
+  // communication, the same as the forward's, and with tp 1 there is no tensor-parallel time at
+  // all (it used to be booked as TP time, which `simulate --check` flagged).
+  Experiment e = small();
+  e.model.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
+  e.plan.tp = 1;
+  e.plan.dp = 4;
+  e.plan.ep = 4;
+  e.plan.recompute = Recompute::full;
+  e.training.global_batch = 4;
+  validate_experiment(e);
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  for (int s = 0; s < 2; ++s) {
+    const ChunkCosts& cc = k.c.chunk[s][0][0];
+    EXPECT_GT(cc.forward_ep_comm.value(), 0.0) << s;
+    EXPECT_NEAR(cc.recompute_ep_comm.value(), cc.forward_ep_comm.value(), 1e-15) << s;
+    EXPECT_EQ(cc.recompute_tp_comm.value(), 0.0) << s;
+    EXPECT_EQ(cc.forward_tp_comm.value(), 0.0) << s;
+  }
+}
