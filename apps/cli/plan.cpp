@@ -27,7 +27,7 @@ namespace {
 const SourceLocation kCommandLine{"<command line>", 0, 0};
 
 struct Opts {
-  std::string experiment = "mt-nlg-530b-selene-280", model, cluster, out, framework;
+  std::string experiment = "mt-nlg-530b-selene-280", model, cluster, out, framework, dtype, fp8_scaling;
   int gpus = 0, global_batch = 0, top = 10, threads = 0, pick = 1;
   double memory_headroom = planner::SearchRequest{}.memory_headroom;
   bool json = false, no_simgrid = false, terapipe = false;
@@ -40,6 +40,23 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   r.cluster = o.cluster.empty() ? base.cluster : load_cluster(resolve_scenario("clusters", o.cluster));
   r.training = base.training;
   if (o.global_batch > 0) r.training.global_batch = o.global_batch;
+  if (!o.dtype.empty()) {
+    const auto d = parse_enum<Dtype>(o.dtype);
+    if (!d || *d == Dtype::tf32)
+      throw SpecError(kCommandLine, "--dtype", o.dtype, "must be one of: bf16, fp16, fp8, fp32");
+    r.training.dtype = *d;
+    // The experiment's FP8 scaling recipe belongs to its FP8 runs.
+    if (*d != Dtype::fp8) r.training.fp8_scaling = Fp8Scaling::delayed;
+  }
+  if (!o.fp8_scaling.empty()) {
+    const auto f = parse_enum<Fp8Scaling>(o.fp8_scaling);
+    if (!f) throw SpecError(kCommandLine, "--fp8-scaling", o.fp8_scaling, "must be one of: " + allowed_values<Fp8Scaling>());
+    if (r.training.dtype != Dtype::fp8)
+      throw SpecError(kCommandLine, "--fp8-scaling", o.fp8_scaling,
+                      "applies to FP8 training only (the dtype is " + std::string(to_string(r.training.dtype)) +
+                          "; add --dtype fp8)");
+    r.training.fp8_scaling = *f;
+  }
   r.gpus = o.gpus > 0 ? o.gpus : std::min(base.gpus, r.cluster.total_gpus());
   // The experiment's framework describes how *it* ran; a new model or cluster is planned for
   // Megatron-LM unless --framework says otherwise.
@@ -52,6 +69,17 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   // The experiment's torch.compile setting carries over to a framework that compiles.
   r.compile = base.plan.compile && framework_traits(r.framework).compiled_elementwise.has_value();
   r.compile_loss = r.compile && base.plan.compile_loss;
+  // A precision the GPU has no tensor-core peak for (bf16 or FP8 on a V100, say) is refused here,
+  // before any plan is priced, naming where the dtype came from.
+  if (!(r.cluster.gpu.peak(r.training.dtype) > FlopsPerSecond(0))) {
+    std::string has;
+    for (const Dtype d : {Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::fp32})
+      if (r.cluster.gpu.peak(d) > FlopsPerSecond(0)) has += std::string(has.empty() ? "" : ", ") + to_string(d);
+    throw SpecError(kCommandLine, o.dtype.empty() ? "training.dtype (of --experiment " + o.experiment + ")" : "--dtype",
+                    to_string(r.training.dtype),
+                    "the cluster's GPU " + r.cluster.gpu.name + " has no " + std::string(to_string(r.training.dtype)) +
+                        " peak in its GPU file; pass --dtype with one it has (" + has + ")");
+  }
   if (r.gpus > r.cluster.total_gpus())
     throw SpecError(kCommandLine, "--gpus", std::to_string(r.gpus),
                     "must not exceed the cluster's " + std::to_string(r.cluster.total_gpus()) + " GPUs");
@@ -137,6 +165,8 @@ void print_json(std::ostream& out, const Report& p) {
   j["cluster"] = r.cluster.name;
   j["gpus"] = r.gpus;
   j["global_batch"] = r.training.global_batch;
+  j["dtype"] = to_string(r.training.dtype);
+  if (r.training.dtype == Dtype::fp8) j["fp8_scaling"] = to_string(r.training.fp8_scaling);
   j["framework"] = framework_traits(r.framework).describe();
   j["device_memory_GB"] = in_GB(r.cluster.gpu.hbm);
   j["memory_headroom"] = r.memory_headroom;
@@ -163,7 +193,8 @@ void print_console(std::ostream& out, const Report& p) {
   const auto& r = p.r;
   const auto& res = p.res;
   out << "Plans for " << r.model.name << " on " << r.gpus << " x " << r.cluster.gpu.name << " (" << r.cluster.name
-      << "), global batch " << r.training.global_batch << ", as " << framework_traits(r.framework).describe()
+      << "), global batch " << r.training.global_batch << ", " << to_string(r.training.dtype)
+      << (r.training.dtype == Dtype::fp8 ? std::string(" (") + to_string(r.training.fp8_scaling) + " scaling)" : "") << ", as " << framework_traits(r.framework).describe()
       << " runs them\n  " << res.enumerated << " plans enumerated, " << res.pruned_memory << " do not fit in "
       << format_number(in_GB(r.memory_limit()), 1) << " GB per GPU (" << format_number(in_GB(r.cluster.gpu.hbm), 1)
       << " GB device less a " << format_number(100 * r.memory_headroom, 0) << "% headroom), " << res.evaluated
@@ -227,6 +258,12 @@ Command plan_command() {
         sub.add_option("--cluster", o->cluster, "Cluster file or bundled name (overrides the experiment's)");
         sub.add_option("--gpus", o->gpus, "GPUs to use (default: the experiment's)")->check(CLI::PositiveNumber);
         sub.add_option("--global-batch", o->global_batch, "Sequences per iteration")->check(CLI::PositiveNumber);
+        sub.add_option("--dtype", o->dtype,
+                       "Training precision: bf16 | fp16 | fp8 | fp32 (default: the experiment's); it must be one the "
+                       "cluster's GPU has a peak for");
+        sub.add_option("--fp8-scaling", o->fp8_scaling,
+                       "With --dtype fp8: delayed (Transformer Engine), tensorwise or rowwise (torchao's dynamic "
+                       "scaling; tensorwise also Transformer Engine's current scaling)");
         sub.add_option("--framework", o->framework,
                        "Whose implementation runs the plan: " + allowed_values<Framework>() +
                            " (default: the experiment's; megatron when --model or --cluster is given)");

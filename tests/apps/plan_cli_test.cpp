@@ -103,3 +103,40 @@ TEST(PlanCli, ProgressGoesToStderrAndNeverIntoJson) {
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("FORESIGHT_PROGRESS = sideways: must be bar, lines or off"), std::string::npos) << bad.err;
 }
+
+// The experiment's precision carries over to --model/--cluster unless --dtype says otherwise, and
+// one the cluster's GPU has no peak for is a user error naming where it came from and what the GPU
+// has: MT-NLG's bf16 on the V100s of a p3.16xlarge (fp16 and fp32 only), before any plan is priced.
+TEST(PlanCli, DtypeMustBeOneTheGpuHas) {
+  const std::vector<std::string> p3 = {"plan", "--model", "gpt3-1.3b", "--cluster", "aws-p3-16xlarge", "--gpus", "8",
+                                       "--global-batch", "16", "--no-simgrid", "--top", "2"};
+  {
+    std::ostringstream out, err;
+    EXPECT_EQ(foresight::cli::run_cli(p3, out, err), 2) << err.str();
+    EXPECT_NE(err.str().find("training.dtype (of --experiment mt-nlg-530b-selene-280) = bf16"), std::string::npos)
+        << err.str();
+    EXPECT_NE(err.str().find("v100-sxm2-16gb has no bf16 peak"), std::string::npos) << err.str();
+    EXPECT_NE(err.str().find("(fp16, fp32)"), std::string::npos) << err.str();
+    EXPECT_TRUE(out.str().empty());
+  }
+  {
+    std::vector<std::string> args = p3;
+    args.insert(args.end(), {"--dtype", "fp16", "--json"});
+    std::ostringstream out, err;
+    ASSERT_EQ(foresight::cli::run_cli(args, out, err), 0) << err.str();
+    const auto j = nlohmann::json::parse(out.str());
+    EXPECT_EQ(j["dtype"], "fp16");
+    EXPECT_FALSE(j.contains("fp8_scaling"));
+    EXPECT_FALSE(j["ranked"].empty());
+  }
+  {
+    std::ostringstream out, err;  // a scaling recipe without FP8
+    EXPECT_EQ(foresight::cli::run_cli({"plan", "--fp8-scaling", "rowwise", "--no-simgrid"}, out, err), 2);
+    EXPECT_NE(err.str().find("--fp8-scaling = rowwise: applies to FP8 training only"), std::string::npos) << err.str();
+  }
+  {
+    std::ostringstream out, err;  // not a training precision
+    EXPECT_EQ(foresight::cli::run_cli({"plan", "--dtype", "tf32", "--no-simgrid"}, out, err), 2);
+    EXPECT_NE(err.str().find("--dtype = tf32: must be one of: bf16, fp16, fp8, fp32"), std::string::npos) << err.str();
+  }
+}
