@@ -255,14 +255,26 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
     const Seconds e = max(comm / double(p.tp), comm - gemm);
     return e + contention * min(comm - e, gemm);
   };
+  // Under torchao's rowwise FP8 scaling torch's micro-pipeline TP fuses the matmul-reduce-scatters
+  // but not the all-gather-matmuls: those run as a blocking all-gather, then the matmul
+  // (pytorch/pytorch#149990, 2025-03, still open; torchtitan#866: rowwise async TP gains little).
+  const TrainingSpec& t = in.e.training;
+  const bool gathers_fused =
+      !(t.dtype == Dtype::fp8 && t.fp8_scaling == Fp8Scaling::rowwise && !in.x.framework->fp8_transformer_engine);
+  auto hide_gather = [&](Seconds comm, Seconds gemm) { return gathers_fused ? hide(comm, gemm) : comm; };
   if (in.e.model.parallel_block) {
     // One all-gather feeding QKV and FC1 (both read the same input), one reduce-scatter draining
     // the projection and FC2 outputs summed; backward the other way round.
-    return hide(backward ? rs : ag, gemms[0] + gemms[2]) + hide(backward ? ag : rs, gemms[1] + gemms[3]);
+    return backward ? hide(rs, gemms[0] + gemms[2]) + hide_gather(ag, gemms[1] + gemms[3])
+                    : hide_gather(ag, gemms[0] + gemms[2]) + hide(rs, gemms[1] + gemms[3]);
   }
-  const Seconds comm[4] = {backward ? rs : ag, backward ? ag : rs, backward ? rs : ag, backward ? ag : rs};
+  // Forward: all-gathers feed QKV and FC1, reduce-scatters drain the projection and FC2; backward
+  // the other way round.
   Seconds exposed;
-  for (int i = 0; i < (attention_only ? 2 : 4); ++i) exposed += hide(comm[i], gemms[i]);
+  for (int i = 0; i < (attention_only ? 2 : 4); ++i) {
+    const bool gather = (i % 2 == 0) != backward;
+    exposed += gather ? hide_gather(ag, gemms[i]) : hide(rs, gemms[i]);
+  }
   return exposed;
 }
 

@@ -527,3 +527,45 @@ TEST(CostLayerChunks, ARecomputedForwardsAllToAllsAreExpertParallelTime) {
     EXPECT_EQ(cc.forward_tp_comm.value(), 0.0) << s;
   }
 }
+
+TEST(CostLayerChunks, RowwiseFp8AsyncTpHidesOnlyItsReduceScatters) {
+  // torchao's rowwise FP8 under torch's async TP: the matmul-reduce-scatters are fused, the
+  // all-gather-matmuls are not (pytorch/pytorch#149990). Forward, the all-gathers before QKV and
+  // FC1 are exposed whole and the reduce-scatters after the projection and FC2 hidden as any async
+  // TP hides them (max(c / 2, c - g) exposed on tp 2, the hidden part paying the SM share);
+  // backward the other way round. Rowwise gathers travel in bf16 like the bf16 run's.
+  Experiment e = small();
+  e.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  e.plan.framework = Framework::torchtitan;
+  e.plan.zero = 3;
+  e.plan.sequence_parallel = true;
+  e.plan.tp_overlap = true;
+  e.plan.compile = true;
+  e.training.dtype = Dtype::fp8;
+  e.training.fp8_scaling = Fp8Scaling::rowwise;
+  validate_experiment(e);
+  Costed k(e);
+  k.compute.layer = overlap_layer;
+  cost_layer_chunks(k.in(), k.c);
+  const CommGroup tp = plan_groups(e.plan, e.cluster).tp;
+  const Bytes act(2.0 * 2048 * 2048);
+  const double ag = k.comm.time(Collective::all_gather, act, tp).value();
+  const double rs = k.comm.time(Collective::reduce_scatter, act, tp).value();
+  const double ctas = k.comm.params().overlap_ctas, f = ctas / (e.cluster.gpu.sms - ctas);
+  auto hidden = [&](double c, double g) {
+    const double exposed = std::max(c / 2, c - g);
+    return exposed + f * std::min(c - exposed, g);
+  };
+  // Forward: QKV (0.01 ms) and FC1 (1 ms) after their all-gathers, projection and FC2 (1 ms) before
+  // their reduce-scatters; backward: QKV and FC1's data gradients reduce-scatter, the projection's
+  // and FC2's all-gather.
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_tp_comm.value(), 12 * (ag + hidden(rs, 1e-3) + ag + hidden(rs, 1e-3)), 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_tp_comm.value(), 12 * (hidden(rs, 1e-5) + ag + hidden(rs, 1e-3) + ag), 1e-12);
+  // Tensorwise scaling fuses both kinds: its gathers hide too (and carry FP8 forward).
+  e.training.fp8_scaling = Fp8Scaling::tensorwise;
+  Costed tw(e);
+  tw.compute.layer = overlap_layer;
+  cost_layer_chunks(tw.in(), tw.c);
+  EXPECT_NEAR(tw.c.chunk[0][0][0].backward_tp_comm.value(),
+              12 * (hidden(rs, 1e-5) + hidden(ag, 1e-3) + hidden(rs, 1e-3) + hidden(ag, 1e-3)), 1e-12);
+}
