@@ -174,7 +174,8 @@ Seconds LayerOpTimes::forward() const {
 }
 
 Fp8CastTimes torchao_fp8_casts(const RooflineCompute& rc, Fp8Scaling scaling, bool compile, bool fp8_param_gather,
-                               double inputs, double grads, double weights) {
+                               const Fp8Operands& ops) {
+  const double inputs = ops.inputs, grads = ops.grads, weights = ops.weights;
   // torchao's dynamic scaling (torchao/float8, Float8Linear with tensorwise or rowwise scales;
   // the scale comes from the tensor's own amax): every operand is cast where it is used.
   // Forward: each input cast (read 2, write 1) after its amax, which Inductor fuses into the
@@ -186,11 +187,17 @@ Fp8CastTimes torchao_fp8_casts(const RooflineCompute& rc, Fp8Scaling scaling, bo
   // scales (plan.fp8_param_gather) each shard is cast once before the gather, a 1/dp share
   // left out, so the forward gets its weights in FP8 and casts none; the backward still
   // transposes each (read 1, write 1).
+  // Inputs that arrive through a sequence-parallel all-gather in FP8 (torchao's
+  // Float8ColwiseParallel / PrepareFloat8ModuleInput under torchtitan's float8 TP plan) were cast on
+  // their 1/tp shard before it, and the backward reuses the gathered FP8 tensor, transposed for the
+  // weight gradient (read 1, write 1), instead of casting the bf16 input again
+  // (torchao float8_linear.py: an operand already in float8 is used as it is).
   const double amax = compile ? 0.0 : 2.0;
   const double weight_fwd = fp8_param_gather ? 0.0 : 3.0 + amax, weight_bwd = fp8_param_gather ? 2.0 : 3.0;
+  const double gathered = std::min(ops.gathered_inputs, inputs), local = inputs - gathered;
   Fp8CastTimes t;
-  t.forward = rc.memory_bound(Bytes((3.0 + amax) * inputs + weight_fwd * weights), 8);
-  t.backward = rc.memory_bound(Bytes((6.0 + amax) * grads + 3.0 * inputs + weight_bwd * weights), 16);
+  t.forward = rc.memory_bound(Bytes((3.0 + amax) * (local + gathered / std::max(1.0, ops.tp)) + weight_fwd * weights), 8);
+  t.backward = rc.memory_bound(Bytes((6.0 + amax) * grads + 3.0 * local + 2.0 * gathered + weight_bwd * weights), 16);
   if (scaling == Fp8Scaling::rowwise) {
     // Rowwise scaling costs more than these casts. (1) Its gradient GEMMs run without fast
     // accumulation, where torch's rowwise CUTLASS kernel is slow, so torchao runs cuBLAS's
@@ -398,7 +405,14 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       B.fp8_casts = rc.memory_bound(Bytes(6.0 * grads + 2.0 * inputs), int(16 + expert_launches));
     } else {
       // torchao's dynamic scaling (torchao_fp8_casts).
-      const Fp8CastTimes c = torchao_fp8_casts(rc, x.fp8_scaling, p.compile, p.fp8_param_gather, inputs, grads, cast_params);
+      // Under torchtitan's float8 TP plan (tensorwise, sequence parallelism) QKV's input and a dense
+      // layer's FC1 input arrive gathered in FP8 (FrameworkTraits::fp8_tensorwise_tp_gather).
+      const bool fp8_gather = x.framework->fp8_tensorwise_tp_gather && x.fp8_scaling == Fp8Scaling::tensorwise &&
+                              p.sequence_parallel && p.tp > 1;
+      const double gathered = fp8_gather ? T * h + (moe_layer && m.moe ? 0.0 : T * h) : 0.0;
+      const Fp8CastTimes c = torchao_fp8_casts(rc, x.fp8_scaling, p.compile, p.fp8_param_gather,
+                                               {.inputs = inputs, .grads = grads, .weights = cast_params,
+                                                .gathered_inputs = gathered, .tp = t});
       F.fp8_casts = c.forward;
       B.fp8_casts = c.backward;
     }

@@ -170,15 +170,24 @@ struct LayerTimes {
 LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& plan, int tokens, int context,
                        bool moe_layer, int window = 0);
 
+/// The operands of a layer's (or one Linear's) GEMMs on this GPU, for their FP8 casts.
+struct Fp8Operands {
+  double inputs = 0;   // elements of the GEMMs' inputs
+  double grads = 0;    // elements of their output gradients
+  double weights = 0;  // parameters of their weights
+  /// Of `inputs`, the elements that reach their GEMM through a sequence-parallel all-gather already
+  /// in FP8 (FrameworkTraits::fp8_tensorwise_tp_gather): cast on the 1/tp shard before the gather.
+  double gathered_inputs = 0;
+  double tp = 1;
+};
 /// FP8 casts of torchao's dynamic scaling (training.fp8_scaling tensorwise or rowwise on a
-/// framework whose FP8 linears are not Transformer Engine's) for GEMMs whose inputs total `inputs`
-/// elements, output gradients `grads` elements and weights `weights` parameters on this GPU:
-/// forward and backward times, with what rowwise scaling adds (roofline.cpp).
+/// framework whose FP8 linears are not Transformer Engine's): forward and backward times, with
+/// what rowwise scaling adds (roofline.cpp).
 struct Fp8CastTimes {
   Seconds forward, backward;
 };
 Fp8CastTimes torchao_fp8_casts(const RooflineCompute& rc, Fp8Scaling scaling, bool compile, bool fp8_param_gather,
-                               double inputs, double grads, double weights);
+                               const Fp8Operands& ops);
 
 struct EdgeTimes {
   Seconds embedding_forward, embedding_backward, head_forward, head_backward;

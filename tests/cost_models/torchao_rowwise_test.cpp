@@ -74,7 +74,8 @@ double step_seconds(const RooflineCompute& bf16, const RooflineCompute* fp8, Fp8
   const double elementwise = bf16.memory_bound(Bytes(4 * M * K), 1).value() + bf16.memory_bound(Bytes(4 * M * N), 1).value() +
                              bf16.memory_bound(Bytes(6 * M * N), 1).value() + bf16.memory_bound(Bytes(10 * M * K), 2).value();
   if (!fp8) return elementwise + (bf16.gemm({M, N, K, 1}) + bf16.gemm({M, K, N, 1}) + bf16.gemm({N, K, M, 1})).value();
-  const Fp8CastTimes casts = torchao_fp8_casts(bf16, scaling, /*compile=*/true, /*fp8_param_gather=*/false, M * K, M * N, N * K);
+  const Fp8CastTimes casts = torchao_fp8_casts(bf16, scaling, /*compile=*/true, /*fp8_param_gather=*/false,
+                                               {.inputs = M * K, .grads = M * N, .weights = N * K});
   return elementwise + (fp8->gemm({M, N, K, 1}) + fp8->gemm_grad({M, K, N, 1}) + fp8->gemm_grad({N, K, M, 1})).value() +
          (casts.forward + casts.backward).value();
 }

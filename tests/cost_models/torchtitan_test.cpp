@@ -209,3 +209,36 @@ TEST(Torchtitan, DynamicFp8ScalingCastsEveryOperandWhereItIsUsed) {
   ASSERT_TRUE(v);
   EXPECT_EQ(v->field, "training.fp8_scaling");
 }
+
+TEST(Torchtitan, Float8TensorParallelCastsTheGatheredInputsOnTheirShard) {
+  // torchtitan's float8 TP plan (tensorwise, sequence parallelism): PrepareFloat8ModuleInput casts
+  // the attention's and the FFN's input on the local 1/tp of the tokens and all-gathers it in FP8;
+  // wq/wk/wv and w1/w3 take the gathered FP8 tensor, and their backward transposes it (read 1,
+  // write 1) instead of casting the bf16 input again. tp 2, micro-batch 2 x 8192 (T = 16384):
+  // inputs per layer T (h + q/2 + h + f/2) = 17408 T, of which 2 h T = 8192 T gathered; output
+  // gradients T ((q + 2 kv)/2 + h + f + h) = 25600 T; weights half the layer's 218,103,808.
+  // Forward 3 (9216 + 8192/2) T + 3 W; backward 6 x 25600 T + 3 x 9216 T + 2 x 8192 T + 3 W.
+  Experiment e = t1(true);
+  e.training.dtype = Dtype::fp8;
+  e.training.fp8_scaling = Fp8Scaling::tensorwise;
+  e.plan.tp = 2;
+  e.plan.dp = 4;
+  e.plan.sequence_parallel = true;
+  validate_experiment(e);
+  const ExecutionModel x = resolve_execution(e);
+  const RooflineCompute& rc = x.roofline();
+  const LayerTimes L = layer_times(x, e.model, e.plan, 8192, 8192, false);
+  const double W = 218103808.0 / 2;
+  EXPECT_NEAR(L.forward_ops.fp8_casts.value(), rc.memory_bound(Bytes(3 * (9216 + 4096) * T + 3 * W), 8).value(), 1e-12);
+  EXPECT_NEAR(L.backward_ops.fp8_casts.value(),
+              rc.memory_bound(Bytes(6 * 25600 * T + 3 * 9216 * T + 2 * 8192 * T + 3 * W), 16).value(), 1e-12);
+  // Rowwise recipes gather in bf16 (torchtitan's float8 TP plan is tensorwise only): every input
+  // is cast where it is used.
+  e.training.fp8_scaling = Fp8Scaling::rowwise;
+  const ExecutionModel xr = resolve_execution(e);
+  const Fp8CastTimes full = torchao_fp8_casts(xr.roofline(), Fp8Scaling::rowwise, true, false,
+                                              {.inputs = 17408 * T, .grads = 25600 * T, .weights = W});
+  const LayerTimes Lr = layer_times(xr, e.model, e.plan, 8192, 8192, false);
+  EXPECT_NEAR(Lr.forward_ops.fp8_casts.value(), full.forward.value(), 1e-12);
+  EXPECT_NEAR(Lr.backward_ops.fp8_casts.value(), full.backward.value(), 1e-12);
+}
