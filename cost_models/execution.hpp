@@ -93,6 +93,12 @@ struct ExecutionModel {
 /// runs (on `gpu`'s generation, when given), element sizes for the dtype and optimizer.
 ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& plan, const GpuSpec* gpu = nullptr);
 
+/// Whether the forward's sequence-parallel all-gathers carry the column-parallel linears' inputs
+/// already cast to FP8: FrameworkTraits::fp8_tensorwise_tp_gather under FP8 training with
+/// tensorwise scales, tp > 1 with sequence parallelism. The gathers then move one byte per element
+/// (sim/costing.cpp) and the inputs are cast on their 1/tp shard (cost_models/roofline.cpp).
+bool fp8_sequence_parallel_gathers(const ExecutionModel& x, const PlanSpec& plan);
+
 /// The whole execution model of a plan on a cluster's GPU: execution_model() plus the compute
 /// model from the GPU's sourced kernel figures and the matching part of its bundled calibration
 /// profile (scenarios/profiles/<gpu name>.json, read once per process). A fused attention kernel

@@ -405,11 +405,10 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       B.fp8_casts = rc.memory_bound(Bytes(6.0 * grads + 2.0 * inputs), int(16 + expert_launches));
     } else {
       // torchao's dynamic scaling (torchao_fp8_casts).
-      // Under torchtitan's float8 TP plan (tensorwise, sequence parallelism) QKV's input and a dense
-      // layer's FC1 input arrive gathered in FP8 (FrameworkTraits::fp8_tensorwise_tp_gather).
-      const bool fp8_gather = x.framework->fp8_tensorwise_tp_gather && x.fp8_scaling == Fp8Scaling::tensorwise &&
-                              p.sequence_parallel && p.tp > 1;
-      const double gathered = fp8_gather ? T * h + (moe_layer && m.moe ? 0.0 : T * h) : 0.0;
+      // Under torchtitan's float8 TP plan QKV's input and a dense layer's FC1 input arrive gathered
+      // in FP8 (fp8_sequence_parallel_gathers).
+      const double gathered =
+          fp8_sequence_parallel_gathers(x, p) ? T * h + (moe_layer && m.moe ? 0.0 : T * h) : 0.0;
       const Fp8CastTimes c = torchao_fp8_casts(rc, x.fp8_scaling, p.compile, p.fp8_param_gather,
                                                {.inputs = inputs, .grads = grads, .weights = cast_params,
                                                 .gathered_inputs = gathered, .tp = t});

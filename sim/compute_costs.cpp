@@ -75,8 +75,7 @@ OpsBreakdown ops_breakdown(const Experiment& e, const cost_models::ExecutionMode
     k.recompute = recompute_of(k.times, p.recompute);
     out.kinds.push_back(k);
   }
-  const cost_models::EdgeTimes t = cost_models::edge_times(x, m, p, tokens);
-  out.edges = EdgeCompute{t.embedding_forward, t.embedding_backward, t.head_forward, t.head_backward};
+  out.edges = cost_models::edge_times(x, m, p, tokens);
   return out;
 }
 

@@ -170,11 +170,8 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
 }
 
 double tp_forward_gather_scale(const CostInputs& in) {
-  const TrainingSpec& t = in.e.training;
-  if (!in.x.framework->fp8_tensorwise_tp_gather || t.dtype != Dtype::fp8 || t.fp8_scaling != Fp8Scaling::tensorwise ||
-      !in.e.plan.sequence_parallel)
-    return 1.0;
-  return 1.0 / in.x.bytes.activation;  // one byte per element
+  return cost_models::fp8_sequence_parallel_gathers(in.x, in.e.plan) ? 1.0 / in.x.bytes.activation  // one byte each
+                                                                     : 1.0;
 }
 
 TpGathersScatters tp_gathers_scatters(const CostInputs& in, int tokens, bool forward) {

@@ -55,7 +55,7 @@ struct LayerKindOps {
 };
 struct OpsBreakdown {
   std::vector<LayerKindOps> kinds;  // in the order of the model's first layer of each kind
-  EdgeCompute edges;                // per micro-batch of local tokens
+  cost_models::EdgeTimes edges;     // per micro-batch of local tokens
 };
 OpsBreakdown ops_breakdown(const Experiment& e, const cost_models::ExecutionModel& x);
 

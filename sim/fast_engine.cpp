@@ -115,8 +115,9 @@ SimResult run_fast(const WorkloadCosts& c) {
           t += cc.forward_cp_comm.value();
           add(s, Category::cp_comm, cc.forward_cp_comm.value());
         } else {
-          t += cc.backward_dp_comm.value() + cc.recompute.value() + cc.recompute_tp_comm.value() + cc.recompute_ep_comm.value() +
-               cc.backward.value() + cc.backward_tp_comm.value() + cc.backward_ep_comm.value();
+          t += cc.backward_dp_comm.value() + cc.recompute.value() + cc.recompute_tp_comm.value() +
+               cc.recompute_ep_comm.value() + cc.backward.value() + cc.backward_tp_comm.value() +
+               cc.backward_ep_comm.value();
           add(s, Category::dp_comm, cc.backward_dp_comm.value());
           add(s, Category::recompute, cc.recompute.value());
           add(s, Category::tp_comm, cc.recompute_tp_comm.value() + cc.backward_tp_comm.value());

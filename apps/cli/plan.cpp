@@ -194,8 +194,8 @@ void print_console(std::ostream& out, const Report& p) {
   const auto& res = p.res;
   out << "Plans for " << r.model.name << " on " << r.gpus << " x " << r.cluster.gpu.name << " (" << r.cluster.name
       << "), global batch " << r.training.global_batch << ", " << to_string(r.training.dtype)
-      << (r.training.dtype == Dtype::fp8 ? std::string(" (") + to_string(r.training.fp8_scaling) + " scaling)" : "") << ", as " << framework_traits(r.framework).describe()
-      << " runs them\n  " << res.enumerated << " plans enumerated, " << res.pruned_memory << " do not fit in "
+      << (r.training.dtype == Dtype::fp8 ? std::string(" (") + to_string(r.training.fp8_scaling) + " scaling)" : "")
+      << ", as " << framework_traits(r.framework).describe() << " runs them\n  " << res.enumerated << " plans enumerated, " << res.pruned_memory << " do not fit in "
       << format_number(in_GB(r.memory_limit()), 1) << " GB per GPU (" << format_number(in_GB(r.cluster.gpu.hbm), 1)
       << " GB device less a " << format_number(100 * r.memory_headroom, 0) << "% headroom), " << res.evaluated
       << " simulated\n  pace: " << cost_models::slowest_device(r.cluster.gpu, r.gpus).describe() << "\n\n"

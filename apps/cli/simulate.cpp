@@ -65,9 +65,8 @@ void print_ops(std::ostream& out, const Experiment& e, const sim::OpsBreakdown& 
   auto row = [&](const std::string& name, const std::string& f, const std::string& b) {
     std::string line = "    " + name;
     line.resize(std::max<std::size_t>(line.size() + 1, 36), ' ');
-    std::string fw = f, bw = b;
-    out << line << std::string(fw.size() < 10 ? 10 - fw.size() : 0, ' ') << fw
-        << std::string(bw.size() < 12 ? 12 - bw.size() : 1, ' ') << bw << "\n";
+    out << line << std::string(f.size() < 10 ? 10 - f.size() : 0, ' ') << f
+        << std::string(b.size() < 12 ? 12 - b.size() : 1, ' ') << b << "\n";
   };
   for (const auto& k : ops.kinds) {
     out << "  " << kind_text(k) << " layers (" << k.layers << " of " << e.model.layers << ")\n";
