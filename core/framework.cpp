@@ -109,9 +109,11 @@ constexpr ElementwiseTraffic kPytorchAutocastCompiledTraffic{
 ///  SwiGLU, silu(w1 x) * w3 x: silu (2 + 2) and the product (2 + 2 + 2) = 10 per ffn element,
 ///  stated per element as the gated layer model counts it (x 1.5): 6.67; backward the product's two
 ///  gradients (2 + 2 + 2 each) and silu's (2 + 2 + 2) = 18, stated as 18 / (5/3) = 10.8.
-///  Weights under FSDP2: each unit's all-gather output is copied out into the parameters (read 2,
-///  write 2 per parameter, every gather: forward 4, backward 4 with reshard_after_forward) and
-///  each bf16 gradient is copied into the fp32 reduce-scatter input (read 2, write 4): backward 10.
+///  Weights: none here. FSDP2's mixed precision hands the layers bf16 parameters (no autocast
+///  casts), and its copies (each unit's all-gather output copied out into the parameters, every
+///  gather; each bf16 gradient copied into the fp32 reduce-scatter input) are priced per unit where
+///  the gathers are (FrameworkTraits::fsdp2_unit_copies, sim/cost_data_parallel.cpp). Until session
+///  30 this entry held them as well (4 forward, 10 backward per parameter): a double count.
 ///  Embedding: nn.Embedding gather in bf16 (2 + 2); backward the scatter-add (read 2, write 4 in
 ///  fp32 accumulation, 2 launches): 6. Loss: cross_entropy on .float() logits as in eager PyTorch.
 constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
@@ -123,7 +125,7 @@ constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
     .bias_grad = 0,
     .embedding_forward = 4, .embedding_backward = 6, .embedding_launches = 2,
     .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
-    .weight_cast_forward = 4, .weight_cast_backward = 10};
+    .weight_cast_forward = 0, .weight_cast_backward = 0};
 
 /// torchtitan with --training.compile: each TransformerBlock compiled on its own (torchtitan
 /// apply_compile, fullgraph per block), so fusions stay inside a block. Forward: attention_norm one
@@ -135,7 +137,7 @@ constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
 /// per q and k element, 2 launches); repeat_kv and the output transpose still copy (SDPA is an
 /// extern kernel), as in eager mode. SwiGLU in one
 /// kernel each way (2 + 2 + 2 forward, 2 + 2 + 2 + 2 + 2 backward: 4 and 6 in the gated model's
-/// units). Outside the blocks (FSDP2's copies, the embedding and the loss) nothing changes.
+/// units). Outside the blocks (the embedding and the loss) nothing changes.
 constexpr ElementwiseTraffic kTorchtitanCompiledTraffic{
     .norms_forward = 12, .norms_backward = 24, .norms_launches_forward = 2, .norms_launches_backward = 4,
     .residual_forward = 6, .residual_backward = 0, .residual_launches_forward = 1, .residual_launches_backward = 0,
@@ -145,7 +147,7 @@ constexpr ElementwiseTraffic kTorchtitanCompiledTraffic{
     .bias_grad = 0,
     .embedding_forward = 4, .embedding_backward = 6, .embedding_launches = 2,
     .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
-    .weight_cast_forward = 4, .weight_cast_backward = 10};
+    .weight_cast_forward = 0, .weight_cast_backward = 0};
 
 constexpr double kDdpBucketBytes = 25.0 * 1048576.0;  // torch DDP bucket_cap_mb default 25 (MiB)
 
