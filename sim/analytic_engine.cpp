@@ -130,7 +130,26 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
       }
     }
     if (transfer && transfer->finish > others_ready) {
-      const Seconds wait = transfer->finish - max(others_ready, transfer->start);
+      // A prefetch from host memory that queued behind the offload it reads back (the same
+      // micro-batch's offload_out, on the offload stream) was held up by that offload as well:
+      // the stall runs from the start of the contiguous chain of offload transfers before it.
+      Seconds start = transfer->start;
+      if (from_host) {
+        std::size_t cur = n;
+        for (auto [e, end] = boost::in_edges(v, g); e != end; ++e)
+          if (const std::size_t u = boost::source(*e, g); g[u].category == Category::offload && r.timings[u].finish == transfer->finish)
+            cur = u;
+        while (cur < n) {
+          std::size_t prev = n;
+          for (auto [e, end] = boost::in_edges(cur, g); e != end; ++e)
+            if (const std::size_t u = boost::source(*e, g);
+                g[u].category == Category::offload && r.timings[u].finish == r.timings[cur].start && r.timings[u].start < start)
+              prev = u;
+          if (prev < n) start = r.timings[prev].start;
+          cur = prev;
+        }
+      }
+      const Seconds wait = transfer->finish - max(others_ready, start);
       (from_host ? r.stages[t.stage].offload_wait : r.stages[t.stage].pp_wait) += wait;
     }
   }

@@ -401,6 +401,9 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   b.optimizer = busy(Category::optimizer);
   b.offload_stall = busy(Category::offload) + sb.offload_wait;
   b.bubble = sb.idle - sb.pp_wait - sb.offload_wait;
+  // The idle time and the waits are sums of the same event times: what remains when all idle time
+  // was waiting is rounding, not a negative bubble.
+  if (b.bubble < Seconds(0) && b.bubble > -1e-9 * r.iteration) b.bubble = Seconds(0);
 
   out.memory_per_stage = in.x.host ? host_memory_per_stage(e, in.x)
                                    : cost_models::memory_per_stage(in.x, e.model, e.training, e.plan);

@@ -92,6 +92,32 @@ TEST(Predict, OneFOneBIterationMatchesHandComputation) {
   for (const auto& b : check_prediction(p)) ADD_FAILURE() << b;
 }
 
+TEST(Predict, OneMicroBatchWaitsForItsWholeOffloadRoundTripAsAStall) {
+  // One GPU, one micro-batch, every activation offloaded: the backward cannot start before the
+  // activations went out to host memory and came back (offload_out then offload_in on the one
+  // offload stream), so the stall is the two transfers end to end, and nothing is a bubble.
+  Experiment e = single_node();
+  e.gpus = 1;
+  e.plan.tp = 1;
+  e.plan.pp = 1;
+  e.plan.dp = 1;
+  e.plan.recompute = Recompute::full;
+  e.training.global_batch = 2;
+  e.plan.micro_batch = 2;
+  e.plan.offload.activations = 1.0;
+  const WorkloadCosts c = costs_of(e, fixed_compute());
+  Seconds out, in;
+  for (const ChunkCosts& cc : c.chunk[0][0]) {
+    out += cc.offload_out;
+    in += cc.offload_in;
+  }
+  ASSERT_GT(out.value(), 0.0);
+  const Prediction p = predict_with(e, EngineKind::analytic, fixed_compute());
+  EXPECT_NEAR(p.breakdown.offload_stall.value(), (out + in).value(), 1e-9);
+  EXPECT_DOUBLE_EQ(p.breakdown.bubble.value(), 0.0);
+  for (const auto& b : check_prediction(p)) ADD_FAILURE() << b;
+}
+
 TEST(Predict, InvariantsCatchAnInconsistentResult) {
   Prediction p;
   p.iteration = Seconds(1.0);
