@@ -219,6 +219,23 @@ Fp8CastTimes torchao_fp8_casts(const RooflineCompute& rc, Fp8Scaling scaling, bo
   return t;
 }
 
+namespace {
+/// Bytes per Linear weight element of the traffic table's weight casts (autocast over fp32
+/// parameters: the fp32 weight cast to 16 bits each forward, its 16-bit gradient cast back). Under
+/// ZeRO-3 the layers see the gathered 16-bit parameters (FSDP's param_dtype), so nothing is cast
+/// forward (FSDP1 casts only the local fp32 shard before its all-gather, 1/k of this); backward the
+/// unsharded 16-bit gradient is cast to the reduce dtype before its reduce-scatter only when that
+/// is wider (FSDP1 _reduce_grad with reduce_dtype fp32, Composer's mixed_precision DEFAULT; none
+/// under PURE, where parameters and gradients stay bf16). Frameworks that price their sharding
+/// copies elsewhere (FSDP2's, FrameworkTraits::fsdp2_unit_copies) carry zero here.
+double weight_cast_bytes(const ExecutionModel& x, const PlanSpec& p, bool backward) {
+  const ElementwiseTraffic& tr = *x.elementwise;
+  if (p.zero < 3) return backward ? tr.weight_cast_backward : tr.weight_cast_forward;
+  if (!backward) return 0.0;
+  return x.bytes.reduce > x.bytes.gather ? std::min(tr.weight_cast_backward, x.bytes.gather + x.bytes.reduce) : 0.0;
+}
+}  // namespace
+
 LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& p, int tokens, int context,
                        bool moe_layer, int window) {
   if (x.host) return host_layer_times(*x.host, m, p, tokens, context, moe_layer);
@@ -370,8 +387,8 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / ffn_split + ffn_tokens * h, 4);
   // The layer's parameters less its norms' (which stay fp32 under autocast and are not GEMM operands).
   const double cast_params = linear_layer_parameters(m) / t;
-  F.layernorms += stream(tr.weight_cast_forward, cast_params, 4);
-  B.layernorms += stream(tr.weight_cast_backward, cast_params, 4);
+  F.layernorms += stream(weight_cast_bytes(x, p, false), cast_params, 4);
+  B.layernorms += stream(weight_cast_bytes(x, p, true), cast_params, 4);
 
   // FP8 linears (Transformer Engine's recipe; Micikevicius et al. 2022, arXiv:2209.05433): each
   // GEMM input is quantized by a cast kernel that also records its amax (delayed scaling), reading
@@ -481,8 +498,8 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   // tied weight's autocast cast), the loss over the logits.
   const Seconds norm_fwd = stream(tr.norms_forward / 2, T * h, std::max(1, tr.norms_launches_forward / 2));
   const Seconds norm_bwd = stream(tr.norms_backward / 2, T * h, std::max(1, tr.norms_launches_backward / 2));
-  const Seconds cast_fwd = stream(tr.weight_cast_forward, V * h / t, 1);
-  const Seconds cast_bwd = stream(tr.weight_cast_backward, V * h / t, 1);
+  const Seconds cast_fwd = stream(weight_cast_bytes(x, p, false), V * h / t, 1);
+  const Seconds cast_bwd = stream(weight_cast_bytes(x, p, true), V * h / t, 1);
   // The LM head stays in 16 bits under an FP8 recipe (roofline16: the same model otherwise).
   const Seconds head = x.roofline16().gemm({T, V / t, h, 1});
   // A compiled loss (plan.compile_loss) reads the 16-bit logits once forward (the log-sum-exp per

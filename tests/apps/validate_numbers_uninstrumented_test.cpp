@@ -98,7 +98,11 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // Session 25: three more 30B rows from the same table (outside ../shared/published): H100
       // seq 4096 -9%, A100-80GB seq 4096 -2%, A100-80GB seq 8192 +42% (the table's 30B seq-8192
       // rows are slow on both GPUs, not its attention: notes/research-llm-foundry.md). 5.0 -> 6.3%.
-      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {6.4, 43.0}},
+      // Session 30: FSDP1 gathers bf16 parameters, so no autocast weight cast forward, and casts
+      // gradients only to a wider reduce dtype (the eager table's 6 + 6 bytes per parameter were
+      // charged under FSDP as under DDP): the large H100 rows 1-5 points closer, the small rows
+      // and the A100 rows 0.3-5 points further (the 30B seq-8192 A100 row +45%): 6.5%.
+      {"llm-foundry MPT benchmarks (MosaicML, FSDP)", {6.6, 46.0}},
       // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
       // largest after session 18: the 128k/256k context-parallel rows (+30, +36%), the 8B TP8
       // rowwise FP8 rows (+15, +26%), the 70B TP8 tensorwise rows (-8, -10%) and the H200 rows

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "core/scenario.hpp"
@@ -349,4 +350,30 @@ TEST(Roofline, AsyncTpSplitsTheCollectiveGemmsIntoTpGemms) {
   EXPECT_NEAR(tv.forward_ops.fc2.value(), xv.roofline().gemm({T, h, k, 1}).value(), 1e-12);
   // Eight launches and the smaller GEMMs' last waves make the split slower, never faster.
   EXPECT_GT(t.forward_ops.fc2, tv.forward_ops.fc2);
+}
+
+TEST(Roofline, FsdpOneCastsOnlyTheGradientsToAWiderReduceDtype) {
+  // llm-foundry (Composer's FSDP1) gathers bf16 parameters (MixedPrecision param_dtype), so the
+  // forward casts no weight, where DDP under autocast casts each fp32 weight (read 4, write 2);
+  // backward FSDP1 casts each unsharded bf16 gradient to the fp32 reduce dtype before its
+  // reduce-scatter (read 2, write 4), and nothing when it reduces in bf16 (mixed_precision PURE).
+  // One MPT-7B block's Linear weights and biases: 12 h^2 + 9 h at h = 4096.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "llmfoundry-mpt-7b-h100-8gpu-seq2048-bf16"));
+  ASSERT_EQ(e.plan.zero, 3);
+  ASSERT_FALSE(e.plan.reduce_dtype.has_value());
+  const double P = 12.0 * 4096 * 4096 + 9.0 * 4096;
+  auto layer = [&](int zero, std::optional<Dtype> reduce) {
+    Experiment v = e;
+    v.plan.zero = zero;
+    v.plan.reduce_dtype = reduce;
+    const ExecutionModel x = resolve_execution(v);
+    return layer_times(x, v.model, v.plan, 2048, 2048, false);
+  };
+  const LayerTimes ddp = layer(1, std::nullopt), fsdp = layer(3, std::nullopt), pure = layer(3, Dtype::bf16);
+  const RooflineCompute& rc = resolve_execution(e).roofline();
+  const double cast = rc.memory_bound(Bytes(6.0 * P), 4).value();
+  EXPECT_NEAR(ddp.forward_ops.layernorms.value() - fsdp.forward_ops.layernorms.value(), cast, 1e-12);
+  EXPECT_NEAR(ddp.backward_ops.layernorms.value(), fsdp.backward_ops.layernorms.value(), 1e-12);
+  EXPECT_NEAR(fsdp.backward_ops.layernorms.value() - pure.backward_ops.layernorms.value(), cast, 1e-12);
+  EXPECT_NEAR(fsdp.forward_ops.layernorms.value(), pure.forward_ops.layernorms.value(), 1e-12);
 }
