@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes the scenario files of NVIDIA NeMo's published pretraining table for the NeMo 24.07
 container on DGX H100 at FP8 (NVIDIA/NeMo docs/source/performance/performance_summary.md, first
-published in 4c73f776 on 2024-08-14, final numbers 8e3d65dc on 2024-09-09): runs from outside
+published in 4c73f776 on 2024-08-14, revised in 3a8081fe ("24.07 vboost numbers") and fe98ad77 /
+8e3d65dc on 2024-09-09, whose final numbers these are; until session 30 the rows held the first
+version's while citing 8e3d65dc): runs from outside
 ../shared/published, each a prediction case of the source "NeMo 24.07 (Megatron-Core, DGX H100)".
 
 The table gives GPUs, GBS, MBS, sequence, TP, PP, CP, VP and tokens/s per GPU. What it leaves out
@@ -50,24 +52,24 @@ GPT3 = {
 # row, model file, GPUs, GBS, MBS, TP, PP, CP, VP, tokens/s/GPU, sequence parallel, TP overlap,
 # attention, launcher revision and files.
 ROWS = [
-    ("gpt3-5b-64xh100", "nemo-gpt3-5b", 64, 2048, 4, 1, 1, 1, 1, 22521, False, False, "flash2", CLEANUP,
+    ("gpt3-5b-64xh100", "nemo-gpt3-5b", 64, 2048, 4, 1, 1, 1, 1, 23406, False, False, "flash2", CLEANUP,
      "conf/training/gpt3/5b.yaml, examples/training/gpt/h100/5b_fp8_8node.sh"),
     ("gpt3-20b-64xh100", "nemo-gpt3-20b", 64, 256, 2, 2, 1, 1, 1, 5851, True, True, "flash2", CLEANUP,
      "conf/training/gpt3/20b.yaml (ub_cfg_h100_h6144_tp2_mbs2_seqlen2048)"),
-    ("gpt3-175b-128xh100", "nemo-gpt3-175b", 128, 256, 1, 4, 8, 1, 6, 726, True, False, "cudnn", CLEANUP,
+    ("gpt3-175b-128xh100", "nemo-gpt3-175b", 128, 256, 1, 4, 8, 1, 6, 716, True, False, "cudnn", CLEANUP,
      "conf/training/gpt3/175b.yaml (VP 6, ub_tp_comm_overlap False), examples/training/gpt/h100/175b_fp8_16node.sh "
      "(NVTE_FUSED_ATTN=1)"),
-    ("gpt3-175b-512xh100", "nemo-gpt3-175b", 512, 2048, 2, 4, 8, 1, 6, 782, True, True, "cudnn", CLEANUP,
+    ("gpt3-175b-512xh100", "nemo-gpt3-175b", 512, 2048, 2, 4, 8, 1, 6, 825, True, True, "cudnn", CLEANUP,
      "conf/training/gpt3/175b_mlperf.yaml (64 nodes, dropout 0, layernorm1p)"),
-    ("llama2-7b-8xh100", "llama2-7b", 8, 128, 1, 1, 1, 1, 1, 16847, False, False, "flash2", TAG,
+    ("llama2-7b-8xh100", "llama2-7b", 8, 128, 1, 1, 1, 1, 1, 16934, False, False, "flash2", TAG,
      "conf/training/llama/llama2_7b.yaml, examples/training/llama/h100/llama2_7b_fp8.sh"),
-    ("llama2-13b-16xh100", "llama2-13b", 16, 128, 1, 1, 4, 1, 10, 8646, False, False, "flash2", TAG,
+    ("llama2-13b-16xh100", "llama2-13b", 16, 128, 1, 1, 4, 1, 10, 8715, False, False, "flash2", TAG,
      "conf/training/llama/llama2_13b.yaml (PP 4, VP 10)"),
-    ("llama2-70b-64xh100", "llama2-70b", 64, 128, 1, 4, 4, 1, 20, 1707, True, True, "flash2", TAG,
+    ("llama2-70b-64xh100", "llama2-70b", 64, 128, 1, 4, 4, 1, 20, 1728, True, True, "flash2", TAG,
      "conf/training/llama/llama2_70b.yaml (VP 20 at the tag; 5 after the clean-up)"),
-    ("llama3-8b-8xh100", "llama3.1-8b", 8, 128, 1, 1, 1, 2, 1, 12036, False, False, "flash2", TAG,
+    ("llama3-8b-8xh100", "llama3.1-8b", 8, 128, 1, 1, 1, 2, 1, 12273, False, False, "flash2", TAG,
      "conf/training/llama/llama3_8b.yaml (CP 2)"),
-    ("llama3-70b-64xh100", "llama3.1-70b", 64, 128, 1, 4, 4, 2, 5, 1533, True, True, "flash2", CLEANUP,
+    ("llama3-70b-64xh100", "llama3.1-70b", 64, 128, 1, 4, 4, 2, 5, 1524, True, True, "flash2", CLEANUP,
      "conf/training/llama/llama3_70b.yaml (VP 5 after the clean-up), examples/training/llama/h100/llama3_70b_fp8.sh "
      "(ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192)"),
 ]
