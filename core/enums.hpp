@@ -90,9 +90,10 @@ FORESIGHT_ENUM_NAMES(Framework, {Framework::megatron, "megatron"}, {Framework::m
 /// PyTorch 2.11's SDPA); flash2: FlashAttention-2 itself (flash-attn 2.x, and PyTorch SDPA's flash
 /// backend through 2.8, which vendors it), where a GPU file tells it apart; cudnn: cuDNN's fused
 /// attention (Transformer Engine on Hopper).
-enum class AttentionImpl { unfused, flash, cudnn, flash2 };
+enum class AttentionImpl { unfused, flash, cudnn, flash2, flash_triton };
 FORESIGHT_ENUM_NAMES(AttentionImpl, {AttentionImpl::unfused, "unfused"}, {AttentionImpl::flash, "flash"},
-                     {AttentionImpl::cudnn, "cudnn"}, {AttentionImpl::flash2, "flash2"});
+                     {AttentionImpl::cudnn, "cudnn"}, {AttentionImpl::flash2, "flash2"},
+                     {AttentionImpl::flash_triton, "flash-triton"});
 
 /// How MoE tokens reach their experts: a gather/scatter permute (our kernels: one permute before
 /// the experts, one unpermute after), DeepSpeed-MoE 2021's dense one-hot einsums, `sec,sm->ecm` to

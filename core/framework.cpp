@@ -89,6 +89,44 @@ constexpr ElementwiseTraffic kPytorchAutocastCompiledTraffic{
     .loss_forward = 4, .loss_backward = 4, .loss_launches_forward = 2, .loss_launches_backward = 1,
     .weight_cast_forward = 6, .weight_cast_backward = 6};
 
+/// llm-foundry's MPT block as its benchmarks run it (mosaicml/llm-foundry @ b2a43a147:
+/// scripts/train/benchmarking/submit_benchmarks.py forces norm_type low_precision_layernorm;
+/// llmfoundry/models/layers/norm.py, blocks.py, attention.py, mpt/modeling_mpt.py), under autocast
+/// with FSDP1 handing it bf16 parameters. Norms: LPLayerNorm runs F.layer_norm in bf16 with
+/// autocast off (its input and weight casts are no-ops on bf16 tensors): read 2, write 2 per norm,
+/// 8 in 2 launches; backward the input-gradient kernel (read dy and x, write dx: 6) and the
+/// gamma/beta kernel (read dy and x: 4), 20 in 4 launches. Residual: x + dropout(b) in bf16 with
+/// resid_pdrop 0 (ATen's dropout returns its input at p = 0): 2 + 2 + 2 per site, 12 in 2 launches;
+/// backward the two gradient paths added at each fork (6 per site). Layout: the Triton flash kernel
+/// takes q, k, v as strided views of the fused QKV output and returns a view, so no copy forward;
+/// backward the chunk's gradient is a cat of dq, dk, dv into the (tokens, 3h) buffer (read 6,
+/// write 6): 12 in 1 launch. GeLU and bias gradients as eager PyTorch. Embedding: bf16 word and
+/// position rows gathered (2 + 2 each) and added (2 + 2 + 2): 14; backward the two scatter-adds
+/// into bf16 gradients (2 + 2 each): 8. Loss: the default loss_fn fused_crossentropy is
+/// flash-attn's CUDA cross-entropy (modeling_mpt.py raises if it is not installed), reading the
+/// bf16 logits for the row maximum and the sum of exponentials (2 + 2) and, backward, reading them
+/// once more and writing their bf16 gradient (2 + 2): 4 and 4 in one launch each. Beside it the
+/// training metrics: ComposerMPTCausalLM's train_metrics default to LanguageCrossEntropy and
+/// LanguagePerplexity (use_train_metrics true; the benchmark configs do not change it), and
+/// Composer updates both after every micro-batch's backward on the cached logits
+/// (composer v0.16 trainer.py _train_microbatch -> _eval_train_metrics, under the autocast
+/// context), each its own torch.nn.CrossEntropyLoss (LanguagePerplexity subclasses
+/// LanguageCrossEntropy's update): cross_entropy autocasts to fp32 (the cast: read 2, write 4)
+/// and log_softmax reads the fp32 rows three times (vocab x 4 bytes exceeds a block's shared
+/// memory) and writes them once (16): 22 per metric, 44 for the two in 4 launches, forward only.
+/// The loss entries carry both: 48 in 5 launches forward, 4 in 1 backward. Weights:
+/// autocast's casts as eager PyTorch (6 + 6 per parameter under DDP; under FSDP,
+/// cost_models/roofline.cpp weight_cast_bytes prices FSDP1's gradient flattening and cast).
+constexpr ElementwiseTraffic kLlmFoundryMptTraffic{
+    .norms_forward = 8, .norms_backward = 20, .norms_launches_forward = 2, .norms_launches_backward = 4,
+    .residual_forward = 12, .residual_backward = 12, .residual_launches_forward = 2, .residual_launches_backward = 2,
+    .layout_forward = 0, .layout_backward = 12, .layout_launches_forward = 0, .layout_launches_backward = 1,
+    .activation_forward = 4, .activation_backward = 6,
+    .bias_grad = 2,
+    .embedding_forward = 14, .embedding_backward = 8, .embedding_launches = 3,
+    .loss_forward = 48, .loss_backward = 4, .loss_launches_forward = 5, .loss_launches_backward = 1,
+    .weight_cast_forward = 6, .weight_cast_backward = 6};
+
 /// torchtitan's Llama block in eager mode (torchtitan models/llama/model.py and models/norms.py,
 /// 2024): FSDP2 computes in bf16 (MixedPrecisionPolicy param_dtype bf16), no autocast; per
 /// (tokens, hidden) element unless stated:
@@ -339,12 +377,15 @@ std::array<FrameworkTraits, 9> make_table() {
   pytorch.tp_batch_first_relayout = true;
 
   // MosaicML's llm-foundry (2023-24): Composer's FSDP1 (FULL_SHARD) under autocast bf16 over fp32
-  // parameters, as eager PyTorch above, on its MPT models. What differs: its attention kernel
-  // (attn_impl triton or flash, priced as the GPU's flash figure and scaled by the calibrated
-  // fsdp_h100_attention_scale on H100), and its loss: ComposerMPTCausalLM's default loss_fn
-  // fused_crossentropy, flash-attn's CUDA cross-entropy, reads the bf16 logits and writes a bf16
-  // gradient, 4 bytes per logit at the backward's peak instead of eager F.cross_entropy's 12
-  // (llmfoundry/models/mpt/modeling_mpt.py). No tensor or context parallelism in its benchmarks.
+  // parameters, as eager PyTorch above, on its MPT models. What differs: its elementwise traffic
+  // (kLlmFoundryMptTraffic: bf16 norms and residual stream, no attention re-layout, the fused
+  // cross-entropy and Composer's training metrics), its attention kernel (the benchmarks' attn_impl
+  // triton: FlashAttention's Triton kernel, the GPU file's flash_triton figure where it has one,
+  // else its flash figure scaled by the calibrated fsdp_h100_attention_scale on H100), and its
+  // loss: ComposerMPTCausalLM's default loss_fn fused_crossentropy, flash-attn's CUDA
+  // cross-entropy, reads the bf16 logits and writes a bf16 gradient, 4 bytes per logit at the
+  // backward's peak instead of eager F.cross_entropy's 12 (llmfoundry/models/mpt/modeling_mpt.py).
+  // No tensor or context parallelism in its benchmarks.
   FrameworkTraits llm_foundry = pytorch;
   llm_foundry.id = Framework::llm_foundry;
   llm_foundry.name = "llm-foundry";
@@ -353,6 +394,8 @@ std::array<FrameworkTraits, 9> make_table() {
       "mosaicml/llm-foundry (llmfoundry/models/mpt/modeling_mpt.py loss_fn, attn_config; scripts/train/benchmarking); "
       "Composer FSDP docs (sharding_strategy, mixed_precision DEFAULT / PURE)";
   llm_foundry.activations.logits_bytes = 4;
+  llm_foundry.elementwise = kLlmFoundryMptTraffic;
+  llm_foundry.attention = AttentionImpl::flash_triton;
   // MPT's low_precision_layernorm runs the norms in bf16 (autocast off around F.layer_norm), so the
   // residual stream and the norms' inputs stay 16-bit; Composer's FSDP gathers bf16 parameters
   // (mixed_precision DEFAULT and PURE: param_dtype bf16), so autocast keeps no weight copies.

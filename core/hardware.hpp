@@ -32,6 +32,9 @@ struct GpuKernelFigures {
   // FlashAttention-2's own figure where the flash figure above measured a newer kernel (GH100:
   // PyTorch 2.11's SDPA); unset: the flash figure is FlashAttention-2's (A100) or none is known.
   std::optional<SourcedValue> flash2_attention_efficiency;
+  // FlashAttention's Triton kernel (flash_attn/flash_attn_triton.py, MPT's attn_impl triton);
+  // unset: the flash figure stands in for it, scaled where a calibrated parameter says so.
+  std::optional<SourcedValue> flash_triton_attention_efficiency;
   // Of peak HBM bandwidth, the rate at which unfused attention moves its (b, heads, s, s) score
   // matrices; unset: the streaming figure.
   std::optional<SourcedValue> unfused_score_efficiency;

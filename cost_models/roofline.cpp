@@ -22,9 +22,11 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
   if (k.fp8_split_accumulation_slowdown) p.fp8_split_accumulation_slowdown = k.fp8_split_accumulation_slowdown->value;
   if (k.unfused_score_efficiency) p.score_memory_efficiency = k.unfused_score_efficiency->value;
   const std::optional<SourcedValue>& fused =
-      attention == AttentionImpl::cudnn                                         ? k.cudnn_attention_efficiency
-      : attention == AttentionImpl::flash2 && k.flash2_attention_efficiency ? k.flash2_attention_efficiency
-                                                                              : k.flash_attention_efficiency;
+      attention == AttentionImpl::cudnn                                                    ? k.cudnn_attention_efficiency
+      : attention == AttentionImpl::flash2 && k.flash2_attention_efficiency             ? k.flash2_attention_efficiency
+      : attention == AttentionImpl::flash_triton && k.flash_triton_attention_efficiency ? k.flash_triton_attention_efficiency
+                                                                                          : k.flash_attention_efficiency;
+  p.triton_attention_shape = attention == AttentionImpl::flash_triton;
   if (attention != AttentionImpl::unfused && fused) p.flash_efficiency = fused->value;
   if (has_attention_figure) *has_attention_figure = attention == AttentionImpl::unfused || fused.has_value();
   return p;
@@ -149,6 +151,22 @@ double fused_attention_shape_factor(double head_dim, double context) {
   return (at64 + w * (at128 - at64)) / 265.0;
 }
 
+double triton_attention_shape_factor(double head_dim, double context) {
+  // FlashAttention's Triton kernel forward + backward, causal, on an A100 80GB SXM4 (the "FlashAttention
+  // Triton" bars of Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png, the same
+  // sweep as the FlashAttention-2 figures), TFLOP/s by sequence length 512 .. 16k: head dim 128:
+  // 50, 61, 68, 74, 78, 80; head dim 64: 59, 75, 79, 76, 79, 80. Relative to (128, 2k), as above.
+  static constexpr double kD128[] = {50, 61, 68, 74, 78, 80};
+  static constexpr double kD64[] = {59, 75, 79, 76, 79, 80};
+  const double x = std::clamp(std::log2(std::max(context, 1.0) / 512.0), 0.0, 5.0);
+  const int i = std::min(4, int(x));
+  const double f = x - i;
+  const double at128 = kD128[i] + f * (kD128[i + 1] - kD128[i]);
+  const double at64 = kD64[i] + f * (kD64[i + 1] - kD64[i]);
+  const double w = std::clamp((head_dim - 64.0) / 64.0, 0.0, 1.0);
+  return (at64 + w * (at128 - at64)) / 68.0;
+}
+
 Seconds RooflineCompute::flash_forward(double bh, double tokens, double context, double d, bool causal,
                                        int window) const {
   // QK^T and AV over the visible part of the (tokens x context) score matrix.
@@ -164,7 +182,10 @@ Seconds RooflineCompute::flash_forward(double bh, double tokens, double context,
     band = w;
   }
   const double flops = 4.0 * bh * visible * d;
-  const double efficiency = p_.flash_efficiency * (p_.fused_attention_shape ? fused_attention_shape_factor(d, band) : 1.0);
+  const double shape = !p_.fused_attention_shape    ? 1.0
+                       : p_.triton_attention_shape ? triton_attention_shape_factor(d, band)
+                                                   : fused_attention_shape_factor(d, band);
+  const double efficiency = p_.flash_efficiency * shape;
   return Seconds(flops / (attention_peak_.value() * efficiency)) + p_.launch_overhead;
 }
 
@@ -222,17 +243,20 @@ Fp8CastTimes torchao_fp8_casts(const RooflineCompute& rc, Fp8Scaling scaling, bo
 namespace {
 /// Bytes per Linear weight element of the traffic table's weight casts (autocast over fp32
 /// parameters: the fp32 weight cast to 16 bits each forward, its 16-bit gradient cast back). Under
-/// ZeRO-3 the layers see the gathered 16-bit parameters (FSDP's param_dtype), so nothing is cast
-/// forward (FSDP1 casts only the local fp32 shard before its all-gather, 1/k of this); backward the
-/// unsharded 16-bit gradient is cast to the reduce dtype before its reduce-scatter only when that
-/// is wider (FSDP1 _reduce_grad with reduce_dtype fp32, Composer's mixed_precision DEFAULT; none
-/// under PURE, where parameters and gradients stay bf16). Frameworks that price their sharding
-/// copies elsewhere (FSDP2's, FrameworkTraits::fsdp2_unit_copies) carry zero here.
+/// ZeRO-3 a framework that casts weights at all shards with FSDP1 here (FSDP2 prices its copies
+/// with its gathers, FrameworkTraits::fsdp2_unit_copies; Megatron and DeepSpeed hold 16-bit
+/// weights and their tables carry no casts). FSDP1's layers see the gathered 16-bit parameters
+/// (param_dtype), so nothing is cast forward (only the local fp32 shard before its all-gather, 1/k
+/// of this). Backward, the layers' 16-bit gradients reach the flat gradient through the split
+/// views' backward, a cat (read and write the 16-bit gradient), and the flat gradient is cast to
+/// the reduce dtype before its reduce-scatter when that is wider (FSDP1 _post_backward_hook with
+/// reduce_dtype fp32, Composer's mixed_precision DEFAULT; not under PURE).
 double weight_cast_bytes(const ExecutionModel& x, const PlanSpec& p, bool backward) {
   const ElementwiseTraffic& tr = *x.elementwise;
   if (p.zero < 3) return backward ? tr.weight_cast_backward : tr.weight_cast_forward;
-  if (!backward) return 0.0;
-  return x.bytes.reduce > x.bytes.gather ? std::min(tr.weight_cast_backward, x.bytes.gather + x.bytes.reduce) : 0.0;
+  if (!backward || !(tr.weight_cast_backward > 0) || x.framework->fsdp2_unit_copies) return 0.0;
+  const double gb = x.bytes.gather, rb = x.bytes.reduce;
+  return 2.0 * gb + (rb > gb ? gb + rb : 0.0);
 }
 }  // namespace
 

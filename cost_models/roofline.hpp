@@ -50,6 +50,9 @@ struct RooflineParams {
   /// (fused_attention_shape_factor); off for a kernel with another shape dependence (the fit of
   /// this project's own attention kernel in calibrate/).
   bool fused_attention_shape = true;
+  /// The fused kernel is FlashAttention's Triton kernel, whose shape dependence is its own
+  /// (triton_attention_shape_factor) rather than FlashAttention-2's.
+  bool triton_attention_shape = false;
   /// Fraction of peak HBM bandwidth at which unfused attention moves its (b, heads, s, s) score
   /// matrices: the batched GEMMs writing and reading them, the masked softmax and the dropout.
   /// Unset: the streaming figure above (no unfused-attention measurement for that GPU).
@@ -68,6 +71,10 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
 /// head dim 128 at sequence 2k (where the GPU files' fused-attention figures are taken):
 /// FlashAttention-2's published H100 sweep (roofline.cpp), applied to every GPU's fused kernel.
 double fused_attention_shape_factor(double head_dim, double context);
+
+/// The same for FlashAttention's Triton kernel, from its own column of FlashAttention-2's A100 sweep
+/// (roofline.cpp): flatter in the sequence, and faster at head dim 64 than at 128.
+double triton_attention_shape_factor(double head_dim, double context);
 
 /// A GEMM C(m x n) = A(m x k) B(k x n), `batch` times, 2-byte inputs and outputs.
 struct GemmShape {

@@ -199,8 +199,17 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
   // over HBM per parameter; one kernel per parameter tensor (12 per transformer layer: 4 weights,
   // 4 biases, 2 layernorms' two each). Where gradients are freed between steps the first
   // micro-batch creates them instead: (m - 1) / m of the passes remain.
+  // Under ZeRO-3 the gradients are reduce-scattered every micro-batch and added into the rank's
+  // shard only (FSDP1 _accumulate_sharded_grad, FSDP2's sharded grad, DeepSpeed stage 3's
+  // partition copy_/add_), which the first micro-batch creates: 1/k of the parameters, (m - 1) / m
+  // of the passes. Pipelines that reduce once per step keep the unsharded gradients
+  // (FrameworkTraits::fsdp_pipeline_step_sync) and add into them as without ZeRO-3.
   const int micro_batches = p.micro_batches(in.e.training);
-  const double paid = in.x.bytes.first_accumulation_free ? double(micro_batches - 1) / micro_batches : 1.0;
+  const bool sharded_accumulation = p.zero >= 3 && !(in.x.framework->fsdp_pipeline_step_sync && p.pp > 1);
+  const double paid = in.x.bytes.first_accumulation_free || sharded_accumulation
+                          ? double(micro_batches - 1) / micro_batches
+                          : 1.0;
+  const double accumulated_share = sharded_accumulation ? 1.0 / std::max(1, p.shard_ways()) : 1.0;
   for (int s = 0; s < p.pp; ++s) {
     const int stage_layer_count = int(cost_models::stage_layers(m, p, s).size());
     const double stage_params = cost_models::parameters_on_gpu(*in.x.framework, m, p, s).total();
@@ -211,7 +220,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
       const double chunk_params = stage_params * per_chunk / std::max(1, stage_layer_count);
       const Seconds accumulate =
           in.compute.memory_bound
-              ? in.compute.memory_bound(Bytes(chunk_params * in.x.bytes.accumulate), 12 * per_chunk) * paid
+              ? in.compute.memory_bound(Bytes(chunk_params * accumulated_share * in.x.bytes.accumulate), 12 * per_chunk) * paid
               : Seconds(0);
       int context = 0;
       for (int k = 0; k < n_slices; ++k) {
