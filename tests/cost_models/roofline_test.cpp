@@ -379,3 +379,29 @@ TEST(Roofline, FsdpOneCastsOnlyTheGradientsToAWiderReduceDtype) {
   EXPECT_NEAR(fsdp.backward_ops.layernorms.value() - ddp.backward_ops.layernorms.value(), bytes(4.0 * P), 1e-12);
   EXPECT_NEAR(fsdp.backward_ops.layernorms.value() - pure.backward_ops.layernorms.value(), bytes(6.0 * P), 1e-12);
 }
+
+TEST(Roofline, A100FlashTritonReplaysItsBarsOfTheFlashAttention2Sweep) {
+  // The "FlashAttention Triton" bars of FlashAttention-2's A100 80GB SXM4 sweep (Dao-AILab/
+  // flash-attention assets/flash2_a100_fwd_bwd_benchmark.png), causal, TFLOP/s forward + backward
+  // by sequence 512 .. 16k (16384 tokens per batch, hidden 2048): the GPU file's
+  // flash_triton_attention_efficiency (the 2k bar at head dim 128) and its shape curve must give
+  // every bar back, the backward at 2.5 forwards as the sweep counts it.
+  const GpuSpec gpu = a100();
+  const RooflineCompute rc(gpu, Dtype::bf16, roofline_params_for(gpu, AttentionImpl::flash_triton));
+  const double seqs[] = {512, 1024, 2048, 4096, 8192, 16384};
+  const double d128[] = {50, 61, 68, 74, 78, 80}, d64[] = {59, 75, 79, 76, 79, 80};
+  for (int d : {64, 128}) {
+    for (int i = 0; i < 6; ++i) {
+      const double s = seqs[i], bh = (16384 / s) * (2048.0 / d);
+      const double forward = rc.flash_forward(bh, s, s, d, true, 0).value();
+      const double counted = 4.0 * bh * s * s * d / 2.0;  // the sweep's causal forward FLOPs
+      const double tflops = 3.5 * counted / (3.5 * forward) / 1e12;
+      EXPECT_NEAR(tflops / (d == 128 ? d128[i] : d64[i]), 1.0, 0.02) << "d " << d << " seq " << s;
+    }
+  }
+  // Where a GPU file has no Triton figure (GH100) the flash figure stands in, on the Triton curve.
+  const GpuSpec h100 = load_gpu(resolve_scenario("gpus", "h100-sxm"));
+  EXPECT_EQ(roofline_params_for(h100, AttentionImpl::flash_triton).flash_efficiency,
+            roofline_params_for(h100, AttentionImpl::flash).flash_efficiency);
+  EXPECT_TRUE(roofline_params_for(h100, AttentionImpl::flash_triton).triton_attention_shape);
+}

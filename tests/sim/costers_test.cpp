@@ -498,6 +498,35 @@ TEST(CostLayerChunks, UnevenInterleavedChunksHoldTheirOwnLayers) {
     }
 }
 
+TEST(CostLayerChunks, ZeroThreeAccumulatesIntoTheRanksShardOnly) {
+  // Under ZeRO-3 each micro-batch's gradients are reduce-scattered and added into the rank's 1/k
+  // shard (FSDP1 _accumulate_sharded_grad, DeepSpeed stage 3's partition add), which the first
+  // micro-batch creates; without ZeRO-3 (Megatron-LM, fp32 main grads) every micro-batch adds
+  // into the whole buffer. gpt3-1.3b on tp 1 x pp 1 x dp 8, 4 micro-batches, generic framework.
+  Experiment e = small();
+  e.plan = PlanSpec{};
+  e.plan.framework = Framework::generic;
+  e.plan.dp = 8;
+  e.training.global_batch = 32;  // 4 micro-batches of 1 per rank
+  e.plan.zero = 3;
+  validate_experiment(e);
+  Costed k(e);
+  ASSERT_EQ(e.plan.shard_ways(), 8);
+  cost_layer_chunks(k.in(), k.c);
+  const double layers = 24, per_layer_compute = layers * 2e-3;
+  const double pass = k.params(0) / 8.0 * k.x.bytes.accumulate * 1e-9 * 3.0 / 4.0;
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward.value(), per_layer_compute + pass, 1e-9);
+  // The same plan without sharding pays the whole buffer every micro-batch (or m - 1 of m where
+  // the framework frees gradients between steps).
+  e.plan.zero = 0;
+  validate_experiment(e);
+  Costed u(e);
+  cost_layer_chunks(u.in(), u.c);
+  const double whole = u.params(0) * u.x.bytes.accumulate * 1e-9 * (u.x.bytes.first_accumulation_free ? 0.75 : 1.0);
+  EXPECT_NEAR(u.c.chunk[0][0][0].backward.value(), per_layer_compute + whole, 1e-9);
+  EXPECT_GT(whole, 6.0 * pass);
+}
+
 TEST(TpCollective, CalibratedEfficiencyScalesTheTransferOnly) {
   // GPT-3 1.3B at tp 2 (h 2048, one sequence of 2048 tokens, bf16): two all-reduces of the 8 MiB
   // (b, s, h) activation per layer and direction. At a calibrated share of 0.5 of the links' rate
