@@ -32,6 +32,12 @@ bool fp8_sequence_parallel_gathers(const ExecutionModel& x, const PlanSpec& plan
          plan.sequence_parallel && plan.tp > 1;
 }
 
+bool te_fp8_sequence_parallel_gathers(const ExecutionModel& x, const PlanSpec& plan) {
+  return x.framework->fp8_transformer_engine && x.dtype == Dtype::fp8 &&
+         (x.fp8_scaling == Fp8Scaling::delayed || x.fp8_scaling == Fp8Scaling::tensorwise) && plan.sequence_parallel &&
+         plan.tp > 1;
+}
+
 ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& plan, const GpuSpec* gpu) {
   const FrameworkTraits& fw = framework_traits(plan.framework);
   ExecutionModel x;

@@ -99,6 +99,17 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
 /// (sim/costing.cpp) and the inputs are cast on their 1/tp shard (cost_models/roofline.cpp).
 bool fp8_sequence_parallel_gathers(const ExecutionModel& x, const PlanSpec& plan);
 
+/// Whether Transformer Engine gathers its sequence-parallel operands in FP8, both ways: FP8 training
+/// with TE's linears (FrameworkTraits::fp8_transformer_engine), tp > 1 with sequence parallelism.
+/// Forward, LayerNormLinear quantizes its norm output on the sequence shard and all-gathers the FP8
+/// bytes (TE v1.8 module/layernorm_linear.py: ln_out allocated as uint8 under fp8 without
+/// return_layernorm_output, which Megatron-Core's TELayerNormColumnParallelLinear does not ask for;
+/// gather_along_first_dim); backward, the row-parallel linears' output gradient is cast on its
+/// shard and gathered in FP8 (module/base.py grad_output_preprocess, "FP8 case with gather"); TE
+/// 2.x gathers current-scaled tensors in FP8 as well (distributed.py _all_gather_fp8). The
+/// reduce-scatters stay 16-bit.
+bool te_fp8_sequence_parallel_gathers(const ExecutionModel& x, const PlanSpec& plan);
+
 /// The whole execution model of a plan on a cluster's GPU: execution_model() plus the compute
 /// model from the GPU's sourced kernel figures and the matching part of its bundled calibration
 /// profile (scenarios/profiles/<gpu name>.json, read once per process). A fused attention kernel

@@ -427,8 +427,15 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     const double inputs = T * h + T * v_w / t + fc1_inputs + ffn_tokens * ffn_width / ffn_split + T * shared_width / t;
     const double grads = T * (q + 2 * kv_dim) / t + T * h + (ffn_tokens * ffn_width / ffn_split + T * shared_width / t) * up +
                          (ffn_tokens + (shared_width > 0 ? T : 0.0)) * h;
+    // Transformer Engine's LayerNormLinear (Megatron-Core's QKV and a dense layer's FC1) quantizes
+    // its own norm output, on the sequence shard under sequence parallelism, before gathering it in
+    // FP8 (te_fp8_sequence_parallel_gathers): under delayed scaling the norm kernel writes FP8 with
+    // the known scale, no cast pass (TE module/layernorm_linear.py, the fused layernorm_fwd_fp8);
+    // under current scaling the norm records the amax and the shard is cast (3 bytes per element).
+    const double norm_fed = x.framework->fp8_transformer_engine ? T * h + (moe_layer && m.moe ? 0.0 : T * h) : 0.0;
+    const double norm_shard = p.sequence_parallel && p.tp > 1 ? 1.0 / t : 1.0;
     if (x.fp8_scaling == Fp8Scaling::delayed) {
-      F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs), 4);
+      F.fp8_casts = rc.memory_bound(Bytes(3.0 * (inputs - norm_fed)), 4);
       B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
     } else if (x.framework->fp8_transformer_engine) {
       // Transformer Engine's current scaling (Float8CurrentScalingQuantizer, TE v2.7: an amax
@@ -442,7 +449,8 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       const double unfused = T * v_w / t + (moe_layer && m.moe ? ffn_tokens * h : 0.0) +
                              ffn_tokens * ffn_width / ffn_split + T * shared_width / t;
       const double expert_launches = moe_layer && m.moe ? 6.0 * groups : 0.0;
-      F.fp8_casts = rc.memory_bound(Bytes(3.0 * inputs + 2.0 * unfused), int(10 + expert_launches));
+      F.fp8_casts = rc.memory_bound(Bytes(3.0 * (inputs - norm_fed * (1.0 - norm_shard)) + 2.0 * unfused),
+                                    int(10 + expert_launches));
       B.fp8_casts = rc.memory_bound(Bytes(6.0 * grads + 2.0 * inputs), int(16 + expert_launches));
     } else {
       // torchao's dynamic scaling (torchao_fp8_casts).

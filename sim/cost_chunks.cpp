@@ -107,7 +107,7 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   // The forward's all-gathers, which a per-op selective recompute re-runs: half of the
   // collectives, unless they carry FP8 (then the forward is what differs from tp_blocking).
   Seconds forward_gathers = 0.5 * tp_blocking;
-  if (p.sequence_parallel && p.tp > 1 && tp_forward_gather_scale(in) < 1.0) {
+  if (p.sequence_parallel && p.tp > 1 && tp_gather_scale(in, true) != tp_gather_scale(in, false)) {
     const TpGathersScatters fwd = tp_gathers_scatters(in, tokens, true);
     forward_gathers = fwd.gathers;
     if (!p.tp_overlap) s.forward_tp = fwd.total();

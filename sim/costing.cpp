@@ -169,9 +169,10 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens) {
   return syncs * tp_collective(in, Collective::all_reduce, act, tp);
 }
 
-double tp_forward_gather_scale(const CostInputs& in) {
-  return cost_models::fp8_sequence_parallel_gathers(in.x, in.e.plan) ? 1.0 / in.x.bytes.activation  // one byte each
-                                                                     : 1.0;
+double tp_gather_scale(const CostInputs& in, bool forward) {
+  const bool fp8 = (forward && cost_models::fp8_sequence_parallel_gathers(in.x, in.e.plan)) ||
+                   cost_models::te_fp8_sequence_parallel_gathers(in.x, in.e.plan);
+  return fp8 ? 1.0 / in.x.bytes.activation : 1.0;  // one byte each
 }
 
 TpGathersScatters tp_gathers_scatters(const CostInputs& in, int tokens, bool forward) {
@@ -182,7 +183,7 @@ TpGathersScatters tp_gathers_scatters(const CostInputs& in, int tokens, bool for
   // Per direction a sequential block syncs twice (after attention, after the MLP); a parallel
   // block once (GPT-NeoX's gpt_j_residual "reduce once").
   const double syncs = in.e.model.parallel_block ? 1.0 : 2.0;
-  return {syncs * tp_collective(in, Collective::all_gather, act * (forward ? tp_forward_gather_scale(in) : 1.0), tp),
+  return {syncs * tp_collective(in, Collective::all_gather, act * tp_gather_scale(in, forward), tp),
           syncs * tp_collective(in, Collective::reduce_scatter, act, tp)};
 }
 
@@ -192,7 +193,7 @@ TpGathersScatters tp_relayout_per_layer(const CostInputs& in, int tokens, bool f
       !in.x.framework->tp_batch_first_relayout)
     return {};
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
-  const double gathered = forward ? tp_forward_gather_scale(in) : 1.0;
+  const double gathered = tp_gather_scale(in, forward);
   // torch.cat(torch.chunk(...)) after the all-gather and before the reduce-scatter: one kernel
   // reading and writing the whole activation each; a sequential block has two of each. Async TP's
   // micro-pipelined ops (torch.distributed._symmetric_memory) move about as much: the fused
@@ -241,8 +242,8 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   if (!p.tp_overlap) return (attention_only ? 0.5 : 1.0) * tp_comm_per_layer(in, tokens);
   const CommGroup tp = plan_groups(p, in.e.cluster).tp;
   const Bytes act = activation_tensor(in.x, p.micro_batch, tokens, in.e.model.hidden);
-  // Forward, the all-gathers may carry FP8 (tp_forward_gather_scale); backward, bf16 gradients.
-  const Seconds ag = tp_collective(in, Collective::all_gather, act * (backward ? 1.0 : tp_forward_gather_scale(in)), tp),
+  // The all-gathers may carry FP8 (tp_gather_scale: torchtitan's forward only, TE's both ways).
+  const Seconds ag = tp_collective(in, Collective::all_gather, act * tp_gather_scale(in, !backward), tp),
                 rs = tp_collective(in, Collective::reduce_scatter, act, tp);
   // Async TP moves one chunk per GEMM chunk (torch's micro-pipelined TP through symmetric memory,
   // Transformer Engine's userbuffers), not a resident bulk collective beside whole GEMMs: the SM
@@ -403,7 +404,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   b.bubble = sb.idle - sb.pp_wait - sb.offload_wait;
   // The idle time and the waits are sums of the same event times: what remains when all idle time
   // was waiting is rounding, not a negative bubble.
-  if (b.bubble < Seconds(0) && b.bubble > -1e-9 * r.iteration) b.bubble = Seconds(0);
+  if (b.bubble < 1e-9 * r.iteration && b.bubble > -1e-9 * r.iteration) b.bubble = Seconds(0);
 
   out.memory_per_stage = in.x.host ? host_memory_per_stage(e, in.x)
                                    : cost_models::memory_per_stage(in.x, e.model, e.training, e.plan);

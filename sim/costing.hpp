@@ -132,10 +132,11 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
 /// tp_comm_efficiency_scale; 1 where none applies).
 Seconds tp_collective(const CostInputs& in, Collective c, Bytes message, const CommGroup& group);
 
-/// Element size of the forward sequence-parallel all-gathers' payload relative to the activation's:
-/// 1 / activation bytes where the framework gathers the column-parallel linears' inputs in float8
-/// (FrameworkTraits::fp8_tensorwise_tp_gather with dtype fp8 and tensorwise scaling), else 1.
-double tp_forward_gather_scale(const CostInputs& in);
+/// Element size of one direction's sequence-parallel all-gathers' payload relative to the
+/// activation's: 1 / activation bytes where they carry FP8 (forward, torchtitan's float8 TP plan,
+/// cost_models::fp8_sequence_parallel_gathers; both ways, Transformer Engine's,
+/// cost_models::te_fp8_sequence_parallel_gathers), else 1.
+double tp_gather_scale(const CostInputs& in, bool forward);
 
 /// One direction's sequence-parallel collectives, or what goes with them, split by kind.
 struct TpGathersScatters {
@@ -143,14 +144,14 @@ struct TpGathersScatters {
   Seconds total() const { return gathers + scatters; }
 };
 
-/// A layer's sequence-parallel all-gathers (forward at tp_forward_gather_scale) and reduce-scatters
+/// A layer's sequence-parallel all-gathers (at tp_gather_scale) and reduce-scatters
 /// in one direction without overlap; zero without tp or sequence parallelism.
 TpGathersScatters tp_gathers_scatters(const CostInputs& in, int tokens, bool forward);
 
 /// The re-layout copies around one layer's sequence-parallel collectives in one direction
 /// (FrameworkTraits::tp_batch_first_relayout: with micro_batch > 1, a read and a write of the whole
 /// (b, tokens, h) activation after each all-gather and before each reduce-scatter; forward gathers
-/// at tp_forward_gather_scale). They run on the compute stream; async TP (plan.tp_overlap) pays
+/// at tp_gather_scale). They run on the compute stream; async TP (plan.tp_overlap) pays
 /// about as much (see the definition). Zero without tp, sequence parallelism or the trait, and at
 /// micro_batch 1.
 TpGathersScatters tp_relayout_per_layer(const CostInputs& in, int tokens, bool forward);

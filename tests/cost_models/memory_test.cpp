@@ -567,8 +567,9 @@ TEST(MoeCompute, BusiestExpertTokensDropless) {
 
 
 TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
-  // Llama 3.1 8B on one H100, tp 1, 4096 tokens, FP8 linears: the forward quantizes the inputs of
-  // QKV (T h), projection (T q), FC1 (T h) and FC2 (T f): 3 bytes per element (read 2, write 1);
+  // Llama 3.1 8B on one H100, tp 1, 4096 tokens, FP8 linears (Megatron-Core, TE delayed scaling):
+  // the forward quantizes the inputs of projection (T q) and FC2 (T f), 3 bytes per element (read
+  // 2, write 1); QKV's and FC1's inputs (T h each) leave TE's LayerNormLinear already in FP8;
   // the backward casts and transposes the output gradients of QKV (T (q + 2 kv)), projection
   // (T h), FC1 (T 2f: gate and up) and FC2 (T h), 4 bytes each, and transposes the saved inputs
   // (2 bytes each).
@@ -581,7 +582,7 @@ TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
   const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, false);
   const double inputs = T * h + T * q + T * h + T * f;
   const double grads = T * (q + 2 * kv) + T * h + T * 2 * f + T * h;
-  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3 * inputs), 4).value());
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3 * (T * q + T * f)), 4).value());
   EXPECT_DOUBLE_EQ(lt.backward_ops.fp8_casts.value(),
                    x.roofline().memory_bound(Bytes(4 * grads + 2 * inputs), 8).value());
   // The LM head runs at the 16-bit GEMM speed: the same as a bf16 execution's.
@@ -612,8 +613,9 @@ TEST(ActivationBytesPerLayer, ParallelBlockStoresTheSharedInputOnce) {
 
 TEST(Fp8Recipe, RoutedExpertsQuantizeTheirRoutedRows) {
   // Mixtral 8x7B on one H100, tp 1, ep 1, one sequence of T = 4096 tokens, FP8 linears, dropless
-  // top-2 routing (imbalance 1): the experts see 2T rows. Forward casts: QKV input T h, projection
-  // input T q, the experts' FC1 input 2T h (the permuted rows, not T h), their FC2 input 2T f.
+  // top-2 routing (imbalance 1): the experts see 2T rows. Forward casts: projection input T q, the
+  // experts' FC1 input 2T h (the permuted rows, not T h), their FC2 input 2T f; QKV's input leaves
+  // TE's LayerNormLinear in FP8 (delayed scaling), the experts' is not a norm's output.
   // Backward: output gradients of QKV T (q + 2 kv), projection T h, FC1 2T x 2f (gate and up),
   // FC2 2T h; plus the transposes of the saved inputs.
   Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
@@ -626,7 +628,7 @@ TEST(Fp8Recipe, RoutedExpertsQuantizeTheirRoutedRows) {
   const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, true);
   const double inputs = T * h + T * q + 2 * T * h + 2 * T * f;
   const double grads = T * (q + 2 * kv) + T * h + 2 * T * 2 * f + 2 * T * h;
-  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3 * inputs), 4).value());
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3 * (inputs - T * h)), 4).value());
   EXPECT_DOUBLE_EQ(lt.backward_ops.fp8_casts.value(),
                    x.roofline().memory_bound(Bytes(4 * grads + 2 * inputs), 8).value());
 }

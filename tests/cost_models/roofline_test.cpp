@@ -405,3 +405,17 @@ TEST(Roofline, A100FlashTritonReplaysItsBarsOfTheFlashAttention2Sweep) {
             roofline_params_for(h100, AttentionImpl::flash).flash_efficiency);
   EXPECT_TRUE(roofline_params_for(h100, AttentionImpl::flash_triton).triton_attention_shape);
 }
+
+TEST(Roofline, TransformerEngineNormLinearsQuantizeTheirOwnOutputUnderDelayedScaling) {
+  // NeMo's GPT-3 5B (Megatron-Core, TE delayed scaling, tp 1, micro-batch 4 x 2048 tokens): QKV's
+  // and FC1's inputs come out of TE's LayerNormLinear already in FP8, so the forward's cast kernels
+  // (read 2, write 1) quantize only the projection's input (T x h) and FC2's (T x ffn) in 4 launches.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "nemo2407-gpt3-5b-64xh100-fp8"));
+  ASSERT_EQ(e.training.dtype, Dtype::fp8);
+  ASSERT_EQ(e.training.fp8_scaling, Fp8Scaling::delayed);
+  ASSERT_EQ(e.plan.tp, 1);
+  const ExecutionModel x = resolve_execution(e);
+  const LayerTimes L = layer_times(x, e.model, e.plan, 2048, 2048, false);
+  const double T = 4.0 * 2048, h = 4096, ffn = 16384;
+  EXPECT_NEAR(L.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3.0 * (T * h + T * ffn)), 4).value(), 1e-12);
+}

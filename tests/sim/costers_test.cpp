@@ -457,6 +457,37 @@ TEST(CostLayerChunks, TorchtitanTensorwiseFp8GathersTheForwardInFloat8) {
   EXPECT_NEAR(r.c.chunk[0][0][0].forward_tp_comm.value(), 32 * (2 * ag + 2 * rs), 1e-9);
 }
 
+TEST(CostLayerChunks, TransformerEngineGathersBothWaysInFp8) {
+  // Megatron-Core under Transformer Engine's FP8 (NeMo's GPT-3 175B row: tp 4 with sequence
+  // parallelism, no TP overlap, delayed scaling): LayerNormLinear gathers its FP8 norm output
+  // forward and the row-parallel linears gather their FP8 output gradient backward, one byte per
+  // element of the (2048, 12288) activation, while the reduce-scatters stay bf16. The same plan in
+  // bf16 gathers two bytes per element both ways.
+  const Experiment ex = load_experiment(resolve_scenario("experiments", "nemo2407-gpt3-175b-128xh100-fp8"));
+  ASSERT_EQ(ex.training.dtype, Dtype::fp8);
+  ASSERT_TRUE(ex.plan.sequence_parallel);
+  ASSERT_FALSE(ex.plan.tp_overlap);
+  Costed k(ex);
+  cost_layer_chunks(k.in(), k.c);
+  const double layers = double(cost_models::chunk_layers(ex.model, ex.plan, 0, 0).size());
+  const CommGroup tp = plan_groups(ex.plan, ex.cluster).tp;
+  const Bytes act(2.0 * ex.plan.micro_batch * 2048 * 12288);
+  const double ag = k.comm.time(Collective::all_gather, act, tp).value();
+  const double ag8 = k.comm.time(Collective::all_gather, act * 0.5, tp).value();
+  const double rs = k.comm.time(Collective::reduce_scatter, act, tp).value();
+  ASSERT_LT(ag8, 0.6 * ag);
+  const ChunkCosts& cc = k.c.chunk[0][0][0];
+  EXPECT_NEAR(cc.forward_tp_comm.value(), layers * (2 * ag8 + 2 * rs), 1e-9);
+  EXPECT_NEAR(cc.backward_tp_comm.value(), layers * (2 * ag8 + 2 * rs), 1e-9);
+
+  Experiment bf16 = ex;
+  bf16.training.dtype = Dtype::bf16;
+  Costed b(bf16);
+  cost_layer_chunks(b.in(), b.c);
+  EXPECT_NEAR(b.c.chunk[0][0][0].forward_tp_comm.value(), layers * (2 * ag + 2 * rs), 1e-9);
+  EXPECT_NEAR(b.c.chunk[0][0][0].backward_tp_comm.value(), layers * (2 * ag + 2 * rs), 1e-9);
+}
+
 TEST(CostLayerChunks, UnevenInterleavedChunksHoldTheirOwnLayers) {
   // 24 layers on pp 2 x v 2 with chunks [5, 7, 6, 6] in stage order (generic; stage k on rank
   // k mod 2 as chunk k / 2): rank 0 holds layers 0-4 (chunk 0) and 12-17 (chunk 1), rank 1 holds
