@@ -243,6 +243,13 @@ std::array<FrameworkTraits, 9> make_table() {
   // TEDotProductAttention: flash-attn v2 on A100; on H100 Transformer Engine disables FlashAttention
   // when its cuDNN FusedAttention backend applies (TE v1.8 attention.py).
   megatron_core.attention = AttentionImpl::flash;
+  // Megatron-LM 2021's kernels, plus RoPE as kernels of its own on q and k for rotary models
+  // (core_r0.8.0 models/common/embeddings/rotary_pos_embedding.py apply_rotary_pos_emb, with
+  // --apply-rope-fusion Transformer Engine's fused_apply_rotary_pos_emb, which NeMo's Llama and
+  // Megatron-Bridge's Qwen recipes turn on): read 2, write 2 per element each way, one launch for q
+  // and one for k.
+  megatron_core.elementwise.rope_forward = megatron_core.elementwise.rope_backward = 4;
+  megatron_core.elementwise.rope_launches = 2;
   megatron_core.newer_attention_from_cc = 9.0;
   megatron_core.newer_attention = AttentionImpl::cudnn;
   // Every TP rank sends the whole boundary tensor (scatter/gather was removed in 2023, commit

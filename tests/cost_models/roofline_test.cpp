@@ -419,3 +419,22 @@ TEST(Roofline, TransformerEngineNormLinearsQuantizeTheirOwnOutputUnderDelayedSca
   const double T = 4.0 * 2048, h = 4096, ffn = 16384;
   EXPECT_NEAR(L.forward_ops.fp8_casts.value(), x.roofline().memory_bound(Bytes(3.0 * (T * h + T * ffn)), 4).value(), 1e-12);
 }
+
+TEST(Roofline, MegatronCoreAppliesRopeAsOneKernelPerQAndK) {
+  // NeMo's Llama 2 7B (Megatron-Core, tp 1, 4096 tokens, 32 heads of 128, no GQA): TE's fused RoPE
+  // reads and writes q and k once each way (2 + 2 bytes per element, one launch each); the same
+  // layer with learned positions has no such kernel.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "nemo2407-llama2-7b-8xh100-fp8"));
+  ASSERT_EQ(e.model.position, PositionEmbedding::rope);
+  ASSERT_EQ(e.plan.tp, 1);
+  const ExecutionModel x = resolve_execution(e);
+  Experiment learned = e;
+  learned.model.position = PositionEmbedding::learned;
+  const ExecutionModel xl = resolve_execution(learned);
+  const LayerTimes r = layer_times(x, e.model, e.plan, 4096, 4096, false);
+  const LayerTimes l = layer_times(xl, learned.model, learned.plan, 4096, 4096, false);
+  const double T = double(e.plan.micro_batch) * 4096, qk = 4096 + 4096;
+  const Seconds rope = x.roofline().memory_bound(Bytes(4.0 * T * qk), 2);
+  EXPECT_NEAR((r.forward_ops.dropout_residual - l.forward_ops.dropout_residual).value(), rope.value(), 1e-12);
+  EXPECT_NEAR((r.backward_ops.dropout_residual - l.backward_ops.dropout_residual).value(), rope.value(), 1e-12);
+}
