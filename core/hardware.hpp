@@ -42,6 +42,11 @@ struct GpuKernelFigures {
   // a synchronous step runs at its slowest device's pace (cost_models/device_spread.hpp). Unset:
   // no measurement, every device at the median speed.
   std::optional<SourcedValue> device_spread_cv;
+  // Tensor-core throughput the GPU sustains through a long training run at its power limit,
+  // relative to the burst figures (profile sweeps, benchmark charts) its other kernel figures are:
+  // a soaked GEMM at the clock the power cap leaves. Unset: no soak measured, burst figures stand.
+  // A run declared short (training.burst_clocks) keeps the burst figures.
+  std::optional<SourcedValue> sustained_clock_scale;
   // A GEMM's fixed work per output tile (filling the kernel's shared-memory pipeline before the
   // first multiply-accumulate, the epilogue writing the tile after the last), in elements of the
   // reduction dimension K at the bf16 rate: a tile of a K-long GEMM takes as long as one of

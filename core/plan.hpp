@@ -22,6 +22,10 @@ struct TrainingSpec {
   /// tensorwise / rowwise: torchao's float8 training with dynamic scales, as torchtitan runs it).
   Fp8Scaling fp8_scaling = Fp8Scaling::delayed;
   Optimizer optimizer = Optimizer::adam;
+  /// The measurement is a short run on a cool GPU (a benchmark of a few seconds): its GEMMs and
+  /// attention ran at burst clocks, not at the power-capped clock a long run settles to
+  /// (GpuKernelFigures::sustained_clock_scale). Default false: a training run.
+  bool burst_clocks = false;
 };
 
 struct OffloadSpec {

@@ -181,6 +181,8 @@ GpuSpec read_gpu(const Section& s) {
       refuse("fp8_split_accumulation_slowdown", "must be at least 1 (promoting partial sums costs time, never saves it)");
     g.kernels.persistent_gemm_grid = optional_either(
         "persistent_gemm_grid", 0, 1, "must be 0 or 1 (whether the GEMM kernels launch one persistent thread block per SM)");
+    g.kernels.sustained_clock_scale = optional_at_most("sustained_clock_scale", true, 1.0,
+                                                       "must be at most 1 (a power-capped clock is at most the burst clock)");
     g.kernels.device_spread_cv = optional_at_most("device_spread_cv", true, 0.25,
                                                   "must be at most 0.25 (a coefficient of variation of healthy "
                                                   "devices' speed; a device 25% off the median is broken, not spread)");

@@ -100,6 +100,7 @@ void visit_fields(V& v, S& t) {
   v.enumeration("dtype", t.dtype, Dtype::bf16);
   v.enumeration("fp8_scaling", t.fp8_scaling, Fp8Scaling::delayed);
   v.enumeration("optimizer", t.optimizer, Optimizer::adam);
+  v.boolean("burst_clocks", t.burst_clocks, false);
 }
 
 template <class V, SpecOf<OffloadSpec> S>

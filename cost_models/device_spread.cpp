@@ -28,10 +28,11 @@ double expected_max_of_normals(int n) {
   return sum * h / 3.0;
 }
 
-SlowestDevice slowest_device(const GpuSpec& gpu, int devices) {
+SlowestDevice slowest_device(const GpuSpec& gpu, int devices, bool burst_clocks) {
   FORESIGHT_CHECK(devices >= 1) << devices;
   SlowestDevice s;
   s.devices = devices;
+  if (gpu.kernels.sustained_clock_scale && !burst_clocks) s.sustained = gpu.kernels.sustained_clock_scale->value;
   if (!gpu.kernels.device_spread_cv) return s;
   s.cv = gpu.kernels.device_spread_cv->value;
   s.factor = 1.0 + s.cv * expected_max_of_normals(devices);
@@ -48,7 +49,12 @@ std::string SlowestDevice::describe() const {
     std::snprintf(buf, sizeof buf, "slowest of %d GPUs sets the pace: GEMM and attention x%.4f (device spread %.2f%%)",
                   devices, factor, 100.0 * cv);
   }
-  return buf;
+  std::string out = buf;
+  if (sustained < 1) {
+    std::snprintf(buf, sizeof buf, "; sustained clock under a long run: GEMM and attention x%.4f (GPU file)", 1.0 / sustained);
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace foresight::cost_models

@@ -25,11 +25,14 @@ struct SlowestDevice {
   int devices = 1;     // GPUs that synchronise every step (the whole plan)
   double cv = 0;       // coefficient of variation of per-device sustained throughput (GPU file)
   double factor = 1;   // time of the slowest device's GEMM and attention kernels over a median device's
+  /// Sustained over burst tensor-core throughput for a long run (GpuKernelFigures::
+  /// sustained_clock_scale; 1 where the GPU file has none or the run is declared short).
+  double sustained = 1;
   std::string describe() const;  // one line for the console
 };
 
 /// The slowest of `devices` GPUs of this kind: factor 1 + cv E[max of devices normals]; factor 1
 /// where the GPU file gives no spread (a CPU device, a GPU without a measurement).
-SlowestDevice slowest_device(const GpuSpec& gpu, int devices);
+SlowestDevice slowest_device(const GpuSpec& gpu, int devices, bool burst_clocks = false);
 
 }  // namespace foresight::cost_models

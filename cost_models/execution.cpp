@@ -114,8 +114,8 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
   // The FP8-only scale acts on the FP8 GEMMs, not on what the recipe keeps in 16 bits (compute16).
   // The step runs at its slowest GPU's tensor-core speed (cost_models/device_spread.hpp); a CPU
   // device's ranks share one host and have no spread.
-  if (!x.host) x.slowest = slowest_device(gpu, plan.gpus());
-  const double pace = 1.0 / x.slowest.factor;
+  if (!x.host) x.slowest = slowest_device(gpu, plan.gpus(), training.burst_clocks);
+  const double pace = x.slowest.sustained / x.slowest.factor;
   const double fp8_gemm = training.dtype == Dtype::fp8 ? x.calibrated.fp8_gemm_efficiency_scale : 1.0;
   rc->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale * fp8_gemm * pace,
                               x.calibrated.attention_efficiency_scale * pace);

@@ -168,7 +168,7 @@ Command simulate_command() {
             j["profile"] = p.profile;
             j["calibrated_parameters"] = p.calibrated_parameters;
             j["slowest_device"] = {{"gpus", p.slowest.devices}, {"device_spread_cv", p.slowest.cv},
-                                   {"compute_factor", p.slowest.factor}};
+                                   {"compute_factor", p.slowest.factor}, {"sustained_clock_scale", p.slowest.sustained}};
             if (p.band) {
               j["iteration_s_range"] = {in_s(p.iteration_low()), in_s(p.iteration_high())};
               j["iteration_s_range_basis"] = {{"cases", p.band->cases}, {"scope", p.band->describe()},

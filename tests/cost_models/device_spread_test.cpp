@@ -64,3 +64,35 @@ TEST(DeviceSpread, ThePlansGpusSlowItsGemmsNotItsMemoryTraffic) {
   EXPECT_NEAR(ratio, 1.0 + cv * 1.42360, 1e-7);
   EXPECT_DOUBLE_EQ(x8.roofline().memory_bound(Bytes(1e9)).value(), x1.roofline().memory_bound(Bytes(1e9)).value());
 }
+
+TEST(SustainedClock, ALongRunPacesGemmsAtTheSoakedClockAShortOneAtBurst) {
+  // The H100 SXM file's sustained_clock_scale is its profile's own soak: a bf16 8192^3 GEMM at
+  // 685.4 TFLOP/s after 30 s against 731.6 cold (scenarios/profiles/h100-sxm.json). A training run
+  // (the default) runs GEMMs and attention that much slower than the burst figures; a run declared
+  // short (training.burst_clocks, the shared bench's 12-step runs) keeps them; streaming kernels
+  // do not change. The A100 files have no soak: no change there.
+  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  ASSERT_TRUE(e.training.burst_clocks);
+  ASSERT_TRUE(e.cluster.gpu.kernels.sustained_clock_scale.has_value());
+  EXPECT_NEAR(e.cluster.gpu.kernels.sustained_clock_scale->value, 685.3785 / 731.5563, 1e-4);
+  const ExecutionModel burst = resolve_execution(e);
+  TrainingSpec long_run = e.training;
+  long_run.burst_clocks = false;
+  const ExecutionModel sustained = resolve_execution(e.cluster, long_run, e.plan);
+  EXPECT_EQ(burst.slowest.sustained, 1.0);
+  EXPECT_EQ(sustained.slowest.sustained, e.cluster.gpu.kernels.sustained_clock_scale->value);
+  const GemmShape big{8192, 8192, 8192, 1};
+  const double launch = burst.roofline().params().launch_overhead.value();
+  // (Within 0.1%: the profile's GEMM timings carry their own launch share.)
+  EXPECT_NEAR((sustained.roofline().gemm(big).value() - launch) / (burst.roofline().gemm(big).value() - launch),
+              731.5563 / 685.3785, 1e-3);
+  EXPECT_NEAR((sustained.roofline().flash_forward(64, 2048, 2048, 128, true, 0).value() - launch) /
+                  (burst.roofline().flash_forward(64, 2048, 2048, 128, true, 0).value() - launch),
+              731.5563 / 685.3785, 1e-3);
+  EXPECT_DOUBLE_EQ(sustained.roofline().memory_bound(Bytes(1e9)).value(), burst.roofline().memory_bound(Bytes(1e9)).value());
+  EXPECT_NE(sustained.slowest.describe().find("sustained clock"), std::string::npos);
+
+  const Experiment a = load_experiment(resolve_scenario("experiments", "korthikanti-table4-no-recompute"));
+  EXPECT_FALSE(a.cluster.gpu.kernels.sustained_clock_scale.has_value());
+  EXPECT_EQ(resolve_execution(a).slowest.sustained, 1.0);
+}

@@ -71,9 +71,11 @@ TEST(ExecutionModel, Fp8DoesNotInheritTheBf16Gemms) {
   EXPECT_EQ(fp8.profile.gemm_samples, 0);
   EXPECT_FALSE(fp8.roofline().has_gemm_profile());
   // The profile's attention entries are this project's own CUDA-core kernel: a FlashAttention run
-  // does not inherit their speed (0.7% of peak) but keeps the GPU file's 0.33.
+  // does not inherit their speed (0.7% of peak) but keeps the GPU file's 0.33 (at the sustained
+  // clock of a long run: this TrainingSpec does not declare burst clocks).
   EXPECT_FALSE(bf16.profile.attention);
-  EXPECT_DOUBLE_EQ(bf16.roofline().params().flash_efficiency, 0.33);
+  EXPECT_NEAR(bf16.roofline().params().flash_efficiency, 0.33 * bf16.slowest.sustained / bf16.slowest.factor, 1e-12);
+  EXPECT_LT(bf16.slowest.sustained, 1.0);
 }
 
 TEST(ExecutionModel, AProfileIsReadOnce) {
