@@ -372,7 +372,8 @@ TEST(Roofline, FsdpOneCastsOnlyTheGradientsToAWiderReduceDtype) {
     return layer_times(x, v.model, v.plan, 2048, 2048, false);
   };
   const LayerTimes ddp = layer(1, std::nullopt), fsdp = layer(3, std::nullopt), pure = layer(3, Dtype::bf16);
-  const RooflineCompute& rc = resolve_execution(e).roofline();
+  const ExecutionModel xe = resolve_execution(e);  // holds the roofline the reference below points into
+  const RooflineCompute& rc = xe.roofline();
   auto bytes = [&](double b) { return rc.memory_bound(Bytes(b), 0).value(); };  // launches cancel below
   EXPECT_NEAR(ddp.forward_ops.layernorms.value() - fsdp.forward_ops.layernorms.value(), rc.memory_bound(Bytes(6.0 * P), 4).value(), 1e-12);
   EXPECT_NEAR(fsdp.forward_ops.layernorms.value(), pure.forward_ops.layernorms.value(), 1e-12);
