@@ -134,37 +134,39 @@ Seconds RooflineCompute::memory_bound(Bytes bytes, int launches) const {
   return bytes / (gpu_.hbm_bandwidth * p_.memory_efficiency) + p_.launch_overhead * double(launches);
 }
 
+namespace {
+/// A fused attention kernel's TFLOP/s over a benchmark's grid (sequence 512, 1k, 2k, 4k, 8k, 16k;
+/// head dim 64 and 128), relative to (128, 2k): interpolated in log2(seq) and linearly in the head
+/// dim, clamped outside the measured range (head dims above 128 as 128).
+double attention_grid_factor(const double (&d64)[6], const double (&d128)[6], double head_dim, double context) {
+  const double x = std::clamp(std::log2(std::max(context, 1.0) / 512.0), 0.0, 5.0);
+  const int i = std::min(4, int(x));
+  const double f = x - i;
+  const double at128 = d128[i] + f * (d128[i + 1] - d128[i]);
+  const double at64 = d64[i] + f * (d64[i + 1] - d64[i]);
+  const double w = std::clamp((head_dim - 64.0) / 64.0, 0.0, 1.0);
+  return (at64 + w * (at128 - at64)) / d128[2];
+}
+}  // namespace
+
 double fused_attention_shape_factor(double head_dim, double context) {
   // FlashAttention-2 forward + backward, causal, on an H100 80GB SXM5 (Dao-AILab/flash-attention
   // assets/flash2_h100_fwd_bwd_benchmark.png; 16k tokens per batch, hidden 2048), TFLOP/s by
   // sequence length 512, 1k, 2k, 4k, 8k, 16k: head dim 128: 163, 221, 265, 294, 308, 328; head
-  // dim 64: 141, 192, 232, 257, 273, 284. Relative to (128, 2k), interpolated in log2(seq) and
-  // linearly in the head dim; clamped outside the measured range (head dims above 128 as 128).
+  // dim 64: 141, 192, 232, 257, 273, 284.
   static constexpr double kD128[] = {163, 221, 265, 294, 308, 328};
   static constexpr double kD64[] = {141, 192, 232, 257, 273, 284};
-  const double x = std::clamp(std::log2(std::max(context, 1.0) / 512.0), 0.0, 5.0);
-  const int i = std::min(4, int(x));
-  const double f = x - i;
-  const double at128 = kD128[i] + f * (kD128[i + 1] - kD128[i]);
-  const double at64 = kD64[i] + f * (kD64[i + 1] - kD64[i]);
-  const double w = std::clamp((head_dim - 64.0) / 64.0, 0.0, 1.0);
-  return (at64 + w * (at128 - at64)) / 265.0;
+  return attention_grid_factor(kD64, kD128, head_dim, context);
 }
 
 double triton_attention_shape_factor(double head_dim, double context) {
   // FlashAttention's Triton kernel forward + backward, causal, on an A100 80GB SXM4 (the "FlashAttention
   // Triton" bars of Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png, the same
   // sweep as the FlashAttention-2 figures), TFLOP/s by sequence length 512 .. 16k: head dim 128:
-  // 50, 61, 68, 74, 78, 80; head dim 64: 59, 75, 79, 76, 79, 80. Relative to (128, 2k), as above.
+  // 50, 61, 68, 74, 78, 80; head dim 64: 59, 75, 79, 76, 79, 80.
   static constexpr double kD128[] = {50, 61, 68, 74, 78, 80};
   static constexpr double kD64[] = {59, 75, 79, 76, 79, 80};
-  const double x = std::clamp(std::log2(std::max(context, 1.0) / 512.0), 0.0, 5.0);
-  const int i = std::min(4, int(x));
-  const double f = x - i;
-  const double at128 = kD128[i] + f * (kD128[i + 1] - kD128[i]);
-  const double at64 = kD64[i] + f * (kD64[i + 1] - kD64[i]);
-  const double w = std::clamp((head_dim - 64.0) / 64.0, 0.0, 1.0);
-  return (at64 + w * (at128 - at64)) / 68.0;
+  return attention_grid_factor(kD64, kD128, head_dim, context);
 }
 
 Seconds RooflineCompute::flash_forward(double bh, double tokens, double context, double d, bool causal,

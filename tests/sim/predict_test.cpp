@@ -72,17 +72,26 @@ TEST(Predict, EnginesAgreeWithinOnePercentWithoutContention) {
   EXPECT_TRUE(check_prediction(s).empty());
 }
 
-TEST(Predict, OneFOneBIterationMatchesHandComputation) {
-  // tp = 1 and pp = 1 and dp = 1 leave no communication: m micro-batches of (layers x 4 ms) with
-  // full recompute, plus embedding/head and the optimizer.
+namespace {
+// single_node()'s model on one GPU (tp = pp = dp = 1), full recompute, micro-batches of 2
+// sequences and `global_batch` sequences a step.
+Experiment one_gpu_full_recompute(int global_batch) {
   Experiment e = single_node();
   e.gpus = 1;
   e.plan.tp = 1;
   e.plan.pp = 1;
   e.plan.dp = 1;
   e.plan.recompute = Recompute::full;
-  e.training.global_batch = 4;
+  e.training.global_batch = global_batch;
   e.plan.micro_batch = 2;
+  return e;
+}
+}  // namespace
+
+TEST(Predict, OneFOneBIterationMatchesHandComputation) {
+  // tp = 1 and pp = 1 and dp = 1 leave no communication: m micro-batches of (layers x 4 ms) with
+  // full recompute, plus embedding/head and the optimizer.
+  Experiment e = one_gpu_full_recompute(4);
   const Prediction p = predict_with(e, EngineKind::analytic, fixed_compute());
   const double params = cost_models::parameters_on_gpu(framework_traits(e.plan.framework), e.model, e.plan, 0).total();
   const double per_mb = 24 * (50e-3 + 100e-3 + 50e-3) + 1e-4 + 2e-4 + 5e-4 + 1e-3;  // times are per micro-batch
@@ -96,14 +105,7 @@ TEST(Predict, OneMicroBatchWaitsForItsWholeOffloadRoundTripAsAStall) {
   // One GPU, one micro-batch, every activation offloaded: the backward cannot start before the
   // activations went out to host memory and came back (offload_out then offload_in on the one
   // offload stream), so the stall is the two transfers end to end, and nothing is a bubble.
-  Experiment e = single_node();
-  e.gpus = 1;
-  e.plan.tp = 1;
-  e.plan.pp = 1;
-  e.plan.dp = 1;
-  e.plan.recompute = Recompute::full;
-  e.training.global_batch = 2;
-  e.plan.micro_batch = 2;
+  Experiment e = one_gpu_full_recompute(2);
   e.plan.offload.activations = 1.0;
   const WorkloadCosts c = costs_of(e, fixed_compute());
   Seconds out, in;
