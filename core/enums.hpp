@@ -19,9 +19,15 @@ struct EnumNames;  // specialised below: static constexpr std::array<std::pair<E
     static constexpr auto kList = std::to_array<std::pair<E, const char*>>({__VA_ARGS__}); \
   }
 
-enum class Schedule { gpipe, one_f_one_b, interleaved, terapipe };
+/// Pipeline schedules (sim/schedule.hpp describes each). zb-h1: Qi et al. 2023 (Zero Bubble
+/// Pipeline Parallelism), 1F1B with backward split into input-gradient (B) and deferred
+/// weight-gradient (W) passes. dualpipe: DeepSeek-V3's bidirectional schedule (DeepSeek-AI 2024,
+/// sec. 3.2.1; github deepseek-ai/DualPipe).
+enum class Schedule { gpipe, one_f_one_b, interleaved, terapipe, zb_h1, dualpipe };
+inline constexpr int kSchedules = 6;
 FORESIGHT_ENUM_NAMES(Schedule, {Schedule::gpipe, "gpipe"}, {Schedule::one_f_one_b, "1f1b"},
-                     {Schedule::interleaved, "interleaved"}, {Schedule::terapipe, "terapipe"});
+                     {Schedule::interleaved, "interleaved"}, {Schedule::terapipe, "terapipe"},
+                     {Schedule::zb_h1, "zb-h1"}, {Schedule::dualpipe, "dualpipe"});
 
 /// What a layer stores for its backward. selective: Korthikanti et al. 2022 (the attention core
 /// is recomputed); selective-op: PyTorch's per-op selective activation checkpointing as torchtitan
@@ -109,6 +115,14 @@ FORESIGHT_ENUM_NAMES(Zero3Unit, {Zero3Unit::layer, "layer"}, {Zero3Unit::module,
 enum class MoeDispatch { permute, einsum, alltoall };
 FORESIGHT_ENUM_NAMES(MoeDispatch, {MoeDispatch::permute, "permute"}, {MoeDispatch::einsum, "einsum"},
                      {MoeDispatch::alltoall, "alltoall"});
+
+/// How the expert-parallel dispatch and combine move tokens between nodes. nccl: an all-to-all
+/// over the ep group, one copy per routed expert. deepep: DeepEP's normal kernels (DeepSeek-V3
+/// sec. 3.2.2; github deepseek-ai/DeepEP): a token crosses the network once per destination node,
+/// to the GPU of its own rail, which forwards it over NVLink to the experts there; dispatched in
+/// FP8 when training in FP8, combined in 16 bits.
+enum class EpDispatcher { nccl, deepep };
+FORESIGHT_ENUM_NAMES(EpDispatcher, {EpDispatcher::nccl, "nccl"}, {EpDispatcher::deepep, "deepep"});
 
 /// Rank order, innermost first: tp-dp-pp is Megatron-LM's (tensor ranks adjacent inside a node,
 /// then data-parallel replicas, pipeline stages outermost); tp-pp-dp puts pipeline stages next.

@@ -29,6 +29,16 @@ double attention_biases(const ModelSpec& m) {
 }
 }  // namespace
 
+double mla_up_projection_share(const ModelSpec& m) {
+  if (!m.mla) return 0.0;
+  const MlaSpec& a = *m.mla;
+  const double h = m.hidden, q = m.q_width();
+  const double kv_up = double(a.kv_lora_rank) * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
+  const double q_up = a.q_lora_rank > 0 ? double(a.q_lora_rank) * q : 0.0;
+  const double down = (a.q_lora_rank > 0 ? h * a.q_lora_rank : h * q) + h * (a.kv_lora_rank + a.qk_rope_head_dim);
+  return (q_up + kv_up) / (q_up + kv_up + down);
+}
+
 double ffn_weight_matrices(const ModelSpec& m) { return m.gated() ? 3.0 : 2.0; }
 
 double ffn_parameters(const ModelSpec& m) { return ffn_parameters_of_width(m, m.ffn_hidden); }

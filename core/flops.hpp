@@ -16,6 +16,11 @@ namespace foresight {
 /// the norms (two; a parallel block's one or two) and attention sinks if any (Megatron: 12h^2 +
 /// 13h when ffn = 4h and kv_heads = heads).
 double dense_layer_parameters(const ModelSpec& m);
+/// MLA: the up-projections' share (query latent to queries, key/value latent to keys and values)
+/// of the weights that project the hidden state to queries, keys and values (the output
+/// projection excluded): the share of that GEMM time plan.recompute_modules.mla_up_proj re-runs.
+/// 0 without MLA.
+double mla_up_projection_share(const ModelSpec& m);
 
 /// One FFN (or one expert): its weight matrices (2, or 3 for a gated activation) of h x ffn, and
 /// biases where the model has them.

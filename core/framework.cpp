@@ -280,6 +280,8 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.moe_probs_all_to_all = true;
   megatron_core.moe_dispatch = MoeDispatch::alltoall;
   megatron_core.ep_overlap = true;
+  megatron_core.deepep = true;
+  megatron_core.recompute_modules = true;
   // --fp8-recipe delayed | tensorwise (TE Float8CurrentScaling, core_r0.13+) through
   // Transformer Engine's modules (megatron/core/extensions/transformer_engine.py).
   megatron_core.fp8_transformer_engine = true;
@@ -480,6 +482,12 @@ std::array<FrameworkTraits, 9> make_table() {
   generic.elementwise.loss_launches_backward = 1;
   generic.dp_bucket_bytes = kDdpBucketBytes;
   generic.schedules[int(Schedule::terapipe)] = true;
+  // Zero-bubble and DualPipe schedules: no framework entry here runs them (sail-sg's Megatron-LM
+  // fork and DeepSeek's in-house HAI-LLM do); the idealised framework does.
+  generic.schedules[int(Schedule::zb_h1)] = generic.schedules[int(Schedule::dualpipe)] = true;
+  generic.deepep = true;
+  generic.recompute_modules = true;
+  generic.activations.fp8_linear_inputs = true;
   generic.context_parallel = true;
   generic.fp8_param_gather = true;
   generic.tp_overlap = true;
@@ -621,6 +629,14 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.ep_overlap", "true",
               me + " does not overlap MoE all-to-alls with compute (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.ep_overlap; }) + " do)");
+  if (p.recompute_modules.any() && !recompute_modules)
+    return violation("plan.recompute_modules", "(set)",
+              me + " has no per-module recompute (" +
+                  frameworks_that([](const FrameworkTraits& t) { return t.recompute_modules; }) + " do)");
+  if (p.ep_dispatcher == EpDispatcher::deepep && !deepep)
+    return violation("plan.ep_dispatcher", "deepep",
+              me + " does not dispatch through DeepEP (" +
+                  frameworks_that([](const FrameworkTraits& t) { return t.deepep; }) + " do)");
   if (!p.partition_method.empty() && !partition_method)
     return violation("plan.partition_method", p.partition_method,
               "is DeepSpeed's pipeline partitioning; " + me +

@@ -101,6 +101,11 @@ struct ActivationLayout {
   /// F.cross_entropy on .float() logits holds, in its backward, nll_loss's dense fp32 gradient,
   /// log_softmax's saved fp32 output and the fp32 input gradient at once (12).
   double logits_bytes = 4;
+  /// Under FP8 training, what a Linear saves for its backward is its FP8-cast input (1 byte per
+  /// element: DeepSeek-V3 sec. 3.3.3, which also stores the attention output in a 12-bit E5M6 and
+  /// the SwiGLU inputs in FP8). Transformer Engine's FP8 Linear saves its cast input too; not set on
+  /// its entries yet, for want of a published FP8 peak-memory figure to check it against.
+  bool fp8_linear_inputs = false;
 };
 
 struct FrameworkTraits {
@@ -153,7 +158,8 @@ struct FrameworkTraits {
   const char* dp_overlap_refusal = "";  // why not, in the framework's terms
 
   // ---- what it can run (the planner offers only these)
-  bool schedules[4] = {true, true, true, false};  // indexed by Schedule: gpipe, 1f1b, interleaved, terapipe
+  /// Indexed by Schedule: gpipe, 1f1b, interleaved, terapipe, zb-h1, dualpipe.
+  bool schedules[kSchedules] = {true, true, true, false, false, false};
   bool sequence_parallel = true;
   bool selective_recompute = true;
   bool full_recompute = true;
@@ -302,6 +308,12 @@ struct FrameworkTraits {
   /// the backward of another, their all-to-alls on a communication stream under each other's
   /// attention and expert compute; PP 1 or the interleaved schedule only.
   bool ep_overlap = false;
+  /// Can dispatch through DeepEP (plan.ep_dispatcher = deepep): Megatron-Core's flex dispatcher
+  /// (--moe-token-dispatcher-type flex --moe-enable-deepep, core_r0.13+).
+  bool deepep = false;
+  /// Re-runs cheap modules in the backward instead of storing their outputs
+  /// (plan.recompute_modules): Megatron-Core's --recompute-modules layernorm mla_up_proj moe_act.
+  bool recompute_modules = false;
 
   // ---- precision
   /// Its FP8 linears are Transformer Engine's: with training.fp8_scaling tensorwise, TE's

@@ -26,6 +26,11 @@ struct MoeSpec {
   int expert_ffn_hidden = 0;  // one expert's FFN width; 0: model.ffn_hidden (fine-grained experts are narrower)
   int shared_experts = 0;     // experts every token passes through (DeepSeekMoE), expert_ffn_hidden wide each
   int first_dense = 0;        // the first N layers keep a dense FFN (DeepSeek-V3: 3)
+  /// Node-limited routing: each token's experts lie on at most this many nodes of its expert-
+  /// parallel group (DeepSeek-V3 sec. 2.1.2: M = 4; DeepSeek-V2's device-limited routing limits
+  /// devices instead). 0: unlimited. Only the node-deduplicating dispatcher (plan.ep_dispatcher
+  /// = deepep) sends less for it.
+  int max_nodes = 0;
   /// Expert passes per token a GPU's experts see on the busiest rank: top_k x capacity_factor, or
   /// dropless top_k x imbalance.
   double routed_factor() const { return top_k * (dropless ? imbalance : capacity_factor); }

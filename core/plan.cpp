@@ -131,6 +131,10 @@ std::optional<PlanViolation> check_model(const ModelSpec& m) {
     if (m.moe->first_dense >= m.layers)
       return fail("model.moe.first_dense", str((long long)m.moe->first_dense),
                   "must be below model.layers = " + str((long long)m.layers) + " (no MoE layer would remain)");
+    if (m.moe->max_nodes > 0 && m.moe->max_nodes > m.moe->top_k)
+      return fail("model.moe.max_nodes", str((long long)m.moe->max_nodes),
+                  "must not exceed model.moe.top_k = " + str((long long)m.moe->top_k) +
+                      " (a token's experts cannot lie on more nodes than it has experts)");
     if (m.moe->every > m.layers)
       return fail("model.moe.every", str((long long)m.moe->every),
                   "must not exceed model.layers = " + str((long long)m.layers));
@@ -336,6 +340,23 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                   "needs the micro-batches per pipeline (" + str((long long)p.micro_batches(t)) +
                       ") to be a multiple of plan.pp = " + str((long long)p.pp));
   }
+  if (p.schedule == Schedule::zb_h1 && p.pp < 2)
+    return fail("plan.schedule", "zb-h1", "needs plan.pp >= 2 (it is " + str((long long)p.pp) + "): without a pipeline it is 1F1B");
+  if (p.schedule == Schedule::dualpipe) {
+    // deepseek-ai/DualPipe dualpipe.py step(): num_ranks even, num_chunks even and >= 2 x num_ranks.
+    if (p.pp < 2 || p.pp % 2 != 0)
+      return fail("plan.schedule", "dualpipe", "needs an even plan.pp >= 2 (it is " + str((long long)p.pp) +
+                                                   "): the two directions meet in the middle pair of stages");
+    const long long mbs = p.micro_batches(t);
+    if (mbs % 2 != 0 || mbs < 2LL * p.pp)
+      return fail("plan.schedule", "dualpipe",
+                  "needs an even number of micro-batches per pipeline, at least 2 x plan.pp = " + str(2LL * p.pp) +
+                      " (it is " + str(mbs) + "): half are fed in at each end");
+    if (p.zero >= 3)
+      return fail("plan.schedule", "dualpipe",
+                  "is not modelled with plan.zero = 3 (each stage holds two model chunks whose layers another stage "
+                  "also holds; DeepSeek-V3 runs it with ZeRO-1)");
+  }
   if (p.recompute_layers > 0) {
     const std::string n = str((long long)p.recompute_layers);
     if (p.recompute != Recompute::full)
@@ -381,6 +402,15 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                     " runs Transformer Engine's FP8 recipes: delayed or tensorwise (current) scaling");
   if (p.fp8_param_gather)
     if (auto v = fp8_param_gather_violation(fw, t, p)) return v;
+  if (p.recompute_modules.any() && p.recompute == Recompute::full)
+    return fail("plan.recompute_modules", "(set)",
+                "needs plan.recompute other than full (full recompute stores only each layer's input already)");
+  if (p.recompute_modules.mla_up_proj && !m.mla)
+    return fail("plan.recompute_modules.mla_up_proj", "true", "needs a model with mla (multi-head latent attention)");
+  if (p.recompute_modules.moe_act && !m.moe)
+    return fail("plan.recompute_modules.moe_act", "true", "needs a model with moe");
+  if (p.ep_dispatcher == EpDispatcher::deepep && (!m.moe || p.ep < 2))
+    return fail("plan.ep_dispatcher", "deepep", "needs a model with moe and plan.ep > 1 (it moves the experts' tokens)");
   if (p.ep_overlap) {
     if (!m.moe || p.ep < 2)
       return fail("plan.ep_overlap", "true", "needs a model with moe and plan.ep > 1 (the overlapped collectives are its all-to-alls)");

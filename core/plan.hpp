@@ -33,6 +33,16 @@ struct OffloadSpec {
   double activations = 0.0;  // fraction of stashed activations kept in host memory, 0..1
 };
 
+/// Megatron-Core's --recompute-modules (core_r0.13+, selective granularity): cheap ops whose
+/// outputs are not stored but re-run in the backward, each independent of plan.recompute's
+/// attention-core choice. DeepSeek-V3 (sec. 3.4, 3.3.2) recomputes all three.
+struct RecomputeModules {
+  bool layernorm = false;    // the norms' outputs (the QKV and FFN inputs)
+  bool mla_up_proj = false;  // MLA's up-projections: queries, keys and values from the latents
+  bool moe_act = false;      // the experts' activation (SwiGLU) output, the FC2 input
+  bool any() const { return layernorm || mla_up_proj || moe_act; }
+};
+
 struct PlanSpec {
   int tp = 1;
   int pp = 1;
@@ -90,6 +100,7 @@ struct PlanSpec {
   /// zero3_reduce_bucket_elements). 0: the framework's default.
   int reduce_bucket = 0;
   OffloadSpec offload;
+  RecomputeModules recompute_modules;
   int ep = 1;  // expert-parallel degree: ranks the experts of a layer are spread over
   /// Tensor-parallel degree of the expert layers (Megatron-Core's --expert-tensor-parallel-size,
   /// MoE parallel folding: Liu et al. 2025, arXiv:2504.14960). The tp x cp x dp ranks of a stage
@@ -107,6 +118,9 @@ struct PlanSpec {
   /// MoE: each layer's all-to-alls overlapped with another micro-batch's compute (Megatron-Core's
   /// --overlap-moe-expert-parallel-comm --delay-wgrad-compute; FrameworkTraits::ep_overlap).
   bool ep_overlap = false;
+  /// MoE: how dispatch and combine cross nodes (EpDispatcher): NCCL's all-to-all, or DeepEP's
+  /// node-deduplicated, NVLink-forwarded kernels (Megatron-Core --moe-enable-deepep; DeepSeek-V3).
+  EpDispatcher ep_dispatcher = EpDispatcher::nccl;
   std::vector<int> token_slices;  // TeraPipe slice lengths, summing to seq_len
   /// Transformer layers per pipeline stage, first to last, summing to model.layers (empty: an even
   /// split). Llama 3 405B's 126 layers on 16 stages, DeepSpeed's partition_method results. With
@@ -140,6 +154,27 @@ struct PlanSpec {
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }
+  /// Model chunks each pipeline stage holds: virtual_stages under the interleaved schedule; 2
+  /// under DualPipe (stage s runs segment s for the micro-batches fed in at the first stage and
+  /// segment pp - 1 - s for those fed in at the last, so every layer is held by two stages;
+  /// DeepSeek-AI 2024 sec. 3.2.1); else 1.
+  int model_chunks() const {
+    if (schedule == Schedule::interleaved) return std::max(1, virtual_stages);
+    return schedule == Schedule::dualpipe ? 2 : 1;
+  }
+  /// The pipeline segment (an index into chunk_layer_counts, in model order) that model chunk
+  /// `chunk` of `stage` runs: chunk x pp + stage interleaved, the mirrored stage for DualPipe's
+  /// second chunk.
+  int chunk_segment(int stage, int chunk) const {
+    if (schedule == Schedule::dualpipe) return chunk == 0 ? stage : pp - 1 - stage;
+    return chunk * pp + stage;
+  }
+  /// Pipeline segments one micro-batch passes through: pp x model chunks, or pp under DualPipe.
+  int segments() const { return schedule == Schedule::dualpipe ? pp : pp * model_chunks(); }
+  /// Whether `stage` holds the first (embedding) or the last (head) pipeline segment: the end
+  /// stages, both of them under DualPipe.
+  bool holds_first_segment(int stage) const { return stage == 0 || (schedule == Schedule::dualpipe && stage == pp - 1); }
+  bool holds_last_segment(int stage) const { return stage == pp - 1 || (schedule == Schedule::dualpipe && stage == 0); }
   /// Whether layers are split over stages other than evenly (stage_layers, first/last counts or a
   /// DeepSpeed partition method).
   bool uneven_split() const {

@@ -137,6 +137,9 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   const PlanSpec& q = p.plan;
   if (q.schedule == Schedule::terapipe) return "";
   if (q.schedule == Schedule::gpipe) return "";
+  // Zero-bubble and DualPipe schedules have no Megatron-LM flag (sail-sg's fork and DeepSeek's
+  // DualPipe run them).
+  if (q.schedule == Schedule::zb_h1 || q.schedule == Schedule::dualpipe) return "";
   // ZeRO-3 / HSDP runs under PyTorch FSDP, not the Megatron-LM flags written here.
   if (q.zero >= 2 || q.shard_group > 0) return "";
   // Micro-batch-level recompute has no Megatron-LM flag (NeMo's
@@ -192,7 +195,9 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k
       << " --expert-model-parallel-size " << q.ep;
   // The dispatcher and grouped GEMMs the simulator priced for Megatron-Core (MoeDispatch::alltoall).
-  if (p.model.moe && framework_traits(q.framework).moe_dispatch == MoeDispatch::alltoall)
+  if (p.model.moe && q.ep_dispatcher == EpDispatcher::deepep)
+    s << " --moe-token-dispatcher-type flex --moe-enable-deepep --moe-grouped-gemm";
+  else if (p.model.moe && framework_traits(q.framework).moe_dispatch == MoeDispatch::alltoall)
     s << " --moe-token-dispatcher-type alltoall --moe-grouped-gemm";
   if (p.model.moe && q.etp() != q.tp) s << " --expert-tensor-parallel-size " << q.etp();
   if (q.ep_overlap) s << " --overlap-moe-expert-parallel-comm --delay-wgrad-compute";

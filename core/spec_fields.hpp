@@ -51,6 +51,7 @@ void visit_fields(V& v, S& m) {
   v.integer("expert_ffn_hidden", m.expert_ffn_hidden, 0, 0);
   v.integer("shared_experts", m.shared_experts, 0, 0);
   v.integer("first_dense", m.first_dense, 0, 0);
+  v.integer("max_nodes", m.max_nodes, 0, 0);
 }
 
 /// ffn_hidden and kv_heads read as 0 when absent; complete_model() then gives them their
@@ -109,6 +110,13 @@ void visit_fields(V& v, S& o) {
   v.fraction("activations", o.activations, 0.0);
 }
 
+template <class V, SpecOf<RecomputeModules> S>
+void visit_fields(V& v, S& r) {
+  v.boolean("layernorm", r.layernorm, false);
+  v.boolean("mla_up_proj", r.mla_up_proj, false);
+  v.boolean("moe_act", r.moe_act, false);
+}
+
 template <class V, SpecOf<PlanSpec> S>
 void visit_fields(V& v, S& p) {
   v.integer("tp", p.tp, std::nullopt, 1);
@@ -134,9 +142,11 @@ void visit_fields(V& v, S& p) {
   v.boolean("fp8_param_gather", p.fp8_param_gather, false);
   v.integer("reduce_bucket", p.reduce_bucket, 0, 0);
   v.section("offload", p.offload);
+  v.section("recompute_modules", p.recompute_modules);
   v.integer("ep", p.ep, 1, 1);
   v.integer("expert_tp", p.expert_tp, 0, 0);
   v.boolean("ep_overlap", p.ep_overlap, false);
+  v.enumeration("ep_dispatcher", p.ep_dispatcher, EpDispatcher::nccl);
   v.int_list("token_slices", p.token_slices, 1);
   v.int_list("stage_layers", p.stage_layers, 1);
   v.integer("first_stage_layers", p.first_stage_layers, 0, 0);

@@ -61,18 +61,34 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   // QKV input, FFN input, two layernorm inputs (residual stream), two dropout masks. A parallel
   // block's norms both read the layer input (stored once); with one shared norm QKV and FFN read
   // the same normed tensor too.
-  double replicated = act + act + 2.0 * res + 2.0 * mask;
-  if (m.parallel_block) replicated = act * m.parallel_block_norms + res + 2.0 * mask;
+  // Under FP8 training a framework that saves its Linears' FP8-cast inputs
+  // (ActivationLayout::fp8_linear_inputs) stores 1 byte for each: the QKV and FFN inputs, MLA's
+  // latents, the projection input (a 12-bit format, 1.5), the dispatched expert inputs, the
+  // activation's inputs and the FC2 input.
+  const bool fp8_inputs = rc.framework->activations.fp8_linear_inputs && rc.dtype == Dtype::fp8;
+  const double lin = fp8_inputs ? 1.0 : act;
+  const RecomputeModules& mods = p.recompute_modules;
+  // Recomputed norms (recompute_modules.layernorm) store neither of their outputs.
+  const double norm_outputs = mods.layernorm ? 0.0 : 1.0;
+  double replicated = norm_outputs * 2.0 * lin + 2.0 * res + 2.0 * mask;
+  if (m.parallel_block) replicated = norm_outputs * lin * m.parallel_block_norms + res + 2.0 * mask;
   // Divided by t: Q (q/h), K and V (k/h each), projection input (q/h), FC2 input and the
   // activation's input (f/h each; a gated activation keeps both its gate and up inputs, 2f/h,
   // as Megatron-Core's fused bias-SwiGLU saves them), and a copy of the attention output where
   // the framework makes one before the projection.
   const double q = m.q_width() / h, v = m.v_width() / h;
-  const double ffn_stored = m.gated() ? 3.0 : 2.0;
-  double sharded = act * q + 2.0 * act * k / h + act * v + ffn_stored * act * f / h;
+  // The FFN's stored tensors in bytes per element of its width: the activation's inputs (two for a
+  // gated one) and the FC2 input, which recompute_modules.moe_act re-runs in an MoE layer.
+  const double act_inputs = (m.gated() ? 2.0 : 1.0) * lin;
+  const double ffn_bytes = act_inputs + lin;
+  const double expert_ffn_bytes = act_inputs + (mods.moe_act ? 0.0 : lin);
+  // Q, K and V for the attention core; MLA's up-projections (recompute_modules.mla_up_proj) make
+  // them again from the latents.
+  const double qkv_kept = mods.mla_up_proj && m.mla ? 0.0 : 1.0;
+  double sharded = qkv_kept * (act * q + 2.0 * act * k / h) + (fp8_inputs ? 1.5 : act) * v + ffn_bytes * f / h;
   if (rc.framework->activations.attention_output_copy) sharded += act * v;
   // MLA also keeps its latents (query and key/value, with the RoPE key) for the up-projections.
-  if (m.mla) replicated += act * (m.mla->q_lora_rank + m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) / h;
+  if (m.mla) replicated += lin * (m.mla->q_lora_rank + m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) / h;
   if (moe_layer && m.moe) {
     // The dense FFN's stored tensors become the experts': r expert passes per token (capacity
     // padding, or dropless the busiest rank's imbalance) and the shared experts, expert_ffn wide,
@@ -83,7 +99,7 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
     const double r = m.moe->routed_factor();
     const double fe = m.expert_ffn();
     const double rows = r * (moe_routes_own_tokens(*rc.framework, p) ? double(p.etp()) : t);
-    sharded += act * rows + ((r + m.moe->shared_experts) * fe - f) * ffn_stored * act / h;
+    sharded += lin * rows + ((r + m.moe->shared_experts) * fe * expert_ffn_bytes - f * ffn_bytes) / h;
     replicated += 4.0 * m.moe->experts / h;             // fp32 router logits, 4 * tokens * experts
   }
   Bytes bytes(sbh * (replicated / replicated_div + sharded / t));
@@ -103,7 +119,7 @@ Bytes layer_bytes_for_plan(const ExecutionModel& rc, const ModelSpec& m, const P
   return activation_bytes_per_layer(rc, m, p, p.micro_batch, p.local_tokens(m), moe);
 }
 
-bool is_last_stage(const PlanSpec& p, int stage) { return stage == p.pp - 1; }
+bool is_last_stage(const PlanSpec& p, int stage) { return p.holds_last_segment(stage); }
 
 }  // namespace
 
@@ -196,6 +212,14 @@ int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
     // Without a pipeline, EP overlap runs a micro-batch's forward beside the previous one's
     // backward: two in flight.
     case Schedule::one_f_one_b: return std::min(p - stage + (plan.ep_overlap && p == 1 ? 1 : 0), m);
+    // Zero bubble H1 keeps 1F1B's warm-up; a deferred weight pass holds its micro-batch's linear
+    // inputs and output gradients until it runs, and stage s defers at most s of them while
+    // holding p - s forwards (sail-sg/zero-bubble-pipeline-parallelism, branch zb-h1-quick-start:
+    // "delay W by rank"): counted whole, p units at most, as the paper's 1F1B-equal memory.
+    case Schedule::zb_h1: return std::min(p, m);
+    // DualPipe: pp + 1 model chunks' forwards at the peak on every stage (its two chunks
+    // together; deepseek-ai/DualPipe README, "Activation Per Device: PP+1").
+    case Schedule::dualpipe: return std::min(p + 1, m);
     case Schedule::interleaved: {
       const int v = std::max(1, plan.virtual_stages);
       // Megatron-Core's EP overlap schedules one more warm-up micro-batch (its combined 1F1B pairs
@@ -208,15 +232,15 @@ int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
 }
 
 double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan) {
-  const std::vector<int> counts = stage_layer_counts(model, plan);
-  const double per_stage = *std::max_element(counts.begin(), counts.end());
-  return plan.schedule == Schedule::interleaved ? per_stage / std::max(1, plan.virtual_stages)
-                                                : per_stage;
+  // The stage with the most layers, its chunks' mean (a unit is one chunk's forward).
+  double per_stage = 0;
+  for (int s = 0; s < plan.pp; ++s) per_stage = std::max(per_stage, double(stage_layers(model, plan, s).size()));
+  return per_stage / plan.model_chunks();
 }
 
 std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int stage, int chunk) {
   const std::vector<int> counts = chunk_layer_counts(model, plan);
-  const int segment = chunk * plan.pp + stage;
+  const int segment = plan.chunk_segment(stage, chunk);
   FORESIGHT_CHECK(segment >= 0 && segment < int(counts.size())) << "stage " << stage << " chunk " << chunk;
   const int first = std::accumulate(counts.begin(), counts.begin() + segment, 0);
   std::vector<int> layers;
@@ -225,7 +249,7 @@ std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int 
 }
 
 std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int stage) {
-  const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
+  const int v = plan.model_chunks();
   std::vector<int> layers;
   for (int c = 0; c < v; ++c) {
     const std::vector<int> chunk = chunk_layers(model, plan, stage, c);
@@ -295,7 +319,7 @@ StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelS
   if (!framework.has_embedding_and_head) return p;
   const double word_embedding = double(model.vocab) * h / t;
   const double positions = model.position == PositionEmbedding::learned ? double(model.seq_len) * h : 0.0;
-  if (stage == 0) p.dense += word_embedding + positions;
+  if (plan.holds_first_segment(stage)) p.dense += word_embedding + positions;
   if (is_last_stage(plan, stage)) {
     if (!model.tie_embeddings) p.dense += word_embedding;  // the LM head's own matrix
     else if (plan.pp > 1 && framework.last_stage_embedding_copy) p.dense += word_embedding;  // tied copy
@@ -320,7 +344,7 @@ StateBytesPerParam state_bytes_per_param(const ElementSizes& bytes, int zero, do
 
 Bytes layer_activation_bytes_per_unit(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
                                       int stage) {
-  const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
+  const int v = plan.model_chunks();
   // Block recompute (plan.recompute_layers): the layers past the first N of each chunk store
   // everything, as without recompute.
   std::optional<PlanSpec> kept;
@@ -371,11 +395,14 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
 
   const bool all_forwards_first = plan.schedule == Schedule::gpipe || plan.schedule == Schedule::terapipe;
   const bool edges = x.framework->has_embedding_and_head;
-  if (stage == 0 && edges) {
+  if (plan.holds_first_segment(stage) && edges) {
     // Micro-batches whose embedding output is alive: as many as stage 0 holds (Korthikanti's p);
-    // interleaved: those in the first model chunk, at most min(m, pp) at the peak.
-    const int in_flight = plan.schedule == Schedule::interleaved ? std::min(m, plan.pp)
-                                                                  : microbatches_in_flight(plan, m, 0);
+    // interleaved: those in the first model chunk, at most min(m, pp) at the peak; DualPipe: the
+    // end stage's forwards of the direction it feeds (pp - 1 warm-up forwards, one more in steady
+    // state; dualpipe.py step 1/2).
+    const int in_flight = plan.schedule == Schedule::interleaved || plan.schedule == Schedule::dualpipe
+                              ? std::min(m, plan.pp)
+                              : microbatches_in_flight(plan, m, 0);
     bytes += input_embedding_activation_bytes(x, model, plan, b, s, in_flight);
   }
   if (is_last_stage(plan, stage) && edges)

@@ -37,7 +37,7 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
   }
   const double fraction = std::clamp(plan.offload.activations, 0.0, 1.0);
   if (fraction > 0) {
-    const int v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
+    const int v = plan.model_chunks();
     const double units = double(plan.micro_batches(training)) * v;
     const Bytes moved = layer_activation_bytes_per_unit(x, model, plan, stage) * (fraction * units);
     cost.activations_to_host = moved;

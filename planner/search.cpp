@@ -47,9 +47,9 @@ bool fewest_recomputed_layers_that_fit(const cost_models::ExecutionModel& x, con
   PlanSpec none = p;
   none.recompute = Recompute::none;
   if (fits(x, r, none, nullptr)) return false;
-  const std::vector<int> counts = stage_layer_counts(r.model, p);
-  const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
-  int lo = 1, hi = *std::max_element(counts.begin(), counts.end()) / v - 1;
+  // The largest model chunk's layers (chunk_layer_counts: one entry per segment).
+  const std::vector<int> counts = chunk_layer_counts(r.model, p);
+  int lo = 1, hi = *std::max_element(counts.begin(), counts.end()) - 1;
   if (hi < 1) return false;
   p.recompute_layers = hi;
   if (!fits(x, r, p, nullptr)) return false;

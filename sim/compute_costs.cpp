@@ -4,13 +4,14 @@
 // (cost_models/roofline.hpp layer_times, edge_times, optimizer_time).
 #include <algorithm>
 
+#include "core/flops.hpp"
 #include "cost_models/roofline.hpp"
 #include "sim/costing.hpp"
 
 namespace foresight::sim {
 
 namespace {
-Seconds recompute_of(const cost_models::LayerTimes& t, Recompute mode) {
+Seconds recompute_mode(const cost_models::LayerTimes& t, Recompute mode) {
   switch (mode) {
     case Recompute::full: return t.recompute_full();
     case Recompute::selective: return t.recompute_selective();
@@ -18,6 +19,19 @@ Seconds recompute_of(const cost_models::LayerTimes& t, Recompute mode) {
     case Recompute::none: break;
   }
   return Seconds(0);
+}
+
+/// What the backward re-runs: the plan's recompute mode and, beside it, its recompute modules
+/// (plan.recompute_modules): the norms, MLA's up-projections (their share of the attention
+/// projections' FLOPs, mla_up_projection_share) and an MoE layer's activation.
+Seconds recompute_of(const cost_models::LayerTimes& t, const ModelSpec& m, const PlanSpec& p, bool moe) {
+  Seconds r = recompute_mode(t, p.recompute);
+  if (p.recompute == Recompute::full) return r;
+  const RecomputeModules& mods = p.recompute_modules;
+  if (mods.layernorm) r += t.forward_ops.layernorms;
+  if (mods.mla_up_proj && m.mla) r += t.forward_ops.qkv * mla_up_projection_share(m);
+  if (mods.moe_act && moe) r += t.forward_ops.gelu;
+  return r;
 }
 }  // namespace
 
@@ -28,7 +42,7 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
   ComputeCosts c;
   c.layer = [x, model, plan](int tokens, int context, bool moe, int window) {
     const LayerTimes t = layer_times(x, model, plan, tokens, context, moe, window);
-    const Seconds recompute = recompute_of(t, plan.recompute);
+    const Seconds recompute = recompute_of(t, model, plan, moe);
     const LayerOpTimes& F = t.forward_ops;
     const LayerOpTimes& B = t.backward_ops;
     return LayerCompute{t.forward(),
@@ -72,7 +86,7 @@ OpsBreakdown ops_breakdown(const Experiment& e, const cost_models::ExecutionMode
     k.tokens = tokens;
     k.context = context;
     k.times = cost_models::layer_times(x, m, p, tokens, context, moe, window);
-    k.recompute = recompute_of(k.times, p.recompute);
+    k.recompute = recompute_of(k.times, m, p, moe);
     out.kinds.push_back(k);
   }
   out.edges = cost_models::edge_times(x, m, p, tokens);

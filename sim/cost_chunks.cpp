@@ -1,5 +1,6 @@
 // Costers of the per-chunk work: transformer layers, the embedding and head, activation offload.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -35,7 +36,34 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
     return est.latency + est.transfer / in.x.calibrated.all_to_all_efficiency_scale;
   };
   Seconds t;
-  if (p.ep > 1) {
+  if (p.ep > 1 && p.ep_dispatcher == EpDispatcher::deepep) {
+    // DeepEP's normal kernels (DeepSeek-V3 sec. 3.2.2): a token crosses the network once per
+    // destination node other than its own, to the GPU on its rail there, which forwards the copies
+    // over NVLink to the experts' GPUs; the two legs pipeline, the slower sets the time (DeepEP's
+    // H800 figures at EP 64: 51 / 50 GB/s RDMA dispatch / combine against the NIC's ~50 GB/s, its
+    // docs/legacy.md). A token's top_k experts, routed evenly over the group's n nodes, occupy
+    // n (1 - (1 - 1/n)^top_k) of them on average, at most moe.max_nodes (node-limited routing).
+    const CommGroup& ep = g.ep;
+    const double n = ep.nodes, k = m.moe->top_k;
+    double nodes = n * (1.0 - std::pow(1.0 - 1.0 / n, k));
+    if (m.moe->max_nodes > 0) nodes = std::min(nodes, double(m.moe->max_nodes));
+    const double remote = ep.nodes > 1 ? nodes * (n - 1.0) / n : 0.0;
+    const double rows = double(p.micro_batch) * tokens / shard;
+    const double r = ep.ranks_per_node;
+    auto exchange = [&](double bytes_per_element) {
+      const double row = m.hidden * bytes_per_element;
+      const Seconds network =
+          remote > 0 ? in.comm.time(Collective::send_recv, Bytes(rows * remote * row), ep) : Seconds(0);
+      const Seconds nvlink = r > 1 ? in.comm.time(Collective::send_recv, Bytes(rows * rf * row * (r - 1.0) / r),
+                                                  CommGroup{.ranks = 2, .ranks_per_node = 2, .nodes = 1})
+                                   : Seconds(0);
+      return max(network, nvlink);
+    };
+    // Dispatched in FP8 under FP8 training (one fp32 scale per 128 elements), combined in 16 bits;
+    // the backward moves 16-bit gradients both ways. Per direction: the mean of the two.
+    const double dispatch = in.x.dtype == Dtype::fp8 ? 1.0 + 4.0 / 128.0 : 2.0;
+    t += 0.5 * (exchange(dispatch) + 3.0 * exchange(2.0));
+  } else if (p.ep > 1) {
     t += 2.0 * all_to_all(dispatched);
     // The copies' router probabilities in their own all-to-all (16-bit, one per copy).
     if (in.x.framework->moe_probs_all_to_all) t += all_to_all(Bytes(2.0 * p.micro_batch * tokens / shard * rf));
@@ -52,6 +80,17 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
 }
 
 double ep_overlap_paired_share(const PlanSpec& p, int stage, int micro_batches) {
+  if (p.schedule == Schedule::dualpipe) {
+    // The share of the stage's forwards its schedule runs paired with a backward.
+    const ScheduleShape shape{Schedule::dualpipe, p.pp, micro_batches, 2, 1};
+    int forwards = 0, paired = 0;
+    for (const ScheduledOp& op : stage_schedule(shape, stage))
+      if (op.pass == Pass::forward) {
+        ++forwards;
+        paired += op.paired;
+      }
+    return forwards > 0 ? double(paired) / forwards : 0.0;
+  }
   const double passes = double(micro_batches) * (p.schedule == Schedule::interleaved ? p.virtual_stages : 1);
   if (passes <= 0) return 0.0;
   const double alone = p.pp == 1 ? 1.0 : std::min(passes, double((p.pp - stage - 1) * 2 + (p.virtual_stages - 1) * p.pp + 1));
@@ -235,13 +274,16 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
           LayerStep ls = layer_step(in, lc, tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
                                     layer_recompute_share(p, i, s, micro_batches), moe);
-          if (moe && p.ep_overlap) {
+          // Megatron-Core's combined 1F1B and DualPipe's paired chunks hide a micro-batch's
+          // all-to-alls under another's compute.
+          if (moe && (p.ep_overlap || p.schedule == Schedule::dualpipe)) {
             const EpExposure x = ep_overlap_exposure(in, lc, ls.forward_ep, ep_overlap_paired_share(p, s, micro_batches));
             ls.forward_ep = x.forward;
             ls.backward_ep = x.backward;
           }
           cc.forward += ls.forward;
           cc.backward += ls.backward;
+          for (const Seconds g : lc.gemm_backward) cc.weight_grad += 0.5 * g;
           cc.recompute += ls.recompute;
           if (p.zero >= 3 && in.x.calibrated.unit_overhead > Seconds(0)) {
             // Calibrated host time per ZeRO-3 / FSDP unit and pass (hooks, flat-parameter views,
@@ -260,6 +302,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           cc.backward_ep_comm += ls.backward_ep;
         }
         cc.backward += accumulate;
+        cc.weight_grad += accumulate;
         // Calibrated host time (cost_models/calibrated.hpp) per micro-batch and stage, split over
         // its chunks and between forward and backward.
         if (k == 0) {
@@ -283,8 +326,8 @@ void cost_edges(const CostInputs& in, WorkloadCosts& c) {
       for (int k = 0; k < int(slices.size()); ++k) {
         ChunkCosts& cc = c.chunk[s][ch][k];
         const Bytes act = activation_tensor(in.x, p.micro_batch, slices[k], in.e.model.hidden);
-        const bool first_segment = s == 0 && ch == 0;
-        const bool last_segment = s == p.pp - 1 && ch == v - 1;
+        const bool first_segment = p.chunk_segment(s, ch) == 0;
+        const bool last_segment = p.chunk_segment(s, ch) == p.segments() - 1;
         if (regathers && !last_segment) cc.backward_tp_comm += tp_collective(in, Collective::all_gather, act, tp);
         if (!fw.has_embedding_and_head || !(first_segment || last_segment)) continue;
         const EdgeCompute ec = in.compute.edges(slices[k]);

@@ -285,8 +285,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
     const double head_params = s > 0 && s == p.pp - 1 ? beyond_layers : 0.0;
     double stage_reduced = 0;  // parameters whose gradients the stage reduces once (step_sync)
     for (int ch = 0; ch < v; ++ch) {
-      const bool first_segment = s == 0 && ch == 0 && fw.has_embedding_and_head;
-      const bool last_segment = s == p.pp - 1 && ch == v - 1 && fw.has_embedding_and_head;
+      const bool first_segment = p.chunk_segment(s, ch) == 0 && fw.has_embedding_and_head;
+      const bool last_segment = p.chunk_segment(s, ch) == p.segments() - 1 && fw.has_embedding_and_head;
       std::vector<ShardedUnit> fwd, bwd;
       Seconds fwd_copies, bwd_copies;
       // One unit: its gather, its compute with the copies added, its reduction.

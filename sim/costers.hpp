@@ -68,6 +68,7 @@ EpExposure ep_overlap_exposure(const CostInputs& in, const LayerCompute& lc, Sec
 /// without a pipeline every micro-batch's but the first forward and the last backward; with the
 /// interleaved schedule those after its warm-up of (pp - stage - 1) x 2 + (v - 1) x pp + 1 forwards
 /// (schedules.get_pp_rank_microbatches, with the extra warm-up micro-batch the overlap adds).
+/// DualPipe: the share of the stage's forwards its schedule marks paired (sim/schedule.cpp).
 double ep_overlap_paired_share(const PlanSpec& plan, int stage, int micro_batches);
 
 /// The embedding on the first model chunk and the LM head + loss on the last, with their

@@ -279,7 +279,7 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
 WorkloadCosts cost_workload(const CostInputs& in) {
   const PlanSpec& p = in.e.plan;
   WorkloadCosts c;
-  const int v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  const int v = p.model_chunks();
   const int n_slices = p.token_slices.empty() ? 1 : int(p.token_slices.size());
   c.shape = ScheduleShape{p.schedule, p.pp, p.micro_batches(in.e.training), v, n_slices};
   cost_layer_chunks(in, c);

@@ -30,7 +30,7 @@ SimResult run_fast(const WorkloadCosts& c) {
   FORESIGHT_CHECK(fast_engine_applies(c)) << "run_fast needs blocking sends and no offload";
   const ScheduleShape& sh = c.shape;
   const int p = sh.stages, v = sh.virtual_stages, m = sh.microbatches, S = sh.slices;
-  const int segments = p * v;
+  const int segments = sh.segments();
   // Scratch reused across calls (the planner evaluates thousands of plans; fresh allocations of
   // this size would be mapped and faulted in anew every time).
   thread_local std::vector<std::vector<ScheduledOp>> order;
@@ -42,10 +42,10 @@ SimResult run_fast(const WorkloadCosts& c) {
   for (int s = 0; s < p; ++s) order[s] = stage_schedule(sh, s);
   // position[pass][mb][chunk][slice] on its stage, flattened.
   auto key = [&](Pass pass, int mb, int chunk, int slice) {
-    return ((int(pass) * m + mb) * v + chunk) * S + slice;
+    return ((int(pass) * m + mb) * v + chunk) * S + slice;  // pass < kPasses
   };
   for (int s = 0; s < p; ++s) {
-    pos[s].assign(std::size_t(2) * m * v * S, -1);
+    pos[s].assign(std::size_t(kPasses) * m * v * S, -1);
     for (int i = 0; i < int(order[s].size()); ++i) {
       const auto& o = order[s][i];
       pos[s][key(o.pass, o.microbatch, o.chunk, o.slice)] = i;
@@ -75,21 +75,40 @@ SimResult run_fast(const WorkloadCosts& c) {
     for (int s = 0; s < p; ++s) {
       while (next[s] < int(order[s].size())) {
         const ScheduledOp& o = order[s][next[s]];
-        const int g = o.chunk * p + s;
-        // The producer: previous segment's forward, or next segment's backward, on its stage.
+        const int g = sh.segment(s, o.chunk);
+        // The producer: previous segment's forward, or next segment's backward, on its stage (a
+        // deferred weight pass has none: its backward ran earlier on this stream).
         double dep = 0;
         bool ready = true;
         bool remote = false;
         int src_stage = -1;
-        const int src_g = o.pass == Pass::forward ? g - 1 : g + 1;
+        bool waits_on_forward_transfer = o.pass == Pass::forward;
+        const int src_g = o.pass == Pass::weight ? -1 : o.pass == Pass::forward ? g - 1 : g + 1;
         if (src_g >= 0 && src_g < segments) {
-          const int ss = src_g % p, sc = src_g / p;
+          const ScheduleShape::Place at = sh.place(o.microbatch, src_g);
+          const int ss = at.stage, sc = at.chunk;
           src_stage = ss;
           const int i = pos[ss][key(o.pass, o.microbatch, sc, o.slice)];
           if (st[ss][i].send_done < 0) ready = false;
           else {
             dep = st[ss][i].send_done;
             remote = ss != s;
+          }
+        }
+        // A paired forward (DualPipe) also waits for its partner backward's input.
+        if (ready && o.pass == Pass::forward && o.paired && next[s] + 1 < int(order[s].size())) {
+          const ScheduledOp& b = order[s][next[s] + 1];
+          const int bg = sh.segment(s, b.chunk) + 1;
+          if (b.pass == Pass::backward && bg < segments) {
+            const ScheduleShape::Place at = sh.place(b.microbatch, bg);
+            const int i = pos[at.stage][key(Pass::backward, b.microbatch, at.chunk, b.slice)];
+            if (st[at.stage][i].send_done < 0) ready = false;
+            else if (st[at.stage][i].send_done > dep) {
+              dep = st[at.stage][i].send_done;
+              remote = at.stage != s;
+              src_stage = at.stage;
+              waits_on_forward_transfer = false;
+            }
           }
         }
         if (!ready) break;
@@ -101,7 +120,7 @@ SimResult run_fast(const WorkloadCosts& c) {
         const double start = std::max(stream[s], dep);
         // Exposed wait on a remote transfer: the part of the wait while that transfer ran.
         if (remote && dep > stream[s]) {
-          const double send_dur = c.p2p_time(o.pass == Pass::forward, o.slice, src_stage, s).value();
+          const double send_dur = c.p2p_time(waits_on_forward_transfer, o.slice, src_stage, s).value();
           const double send_start = dep - send_dur;
           r.stages[s].pp_wait += Seconds(dep - std::max(stream[s], send_start));
         }
@@ -114,28 +133,33 @@ SimResult run_fast(const WorkloadCosts& c) {
           add(s, Category::ep_comm, cc.forward_ep_comm.value());
           t += cc.forward_cp_comm.value();
           add(s, Category::cp_comm, cc.forward_cp_comm.value());
+        } else if (o.pass == Pass::weight) {
+          t += cc.weight_grad.value();
+          add(s, Category::backward, cc.weight_grad.value());
         } else {
+          // A split backward leaves its weight gradients to a later weight pass.
+          const double own = (o.split ? cc.backward - cc.weight_grad : cc.backward).value();
           t += cc.backward_dp_comm.value() + cc.recompute.value() + cc.recompute_tp_comm.value() +
-               cc.recompute_ep_comm.value() + cc.backward.value() + cc.backward_tp_comm.value() +
-               cc.backward_ep_comm.value();
+               cc.recompute_ep_comm.value() + own + cc.backward_tp_comm.value() + cc.backward_ep_comm.value();
           add(s, Category::dp_comm, cc.backward_dp_comm.value());
           add(s, Category::recompute, cc.recompute.value());
           add(s, Category::tp_comm, cc.recompute_tp_comm.value() + cc.backward_tp_comm.value());
-          add(s, Category::backward, cc.backward.value());
+          add(s, Category::backward, own);
           add(s, Category::ep_comm, cc.recompute_ep_comm.value() + cc.backward_ep_comm.value());
           t += cc.backward_cp_comm.value();
           add(s, Category::cp_comm, cc.backward_cp_comm.value());
         }
         OpState& os = st[s][next[s]];
         os.done = t;
-        if (o.pass == Pass::backward) {
+        if (o.pass == Pass::weight || (o.pass == Pass::backward && !o.split)) {  // the chunk's weight gradients
           chunk_bwd_start[s][o.chunk] = start;
           chunk_bwd_end[s][o.chunk] = t;
         }
         // The outgoing transfer (blocking: on this stream) when the consumer is another segment.
-        const int dst_g = o.pass == Pass::forward ? g + 1 : g - 1;
-        if (dst_g >= 0 && dst_g < segments && dst_g % p != s) {
-          const double d = c.p2p_time(o.pass == Pass::forward, o.slice, s, dst_g % p).value();
+        const int dst_g = o.pass == Pass::weight ? -1 : o.pass == Pass::forward ? g + 1 : g - 1;
+        const int dst = dst_g >= 0 && dst_g < segments ? sh.place(o.microbatch, dst_g).stage : s;
+        if (dst != s) {
+          const double d = c.p2p_time(o.pass == Pass::forward, o.slice, s, dst).value();
           t += d;
           add(s, Category::pp_comm, d);
         }

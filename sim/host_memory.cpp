@@ -70,7 +70,7 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
   const ModelSpec& m = e.model;
   const PlanSpec& p = e.plan;
   const int micro_batches = p.micro_batches(e.training);
-  const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
+  const int v = p.model_chunks();
   const std::vector<int> slices =
       p.schedule == Schedule::terapipe && !p.token_slices.empty() ? p.token_slices : std::vector<int>{m.seq_len};
   const double t = p.tp, H = m.hidden, V = double(m.vocab) / t;
@@ -94,15 +94,17 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
     // exchange sits between two computations whenever either side has a message.
     const std::vector<ScheduledOp> ops = stage_schedule(shape, s);
     auto boundaries = [&](const ScheduledOp& op) {
-      const int segment = op.chunk * p.pp + s;
-      return std::pair<bool, bool>{segment == 0, segment == p.pp * v - 1};
+      const int segment = shape.segment(s, op.chunk);
+      return std::pair<bool, bool>{segment == 0, segment == shape.segments() - 1};
     };
     auto receives = [&](const ScheduledOp& op) {
       const auto [first, last] = boundaries(op);
+      if (op.pass == Pass::weight) return false;
       return op.pass == Pass::forward ? !first : !last;
     };
     auto sends = [&](const ScheduledOp& op) {
       const auto [first, last] = boundaries(op);
+      if (op.pass == Pass::weight) return false;
       return op.pass == Pass::forward ? !last : !first;
     };
     auto paired = [&](std::size_t k) {  // a steady-state forward batched with the next backward
@@ -112,6 +114,7 @@ std::vector<cost_models::MemoryBreakdown> host_memory_per_stage(const Experiment
     double held = 0, pending = 0, peak = 0;
     for (std::size_t k = 0; k < ops.size(); ++k) {
       const ScheduledOp& op = ops[k];
+      if (op.pass == Pass::weight) continue;  // (zero-bubble schedules; the trainer runs none)
       const bool second_of_pair = k > 0 && paired(k - 1);
       const bool after_send = k > 0 && (sends(ops[k - 1]) || (k > 1 && paired(k - 2) && sends(ops[k - 2])));
       const bool exchange_before =

@@ -8,7 +8,7 @@ namespace foresight::sim {
 
 long long scheduled_passes(const Experiment& e) {
   const PlanSpec& p = e.plan;
-  const long long v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  const long long v = p.model_chunks();
   const long long slices = p.token_slices.empty() ? 1 : (long long)p.token_slices.size();
   // pp * v <= layers and micro-batches < 2^31, but with up to 10^6 token slices the product can
   // pass 2^63: long double, saturated.

@@ -28,6 +28,10 @@ const char* to_string(Category c) {
 
 namespace {
 
+bool computes_weight_grads(const ScheduledOp& op) {
+  return op.pass == Pass::weight || (op.pass == Pass::backward && !op.split);
+}
+
 class Builder {
  public:
   explicit Builder(const WorkloadCosts& c) : c_(c) {
@@ -46,7 +50,7 @@ class Builder {
   Workload build() {
     const ScheduleShape& sh = c_.shape;
     const int p = sh.stages, v = sh.virtual_stages;
-    const int segments = p * v;
+    const int segments = sh.segments();
     std::vector<std::vector<ScheduledOp>> orders(p);
     for (int s = 0; s < p; ++s) orders[s] = stage_schedule(sh, s);
 
@@ -56,9 +60,22 @@ class Builder {
 
     // Pass 2: cross-stage dependencies: the producer's transfer task precedes the consumer.
     for (int s = 0; s < p; ++s) {
-      for (const auto& op : orders[s]) {
-        const int g = op.chunk * p + s;
+      for (std::size_t i = 0; i < orders[s].size(); ++i) {
+        const ScheduledOp& op = orders[s][i];
+        const int g = sh.segment(s, op.chunk);
+        // A paired forward starts with its partner backward, once both inputs are in (DualPipe's
+        // _forward_backward_chunk receives both before computing either).
+        if (op.pass == Pass::forward && op.paired && i + 1 < orders[s].size()) {
+          const ScheduledOp& b = orders[s][i + 1];
+          const int bg = sh.segment(s, b.chunk);
+          if (b.pass == Pass::backward && bg + 1 < segments)
+            edge(lookup(send_, std::make_tuple(Pass::backward, b.microbatch, bg + 1, b.slice)),
+                 lookup(seg_first_, std::make_tuple(op.pass, op.microbatch, g, op.slice)));
+        }
         const auto key = std::make_tuple(op.pass, op.microbatch, g, op.slice);
+        // A deferred weight pass follows its own backward (on this stage's stream already).
+        if (op.pass == Pass::weight)
+          edge(lookup(seg_last_, std::make_tuple(Pass::backward, op.microbatch, g, op.slice)), lookup(seg_first_, key));
         if (op.pass == Pass::forward && g > 0)
           edge(lookup(send_, std::make_tuple(Pass::forward, op.microbatch, g - 1, op.slice)), lookup(seg_first_, key));
         if (op.pass == Pass::backward) {
@@ -85,9 +102,11 @@ class Builder {
       // backward's end, the final part's the stretched one.
       const std::vector<double>& shares = c_.dp_chunk_shares_of(s);
       const bool per_chunk = c_.dp_overlap && sync > Seconds(0) && v > 1 && int(shares.size()) == v;
-      std::vector<int> last_index(v, -1);  // each chunk's last backward in the stage's order
+      // Each chunk's last op that computes weight gradients, in the stage's order: a backward
+      // (unless split) or a deferred weight pass.
+      std::vector<int> last_index(v, -1);
       for (int i = 0; i < int(orders[s].size()); ++i)
-        if (orders[s][i].pass == Pass::backward) last_index[orders[s][i].chunk] = i;
+        if (computes_weight_grads(orders[s][i])) last_index[orders[s][i].chunk] = i;
       std::vector<int> chunks;
       if (per_chunk) {
         for (int ch = 0; ch < v; ++ch) {
@@ -126,7 +145,7 @@ class Builder {
       for (std::size_t k = 0; k < chunks.size(); ++k) {
         const int ch = chunks[k];
         const ScheduledOp& op = orders[s][std::size_t(last_index[ch])];
-        const auto key = std::make_tuple(Pass::backward, op.microbatch, ch * p + s, op.slice);
+        const auto key = std::make_tuple(op.pass, op.microbatch, sh.segment(s, ch), op.slice);
         const Seconds part = per_chunk ? sync * shares[std::size_t(ch)] : sync;
         const Seconds own_tail = min(tail, part);
         const bool final = k + 1 == chunks.size();
@@ -199,7 +218,7 @@ class Builder {
 
   void add_op(int s, const ScheduledOp& op) {
     const ChunkCosts& cc = c_.chunk.at(s).at(op.chunk).at(op.slice);
-    const int g = op.chunk * c_.shape.stages + s;
+    const int g = c_.shape.segment(s, op.chunk);
     const auto key = std::make_tuple(op.pass, op.microbatch, g, op.slice);
     auto piece = [&](Category cat, Seconds d, const char* what) -> std::optional<TaskId> {
       if (d <= Seconds(0)) return std::nullopt;
@@ -219,12 +238,14 @@ class Builder {
       ids.push_back(piece(Category::tp_comm, cc.forward_tp_comm, "fwd_tp"));
       ids.push_back(piece(Category::ep_comm, cc.forward_ep_comm, "fwd_ep"));
       ids.push_back(piece(Category::cp_comm, cc.forward_cp_comm, "fwd_cp"));
+    } else if (op.pass == Pass::weight) {
+      ids.push_back(piece(Category::backward, cc.weight_grad, "wgrad"));
     } else {
       ids.push_back(piece(Category::dp_comm, cc.backward_dp_comm, "bwd_zero3_gather_reduce"));
       ids.push_back(piece(Category::recompute, cc.recompute, "recompute"));
       ids.push_back(piece(Category::tp_comm, cc.recompute_tp_comm, "recompute_tp"));
       ids.push_back(piece(Category::ep_comm, cc.recompute_ep_comm, "recompute_ep"));
-      ids.push_back(piece(Category::backward, cc.backward, "bwd"));
+      ids.push_back(piece(Category::backward, op.split ? cc.backward - cc.weight_grad : cc.backward, "bwd"));
       ids.push_back(piece(Category::tp_comm, cc.backward_tp_comm, "bwd_tp"));
       ids.push_back(piece(Category::ep_comm, cc.backward_ep_comm, "bwd_ep"));
       ids.push_back(piece(Category::cp_comm, cc.backward_cp_comm, "bwd_cp"));
@@ -274,12 +295,13 @@ class Builder {
   /// The transfer of a segment's output to the stage holding the next (forward) or previous
   /// (backward) segment: on the link between them and, when sends block, on the sender's stream.
   void add_send(int src, const ScheduledOp& op, const Key& key, TaskId after) {
-    const int p = c_.shape.stages, segments = p * c_.shape.virtual_stages;
-    const int g = op.chunk * p + src;
+    if (op.pass == Pass::weight) return;  // nothing leaves the stage
+    const int p = c_.shape.stages, segments = c_.shape.segments();
+    const int g = c_.shape.segment(src, op.chunk);
     const bool forward = op.pass == Pass::forward;
     const int target = forward ? g + 1 : g - 1;
     if (target < 0 || target >= segments) return;
-    const int dst = target % p;
+    const int dst = c_.shape.place(op.microbatch, target).stage;
     if (dst == src) {  // consecutive segments on one stage (p == 1): no transfer
       send_[key] = after;
       return;

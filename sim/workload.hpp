@@ -52,6 +52,10 @@ using TaskId = Graph::vertex_descriptor;
 /// Costs of one micro-batch (one token slice under TeraPipe) through one model chunk on one GPU.
 struct ChunkCosts {
   Seconds forward, backward;                    // computation (backward: data and weight gradients)
+  /// The part of `backward` that computes weight gradients (half of each GEMM's backward: dW = X^T dY
+  /// has dX = dY W^T's FLOPs) and adds them into the gradient buffer: what a zero-bubble schedule's
+  /// split backward leaves for its deferred weight pass.
+  Seconds weight_grad;
   Seconds forward_tp_comm, backward_tp_comm;    // blocking tensor/sequence-parallel collectives
   Seconds recompute, recompute_tp_comm;         // recompute before backward (0 without)
   Seconds recompute_ep_comm;                    // the recomputed forward's MoE all-to-alls

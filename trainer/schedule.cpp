@@ -80,6 +80,8 @@ std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stages, int stage, i
       for (int k = steady; k < total; ++k) bwd(unit_of(k), bchunk(k));
       return ops;
     }
+    case Schedule::zb_h1:
+    case Schedule::dualpipe: break;  // refused when the plan is read (trainer.cpp)
   }
   FORESIGHT_CHECK(false) << "schedule " << to_string(schedule);
   return ops;

@@ -67,6 +67,8 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
                 "recompute varied by micro-batch");
   if (q.tp_overlap) unsupported("plan.tp_overlap", "true", "TP communication overlapped with GEMMs");
   if (q.ep_overlap) unsupported("plan.ep_overlap", "true", "MoE all-to-alls overlapped with another micro-batch's compute");
+  if (q.schedule == Schedule::zb_h1 || q.schedule == Schedule::dualpipe)
+    unsupported("plan.schedule", to_string(q.schedule), "zero-bubble and DualPipe schedules (it runs gpipe, 1f1b, interleaved, terapipe)");
   if (q.schedule == Schedule::interleaved && !q.stage_layers.empty())
     unsupported("plan.stage_layers", std::to_string(q.stage_layers.size()) + " entries",
                 "uneven model chunks with the interleaved schedule (every chunk holds layers / (pp x virtual_stages))");

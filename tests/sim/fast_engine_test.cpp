@@ -20,6 +20,7 @@ WorkloadCosts random_costs(std::mt19937& rng, Schedule sched, int p, int m, int 
       for (auto& cc : ch) {
         cc.forward = Seconds(u(rng));
         cc.backward = Seconds(2 * u(rng));
+        cc.weight_grad = cc.backward * (0.3 * u(rng));  // 15-60% of it (zero-bubble schedules split it)
         cc.forward_tp_comm = Seconds(0.1 * u(rng));
         cc.backward_tp_comm = Seconds(0.1 * u(rng));
         cc.recompute = Seconds(0.5 * u(rng));
@@ -87,7 +88,12 @@ TEST(FastEngine, EqualsGraphEngine) {
                         // 1 -> 0 link direction with the backward sends (the graph engine once
                         // queued it behind the 0 -> 1 forward sends).
                         {Schedule::interleaved, 2, 4, 4, 1},  {Schedule::interleaved, 2, 6, 3, 1},
-                        {Schedule::terapipe, 4, 2, 1, 5},     {Schedule::terapipe, 6, 1, 1, 8}};
+                        {Schedule::terapipe, 4, 2, 1, 5},     {Schedule::terapipe, 6, 1, 1, 8},
+                        // Zero bubble: split backwards and deferred weight passes; DualPipe: two
+                        // directions, chunk 1 of stage s holding segment p - 1 - s.
+                        {Schedule::zb_h1, 4, 8, 1, 1},        {Schedule::zb_h1, 6, 3, 1, 1},
+                        {Schedule::dualpipe, 4, 8, 2, 1},     {Schedule::dualpipe, 8, 20, 2, 1},
+                        {Schedule::dualpipe, 2, 6, 2, 1}};
   for (const auto& k : cases) {
     for (int trial = 0; trial < 5; ++trial) {
       const WorkloadCosts c = random_costs(rng, k.s, k.p, k.m, k.v, k.slices);

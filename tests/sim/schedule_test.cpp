@@ -153,3 +153,66 @@ TEST(Schedule, DataParallelSyncAndOptimizerFollowTheLastBackward) {
   EXPECT_NEAR(r.stages[0].busy[int(Category::dp_comm)].value(), 0.25, 1e-12);
   EXPECT_NEAR(r.stages[0].total().value(), r.iteration.value(), 1e-12);
 }
+
+// ---- Zero bubble (ZB-H1) and DualPipe ------------------------------------------------------------
+// References: the bubble columns of deepseek-ai/DualPipe's README (after Qi et al. 2023 and the
+// DeepSeek-V3 report, Table 2): 1F1B (p-1)(F+B), ZB1P (p-1)(F+B-2W), DualPipe (p/2-1)(F&B+B-3W),
+// F a forward chunk, B a full backward chunk, W its weight-gradient part, F&B an overlapped pair.
+
+namespace {
+WorkloadCosts split_uniform(Schedule sched, int p, int m, double tf, double tb, double tw) {
+  const int v = sched == Schedule::dualpipe ? 2 : 1;
+  WorkloadCosts c = uniform(sched, p, m, 1, tf, tb);
+  c.shape.virtual_stages = v;
+  ChunkCosts cc = c.chunk[0][0][0];
+  cc.weight_grad = Seconds(tw);
+  c.chunk.assign(p, std::vector<std::vector<ChunkCosts>>(v, std::vector<ChunkCosts>(1, cc)));
+  return c;
+}
+}  // namespace
+
+TEST(Schedule, ZeroBubbleAndDualPipeRunEveryPassOnce) {
+  for (auto [sched, p, m] : {std::tuple{Schedule::zb_h1, 4, 8}, {Schedule::zb_h1, 5, 3}, {Schedule::dualpipe, 4, 8},
+                             {Schedule::dualpipe, 8, 20}}) {
+    const ScheduleShape shape{sched, p, m, sched == Schedule::dualpipe ? 2 : 1, 1};
+    for (int s = 0; s < p; ++s) {
+      std::set<std::tuple<int, int, int>> seen;
+      int splits = 0, weights = 0;
+      for (const auto& o : stage_schedule(shape, s)) {
+        EXPECT_TRUE(seen.insert({int(o.pass), o.microbatch, o.chunk}).second)
+            << to_string(sched) << " stage " << s << " repeats pass " << int(o.pass) << " mb " << o.microbatch;
+        if (sched == Schedule::dualpipe) {  // a direction's micro-batches on its own chunk
+          EXPECT_EQ(o.chunk, 2 * o.microbatch < m ? 0 : 1);
+        }
+        splits += o.split;
+        weights += o.pass == Pass::weight;
+        if (o.pass == Pass::weight)  // after its split backward
+          EXPECT_TRUE(seen.count({int(Pass::backward), o.microbatch, o.chunk}));
+      }
+      EXPECT_EQ(splits, weights);
+      EXPECT_EQ(int(seen.size()) - weights, 2 * m) << to_string(sched) << " stage " << s;
+      // ZB-H1 leaves stage 0 as 1F1B; the others split at least their first backward.
+      if (sched == Schedule::zb_h1) EXPECT_EQ(splits > 0, s > 0) << "stage " << s;
+    }
+  }
+}
+
+TEST(Schedule, ZeroBubbleH1BubbleIsPMinusOneTimesFPlusBMinusTwoW) {
+  // F = 1, B = 2 (input gradients 1, weights W = 1): ZB-H1's bubble (p-1)(F+B-2W) = p - 1,
+  // a third of 1F1B's (p-1)(F+B).
+  const double tf = 1.0, tb = 2.0, tw = 1.0;
+  for (auto [p, m] : {std::pair{4, 8}, {8, 32}, {4, 4}}) {
+    const double t = iteration(split_uniform(Schedule::zb_h1, p, m, tf, tb, tw));
+    EXPECT_NEAR(t - m * (tf + tb), (p - 1) * (tf + tb - 2 * tw), 1e-9) << "p=" << p << " m=" << m;
+    EXPECT_NEAR(iteration(uniform(Schedule::one_f_one_b, p, m, 1, tf, tb)) - m * (tf + tb), (p - 1) * (tf + tb), 1e-9);
+  }
+}
+
+TEST(Schedule, DualPipeBubbleIsHalfThePipelineTimesFAndBPlusBMinusThreeW) {
+  // Without communication an overlapped pair takes F + B: bubble (p/2 - 1)(F + 2B - 3W).
+  const double tf = 1.0, tb = 2.0, tw = 1.0;
+  for (auto [p, m] : {std::pair{4, 8}, {8, 20}, {8, 16}, {16, 64}}) {
+    const double t = iteration(split_uniform(Schedule::dualpipe, p, m, tf, tb, tw));
+    EXPECT_NEAR(t - m * (tf + tb), (p / 2 - 1) * (tf + tb + tb - 3 * tw), 1e-9) << "p=" << p << " m=" << m;
+  }
+}
