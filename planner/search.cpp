@@ -178,6 +178,10 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
           schedules.push_back({Schedule::gpipe, 1});
           if (r.terapipe && cp == 1) schedules.push_back({Schedule::terapipe, 1});
           for (int v : r.virtual_stages) schedules.push_back({Schedule::interleaved, v});
+          // Zero-bubble and DualPipe where the framework runs them (check_plan drops the shapes
+          // DualPipe refuses: odd pp, fewer than 2 pp micro-batches).
+          if (fw.schedules[int(Schedule::zb_h1)]) schedules.push_back({Schedule::zb_h1, 1});
+          if (fw.schedules[int(Schedule::dualpipe)] && pp % 2 == 0) schedules.push_back({Schedule::dualpipe, 1});
         }
         for (auto [sched, v] : schedules)
           // Sequence parallelism off, on, and on with its collectives overlapped with the GEMMs

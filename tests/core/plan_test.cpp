@@ -388,3 +388,66 @@ TEST(CheckPlan, Fp8ParamGatherNeedsFp8ShardedParametersAndAFrameworkThatDoesIt) 
             }).find("supports tensorwise scales only"),
             std::string::npos);
 }
+
+TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
+  // Fixture: pp 4, dp 4, micro-batch 2, global batch 512: 64 micro-batches per pipeline.
+  struct Case { std::function<void(Fixture&)> edit; const char* field; const char* says; };
+  const std::vector<Case> cases = {
+      // Frameworks that do not run them (Megatron-LM here; the idealised entry does).
+      {[](Fixture& f) { f.p.schedule = Schedule::dualpipe; }, "plan.schedule", "does not run"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.schedule = Schedule::zb_h1; f.p.pp = 1; f.p.dp = 16; },
+       "plan.schedule", "pp >= 2"},
+      // dualpipe.py: an even number of ranks, an even number of chunks, at least 2 x ranks of them.
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.schedule = Schedule::dualpipe; f.p.pp = 1; f.p.dp = 16; },
+       "plan.schedule", "even plan.pp"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.schedule = Schedule::dualpipe; f.t.global_batch = 56; },
+       "plan.schedule", "at least 2 x plan.pp"},  // 7 micro-batches
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.schedule = Schedule::dualpipe; f.p.zero = 3; },
+       "plan.schedule", "zero = 3"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.recompute_modules.layernorm = true;
+                        f.p.recompute = Recompute::full; }, "plan.recompute_modules", "full"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.recompute_modules.mla_up_proj = true; },
+       "plan.recompute_modules.mla_up_proj", "mla"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.recompute_modules.moe_act = true; },
+       "plan.recompute_modules.moe_act", "moe"},
+      {[](Fixture& f) { f.p.recompute_modules.layernorm = true; }, "plan.recompute_modules", "per-module"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.ep_dispatcher = EpDispatcher::deepep; },
+       "plan.ep_dispatcher", "moe"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    Fixture f;
+    cases[i].edit(f);
+    const auto v = f.check();
+    ASSERT_TRUE(v.has_value()) << "case " << i;
+    EXPECT_EQ(v->field, cases[i].field) << "case " << i << ": " << v->rule;
+    EXPECT_NE(v->rule.find(cases[i].says), std::string::npos) << "case " << i << ": " << v->rule;
+  }
+  // What they accept: ZB-H1 and DualPipe (64 micro-batches, even pp) on the idealised framework.
+  for (auto s : {Schedule::zb_h1, Schedule::dualpipe}) {
+    Fixture f;
+    f.p.framework = Framework::generic;
+    f.p.schedule = s;
+    EXPECT_FALSE(f.check().has_value()) << to_string(s) << ": " << f.check()->rule;
+  }
+}
+
+TEST(CheckPlan, DualPipeStagesHoldTheirMirrorSegment) {
+  // pp 4 under DualPipe: stage s runs segment s (chunk 0) and segment 3 - s (chunk 1); both end
+  // stages hold the embedding and the head.
+  PlanSpec p;
+  p.pp = 4;
+  p.schedule = Schedule::dualpipe;
+  EXPECT_EQ(p.model_chunks(), 2);
+  EXPECT_EQ(p.segments(), 4);
+  EXPECT_EQ(p.chunk_segment(1, 0), 1);
+  EXPECT_EQ(p.chunk_segment(1, 1), 2);
+  EXPECT_EQ(p.chunk_segment(3, 1), 0);
+  EXPECT_TRUE(p.holds_first_segment(3));
+  EXPECT_TRUE(p.holds_last_segment(0));
+  EXPECT_FALSE(p.holds_first_segment(1));
+  p.schedule = Schedule::interleaved;
+  p.virtual_stages = 3;
+  EXPECT_EQ(p.segments(), 12);
+  EXPECT_EQ(p.chunk_segment(1, 2), 9);
+  EXPECT_FALSE(p.holds_first_segment(3));
+}

@@ -694,3 +694,45 @@ TEST(CompiledLoss, KeepsOnlyTheSixteenBitLogitsAndTheirGradient) {
 
 }  // namespace
 }  // namespace foresight::cost_models
+
+namespace foresight::cost_models {
+
+TEST(ActivationBytesPerLayer, RecomputedModulesAndFp8LinearInputsStoreLess) {
+  // The GQA layer above (h 4096, ffn 11008 ungated, s 2048, b 1, t 1; sbh = 8,388,608).
+  const ModelSpec m{.name = "gqa", .layers = 32, .hidden = 4096, .heads = 32, .seq_len = 2048,
+                    .vocab = 32000, .ffn_hidden = 11008, .kv_heads = 8, .moe = std::nullopt};
+  const double sbh = 2048.0 * 4096;
+  PlanSpec p = plan_with(1, false, Recompute::none);
+  // Recomputed norms (Megatron-Core --recompute-modules layernorm) keep neither output, the QKV
+  // and the FFN inputs: 2 x 2 bytes x sbh fewer than the 887,095,296 above.
+  p.recompute_modules.layernorm = true;
+  EXPECT_DOUBLE_EQ(layer(m, p, 1, 2048).value(), 887095296.0 - 4.0 * sbh);
+  // FP8-cached Linear inputs (DeepSeek-V3 sec. 3.3.3; the idealised framework): the same plan on
+  // it in bf16 and in FP8; FP8 stores the projection input in 1.5 bytes instead of 2 and the FC1
+  // and FC2 inputs in 1 (2 x 11008 / 4096 x sbh elements): 0.5 + 2 x 2.6875 = 5.875 sbh fewer.
+  p.framework = Framework::generic;
+  const Bytes bf16 = activation_bytes_per_layer(exec(p, Dtype::bf16), m, p, 1, 2048);
+  const Bytes fp8 = activation_bytes_per_layer(exec(p, Dtype::fp8), m, p, 1, 2048);
+  EXPECT_DOUBLE_EQ(bf16.value() - fp8.value(), 5.875 * sbh);
+  // With the norms' outputs stored again, their FP8 copies save 2 x 1 byte more.
+  p.recompute_modules.layernorm = false;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p, Dtype::bf16), m, p, 1, 2048).value() -
+                       activation_bytes_per_layer(exec(p, Dtype::fp8), m, p, 1, 2048).value(),
+                   7.875 * sbh);
+}
+
+TEST(MicrobatchesInFlight, ZeroBubbleKeepsOneFOneBsAndDualPipeHoldsOneMore) {
+  // deepseek-ai/DualPipe README, "Activation Per Device": 1F1B and ZB1P PP, DualPipe PP + 1 (model
+  // chunks of one micro-batch each).
+  PlanSpec p;
+  p.pp = 8;
+  p.schedule = Schedule::one_f_one_b;
+  EXPECT_EQ(microbatches_in_flight(p, 64, 0), 8);
+  p.schedule = Schedule::zb_h1;
+  EXPECT_EQ(microbatches_in_flight(p, 64, 0), 8);
+  EXPECT_EQ(microbatches_in_flight(p, 64, 7), 8);  // the deferred weight passes hold theirs
+  p.schedule = Schedule::dualpipe;
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(microbatches_in_flight(p, 64, s), 9) << "stage " << s;
+}
+
+}  // namespace foresight::cost_models

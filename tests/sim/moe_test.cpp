@@ -346,3 +346,33 @@ TEST(MoeFolding, FrameworksWithoutFoldingRouteTheWholeMicroBatchOnEveryTensorPar
   const Seconds tp = tp_comm_per_layer(k.in(), 4096);
   EXPECT_EQ(layer_step(k.in(), lc, 4096, tp, Seconds(0), 0.0, true).forward_tp, tp);
 }
+
+TEST(DeepEp, ATokenCrossesTheNetworkOncePerRemoteNodeThenNvlink) {
+  // DeepEP's normal kernels (DeepSeek-V3 sec. 3.2.2): the folded Qwen3 layout (ep 16 over two
+  // nodes of 8, each TP rank routing its 2048-token shard, 8 experts per token, h 2048, bf16). A
+  // token's 8 experts, spread evenly over 2 nodes, occupy 2 (1 - 2^-8) = 1.9921875 nodes on
+  // average (the expected occupied bins of 8 balls in 2), half of them remote: 0.99609375 network
+  // copies per token, where NCCL's all-to-all sends 8 x 8/16 = 4. On the receiving node the 8
+  // copies fan out over NVLink, 7/8 of them to another GPU. Per layer and direction, bf16: a
+  // dispatch and a combine each way, each the slower of the two legs.
+  Experiment e = folded();
+  e.plan.ep_dispatcher = EpDispatcher::deepep;
+  ASSERT_FALSE(check(e).has_value()) << check(e)->rule;
+  fixtures::Costed k(e, ComputeCosts{});
+  const CommGroup ep{.ranks = 16, .ranks_per_node = 8, .nodes = 2};
+  const CommGroup pair{.ranks = 2, .ranks_per_node = 2, .nodes = 1};
+  const double rows = 4096.0 / 2, row = 2048 * 2;
+  auto leg = [&](double remote) {
+    return std::max(k.comm.time(Collective::send_recv, Bytes(rows * remote * row), ep).value(),
+                    k.comm.time(Collective::send_recv, Bytes(rows * 8 * row * 7.0 / 8.0), pair).value());
+  };
+  EXPECT_NEAR(ep_comm_per_layer(k.in(), 4096).value(), 2 * leg(0.99609375), 1e-12);
+  // Node-limited routing to one node (model.moe.max_nodes 1): half the tokens stay home.
+  e.model.moe->max_nodes = 1;
+  fixtures::Costed k1(e, ComputeCosts{});
+  EXPECT_NEAR(ep_comm_per_layer(k1.in(), 4096).value(), 2 * leg(0.5), 1e-12);
+  // And fewer bytes than NCCL's all-to-all of the same copies.
+  e.plan.ep_dispatcher = EpDispatcher::nccl;
+  fixtures::Costed kn(e, ComputeCosts{});
+  EXPECT_GT(ep_comm_per_layer(kn.in(), 4096).value(), ep_comm_per_layer(k1.in(), 4096).value());
+}
