@@ -183,6 +183,11 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // DeepSpeed's pipeline engine at TP 2 x PP 4 x DP 12, fp16, ZeRO-1: predicted as it was added
       // at -9.4% (its 117 TFLOP/s restated as 43.84 s with GPT-NeoX's own FLOP count).
       {"GPT-NeoX-20B (Black et al. 2022)", {9.5, 9.5}},
+      // Session 31: DeepSeek-V3's pretraining on 2,048 H800s (../shared/published/modern.yaml; a
+      // whole-run average of GPU hours per trillion tokens), written down once DualPipe, DeepEP-style
+      // dispatch with node-limited routing, recomputed modules and FP8-cached Linear inputs were
+      // modelled: predicted as it was added at +9.7%.
+      {"DeepSeek-V3 report (H800, DualPipe, FP8)", {10.0, 10.0}},
   };
   int seen = 0;
   for (const auto& g : j["groups"]) {
