@@ -156,8 +156,18 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute r
 }
 
 Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanSpec& plan) {
-  if (plan.recompute != Recompute::full || plan.recompute_layers <= 0)
-    return hardware_flops_per_iteration(m, batch, plan.recompute);
+  if (plan.recompute != Recompute::full || plan.recompute_layers <= 0) {
+    Flops f = hardware_flops_per_iteration(m, batch, plan.recompute);
+    // Recomputed MLA up-projections (plan.recompute_modules.mla_up_proj) re-run their GEMMs in
+    // every layer: 2 FLOPs per weight and token; the norms and the activation are elementwise.
+    if (plan.recompute_modules.mla_up_proj && m.mla && plan.recompute != Recompute::full) {
+      const MlaSpec& a = *m.mla;
+      const double up = (a.q_lora_rank > 0 ? double(a.q_lora_rank) * m.q_width() : 0.0) +
+                        double(a.kv_lora_rank) * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
+      f += Flops(2.0 * batch * m.seq_len * up * m.layers);
+    }
+    return f;
+  }
   const double tokens = batch * m.seq_len;
   // Micro-batch-level recompute (1F1B only): a layer outside the block re-runs its forward for the
   // share of its stage's micro-batches that recompute every layer.

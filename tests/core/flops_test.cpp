@@ -312,3 +312,15 @@ TEST(MlaUpProjections, DeepSeekV3ShareOfItsQkvWeights) {
   m.mla.reset();
   EXPECT_EQ(mla_up_projection_share(m), 0.0);
 }
+
+TEST(MlaUpProjections, RecomputedTheyCountAsHardwareFlops) {
+  // 2 FLOPs per up-projection weight and token, every layer: 2 x 54,525,952 x 4096 x 61 per sequence.
+  ModelSpec m{.name = "dsv3", .layers = 61, .hidden = 7168, .heads = 128, .seq_len = 4096, .vocab = 129280,
+              .ffn_hidden = 18432, .kv_heads = 128, .moe = std::nullopt};
+  m.mla = MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
+                  .v_head_dim = 128};
+  PlanSpec p;
+  const Flops without = hardware_flops_per_iteration(m, 2.0, p);
+  p.recompute_modules.mla_up_proj = true;
+  EXPECT_NEAR((hardware_flops_per_iteration(m, 2.0, p) - without).value(), 2.0 * 54525952.0 * 4096 * 61 * 2.0, 1.0);
+}

@@ -186,13 +186,16 @@ TEST(Schedule, ZeroBubbleAndDualPipeRunEveryPassOnce) {
         }
         splits += o.split;
         weights += o.pass == Pass::weight;
-        if (o.pass == Pass::weight)  // after its split backward
+        if (o.pass == Pass::weight) {  // after its split backward
           EXPECT_TRUE(seen.count({int(Pass::backward), o.microbatch, o.chunk}));
+        }
       }
       EXPECT_EQ(splits, weights);
       EXPECT_EQ(int(seen.size()) - weights, 2 * m) << to_string(sched) << " stage " << s;
       // ZB-H1 leaves stage 0 as 1F1B; the others split at least their first backward.
-      if (sched == Schedule::zb_h1) EXPECT_EQ(splits > 0, s > 0) << "stage " << s;
+      if (sched == Schedule::zb_h1) {
+        EXPECT_EQ(splits > 0, s > 0) << "stage " << s;
+      }
     }
   }
 }
