@@ -46,7 +46,11 @@ TEST(FastEngine, EqualsGraphEngineWithOverlappedDataParallelSync) {
   const Case cases[] = {{Schedule::one_f_one_b, 1, 4, 1}, {Schedule::one_f_one_b, 4, 8, 1},
                         {Schedule::gpipe, 3, 5, 1}, {Schedule::interleaved, 4, 8, 2},
                         {Schedule::interleaved, 3, 9, 3}, {Schedule::interleaved, 4, 8, 4},
-                        {Schedule::interleaved, 2, 4, 4}};
+                        {Schedule::interleaved, 2, 4, 4},
+                        // The sync follows the last op that computes weight gradients: a deferred
+                        // weight pass under zero bubble; DualPipe's two chunks each their own.
+                        {Schedule::zb_h1, 4, 8, 1},       {Schedule::dualpipe, 4, 8, 2},
+                        {Schedule::dualpipe, 6, 12, 2}};
   for (const auto& k : cases)
     for (int trial = 0; trial < 5; ++trial) {
       WorkloadCosts c = random_costs(rng, k.s, k.p, k.m, k.v, 1);
