@@ -29,6 +29,20 @@ FORESIGHT_ENUM_NAMES(Schedule, {Schedule::gpipe, "gpipe"}, {Schedule::one_f_one_
                      {Schedule::interleaved, "interleaved"}, {Schedule::terapipe, "terapipe"},
                      {Schedule::zb_h1, "zb-h1"}, {Schedule::dualpipe, "dualpipe"});
 
+/// The pipeline segment (model order) that model chunk `chunk` of `stage` runs under `schedule`
+/// over `pp` stages: chunk x pp + stage (interleaved; 0 + stage otherwise), or DualPipe's mirror,
+/// stage pp - 1 - s for its second chunk. PlanSpec::chunk_segment and sim's ScheduleShape::segment
+/// both ask this.
+constexpr int pipeline_segment(Schedule schedule, int pp, int stage, int chunk) {
+  if (schedule == Schedule::dualpipe) return chunk == 0 ? stage : pp - 1 - stage;
+  return chunk * pp + stage;
+}
+/// Segments one micro-batch passes through with `chunks` model chunks per stage: pp x chunks, or
+/// pp under DualPipe (each segment held by two stages).
+constexpr int pipeline_segments(Schedule schedule, int pp, int chunks) {
+  return schedule == Schedule::dualpipe ? pp : pp * chunks;
+}
+
 /// What a layer stores for its backward. selective: Korthikanti et al. 2022 (the attention core
 /// is recomputed); selective-op: PyTorch's per-op selective activation checkpointing as torchtitan
 /// applies it to each transformer block (selective_ac_option "op": the attention kernel's output

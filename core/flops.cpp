@@ -29,14 +29,20 @@ double attention_biases(const ModelSpec& m) {
 }
 }  // namespace
 
+double mla_up_projection_weights(const ModelSpec& m) {
+  if (!m.mla) return 0.0;
+  const MlaSpec& a = *m.mla;
+  const double q_up = a.q_lora_rank > 0 ? double(a.q_lora_rank) * m.q_width() : 0.0;
+  return q_up + double(a.kv_lora_rank) * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
+}
+
 double mla_up_projection_share(const ModelSpec& m) {
   if (!m.mla) return 0.0;
   const MlaSpec& a = *m.mla;
-  const double h = m.hidden, q = m.q_width();
-  const double kv_up = double(a.kv_lora_rank) * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
-  const double q_up = a.q_lora_rank > 0 ? double(a.q_lora_rank) * q : 0.0;
-  const double down = (a.q_lora_rank > 0 ? h * a.q_lora_rank : h * q) + h * (a.kv_lora_rank + a.qk_rope_head_dim);
-  return (q_up + kv_up) / (q_up + kv_up + down);
+  const double h = m.hidden;
+  const double up = mla_up_projection_weights(m);
+  const double down = (a.q_lora_rank > 0 ? h * a.q_lora_rank : h * m.q_width()) + h * (a.kv_lora_rank + a.qk_rope_head_dim);
+  return up / (up + down);
 }
 
 double ffn_weight_matrices(const ModelSpec& m) { return m.gated() ? 3.0 : 2.0; }
@@ -160,12 +166,8 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanS
     Flops f = hardware_flops_per_iteration(m, batch, plan.recompute);
     // Recomputed MLA up-projections (plan.recompute_modules.mla_up_proj) re-run their GEMMs in
     // every layer: 2 FLOPs per weight and token; the norms and the activation are elementwise.
-    if (plan.recompute_modules.mla_up_proj && m.mla && plan.recompute != Recompute::full) {
-      const MlaSpec& a = *m.mla;
-      const double up = (a.q_lora_rank > 0 ? double(a.q_lora_rank) * m.q_width() : 0.0) +
-                        double(a.kv_lora_rank) * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
-      f += Flops(2.0 * batch * m.seq_len * up * m.layers);
-    }
+    if (plan.recompute_modules.mla_up_proj && plan.recompute != Recompute::full)
+      f += Flops(2.0 * batch * m.seq_len * mla_up_projection_weights(m) * m.layers);
     return f;
   }
   const double tokens = batch * m.seq_len;

@@ -16,6 +16,9 @@ namespace foresight {
 /// the norms (two; a parallel block's one or two) and attention sinks if any (Megatron: 12h^2 +
 /// 13h when ffn = 4h and kv_heads = heads).
 double dense_layer_parameters(const ModelSpec& m);
+/// MLA: the up-projections' weights (query latent to queries, key/value latent to keys and values)
+/// per layer; 0 without MLA.
+double mla_up_projection_weights(const ModelSpec& m);
 /// MLA: the up-projections' share (query latent to queries, key/value latent to keys and values)
 /// of the weights that project the hidden state to queries, keys and values (the output
 /// projection excluded): the share of that GEMM time plan.recompute_modules.mla_up_proj re-runs.

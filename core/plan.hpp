@@ -165,12 +165,9 @@ struct PlanSpec {
   /// The pipeline segment (an index into chunk_layer_counts, in model order) that model chunk
   /// `chunk` of `stage` runs: chunk x pp + stage interleaved, the mirrored stage for DualPipe's
   /// second chunk.
-  int chunk_segment(int stage, int chunk) const {
-    if (schedule == Schedule::dualpipe) return chunk == 0 ? stage : pp - 1 - stage;
-    return chunk * pp + stage;
-  }
+  int chunk_segment(int stage, int chunk) const { return pipeline_segment(schedule, pp, stage, chunk); }
   /// Pipeline segments one micro-batch passes through: pp x model chunks, or pp under DualPipe.
-  int segments() const { return schedule == Schedule::dualpipe ? pp : pp * model_chunks(); }
+  int segments() const { return pipeline_segments(schedule, pp, model_chunks()); }
   /// Whether `stage` holds the first (embedding) or the last (head) pipeline segment: the end
   /// stages, both of them under DualPipe.
   bool holds_first_segment(int stage) const { return stage == 0 || (schedule == Schedule::dualpipe && stage == pp - 1); }

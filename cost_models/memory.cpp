@@ -233,9 +233,15 @@ int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
 
 double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan) {
   // The stage with the most layers, its chunks' mean (a unit is one chunk's forward).
-  double per_stage = 0;
-  for (int s = 0; s < plan.pp; ++s) per_stage = std::max(per_stage, double(stage_layers(model, plan, s).size()));
-  return per_stage / plan.model_chunks();
+  const std::vector<int> counts = chunk_layer_counts(model, plan);
+  const int v = plan.model_chunks();
+  int per_stage = 0;
+  for (int s = 0; s < plan.pp; ++s) {
+    int layers = 0;
+    for (int c = 0; c < v; ++c) layers += counts[std::size_t(plan.chunk_segment(s, c))];
+    per_stage = std::max(per_stage, layers);
+  }
+  return double(per_stage) / v;
 }
 
 std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int stage, int chunk) {

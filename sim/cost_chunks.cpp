@@ -249,7 +249,9 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
                           ? double(micro_batches - 1) / micro_batches
                           : 1.0;
   const double accumulated_share = sharded_accumulation ? 1.0 / std::max(1, p.shard_ways()) : 1.0;
+  const bool ep_paired = p.ep_overlap || p.schedule == Schedule::dualpipe;
   for (int s = 0; s < p.pp; ++s) {
+    const double paired_share = ep_paired && m.moe ? ep_overlap_paired_share(p, s, micro_batches) : 0.0;
     const int stage_layer_count = int(cost_models::stage_layers(m, p, s).size());
     const double stage_params = cost_models::parameters_on_gpu(*in.x.framework, m, p, s).total();
     for (int ch = 0; ch < v; ++ch) {
@@ -276,8 +278,8 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
                                     layer_recompute_share(p, i, s, micro_batches), moe);
           // Megatron-Core's combined 1F1B and DualPipe's paired chunks hide a micro-batch's
           // all-to-alls under another's compute.
-          if (moe && (p.ep_overlap || p.schedule == Schedule::dualpipe)) {
-            const EpExposure x = ep_overlap_exposure(in, lc, ls.forward_ep, ep_overlap_paired_share(p, s, micro_batches));
+          if (moe && ep_paired) {
+            const EpExposure x = ep_overlap_exposure(in, lc, ls.forward_ep, paired_share);
             ls.forward_ep = x.forward;
             ls.backward_ep = x.backward;
           }

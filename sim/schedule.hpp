@@ -48,12 +48,9 @@ struct ScheduleShape {
   int slices = 1;          // TeraPipe token slices per micro-batch
 
   /// Segments one micro-batch passes through, in model order: p x v, or p under DualPipe.
-  int segments() const { return schedule == Schedule::dualpipe ? stages : stages * virtual_stages; }
-  /// The segment model chunk `chunk` of `stage` runs (PlanSpec::chunk_segment).
-  int segment(int stage, int chunk) const {
-    if (schedule == Schedule::dualpipe) return chunk == 0 ? stage : stages - 1 - stage;
-    return chunk * stages + stage;
-  }
+  int segments() const { return pipeline_segments(schedule, stages, virtual_stages); }
+  /// The segment model chunk `chunk` of `stage` runs (core/enums.hpp pipeline_segment).
+  int segment(int stage, int chunk) const { return pipeline_segment(schedule, stages, stage, chunk); }
   /// Where segment `g` of micro-batch `mb` runs. DualPipe: micro-batches [0, m/2) enter at stage 0
   /// (chunk 0), [m/2, m) at stage p - 1 (chunk 1).
   struct Place {
