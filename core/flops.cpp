@@ -80,13 +80,23 @@ double moe_ffn_parameters(const ModelSpec& m) {
   return (m.moe->experts + m.moe->shared_experts) * expert_ffn_parameters(m) + router;
 }
 
+double mtp_projection_parameters(const ModelSpec& m) { return 2.0 * double(m.hidden) * m.hidden; }
+
+double mtp_parameters(const ModelSpec& m) {
+  double p = 0;
+  for (int l = m.layers; l < m.transformer_layers(); ++l)
+    p += mtp_projection_parameters(m) + 3.0 * norm_parameters(m) + dense_layer_parameters(m) +
+         (m.is_moe_layer(l) ? moe_ffn_parameters(m) - ffn_parameters(m) : 0.0);
+  return p;
+}
+
 double parameter_count(const ModelSpec& m) {
   const double embeddings = embedding_parameters(m);
   const double final_norm = norm_parameters(m);
   double layers = 0;
   for (int l = 0; l < m.layers; ++l)
     layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? moe_ffn_parameters(m) - ffn_parameters(m) : 0.0);
-  return layers + embeddings + final_norm;
+  return layers + embeddings + final_norm + mtp_parameters(m);
 }
 
 double active_parameter_count(const ModelSpec& m) {
@@ -95,9 +105,10 @@ double active_parameter_count(const ModelSpec& m) {
   const double active_moe_ffn =
       (m.moe->top_k + m.moe->shared_experts) * expert_ffn_parameters(m) + double(m.hidden) * m.moe->experts;
   double layers = 0;
-  for (int l = 0; l < m.layers; ++l)
+  for (int l = 0; l < m.transformer_layers(); ++l)
     layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? active_moe_ffn - ffn_parameters(m) : 0.0);
-  return layers + embeddings + norm_parameters(m);
+  const double mtp_extra = m.mtp_layers * (mtp_projection_parameters(m) + 3.0 * norm_parameters(m));
+  return layers + embeddings + norm_parameters(m) + mtp_extra;
 }
 
 Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq, int window) {
@@ -129,14 +140,19 @@ namespace {
 Flops layers_forward(const ModelSpec& m, double batch) {
   const double tokens = batch * m.seq_len;
   Flops sum;
-  for (int l = 0; l < m.layers; ++l) sum += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l), m.window_of(l));
+  for (int l = 0; l < m.transformer_layers(); ++l)
+    sum += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l), m.window_of(l));
   return sum;
 }
 }  // namespace
 
 Flops model_flops_per_iteration(const ModelSpec& m, double batch) {
   const double tokens = batch * m.seq_len;
-  return 3.0 * (layers_forward(m, batch) + logits_forward_flops(m, tokens));
+  // Each MTP module adds its layer (in layers_forward), its 2h -> h projection and another pass
+  // through the output head (Megatron-Core's num_floating_point_operations: "MTP + final logit").
+  const Flops mtp = Flops(2.0 * tokens * mtp_projection_parameters(m) * m.mtp_layers) +
+                    logits_forward_flops(m, tokens) * double(m.mtp_layers);
+  return 3.0 * (layers_forward(m, batch) + logits_forward_flops(m, tokens) + mtp);
 }
 
 Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute recompute) {
@@ -150,11 +166,12 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, Recompute r
       const double tokens = batch * m.seq_len;
       const double k = double(m.kv_heads) * m.head_dim();
       const double per_layer = double(m.hidden) * (k + m.v_width()) + double(m.hidden) * m.ffn_hidden;
-      return model + Flops(2.0 * tokens * per_layer * m.layers);
+      return model + Flops(2.0 * tokens * per_layer * m.transformer_layers());
     }
     case Recompute::selective: {
       Flops cores;
-      for (int l = 0; l < m.layers; ++l) cores += attention_core_forward_flops(m, batch * m.seq_len, m.seq_len, m.window_of(l));
+      for (int l = 0; l < m.transformer_layers(); ++l)
+        cores += attention_core_forward_flops(m, batch * m.seq_len, m.seq_len, m.window_of(l));
       return model + cores;
     }
   }
@@ -167,7 +184,7 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanS
     // Recomputed MLA up-projections (plan.recompute_modules.mla_up_proj) re-run their GEMMs in
     // every layer: 2 FLOPs per weight and token; the norms and the activation are elementwise.
     if (plan.recompute_modules.mla_up_proj && plan.recompute != Recompute::full)
-      f += Flops(2.0 * batch * m.seq_len * mla_up_projection_weights(m) * m.layers);
+      f += Flops(2.0 * batch * m.seq_len * mla_up_projection_weights(m) * m.transformer_layers());
     return f;
   }
   const double tokens = batch * m.seq_len;
@@ -176,10 +193,10 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanS
   const int micro_batches = int(batch / (double(plan.dp) * plan.micro_batch));
   const std::vector<int> first = stage_first_layers(m, plan);
   Flops again;
-  for (int l = 0; l < m.layers; ++l) {
+  for (int l = 0; l < m.transformer_layers(); ++l) {
     double share = recomputes_layer(m, plan, l) ? 1.0 : 0.0;
     if (share == 0.0 && plan.partial_recompute_microbatches > 0) {
-      const int stage = int(std::upper_bound(first.begin(), first.end(), l) - first.begin()) - 1;
+      const int stage = int(std::upper_bound(first.begin(), first.end(), std::min(l, m.layers - 1)) - first.begin()) - 1;
       share = whole_recompute_microbatch_share(plan, stage, micro_batches);
     }
     again += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l)) * share;

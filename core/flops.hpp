@@ -40,10 +40,17 @@ double linear_layer_parameters(const ModelSpec& m);
 /// Input embedding, learned positions (if any) and an untied output matrix (if any).
 double embedding_parameters(const ModelSpec& m);
 
+/// One MTP module's projection (ModelSpec::mtp_layers): 2h x h, no bias (Megatron-Core eh_proj).
+double mtp_projection_parameters(const ModelSpec& m);
+/// All MTP modules' own parameters: projection, three norms (enorm, hnorm, final) and the
+/// transformer layer; their embedding and output head are the model's.
+double mtp_parameters(const ModelSpec& m);
+
 /// Parameters of one MoE layer's FFN part across all experts plus the router (experts x FFN).
 double moe_ffn_parameters(const ModelSpec& m);
 
-/// All parameters: layers, token and position embeddings (tied output), final layernorm.
+/// All parameters: layers, token and position embeddings (tied output), final layernorm, and the
+/// MTP modules' own (mtp_parameters).
 double parameter_count(const ModelSpec& m);
 
 /// Parameters a token actually touches (MoE: top_k experts instead of all).

@@ -282,6 +282,7 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.ep_overlap = true;
   megatron_core.deepep = true;
   megatron_core.recompute_modules = true;
+  megatron_core.mtp = true;
   // --fp8-recipe delayed | tensorwise (TE Float8CurrentScaling, core_r0.13+) through
   // Transformer Engine's modules (megatron/core/extensions/transformer_engine.py).
   megatron_core.fp8_transformer_engine = true;
@@ -487,6 +488,7 @@ std::array<FrameworkTraits, 9> make_table() {
   generic.schedules[int(Schedule::zb_h1)] = generic.schedules[int(Schedule::dualpipe)] = true;
   generic.deepep = true;
   generic.recompute_modules = true;
+  generic.mtp = true;
   generic.activations.fp8_linear_inputs = true;
   generic.context_parallel = true;
   generic.fp8_param_gather = true;
@@ -666,6 +668,14 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (p.reduce_bucket > 0 && dp_bucket_elements <= 0)
     return violation("plan.reduce_bucket", count(p.reduce_bucket),
               me + " does not reduce gradients in buckets of elements (deepspeed's reduce_bucket_size does)");
+  return std::nullopt;
+}
+
+std::optional<PlanViolation> FrameworkTraits::model_refusal(const ModelSpec& m) const {
+  if (m.mtp_layers > 0 && !mtp)
+    return violation("model.mtp_layers", count(m.mtp_layers),
+                     std::string(name) + " builds no multi-token prediction modules (" +
+                         frameworks_that([](const FrameworkTraits& t) { return t.mtp; }) + " do)");
   return std::nullopt;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/enums.hpp"
+#include "core/model.hpp"
 #include "core/plan_violation.hpp"
 
 namespace foresight {
@@ -314,6 +315,9 @@ struct FrameworkTraits {
   /// Re-runs cheap modules in the backward instead of storing their outputs
   /// (plan.recompute_modules): Megatron-Core's --recompute-modules layernorm mla_up_proj moe_act.
   bool recompute_modules = false;
+  /// Builds multi-token prediction modules (model.mtp_layers): Megatron-Core's --mtp-num-layers
+  /// (core_r0.13+, megatron/core/transformer/multi_token_prediction.py).
+  bool mtp = false;
 
   // ---- precision
   /// Its FP8 linears are Transformer Engine's: with training.fp8_scaling tensorwise, TE's
@@ -326,6 +330,9 @@ struct FrameworkTraits {
   /// frameworks that can; nothing when it can. The one home of these rules: check_plan reports
   /// them for a written plan and the planner's search skips such candidates (runs).
   std::optional<PlanViolation> refusal(const PlanSpec& plan) const;
+  /// Why the framework cannot build `model` (its multi-token prediction modules), as the model
+  /// field, its value and the rule; nothing when it can. check_plan reports it.
+  std::optional<PlanViolation> model_refusal(const ModelSpec& model) const;
   /// Whether the framework can execute `plan`: no refusal.
   bool runs(const PlanSpec& plan) const { return !refusal(plan).has_value(); }
   /// "megatron (Megatron-LM v2.x-v3.0, 2021-22)".

@@ -86,7 +86,18 @@ struct ModelSpec {
   /// Norms per layer in a parallel block: 1 (GPT-J, PaLM: one norm feeds both branches) or 2
   /// (GPT-NeoX-20B: one per branch, both over the same input). A sequential block has 2.
   int parallel_block_norms = 1;
+  /// Multi-token prediction modules (DeepSeek-V3, arXiv:2412.19437 sec. 2.2, depth D; Megatron-Core
+  /// --mtp-num-layers, megatron/core/transformer/multi_token_prediction.py): D sequential modules
+  /// after the last layer, each an RMSNorm of the hidden state and of the next token's embedding,
+  /// a linear projection of their concatenation from 2h to h, one transformer layer of the last
+  /// layer's kind and its own final norm; each reads the shared embedding and ends in the shared
+  /// output head with its own loss. They sit with the head on the last pipeline segment
+  /// (Megatron-Core's default layout; DeepSeek-V3 keeps embedding, head and MTP on one PP rank).
+  /// Their transformer layers are numbered layers .. layers + mtp_layers - 1.
+  int mtp_layers = 0;
 
+  /// Transformer layers the model computes: its own and those of its MTP modules.
+  int transformer_layers() const { return layers + mtp_layers; }
   int head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden / heads; }
   /// Width of the queries and keys (QK^T's inner dimension summed over heads): heads x head_dim,
   /// = hidden by default; MLA: heads x (nope + rope).
@@ -104,6 +115,7 @@ struct ModelSpec {
   /// Positions a query of layer `layer` (0-based) may see at most: the window, or 0 for full
   /// (causal) attention.
   int window_of(int layer) const {
+    if (layer >= layers && layers > 0) return window_of(layers - 1);  // an MTP module's layer
     if (!attention_window || attention_window->size <= 0) return 0;
     const std::vector<int>& pat = attention_window->pattern;
     if (pat.empty()) return attention_window->size;
@@ -121,7 +133,10 @@ struct ModelSpec {
   /// Whether layer `layer` (0-based) has an MoE FFN: every `every`-th layer counting from the
   /// `every`-th (DeepSpeed-MoE's placement, 1-based even layers for every = 2). The one rule the
   /// FLOP counts, the memory model and the trainer all use.
+  /// An MTP module's layer (layer >= layers) is of the last layer's kind (Megatron-Core builds it
+  /// from the decoder's last layer spec; DeepSeek-V3's is an MoE layer).
   bool is_moe_layer(int layer) const {
+    if (layer >= layers && layers > 0) return is_moe_layer(layers - 1);
     return moe && moe->every > 0 && layer >= moe->first_dense && (layer + 1) % moe->every == 0;
   }
 };

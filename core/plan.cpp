@@ -85,6 +85,11 @@ std::vector<int> stage_first_layers(const ModelSpec& m, const PlanSpec& p) {
 bool recomputes_layer(const ModelSpec& m, const PlanSpec& p, int layer) {
   if (p.recompute != Recompute::full) return false;
   if (p.recompute_layers <= 0) return true;
+  if (layer >= m.layers) {
+    // An MTP module's layer, after the last segment's own (cost_models::chunk_layers).
+    const std::vector<int> counts = chunk_layer_counts(m, p);
+    return recomputes_position(p, (counts.empty() ? 0 : counts.back()) + layer - m.layers);
+  }
   if (p.schedule == Schedule::interleaved && p.virtual_stages > 1) {
     // The layer's place in its model chunk (segments of chunk_layer_counts, in model order).
     int first = 0;
@@ -199,6 +204,7 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   // What the chosen framework cannot run: its traits hold these rules, and the planner's search
   // skips the same plans (FrameworkTraits::runs).
   if (auto v = fw.refusal(p)) return v;
+  if (auto v = fw.model_refusal(m)) return v;
   const bool uneven = p.uneven_split();
   if (!p.partition_method.empty()) {
     const DeepSpeedPartition split = deepspeed_partition(m, p);

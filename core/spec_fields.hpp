@@ -93,6 +93,7 @@ void visit_fields(V& v, S& m) {
   v.boolean("attention_sinks", m.attention_sinks, false);
   v.boolean("parallel_block", m.parallel_block, false);
   v.integer("parallel_block_norms", m.parallel_block_norms, 1, 1);
+  v.integer("mtp_layers", m.mtp_layers, 0, 0);
 }
 
 template <class V, SpecOf<TrainingSpec> S>

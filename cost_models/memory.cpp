@@ -233,7 +233,8 @@ int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
 
 double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan) {
   // The stage with the most layers, its chunks' mean (a unit is one chunk's forward).
-  const std::vector<int> counts = chunk_layer_counts(model, plan);
+  std::vector<int> counts = chunk_layer_counts(model, plan);
+  if (!counts.empty()) counts.back() += model.mtp_layers;  // the MTP modules' layers (chunk_layers)
   const int v = plan.model_chunks();
   int per_stage = 0;
   for (int s = 0; s < plan.pp; ++s) {
@@ -251,6 +252,9 @@ std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int 
   const int first = std::accumulate(counts.begin(), counts.begin() + segment, 0);
   std::vector<int> layers;
   for (int l = first; l < first + counts[std::size_t(segment)]; ++l) layers.push_back(l);
+  // The MTP modules' layers follow the head's segment (ModelSpec::mtp_layers).
+  if (segment == int(counts.size()) - 1)
+    for (int l = model.layers; l < model.transformer_layers(); ++l) layers.push_back(l);
   return layers;
 }
 
@@ -330,6 +334,15 @@ StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelS
     if (!model.tie_embeddings) p.dense += word_embedding;  // the LM head's own matrix
     else if (plan.pp > 1 && framework.last_stage_embedding_copy) p.dense += word_embedding;  // tied copy
     p.dense += norm_parameters(model);                                                      // final norm
+    if (model.mtp_layers > 0) {
+      // The MTP modules beside their layers (stage_layers holds those): the projection, column-
+      // parallel over tp, and three norms each; and the embedding they read, which a last stage
+      // that does not hold the first segment keeps a copy of (Megatron-Core's GPTModel builds its
+      // embedding where mtp_process is set), unless the tied copy is already there.
+      p.dense += model.mtp_layers * (mtp_projection_parameters(model) / t + 3.0 * norm_parameters(model));
+      const bool has_copy = model.tie_embeddings && plan.pp > 1 && framework.last_stage_embedding_copy;
+      if (!plan.holds_first_segment(stage) && !has_copy) p.dense += word_embedding + positions;
+    }
   }
   return p;
 }
@@ -411,8 +424,15 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
                               : microbatches_in_flight(plan, m, 0);
     bytes += input_embedding_activation_bytes(x, model, plan, b, s, in_flight);
   }
-  if (is_last_stage(plan, stage) && edges)
-    bytes += output_layer_activation_bytes(x, model, plan, b, s) * double(all_forwards_first ? m : 1);
+  if (is_last_stage(plan, stage) && edges) {
+    // Each MTP module keeps its own head's (output_layer_activation_bytes) and the inputs of its
+    // two norms and of its projection (h, h and 2h per token); its layer is among the stage's.
+    const double div = sequence_parallel(plan) ? plan.tp : 1.0;
+    const Bytes mtp_inputs(4.0 * x.bytes.activation * double(s) * b * model.hidden / div);
+    const Bytes per_micro_batch = output_layer_activation_bytes(x, model, plan, b, s) * double(1 + model.mtp_layers) +
+                                  mtp_inputs * double(model.mtp_layers);
+    bytes += per_micro_batch * double(all_forwards_first ? m : 1);
+  }
   bytes += recompute_working_bytes(x, model, plan, b, s);
   return bytes;
 }

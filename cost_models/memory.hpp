@@ -139,7 +139,8 @@ Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& mo
 
 /// Global layer indices (0-based) whose weights live on `stage`: its contiguous block of
 /// stage_layer_counts, or for the interleaved schedule its chunks in order, chunk c holding
-/// segment c*pp + stage of chunk_layer_counts.
+/// segment c*pp + stage of chunk_layer_counts. The last segment's chunk also holds the MTP
+/// modules' layers (indices model.layers and up, ModelSpec::mtp_layers).
 std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int stage);
 /// The layers of one model chunk of `stage` (chunk 0 when not interleaved: all of them).
 std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int stage, int chunk);

@@ -546,6 +546,17 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   e.head_forward = norm_fwd + cast_fwd + head + loss_fwd;
   e.head_backward = norm_bwd + cast_bwd + x.roofline16().gemm({T, h, V / t, 1}) + x.roofline16().gemm({h, V / t, T, 1}) +
                     loss_bwd;
+  if (m.mtp_layers > 0) {
+    // An MTP module (Megatron-Core MultiTokenPredictionLayer): the shifted tokens' embedding,
+    // enorm and hnorm, torch.cat of the two into 2h (16-bit: read and write 2 bytes per element
+    // of the 2h-wide result; backward the split), eh_proj (column-parallel 2h -> h, a Linear of
+    // the recipe's precision), then its final norm, the shared head and its loss (head_*, which
+    // hold one norm each).
+    const Seconds concat = stream(4.0, 2.0 * T * h, 1);
+    e.mtp_forward = e.embedding_forward + 2.0 * norm_fwd + concat + rc.gemm({T, h / t, 2.0 * h, 1}) + e.head_forward;
+    e.mtp_backward = e.embedding_backward + 2.0 * norm_bwd + concat + rc.gemm({T, 2.0 * h, h / t, 1}) +
+                     rc.gemm({2.0 * h, h / t, T, 1}) + e.head_backward;
+  }
   return e;
 }
 

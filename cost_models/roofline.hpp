@@ -198,10 +198,15 @@ Fp8CastTimes torchao_fp8_casts(const RooflineCompute& rc, Fp8Scaling scaling, bo
 
 struct EdgeTimes {
   Seconds embedding_forward, embedding_backward, head_forward, head_backward;
+  /// One MTP module (ModelSpec::mtp_layers) beside its transformer layer: the next tokens'
+  /// embedding, the two norms, the concatenation, the 2h -> h projection, then its final norm and
+  /// another pass through the head and loss (last stage). Zero without MTP.
+  Seconds mtp_forward, mtp_backward;
 };
 
 /// Embedding lookup (first stage) and final layernorm + vocab-parallel LM head + fused softmax
-/// cross-entropy (last stage), per micro-batch of `tokens` tokens.
+/// cross-entropy (last stage), per micro-batch of `tokens` tokens; the MTP modules' own work
+/// beside their layers (per module).
 EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec& plan, int tokens);
 
 /// The fused optimizer step over `params` parameters: ElementSizes::optimizer_step bytes each

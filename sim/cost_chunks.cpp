@@ -344,6 +344,18 @@ void cost_edges(const CostInputs& in, WorkloadCosts& c) {
           cc.backward += ec.head_backward;
           // Column-parallel LM head: its input gradient is all-reduced in the backward.
           if (p.tp > 1) cc.backward_tp_comm += tp_collective(in, Collective::all_reduce, act, tp);
+          // The MTP modules beside their layers (cost_layer_chunks prices those): each looks up
+          // embeddings (an all-reduce forward under TP) and passes through the head again (its
+          // input gradient all-reduced backward).
+          const double mtp = in.e.model.mtp_layers;
+          if (mtp > 0) {
+            cc.forward += mtp * ec.mtp_forward;
+            cc.backward += mtp * ec.mtp_backward;
+            if (p.tp > 1) {
+              cc.forward_tp_comm += mtp * tp_collective(in, Collective::all_reduce, act, tp);
+              cc.backward_tp_comm += mtp * tp_collective(in, Collective::all_reduce, act, tp);
+            }
+          }
         }
       }
 }

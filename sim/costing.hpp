@@ -39,6 +39,7 @@ struct LayerCompute {
 struct EdgeCompute {
   Seconds embedding_forward, embedding_backward;  // first stage
   Seconds head_forward, head_backward;            // last stage: final norm, logits, loss
+  Seconds mtp_forward, mtp_backward;              // last stage: one MTP module beside its layer
 };
 
 /// One kind of transformer layer of an experiment, priced op by op for one micro-batch of the

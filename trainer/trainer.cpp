@@ -100,6 +100,8 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     unsupported("model.attention_window", std::to_string(mm.attention_window->size), "sliding-window attention");
   if (mm.attention_sinks) unsupported("model.attention_sinks", "true", "attention sinks");
   if (mm.parallel_block) unsupported("model.parallel_block", "true", "the parallel attention + MLP block");
+  if (mm.mtp_layers > 0)
+    unsupported("model.mtp_layers", std::to_string(mm.mtp_layers), "multi-token prediction modules");
   if (p.training.optimizer != Optimizer::adam)
     unsupported("training.optimizer", to_string(p.training.optimizer), "optimizers other than AdamW");
   if (mm.moe && mm.moe->first_dense > 0)

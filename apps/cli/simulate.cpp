@@ -83,6 +83,9 @@ void print_ops(std::ostream& out, const Experiment& e, const sim::OpsBreakdown& 
   out << "  outside the layers\n";
   row("embedding", ms_text(ops.edges.embedding_forward), ms_text(ops.edges.embedding_backward));
   row("final norm, LM head, loss", ms_text(ops.edges.head_forward), ms_text(ops.edges.head_backward));
+  if (e.model.mtp_layers > 0)
+    row("MTP module x" + std::to_string(e.model.mtp_layers) + " (+ a last-kind layer each)", ms_text(ops.edges.mtp_forward),
+        ms_text(ops.edges.mtp_backward));
 }
 
 nlohmann::ordered_json ops_json(const sim::OpsBreakdown& ops) {
@@ -108,7 +111,9 @@ nlohmann::ordered_json ops_json(const sim::OpsBreakdown& ops) {
            {{"embedding_forward", in_ms(ops.edges.embedding_forward)},
             {"embedding_backward", in_ms(ops.edges.embedding_backward)},
             {"head_forward", in_ms(ops.edges.head_forward)},
-            {"head_backward", in_ms(ops.edges.head_backward)}}}};
+            {"head_backward", in_ms(ops.edges.head_backward)},
+            {"mtp_module_forward", in_ms(ops.edges.mtp_forward)},
+            {"mtp_module_backward", in_ms(ops.edges.mtp_backward)}}}};
 }
 }  // namespace
 

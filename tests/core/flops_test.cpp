@@ -94,6 +94,28 @@ TEST(Flops, SelectiveRecomputeAddsOnlyTheAttentionCore) {
   EXPECT_DOUBLE_EQ(diff.value(), 4 * B * s * s * h * l);  // QK^T and AV once more per layer
 }
 
+TEST(Flops, MtpModulesAsMegatronCoreCountsThem) {
+  // Megatron-Core's num_floating_point_operations (megatron/training/training.py, with
+  // --mtp-num-layers D): D more layers of the last layer's kind, per module 2 h^2 of projection
+  // (its "2 * hidden_size * hidden_size" with the expansion factors 3 x 2) and one more logit
+  // pass; model FLOPs 3 x 2 x tokens x weights. Here by hand for a GPT layer (12 h^2 weights,
+  // attention 4 T s h) at B = 2, s = 128, h = 256, V = 1000, D = 2.
+  ModelSpec m = gpt(2, 256, 4, 1000, 128);
+  const double base = model_flops_per_iteration(m, 2).value();
+  m.mtp_layers = 2;
+  const double T = 2 * 128, h = 256, s = 128, V = 1000;
+  const double layer = 2 * T * 12 * h * h + 4 * T * s * h;
+  const double module = layer + 2 * T * 2 * h * h + 2 * T * h * V;
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(m, 2).value() - base, 3 * 2 * module);
+  // The modules' layers are of the last layer's kind.
+  m.moe = MoeSpec{.experts = 8, .top_k = 2, .capacity_factor = 1.0, .every = 2};
+  EXPECT_TRUE(m.is_moe_layer(1));
+  EXPECT_TRUE(m.is_moe_layer(2));
+  EXPECT_TRUE(m.is_moe_layer(3));
+  m.moe->every = 3;  // layer 1 (the last) dense: so are the modules' layers
+  EXPECT_FALSE(m.is_moe_layer(2));
+}
+
 TEST(Flops, MoeCountsTopKExperts) {
   ModelSpec m = gpt(2, 256, 4, 1000, 128);
   const double dense = model_flops_per_iteration(m, 1).value();
@@ -205,8 +227,21 @@ TEST(ParameterCount, DeepSeekV3WithLatentAttention) {
   // 671B total parameters, 37B activated per token (DeepSeek-V3 technical report, abstract; the
   // MTP module's extra 14B are not part of the main model).
   const ModelSpec m = load_model(resolve_scenario("models", "deepseek-v3"));
-  EXPECT_NEAR(parameter_count(m), 671e9, 671e9 * 0.005);
-  EXPECT_NEAR(active_parameter_count(m), 37e9, 37e9 * 0.02);  // "37B": two significant digits
+  ASSERT_EQ(m.mtp_layers, 1);
+  ModelSpec main = m;
+  main.mtp_layers = 0;
+  EXPECT_NEAR(parameter_count(main), 671e9, 671e9 * 0.005);
+  EXPECT_NEAR(active_parameter_count(main), 37e9, 37e9 * 0.02);  // "37B": two significant digits
+  // The MTP module: "685B, which includes 671B of the Main Model weights and 14B of the
+  // Multi-Token Prediction (MTP) Module weights" (deepseek-ai/DeepSeek-V3 README); the checkpoint
+  // stores the module with its own copies of the shared embedding and head (2 x 129280 x 7168),
+  // so 14B = the module's own parameters + those two matrices: the difference of two totals
+  // rounded to the billion, 13-15B, and with the main model's 685B to 0.1%.
+  EXPECT_DOUBLE_EQ(parameter_count(m) - parameter_count(main), mtp_parameters(m));
+  const double stored = mtp_parameters(m) + 2.0 * 129280 * 7168;
+  EXPECT_GT(stored, 13e9);
+  EXPECT_LT(stored, 15e9);
+  EXPECT_NEAR(parameter_count(main) + stored, 685e9, 685e9 * 0.001);
   // MLA attention weights of one layer by hand: W_DQ 7168 x 1536 (+ its 1536-gain norm), W_UQ
   // 1536 x 128 x 192, W_DKV 7168 x (512 + 64) (+ 512-gain norm), W_UKV 512 x 128 x (128 + 128),
   // W_O 128 x 128 x 7168.

@@ -413,6 +413,8 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
       {[](Fixture& f) { f.p.recompute_modules.layernorm = true; }, "plan.recompute_modules", "per-module"},
       {[](Fixture& f) { f.p.framework = Framework::generic; f.p.ep_dispatcher = EpDispatcher::deepep; },
        "plan.ep_dispatcher", "moe"},
+      // Multi-token prediction: Megatron-Core (--mtp-num-layers) and the idealised entry build it.
+      {[](Fixture& f) { f.m.mtp_layers = 1; }, "model.mtp_layers", "megatron-core or generic do"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;
@@ -421,6 +423,13 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
     ASSERT_TRUE(v.has_value()) << "case " << i;
     EXPECT_EQ(v->field, cases[i].field) << "case " << i << ": " << v->rule;
     EXPECT_NE(v->rule.find(cases[i].says), std::string::npos) << "case " << i << ": " << v->rule;
+  }
+  for (auto fw : {Framework::megatron_core, Framework::generic}) {
+    Fixture f;
+    f.p.framework = fw;
+    f.p.sequence_parallel = true;  // Megatron-Core's TP needs it
+    f.m.mtp_layers = 1;
+    EXPECT_FALSE(f.check().has_value()) << to_string(fw) << ": " << f.check()->rule;
   }
   // What they accept: ZB-H1 and DualPipe (64 micro-batches, even pp) on the idealised framework.
   for (auto s : {Schedule::zb_h1, Schedule::dualpipe}) {

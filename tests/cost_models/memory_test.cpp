@@ -278,6 +278,43 @@ TEST(ParametersOnGpu, StagesAddUpToTheModel) {
   EXPECT_DOUBLE_EQ(parameters_on_gpu(framework_traits(p.framework), m, p, 3).dense, 12 * (12.0 * h * h + 13 * h) / 8);
 }
 
+TEST(ParametersOnGpu, MtpModulesSitOnTheLastStageWithAnEmbeddingCopy) {
+  // GPT-3 175B, untied, with one MTP module, tp 8 x pp 8 (Megatron-Core): the last stage holds the
+  // module's layer ((12h^2 + 13h) / 8 with Megatron's biases), its 2h x h projection split over tp,
+  // three LayerNorms (2h each) and a copy of the embedding for the next tokens' lookup, its word
+  // rows split over tp and its learned positions whole (GPTModel builds its LanguageModelEmbedding
+  // where mtp_process is set); the other stages are unchanged.
+  ModelSpec m = gpt3_175b();
+  m.tie_embeddings = false;
+  PlanSpec p = plan_with(8, true, Recompute::none);
+  p.pp = 8;
+  p.framework = Framework::megatron_core;
+  ModelSpec with = m;
+  with.mtp_layers = 1;
+  const FrameworkTraits& fw = framework_traits(p.framework);
+  const double h = m.hidden;
+  const double layer = (12.0 * h * h + 13 * h) / 8, projection = 2.0 * h * h / 8, norms = 3 * 2 * h;
+  const double embedding = double(m.vocab) * h / 8 + 2048.0 * h;
+  for (int s = 0; s < 7; ++s) EXPECT_DOUBLE_EQ(parameters_on_gpu(fw, with, p, s).dense, parameters_on_gpu(fw, m, p, s).dense) << s;
+  EXPECT_DOUBLE_EQ(parameters_on_gpu(fw, with, p, 7).dense - parameters_on_gpu(fw, m, p, 7).dense,
+                   layer + projection + norms + embedding);
+  EXPECT_EQ(stage_layers(with, p, 7).back(), 96);  // the module's layer after the model's 96
+  // Its activations: one more layer stashed on the last stage (1F1B: one micro-batch in flight
+  // there), another head's logits and inputs, and the two norms' and the projection's inputs.
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  const ExecutionModel x = exec(tr, p);
+  const Bytes added = stage_activation_bytes(x, with, tr, p, 7) - stage_activation_bytes(x, m, tr, p, 7);
+  const Bytes expected = activation_bytes_per_layer(x, m, p, 1, 2048) + output_layer_activation_bytes(x, m, p, 1, 2048) +
+                         Bytes(4.0 * 2 * 2048 * h / 8);  // h, h and 2h per token, 16-bit, sequence-parallel
+  EXPECT_NEAR(added.value(), expected.value(), 1.0);
+  // DualPipe: both end stages hold the last segment, and with it the embedding already.
+  PlanSpec d = p;
+  d.framework = Framework::generic;
+  d.schedule = Schedule::dualpipe;
+  const FrameworkTraits& g = framework_traits(d.framework);
+  EXPECT_DOUBLE_EQ(parameters_on_gpu(g, with, d, 0).dense - parameters_on_gpu(g, m, d, 0).dense, layer + projection + norms);
+}
+
 TEST(StateBytesPerParam, MegatronDistribOptimizerTable) {
   // Megatron-LM docs/distrib_optimizer.md: bytes/param, non-distributed and distributed (d = 8).
   const auto bytes = [](Dtype dt, int zero) {

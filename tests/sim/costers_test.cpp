@@ -20,7 +20,7 @@ namespace {
 ComputeCosts round_compute() {
   ComputeCosts c;
   c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)}; };
-  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3)}; };
+  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   c.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
   return c;
@@ -121,6 +121,46 @@ TEST(CostEdges, EmbeddingFirstHeadLastNoneForTeraPipe) {
   cost_edges(tk.in(), tk.c);
   EXPECT_NEAR(tk.c.chunk[0][0][0].forward.value(), 12e-3, 1e-12);
   EXPECT_NEAR(tk.c.chunk[1][0][0].forward.value(), 12e-3, 1e-12);
+}
+
+TEST(CostEdges, MtpModulesRunWithTheHeadOnTheLastStageOnly) {
+  // Two MTP modules on GPT-3 1.3B (tp 2 x pp 2): the last stage runs two more layers (1 ms
+  // forward, 2 ms backward each) and two modules' own work (0.3 / 0.6 ms each here) beside its
+  // head; each module looks up embeddings (one TP all-reduce forward) and passes through the head
+  // again (one all-reduce backward). The first stage is unchanged.
+  Experiment e = small();
+  e.plan.framework = Framework::generic;
+  Experiment with = e;
+  with.model.mtp_layers = 2;
+  ComputeCosts cc = round_compute();
+  cc.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(3e-4), Seconds(6e-4)}; };
+  fixtures::Costed a(e, cc), b(with, cc);
+  for (auto* k : {&a, &b}) {
+    cost_layer_chunks(k->in(), k->c);
+    cost_edges(k->in(), k->c);
+  }
+  EXPECT_NEAR(b.c.chunk[0][0][0].forward.value(), a.c.chunk[0][0][0].forward.value(), 1e-15);
+  EXPECT_NEAR(b.c.chunk[0][0][0].backward.value(), a.c.chunk[0][0][0].backward.value(), 1e-15);
+  EXPECT_NEAR(b.c.chunk[1][0][0].forward.value() - a.c.chunk[1][0][0].forward.value(), 2 * 1e-3 + 2 * 3e-4, 1e-12);
+  // Backward: the layers, the modules, and the gradient pass over the stage's extra parameters
+  // (generic: fp32 main grads, 10 bytes each at 1 ns per byte, every micro-batch).
+  const double extra_params = b.params(1) - a.params(1);
+  EXPECT_GT(extra_params, 0.0);
+  EXPECT_NEAR(b.c.chunk[1][0][0].backward.value() - a.c.chunk[1][0][0].backward.value(),
+              2 * 2e-3 + 2 * 6e-4 + extra_params * b.x.bytes.accumulate * 1e-9, 1e-9);
+  const CommGroup tp = plan_groups(e.plan, e.cluster).tp;
+  const double ar = b.comm.time(Collective::all_reduce, Bytes(2.0 * 2048 * 2048), tp).value();
+  // Each extra layer carries two all-reduces each way, each module one more each way.
+  EXPECT_NEAR(b.c.chunk[1][0][0].forward_tp_comm.value() - a.c.chunk[1][0][0].forward_tp_comm.value(), 2 * 2 * ar + 2 * ar, 1e-12);
+  EXPECT_NEAR(b.c.chunk[1][0][0].backward_tp_comm.value() - a.c.chunk[1][0][0].backward_tp_comm.value(), 2 * 2 * ar + 2 * ar, 1e-12);
+  // The extra parameters by hand: two MoE-free layers of GPT-3 1.3B split over tp 2 (12 h^2 + 13 h
+  // with the biases and two LayerNorms, QKV / projection / FFN split, biases of the row-parallel
+  // layers and norms kept whole), two 2h x h projections over tp 2 and six LayerNorms, and the
+  // shared embedding the last stage now holds (tied: Megatron's copy was there already).
+  EXPECT_NEAR(extra_params,
+              2 * cost_models::layer_parameters_on_gpu(with.model, with.plan, 0).total() +
+                  2 * (2.0 * 2048 * 2048 / 2 + 3 * 2 * 2048.0),
+              1.0);
 }
 
 TEST(CostActivationOffload, HalfOfEachChunkOverPcie) {

@@ -6,7 +6,7 @@
 // in micro-batches of 1, fp32, Adam, 20 steps on the text corpus. EXTRA adds plan fields,
 // '+'-separated ("-" for none): vsN virtual_stages N, sp sequence_parallel, offF
 // offload.activations F, slA,B,.. token_slices, layersA,B,.. stage_layers, epN ep N, dpoverlap dp_overlap, offopt
-// offload.optimizer, rclN recompute_layers N, swiglu / untied a gated-MLP / untied-head model, cp2 context parallelism 2, moe a MoE model (4 experts, top-2, capacity factor 1.25, every other layer).
+// offload.optimizer, rclN recompute_layers N, swiglu / untied a gated-MLP / untied-head model, cp2 context parallelism 2, moe a MoE model (4 experts, top-2, capacity factor 1.25, every other layer), mtp one multi-token prediction module.
 // No plan rule is checked here: refused layouts are written too, for the trainer to refuse.
 #include <fstream>
 #include <iostream>
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     else if (flag.rfind("sl", 0) == 0) {
       std::stringstream slices(flag.substr(2));
       for (std::string s; std::getline(slices, s, ',');) q.token_slices.push_back(std::stoi(s));
-    } else if (flag == "swiglu" || flag == "untied" || flag == "cp2") {
+    } else if (flag == "swiglu" || flag == "untied" || flag == "cp2" || flag == "mtp") {
       // handled below, on the model or the plan
       if (flag == "cp2") q.cp = 2;
     } else if (flag == "moe") {
@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
                  .kv_heads = 4, .moe = moe};
   if (std::string(argv[9]).find("swiglu") != std::string::npos) tiny.activation = Activation::swiglu;
   if (std::string(argv[9]).find("untied") != std::string::npos) tiny.tie_embeddings = false;
+  if (std::string(argv[9]).find("mtp") != std::string::npos) tiny.mtp_layers = 1;
   const ExecutablePlan p{
       .model = std::move(tiny),
       .cluster = "ci",
