@@ -82,6 +82,12 @@ std::vector<int> stage_first_layers(const ModelSpec& m, const PlanSpec& p) {
   return first;
 }
 
+bool deepep_runs_ep(int ep) {
+  for (int n : {2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160})
+    if (ep == n) return true;
+  return false;
+}
+
 bool recomputes_layer(const ModelSpec& m, const PlanSpec& p, int layer) {
   if (p.recompute != Recompute::full) return false;
   if (p.recompute_layers <= 0) return true;
@@ -417,6 +423,15 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("plan.recompute_modules.moe_act", "true", "needs a model with moe");
   if (p.ep_dispatcher == EpDispatcher::deepep && (!m.moe || p.ep < 2))
     return fail("plan.ep_dispatcher", "deepep", "needs a model with moe and plan.ep > 1 (it moves the experts' tokens)");
+  if (p.ep_dispatcher == EpDispatcher::deepep && !deepep_runs_ep(p.ep))
+    return fail("plan.ep", str((long long)p.ep),
+                "is not an expert-parallel size DeepEP has a kernel configuration for (plan.ep_dispatcher = deepep: "
+                "2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144 or 160 ranks, deep_ep Buffer.get_dispatch_config)");
+  if (p.ep_dispatcher == EpDispatcher::deepep && p.ep > c.gpus_per_node && c.gpus_per_node != 8)
+    return fail("plan.ep_dispatcher", "deepep",
+                "spans nodes of " + str((long long)c.gpus_per_node) +
+                    " GPUs; DeepEP's internode kernels forward over NVLink between exactly 8 GPUs per node "
+                    "(NUM_MAX_NVL_PEERS)");
   if (p.ep_overlap) {
     if (!m.moe || p.ep < 2)
       return fail("plan.ep_overlap", "true", "needs a model with moe and plan.ep > 1 (the overlapped collectives are its all-to-alls)");

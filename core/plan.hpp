@@ -208,6 +208,10 @@ std::vector<int> stage_first_layers(const ModelSpec& model, const PlanSpec& plan
 /// model chunk (or recompute_layers = 0). Selective recompute re-runs only the attention core and
 /// is not counted here.
 bool recomputes_layer(const ModelSpec& model, const PlanSpec& plan, int layer);
+/// Whether DeepEP (plan.ep_dispatcher = deepep) has a kernel configuration for `ep` ranks: its
+/// Buffer.get_dispatch_config / get_combine_config tables (deepseek-ai/DeepEP
+/// deep_ep/buffers/legacy.py @ dd758ca) cover 2-8 ranks in one node and 16-160 across nodes.
+bool deepep_runs_ep(int ep);
 /// The same, for the layer at position `index_in_chunk` (0-based) of its stage's model chunk.
 inline bool recomputes_position(const PlanSpec& plan, int index_in_chunk) {
   return plan.recompute == Recompute::full && (plan.recompute_layers <= 0 || index_in_chunk < plan.recompute_layers);

@@ -179,7 +179,17 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --recompute-granularity full --recompute-method block --recompute-num-layers " << q.recompute_layers;
   else if (q.recompute == Recompute::full)
     s << " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
-  if (q.recompute == Recompute::selective) s << " --recompute-granularity selective";
+  if (q.recompute_modules.any()) {
+    // Megatron-Core's per-module recompute rides on the selective granularity, whose default
+    // module list is core_attn (TransformerConfig.recompute_modules).
+    s << " --recompute-granularity selective --recompute-modules";
+    if (q.recompute == Recompute::selective) s << " core_attn";
+    if (q.recompute_modules.layernorm) s << " layernorm";
+    if (q.recompute_modules.mla_up_proj) s << " mla_up_proj";
+    if (q.recompute_modules.moe_act) s << " moe_act";
+  } else if (q.recompute == Recompute::selective) {
+    s << " --recompute-granularity selective";
+  }
   if (q.zero >= 1) s << " --use-distributed-optimizer";
   if (q.dp_overlap) s << " --overlap-grad-reduce";
   // Megatron-LM fuses by default; where the simulator priced the separate pass, say so.

@@ -1,6 +1,7 @@
 #include "cost_models/memory.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <optional>
 
@@ -437,6 +438,29 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
   return bytes;
 }
 
+Bytes deepep_buffer_bytes(const ModelSpec& model, const PlanSpec& plan) {
+  if (plan.ep_dispatcher != EpDispatcher::deepep || !model.moe || plan.ep < 2) return Bytes(0);
+  const int ranks = plan.ep;
+  // Receive-queue depths (tokens per channel) of the dispatch configuration (get_dispatch_config;
+  // the combine configurations queue as many): NVLink 256 up to 8 ranks, 288 up to 64, then 480,
+  // 560, 720; RDMA 128.
+  const double nvl_tokens = ranks <= 8 ? 256 : ranks <= 64 ? 288 : ranks <= 96 ? 480 : ranks <= 128 ? 560 : 720;
+  const double rdma_tokens = 128;
+  const double channels = 20 / 2;  // Buffer.num_sms = 20, two SMs per channel
+  const double nvl_peers = 8;      // NUM_MAX_NVL_PEERS
+  const double rdma_ranks = std::max(1.0, ranks / nvl_peers), nvl_ranks = std::min(double(ranks), nvl_peers);
+  const double hidden_bytes = double(model.hidden) * 2;  // max(element size, 2) for bf16 or FP8 rows
+  // Per queued token: its row, the source metadata (8 bytes), 128 top-k indices (int64), 128
+  // weights and 128 scales (fp32).
+  const double per_token = hidden_bytes + 8 + 128 * 8 + 128 * 4 + 128 * 4;
+  double nvl = channels * nvl_ranks * (2 * rdma_ranks + 3) * 4 + channels * nvl_ranks * nvl_tokens * per_token;
+  double rdma = 0;
+  if (ranks > nvl_peers)  // send and receive halves, with an int4 per token
+    rdma = channels * rdma_ranks * (nvl_peers * 2 + 2) * 2 * 4 + channels * rdma_ranks * rdma_tokens * (per_token + 16) * 2;
+  auto align = [](double b) { return std::ceil(b / 128) * 128; };
+  return Bytes(align(nvl) + align(rdma));
+}
+
 Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
   const double a = x.bytes.activation;
   const double sbh = double(plan.local_tokens(model)) * plan.micro_batch * model.hidden;
@@ -460,6 +484,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
   // The dispatched rows in flight: the rank's copies, all-gathered over expert-TP where each rank
   // routes its own (moe_routes_own_tokens).
+  if (has_moe) bytes += deepep_buffer_bytes(model, plan);
   if (has_moe)
     bytes += Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div *
                    (moe_routes_own_tokens(fw, plan) ? double(plan.etp()) : 1.0));

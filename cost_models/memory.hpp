@@ -228,6 +228,12 @@ Bytes stashed_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& m
 /// buffers (2 x capacity_factor*top_k*a sbh), and ZeRO-3's gathered weights (the largest layer's
 /// full weights, twice for prefetch).
 Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage);
+/// DeepEP's communication buffer (plan.ep_dispatcher = deepep), allocated once per rank: its NVLink
+/// receive queues and, across nodes, its RDMA queues, as Config::get_nvl_buffer_size_hint and
+/// get_rdma_buffer_size_hint size them for the dispatch configuration of plan.ep ranks with the
+/// default 20 SMs (deepseek-ai/DeepEP csrc/legacy/config.hpp, deep_ep/buffers/legacy.py @
+/// dd758ca; Megatron-Core's fused_a2a.get_buffer passes hidden x max(element size, 2) bytes).
+Bytes deepep_buffer_bytes(const ModelSpec& model, const PlanSpec& plan);
 
 /// Width per token of the keys (and of the values) a context-parallel rank exchanges: its share of
 /// the kv heads, at least one head (MLA: the latent width), or with PyTorch's SDPA context

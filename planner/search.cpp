@@ -39,6 +39,17 @@ bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const Pl
 /// and recompute time grows with the count, so this is the fastest block variant that fits). False
 /// when the framework has no block method, the stages hold one layer, none below all fits, or the
 /// plan fits without recompute at all.
+/// The plan with every module recompute the framework and the model allow turned on (the norms;
+/// MLA's up-projections and an MoE layer's activation where the model has them); false where the
+/// framework has none, the plan recomputes whole layers already or has some set.
+bool with_recompute_modules(const FrameworkTraits& fw, const ModelSpec& m, PlanSpec& p) {
+  if (!fw.recompute_modules || p.recompute == Recompute::full || p.recompute_modules.any()) return false;
+  p.recompute_modules.layernorm = true;
+  p.recompute_modules.mla_up_proj = m.mla.has_value();
+  p.recompute_modules.moe_act = m.moe.has_value();
+  return true;
+}
+
 bool fewest_recomputed_layers_that_fit(const cost_models::ExecutionModel& x, const SearchRequest& r, PlanSpec& p) {
   if (p.recompute != Recompute::full || p.recompute_layers > 0 || !x.framework->partial_recompute) return false;
   if (p.offload.optimizer || p.offload.activations > 0) return false;
@@ -191,7 +202,10 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
             for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::selective_op})
               for (auto [zero, shard] : zeros)
                 for (auto [ep, expert_tp] : eps)
-                  for (int ep_overlap = 0; ep_overlap <= (fw.ep_overlap && ep > 1 ? 1 : 0); ++ep_overlap) {
+                  for (int ep_overlap = 0; ep_overlap <= (fw.ep_overlap && ep > 1 ? 1 : 0); ++ep_overlap)
+                  // NCCL's all-to-all, and DeepEP where the framework dispatches through it and
+                  // has a kernel configuration for this many ranks (check_plan).
+                  for (int deepep = 0; deepep <= (fw.deepep && ep > 1 && deepep_runs_ep(ep) ? 1 : 0); ++deepep) {
                     if (grad_ranks == 1 && zero > 0) continue;
                     if (zero == 3 && (ep > 1 || expert_tp > 0 || sched == Schedule::terapipe)) continue;
                     PlanSpec p;
@@ -214,6 +228,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                     p.ep = ep;
                     p.expert_tp = expert_tp;
                     p.ep_overlap = ep_overlap == 1;
+                    p.ep_dispatcher = deepep == 1 ? EpDispatcher::deepep : EpDispatcher::nccl;
                     p.framework = r.framework;
                     p.compile = r.compile;
                     p.compile_loss = r.compile_loss;
@@ -334,6 +349,18 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
       Bytes need;
       bool ok = fits(x, r, p, &need);
       if (!ok) {
+        // Recompute the cheap modules the framework can (plan.recompute_modules: the norms, MLA's
+        // up-projections, an MoE layer's activation) before moving anything to the host: a few
+        // percent of the layer's time for their stored outputs.
+        if (PlanSpec q = p; with_recompute_modules(framework_traits(r.framework), r.model, q)) {
+          Bytes need2;
+          if (fits(x, r, q, &need2)) {
+            p = q;
+            ok = true;
+          }
+        }
+      }
+      if (!ok) {
         // Offload what does not fit on the device: optimizer state first, then activations. An
         // optimizer steps on the host only where the cluster states the host's memory bandwidth
         // (check_plan); elsewhere only activations are offloaded.
@@ -405,8 +432,9 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
     return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
                            p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.recompute_layers,
                            p.partial_recompute_microbatches, p.zero,
-                           p.shard_group, p.ep, p.expert_tp, int(p.ep_overlap),
-                           int(p.offload.optimizer), p.offload.activations);
+                           p.shard_group, p.ep, p.expert_tp, int(p.ep_overlap), int(p.ep_dispatcher),
+                           int(p.recompute_modules.layernorm), int(p.recompute_modules.mla_up_proj),
+                           int(p.recompute_modules.moe_act), int(p.offload.optimizer), p.offload.activations);
   };
   std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
   std::vector<std::pair<double, double>> points;

@@ -45,6 +45,14 @@ std::string describe_plan(const PlanSpec& p) {
     s += '/';
     s += std::to_string(p.recompute_layers);
   }
+  if (p.recompute_modules.any()) {
+    // Megatron-Core's --recompute-modules names.
+    std::string mods;
+    if (p.recompute_modules.layernorm) mods += ",layernorm";
+    if (p.recompute_modules.mla_up_proj) mods += ",mla_up_proj";
+    if (p.recompute_modules.moe_act) mods += ",moe_act";
+    s += "+" + mods.substr(1);
+  }
   if (p.partial_recompute_microbatches > 0) {
     s += " partial-mb:";
     s += std::to_string(p.partial_recompute_microbatches);
@@ -56,6 +64,7 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.ep > 1) s += " ep" + std::to_string(p.ep);
   if (p.etp() != p.tp) s += " etp" + std::to_string(p.etp());
   if (p.ep_overlap) s += " ep-overlap";
+  if (p.ep_dispatcher == EpDispatcher::deepep) s += " deepep";
   if (p.offload.optimizer) s += " off:opt";
   if (p.offload.activations > 0) s += " off:act";
   return s;

@@ -165,6 +165,22 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   d.plan.framework = Framework::deepspeed;
   d.plan.partition_method = "type:transformer";
   EXPECT_EQ(parse_plan_json(to_json(d).dump(), "plan.json").plan.partition_method, "type:transformer");
+  // Megatron-Core's per-module recompute (on the selective granularity, whose own module is
+  // core_attn) and multi-token prediction; both survive the round trip.
+  ExecutablePlan m = p;
+  m.plan.framework = Framework::megatron_core;
+  m.plan.recompute = Recompute::none;
+  m.plan.recompute_modules.layernorm = m.plan.recompute_modules.moe_act = true;
+  m.model.mtp_layers = 1;
+  const std::string margs = megatron_arguments(m);
+  EXPECT_NE(margs.find("--recompute-granularity selective --recompute-modules layernorm moe_act"), std::string::npos) << margs;
+  EXPECT_NE(margs.find("--mtp-num-layers 1"), std::string::npos) << margs;
+  m.plan.recompute = Recompute::selective;
+  EXPECT_NE(megatron_arguments(m).find("--recompute-modules core_attn layernorm moe_act"), std::string::npos);
+  m.plan.recompute_modules.moe_act = false;  // the sample model has no MoE layer (check_plan)
+  const ExecutablePlan back = parse_plan_json(to_json(m).dump(), "plan.json");
+  EXPECT_TRUE(back.plan.recompute_modules.layernorm);
+  EXPECT_EQ(back.model.mtp_layers, 1);
 }
 
 // Integer fields take whole numbers however written (DeepSpeed configs write 5e8): 2.0 and 2e0 are

@@ -413,6 +413,15 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
       {[](Fixture& f) { f.p.recompute_modules.layernorm = true; }, "plan.recompute_modules", "per-module"},
       {[](Fixture& f) { f.p.framework = Framework::generic; f.p.ep_dispatcher = EpDispatcher::deepep; },
        "plan.ep_dispatcher", "moe"},
+      // DeepEP has kernel configurations for some expert-parallel sizes only, and its internode
+      // kernels assume 8-GPU nodes (the fixture's 32 GPUs as 8 nodes of 4 here).
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 24, .top_k = 2}; f.p.framework = Framework::generic;
+                        f.p.tp = 1; f.p.pp = 1; f.p.dp = 32; f.p.ep = 12; f.p.ep_dispatcher = EpDispatcher::deepep; },
+       "plan.ep", "DeepEP"},
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 16, .top_k = 2}; f.p.framework = Framework::generic;
+                        f.c.nodes = 8; f.c.gpus_per_node = 4;
+                        f.p.tp = 1; f.p.pp = 1; f.p.dp = 32; f.p.ep = 16; f.p.ep_dispatcher = EpDispatcher::deepep; },
+       "plan.ep_dispatcher", "8 GPUs per node"},
       // Multi-token prediction: Megatron-Core (--mtp-num-layers) and the idealised entry build it.
       {[](Fixture& f) { f.m.mtp_layers = 1; }, "model.mtp_layers", "megatron-core or generic do"},
   };

@@ -315,6 +315,29 @@ TEST(ParametersOnGpu, MtpModulesSitOnTheLastStageWithAnEmbeddingCopy) {
   EXPECT_DOUBLE_EQ(parameters_on_gpu(g, with, d, 0).dense - parameters_on_gpu(g, m, d, 0).dense, layer + projection + norms);
 }
 
+TEST(BufferBytes, DeepEpBuffersAsItsSizeHintsCountThem) {
+  // DeepSeek-V3 (hidden 7168) at ep 64 through DeepEP (deepseek-ai/DeepEP @ dd758ca,
+  // csrc/legacy/config.hpp get_nvl_buffer_size_hint / get_rdma_buffer_size_hint; the dispatch
+  // configuration for 64 ranks, Config(20, 32, 288, 8, 128)): 10 channels, 8 NVLink peers, 8 RDMA
+  // ranks, 14336 hidden bytes, 8 bytes of source metadata, 128 int64 top-k indices, 128 fp32
+  // weights and 128 fp32 scales per queued token.
+  //  NVLink: 10 x 8 x (2 x 8 + 3) x 4 = 6,080 + 10 x 8 x 288 x (14336 + 8 + 1024 + 512 + 512)
+  //          = 377,671,680; 377,677,760 rounded up to 128 bytes = 377,677,824.
+  //  RDMA:   10 x 8 x (8 x 2 + 2) x 2 x 4 = 11,520 + 10 x 8 x 128 x (14336 + 8 + 1024 + 512 + 512
+  //          + 16) x 2 = 336,035,840; 336,047,360 (a multiple of 128).
+  ModelSpec m = load_model(resolve_scenario("models", "deepseek-v3"));
+  PlanSpec p;
+  p.ep = 64;
+  p.ep_dispatcher = EpDispatcher::deepep;
+  EXPECT_EQ(deepep_buffer_bytes(m, p).value(), 377677824.0 + 336047360.0);
+  // Eight ranks, one node: no RDMA queues; 256 tokens per NVLink queue, one RDMA rank:
+  // 10 x 8 x 5 x 4 = 1,600 + 10 x 8 x 256 x 16392 = 335,708,160; 335,709,760 -> 335,709,824.
+  p.ep = 8;
+  EXPECT_EQ(deepep_buffer_bytes(m, p).value(), 335709824.0);
+  p.ep_dispatcher = EpDispatcher::nccl;
+  EXPECT_EQ(deepep_buffer_bytes(m, p).value(), 0.0);
+}
+
 TEST(StateBytesPerParam, MegatronDistribOptimizerTable) {
   // Megatron-LM docs/distrib_optimizer.md: bytes/param, non-distributed and distributed (d = 8).
   const auto bytes = [](Dtype dt, int zero) {

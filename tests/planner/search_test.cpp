@@ -8,6 +8,7 @@
 
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
+#include "core/spec_json.hpp"
 #include "planner/search.hpp"
 #include "sim/costing.hpp"
 
@@ -303,6 +304,73 @@ TEST(Search, PartialRecomputeVariantsAreTheCheapestThatFit) {
   }
   EXPECT_GT(block, 0);
   EXPECT_GT(microbatch, 0);
+}
+
+TEST(Search, RecomputesModulesBeforeOffloading) {
+  // Tight memory (as above): a plan that does not fit as enumerated but fits once its norms are
+  // recomputed (Megatron-Core's --recompute-modules layernorm; GPT-3 1.3B has neither MLA nor MoE)
+  // is kept with them, not moved to the host; a plan that fits without them never carries them.
+  SearchRequest r = small_request();
+  r.framework = Framework::megatron_core;
+  r.cluster.gpu.hbm = gibibytes(16);
+  const cost_models::ExecutionModel x = execution_for(r);
+  auto fits = [&](const PlanSpec& p) {
+    const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
+    return mem[cost_models::most_loaded_stage(mem)].total() <= r.memory_limit();
+  };
+  const SearchResult res = search_plans(r);
+  int with_modules = 0;
+  for (const auto& c : res.ranked) {
+    const PlanSpec& p = c.plan;
+    if (!p.recompute_modules.any()) continue;
+    ++with_modules;
+    EXPECT_TRUE(p.recompute_modules.layernorm);
+    EXPECT_FALSE(p.recompute_modules.mla_up_proj || p.recompute_modules.moe_act);
+    EXPECT_NE(p.recompute, Recompute::full);
+    EXPECT_FALSE(p.offload.optimizer || p.offload.activations > 0);
+    EXPECT_TRUE(fits(p));
+    PlanSpec plain = p;
+    plain.recompute_modules = {};
+    EXPECT_FALSE(fits(plain));
+  }
+  EXPECT_GT(with_modules, 0);
+  // Frameworks without per-module recompute (Megatron-LM 2021) never get them.
+  r.framework = Framework::megatron;
+  for (const auto& c : search_plans(r).ranked) EXPECT_FALSE(c.plan.recompute_modules.any());
+}
+
+TEST(Search, OffersDeepEpWhereItHasAKernelConfiguration) {
+  // Mixtral 8x7B on 16 H100s under Megatron-Core: every expert-parallel layout (ep 2, 4, 8, all in
+  // DeepEP's configuration tables) comes with NCCL's all-to-all and with DeepEP; Megatron-LM
+  // (2021) has no DeepEP.
+  SearchRequest r;
+  r.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
+  r.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  r.training = TrainingSpec{.global_batch = 64, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  r.gpus = 16;
+  r.framework = Framework::megatron_core;
+  const auto plans = enumerate_plans(r);
+  std::set<std::string> nccl, deepep;
+  int expert_parallel = 0;
+  for (const auto& p : plans) {
+    PlanSpec key = p;
+    key.ep_dispatcher = EpDispatcher::nccl;
+    const std::string k = to_json(key).dump();
+    if (p.ep_dispatcher == EpDispatcher::deepep) {
+      EXPECT_GT(p.ep, 1);
+      EXPECT_TRUE(deepep_runs_ep(p.ep)) << p.ep;
+      deepep.insert(k);
+    } else {
+      nccl.insert(k);
+      expert_parallel += p.ep > 1;
+    }
+  }
+  EXPECT_GT(expert_parallel, 0);
+  EXPECT_EQ(deepep.size(), std::size_t(expert_parallel));
+  for (const auto& k : deepep) EXPECT_TRUE(nccl.count(k)) << k;
+  EXPECT_FALSE(deepep_runs_ep(12));
+  r.framework = Framework::megatron;
+  for (const auto& p : enumerate_plans(r)) EXPECT_EQ(p.ep_dispatcher, EpDispatcher::nccl);
 }
 
 TEST(Search, DeepSpeedSplitsUnevenPipelinesByItsPartitionMethod) {
