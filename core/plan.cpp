@@ -238,8 +238,15 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                   "must list one layer count per pipeline stage (plan.pp = " + str((long long)p.pp) + ")");
     }
     long long sum = 0;
-    for (int n : p.stage_layers) {
-      if (n <= 0) return fail("plan.stage_layers", str((long long)n), "every stage must hold at least one layer");
+    for (std::size_t i = 0; i < p.stage_layers.size(); ++i) {
+      const int n = p.stage_layers[i];
+      // The last segment may hold the MTP modules and the loss alone (Megatron-Core's layout
+      // "...|mL", DeepSeek-V3's recipes): its MTP layers are layers to the simulator too.
+      const bool mtp_alone = n == 0 && i + 1 == p.stage_layers.size() && m.mtp_layers > 0;
+      if (n <= 0 && !mtp_alone)
+        return fail("plan.stage_layers", str((long long)n),
+                    "every stage must hold at least one layer (the last may hold 0 when model.mtp_layers > 0: the MTP "
+                    "modules and the loss)");
       sum += n;
     }
     if (sum != m.layers)

@@ -149,7 +149,7 @@ void visit_fields(V& v, S& p) {
   v.boolean("ep_overlap", p.ep_overlap, false);
   v.enumeration("ep_dispatcher", p.ep_dispatcher, EpDispatcher::nccl);
   v.int_list("token_slices", p.token_slices, 1);
-  v.int_list("stage_layers", p.stage_layers, 1);
+  v.int_list("stage_layers", p.stage_layers, 0);
   v.integer("first_stage_layers", p.first_stage_layers, 0, 0);
   v.integer("last_stage_layers", p.last_stage_layers, 0, 0);
   v.text("partition_method", p.partition_method, std::string());

@@ -422,6 +422,11 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
                         f.c.nodes = 8; f.c.gpus_per_node = 4;
                         f.p.tp = 1; f.p.pp = 1; f.p.dp = 32; f.p.ep = 16; f.p.ep_dispatcher = EpDispatcher::deepep; },
        "plan.ep_dispatcher", "8 GPUs per node"},
+      // A last segment without layers holds the MTP modules and the loss ('mL'): only with MTP.
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.stage_layers = {8, 8, 8, 0}; },
+       "plan.stage_layers", "model.mtp_layers > 0"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.m.mtp_layers = 1; f.p.stage_layers = {8, 8, 0, 8}; },
+       "plan.stage_layers", "at least one layer"},
       // Multi-token prediction: Megatron-Core (--mtp-num-layers) and the idealised entry build it.
       {[](Fixture& f) { f.m.mtp_layers = 1; }, "model.mtp_layers", "megatron-core or generic do"},
   };
@@ -438,6 +443,8 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
     f.p.framework = fw;
     f.p.sequence_parallel = true;  // Megatron-Core's TP needs it
     f.m.mtp_layers = 1;
+    EXPECT_FALSE(f.check().has_value()) << to_string(fw) << ": " << f.check()->rule;
+    f.p.stage_layers = {8, 8, 8, 0};  // Megatron-Core's "...|mL": the MTP module and the loss alone
     EXPECT_FALSE(f.check().has_value()) << to_string(fw) << ": " << f.check()->rule;
   }
   // What they accept: ZB-H1 and DualPipe (64 micro-batches, even pp) on the idealised framework.

@@ -161,6 +161,17 @@ TEST(CostEdges, MtpModulesRunWithTheHeadOnTheLastStageOnly) {
               2 * cost_models::layer_parameters_on_gpu(with.model, with.plan, 0).total() +
                   2 * (2.0 * 2048 * 2048 / 2 + 3 * 2 * 2048.0),
               1.0);
+  // Megatron-Core's "...|mL" layout: every decoder layer on stage 0, the last stage holding one
+  // MTP module and the loss alone: its layer, the module's own work and the head.
+  Experiment ml = e;
+  ml.model.mtp_layers = 1;
+  ml.plan.stage_layers = {24, 0};
+  validate_experiment(ml);
+  fixtures::Costed m(ml, cc);
+  cost_layer_chunks(m.in(), m.c);
+  cost_edges(m.in(), m.c);
+  EXPECT_NEAR(m.c.chunk[0][0][0].forward.value(), 24e-3 + 1e-4, 1e-12);
+  EXPECT_NEAR(m.c.chunk[1][0][0].forward.value(), 1e-3 + 3e-4 + 5e-4, 1e-12);
 }
 
 TEST(CostActivationOffload, HalfOfEachChunkOverPcie) {
