@@ -26,6 +26,11 @@ std::vector<Section> describe_sections(const Experiment& e) {
                 {"parameters_B", parameter_count(e.model) / 1e9, "billion", "Parameters", 2},
                 {"active_parameters_B", active_parameter_count(e.model) / 1e9, "billion",
                  "Active parameters per token", 2}}});
+  if (e.model.mtp_layers > 0)
+    s.back().fields.push_back({"mtp_parameters_B", mtp_parameters(e.model) / 1e9, "billion",
+                             "of which in MTP modules (" + std::to_string(e.model.mtp_layers) +
+                                 "; embedding and head shared)",
+                             2});
   s.push_back({"Iteration", "",
                {{"tokens_per_iteration", batch * e.model.seq_len, "tokens", "Tokens per iteration", 0},
                 {"model_flops_per_iteration", model.value(), "FLOP", "Model FLOPs (no recompute)", 4},
