@@ -195,8 +195,8 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanS
   Flops again;
   for (int l = 0; l < m.transformer_layers(); ++l) {
     double share = recomputes_layer(m, plan, l) ? 1.0 : 0.0;
-    if (share == 0.0 && plan.partial_recompute_microbatches > 0) {
-      const int stage = int(std::upper_bound(first.begin(), first.end(), std::min(l, m.layers - 1)) - first.begin()) - 1;
+    if (share == 0.0 && plan.partial_recompute_microbatches > 0 && l < m.layers) {
+      const int stage = int(std::upper_bound(first.begin(), first.end(), l) - first.begin()) - 1;
       share = whole_recompute_microbatch_share(plan, stage, micro_batches);
     }
     again += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l)) * share;

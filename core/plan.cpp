@@ -91,11 +91,9 @@ bool deepep_runs_ep(int ep) {
 bool recomputes_layer(const ModelSpec& m, const PlanSpec& p, int layer) {
   if (p.recompute != Recompute::full) return false;
   if (p.recompute_layers <= 0) return true;
-  if (layer >= m.layers) {
-    // An MTP module's layer, after the last segment's own (cost_models::chunk_layers).
-    const std::vector<int> counts = chunk_layer_counts(m, p);
-    return recomputes_position(p, (counts.empty() ? 0 : counts.back()) + layer - m.layers);
-  }
+  // An MTP module's layer: Megatron-Core's MultiTokenPredictionBlock recomputes it under the
+  // uniform method only (its _checkpointed_forward skips the block method).
+  if (layer >= m.layers) return false;
   if (p.schedule == Schedule::interleaved && p.virtual_stages > 1) {
     // The layer's place in its model chunk (segments of chunk_layer_counts, in model order).
     int first = 0;
@@ -123,6 +121,12 @@ double whole_recompute_microbatch_share(const PlanSpec& p, int stage, int micro_
 double layer_recompute_share(const PlanSpec& p, int index_in_chunk, int stage, int micro_batches) {
   if (recomputes_position(p, index_in_chunk)) return 1.0;
   return whole_recompute_microbatch_share(p, stage, micro_batches);
+}
+
+double layer_recompute_share(const ModelSpec& m, const PlanSpec& p, int layer, int index_in_chunk, int stage,
+                             int micro_batches) {
+  if (layer >= m.layers) return recomputes_layer(m, p, layer) ? 1.0 : 0.0;
+  return layer_recompute_share(p, index_in_chunk, stage, micro_batches);
 }
 
 std::optional<PlanViolation> check_model(const ModelSpec& m) {
@@ -211,6 +215,10 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   // skips the same plans (FrameworkTraits::runs).
   if (auto v = fw.refusal(p)) return v;
   if (auto v = fw.model_refusal(m)) return v;
+  if (m.mtp_layers > 0 && !c.gpu.host_profile.empty())
+    return fail("model.mtp_layers", str((long long)m.mtp_layers),
+                "is not priced on a CPU device (the cluster's GPU file names a host_profile: the bundled trainer's "
+                "measured CPU ops, which have no MTP module)");
   const bool uneven = p.uneven_split();
   if (!p.partition_method.empty()) {
     const DeepSpeedPartition split = deepspeed_partition(m, p);
@@ -430,11 +438,15 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("plan.recompute_modules.moe_act", "true", "needs a model with moe");
   if (p.ep_dispatcher == EpDispatcher::deepep && (!m.moe || p.ep < 2))
     return fail("plan.ep_dispatcher", "deepep", "needs a model with moe and plan.ep > 1 (it moves the experts' tokens)");
-  if (p.ep_dispatcher == EpDispatcher::deepep && !deepep_runs_ep(p.ep))
+  // DeepEP runs over the expert-tensor x expert-parallel group (Megatron-Core's flex dispatcher
+  // builds its buffer on tp_ep_group): etp x ep ranks.
+  const int deepep_ranks = p.etp() * p.ep;
+  if (p.ep_dispatcher == EpDispatcher::deepep && !deepep_runs_ep(deepep_ranks))
     return fail("plan.ep", str((long long)p.ep),
-                "is not an expert-parallel size DeepEP has a kernel configuration for (plan.ep_dispatcher = deepep: "
-                "2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144 or 160 ranks, deep_ep Buffer.get_dispatch_config)");
-  if (p.ep_dispatcher == EpDispatcher::deepep && p.ep > c.gpus_per_node && c.gpus_per_node != 8)
+                "gives DeepEP a group of plan.expert_tp x plan.ep = " + str((long long)deepep_ranks) +
+                    " ranks, which it has no kernel configuration for (plan.ep_dispatcher = deepep: 2, 4, 8, 16, 24, "
+                    "32, 48, 64, 96, 128, 144 or 160 ranks, deep_ep Buffer.get_dispatch_config)");
+  if (p.ep_dispatcher == EpDispatcher::deepep && deepep_ranks > c.gpus_per_node && c.gpus_per_node != 8)
     return fail("plan.ep_dispatcher", "deepep",
                 "spans nodes of " + str((long long)c.gpus_per_node) +
                     " GPUs; DeepEP's internode kernels forward over NVLink between exactly 8 GPUs per node "

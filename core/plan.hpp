@@ -226,6 +226,10 @@ double whole_recompute_microbatch_share(const PlanSpec& plan, int stage, int mic
 /// `index_in_chunk` of `stage` re-runs its forward: 1 where block recompute covers it (or every
 /// layer is recomputed), the share above for the others, 0 without full recompute.
 double layer_recompute_share(const PlanSpec& plan, int index_in_chunk, int stage, int micro_batches);
+/// The same for model layer `layer` at that place: an MTP module's layer (layer >= model.layers)
+/// is recomputed under uniform full recompute only (recomputes_layer), whatever its place.
+double layer_recompute_share(const ModelSpec& model, const PlanSpec& plan, int layer, int index_in_chunk, int stage,
+                             int micro_batches);
 
 /// Every rule a runnable plan obeys (divisibility, ranges, schedule options), checked in order;
 /// returns the first one broken. `gpus_used` is how many GPUs the run occupies.

@@ -160,6 +160,9 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     << " --max-position-embeddings " << p.model.seq_len << " --micro-batch-size " << q.micro_batch
     << " --global-batch-size " << p.training.global_batch << " --tensor-model-parallel-size " << q.tp
     << " --pipeline-model-parallel-size " << q.pp;
+  // A last segment holding the MTP modules and the loss alone needs --pipeline-model-parallel-layout
+  // ("...|mL"), which these arguments do not write.
+  if (!q.stage_layers.empty() && q.stage_layers.back() == 0) return "";
   // Megatron-LM splits every model chunk evenly: a list per chunk has no flag.
   if (q.schedule == Schedule::interleaved && !q.stage_layers.empty()) return "";
   if (q.schedule == Schedule::interleaved)

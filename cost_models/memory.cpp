@@ -376,7 +376,8 @@ Bytes layer_activation_bytes_per_unit(const ExecutionModel& x, const ModelSpec& 
   for (int c = 0; c < v; ++c) {
     const std::vector<int> layers = chunk_layers(model, plan, stage, c);
     for (int i = 0; i < int(layers.size()); ++i) {
-      const bool stores_all = kept && !recomputes_position(plan, i);
+      // (An MTP module's layer is recomputed under the uniform method only: core/plan.cpp.)
+      const bool stores_all = kept && (layers[i] >= model.layers || !recomputes_position(plan, i));
       all_layers += layer_bytes_for_plan(x, model, stores_all ? *kept : plan, layers[i]);
     }
   }
@@ -440,12 +441,14 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
 
 Bytes deepep_buffer_bytes(const ModelSpec& model, const PlanSpec& plan) {
   if (plan.ep_dispatcher != EpDispatcher::deepep || !model.moe || plan.ep < 2) return Bytes(0);
-  const int ranks = plan.ep;
-  // Receive-queue depths (tokens per channel) of the dispatch configuration (get_dispatch_config;
-  // the combine configurations queue as many): NVLink 256 up to 8 ranks, 288 up to 64, then 480,
-  // 560, 720; RDMA 128.
+  const int ranks = plan.etp() * plan.ep;  // Megatron-Core's tp_ep_group
+  // Receive-queue depths (tokens per channel), the larger of the dispatch and combine
+  // configurations' (get_dispatch_config / get_combine_config, as Megatron-Core's get_buffer takes
+  // the larger hint): NVLink 256 up to 8 ranks, 288 up to 64, then 480, 560, 720; RDMA 128, rounded
+  // up to a multiple of the send chunk by Config's constructor: 140 at 16 ranks (chunk 20), 132
+  // from 96 on (chunk 12).
   const double nvl_tokens = ranks <= 8 ? 256 : ranks <= 64 ? 288 : ranks <= 96 ? 480 : ranks <= 128 ? 560 : 720;
-  const double rdma_tokens = 128;
+  const double rdma_tokens = ranks == 16 ? 140 : ranks >= 96 ? 132 : 128;
   const double channels = 20 / 2;  // Buffer.num_sms = 20, two SMs per channel
   const double nvl_peers = 8;      // NUM_MAX_NVL_PEERS
   const double rdma_ranks = std::max(1.0, ranks / nvl_peers), nvl_ranks = std::min(double(ranks), nvl_peers);

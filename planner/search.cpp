@@ -34,11 +34,6 @@ bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const Pl
   return worst <= r.memory_limit();
 }
 
-/// Block recompute (plan.recompute_layers): for a full-recompute plan that fits without offload,
-/// the fewest recomputed layers per stage (chunk) that still fit, found by bisection (memory falls
-/// and recompute time grows with the count, so this is the fastest block variant that fits). False
-/// when the framework has no block method, the stages hold one layer, none below all fits, or the
-/// plan fits without recompute at all.
 /// The plan with every module recompute the framework and the model allow turned on (the norms;
 /// MLA's up-projections and an MoE layer's activation where the model has them); false where the
 /// framework has none, the plan recomputes whole layers already or has some set.
@@ -50,6 +45,11 @@ bool with_recompute_modules(const FrameworkTraits& fw, const ModelSpec& m, PlanS
   return true;
 }
 
+/// Block recompute (plan.recompute_layers): for a full-recompute plan that fits without offload,
+/// the fewest recomputed layers per stage (chunk) that still fit, found by bisection (memory falls
+/// and recompute time grows with the count, so this is the fastest block variant that fits). False
+/// when the framework has no block method, the stages hold one layer, none below all fits, or the
+/// plan fits without recompute at all.
 bool fewest_recomputed_layers_that_fit(const cost_models::ExecutionModel& x, const SearchRequest& r, PlanSpec& p) {
   if (p.recompute != Recompute::full || p.recompute_layers > 0 || !x.framework->partial_recompute) return false;
   if (p.offload.optimizer || p.offload.activations > 0) return false;
@@ -205,7 +205,9 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   for (int ep_overlap = 0; ep_overlap <= (fw.ep_overlap && ep > 1 ? 1 : 0); ++ep_overlap)
                   // NCCL's all-to-all, and DeepEP where the framework dispatches through it and
                   // has a kernel configuration for this many ranks (check_plan).
-                  for (int deepep = 0; deepep <= (fw.deepep && ep > 1 && deepep_runs_ep(ep) ? 1 : 0); ++deepep) {
+                  for (int deepep = 0;
+                       deepep <= (fw.deepep && ep > 1 && deepep_runs_ep((expert_tp > 0 ? expert_tp : tp) * ep) ? 1 : 0);
+                       ++deepep) {
                     if (grad_ranks == 1 && zero > 0) continue;
                     if (zero == 3 && (ep > 1 || expert_tp > 0 || sched == Schedule::terapipe)) continue;
                     PlanSpec p;

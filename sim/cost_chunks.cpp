@@ -275,7 +275,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
           const LayerCompute lc = layer_compute(tokens, context, moe, m.window_of(l));
           const Seconds tp = tokens == local ? tp_full : tp_comm_per_layer(in, tokens);
           LayerStep ls = layer_step(in, lc, tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
-                                    layer_recompute_share(p, i, s, micro_batches), moe);
+                                    layer_recompute_share(m, p, l, i, s, micro_batches), moe);
           // Megatron-Core's combined 1F1B and DualPipe's paired chunks hide a micro-batch's
           // all-to-alls under another's compute.
           if (moe && ep_paired) {
@@ -344,16 +344,22 @@ void cost_edges(const CostInputs& in, WorkloadCosts& c) {
           cc.backward += ec.head_backward;
           // Column-parallel LM head: its input gradient is all-reduced in the backward.
           if (p.tp > 1) cc.backward_tp_comm += tp_collective(in, Collective::all_reduce, act, tp);
-          // The MTP modules beside their layers (cost_layer_chunks prices those): each looks up
-          // embeddings (an all-reduce forward under TP) and passes through the head again (its
-          // input gradient all-reduced backward).
+          // The MTP modules beside their layers (cost_layer_chunks prices those): under TP each
+          // looks up embeddings (an all-reduce forward), gathers its column-parallel projection's
+          // output (Megatron-Core's _concat_embeddings: eh_proj with gather_output off, then an
+          // all-gather), and backward reduces the projection's 2h-wide input gradient (reduce-
+          // scattered under sequence parallelism, all-reduced without) and the head's input
+          // gradient (all-reduced, as the main head's).
           const double mtp = in.e.model.mtp_layers;
           if (mtp > 0) {
             cc.forward += mtp * ec.mtp_forward;
             cc.backward += mtp * ec.mtp_backward;
             if (p.tp > 1) {
-              cc.forward_tp_comm += mtp * tp_collective(in, Collective::all_reduce, act, tp);
-              cc.backward_tp_comm += mtp * tp_collective(in, Collective::all_reduce, act, tp);
+              cc.forward_tp_comm += mtp * (tp_collective(in, Collective::all_reduce, act, tp) +
+                                           tp_collective(in, Collective::all_gather, act, tp));
+              const Collective input_grad = p.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce;
+              cc.backward_tp_comm += mtp * (tp_collective(in, Collective::all_reduce, act, tp) +
+                                            tp_collective(in, input_grad, act * 2.0, tp));
             }
           }
         }

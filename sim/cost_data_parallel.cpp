@@ -326,7 +326,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         // What the compute stream does between two units' gathers: the layer with its TP (as
         // overlapped), CP and EP communication, as cost_layer_chunks charges it.
         const bool moe = m.is_moe_layer(l);
-        const double redo = layer_recompute_share(p, i, s, micro_batches);
+        const double redo = layer_recompute_share(m, p, l, i, s, micro_batches);
         const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
                                         redo, moe);
         unit(fwd, fwd_copies, params, true, ls.forward_total(), false);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the scenario files of NVIDIA Megatron-Bridge's published DGX-H100 pretraining rows for
 Mixture-of-Experts models (Megatron-Core with Transformer Engine, token all-to-all dispatcher):
-runs from outside ../shared/published, cases of the source "Megatron-Bridge MoE on DGX H100
+runs from outside ../shared/published, cases of the source "Megatron-Bridge on DGX H100
 (Megatron-Core)": the two 25.09 rows calibration cases (CALIBRATION below), the others predictions. notes/research-megatron-bridge-h100.md lists every row and the
 recipe files read; notes/research-mcore-moe.md what the Megatron-Core versions run.
 
@@ -28,8 +28,10 @@ Per release:
     current scaling (bf16_with_fp8_current_scaling_mixed).
 Rows left out: Qwen3-30B-A3B 25.11 and 26.02 (table and recipe disagree on VP, MBS or EP),
 Qwen3-30B-A3B 26.x (HybridEP dispatcher), GPT-OSS-120B (selective recompute of the layer norms
-and the MoE activation, not modelled), DeepSeek-V3 (DeepEP, multi-token prediction),
-Nemotron-3-Nano (Mamba layers).
+and the MoE activation, not modelled then; attention sinks and sliding windows), Nemotron-3-Nano
+(Mamba layers). Written by hand, not by this script (session 32): the 25.09 DeepSeek-V3 row
+(DeepEP, multi-token prediction, its 'mL' layout) and the 26.04.01 dense Llama 3 70B and 405B
+rows (scenarios/experiments/mbridge2509-deepseek-v3-*.yaml, mbridge2604-llama3*.yaml).
 
 Usage: python3 scenarios/tools/mbridge_experiments.py
 """

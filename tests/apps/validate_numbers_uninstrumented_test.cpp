@@ -151,8 +151,11 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // dispatcher, EP overlap, TE current scaling); the two 25.09 token-dropping rows pin NCCL's
       // all-to-all efficiency on H100, the two dropless EP-overlap rows predict (-6.5%, -12.1%).
       // Session 32: DeepSeek-V3 on 1024 H100s (25.09: MLA, MTP, DeepEP, EP overlap, the 'mL' last
-      // chunk) added as a prediction at +13.6%: 7.6% / 10.5% -> 9.6% / 13.6%.
-      {"Megatron-Bridge MoE on DGX H100 (Megatron-Core)", {9.7, 13.7}},
+      // chunk) added as a prediction at +13.6%: 7.6% / 10.5% -> 9.6% / 13.6%; then the 26.04.01
+      // dense rows (Llama 3 70B on 64, 405B on 1024 H100s, FP8 current scaling, userbuffers TP
+      // overlap) at -11.5% / -9.4%, the source renamed from "Megatron-Bridge MoE ...", and the MTP
+      // projection's TP collectives (DeepSeek-V3 +13.4%): 9.9% / 13.4%.
+      {"Megatron-Bridge on DGX H100 (Megatron-Core)", {10.0, 13.7}},
       // Session 21: Korthikanti's Table 5 (whole iterations, Selene; +8.1% the 1T row at 1F1B with
       // pp 64) and the Megatron-LM repository's 2020 scaling table (V100 within 4.4%; the A100 rows
       // of the first A100 software 4-11% slower than predicted).

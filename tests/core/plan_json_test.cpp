@@ -177,6 +177,10 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   EXPECT_NE(margs.find("--mtp-num-layers 1"), std::string::npos) << margs;
   m.plan.recompute = Recompute::selective;
   EXPECT_NE(megatron_arguments(m).find("--recompute-modules core_attn layernorm moe_act"), std::string::npos);
+  // A last chunk of the MTP module and the loss alone needs Megatron-Core's layout flag: none.
+  ExecutablePlan ml = m;
+  ml.plan.stage_layers = {ml.model.layers, 0};
+  EXPECT_TRUE(megatron_arguments(ml).empty());
   m.plan.recompute_modules.moe_act = false;  // the sample model has no MoE layer (check_plan)
   const ExecutablePlan back = parse_plan_json(to_json(m).dump(), "plan.json");
   EXPECT_TRUE(back.plan.recompute_modules.layernorm);

@@ -422,6 +422,16 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
                         f.c.nodes = 8; f.c.gpus_per_node = 4;
                         f.p.tp = 1; f.p.pp = 1; f.p.dp = 32; f.p.ep = 16; f.p.ep_dispatcher = EpDispatcher::deepep; },
        "plan.ep_dispatcher", "8 GPUs per node"},
+      // Its group is expert-TP x EP (Megatron-Core's tp_ep_group): tp 2 unfolded, ep 8 = 16 ranks,
+      // across those 4-GPU nodes.
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 16, .top_k = 2}; f.p.framework = Framework::generic;
+                        f.c.nodes = 8; f.c.gpus_per_node = 4;
+                        f.p.tp = 2; f.p.pp = 1; f.p.dp = 16; f.p.ep = 8; f.p.sequence_parallel = true;
+                        f.p.ep_dispatcher = EpDispatcher::deepep; },
+       "plan.ep_dispatcher", "8 GPUs per node"},
+      // MTP is not priced on a CPU device (the bundled trainer's host profile).
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.m.mtp_layers = 1; f.c.gpu.host_profile = "cpu.json"; },
+       "model.mtp_layers", "CPU device"},
       // A last segment without layers holds the MTP modules and the loss ('mL'): only with MTP.
       {[](Fixture& f) { f.p.framework = Framework::generic; f.p.stage_layers = {8, 8, 8, 0}; },
        "plan.stage_layers", "model.mtp_layers > 0"},

@@ -334,6 +334,16 @@ TEST(BufferBytes, DeepEpBuffersAsItsSizeHintsCountThem) {
   // 10 x 8 x 5 x 4 = 1,600 + 10 x 8 x 256 x 16392 = 335,708,160; 335,709,760 -> 335,709,824.
   p.ep = 8;
   EXPECT_EQ(deepep_buffer_bytes(m, p).value(), 335709824.0);
+  // Sixteen ranks (two nodes): RDMA queues of 128 tokens rounded up to the dispatch send chunk of
+  // 20 (Config's align_up): 140. NVLink 10 x 8 x (2 x 2 + 3) x 4 = 2,240 + 10 x 8 x 288 x 16392 =
+  // 377,673,920 -> 377,673,984; RDMA 10 x 2 x 18 x 2 x 4 = 2,880 + 10 x 2 x 140 x 2 x 16408 =
+  // 91,887,680 -> 91,887,744.
+  p.ep = 16;
+  EXPECT_EQ(deepep_buffer_bytes(m, p).value(), 377673984.0 + 91887744.0);
+  // The group is expert-TP x EP: tp 2 unfolded with ep 8 is that same 16-rank group.
+  p.ep = 8;
+  p.tp = 2;
+  EXPECT_EQ(deepep_buffer_bytes(m, p).value(), 377673984.0 + 91887744.0);
   p.ep_dispatcher = EpDispatcher::nccl;
   EXPECT_EQ(deepep_buffer_bytes(m, p).value(), 0.0);
 }

@@ -149,10 +149,17 @@ TEST(CostEdges, MtpModulesRunWithTheHeadOnTheLastStageOnly) {
   EXPECT_NEAR(b.c.chunk[1][0][0].backward.value() - a.c.chunk[1][0][0].backward.value(),
               2 * 2e-3 + 2 * 6e-4 + extra_params * b.x.bytes.accumulate * 1e-9, 1e-9);
   const CommGroup tp = plan_groups(e.plan, e.cluster).tp;
-  const double ar = b.comm.time(Collective::all_reduce, Bytes(2.0 * 2048 * 2048), tp).value();
-  // Each extra layer carries two all-reduces each way, each module one more each way.
-  EXPECT_NEAR(b.c.chunk[1][0][0].forward_tp_comm.value() - a.c.chunk[1][0][0].forward_tp_comm.value(), 2 * 2 * ar + 2 * ar, 1e-12);
-  EXPECT_NEAR(b.c.chunk[1][0][0].backward_tp_comm.value() - a.c.chunk[1][0][0].backward_tp_comm.value(), 2 * 2 * ar + 2 * ar, 1e-12);
+  const Bytes act(2.0 * 2048 * 2048);
+  const double ar = b.comm.time(Collective::all_reduce, act, tp).value();
+  const double ag = b.comm.time(Collective::all_gather, act, tp).value();
+  const double ar2 = b.comm.time(Collective::all_reduce, act * 2.0, tp).value();
+  // Each extra layer carries two all-reduces each way; each module forward its embedding's
+  // all-reduce and its projection's output all-gather, backward the head's input-gradient
+  // all-reduce and the projection's 2h-wide one (no sequence parallelism here).
+  EXPECT_NEAR(b.c.chunk[1][0][0].forward_tp_comm.value() - a.c.chunk[1][0][0].forward_tp_comm.value(),
+              2 * 2 * ar + 2 * (ar + ag), 1e-12);
+  EXPECT_NEAR(b.c.chunk[1][0][0].backward_tp_comm.value() - a.c.chunk[1][0][0].backward_tp_comm.value(),
+              2 * 2 * ar + 2 * (ar + ar2), 1e-12);
   // The extra parameters by hand: two MoE-free layers of GPT-3 1.3B split over tp 2 (12 h^2 + 13 h
   // with the biases and two LayerNorms, QKV / projection / FFN split, biases of the row-parallel
   // layers and norms kept whole), two 2h x h projections over tp 2 and six LayerNorms, and the
