@@ -160,16 +160,32 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     << " --max-position-embeddings " << p.model.seq_len << " --micro-batch-size " << q.micro_batch
     << " --global-batch-size " << p.training.global_batch << " --tensor-model-parallel-size " << q.tp
     << " --pipeline-model-parallel-size " << q.pp;
-  // A last segment holding the MTP modules and the loss alone needs --pipeline-model-parallel-layout
-  // ("...|mL"), which these arguments do not write.
-  if (!q.stage_layers.empty() && q.stage_layers.back() == 0) return "";
-  // Megatron-LM splits every model chunk evenly: a list per chunk has no flag.
-  if (q.schedule == Schedule::interleaved && !q.stage_layers.empty()) return "";
-  if (q.schedule == Schedule::interleaved)
+  // Any other split per stage or model chunk: Megatron-Core's explicit layout (core_r0.13+,
+  // --pipeline-model-parallel-layout; E the embedding, t a decoder layer, m an MTP layer, L the
+  // loss, chunks in model order split by |; the virtual stages follow from the chunk count).
+  // Megatron-LM 2021-22 splits every model chunk evenly and has no such flag.
+  const bool layout = !q.stage_layers.empty() && q.framework == Framework::megatron_core;
+  if (layout) {
+    std::string chunks;
+    for (std::size_t k = 0; k < q.stage_layers.size(); ++k) {
+      if (k) chunks += '|';
+      if (k == 0) chunks += 'E';
+      chunks.append(std::size_t(q.stage_layers[k]), 't');
+      if (k + 1 == q.stage_layers.size()) {
+        chunks.append(std::size_t(p.model.mtp_layers), 'm');
+        chunks += 'L';
+      }
+    }
+    s << " --pipeline-model-parallel-layout \"" << chunks << "\"";
+  }
+  // A last chunk of the MTP modules and the loss alone needs that layout.
+  if (!layout && !q.stage_layers.empty() && q.stage_layers.back() == 0) return "";
+  if (!layout && q.schedule == Schedule::interleaved && !q.stage_layers.empty()) return "";
+  if (!layout && q.schedule == Schedule::interleaved)
     s << " --num-layers-per-virtual-pipeline-stage " << p.model.layers / (q.pp * q.virtual_stages);
   if (q.first_stage_layers > 0) s << " --decoder-first-pipeline-num-layers " << q.first_stage_layers;
   if (q.last_stage_layers > 0) s << " --decoder-last-pipeline-num-layers " << q.last_stage_layers;
-  if (!q.stage_layers.empty()) {
+  if (!layout && !q.stage_layers.empty()) {
     // Megatron-LM takes first/last counts with the rest even; another list has no flag.
     const std::vector<int>& l = q.stage_layers;
     if (l.size() <= 2) return "";

@@ -177,10 +177,25 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   EXPECT_NE(margs.find("--mtp-num-layers 1"), std::string::npos) << margs;
   m.plan.recompute = Recompute::selective;
   EXPECT_NE(megatron_arguments(m).find("--recompute-modules core_attn layernorm moe_act"), std::string::npos);
-  // A last chunk of the MTP module and the loss alone needs Megatron-Core's layout flag: none.
+  // A split per stage or chunk, as Megatron-Core's explicit layout: a last chunk of the MTP module
+  // and the loss alone ("...|mL"); interleaved chunks in model order. Megatron-LM (2021) has no
+  // such flag: no arguments.
   ExecutablePlan ml = m;
   ml.plan.stage_layers = {ml.model.layers, 0};
-  EXPECT_TRUE(megatron_arguments(ml).empty());
+  const std::string layout = "--pipeline-model-parallel-layout \"E" + std::string(std::size_t(ml.model.layers), 't') + "|mL\"";
+  EXPECT_NE(megatron_arguments(ml).find(layout), std::string::npos) << megatron_arguments(ml);
+  EXPECT_EQ(megatron_arguments(ml).find("--decoder-last-pipeline-num-layers"), std::string::npos);
+  ExecutablePlan iv = m;
+  iv.model.mtp_layers = 0;
+  iv.plan.schedule = Schedule::interleaved;
+  iv.plan.virtual_stages = 2;
+  iv.plan.stage_layers = {1, 1, 1, ml.model.layers - 3};
+  const std::string ivargs = megatron_arguments(iv);
+  EXPECT_NE(ivargs.find("--pipeline-model-parallel-layout \"Et|t|t|" + std::string(std::size_t(ml.model.layers - 3), 't') + "L\""),
+            std::string::npos) << ivargs;
+  EXPECT_EQ(ivargs.find("--num-layers-per-virtual-pipeline-stage"), std::string::npos);
+  iv.plan.framework = Framework::megatron;
+  EXPECT_TRUE(megatron_arguments(iv).empty());
   m.plan.recompute_modules.moe_act = false;  // the sample model has no MoE layer (check_plan)
   const ExecutablePlan back = parse_plan_json(to_json(m).dump(), "plan.json");
   EXPECT_TRUE(back.plan.recompute_modules.layernorm);
