@@ -82,21 +82,27 @@ double moe_ffn_parameters(const ModelSpec& m) {
 
 double mtp_projection_parameters(const ModelSpec& m) { return 2.0 * double(m.hidden) * m.hidden; }
 
+namespace {
+/// Transformer layer `l`'s parameters (an MoE layer's with all its experts).
+double layer_parameters(const ModelSpec& m, int l) {
+  return dense_layer_parameters(m) + (m.is_moe_layer(l) ? moe_ffn_parameters(m) - ffn_parameters(m) : 0.0);
+}
+/// What the MTP modules hold beside their layers: a projection and three norms each.
+double mtp_extra_parameters(const ModelSpec& m) {
+  return m.mtp_layers * (mtp_projection_parameters(m) + 3.0 * norm_parameters(m));
+}
+}  // namespace
+
 double mtp_parameters(const ModelSpec& m) {
-  double p = 0;
-  for (int l = m.layers; l < m.transformer_layers(); ++l)
-    p += mtp_projection_parameters(m) + 3.0 * norm_parameters(m) + dense_layer_parameters(m) +
-         (m.is_moe_layer(l) ? moe_ffn_parameters(m) - ffn_parameters(m) : 0.0);
+  double p = mtp_extra_parameters(m);
+  for (int l = m.layers; l < m.transformer_layers(); ++l) p += layer_parameters(m, l);
   return p;
 }
 
 double parameter_count(const ModelSpec& m) {
-  const double embeddings = embedding_parameters(m);
-  const double final_norm = norm_parameters(m);
   double layers = 0;
-  for (int l = 0; l < m.layers; ++l)
-    layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? moe_ffn_parameters(m) - ffn_parameters(m) : 0.0);
-  return layers + embeddings + final_norm + mtp_parameters(m);
+  for (int l = 0; l < m.transformer_layers(); ++l) layers += layer_parameters(m, l);
+  return layers + embedding_parameters(m) + norm_parameters(m) + mtp_extra_parameters(m);
 }
 
 double active_parameter_count(const ModelSpec& m) {
@@ -107,8 +113,7 @@ double active_parameter_count(const ModelSpec& m) {
   double layers = 0;
   for (int l = 0; l < m.transformer_layers(); ++l)
     layers += dense_layer_parameters(m) + (m.is_moe_layer(l) ? active_moe_ffn - ffn_parameters(m) : 0.0);
-  const double mtp_extra = m.mtp_layers * (mtp_projection_parameters(m) + 3.0 * norm_parameters(m));
-  return layers + embeddings + norm_parameters(m) + mtp_extra;
+  return layers + embeddings + norm_parameters(m) + mtp_extra_parameters(m);
 }
 
 Flops attention_core_forward_flops(const ModelSpec& m, double tokens, double seq, int window) {

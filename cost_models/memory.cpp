@@ -233,17 +233,11 @@ int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage) {
 }
 
 double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan) {
-  // The stage with the most layers, its chunks' mean (a unit is one chunk's forward).
-  std::vector<int> counts = chunk_layer_counts(model, plan);
-  if (!counts.empty()) counts.back() += model.mtp_layers;  // the MTP modules' layers (chunk_layers)
-  const int v = plan.model_chunks();
-  int per_stage = 0;
-  for (int s = 0; s < plan.pp; ++s) {
-    int layers = 0;
-    for (int c = 0; c < v; ++c) layers += counts[std::size_t(plan.chunk_segment(s, c))];
-    per_stage = std::max(per_stage, layers);
-  }
-  return double(per_stage) / v;
+  // The stage with the most layers (the MTP modules' among them, chunk_layers), its chunks' mean (a
+  // unit is one chunk's forward).
+  double per_stage = 0;
+  for (int s = 0; s < plan.pp; ++s) per_stage = std::max(per_stage, double(stage_layers(model, plan, s).size()));
+  return per_stage / plan.model_chunks();
 }
 
 std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int stage, int chunk) {
@@ -486,10 +480,9 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   }
   if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
   // The dispatched rows in flight: the rank's copies, all-gathered over expert-TP where each rank
-  // routes its own (moe_routes_own_tokens).
-  if (has_moe) bytes += deepep_buffer_bytes(model, plan);
+  // routes its own (moe_routes_own_tokens); and DeepEP's queues where it dispatches them.
   if (has_moe)
-    bytes += Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div *
+    bytes += deepep_buffer_bytes(model, plan) + Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div *
                    (moe_routes_own_tokens(fw, plan) ? double(plan.etp()) : 1.0));
   if (plan.cp > 1) {
     // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the

@@ -203,11 +203,9 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
               for (auto [zero, shard] : zeros)
                 for (auto [ep, expert_tp] : eps)
                   for (int ep_overlap = 0; ep_overlap <= (fw.ep_overlap && ep > 1 ? 1 : 0); ++ep_overlap)
-                  // NCCL's all-to-all, and DeepEP where the framework dispatches through it and
-                  // has a kernel configuration for this many ranks (check_plan).
-                  for (int deepep = 0;
-                       deepep <= (fw.deepep && ep > 1 && deepep_runs_ep((expert_tp > 0 ? expert_tp : tp) * ep) ? 1 : 0);
-                       ++deepep) {
+                  // NCCL's all-to-all, and DeepEP where the framework dispatches through it
+                  // (check_plan drops the groups DeepEP has no kernel configuration for).
+                  for (int deepep = 0; deepep <= (fw.deepep && ep > 1 ? 1 : 0); ++deepep) {
                     if (grad_ranks == 1 && zero > 0) continue;
                     if (zero == 3 && (ep > 1 || expert_tp > 0 || sched == Schedule::terapipe)) continue;
                     PlanSpec p;
@@ -354,12 +352,9 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         // Recompute the cheap modules the framework can (plan.recompute_modules: the norms, MLA's
         // up-projections, an MoE layer's activation) before moving anything to the host: a few
         // percent of the layer's time for their stored outputs.
-        if (PlanSpec q = p; with_recompute_modules(framework_traits(r.framework), r.model, q)) {
-          Bytes need2;
-          if (fits(x, r, q, &need2)) {
-            p = q;
-            ok = true;
-          }
+        if (PlanSpec q = p; with_recompute_modules(framework_traits(r.framework), r.model, q) && fits(x, r, q, nullptr)) {
+          p = q;
+          ok = true;
         }
       }
       if (!ok) {

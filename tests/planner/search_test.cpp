@@ -28,6 +28,22 @@ SearchRequest small_request() {
   r.simgrid_top = false;
   return r;
 }
+
+// small_request on 16 GiB GPUs under Megatron-Core: memory tight enough that some plans fit only
+// with recompute of some kind.
+SearchRequest tight_megatron_core_request() {
+  SearchRequest r = small_request();
+  r.framework = Framework::megatron_core;
+  r.cluster.gpu.hbm = gibibytes(16);
+  return r;
+}
+
+// Whether the memory model puts the plan's most loaded stage within the request's limit (the
+// reference the search's pruning is checked against).
+bool fits_by_memory_model(const SearchRequest& r, const cost_models::ExecutionModel& x, const PlanSpec& p) {
+  const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
+  return mem[cost_models::most_loaded_stage(mem)].total() <= r.memory_limit();
+}
 }  // namespace
 
 TEST(Search, EveryEnumeratedPlanIsRunnable) {
@@ -267,14 +283,9 @@ TEST(Search, PartialRecomputeVariantsAreTheCheapestThatFit) {
   // variant with the fewest recomputed layers that fits (one fewer does not) and the micro-batch
   // variant with the most partial micro-batches that fits (one more does not, short of a whole
   // window); neither is offered where the plan fits without recompute.
-  SearchRequest r = small_request();
-  r.framework = Framework::megatron_core;
-  r.cluster.gpu.hbm = gibibytes(16);
+  SearchRequest r = tight_megatron_core_request();
   const cost_models::ExecutionModel x = execution_for(r);
-  auto fits = [&](const PlanSpec& p) {
-    const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
-    return mem[cost_models::most_loaded_stage(mem)].total() <= r.memory_limit();
-  };
+  auto fits = [&](const PlanSpec& p) { return fits_by_memory_model(r, x, p); };
   const SearchResult res = search_plans(r);
   int block = 0, microbatch = 0;
   for (const auto& c : res.ranked) {
@@ -310,14 +321,9 @@ TEST(Search, RecomputesModulesBeforeOffloading) {
   // Tight memory (as above): a plan that does not fit as enumerated but fits once its norms are
   // recomputed (Megatron-Core's --recompute-modules layernorm; GPT-3 1.3B has neither MLA nor MoE)
   // is kept with them, not moved to the host; a plan that fits without them never carries them.
-  SearchRequest r = small_request();
-  r.framework = Framework::megatron_core;
-  r.cluster.gpu.hbm = gibibytes(16);
+  SearchRequest r = tight_megatron_core_request();
   const cost_models::ExecutionModel x = execution_for(r);
-  auto fits = [&](const PlanSpec& p) {
-    const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
-    return mem[cost_models::most_loaded_stage(mem)].total() <= r.memory_limit();
-  };
+  auto fits = [&](const PlanSpec& p) { return fits_by_memory_model(r, x, p); };
   const SearchResult res = search_plans(r);
   int with_modules = 0;
   for (const auto& c : res.ranked) {
