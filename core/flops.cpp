@@ -188,8 +188,25 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanS
     Flops f = hardware_flops_per_iteration(m, batch, plan.recompute);
     // Recomputed MLA up-projections (plan.recompute_modules.mla_up_proj) re-run their GEMMs in
     // every layer: 2 FLOPs per weight and token; the norms and the activation are elementwise.
-    if (plan.recompute_modules.mla_up_proj && plan.recompute != Recompute::full)
-      f += Flops(2.0 * batch * m.seq_len * mla_up_projection_weights(m) * m.transformer_layers());
+    if (plan.recompute != Recompute::full) {
+      const RecomputeModules& mods = plan.recompute_modules;
+      const double tokens = batch * m.seq_len;
+      if (mods.mla_up_proj) f += Flops(2.0 * tokens * mla_up_projection_weights(m) * m.transformer_layers());
+      // Checkpointed submodules re-run their GEMMs: a dense layer's FFN, an MoE layer's router and
+      // its top_k routed and shared experts (model FLOPs: no capacity padding), or its shared
+      // experts alone.
+      const double matrices = ffn_weight_matrices(m) * double(m.hidden);
+      for (int l = 0; l < m.transformer_layers(); ++l) {
+        const bool moe = m.is_moe_layer(l) && m.moe;
+        double weights = 0;
+        if (mods.mlp && !moe) weights = matrices * m.ffn_hidden;
+        if (mods.moe && moe)
+          weights = matrices * m.expert_ffn() * (m.moe->top_k + m.moe->shared_experts) + double(m.hidden) * m.moe->experts;
+        else if (mods.shared_experts && moe)
+          weights = matrices * m.expert_ffn() * m.moe->shared_experts;
+        f += Flops(2.0 * tokens * weights);
+      }
+    }
     return f;
   }
   const double tokens = batch * m.seq_len;

@@ -436,6 +436,23 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("plan.recompute_modules.mla_up_proj", "true", "needs a model with mla (multi-head latent attention)");
   if (p.recompute_modules.moe_act && !m.moe)
     return fail("plan.recompute_modules.moe_act", "true", "needs a model with moe");
+  if (p.recompute_modules.mlp) {
+    // Megatron-Core checkpoints the MLP of dense layers only (transformer_layer.py recompute_mlp);
+    // on a model whose every layer is MoE the flag would do nothing.
+    bool dense = false;
+    for (int l = 0; l < m.transformer_layers() && !dense; ++l) dense = !m.is_moe_layer(l);
+    if (!dense)
+      return fail("plan.recompute_modules.mlp", "true",
+                  "needs a dense (non-MoE) layer: it recomputes dense MLPs (recompute_modules.moe recomputes MoE layers)");
+  }
+  if (p.recompute_modules.moe && !m.moe)
+    return fail("plan.recompute_modules.moe", "true", "needs a model with moe");
+  if (p.recompute_modules.moe && p.ep_overlap)
+    return fail("plan.recompute_modules.moe", "true",
+                "cannot be combined with plan.ep_overlap (Megatron-Core refuses moe recompute with "
+                "overlap_moe_expert_parallel_comm)");
+  if (p.recompute_modules.shared_experts && (!m.moe || m.moe->shared_experts == 0))
+    return fail("plan.recompute_modules.shared_experts", "true", "needs a model with moe.shared_experts > 0");
   if (p.ep_dispatcher == EpDispatcher::deepep && (!m.moe || p.ep < 2))
     return fail("plan.ep_dispatcher", "deepep", "needs a model with moe and plan.ep > 1 (it moves the experts' tokens)");
   // DeepEP runs over the expert-tensor x expert-parallel group (Megatron-Core's flex dispatcher
@@ -508,6 +525,16 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.recompute", "selective-op", "is modelled for dense, non-MLA blocks only");
   }
   return std::nullopt;
+}
+
+std::string recompute_module_names(const RecomputeModules& mods, const std::string& separator) {
+  const std::pair<bool, const char*> all[] = {{mods.layernorm, "layernorm"}, {mods.mla_up_proj, "mla_up_proj"},
+                                              {mods.moe_act, "moe_act"},     {mods.mlp, "mlp"},
+                                              {mods.moe, "moe"},             {mods.shared_experts, "shared_experts"}};
+  std::string s;
+  for (const auto& [set, name] : all)
+    if (set) s += (s.empty() ? "" : separator) + name;
+  return s;
 }
 
 }  // namespace foresight

@@ -33,15 +33,24 @@ struct OffloadSpec {
   double activations = 0.0;  // fraction of stashed activations kept in host memory, 0..1
 };
 
-/// Megatron-Core's --recompute-modules (core_r0.13+, selective granularity): cheap ops whose
-/// outputs are not stored but re-run in the backward, each independent of plan.recompute's
-/// attention-core choice. DeepSeek-V3 (sec. 3.4, 3.3.2) recomputes all three.
+/// Megatron-Core's --recompute-modules (core_r0.13+, selective granularity), each independent of
+/// plan.recompute's attention-core choice. The first three are cheap ops whose outputs are not
+/// stored but re-run in the backward (output-discarding checkpoints); DeepSeek-V3 (sec. 3.4,
+/// 3.3.2) recomputes all three. The last three checkpoint a whole submodule: only its input is
+/// kept and its forward, collectives included, runs again before its backward
+/// (megatron/core/transformer/transformer_config.py recompute_modules; transformer_layer.py,
+/// moe/moe_layer.py, moe/shared_experts.py).
 struct RecomputeModules {
-  bool layernorm = false;    // the norms' outputs (the QKV and FFN inputs)
-  bool mla_up_proj = false;  // MLA's up-projections: queries, keys and values from the latents
-  bool moe_act = false;      // the experts' activation (SwiGLU) output, the FC2 input
-  bool any() const { return layernorm || mla_up_proj || moe_act; }
+  bool layernorm = false;       // the norms' outputs (the QKV and FFN inputs)
+  bool mla_up_proj = false;     // MLA's up-projections: queries, keys and values from the latents
+  bool moe_act = false;         // the routed experts' activation (SwiGLU) output, the FC2 input
+  bool mlp = false;             // a dense layer's MLP (its fused norm, FC1, activation, FC2)
+  bool moe = false;             // an MoE layer's MoE block: router, dispatch, experts, combine
+  bool shared_experts = false;  // an MoE layer's shared experts
+  bool any() const { return layernorm || mla_up_proj || moe_act || mlp || moe || shared_experts; }
 };
+/// The modules set, by Megatron-Core's --recompute-modules names, joined by `separator`.
+std::string recompute_module_names(const RecomputeModules& mods, const std::string& separator);
 
 struct PlanSpec {
   int tp = 1;

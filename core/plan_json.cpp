@@ -203,9 +203,7 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     // module list is core_attn (TransformerConfig.recompute_modules).
     s << " --recompute-granularity selective --recompute-modules";
     if (q.recompute == Recompute::selective) s << " core_attn";
-    if (q.recompute_modules.layernorm) s << " layernorm";
-    if (q.recompute_modules.mla_up_proj) s << " mla_up_proj";
-    if (q.recompute_modules.moe_act) s << " moe_act";
+    s << " " << recompute_module_names(q.recompute_modules, " ");
   } else if (q.recompute == Recompute::selective) {
     s << " --recompute-granularity selective";
   }

@@ -116,6 +116,9 @@ void visit_fields(V& v, S& r) {
   v.boolean("layernorm", r.layernorm, false);
   v.boolean("mla_up_proj", r.mla_up_proj, false);
   v.boolean("moe_act", r.moe_act, false);
+  v.boolean("mlp", r.mlp, false);
+  v.boolean("moe", r.moe, false);
+  v.boolean("shared_experts", r.shared_experts, false);
 }
 
 template <class V, SpecOf<PlanSpec> S>

@@ -71,7 +71,14 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   const RecomputeModules& mods = p.recompute_modules;
   // Recomputed norms (recompute_modules.layernorm) store neither of their outputs.
   const double norm_outputs = mods.layernorm ? 0.0 : 1.0;
-  double replicated = norm_outputs * 2.0 * lin + 2.0 * res + 2.0 * mask;
+  // A checkpointed dense MLP (recompute_modules.mlp) keeps only its input, the residual stream the
+  // layer stores for the FFN norm anyway: its fused norm's output (the FFN input) and everything
+  // inside it are made again (Transformer Engine's LayerNormMLP path; MoE layers keep their own
+  // norm outside the block, whose output the checkpointed MoE block keeps as its input).
+  const bool mlp_checkpointed = mods.mlp && !(moe_layer && m.moe);
+  const bool moe_checkpointed = mods.moe && moe_layer && m.moe;
+  const double ffn_norm_output = mlp_checkpointed ? 0.0 : 1.0;
+  double replicated = norm_outputs * (1.0 + ffn_norm_output) * lin + 2.0 * res + 2.0 * mask;
   if (m.parallel_block) replicated = norm_outputs * lin * m.parallel_block_norms + res + 2.0 * mask;
   // Divided by t: Q (q/h), K and V (k/h each), projection input (q/h), FC2 input and the
   // activation's input (f/h each; a gated activation keeps both its gate and up inputs, 2f/h,
@@ -81,8 +88,10 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   // The FFN's stored tensors in bytes per element of its width: the activation's inputs (two for a
   // gated one) and the FC2 input, which recompute_modules.moe_act re-runs in an MoE layer.
   const double act_inputs = (m.gated() ? 2.0 : 1.0) * lin;
-  const double ffn_bytes = act_inputs + lin;
+  const double ffn_bytes = mlp_checkpointed ? 0.0 : act_inputs + lin;
+  // moe_act re-runs the routed experts' activation only (moe/experts.py), not the shared experts'.
   const double expert_ffn_bytes = act_inputs + (mods.moe_act ? 0.0 : lin);
+  const double shared_ffn_bytes = mods.shared_experts ? 0.0 : act_inputs + lin;
   // Q, K and V for the attention core; MLA's up-projections (recompute_modules.mla_up_proj) make
   // them again from the latents.
   const double qkv_kept = mods.mla_up_proj && m.mla ? 0.0 : 1.0;
@@ -97,11 +106,14 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
     // The expert rows this GPU holds: the routed copies of its expert-tensor-parallel group's
     // tokens (roofline.cpp layer_times), etp x the rank's sequence shard under sequence
     // parallelism, else the whole micro-batch's; stated in units of the tokens / t below.
+    // A checkpointed MoE block (recompute_modules.moe) keeps none of it, only its input.
     const double r = m.moe->routed_factor();
     const double fe = m.expert_ffn();
     const double rows = r * (moe_routes_own_tokens(*rc.framework, p) ? double(p.etp()) : t);
-    sharded += lin * rows + ((r + m.moe->shared_experts) * fe * expert_ffn_bytes - f * ffn_bytes) / h;
-    replicated += 4.0 * m.moe->experts / h;             // fp32 router logits, 4 * tokens * experts
+    const double kept = moe_checkpointed ? 0.0 : 1.0;
+    sharded += kept * (lin * rows + (r * expert_ffn_bytes + m.moe->shared_experts * shared_ffn_bytes) * fe / h) -
+               f * ffn_bytes / h;
+    replicated += kept * 4.0 * m.moe->experts / h;  // fp32 router logits, 4 * tokens * experts
   }
   Bytes bytes(sbh * (replicated / replicated_div + sharded / t));
   if (p.recompute == Recompute::none) {

@@ -406,6 +406,9 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     B.fc1 += b1;
     F.fc2 += f2;
     B.fc2 += b2;
+    L.shared_experts_gemms = f1 + f2;
+    // The activation kernel runs over routed and shared rows alike; the shared rows' share of it.
+    L.shared_experts_activation = F.gelu * (T * shared_width / t / activated);
   }
   // Bias gradients (reductions over the tokens of each Linear's output) and autocast's weight
   // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).

@@ -160,6 +160,9 @@ struct LayerTimes {
   /// attention kernel and every other matmul of the block in call order, wq, wv, w1, w2 of a
   /// Llama block: the 1st, 3rd, 5th and 7th aten.mm).
   Seconds op_checkpoint_saved;
+  /// Of forward_ops, an MoE layer's shared experts: their FC1 and FC2 GEMMs (in fc1, fc2) and their
+  /// activation (in gelu), which plan.recompute_modules.shared_experts re-runs and moe_act does not.
+  Seconds shared_experts_gemms, shared_experts_activation;
   Seconds forward() const { return forward_ops.forward(); }
   Seconds backward() const { return backward_ops.forward(); }
   Seconds recompute_full() const { return forward(); }

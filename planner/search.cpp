@@ -431,7 +431,8 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
                            p.partial_recompute_microbatches, p.zero,
                            p.shard_group, p.ep, p.expert_tp, int(p.ep_overlap), int(p.ep_dispatcher),
                            int(p.recompute_modules.layernorm), int(p.recompute_modules.mla_up_proj),
-                           int(p.recompute_modules.moe_act), int(p.offload.optimizer), p.offload.activations);
+                           int(p.recompute_modules.moe_act), int(p.recompute_modules.mlp), int(p.recompute_modules.moe),
+                           int(p.recompute_modules.shared_experts), int(p.offload.optimizer), p.offload.activations);
   };
   std::sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
   std::vector<std::pair<double, double>> points;

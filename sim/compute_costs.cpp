@@ -23,14 +23,31 @@ Seconds recompute_mode(const cost_models::LayerTimes& t, Recompute mode) {
 
 /// What the backward re-runs: the plan's recompute mode and, beside it, its recompute modules
 /// (plan.recompute_modules): the norms, MLA's up-projections (their share of the attention
-/// projections' FLOPs, mla_up_projection_share) and an MoE layer's activation.
+/// projections' FLOPs, mla_up_projection_share), the routed experts' activation, and whole
+/// checkpointed submodules: a dense layer's MLP (Transformer Engine's LayerNormMLP path: its norm,
+/// FC1, activation, FC2), an MoE layer's MoE block (router, permutes, experts, shared experts) or
+/// its shared experts alone. A checkpointed submodule's FP8 casts run again too: priced as the
+/// submodule's share of the layer's GEMM time (the casts are per GEMM input and output gradient).
+/// Its collectives are layer_step's (cost_chunks.cpp).
 Seconds recompute_of(const cost_models::LayerTimes& t, const ModelSpec& m, const PlanSpec& p, bool moe) {
   Seconds r = recompute_mode(t, p.recompute);
   if (p.recompute == Recompute::full) return r;
   const RecomputeModules& mods = p.recompute_modules;
-  if (mods.layernorm) r += t.forward_ops.layernorms;
-  if (mods.mla_up_proj && m.mla) r += t.forward_ops.qkv * mla_up_projection_share(m);
-  if (mods.moe_act && moe) r += t.forward_ops.gelu;
+  const cost_models::LayerOpTimes& f = t.forward_ops;
+  const Seconds gemms = f.qkv + f.projection + f.fc1 + f.fc2;
+  auto casts_of = [&](Seconds part) { return gemms > Seconds(0) ? f.fp8_casts * (part / gemms) : Seconds(0); };
+  if (mods.layernorm) r += f.layernorms;
+  if (mods.mla_up_proj && m.mla) r += f.qkv * mla_up_projection_share(m);
+  // Nested checkpoints add up: an output-discarding one inside a recomputed submodule discards
+  // again what the submodule's recompute made, and re-runs it once more before its backward.
+  if (mods.moe_act && moe) r += f.gelu - t.shared_experts_activation;
+  // A dense layer's FFN norm is fused into FC1 (TELayerNormColumnParallelLinear), in the checkpoint.
+  if (mods.mlp && !moe) r += 0.5 * f.layernorms + f.fc1 + f.gelu + f.fc2 + casts_of(f.fc1 + f.fc2);
+  if (mods.moe && moe) {
+    r += f.moe_router + f.moe_permute + f.fc1 + f.gelu + f.fc2 + casts_of(f.fc1 + f.fc2);
+  } else if (mods.shared_experts && moe) {
+    r += t.shared_experts_gemms + t.shared_experts_activation + casts_of(t.shared_experts_gemms);
+  }
   return r;
 }
 }  // namespace

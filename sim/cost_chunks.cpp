@@ -171,6 +171,18 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   // Without sequence parallelism the collectives are all-reduces, none saved: all of them re-run.
   if (p.recompute == Recompute::selective_op && p.tp > 1)
     s.recompute_comm = p.sequence_parallel ? (p.tp_overlap ? 0.5 * s.forward_tp : forward_gathers) : s.forward_tp;
+  // A checkpointed submodule (plan.recompute_modules mlp, moe) re-runs its forward's collectives:
+  // a dense MLP its tensor-parallel pair, half of the layer's (the all-gather before FC1 and the
+  // reduce-scatter after FC2, or the all-reduce); an MoE block its dispatch and combine, and its
+  // tensor-parallel pair unless its tokens travel in the expert-parallel collectives alone.
+  if (p.recompute != Recompute::full) {
+    const RecomputeModules& mods = p.recompute_modules;
+    if (mods.mlp && !moe_layer) s.recompute_comm += 0.5 * s.forward_tp;
+    if (mods.moe && moe_layer) {
+      s.recompute_ep += ep;
+      if (!attention_only) s.recompute_comm += 0.5 * s.forward_tp;
+    }
+  }
   // Batch-first re-layout copies around the sequence-parallel collectives (blocking or async TP):
   // forward, backward (the backward of an all-gather is a reduce-scatter and vice versa) and, like
   // the collectives, in a recomputed forward (per-op selective: the all-gathers' copies).

@@ -47,11 +47,7 @@ std::string describe_plan(const PlanSpec& p) {
   }
   if (p.recompute_modules.any()) {
     // Megatron-Core's --recompute-modules names.
-    std::string mods;
-    if (p.recompute_modules.layernorm) mods += ",layernorm";
-    if (p.recompute_modules.mla_up_proj) mods += ",mla_up_proj";
-    if (p.recompute_modules.moe_act) mods += ",moe_act";
-    s += "+" + mods.substr(1);
+    s += "+" + recompute_module_names(p.recompute_modules, ",");
   }
   if (p.partial_recompute_microbatches > 0) {
     s += " partial-mb:";

@@ -77,8 +77,11 @@ void print_ops(std::ostream& out, const Experiment& e, const sim::OpsBreakdown& 
       row(op.name, ms_text(f), ms_text(b));
     }
     row("layer", ms_text(k.times.forward()), ms_text(k.times.backward()));
-    if (e.plan.recompute != Recompute::none)
-      row(std::string("recompute (") + to_string(e.plan.recompute) + ")", ms_text(k.recompute), "");
+    if (e.plan.recompute != Recompute::none || e.plan.recompute_modules.any()) {
+      std::string what = to_string(e.plan.recompute);
+      if (e.plan.recompute_modules.any()) what += " + " + recompute_module_names(e.plan.recompute_modules, ", ");
+      row("recompute (" + what + ")", ms_text(k.recompute), "");
+    }
   }
   out << "  outside the layers\n";
   row("embedding", ms_text(ops.edges.embedding_forward), ms_text(ops.edges.embedding_backward));

@@ -348,6 +348,30 @@ TEST(MlaUpProjections, DeepSeekV3ShareOfItsQkvWeights) {
   EXPECT_EQ(mla_up_projection_share(m), 0.0);
 }
 
+TEST(RecomputeModules, CheckpointedSubmodulesCountTheirGemmsAsHardwareFlops) {
+  // GPT-3 1.3B-like (24 layers, h 2048, ffn 8192 ungated, seq 2048), 4 sequences: a checkpointed
+  // MLP re-runs FC1 and FC2, 2 x 2 x 2048 x 8192 FLOPs per token and layer.
+  ModelSpec m{.name = "gpt", .layers = 24, .hidden = 2048, .heads = 16, .seq_len = 2048, .vocab = 51200,
+              .ffn_hidden = 8192, .kv_heads = 16, .moe = std::nullopt};
+  PlanSpec p;
+  const double tokens = 4.0 * 2048;
+  const Flops plain = hardware_flops_per_iteration(m, 4.0, p);
+  p.recompute_modules.mlp = true;
+  EXPECT_NEAR((hardware_flops_per_iteration(m, 4.0, p) - plain).value(), 2.0 * tokens * 2.0 * 2048 * 8192 * 24, 1.0);
+  // Every other layer MoE (16 experts of 1024, top 2, one shared): the 12 dense layers as above;
+  // a checkpointed MoE block re-runs its router (2048 x 16) and 3 experts' FFNs (2 x 2048 x 1024
+  // each); its shared expert alone, one FFN.
+  m.moe = MoeSpec{.experts = 16, .top_k = 2, .every = 2, .expert_ffn_hidden = 1024};
+  m.moe->shared_experts = 1;
+  const Flops moe_plain = hardware_flops_per_iteration(m, 4.0, PlanSpec{});
+  EXPECT_NEAR((hardware_flops_per_iteration(m, 4.0, p) - moe_plain).value(), 2.0 * tokens * 2.0 * 2048 * 8192 * 12, 1.0);
+  p.recompute_modules = {.moe = true};
+  EXPECT_NEAR((hardware_flops_per_iteration(m, 4.0, p) - moe_plain).value(),
+              2.0 * tokens * (2048.0 * 16 + 3 * 2.0 * 2048 * 1024) * 12, 1.0);
+  p.recompute_modules = {.shared_experts = true};
+  EXPECT_NEAR((hardware_flops_per_iteration(m, 4.0, p) - moe_plain).value(), 2.0 * tokens * 2.0 * 2048 * 1024 * 12, 1.0);
+}
+
 TEST(MlaUpProjections, RecomputedTheyCountAsHardwareFlops) {
   // 2 FLOPs per up-projection weight and token, every layer: 2 x 54,525,952 x 4096 x 61 per sequence.
   ModelSpec m{.name = "dsv3", .layers = 61, .hidden = 7168, .heads = 128, .seq_len = 4096, .vocab = 129280,

@@ -177,6 +177,10 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   EXPECT_NE(margs.find("--mtp-num-layers 1"), std::string::npos) << margs;
   m.plan.recompute = Recompute::selective;
   EXPECT_NE(megatron_arguments(m).find("--recompute-modules core_attn layernorm moe_act"), std::string::npos);
+  ExecutablePlan whole = m;
+  whole.plan.recompute_modules = {.mlp = true, .moe = true, .shared_experts = true};
+  EXPECT_NE(megatron_arguments(whole).find("--recompute-modules core_attn mlp moe shared_experts"), std::string::npos)
+      << megatron_arguments(whole);
   // A split per stage or chunk, as Megatron-Core's explicit layout: a last chunk of the MTP module
   // and the loss alone ("...|mL"); interleaved chunks in model order. Megatron-LM (2021) has no
   // such flag: no arguments.

@@ -411,6 +411,18 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
       {[](Fixture& f) { f.p.framework = Framework::generic; f.p.recompute_modules.moe_act = true; },
        "plan.recompute_modules.moe_act", "moe"},
       {[](Fixture& f) { f.p.recompute_modules.layernorm = true; }, "plan.recompute_modules", "per-module"},
+      // Whole submodules: a dense MLP needs a dense layer, an MoE block an MoE model and no EP
+      // overlap (transformer_config.py asserts it), the shared experts some shared experts.
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 8, .top_k = 2}; f.p.framework = Framework::generic;
+                        f.p.recompute_modules.mlp = true; }, "plan.recompute_modules.mlp", "dense"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.recompute_modules.moe = true; },
+       "plan.recompute_modules.moe", "moe"},
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 8, .top_k = 2}; f.p.framework = Framework::megatron_core; f.p.ep = 4;
+                        f.p.ep_overlap = true; f.p.recompute_modules.moe = true; },
+       "plan.recompute_modules.moe", "ep_overlap"},
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 8, .top_k = 2}; f.p.framework = Framework::generic;
+                        f.p.recompute_modules.shared_experts = true; },
+       "plan.recompute_modules.shared_experts", "shared_experts > 0"},
       {[](Fixture& f) { f.p.framework = Framework::generic; f.p.ep_dispatcher = EpDispatcher::deepep; },
        "plan.ep_dispatcher", "moe"},
       // DeepEP has kernel configurations for some expert-parallel sizes only, and its internode

@@ -791,6 +791,37 @@ TEST(ActivationBytesPerLayer, RecomputedModulesAndFp8LinearInputsStoreLess) {
                    7.875 * sbh);
 }
 
+TEST(ActivationBytesPerLayer, CheckpointedSubmodulesKeepOnlyTheirInputs) {
+  // The GQA layer above (h 4096, ffn 11008 ungated, s 2048, b 1, t 1; sbh = 8,388,608; 2-byte
+  // activations): 887,095,296 bytes stored.
+  ModelSpec m{.name = "gqa", .layers = 32, .hidden = 4096, .heads = 32, .seq_len = 2048,
+              .vocab = 32000, .ffn_hidden = 11008, .kv_heads = 8, .moe = std::nullopt};
+  const double sbh = 2048.0 * 4096, ffn = 11008.0 / 4096;
+  PlanSpec p = plan_with(1, false, Recompute::none);
+  // A checkpointed MLP (Megatron-Core --recompute-modules mlp) keeps the residual it starts from,
+  // which the layer stores anyway, and nothing of its own: not its fused norm's output (the FFN
+  // input, 2 sbh) nor the GeLU input and FC2 input (2 + 2 bytes x 11008 / 4096 sbh).
+  p.recompute_modules.mlp = true;
+  EXPECT_DOUBLE_EQ(layer(m, p, 1, 2048).value(), 887095296.0 - (2.0 + 4.0 * ffn) * sbh);
+  // The same layer as MoE (8 experts of the same width, top 2, one shared expert, t 1 so every
+  // routed copy is on this GPU): a checkpointed MoE block keeps only its input, the norm's output
+  // outside it. What remains is the dense layer less its FFN's inner tensors, whatever the experts.
+  m.moe = MoeSpec{.experts = 8, .top_k = 2, .capacity_factor = 1.0};
+  m.moe->shared_experts = 1;
+  p.recompute_modules = {.moe = true};
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p), m, p, 1, 2048, true).value(), 887095296.0 - 4.0 * ffn * sbh);
+  // The shared expert alone: its GeLU input and FC2 input (4 bytes x 11008 / 4096 sbh) fewer than
+  // the block that keeps them; moe_act drops the routed experts' FC2 inputs (2 routed copies of
+  // 2 bytes x 11008 / 4096 sbh), not the shared expert's (moe/experts.py; shared_experts.py has
+  // its own module).
+  p.recompute_modules = {};
+  const double all = activation_bytes_per_layer(exec(p), m, p, 1, 2048, true).value();
+  p.recompute_modules = {.shared_experts = true};
+  EXPECT_DOUBLE_EQ(all - activation_bytes_per_layer(exec(p), m, p, 1, 2048, true).value(), 4.0 * ffn * sbh);
+  p.recompute_modules = {.moe_act = true};
+  EXPECT_DOUBLE_EQ(all - activation_bytes_per_layer(exec(p), m, p, 1, 2048, true).value(), 2.0 * 2.0 * ffn * sbh);
+}
+
 TEST(MicrobatchesInFlight, ZeroBubbleKeepsOneFOneBsAndDualPipeHoldsOneMore) {
   // deepseek-ai/DualPipe README, "Activation Per Device": 1F1B and ZB1P PP, DualPipe PP + 1 (model
   // chunks of one micro-batch each).

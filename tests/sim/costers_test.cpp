@@ -655,6 +655,42 @@ TEST(CostLayerChunks, ARecomputedForwardsAllToAllsAreExpertParallelTime) {
   }
 }
 
+TEST(CostLayerChunks, CheckpointedSubmodulesRerunTheirOwnCollectives) {
+  // Megatron-Core's --recompute-modules mlp on tp 2 without sequence parallelism: each of a
+  // stage's 12 layers re-runs its MLP's all-reduce (one of the forward's two) before its backward.
+  Experiment e = small();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.recompute_modules.mlp = true;
+  validate_experiment(e);
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  const CommGroup tp = plan_groups(k.e.plan, k.e.cluster).tp;
+  const double all_reduce = k.comm.time(Collective::all_reduce, Bytes(2.0 * 2048 * 2048), tp).value();
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_NEAR(k.c.chunk[s][0][0].forward_tp_comm.value(), 24 * all_reduce, 1e-12) << s;
+    EXPECT_NEAR(k.c.chunk[s][0][0].recompute_tp_comm.value(), 12 * all_reduce, 1e-12) << s;
+  }
+  // --recompute-modules moe on an MoE model (tp 1, ep 4): each MoE layer re-runs its dispatch and
+  // combine, the forward's expert-parallel time again; a dense MLP's layers nothing.
+  Experiment moe = small();
+  moe.model.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
+  moe.plan.framework = Framework::megatron_core;
+  moe.plan.tp = 1;
+  moe.plan.dp = 4;
+  moe.plan.ep = 4;
+  moe.plan.recompute_modules.moe = true;
+  moe.training.global_batch = 4;
+  validate_experiment(moe);
+  Costed m(moe);
+  cost_layer_chunks(m.in(), m.c);
+  for (int s = 0; s < 2; ++s) {
+    const ChunkCosts& cc = m.c.chunk[s][0][0];
+    EXPECT_GT(cc.forward_ep_comm.value(), 0.0) << s;
+    EXPECT_NEAR(cc.recompute_ep_comm.value(), cc.forward_ep_comm.value(), 1e-15) << s;
+    EXPECT_EQ(cc.recompute_tp_comm.value(), 0.0) << s;
+  }
+}
+
 TEST(CostLayerChunks, RowwiseFp8AsyncTpHidesOnlyItsReduceScatters) {
   // torchao's rowwise FP8 under torch's async TP: the matmul-reduce-scatters are fused, the
   // all-gather-matmuls are not (pytorch/pytorch#149990). Forward, the all-gathers before QKV and

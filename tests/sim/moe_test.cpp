@@ -376,3 +376,29 @@ TEST(DeepEp, ATokenCrossesTheNetworkOncePerRemoteNodeThenNvlink) {
   fixtures::Costed kn(e, ComputeCosts{});
   EXPECT_GT(ep_comm_per_layer(kn.in(), 4096).value(), ep_comm_per_layer(k1.in(), 4096).value());
 }
+
+TEST(RecomputeModules, CheckpointedSubmodulesRerunTheirWholeForward) {
+  // Megatron-Core's checkpointed submodules re-run their forward before their backward
+  // (moe/moe_layer.py, transformer_layer.py): an MoE block its router, permutes, experts and
+  // activation; with moe_act beside it the routed experts' activation once more (the nested
+  // output-discarding checkpoint discards the recompute's output too). Qwen3-30B-A3B as folded().
+  Experiment e = folded();
+  const auto x = cost_models::resolve_execution(e);
+  const int tokens = e.model.seq_len;
+  const cost_models::LayerTimes t = cost_models::layer_times(x, e.model, e.plan, tokens, tokens, true);
+  const cost_models::LayerOpTimes& f = t.forward_ops;
+  ASSERT_GT(f.moe_permute.value(), 0.0);
+  EXPECT_EQ(compute_costs(e, x).layer(tokens, tokens, true, 0).recompute.value(), 0.0);
+  e.plan.recompute_modules.moe = true;
+  const Seconds block = f.moe_router + f.moe_permute + f.fc1 + f.gelu + f.fc2;
+  EXPECT_NEAR(compute_costs(e, x).layer(tokens, tokens, true, 0).recompute.value(), block.value(), 1e-15);
+  e.plan.recompute_modules.moe_act = true;
+  EXPECT_NEAR(compute_costs(e, x).layer(tokens, tokens, true, 0).recompute.value(), (block + f.gelu).value(), 1e-15);
+  // A dense layer of the same plan (MLP checkpointed): its fused FFN norm (half the layer's two),
+  // FC1, activation and FC2; bf16, so no FP8 casts.
+  e.plan.recompute_modules = {.mlp = true};
+  const cost_models::LayerTimes d = cost_models::layer_times(x, e.model, e.plan, tokens, tokens, false);
+  const cost_models::LayerOpTimes& g = d.forward_ops;
+  EXPECT_NEAR(compute_costs(e, x).layer(tokens, tokens, false, 0).recompute.value(),
+              (0.5 * g.layernorms + g.fc1 + g.gelu + g.fc2).value(), 1e-15);
+}
