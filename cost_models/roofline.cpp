@@ -159,6 +159,24 @@ double fused_attention_shape_factor(double head_dim, double context) {
   return attention_grid_factor(kD64, kD128, head_dim, context);
 }
 
+double cudnn_mla_attention_factor(double compute_capability, double context) {
+  // NVIDIA/cudnn-frontend @3929da2 benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn
+  // (cuDNN 9.19.1 on an H200, batch 1, causal, bf16, forward and backward in one run, median of
+  // 10): DeepSeek-V3's MLA shape (128 heads, qk 192, v 128; dsv3_20260227_034744.csv) against
+  // Llama 3.1's (64 query / 8 key-value heads of 128; llama3.1_20260227_034703.csv) at sequence
+  // 2k, 4k, 8k. Forward + backward ms per head: MLA 1.601 / 128, 5.572 / 128, 20.440 / 128; d128
+  // 0.606 / 64, 1.915 / 64, 6.791 / 64. With the same efficiency an MLA head would take 160 / 128
+  // of a d128 head's time; it takes 1.057, 1.164, 1.204 times that: factors 0.946, 0.859, 0.831.
+  // Forward alone MLA runs as fast as d128 (599 vs 591 TFLOP/s at 4k): the loss is the backward's
+  // (404 vs 474; its three qk-wide products of five, and the MLA rows' deterministic backward,
+  // which cuDNN's GB200 runs of the same shape show costing under 2%).
+  if (compute_capability < 9.0 || compute_capability >= 10.0) return 1.0;
+  static constexpr double kFactor[] = {0.946, 0.859, 0.831};  // 2k, 4k, 8k
+  const double x = std::clamp(std::log2(std::max(context, 1.0) / 2048.0), 0.0, 2.0);
+  const int i = std::min(1, int(x));
+  return kFactor[i] + (x - i) * (kFactor[i + 1] - kFactor[i]);
+}
+
 double triton_attention_shape_factor(double head_dim, double context) {
   // FlashAttention's Triton kernel forward + backward, causal, on an A100 80GB SXM4 (the "FlashAttention
   // Triton" bars of Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png, the same
@@ -492,6 +510,14 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     const double d_attn = m.mla ? (q + v_w) / (2.0 * m.heads) : d;
     F.attention_core = rc.flash_forward(b * a_local, tokens, context, d_attn, causal, window);
     B.attention_core = 2.5 * (F.attention_core - rc.params().launch_overhead) + rc.params().launch_overhead;
+    if (m.mla && x.attention == AttentionImpl::cudnn) {
+      // cuDNN's MLA kernels lose speed to the wider query/key head (cudnn_mla_attention_factor);
+      // the measurement is of forward and backward together, so both take it.
+      const double mla = cudnn_mla_attention_factor(rc.gpu().compute_capability, window > 0 ? std::min<double>(window, context) : context);
+      const Seconds launch = rc.params().launch_overhead;
+      F.attention_core = (F.attention_core - launch) / mla + launch;
+      B.attention_core = (B.attention_core - launch) / mla + launch;
+    }
   } else {
     // Megatron-LM 2021-22: baddbmm QK^T, fused scale-mask-softmax, dropout, bmm AV, all over the
     // full (b, a/t, tokens, context) scores (2 bytes each; dropout mask 1 byte). Time = the GEMMs'

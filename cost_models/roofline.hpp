@@ -72,6 +72,12 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
 /// FlashAttention-2's published H100 sweep (roofline.cpp), applied to every GPU's fused kernel.
 double fused_attention_shape_factor(double head_dim, double context);
 
+/// MLA's attention (query/key head dim 192, value head dim 128) on cuDNN's fused kernel for
+/// Hopper: its speed relative to what the d128 pricing gives it at the same context (the FLOPs of
+/// the mean head width 160 at head dim 128's efficiency), from cuDNN's own benchmark (roofline.cpp);
+/// 1 below compute capability 9 or above it, where no such measurement was found.
+double cudnn_mla_attention_factor(double compute_capability, double context);
+
 /// The same for FlashAttention's Triton kernel, from its own column of FlashAttention-2's A100 sweep
 /// (roofline.cpp): flatter in the sequence, and faster at head dim 64 than at 128.
 double triton_attention_shape_factor(double head_dim, double context);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
 #include "cost_models/profile.hpp"
@@ -128,6 +130,24 @@ TEST(FusedAttentionShapeFactor, FollowsFlashAttention2sH100Sweep) {
   EXPECT_DOUBLE_EQ(fused_attention_shape_factor(96, 2048), (232.0 + 265.0) / 2 / 265.0);
   EXPECT_NEAR(fused_attention_shape_factor(128, 1448.15), (221.0 + 265.0) / 2 / 265.0, 1e-4);
   EXPECT_DOUBLE_EQ(fused_attention_shape_factor(256, 65536), 328.0 / 265.0);  // clamped
+}
+
+TEST(CudnnMlaAttentionFactor, FollowsCudnnsH200BenchmarkOfBothShapes) {
+  // cuDNN 9.19.1 on an H200 (NVIDIA/cudnn-frontend @3929da2, results/h200_919_only_cudnn):
+  // forward + backward ms of MLA (128 heads, qk 192, v 128) and of Llama 3.1 (64 heads of 128),
+  // per head; priced alike an MLA head would take 160 / 128 of a d128 head's time.
+  auto factor = [](double mla_fwd, double mla_bwd, double d128_fwd, double d128_bwd) {
+    return 1.25 * (d128_fwd + d128_bwd) / 64 / ((mla_fwd + mla_bwd) / 128);
+  };
+  EXPECT_NEAR(cudnn_mla_attention_factor(9.0, 2048), factor(0.330, 1.271, 0.142, 0.464), 5e-4);
+  EXPECT_NEAR(cudnn_mla_attention_factor(9.0, 4096), factor(1.148, 4.424, 0.465, 1.450), 5e-4);
+  EXPECT_NEAR(cudnn_mla_attention_factor(9.0, 8192), factor(4.278, 16.162, 1.708, 5.083), 5e-4);
+  // Between the points linear in log2(context), clamped outside; no measurement off Hopper.
+  EXPECT_NEAR(cudnn_mla_attention_factor(9.0, 2048 * std::sqrt(2.0)), (0.946 + 0.859) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(cudnn_mla_attention_factor(9.0, 512), 0.946);
+  EXPECT_DOUBLE_EQ(cudnn_mla_attention_factor(9.0, 65536), 0.831);
+  EXPECT_DOUBLE_EQ(cudnn_mla_attention_factor(8.0, 4096), 1.0);
+  EXPECT_DOUBLE_EQ(cudnn_mla_attention_factor(10.0, 4096), 1.0);
 }
 
 TEST(ExecutionModel, LambMovesTwentyMoreBytesPerParameterThanAdam) {
