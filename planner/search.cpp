@@ -45,6 +45,19 @@ bool with_recompute_modules(const FrameworkTraits& fw, const ModelSpec& m, PlanS
   return true;
 }
 
+/// Beyond the cheap modules: also checkpoint the FFN submodules (plan.recompute_modules mlp for
+/// the dense layers, moe for the MoE layers unless their all-to-alls overlap the compute, which
+/// Megatron-Core refuses), each keeping only its input. False where that adds nothing.
+bool with_checkpointed_ffn(const ModelSpec& m, PlanSpec& p) {
+  bool dense = false;
+  for (int l = 0; l < m.transformer_layers() && !dense; ++l) dense = !m.is_moe_layer(l);
+  const bool moe = m.moe.has_value() && !p.ep_overlap;
+  if ((!dense || p.recompute_modules.mlp) && (!moe || p.recompute_modules.moe)) return false;
+  p.recompute_modules.mlp = dense;
+  p.recompute_modules.moe = moe;
+  return true;
+}
+
 /// Block recompute (plan.recompute_layers): for a full-recompute plan that fits without offload,
 /// the fewest recomputed layers per stage (chunk) that still fit, found by bisection (memory falls
 /// and recompute time grows with the count, so this is the fastest block variant that fits). False
@@ -352,9 +365,17 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         // Recompute the cheap modules the framework can (plan.recompute_modules: the norms, MLA's
         // up-projections, an MoE layer's activation) before moving anything to the host: a few
         // percent of the layer's time for their stored outputs.
-        if (PlanSpec q = p; with_recompute_modules(framework_traits(r.framework), r.model, q) && fits(x, r, q, nullptr)) {
-          p = q;
-          ok = true;
+        // Then the FFN submodules too (a dense MLP's or an MoE block's forward again, collectives
+        // included): dearer, but still on the device.
+        PlanSpec q = p;
+        if (with_recompute_modules(framework_traits(r.framework), r.model, q)) {
+          if (fits(x, r, q, nullptr)) {
+            p = q;
+            ok = true;
+          } else if (with_checkpointed_ffn(r.model, q) && fits(x, r, q, nullptr)) {
+            p = q;
+            ok = true;
+          }
         }
       }
       if (!ok) {

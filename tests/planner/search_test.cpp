@@ -321,25 +321,35 @@ TEST(Search, RecomputesModulesBeforeOffloading) {
   // Tight memory (as above): a plan that does not fit as enumerated but fits once its norms are
   // recomputed (Megatron-Core's --recompute-modules layernorm; GPT-3 1.3B has neither MLA nor MoE)
   // is kept with them, not moved to the host; a plan that fits without them never carries them.
+  // Where the norms are not enough, the MLPs are checkpointed too (mlp), never one without the
+  // other, and only where the norms alone do not fit.
   SearchRequest r = tight_megatron_core_request();
   const cost_models::ExecutionModel x = execution_for(r);
   auto fits = [&](const PlanSpec& p) { return fits_by_memory_model(r, x, p); };
   const SearchResult res = search_plans(r);
-  int with_modules = 0;
+  int with_modules = 0, with_mlp = 0;
   for (const auto& c : res.ranked) {
     const PlanSpec& p = c.plan;
     if (!p.recompute_modules.any()) continue;
     ++with_modules;
     EXPECT_TRUE(p.recompute_modules.layernorm);
-    EXPECT_FALSE(p.recompute_modules.mla_up_proj || p.recompute_modules.moe_act);
+    EXPECT_FALSE(p.recompute_modules.mla_up_proj || p.recompute_modules.moe_act || p.recompute_modules.moe ||
+                 p.recompute_modules.shared_experts);
     EXPECT_NE(p.recompute, Recompute::full);
     EXPECT_FALSE(p.offload.optimizer || p.offload.activations > 0);
     EXPECT_TRUE(fits(p));
     PlanSpec plain = p;
     plain.recompute_modules = {};
     EXPECT_FALSE(fits(plain));
+    if (p.recompute_modules.mlp) {
+      ++with_mlp;
+      PlanSpec norms = p;
+      norms.recompute_modules.mlp = false;
+      EXPECT_FALSE(fits(norms));
+    }
   }
   EXPECT_GT(with_modules, 0);
+  EXPECT_GT(with_mlp, 0);
   // Frameworks without per-module recompute (Megatron-LM 2021) never get them.
   r.framework = Framework::megatron;
   for (const auto& c : search_plans(r).ranked) EXPECT_FALSE(c.plan.recompute_modules.any());
