@@ -150,6 +150,29 @@ TEST(CudnnMlaAttentionFactor, FollowsCudnnsH200BenchmarkOfBothShapes) {
   EXPECT_DOUBLE_EQ(cudnn_mla_attention_factor(10.0, 4096), 1.0);
 }
 
+TEST(CudnnMlaAttentionFactor, SlowsCudnnsMlaAttentionOnlyOnHopper) {
+  // DeepSeek-V3's layer on H100s under Megatron-Core (cuDNN attention): its attention core, forward
+  // and backward, takes 1 / 0.859 of the pricing at width 160 at its 4k context (launch aside).
+  const Experiment e = load_experiment(resolve_scenario("experiments", "mbridge2509-deepseek-v3-1024xh100-fp8"));
+  const ExecutionModel x = resolve_execution(e);
+  ASSERT_EQ(x.attention, AttentionImpl::cudnn);
+  const RooflineCompute& rc = x.roofline();
+  const double launch = rc.params().launch_overhead.value();
+  const int tokens = e.model.seq_len;
+  const LayerTimes t = layer_times(x, e.model, e.plan, tokens, tokens, true);
+  const double heads = double(e.model.heads) / e.plan.tp;
+  const double plain = rc.flash_forward(e.plan.micro_batch * heads, tokens, tokens, 160.0, true, 0).value() - launch;
+  EXPECT_NEAR(t.forward_ops.attention_core.value(), plain / 0.859 + launch, 1e-12);
+  EXPECT_NEAR(t.backward_ops.attention_core.value(), 2.5 * plain / 0.859 + launch, 1e-12);
+  // A model without MLA keeps the d128 pricing.
+  Experiment llama = load_experiment(resolve_scenario("experiments", "mbridge2604-llama3-70b-64xh100-fp8"));
+  const ExecutionModel lx = resolve_execution(llama);
+  const int lt = llama.model.seq_len;
+  const LayerTimes l = layer_times(lx, llama.model, llama.plan, lt, lt, false);
+  EXPECT_NEAR(l.forward_ops.attention_core.value(),
+              lx.roofline().flash_forward(double(llama.model.heads) / llama.plan.tp, lt, lt, 128.0, true, 0).value(), 1e-12);
+}
+
 TEST(ExecutionModel, LambMovesTwentyMoreBytesPerParameterThanAdam) {
   // apex's LAMB: Adam's pass (read grad 4, fp32 weight 4, m 4, v 4; write weight 4, m 4, v 4, the
   // 16-bit copy 2 = 30) plus writing the update (4), the two norm passes over weights and update
