@@ -436,15 +436,11 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("plan.recompute_modules.mla_up_proj", "true", "needs a model with mla (multi-head latent attention)");
   if (p.recompute_modules.moe_act && !m.moe)
     return fail("plan.recompute_modules.moe_act", "true", "needs a model with moe");
-  if (p.recompute_modules.mlp) {
-    // Megatron-Core checkpoints the MLP of dense layers only (transformer_layer.py recompute_mlp);
-    // on a model whose every layer is MoE the flag would do nothing.
-    bool dense = false;
-    for (int l = 0; l < m.transformer_layers() && !dense; ++l) dense = !m.is_moe_layer(l);
-    if (!dense)
-      return fail("plan.recompute_modules.mlp", "true",
-                  "needs a dense (non-MoE) layer: it recomputes dense MLPs (recompute_modules.moe recomputes MoE layers)");
-  }
+  // Megatron-Core checkpoints the MLP of dense layers only (transformer_layer.py recompute_mlp); on
+  // a model whose every layer is MoE (an MTP layer is of the last layer's kind) it would do nothing.
+  if (p.recompute_modules.mlp && m.moe_layers() == m.layers)
+    return fail("plan.recompute_modules.mlp", "true",
+                "needs a dense (non-MoE) layer: it recomputes dense MLPs (recompute_modules.moe recomputes MoE layers)");
   if (p.recompute_modules.moe && !m.moe)
     return fail("plan.recompute_modules.moe", "true", "needs a model with moe");
   if (p.recompute_modules.moe && p.ep_overlap)

@@ -49,8 +49,7 @@ bool with_recompute_modules(const FrameworkTraits& fw, const ModelSpec& m, PlanS
 /// the dense layers, moe for the MoE layers unless their all-to-alls overlap the compute, which
 /// Megatron-Core refuses), each keeping only its input. False where that adds nothing.
 bool with_checkpointed_ffn(const ModelSpec& m, PlanSpec& p) {
-  bool dense = false;
-  for (int l = 0; l < m.transformer_layers() && !dense; ++l) dense = !m.is_moe_layer(l);
+  const bool dense = m.moe_layers() < m.layers;
   const bool moe = m.moe.has_value() && !p.ep_overlap;
   if ((!dense || p.recompute_modules.mlp) && (!moe || p.recompute_modules.moe)) return false;
   p.recompute_modules.mlp = dense;

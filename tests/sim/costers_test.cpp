@@ -39,6 +39,18 @@ Experiment small() {
   return e;
 }
 
+// small() as an MoE model: 4 experts in every other layer on tp 1 x pp 2 x dp 4 with ep 4, one
+// micro-batch per pipeline; the caller sets what it tests and validates.
+Experiment small_moe() {
+  Experiment e = small();
+  e.model.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
+  e.plan.tp = 1;
+  e.plan.dp = 4;
+  e.plan.ep = 4;
+  e.training.global_batch = 4;
+  return e;
+}
+
 // A layer whose GEMMs TP overlap hides collectives behind: 1 ms forward, 2 ms backward; QKV
 // 0.01 ms (shorter than its all-gather), projection, FC1 and FC2 1 ms each, both passes.
 LayerCompute overlap_layer(int, int, bool, int) {
@@ -636,13 +648,8 @@ TEST(CostLayerChunks, ARecomputedForwardsAllToAllsAreExpertParallelTime) {
   // recomputed MoE layer re-runs its forward's dispatch and combine. That time is expert-parallel
   // communication, the same as the forward's, and with tp 1 there is no tensor-parallel time at
   // all (it used to be booked as TP time, which `simulate --check` flagged).
-  Experiment e = small();
-  e.model.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
-  e.plan.tp = 1;
-  e.plan.dp = 4;
-  e.plan.ep = 4;
+  Experiment e = small_moe();
   e.plan.recompute = Recompute::full;
-  e.training.global_batch = 4;
   validate_experiment(e);
   Costed k(e);
   cost_layer_chunks(k.in(), k.c);
@@ -672,14 +679,9 @@ TEST(CostLayerChunks, CheckpointedSubmodulesRerunTheirOwnCollectives) {
   }
   // --recompute-modules moe on an MoE model (tp 1, ep 4): each MoE layer re-runs its dispatch and
   // combine, the forward's expert-parallel time again; a dense MLP's layers nothing.
-  Experiment moe = small();
-  moe.model.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
+  Experiment moe = small_moe();
   moe.plan.framework = Framework::megatron_core;
-  moe.plan.tp = 1;
-  moe.plan.dp = 4;
-  moe.plan.ep = 4;
   moe.plan.recompute_modules.moe = true;
-  moe.training.global_batch = 4;
   validate_experiment(moe);
   Costed m(moe);
   cost_layer_chunks(m.in(), m.c);
