@@ -115,42 +115,70 @@ CalibrationProfile select_profile(const ProfileData& data, const std::string& ge
   return p;
 }
 
-GemmEstimate profile_gemm(const CalibrationProfile& p, double m, double n, double k, double batch) {
+GemmIndex index_gemm(const CalibrationProfile& p) {
   FORESIGHT_CHECK(!p.gemm.empty()) << "profile " << p.source << " has no GEMM measurements";
-  struct Near {
-    double d2, eff;
-  };
-  std::vector<Near> near;
-  double lo[3] = {1e300, 1e300, 1e300}, hi[3] = {0, 0, 0};
-  const double q[3] = {std::log(m), std::log(n), std::log(k)};
+  GemmIndex x;
+  x.peak_tflops = p.peak_tflops;
+  x.lo = {1e300, 1e300, 1e300};
+  x.hi = {0, 0, 0};
   for (const auto& g : p.gemm) {
-    const double s[3] = {std::log(g.m), std::log(g.n), std::log(g.k)};
-    double d2 = 0;
+    const std::array<double, 4> s = {std::log(g.m), std::log(g.n), std::log(g.k),
+                                     2 * g.m * g.n * g.k * g.batch / g.time_s / (p.peak_tflops * 1e12)};
     for (int i = 0; i < 3; ++i) {
-      d2 += (s[i] - q[i]) * (s[i] - q[i]);
-      lo[i] = std::min(lo[i], s[i]);
-      hi[i] = std::max(hi[i], s[i]);
+      x.lo[i] = std::min(x.lo[i], s[i]);
+      x.hi[i] = std::max(x.hi[i], s[i]);
     }
-    const double eff = 2 * g.m * g.n * g.k * g.batch / g.time_s / (p.peak_tflops * 1e12);
-    near.push_back({d2, eff});
+    x.points.push_back(s);
   }
-  std::sort(near.begin(), near.end(), [](const Near& a, const Near& b) { return a.d2 < b.d2; });
+  return x;
+}
+
+GemmEstimate profile_gemm(const GemmIndex& x, double m, double n, double k, double batch) {
+  FORESIGHT_CHECK(!x.points.empty()) << "a GEMM index without samples";
+  const double q[3] = {std::log(m), std::log(n), std::log(k)};
+  auto distance2 = [&](const std::array<double, 4>& s) {
+    double d2 = 0;
+    for (int i = 0; i < 3; ++i) d2 += (s[i] - q[i]) * (s[i] - q[i]);
+    return d2;
+  };
+  // The distance of the 4th nearest sample (the 4 smallest kept in order).
+  constexpr std::size_t kNearest = 4;
+  double best[kNearest];
+  std::size_t found = 0;
+  const std::array<double, 4>* exact = nullptr;
+  for (const auto& s : x.points) {
+    const double d2 = distance2(s);
+    if (d2 < 1e-18 && !exact) exact = &s;
+    if (found == kNearest && d2 >= best[kNearest - 1]) continue;
+    std::size_t at = found < kNearest ? found++ : kNearest - 1;
+    for (; at > 0 && best[at - 1] > d2; --at) best[at] = best[at - 1];
+    best[at] = d2;
+  }
   GemmEstimate e;
-  if (near.front().d2 < 1e-18) {
-    e.efficiency = near.front().eff;  // a measured shape: its own efficiency
+  if (exact) {
+    e.efficiency = (*exact)[3];  // a measured shape: its own efficiency
   } else {
+    // Inverse-square-distance weights over the 4 nearest and every sample as near as the 4th: a
+    // sweep on a grid puts a shape between grid points at equal distances from several samples,
+    // and which of them counted must not depend on the order the profile lists them in.
+    const double cut = best[found - 1] * (1 + 1e-9);
     double wsum = 0, esum = 0;
-    for (std::size_t i = 0; i < std::min<std::size_t>(4, near.size()); ++i) {
-      const double w = 1.0 / near[i].d2;
-      wsum += w;
-      esum += w * near[i].eff;
+    for (const auto& s : x.points) {
+      const double d2 = distance2(s);
+      if (d2 > cut) continue;
+      wsum += 1.0 / d2;
+      esum += s[3] / d2;
     }
     e.efficiency = esum / wsum;
   }
   for (int i = 0; i < 3; ++i)
-    if (q[i] < lo[i] - 1e-12 || q[i] > hi[i] + 1e-12) e.extrapolated = true;
-  e.time_s = 2 * m * n * k * batch / (p.peak_tflops * 1e12 * e.efficiency);
+    if (q[i] < x.lo[i] - 1e-12 || q[i] > x.hi[i] + 1e-12) e.extrapolated = true;
+  e.time_s = 2 * m * n * k * batch / (x.peak_tflops * 1e12 * e.efficiency);
   return e;
+}
+
+GemmEstimate profile_gemm(const CalibrationProfile& p, double m, double n, double k, double batch) {
+  return profile_gemm(index_gemm(p), m, n, k, batch);
 }
 
 }  // namespace foresight::cost_models

@@ -9,6 +9,7 @@
 // norms and activations beyond the copy bandwidth (calibrate/ fits them with Eigen).
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,7 +81,19 @@ struct GemmEstimate {
   bool extrapolated = false;  // outside the measured range in m, n or k
 };
 
-/// Inverse-distance weighting of the achieved efficiency of the 4 nearest measured shapes.
+/// A profile's GEMM samples as profile_gemm searches them: log m, log n, log k and the achieved
+/// efficiency of each, and the measured range. Built once per execution (index_gemm) rather than
+/// per GEMM priced: the planner and validate price millions.
+struct GemmIndex {
+  std::vector<std::array<double, 4>> points;  // log m, log n, log k, efficiency
+  std::array<double, 3> lo{}, hi{};           // the measured range of log m, log n, log k
+  double peak_tflops = 0;
+};
+GemmIndex index_gemm(const CalibrationProfile& p);
+
+/// Inverse-square-distance (in log m, log n, log k) weighting of the achieved efficiency of the 4
+/// nearest measured shapes and any others exactly as near as the 4th.
+GemmEstimate profile_gemm(const GemmIndex& index, double m, double n, double k, double batch);
 GemmEstimate profile_gemm(const CalibrationProfile& p, double m, double n, double k, double batch);
 
 }  // namespace foresight::cost_models

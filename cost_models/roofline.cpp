@@ -55,7 +55,10 @@ void RooflineCompute::use_profile(CalibrationProfile profile) {
   if (profile.copy_GBps) p_.memory_efficiency = *profile.copy_GBps * 1e9 / gpu_.hbm_bandwidth.value();
   if (profile.attention_efficiency) p_.flash_efficiency = *profile.attention_efficiency;
   if (profile.launch_overhead_us) p_.launch_overhead = microseconds(*profile.launch_overhead_us);
-  if (!profile.gemm.empty()) profile_ = std::move(profile);
+  if (!profile.gemm.empty()) {
+    gemm_index_ = index_gemm(profile);
+    profile_ = std::move(profile);
+  }
 }
 
 void RooflineCompute::apply_calibrated_scales(double gemm, double attention) {
@@ -67,7 +70,7 @@ void RooflineCompute::apply_calibrated_scales(double gemm, double attention) {
 Seconds RooflineCompute::gemm(const GemmShape& s) const {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return Seconds(0);
   if (profile_) {
-    const GemmEstimate e = profile_gemm(*profile_, s.m, s.n, s.k, s.batch);
+    const GemmEstimate e = profile_gemm(*gemm_index_, s.m, s.n, s.k, s.batch);
     if (e.extrapolated) ++extrapolated_;
     return Seconds(e.time_s / gemm_scale_);  // measured kernel times include their launch
   }

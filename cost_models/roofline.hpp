@@ -142,6 +142,7 @@ class RooflineCompute {
   double k_overhead_;               // a tile's fixed work in elements of K at this dtype's rate
   RooflineParams p_;
   std::optional<CalibrationProfile> profile_;
+  std::optional<GemmIndex> gemm_index_;  // profile_'s GEMM samples, indexed once
   double gemm_scale_ = 1.0;  // calibrated: GEMM throughput relative to the figures above
   mutable std::atomic<long> extrapolated_{0};  // shared by the planner's worker threads
   /// FLOPs / (peak * efficiency * wave and tile efficiency), in seconds.

@@ -143,11 +143,15 @@ std::vector<cost_models::ErrorBand> error_bands_of(const ValidationReport& r) {
   return cost_models::error_bands(samples);
 }
 
-cost_models::CalibrationSet fit_calibration(const std::string& root, const cost_models::CalibrationSet& declared,
-                                            sim::EngineKind engine, const std::string& exclude) {
+namespace {
+
+// The fit over experiments already read (validate's leave-one-out refits reuse one reading of the
+// library rather than parsing every file again per left-out case).
+cost_models::CalibrationSet fit_on(const std::vector<Experiment>& measured, const cost_models::CalibrationSet& declared,
+                                   sim::EngineKind engine, const std::string& exclude) {
   std::vector<Experiment> cases;
-  for (Experiment& e : measured_experiments(root))
-    if (e.measured->role == MeasuredRole::calibration && e.name != exclude) cases.push_back(std::move(e));
+  for (const Experiment& e : measured)
+    if (e.measured->role == MeasuredRole::calibration && e.name != exclude) cases.push_back(e);
   cost_models::CalibrationSet set = declared;
   // The parameters some calibration case pins; the others stay neutral (no evidence for them).
   std::vector<int> active;
@@ -242,6 +246,13 @@ cost_models::CalibrationSet fit_calibration(const std::string& root, const cost_
   return set;
 }
 
+}  // namespace
+
+cost_models::CalibrationSet fit_calibration(const std::string& root, const cost_models::CalibrationSet& declared,
+                                            sim::EngineKind engine, const std::string& exclude) {
+  return fit_on(measured_experiments(root), declared, engine, exclude);
+}
+
 ValidationReport validate_all(const std::string& root, sim::EngineKind engine,
                               const std::function<void(long done, long total)>& progress,
                               const cost_models::CalibrationSet* calibration, bool leave_one_out) {
@@ -256,7 +267,7 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine,
     ExperimentPrediction p = predict_experiment(e, engine, &cal);
     if (p.iteration) predicted_iteration[e.name] = *p.iteration;
     if (leave_one_out && e.measured->role == MeasuredRole::calibration && !cal.parameters.empty()) {
-      const cost_models::CalibrationSet without = fit_calibration(root, cal, engine, e.name);
+      const cost_models::CalibrationSet without = fit_on(experiments, cal, engine, e.name);
       const ExperimentPrediction q = predict_experiment(e, engine, &without);
       for (std::size_t i = 0; i < p.cases.size() && i < q.cases.size(); ++i) p.cases[i].predicted_left_out = q.cases[i].predicted;
     }

@@ -2,6 +2,9 @@
 // extrapolation flag, the copy bandwidth, and refusal of malformed profiles.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/scenario.hpp"
 #include "cost_models/profile.hpp"
 #include "cost_models/roofline.hpp"
@@ -48,6 +51,37 @@ TEST(Profile, BetweenShapesIsWeightedByLogDistance) {
   const GemmEstimate e = profile_gemm(p, mid, mid, mid, 1);
   EXPECT_NEAR(e.efficiency, 0.7, 1e-9);
   EXPECT_FALSE(e.extrapolated);
+}
+
+TEST(Profile, SamplesAsNearAsTheFourthAllCountWhateverTheirOrder) {
+  // A 2x2x2 sweep (m, n, k in {1024, 4096}) with efficiencies 0.1 .. 0.8, and a query at the
+  // log-centre of the cube: all eight corners are equally near, so all eight count with equal
+  // weight, giving their mean 0.45 (a 4-nearest rule would pick four of the eight by listing order).
+  // Reversing the listing must not change the answer.
+  auto profile = [](bool reversed) {
+    CalibrationProfile p;
+    p.peak_tflops = 1000;
+    int i = 0;
+    for (double m : {1024.0, 4096.0})
+      for (double n : {1024.0, 4096.0})
+        for (double k : {1024.0, 4096.0}) {
+          const double eff = 0.1 * ++i;
+          p.gemm.push_back({m, n, k, 1, 2 * m * n * k / (eff * 1e15)});
+        }
+    if (reversed) std::reverse(p.gemm.begin(), p.gemm.end());
+    return p;
+  };
+  for (bool reversed : {false, true}) {
+    const GemmEstimate e = profile_gemm(profile(reversed), 2048, 2048, 2048, 1);
+    EXPECT_NEAR(e.efficiency, 0.45, 1e-12) << reversed;
+  }
+  // Nearer one corner (m 1024, n 1024, k 1024 at 0.1): distances in log2 units 0.5^2 * 3 for it,
+  // 1.5^2 + 0.5^2 * 2 for its three neighbours at 0.2, 0.3, 0.5, so the weights are 1/0.75 and
+  // 1/2.75 (x3): (0.1/0.75 + (0.2+0.3+0.5)/2.75) / (1/0.75 + 3/2.75).
+  const double c = std::exp2(10.5);
+  const double want = (0.1 / 0.75 + 1.0 / 2.75) / (1 / 0.75 + 3 / 2.75);
+  EXPECT_NEAR(profile_gemm(profile(false), c, c, c, 1).efficiency, want, 1e-12);
+  EXPECT_NEAR(profile_gemm(profile(true), c, c, c, 1).efficiency, want, 1e-12);
 }
 
 TEST(Profile, OutsideTheMeasuredRangeIsFlagged) {
