@@ -153,9 +153,12 @@ FORESIGHT_ENUM_NAMES(CpComm, {CpComm::ring, "ring"}, {CpComm::all_gather, "all-g
 
 /// The FFN's activation. Gated ones (SwiGLU: Shazeer 2020, "GLU Variants Improve Transformer";
 /// Llama, Qwen, Mixtral, DeepSeek) multiply an activated gate projection by an up projection:
-/// three h x ffn matrices instead of two.
-enum class Activation { gelu, relu, swiglu, geglu };
-FORESIGHT_ENUM_NAMES(Activation, {Activation::gelu, "gelu"}, {Activation::relu, "relu"}, {Activation::swiglu, "swiglu"},
+/// three h x ffn matrices instead of two. Squared ReLU (So et al. 2021, "Primer", arXiv:2109.08668;
+/// Nemotron-4) is relu(x)^2: ungated, one elementwise pass like GeLU (Transformer Engine's srelu
+/// kernel; Megatron's --squared-relu).
+enum class Activation { gelu, relu, squared_relu, swiglu, geglu };
+FORESIGHT_ENUM_NAMES(Activation, {Activation::gelu, "gelu"}, {Activation::relu, "relu"},
+                     {Activation::squared_relu, "squared-relu"}, {Activation::swiglu, "swiglu"},
                      {Activation::geglu, "geglu"});
 
 /// Position encoding: learned absolute embeddings (GPT-2/3, seq_len x hidden parameters) or

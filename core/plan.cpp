@@ -197,6 +197,13 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("experiment.gpus", str((long long)gpus_used),
                 "must not exceed the cluster's " + str((long long)c.total_gpus()) + " GPUs (" +
                     str((long long)c.nodes) + " nodes x " + str((long long)c.gpus_per_node) + ")");
+  if (t.optimizer_state_dtype != Dtype::fp32 && t.optimizer_state_dtype != Dtype::bf16)
+    return fail("training.optimizer_state_dtype", to_string(t.optimizer_state_dtype),
+                "must be fp32 or bf16 (an optimizer keeps its moments and master weights in one of these)");
+  if (t.optimizer_state_dtype == Dtype::bf16 && (t.dtype == Dtype::fp32 || t.dtype == Dtype::tf32 || t.dtype == Dtype::fp16))
+    return fail("training.optimizer_state_dtype", "bf16",
+                "needs bf16 or fp8 training (it is " + std::string(to_string(t.dtype)) +
+                    "): a bf16 state updates the bf16 weights in place");
   if (t.fp8_scaling != Fp8Scaling::delayed && t.dtype != Dtype::fp8)
     return fail("training.fp8_scaling", to_string(t.fp8_scaling), "applies to dtype fp8 only (it is " +
                                                                       std::string(to_string(t.dtype)) + ")");

@@ -22,6 +22,12 @@ struct TrainingSpec {
   /// tensorwise / rowwise: torchao's float8 training with dynamic scales, as torchtitan runs it).
   Fp8Scaling fp8_scaling = Fp8Scaling::delayed;
   Optimizer optimizer = Optimizer::adam;
+  /// The optimizer state's dtype: fp32 (mixed-precision Adam: an fp32 master copy and fp32 moments,
+  /// ZeRO paper sec. 3.1), or bf16: moments in bf16, and the bf16 weights updated in place with no
+  /// master copy, except that FP8 parameters (plan.fp8_param_gather) keep a bf16 one. That is NeMo's
+  /// distributed fused Adam with optim.dtype bf16 (megatron_base_model.py: store_params False when
+  /// the optimizer dtype is the model's, True under fp8_params).
+  Dtype optimizer_state_dtype = Dtype::fp32;
   /// The measurement is a short run on a cool GPU (a benchmark of a few seconds): its GEMMs and
   /// attention ran at burst clocks, not at the power-capped clock a long run settles to
   /// (GpuKernelFigures::sustained_clock_scale). Default false: a training run.

@@ -235,11 +235,16 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --moe-shared-expert-intermediate-size " << p.model.moe->shared_experts * p.model.expert_ffn();
   if (p.model.moe && !p.model.moe->dropless) s << " --moe-expert-capacity-factor " << p.model.moe->capacity_factor;
   if (p.model.activation == Activation::swiglu) s << " --swiglu";
-  if (p.model.activation == Activation::geglu) return "";  // no Megatron-LM flag for GeGLU
+  if (p.model.activation == Activation::squared_relu) s << " --squared-relu";
+  // No Megatron-LM flag for GeGLU or a plain ReLU (its MLP takes gelu, swiglu or squared relu).
+  if (p.model.activation == Activation::geglu || p.model.activation == Activation::relu) return "";
   // Nor for these (sliding-window patterns, sinks and parallel blocks are other codebases':
   // GPT-OSS, GPT-NeoX, PaLM; Megatron-LM's --optimizer is adam or sgd).
   if (p.model.attention_window || p.model.attention_sinks || p.model.parallel_block) return "";
   if (p.training.optimizer == Optimizer::lamb) return "";
+  // NeMo's distributed Adam with a bf16 state keeps no master copy; Megatron-Core's precision-aware
+  // optimizer keeps one (--main-params-dtype fp32 or fp16): no equivalent flags.
+  if (p.training.optimizer_state_dtype != Dtype::fp32) return "";
   if (p.training.optimizer == Optimizer::sgd) s << " --optimizer sgd";
   if (!p.model.tie_embeddings) s << " --untie-embeddings-and-output-weights";
   if (p.model.position == PositionEmbedding::rope) s << " --position-embedding-type rope";

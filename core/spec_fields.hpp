@@ -102,6 +102,7 @@ void visit_fields(V& v, S& t) {
   v.enumeration("dtype", t.dtype, Dtype::bf16);
   v.enumeration("fp8_scaling", t.fp8_scaling, Fp8Scaling::delayed);
   v.enumeration("optimizer", t.optimizer, Optimizer::adam);
+  v.enumeration("optimizer_state_dtype", t.optimizer_state_dtype, Dtype::fp32);
   v.boolean("burst_clocks", t.burst_clocks, false);
 }
 

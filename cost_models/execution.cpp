@@ -50,7 +50,8 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   x.dtype = training.dtype;
   x.attention_dtype = training.dtype == Dtype::fp8 ? Dtype::bf16 : training.dtype;
   x.fp8_scaling = training.fp8_scaling;
-  x.bytes = element_sizes(training.dtype, training.optimizer, fw);
+  x.bytes = element_sizes(training.dtype, training.optimizer, fw, training.optimizer_state_dtype,
+                          training.dtype == Dtype::fp8 && plan.fp8_param_gather);
   if (plan.reduce_dtype) x.bytes.reduce = *plan.reduce_dtype == Dtype::fp32 ? 4.0 : 2.0;  // fp32 | bf16 | fp16
   if (plan.reduce_dtype && fw.precision.fp32_main_grads && x.bytes.weight < 4.0) {
     // Megatron's main-gradient buffer is what data parallelism reduces, in place: its dtype is the
@@ -104,6 +105,8 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
     x.profile.streaming = selected.copy_GBps.has_value() || selected.launch_overhead_us.has_value();
     has_attention_figure = has_attention_figure || x.profile.attention;
     rc->use_profile(selected);
+    if (x.dtype == Dtype::fp8 && selected.gemm.empty())
+      rc->anchor_to_bf16_profile(select_profile(*data, x.gemm_impl, Dtype::bf16, to_string(x.attention), x.attention_dtype));
   }
   if (!has_attention_figure)
     throw SpecError(SourceLocation{"scenarios/gpus/" + gpu.name + ".yaml", 0, 0},

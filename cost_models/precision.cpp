@@ -2,7 +2,8 @@
 
 namespace foresight::cost_models {
 
-ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTraits& framework) {
+ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTraits& framework, Dtype optimizer_state,
+                           bool fp8_params) {
   const PrecisionRecipe& r = framework.precision;
   const bool fp32_training = dtype == Dtype::fp32 || dtype == Dtype::tf32;
   ElementSizes s;
@@ -10,8 +11,10 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   s.residual = fp32_training ? 4.0 : r.residual_bytes;
   s.weight = (fp32_training || r.fp32_parameters) ? 4.0 : 2.0;
   s.weight_copy = (!fp32_training && r.fp32_parameters && r.autocast_weight_copies) ? 2.0 : 0.0;
-  s.master = s.weight < 4.0 ? 4.0 : 0.0;
-  s.moments = optimizer == Optimizer::sgd ? 4.0 : 8.0;
+  const double state = optimizer_state == Dtype::fp32 ? 4.0 : 2.0;
+  // A 16-bit state updates 16-bit weights in place; FP8 parameters keep a 16-bit master.
+  s.master = s.weight < 4.0 && (state == 4.0 || fp8_params) ? state : 0.0;
+  s.moments = (optimizer == Optimizer::sgd ? 1.0 : 2.0) * state;
   s.grad = s.weight;
   s.gather = fp32_training ? 4.0 : 2.0;
   s.main_grad_copy = 0.0;
@@ -21,7 +24,9 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   }
   s.reduce = s.grad;
   s.accumulate = (r.fp32_main_grads && s.weight < 4.0) ? 4.0 + s.weight + 4.0 : 3.0 * s.grad;
-  s.optimizer_step = 4.0 + 2.0 * (4.0 + s.moments) + (s.master > 0 ? s.weight : 0.0);
+  // Read the gradient (4), read and write the master (or the parameter itself) and the moments,
+  // write the 16-bit model copy where a separate master exists.
+  s.optimizer_step = 4.0 + 2.0 * ((s.master > 0 ? s.master : s.weight) + s.moments) + (s.master > 0 ? s.weight : 0.0);
   if (optimizer == Optimizer::lamb) {
     // LAMB (You et al. 2020, arXiv:1904.00962, Algorithm 2) scales each tensor's Adam-style update
     // by ||w|| / ||update||, so the fused kernel splits in two around the norms (NVIDIA apex

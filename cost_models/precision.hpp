@@ -53,6 +53,9 @@ struct ElementSizes {
 ///    Megatron-LM docs/distrib_optimizer.md table: 20 / 18 bytes per parameter for fp16 / bf16);
 ///  - optimizer: fp32 master for 16-bit weights (4), Adam moments 8 or SGD momentum 4 (ZeRO paper
 ///    sec. 3.1: K = 12 for mixed-precision Adam).
-ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTraits& framework);
+///  - a bf16 optimizer state (training.optimizer_state_dtype): moments of 2 bytes each and no master
+///    copy of 16-bit weights (a 2-byte one with FP8 parameters, `fp8_params`).
+ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTraits& framework,
+                           Dtype optimizer_state = Dtype::fp32, bool fp8_params = false);
 
 }  // namespace foresight::cost_models

@@ -61,6 +61,13 @@ void RooflineCompute::use_profile(CalibrationProfile profile) {
   }
 }
 
+void RooflineCompute::anchor_to_bf16_profile(const CalibrationProfile& bf16) {
+  if (dtype_ != Dtype::fp8 || profile_ || bf16.gemm.empty()) return;
+  bf16_anchor_ = index_gemm(bf16);
+  bf16_peak_ = std::max(gpu_.peak(Dtype::bf16).value(), gpu_.peak(Dtype::fp16).value());
+  bf16_k_overhead_ = p_.gemm_k_overhead;
+}
+
 void RooflineCompute::apply_calibrated_scales(double gemm, double attention) {
   FORESIGHT_CHECK(gemm > 0 && attention > 0) << gemm << " " << attention;
   gemm_scale_ = gemm;
@@ -87,6 +94,13 @@ Seconds RooflineCompute::gemm_grad(const GemmShape& s) const {
 Seconds RooflineCompute::roofline_gemm(const GemmShape& s, double math_scale) const {
   const double bytes = s.batch * (in_bytes_ * (s.m * s.k + s.k * s.n) + out_bytes_ * s.m * s.n);
   const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
+  if (bf16_anchor_) {
+    // Same tiles and waves in both precisions: the FP8 mainloop is faster by the peak ratio,
+    // less what its doubled K term (k_overhead_) takes back.
+    const double t16 = profile_gemm(*bf16_anchor_, s.m, s.n, s.k, s.batch).time_s;
+    const double speedup = (peak_.value() / bf16_peak_) * (1.0 + bf16_k_overhead_ / s.k) / (1.0 + k_overhead_ / s.k);
+    return Seconds(std::max(t16 / speedup / gemm_scale_ * math_scale, memory_s));
+  }
   return Seconds(std::max(math_seconds(s) * math_scale, memory_s)) + p_.launch_overhead;
 }
 

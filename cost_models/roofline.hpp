@@ -118,6 +118,10 @@ class RooflineCompute {
   /// Moving `bytes` of unfused-attention score matrices (RooflineParams::score_memory_efficiency),
   /// launches not included.
   Seconds score_traffic(Bytes bytes) const;
+  /// FP8 GEMMs without FP8 measurements: each shape's measured bf16 time from `bf16` (its cuBLAS
+  /// kernel choice, waves and tiles as they ran) times the FP8 roofline's speedup over the bf16
+  /// roofline at that shape (the peak ratio and the K term), rather than the FP8 roofline alone.
+  void anchor_to_bf16_profile(const CalibrationProfile& bf16);
   /// True when GEMM times come from a measured profile.
   bool has_gemm_profile() const { return profile_.has_value(); }
   /// A fused attention forward (causal when context == tokens and the slice is the whole
@@ -143,6 +147,8 @@ class RooflineCompute {
   RooflineParams p_;
   std::optional<CalibrationProfile> profile_;
   std::optional<GemmIndex> gemm_index_;  // profile_'s GEMM samples, indexed once
+  std::optional<GemmIndex> bf16_anchor_;  // anchor_to_bf16_profile's bf16 samples
+  double bf16_peak_ = 0, bf16_k_overhead_ = 0;
   double gemm_scale_ = 1.0;  // calibrated: GEMM throughput relative to the figures above
   mutable std::atomic<long> extrapolated_{0};  // shared by the planner's worker threads
   /// FLOPs / (peak * efficiency * wave and tile efficiency), in seconds.

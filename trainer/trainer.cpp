@@ -104,6 +104,9 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     unsupported("model.mtp_layers", std::to_string(mm.mtp_layers), "multi-token prediction modules");
   if (p.training.optimizer != Optimizer::adam)
     unsupported("training.optimizer", to_string(p.training.optimizer), "optimizers other than AdamW");
+  if (p.training.optimizer_state_dtype != Dtype::fp32)
+    unsupported("training.optimizer_state_dtype", to_string(p.training.optimizer_state_dtype),
+                "an optimizer state other than fp32 (fp32 master weights and moments)");
   if (mm.moe && mm.moe->first_dense > 0)
     unsupported("model.moe.first_dense", std::to_string(mm.moe->first_dense), "leading dense layers in an MoE model");
   if (q.shard_group > 0 && q.shard_group != q.grad_ranks())

@@ -31,6 +31,8 @@ const std::vector<BadCase> kCases = {
     {"unknown_top_key", {"experiment.gpu_count", "is not a known key"}},
     {"bad_schedule", {"plan.schedule = 2f2b", "gpipe | 1f1b | interleaved | terapipe"}},
     {"bad_recompute", {"plan.recompute = partial", "none | selective | full"}},
+    {"optimizer_state_fp16", {"training.optimizer_state_dtype = fp16", "must be fp32 or bf16"}},
+    {"optimizer_state_bf16_fp16_training", {"training.optimizer_state_dtype = bf16", "needs bf16 or fp8 training"}},
     {"zero_out_of_range", {"plan.zero = 4", "must be 0, 1, 2 or 3"}},
     {"zero_beyond_framework", {"plan.zero = 3", "megatron runs ZeRO up to stage 1 with a pipeline"}},
     {"missing_plan_field", {"plan.tp", "is required but missing"}},

@@ -146,11 +146,22 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
            [](ExecutablePlan& x) { x.model.parallel_block = true; },
            [](ExecutablePlan& x) { x.model.attention_window = AttentionWindowSpec{.size = 128, .pattern = {1, 0}}; },
            [](ExecutablePlan& x) { x.model.attention_sinks = true; },
+           [](ExecutablePlan& x) { x.model.activation = Activation::relu; },  // Megatron-LM: gelu, swiglu, squared relu
            [](ExecutablePlan& x) { x.training.optimizer = Optimizer::lamb; }}) {
     ExecutablePlan u = p;
     edit(u);
     EXPECT_TRUE(megatron_arguments(u).empty());
   }
+  ExecutablePlan srelu = p;  // Nemotron-4's MLP (megatron/training/arguments.py --squared-relu)
+  srelu.model.activation = Activation::squared_relu;
+  EXPECT_NE(megatron_arguments(srelu).find("--squared-relu"), std::string::npos);
+  EXPECT_EQ(megatron_arguments(srelu).find("--swiglu"), std::string::npos);
+  EXPECT_EQ(parse_plan_json(to_json(srelu).dump(), "plan.json").model.activation, Activation::squared_relu);
+  ExecutablePlan bf16_state = p;  // NeMo's distributed Adam state: no Megatron-LM flags, survives plan.json
+  bf16_state.training.dtype = Dtype::bf16;
+  bf16_state.training.optimizer_state_dtype = Dtype::bf16;
+  EXPECT_TRUE(megatron_arguments(bf16_state).empty());
+  EXPECT_EQ(parse_plan_json(to_json(bf16_state).dump(), "plan.json").training.optimizer_state_dtype, Dtype::bf16);
   ExecutablePlan sgd = p;
   sgd.training.optimizer = Optimizer::sgd;
   EXPECT_NE(megatron_arguments(sgd).find("--optimizer sgd"), std::string::npos);

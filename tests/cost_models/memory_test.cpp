@@ -361,6 +361,28 @@ TEST(StateBytesPerParam, MegatronDistribOptimizerTable) {
   EXPECT_DOUBLE_EQ(bytes(Dtype::fp32, 1), 8.0 + 8.0 / 8);   // 8 + 8/d
 }
 
+TEST(StateBytesPerParam, Bf16OptimizerStateAsNemoDistributedAdamKeepsIt) {
+  // NeMo's distributed fused Adam with optim.dtype bf16 over bf16 weights (megatron_base_model.py:
+  // store_params False): bf16 m and v (2 + 2 bytes) and no master copy; with FP8 parameters
+  // (store_params True) a bf16 master (2). Megatron-Core, bf16 training, distributed over d = 8,
+  // its gradient buffer fp32 (4): 2 + 4 + 4/8, or 2 + 4 + 6/8 with FP8 parameters; fp32 state: 2 + 4 + 12/8.
+  const FrameworkTraits& f = framework_traits(Framework::megatron_core);
+  const ElementSizes plain = element_sizes(Dtype::bf16, Optimizer::adam, f);
+  const ElementSizes half = element_sizes(Dtype::bf16, Optimizer::adam, f, Dtype::bf16);
+  const ElementSizes fp8 = element_sizes(Dtype::fp8, Optimizer::adam, f, Dtype::bf16, true);
+  EXPECT_DOUBLE_EQ(state_bytes_per_param(plain, 1, 8).total(), 2.0 + 4.0 + 12.0 / 8);
+  EXPECT_DOUBLE_EQ(state_bytes_per_param(half, 1, 8).total(), 2.0 + 4.0 + 4.0 / 8);
+  EXPECT_DOUBLE_EQ(state_bytes_per_param(fp8, 1, 8).total(), 2.0 + 4.0 + 6.0 / 8);
+  // The step's HBM bytes per parameter: read the gradient (4), read and write the weight or master
+  // and the moments, write the model copy where a master exists: 4 + 2 (2 + 4) = 16; with a bf16
+  // master 4 + 2 (2 + 4) + 2 = 18; fp32 state 4 + 2 (4 + 8) + 2 = 30.
+  EXPECT_DOUBLE_EQ(half.optimizer_step, 16.0);
+  EXPECT_DOUBLE_EQ(fp8.optimizer_step, 18.0);
+  EXPECT_DOUBLE_EQ(plain.optimizer_step, 30.0);
+  // SGD keeps one moment: 2 bytes in bf16.
+  EXPECT_DOUBLE_EQ(element_sizes(Dtype::bf16, Optimizer::sgd, f, Dtype::bf16).moments, 2.0);
+}
+
 TEST(StateBytesPerParam, ZeroPaperFigure1) {
   // Rajbhandari et al. 2020 Fig. 1: Psi = 7.5B, N_d = 64, K = 12: baseline (2+2+K)Psi = 120 GB,
   // P_os (4 + K/N_d)Psi = 31.4 GB, P_os+g (2 + 14/N_d)Psi = 16.6 GB, P_os+g+p 16Psi/N_d = 1.9 GB.

@@ -103,6 +103,27 @@ TEST(Profile, DrivesTheRooflineModel) {
   EXPECT_EQ(rc.extrapolated_queries(), 1);
 }
 
+TEST(Profile, Fp8GemmsFollowTheMeasuredBf16ShapeTimesTheirSpeedup) {
+  // An FP8 execution whose profile has no FP8 GEMM of this implementation: each GEMM takes the
+  // bf16 profile's time at its shape divided by the FP8 roofline's speedup there, the peak ratio
+  // r = 1978.9 / 989.4 times (1 + 256 / K) / (1 + 256 r / K) (the H100 file's K term of 256, which
+  // the FP8 mainloop covers r times as fast). 4096^3 is measured at 1.7179869184e-4 s in bf16.
+  GpuSpec g = load_gpu(resolve_scenario("gpus", "h100-sxm"));
+  RooflineCompute rc(g, Dtype::fp8, roofline_params_for(g, AttentionImpl::flash, nullptr));
+  const double plain = rc.gemm({4096, 4096, 4096, 1}).value();  // the FP8 roofline alone
+  rc.anchor_to_bf16_profile(selected());
+  const double r = 1978.9 / 989.4;
+  const double speedup = r * (1 + 256.0 / 4096) / (1 + 256.0 * r / 4096);
+  EXPECT_NEAR(rc.gemm({4096, 4096, 4096, 1}).value(), 1.7179869184e-4 / speedup, 1e-12);
+  EXPECT_NE(rc.gemm({4096, 4096, 4096, 1}).value(), plain);
+  // The gradient GEMMs keep their split-accumulation slowdown (1.15 in the H100 file).
+  EXPECT_NEAR(rc.gemm_grad({4096, 4096, 4096, 1}).value(), 1.15 * 1.7179869184e-4 / speedup, 1e-12);
+  // A bf16 execution ignores the anchor (it has the profile itself).
+  RooflineCompute bf16(g, Dtype::bf16, roofline_params_for(g, AttentionImpl::flash, nullptr));
+  bf16.anchor_to_bf16_profile(selected());
+  EXPECT_NEAR(bf16.gemm({4096, 4096, 4096, 1}).value(), RooflineCompute(g, Dtype::bf16, roofline_params_for(g, AttentionImpl::flash, nullptr)).gemm({4096, 4096, 4096, 1}).value(), 1e-15);
+}
+
 TEST(Profile, MalformedProfilesAreRefused) {
   auto refused = [](const std::string& text, const std::string& field) {
     try {
