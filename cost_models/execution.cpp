@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/experiment.hpp"
@@ -90,6 +92,7 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
   x.calibrated = calibrated_terms(calibration ? *calibration : bundled_calibration(), cluster, training, plan);
   bool has_attention_figure = false;
   auto rc = std::make_shared<RooflineCompute>(gpu, training.dtype, roofline_params_for(gpu, x.attention, &has_attention_figure));
+  std::optional<CalibrationProfile> selected16;  // the profile's bf16 part, for FP8 training
   if (!gpu.host_profile.empty()) {
     // A CPU device: its ops come from the host profile; the roofline (the profile's best GEMM
     // rate and copy bandwidth, in the device's GpuSpec) remains for what no host op describes.
@@ -105,8 +108,11 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
     x.profile.streaming = selected.copy_GBps.has_value() || selected.launch_overhead_us.has_value();
     has_attention_figure = has_attention_figure || x.profile.attention;
     rc->use_profile(selected);
-    if (x.dtype == Dtype::fp8 && selected.gemm.empty())
-      rc->anchor_to_bf16_profile(select_profile(*data, x.gemm_impl, Dtype::bf16, to_string(x.attention), x.attention_dtype));
+    // FP8's 16-bit part (compute16, below) and, without FP8 GEMM samples, its GEMMs' anchor.
+    if (x.dtype == Dtype::fp8) {
+      selected16 = select_profile(*data, x.gemm_impl, Dtype::bf16, to_string(x.attention), x.attention_dtype);
+      if (selected.gemm.empty()) rc->anchor_to_bf16_profile(*selected16);
+    }
   }
   if (!has_attention_figure)
     throw SpecError(SourceLocation{"scenarios/gpus/" + gpu.name + ".yaml", 0, 0},
@@ -126,8 +132,7 @@ ExecutionModel resolve_execution(const ClusterSpec& cluster, const TrainingSpec&
   x.compute16 = x.compute;
   if (training.dtype == Dtype::fp8) {
     auto rc16 = std::make_shared<RooflineCompute>(gpu, Dtype::bf16, roofline_params_for(gpu, x.attention, nullptr));
-    if (const auto data = bundled_profile(gpu.name))
-      rc16->use_profile(select_profile(*data, x.gemm_impl, Dtype::bf16, to_string(x.attention), x.attention_dtype));
+    if (selected16) rc16->use_profile(std::move(*selected16));
     rc16->apply_calibrated_scales(x.calibrated.gemm_efficiency_scale * pace, x.calibrated.attention_efficiency_scale * pace);
     x.compute16 = std::move(rc16);
   }

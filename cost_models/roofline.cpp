@@ -32,6 +32,13 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
   return p;
 }
 
+namespace {
+/// The 16-bit tensor-core peak a GPU file gives (bf16, or fp16 on parts without bf16).
+double sixteen_bit_peak(const GpuSpec& gpu) {
+  return std::max(gpu.peak(Dtype::bf16).value(), gpu.peak(Dtype::fp16).value());
+}
+}  // namespace
+
 RooflineCompute::RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams params)
     : gpu_(gpu),
       dtype_(dtype),
@@ -43,7 +50,7 @@ RooflineCompute::RooflineCompute(const GpuSpec& gpu, Dtype dtype, RooflineParams
       // A tile's prologue and epilogue: fixed time, given as elements of K at the bf16 rate; a
       // faster mainloop (FP8 at twice the peak) covers proportionally more K in that time.
       k_overhead_([&] {
-        const double bf16 = std::max(gpu.peak(Dtype::bf16).value(), gpu.peak(Dtype::fp16).value());
+        const double bf16 = sixteen_bit_peak(gpu);
         return params.gemm_k_overhead > 0 && bf16 > 0 ? params.gemm_k_overhead * peak_.value() / bf16 : 0.0;
       }()),
       p_(params) {
@@ -64,8 +71,7 @@ void RooflineCompute::use_profile(CalibrationProfile profile) {
 void RooflineCompute::anchor_to_bf16_profile(const CalibrationProfile& bf16) {
   if (dtype_ != Dtype::fp8 || profile_ || bf16.gemm.empty()) return;
   bf16_anchor_ = index_gemm(bf16);
-  bf16_peak_ = std::max(gpu_.peak(Dtype::bf16).value(), gpu_.peak(Dtype::fp16).value());
-  bf16_k_overhead_ = p_.gemm_k_overhead;
+  bf16_peak_ = sixteen_bit_peak(gpu_);
 }
 
 void RooflineCompute::apply_calibrated_scales(double gemm, double attention) {
@@ -95,10 +101,10 @@ Seconds RooflineCompute::roofline_gemm(const GemmShape& s, double math_scale) co
   const double bytes = s.batch * (in_bytes_ * (s.m * s.k + s.k * s.n) + out_bytes_ * s.m * s.n);
   const double memory_s = bytes / (gpu_.hbm_bandwidth.value() * p_.memory_efficiency);
   if (bf16_anchor_) {
-    // Same tiles and waves in both precisions: the FP8 mainloop is faster by the peak ratio,
-    // less what its doubled K term (k_overhead_) takes back.
+    // Same tiles and waves in both precisions: the FP8 mainloop is faster by the peak ratio, less
+    // what its K term (k_overhead_, the bf16 one at the FP8 rate) takes back.
     const double t16 = profile_gemm(*bf16_anchor_, s.m, s.n, s.k, s.batch).time_s;
-    const double speedup = (peak_.value() / bf16_peak_) * (1.0 + bf16_k_overhead_ / s.k) / (1.0 + k_overhead_ / s.k);
+    const double speedup = (peak_.value() / bf16_peak_) * (1.0 + p_.gemm_k_overhead / s.k) / (1.0 + k_overhead_ / s.k);
     return Seconds(std::max(t16 / speedup / gemm_scale_ * math_scale, memory_s));
   }
   return Seconds(std::max(math_seconds(s) * math_scale, memory_s)) + p_.launch_overhead;

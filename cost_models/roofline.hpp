@@ -148,7 +148,7 @@ class RooflineCompute {
   std::optional<CalibrationProfile> profile_;
   std::optional<GemmIndex> gemm_index_;  // profile_'s GEMM samples, indexed once
   std::optional<GemmIndex> bf16_anchor_;  // anchor_to_bf16_profile's bf16 samples
-  double bf16_peak_ = 0, bf16_k_overhead_ = 0;
+  double bf16_peak_ = 0;                  // the 16-bit peak the anchor's samples ran at
   double gemm_scale_ = 1.0;  // calibrated: GEMM throughput relative to the figures above
   mutable std::atomic<long> extrapolated_{0};  // shared by the planner's worker threads
   /// FLOPs / (peak * efficiency * wave and tile efficiency), in seconds.
