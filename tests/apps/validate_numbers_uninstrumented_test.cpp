@@ -186,7 +186,11 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // (TP 1, CP 2, 8 GPUs) and 70B (TP 4, PP 4, CP 2, VP 5, 64 GPUs) rows, predicted as added at
       // +2.2 / +3.7% (8B BF16 / FP8) and +3.7 / +10.0% (70B; +5.0% for its FP8 row without the FP8
       // anchor, so that change does not help every row): 3.0% / 10.0% over 12.
-      {"DGX Cloud benchmarking recipes on H100 (NeMo 24.09, 2024)", {3.1, 10.1}},
+      // Session 35: the same tag's GPT-3 175B (NeMo 24.05: TP 4, PP 8, VP 12, FlashAttention-2,
+      // dropout 0.1) on 128 and 2048 GPUs and Llama 3.1 405B as its recipe builds it (16 KV groups,
+      // GPT-2 vocabulary; TP 8, PP 9, CP 2, VP 7) on 576 and 2304, BF16 and FP8, predicted as added
+      // at +1.4 / +0.6 / +1.4 / +4.9% (175B) and -4.1 / -3.9 / -2.3 / +4.9% (405B): 3.0% / 10.0% over 20.
+      {"DGX Cloud benchmarking recipes on H100 (NeMo 24.05 and 24.09, 2024)", {3.1, 10.1}},
       // Session 21: Korthikanti's Table 5 (whole iterations, Selene; +8.1% the 1T row at 1F1B with
       // pp 64) and the Megatron-LM repository's 2020 scaling table (V100 within 4.4%; the A100 rows
       // of the first A100 software 4-11% slower than predicted).
