@@ -148,6 +148,16 @@ FORESIGHT_ENUM_NAMES(Placement, {Placement::tp_dp_pp, "tp-dp-pp"}, {Placement::t
 /// overlapped with the attention block it feeds (Megatron-Core / Transformer Engine's p2p ring,
 /// torchtitan's ring attention), or one all-gather of K and V before attention and a
 /// reduce-scatter of their gradients after it (Llama 3, Dubey et al. 2024 sec. 3.3.2).
+/// Megatron-Core's vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): none, the
+/// unfused path on the fp32 logits (--cross-entropy-loss-fusion off); native, Megatron-Core's own
+/// fused kernels (--cross-entropy-loss-fusion, core_r0.8+, megatron/core/fusions/
+/// fused_cross_entropy.py); te, Transformer Engine's Triton online-softmax kernels on the 16-bit
+/// logits (--cross-entropy-fusion-impl te, core_v0.12+, TE 2.1+ transformer_engine/pytorch/triton/
+/// cross_entropy.py).
+enum class CrossEntropyFusion { none, native, te };
+FORESIGHT_ENUM_NAMES(CrossEntropyFusion, {CrossEntropyFusion::none, "none"}, {CrossEntropyFusion::native, "native"},
+                     {CrossEntropyFusion::te, "te"});
+
 enum class CpComm { ring, all_gather };
 FORESIGHT_ENUM_NAMES(CpComm, {CpComm::ring, "ring"}, {CpComm::all_gather, "all-gather"});
 

@@ -283,6 +283,9 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.deepep = true;
   megatron_core.recompute_modules = true;
   megatron_core.mtp = true;
+  // --cross-entropy-loss-fusion (core_r0.8.0, megatron/core/fusions/fused_cross_entropy.py) and
+  // --cross-entropy-fusion-impl te (core_v0.12.0, language_module.py compute_language_model_loss).
+  megatron_core.cross_entropy_fusion = true;
   // --fp8-recipe delayed | tensorwise (TE Float8CurrentScaling, core_r0.13+) through
   // Transformer Engine's modules (megatron/core/extensions/transformer_engine.py).
   megatron_core.fp8_transformer_engine = true;
@@ -635,6 +638,10 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.recompute_modules", "(set)",
               me + " has no per-module recompute (" +
                   frameworks_that([](const FrameworkTraits& t) { return t.recompute_modules; }) + " do)");
+  if (p.cross_entropy_fusion != CrossEntropyFusion::none && !cross_entropy_fusion)
+    return violation("plan.cross_entropy_fusion", to_string(p.cross_entropy_fusion),
+              "is Megatron-Core's fused vocabulary-parallel cross-entropy; " + me + " does not run it (" +
+                  frameworks_that([](const FrameworkTraits& t) { return t.cross_entropy_fusion; }) + " do)");
   if (p.ep_dispatcher == EpDispatcher::deepep && !deepep)
     return violation("plan.ep_dispatcher", "deepep",
               me + " does not dispatch through DeepEP (" +

@@ -318,6 +318,9 @@ struct FrameworkTraits {
   /// Builds multi-token prediction modules (model.mtp_layers): Megatron-Core's --mtp-num-layers
   /// (core_r0.13+, megatron/core/transformer/multi_token_prediction.py).
   bool mtp = false;
+  /// Fuses the vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): Megatron-Core's
+  /// --cross-entropy-loss-fusion [--cross-entropy-fusion-impl native|te].
+  bool cross_entropy_fusion = false;
 
   // ---- precision
   /// Its FP8 linears are Transformer Engine's: with training.fp8_scaling tensorwise, TE's

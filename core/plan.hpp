@@ -88,6 +88,10 @@ struct PlanSpec {
   /// pytorch/torchtitan#1033 (commit bbb1b616e, 2025-04-02); before that train.py left it eager
   /// ("compiling loss function causes CUDA errors", e.g. at 9dec370, 2024-12-26). Needs compile.
   bool compile_loss = false;
+  /// Megatron-Core's fused cross-entropy (CrossEntropyFusion; FrameworkTraits::cross_entropy_fusion):
+  /// NeMo's cross_entropy_loss_fusion (NeMo 1.0 yaml, Megatron-Core core_r0.8+) is native; NeMo 2.0
+  /// performance scripts and Megatron-Bridge set cross_entropy_fusion_impl te.
+  CrossEntropyFusion cross_entropy_fusion = CrossEntropyFusion::none;
   /// With recompute = full: how many transformer layers of each pipeline stage (of each model
   /// chunk under interleaving) are recomputed, counted from the stage's first layer; the others
   /// keep all their activations (Megatron-LM --recompute-method block --recompute-num-layers N).

@@ -228,6 +228,8 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --moe-token-dispatcher-type alltoall --moe-grouped-gemm";
   if (p.model.moe && q.etp() != q.tp) s << " --expert-tensor-parallel-size " << q.etp();
   if (q.ep_overlap) s << " --overlap-moe-expert-parallel-comm --delay-wgrad-compute";
+  if (q.cross_entropy_fusion != CrossEntropyFusion::none)
+    s << " --cross-entropy-loss-fusion --cross-entropy-fusion-impl " << to_string(q.cross_entropy_fusion);
   // Multi-token prediction modules on the last stage (Megatron-Core's default layout).
   if (p.model.mtp_layers > 0) s << " --mtp-num-layers " << p.model.mtp_layers;
   if (p.model.moe && p.model.moe->expert_ffn_hidden > 0) s << " --moe-ffn-hidden-size " << p.model.moe->expert_ffn_hidden;

@@ -138,6 +138,7 @@ void visit_fields(V& v, S& p) {
   v.enumeration("recompute", p.recompute, Recompute::none);
   v.boolean("compile", p.compile, false);
   v.boolean("compile_loss", p.compile_loss, false);
+  v.enumeration("cross_entropy_fusion", p.cross_entropy_fusion, CrossEntropyFusion::none);
   v.integer("recompute_layers", p.recompute_layers, 0, 0);
   v.integer("partial_recompute_microbatches", p.partial_recompute_microbatches, 0, 0);
   v.integer("zero", p.zero, 0, 0);

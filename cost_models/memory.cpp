@@ -291,8 +291,13 @@ Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& mo
   // A compiled loss (plan.compile_loss) keeps only the bf16 logits it reads and the bf16 gradient
   // it writes: Inductor fuses the fp32 upcast, log-softmax and NLL into one kernel each way and
   // saves the 16-bit input rather than the fp32 intermediates (min-cut recomputation).
-  const double logits =
-      (plan.compile_loss ? 2.0 * x.bytes.activation : x.framework->activations.logits_bytes) * sb * model.vocab / plan.tp;
+  // Transformer Engine's fused loss (plan.cross_entropy_fusion te) writes the gradient over the
+  // 16-bit logits in place and keeps nothing else; Megatron-Core's native fusion saves the fp32
+  // softmax, as the unfused path does (logits_bytes).
+  const double per_logit = plan.compile_loss                                        ? 2.0 * x.bytes.activation
+                           : plan.cross_entropy_fusion == CrossEntropyFusion::te ? x.bytes.activation
+                                                                                  : x.framework->activations.logits_bytes;
+  const double logits = per_logit * sb * model.vocab / plan.tp;
   return Bytes(norm_and_projection_inputs + logits);
 }
 

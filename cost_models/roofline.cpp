@@ -591,10 +591,29 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   // A compiled loss (plan.compile_loss) reads the 16-bit logits once forward (the log-sum-exp per
   // row is all it writes) and once backward, writing their gradient: 2 and 4 bytes per element in
   // one kernel each way (stream() doubles them for fp32 training, as it does the traffic tables).
-  const Seconds loss_fwd =
-      p.compile_loss ? stream(2.0, T * V / t, 1) : stream(tr.loss_forward, T * V / t, tr.loss_launches_forward);
-  const Seconds loss_bwd =
-      p.compile_loss ? stream(4.0, T * V / t, 1) : stream(tr.loss_backward, T * V / t, tr.loss_launches_backward);
+  // Megatron-Core's fused cross-entropy (plan.cross_entropy_fusion), per 16-bit logit:
+  //  native (core_r0.8.0 fusions/fused_cross_entropy.py, each step a torch.compile'd function):
+  //   forward, the .float() copy written while its row max is taken (read 2, write 4), the max
+  //   subtracted and exp'd in place with the row sum in the same pass (4 + 4), the division into
+  //   the saved softmax (4 + 4): 22 in 3 launches; backward, the target's -1 scattered in (a
+  //   launch over the rows) and the softmax scaled in place by the loss gradient and cast to 16
+  //   bits in one pass (4 + 4 + 2): 10 in 2 launches.
+  //  te (Transformer Engine v2.1+ triton/cross_entropy.py): forward, online_softmax_kernel reads
+  //   the logits once for the row max and sum, cross_entropy_kernel reads them again and writes
+  //   the gradient over them in place (2 + 2 + 2): 6 in 2 launches; backward, element_mul_kernel
+  //   scales that gradient in place (2 + 2): 4 in 1 launch.
+  Seconds loss_fwd = stream(tr.loss_forward, T * V / t, tr.loss_launches_forward);
+  Seconds loss_bwd = stream(tr.loss_backward, T * V / t, tr.loss_launches_backward);
+  if (p.compile_loss) {
+    loss_fwd = stream(2.0, T * V / t, 1);
+    loss_bwd = stream(4.0, T * V / t, 1);
+  } else if (p.cross_entropy_fusion == CrossEntropyFusion::native) {
+    loss_fwd = stream(22.0, T * V / t, 3);
+    loss_bwd = stream(10.0, T * V / t, 2);
+  } else if (p.cross_entropy_fusion == CrossEntropyFusion::te) {
+    loss_fwd = stream(6.0, T * V / t, 2);
+    loss_bwd = stream(4.0, T * V / t, 1);
+  }
   e.head_forward = norm_fwd + cast_fwd + head + loss_fwd;
   e.head_backward = norm_bwd + cast_bwd + x.roofline16().gemm({T, h, V / t, 1}) + x.roofline16().gemm({h, V / t, T, 1}) +
                     loss_bwd;

@@ -69,6 +69,9 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   if (q.ep_overlap) unsupported("plan.ep_overlap", "true", "MoE all-to-alls overlapped with another micro-batch's compute");
   if (q.recompute_modules.any())
     unsupported("plan.recompute_modules", "(set)", "per-module recompute (norms, MLA up-projections, the MoE activation, checkpointed MLP, MoE or shared-expert blocks)");
+  if (q.cross_entropy_fusion != CrossEntropyFusion::none)
+    unsupported("plan.cross_entropy_fusion", to_string(q.cross_entropy_fusion),
+                "Megatron-Core's fused cross-entropy kernels (it runs its own loss)");
   if (q.ep_dispatcher != EpDispatcher::nccl)
     unsupported("plan.ep_dispatcher", to_string(q.ep_dispatcher), "DeepEP's node-deduplicated dispatch");
   if (q.schedule == Schedule::zb_h1 || q.schedule == Schedule::dualpipe)

@@ -157,6 +157,13 @@ TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   EXPECT_NE(megatron_arguments(srelu).find("--squared-relu"), std::string::npos);
   EXPECT_EQ(megatron_arguments(srelu).find("--swiglu"), std::string::npos);
   EXPECT_EQ(parse_plan_json(to_json(srelu).dump(), "plan.json").model.activation, Activation::squared_relu);
+  // Megatron-Core's fused cross-entropy: the flag and its implementation; plan.json keeps it.
+  ExecutablePlan ce = p;
+  EXPECT_EQ(megatron_arguments(ce).find("--cross-entropy-loss-fusion"), std::string::npos);
+  ce.plan.framework = Framework::megatron_core;
+  ce.plan.cross_entropy_fusion = CrossEntropyFusion::te;
+  EXPECT_NE(megatron_arguments(ce).find("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te"), std::string::npos);
+  EXPECT_EQ(parse_plan_json(to_json(ce).dump(), "plan.json").plan.cross_entropy_fusion, CrossEntropyFusion::te);
   ExecutablePlan bf16_state = p;  // NeMo's distributed Adam state: no Megatron-LM flags, survives plan.json
   bf16_state.training.dtype = Dtype::bf16;
   bf16_state.training.optimizer_state_dtype = Dtype::bf16;

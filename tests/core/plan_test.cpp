@@ -89,6 +89,8 @@ TEST(CheckPlan, EachRuleNamesItsField) {
                         f.p.framework = Framework::megatron_core; f.p.attention = AttentionImpl::flash;
                         f.p.cp = 2; f.p.dp = 2; }, "plan.cp"},                          // no windowed ring attention
       {[](Fixture& f) { f.p.framework = Framework::pytorch; f.p.compile_loss = true; }, "plan.compile_loss"},  // no compile
+      {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.cross_entropy_fusion = CrossEntropyFusion::native; },
+       "plan.cross_entropy_fusion"},                                                   // Megatron-Core only
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;

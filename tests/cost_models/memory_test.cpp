@@ -784,6 +784,22 @@ TEST(CompiledLoss, KeepsOnlyTheSixteenBitLogitsAndTheirGradient) {
   // before the loss was compiled.
 }
 
+TEST(FusedCrossEntropy, TransformerEngineKeepsOnlyTheSixteenBitLogits) {
+  // Megatron-Core at TP 2, vocabulary 128,256, micro-batch 1 x 8192 tokens: the unfused loss and
+  // the native fusion keep the fp32 softmax for the backward (4 bytes per local logit);
+  // Transformer Engine's kernels write the gradient over the bf16 logits and keep nothing else (2).
+  ModelSpec m{.name = "llama-like", .layers = 2, .hidden = 4096, .heads = 32, .seq_len = 8192, .vocab = 128256,
+              .ffn_hidden = 14336, .kv_heads = 8, .moe = std::nullopt};
+  PlanSpec p = plan_with(2, true, Recompute::none);
+  p.framework = Framework::megatron_core;
+  const double sb = 8192, inputs = (2.0 + 2.0) * sb * 4096 / 2, logits = sb * 128256 / 2;
+  EXPECT_DOUBLE_EQ(output_layer_activation_bytes(exec(p), m, p, 1, 8192).value(), inputs + 4.0 * logits);
+  p.cross_entropy_fusion = CrossEntropyFusion::native;
+  EXPECT_DOUBLE_EQ(output_layer_activation_bytes(exec(p), m, p, 1, 8192).value(), inputs + 4.0 * logits);
+  p.cross_entropy_fusion = CrossEntropyFusion::te;
+  EXPECT_DOUBLE_EQ(output_layer_activation_bytes(exec(p), m, p, 1, 8192).value(), inputs + 2.0 * logits);
+}
+
 }  // namespace
 }  // namespace foresight::cost_models
 

@@ -6,7 +6,7 @@
 // in micro-batches of 1, fp32, Adam, 20 steps on the text corpus. EXTRA adds plan fields,
 // '+'-separated ("-" for none): vsN virtual_stages N, sp sequence_parallel, offF
 // offload.activations F, slA,B,.. token_slices, layersA,B,.. stage_layers, epN ep N, dpoverlap dp_overlap, offopt
-// offload.optimizer, rclN recompute_layers N, swiglu / untied a gated-MLP / untied-head model, cp2 context parallelism 2, moe a MoE model (4 experts, top-2, capacity factor 1.25, every other layer), mtp one multi-token prediction module.
+// offload.optimizer, rclN recompute_layers N, swiglu / untied a gated-MLP / untied-head model, cp2 context parallelism 2, moe a MoE model (4 experts, top-2, capacity factor 1.25, every other layer), mtp one multi-token prediction module, cete Transformer Engine's fused cross-entropy.
 // No plan rule is checked here: refused layouts are written too, for the trainer to refuse.
 #include <fstream>
 #include <iostream>
@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
     else if (flag == "sp") q.sequence_parallel = true;
     else if (flag == "dpoverlap") q.dp_overlap = true;
     else if (flag == "offopt") q.offload.optimizer = true;
+    else if (flag == "cete") q.cross_entropy_fusion = CrossEntropyFusion::te;
     else if (flag.rfind("rcl", 0) == 0) q.recompute_layers = std::stoi(flag.substr(3));
     else if (flag.rfind("off", 0) == 0) q.offload.activations = std::stod(flag.substr(3));
     else if (flag.rfind("ep", 0) == 0) q.ep = std::stoi(flag.substr(2));
