@@ -244,6 +244,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                     p.framework = r.framework;
                     p.compile = r.compile;
                     p.compile_loss = r.compile_loss;
+                    p.cross_entropy_fusion = r.cross_entropy_fusion;
                     // FP8 training gathers its sharded GEMM weights in FP8 where the framework and
                     // the rules allow (fewer bytes, no per-micro-batch weight casts, smaller
                     // gathered buffers).
@@ -267,6 +268,7 @@ cost_models::ExecutionModel execution_for(const SearchRequest& r, int zero) {
   p.framework = r.framework;
   p.compile = r.compile;  // the elementwise traffic every candidate shares
   p.compile_loss = r.compile_loss;
+  p.cross_entropy_fusion = r.cross_entropy_fusion;
   // Every candidate spreads over all r.gpus GPUs (dp stands for the whole layout here): the pace of
   // the slowest of them (cost_models/device_spread.hpp) applies to each, as it does when one plan
   // is simulated on its own.

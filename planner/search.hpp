@@ -28,6 +28,8 @@ struct SearchRequest {
   Framework framework = Framework::megatron; // whose implementation will run the plan
   bool compile = false;                      // every plan under torch.compile (frameworks that compile)
   bool compile_loss = false;                 // and the loss with it (plan.compile_loss)
+  /// Megatron-Core's fused loss on every plan (plan.cross_entropy_fusion), where the framework runs it.
+  CrossEntropyFusion cross_entropy_fusion = CrossEntropyFusion::none;
   int top_k = 10;                            // ranked plans kept (and re-simulated with SimGrid)
   bool simgrid_top = true;
   int threads = 0;                           // 0: default_threads()

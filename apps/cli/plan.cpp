@@ -69,6 +69,9 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   // The experiment's torch.compile setting carries over to a framework that compiles.
   r.compile = base.plan.compile && framework_traits(r.framework).compiled_elementwise.has_value();
   r.compile_loss = r.compile && base.plan.compile_loss;
+  // So does the recipe's fused cross-entropy, to a framework that runs it (Megatron-Core).
+  r.cross_entropy_fusion =
+      framework_traits(r.framework).cross_entropy_fusion ? base.plan.cross_entropy_fusion : CrossEntropyFusion::none;
   // A precision the GPU has no tensor-core peak for (bf16 or FP8 on a V100, say) is refused here,
   // before any plan is priced, naming where the dtype came from.
   if (!(r.cluster.gpu.peak(r.training.dtype) > FlopsPerSecond(0))) {

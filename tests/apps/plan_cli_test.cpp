@@ -81,6 +81,27 @@ TEST(PlanCli, MemoryHeadroomLeavesItsShareOfTheDeviceFree) {
   EXPECT_EQ(plan({"--experiment", "sc21-table1-1.7b", "--memory-headroom", "0.95"}).rc, 2);  // out of [0, 0.9]
 }
 
+TEST(PlanCli, TheRecipesFusedLossCarriesOverToMegatronCorePlansOnly) {
+  // NeMo 2.0's Nemotron-4 15B recipe runs Transformer Engine's fused cross-entropy: every plan
+  // for it keeps that loss; planned for Megatron-LM, none does.
+  auto fusions = [](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--experiment", "dgxc2505-nemotron4-15b-16xh100-bf16", "--no-simgrid", "--json", "--top", "5"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const Outcome o = plan(a);
+    EXPECT_EQ(o.rc, 0) << o.err;
+    std::vector<std::string> out;
+    const nlohmann::json j = nlohmann::json::parse(o.out);  // kept: a range-for over a temporary's member dangles
+    for (const auto& row : j["ranked"])
+      out.push_back(row["plan"]["cross_entropy_fusion"].get<std::string>());
+    return out;
+  };
+  const auto core = fusions({}), lm = fusions({"--framework", "megatron"});
+  ASSERT_FALSE(core.empty());
+  ASSERT_FALSE(lm.empty());
+  for (const auto& f : core) EXPECT_EQ(f, "te");
+  for (const auto& f : lm) EXPECT_EQ(f, "none");
+}
+
 TEST(PlanCli, ProgressGoesToStderrAndNeverIntoJson) {
   // A bar (forced: the test has no terminal) redrawn in place with count, rate and time left.
   ::setenv("FORESIGHT_PROGRESS", "bar", 1);
