@@ -24,9 +24,17 @@ examples/training/{gpt,llama}/h100/*_fp8.sh:
   - Model shapes: the Llama configs (rmsnorm, no bias, SwiGLU, RoPE, untied) and NeMo's GPT-3
     defaults (LayerNorm, bias, GELU, learned positions, tied embeddings, GPT-2 BPE padded to a
     multiple of 128 x TP: 50304 / 50432 / 50688 at TP 1 / 2 / 4).
+  - the loss: Megatron-Core's fused cross-entropy (cross_entropy_fusion native) where the row's
+    yaml sets cross_entropy_loss_fusion: true (Llama 3 and Nemotron at the tag; the Llama 2
+    yamls only after the clean-up, GPT-3 never).
 Dropout (0.1 in the GPT-3 rows, 0 in the Llama rows) is priced as the framework's: megatron-core
-keeps dropout masks. Rows left out: Nemotron-8B/22B (squared-ReLU, layernorm1p, half-rotary and
-GBS overrides not in any file), Nemotron-340B (its committed config differs from the row).
+keeps dropout masks. Nemotron-8B and 22B (session 35, once squared ReLU could be written down):
+the table's GBS and MBS over their yamls' (nemotron_{8b,22b}.yaml at the tag: TP 2, squared ReLU,
+layernorm1p, half-rotary RoPE, no grad_sync_dtype, so apex syncs gradients in fp32); models
+nemotron3-8b/22b. Left out: Nemotron-340B, its committed config (PP 12, VP 8, 768 nodes) differs
+from the row's (PP 8, VP 12, 128 GPUs), as decided before it could be predicted; written down
+with that yaml's settings anyway in session 35 it came out -13.2% (-5.9% with the userbuffers TP
+overlap of dgxc-benchmarking's recipe of the same shape).
 
 Usage: python3 scenarios/tools/nemo_experiments.py
 """
@@ -50,28 +58,36 @@ GPT3 = {
 }
 
 # row, model file, GPUs, GBS, MBS, TP, PP, CP, VP, tokens/s/GPU, sequence parallel, TP overlap,
-# attention, launcher revision and files.
+# attention, launcher revision and files, fused loss, gradient sync dtype.
 ROWS = [
     ("gpt3-5b-64xh100", "nemo-gpt3-5b", 64, 2048, 4, 1, 1, 1, 1, 23406, False, False, "flash2", CLEANUP,
-     "conf/training/gpt3/5b.yaml, examples/training/gpt/h100/5b_fp8_8node.sh"),
+     "conf/training/gpt3/5b.yaml, examples/training/gpt/h100/5b_fp8_8node.sh", None, "bf16"),
     ("gpt3-20b-64xh100", "nemo-gpt3-20b", 64, 256, 2, 2, 1, 1, 1, 5851, True, True, "flash2", CLEANUP,
-     "conf/training/gpt3/20b.yaml (ub_cfg_h100_h6144_tp2_mbs2_seqlen2048)"),
+     "conf/training/gpt3/20b.yaml (ub_cfg_h100_h6144_tp2_mbs2_seqlen2048)", None, "bf16"),
     ("gpt3-175b-128xh100", "nemo-gpt3-175b", 128, 256, 1, 4, 8, 1, 6, 716, True, False, "cudnn", CLEANUP,
      "conf/training/gpt3/175b.yaml (VP 6, ub_tp_comm_overlap False), examples/training/gpt/h100/175b_fp8_16node.sh "
-     "(NVTE_FUSED_ATTN=1)"),
+     "(NVTE_FUSED_ATTN=1)", None, "bf16"),
     ("gpt3-175b-512xh100", "nemo-gpt3-175b", 512, 2048, 2, 4, 8, 1, 6, 825, True, True, "cudnn", CLEANUP,
-     "conf/training/gpt3/175b_mlperf.yaml (64 nodes, dropout 0, layernorm1p)"),
+     "conf/training/gpt3/175b_mlperf.yaml (64 nodes, dropout 0, layernorm1p)", None, "bf16"),
     ("llama2-7b-8xh100", "llama2-7b", 8, 128, 1, 1, 1, 1, 1, 16934, False, False, "flash2", TAG,
-     "conf/training/llama/llama2_7b.yaml, examples/training/llama/h100/llama2_7b_fp8.sh"),
+     "conf/training/llama/llama2_7b.yaml, examples/training/llama/h100/llama2_7b_fp8.sh", None, "bf16"),
     ("llama2-13b-16xh100", "llama2-13b", 16, 128, 1, 1, 4, 1, 10, 8715, False, False, "flash2", TAG,
-     "conf/training/llama/llama2_13b.yaml (PP 4, VP 10)"),
+     "conf/training/llama/llama2_13b.yaml (PP 4, VP 10)", None, "bf16"),
     ("llama2-70b-64xh100", "llama2-70b", 64, 128, 1, 4, 4, 1, 20, 1728, True, True, "flash2", TAG,
-     "conf/training/llama/llama2_70b.yaml (VP 20 at the tag; 5 after the clean-up)"),
+     "conf/training/llama/llama2_70b.yaml (VP 20 at the tag; 5 after the clean-up)", None, "bf16"),
     ("llama3-8b-8xh100", "llama3.1-8b", 8, 128, 1, 1, 1, 2, 1, 12273, False, False, "flash2", TAG,
-     "conf/training/llama/llama3_8b.yaml (CP 2)"),
+     "conf/training/llama/llama3_8b.yaml (CP 2)", "native", "bf16"),
     ("llama3-70b-64xh100", "llama3.1-70b", 64, 128, 1, 4, 4, 2, 5, 1524, True, True, "flash2", CLEANUP,
      "conf/training/llama/llama3_70b.yaml (VP 5 after the clean-up), examples/training/llama/h100/llama3_70b_fp8.sh "
-     "(ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192)"),
+     "(ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192)", "native", "bf16"),
+    ("nemotron-8b-64xh100", "nemotron3-8b", 64, 256, 4, 2, 1, 1, 1, 12507, True, True, "flash2", TAG,
+     "conf/training/nemotron/nemotron_8b.yaml (the table's micro-batch 4 and global batch 256 over the yaml's 2 and 32; no "
+     "grad_sync_dtype or dtype: fp32 state, and apex syncs gradients in the state dtype, NeMo r2.0.0rc0 megatron_base_model.py)",
+     "native", "fp32"),
+    ("nemotron-22b-64xh100", "nemotron3-22b", 64, 256, 2, 2, 4, 1, 10, 4312, True, True, "flash2", TAG,
+     "conf/training/nemotron/nemotron_22b.yaml (overlapped pipeline p2p; the table's micro-batch 2 and global batch 256 "
+     "over the yaml's 1 and 32; no grad_sync_dtype or dtype: fp32 state, and apex syncs gradients in the state dtype, NeMo "
+     "r2.0.0rc0 megatron_base_model.py)", "native", "fp32"),
 ]
 
 
@@ -93,7 +109,7 @@ def write_gpt3_models():
 
 def main():
     write_gpt3_models()
-    for row, model, gpus, gbs, mbs, tp, pp, cp, vp, tps, sp, ub, attention, rev, files in ROWS:
+    for row, model, gpus, gbs, mbs, tp, pp, cp, vp, tps, sp, ub, attention, rev, files, ce, reduce in ROWS:
         dp = gpus // (tp * pp * cp)
         assert dp * tp * pp * cp == gpus and gbs % (dp * mbs) == 0, row
         plan = [f"tp: {tp}", f"pp: {pp}", f"dp: {dp}"]
@@ -104,11 +120,15 @@ def main():
             plan.append(f"virtual_stages: {vp}")
         plan += ["recompute: none", f"sequence_parallel: {'true' if sp else 'false'}",
                  f"tp_overlap: {'true' if ub else 'false'}", "zero: 1", "dp_overlap: true", "param_gather_overlap: true",
-                 "framework: megatron-core", f"attention: {attention}", "reduce_dtype: bf16"]
+                 "framework: megatron-core"]
+        if ce:
+            plan.append(f"cross_entropy_fusion: {ce}")
+        plan += [f"attention: {attention}", f"reduce_dtype: {reduce}"]
         name = f"nemo2407-{row}-fp8"
         notes = (f"{tps} tokens/s per GPU x {gpus} GPUs. " + LAUNCHER.format(rev=rev, files=files) +
                  ": FP8 hybrid (delayed scaling), no recompute, distributed fused Adam with overlapped gradient and parameter "
-                 "sync in bf16, gradient accumulation fusion, sequence parallelism and userbuffers TP overlap as set, "
+                 f"sync in {reduce}, gradient accumulation fusion, sequence parallelism and userbuffers TP overlap as set, "
+                 + ("Megatron-Core's fused cross-entropy (cross_entropy_loss_fusion), " if ce else "") +
                  f"attention backend {'cuDNN (NVTE_FUSED_ATTN=1)' if attention == 'cudnn' else 'FlashAttention-2 (NVTE_FUSED_ATTN=0)'}. "
                  "Cluster dgx-h100-superpod (DGX H100, 8 x 400 Gb/s InfiniBand per node), as the table's DGX-H100.")
         write_experiment(name, model, "dgx-h100-superpod", gpus, f"{{global_batch: {gbs}, dtype: fp8, optimizer: adam}}", plan,
