@@ -552,6 +552,14 @@ std::string frameworks_that(Pred can) {
 
 std::string count(long long v) { return std::to_string(v); }
 
+/// "megatron-core does" / "megatron-core or torchtitan do": the frameworks that can, as a clause.
+template <class Pred>
+std::string those_that_do(Pred can) {
+  const std::string names = frameworks_that(can);
+  const bool one = names.find(", ") == std::string::npos && names.find(" or ") == std::string::npos;
+  return names + (one ? " does" : " do");
+}
+
 }  // namespace
 
 std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
@@ -563,23 +571,22 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (!schedule_ok) {
     const int k = int(p.schedule);
     return violation("plan.schedule", to_string(p.schedule),
-              me + " does not run this schedule (" + frameworks_that([k](const FrameworkTraits& t) { return t.schedules[k]; }) +
-                  " do)");
+              me + " does not run this schedule (" + those_that_do([k](const FrameworkTraits& t) { return t.schedules[k]; }) + ")");
   }
   if (p.sequence_parallel && !sequence_parallel)
     return violation("plan.sequence_parallel", "true",
               me + " has no sequence parallelism (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.sequence_parallel; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.sequence_parallel; }) + ")");
   if (tp_needs_sequence_parallel && p.tp > 1 && !p.sequence_parallel)
     return violation("plan.sequence_parallel", "false", me + "'s tensor parallelism shards the norms over the sequence: set it true");
   if (p.recompute == Recompute::selective && !selective_recompute)
     return violation("plan.recompute", "selective",
               me + " has no selective (attention-core) recompute (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.selective_recompute; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.selective_recompute; }) + ")");
   if (p.recompute == Recompute::full && !full_recompute)
     return violation("plan.recompute", "full",
               me + " has no full activation recompute (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.full_recompute; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.full_recompute; }) + ")");
   if (p.recompute == Recompute::selective_op && !op_selective_recompute)
     return violation("plan.recompute", "selective-op",
               me + " has no per-op selective checkpointing (" +
@@ -593,11 +600,11 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (p.partial_recompute_microbatches > 0 && !microbatch_recompute)
     return violation("plan.partial_recompute_microbatches", count(p.partial_recompute_microbatches),
               me + " does not vary recompute by micro-batch (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.microbatch_recompute; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.microbatch_recompute; }) + ")");
   if (p.compile && !compiled_elementwise)
     return violation("plan.compile", "true",
               me + " has no torch.compile mode (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.compiled_elementwise; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.compiled_elementwise; }) + ")");
   if (p.zero < min_zero)
     return violation("plan.zero", count(p.zero),
               me + " runs FSDP (zero " + count(min_zero) + ") with its bf16 recipe; its other paths are framework pytorch's");
@@ -619,33 +626,33 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (p.cp > 1 && !context_parallel)
     return violation("plan.cp", count(p.cp),
               "needs a framework that runs context parallelism (" + me + " does not: " +
-                  frameworks_that([](const FrameworkTraits& t) { return t.context_parallel; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.context_parallel; }) + ")");
   if (p.tp_overlap && !tp_overlap)
     return violation("plan.tp_overlap", "true",
               me + " does not overlap TP communication (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.tp_overlap; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.tp_overlap; }) + ")");
   if (p.dp_overlap && (!dp_overlap || (p.pp > 1 && !dp_overlap_with_pipeline)))
     return violation("plan.dp_overlap", "true", dp_overlap_refusal);
   if (p.fp8_param_gather && !fp8_param_gather)
     return violation("plan.fp8_param_gather", "true",
               me + " does not gather parameters in FP8 (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.fp8_param_gather; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.fp8_param_gather; }) + ")");
   if (p.ep_overlap && !ep_overlap)
     return violation("plan.ep_overlap", "true",
               me + " does not overlap MoE all-to-alls with compute (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.ep_overlap; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.ep_overlap; }) + ")");
   if (p.recompute_modules.any() && !recompute_modules)
     return violation("plan.recompute_modules", "(set)",
               me + " has no per-module recompute (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.recompute_modules; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.recompute_modules; }) + ")");
   if (p.cross_entropy_fusion != CrossEntropyFusion::none && !cross_entropy_fusion)
     return violation("plan.cross_entropy_fusion", to_string(p.cross_entropy_fusion),
               "is Megatron-Core's fused vocabulary-parallel cross-entropy; " + me + " does not run it (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.cross_entropy_fusion; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.cross_entropy_fusion; }) + ")");
   if (p.ep_dispatcher == EpDispatcher::deepep && !deepep)
     return violation("plan.ep_dispatcher", "deepep",
               me + " does not dispatch through DeepEP (" +
-                  frameworks_that([](const FrameworkTraits& t) { return t.deepep; }) + " do)");
+                  those_that_do([](const FrameworkTraits& t) { return t.deepep; }) + ")");
   if (!p.partition_method.empty() && !partition_method)
     return violation("plan.partition_method", p.partition_method,
               "is DeepSpeed's pipeline partitioning; " + me +
@@ -667,7 +674,7 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (p.expert_tp > 0 && p.etp() != p.tp && !expert_folding)
     return violation("plan.expert_tp", count(p.expert_tp),
               "must equal plan.tp unless the framework folds expert parallelism over tp x cp x dp (" + me +
-                  " does not: " + frameworks_that([](const FrameworkTraits& t) { return t.expert_folding; }) + " do)");
+                  " does not: " + those_that_do([](const FrameworkTraits& t) { return t.expert_folding; }) + ")");
   if (p.gradient_accumulation_fusion.value_or(false) && !precision.fp32_main_grads)
     return violation("plan.gradient_accumulation_fusion", "true",
               me + " keeps no fp32 main-gradient buffer for the weight-gradient GEMMs to add into (Megatron-LM's "
@@ -682,7 +689,7 @@ std::optional<PlanViolation> FrameworkTraits::model_refusal(const ModelSpec& m) 
   if (m.mtp_layers > 0 && !mtp)
     return violation("model.mtp_layers", count(m.mtp_layers),
                      std::string(name) + " builds no multi-token prediction modules (" +
-                         frameworks_that([](const FrameworkTraits& t) { return t.mtp; }) + " do)");
+                         those_that_do([](const FrameworkTraits& t) { return t.mtp; }) + ")");
   return std::nullopt;
 }
 
