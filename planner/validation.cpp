@@ -183,6 +183,26 @@ cost_models::CalibrationSet fit_on(const std::vector<Experiment>& measured, cons
     const int n = int(active.size());
     Eigen::VectorXd r = residuals(set);
     double cost = r.squaredNorm();
+    // A parameter that enters as max(0, x - t) (a host time a kernel may hide) has no gradient at
+    // its neutral value, so the steps below could never move it: such a parameter is first scanned
+    // over its range (nine points, the others held) and starts from the best of them.
+    for (int j = 0; j < n; ++j) {
+      cost_models::CalibratedParameter& p = set.parameters[active[j]];
+      const double saved = p.value, h = 1e-3 * (p.hi - p.lo);
+      p.value = saved + h <= p.hi ? saved + h : saved - h;
+      const bool flat = (residuals(set) - r).cwiseAbs().maxCoeff() == 0.0;
+      p.value = saved;
+      if (!flat) continue;
+      double best_value = saved, best_cost = cost;
+      for (int k = 0; k <= 8; ++k) {
+        p.value = p.lo + (p.hi - p.lo) * k / 8.0;
+        const double c = residuals(set).squaredNorm();
+        if (c < best_cost - 1e-15) best_cost = c, best_value = p.value;
+      }
+      p.value = best_value;
+      r = residuals(set);
+      cost = r.squaredNorm();
+    }
     double lambda = 1e-6;
     for (int iter = 0; iter < 40; ++iter) {
       // Forward differences over a thousandth of each range (backward at the upper bound).
