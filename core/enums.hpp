@@ -144,10 +144,6 @@ FORESIGHT_ENUM_NAMES(EpDispatcher, {EpDispatcher::nccl, "nccl"}, {EpDispatcher::
 enum class Placement { tp_dp_pp, tp_pp_dp };
 FORESIGHT_ENUM_NAMES(Placement, {Placement::tp_dp_pp, "tp-dp-pp"}, {Placement::tp_pp_dp, "tp-pp-dp"});
 
-/// How context-parallel ranks exchange keys and values: a ring of cp - 1 send/recv steps, each
-/// overlapped with the attention block it feeds (Megatron-Core / Transformer Engine's p2p ring,
-/// torchtitan's ring attention), or one all-gather of K and V before attention and a
-/// reduce-scatter of their gradients after it (Llama 3, Dubey et al. 2024 sec. 3.3.2).
 /// Megatron-Core's vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): none, the
 /// unfused path on the fp32 logits (--cross-entropy-loss-fusion off); native, Megatron-Core's own
 /// fused kernels (--cross-entropy-loss-fusion, core_r0.8+, megatron/core/fusions/
@@ -158,6 +154,10 @@ enum class CrossEntropyFusion { none, native, te };
 FORESIGHT_ENUM_NAMES(CrossEntropyFusion, {CrossEntropyFusion::none, "none"}, {CrossEntropyFusion::native, "native"},
                      {CrossEntropyFusion::te, "te"});
 
+/// How context-parallel ranks exchange keys and values: a ring of cp - 1 send/recv steps, each
+/// overlapped with the attention block it feeds (Megatron-Core / Transformer Engine's p2p ring,
+/// torchtitan's ring attention), or one all-gather of K and V before attention and a
+/// reduce-scatter of their gradients after it (Llama 3, Dubey et al. 2024 sec. 3.3.2).
 enum class CpComm { ring, all_gather };
 FORESIGHT_ENUM_NAMES(CpComm, {CpComm::ring, "ring"}, {CpComm::all_gather, "all-gather"});
 

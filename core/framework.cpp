@@ -536,12 +536,16 @@ const FrameworkTraits& framework_traits(Framework f) {
 
 namespace {
 
-/// "megatron-core, pytorch or generic": the frameworks whose traits satisfy `can`, in enum order.
+/// The frameworks whose traits satisfy `can`, in enum order.
 template <class Pred>
-std::string frameworks_that(Pred can) {
+std::vector<std::string> framework_names_that(Pred can) {
   std::vector<std::string> names;
   for (const auto& entry : EnumNames<Framework>::kList)
     if (const FrameworkTraits& t = framework_traits(entry.first); can(t)) names.push_back(t.name);
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& names) {
   std::string out;
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (i) out += i + 1 == names.size() ? " or " : ", ";
@@ -550,14 +554,19 @@ std::string frameworks_that(Pred can) {
   return out.empty() ? "none" : out;
 }
 
+/// "megatron-core, pytorch or generic".
+template <class Pred>
+std::string frameworks_that(Pred can) {
+  return joined(framework_names_that(can));
+}
+
 std::string count(long long v) { return std::to_string(v); }
 
 /// "megatron-core does" / "megatron-core or torchtitan do": the frameworks that can, as a clause.
 template <class Pred>
 std::string those_that_do(Pred can) {
-  const std::string names = frameworks_that(can);
-  const bool one = names.find(", ") == std::string::npos && names.find(" or ") == std::string::npos;
-  return names + (one ? " does" : " do");
+  const std::vector<std::string> names = framework_names_that(can);
+  return joined(names) + (names.size() == 1 ? " does" : " do");
 }
 
 }  // namespace
