@@ -200,8 +200,10 @@ cost_models::CalibrationSet fit_on(const std::vector<Experiment>& measured, cons
         if (c < best_cost - 1e-15) best_cost = c, best_value = p.value;
       }
       p.value = best_value;
-      r = residuals(set);
-      cost = r.squaredNorm();
+      if (best_value != saved) {
+        r = residuals(set);
+        cost = best_cost;
+      }
     }
     double lambda = 1e-6;
     for (int iter = 0; iter < 40; ++iter) {

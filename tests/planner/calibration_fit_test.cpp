@@ -7,6 +7,9 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -18,23 +21,35 @@ namespace {
 
 namespace fs = std::filesystem;
 
-cost_models::CalibrationSet slot_parameter(double value) {
+/// One calibrated parameter of `knob` over [0, hi] seconds, scoped to `framework`, at `value`.
+cost_models::CalibrationSet one_parameter(const char* name, cost_models::CalibratedKnob knob, double hi,
+                                          Framework framework, double value) {
   cost_models::CalibratedParameter p;
-  p.name = "slot";
-  p.knob = cost_models::CalibratedKnob::slot_overhead;
+  p.name = name;
+  p.knob = knob;
   p.unit = "s";
   p.lo = 0;
-  p.hi = 0.06;
+  p.hi = hi;
   p.value = value;
-  p.scope.frameworks = {Framework::deepspeed};
+  p.scope.frameworks = {framework};
   cost_models::CalibrationSet set;
   set.parameters = {p};
   return set;
 }
 
-/// A scenario tree with the bundled models, clusters and GPUs and one experiment: MT-NLG on 350
-/// nodes with `iteration_s` as its measurement and `role`.
-fs::path tree_with(double iteration_s, const char* role) {
+cost_models::CalibrationSet slot_parameter(double value) {
+  return one_parameter("slot", cost_models::CalibratedKnob::slot_overhead, 0.06, Framework::deepspeed, value);
+}
+
+/// FSDP's per-unit host time (the knob enters as max(kernels, host time): no gradient at 0).
+cost_models::CalibrationSet unit_host_time(double value) {
+  return one_parameter("unit_host", cost_models::CalibratedKnob::unit_overhead, 0.002, Framework::llm_foundry, value);
+}
+
+/// A scenario tree with the bundled models, clusters and GPUs and one experiment, `name`: the
+/// bundled `experiment` with each (pattern, replacement) of `edits` applied to its text.
+fs::path synthetic_tree(const char* experiment, const char* name,
+                        const std::vector<std::pair<std::string, std::string>>& edits) {
   // One directory per test process: CTest runs this file's tests in parallel processes, and a
   // shared directory was removed under a sibling test (a CI failure of RecoversAKnownSlotOverhead).
   const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -43,47 +58,28 @@ fs::path tree_with(double iteration_s, const char* role) {
   fs::remove_all(root);
   fs::create_directories(root / "experiments");
   for (const char* dir : {"models", "clusters", "gpus"}) fs::create_directory_symlink(fs::path(scenarios_dir()) / dir, root / dir);
-  std::ifstream in(resolve_scenario("experiments", "mt-nlg-530b-selene-350"));
+  std::ifstream in(resolve_scenario("experiments", experiment));
   std::stringstream text;
   text << in.rdbuf();
-  std::string yaml = std::regex_replace(text.str(), std::regex("iteration_s: 50.2"),
-                                        "role: " + std::string(role) + "\n    iteration_s: " + std::to_string(iteration_s));
-  std::ofstream(root / "experiments" / "mt-nlg-synthetic.yaml") << yaml;
+  std::string yaml = text.str();
+  for (const auto& [pattern, replacement] : edits) yaml = std::regex_replace(yaml, std::regex(pattern), replacement);
+  std::ofstream(root / "experiments" / (std::string(name) + ".yaml")) << yaml;
   return root;
 }
 
-/// FSDP's per-unit host time (the knob enters as max(kernels, host time): no gradient at 0).
-cost_models::CalibrationSet unit_host_time(double value) {
-  cost_models::CalibratedParameter p;
-  p.name = "unit_host";
-  p.knob = cost_models::CalibratedKnob::unit_overhead;
-  p.unit = "s";
-  p.lo = 0;
-  p.hi = 0.002;
-  p.value = value;
-  p.scope.frameworks = {Framework::llm_foundry};
-  cost_models::CalibrationSet set;
-  set.parameters = {p};
-  return set;
+/// MT-NLG on 350 nodes with `iteration_s` as its measurement and `role`.
+fs::path tree_with(double iteration_s, const char* role) {
+  return synthetic_tree("mt-nlg-530b-selene-350", "mt-nlg-synthetic",
+                        {{"iteration_s: 50.2", "role: " + std::string(role) + "\n    iteration_s: " + std::to_string(iteration_s)}});
 }
 
 /// llm-foundry's MPT-125M on 128 A100s at micro-batch 1 (its FSDP units' kernels take well under
 /// a millisecond), measured `tokens_per_s`, with `role`.
 fs::path foundry_tree_with(double tokens_per_s, const char* role) {
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path root = fs::temp_directory_path() /
-                        ("foresight_fit_test_" + std::string(t ? t->name() : "none") + "_" + std::to_string(::getpid()));
-  fs::remove_all(root);
-  fs::create_directories(root / "experiments");
-  for (const char* dir : {"models", "clusters", "gpus"}) fs::create_directory_symlink(fs::path(scenarios_dir()) / dir, root / dir);
-  std::ifstream in(resolve_scenario("experiments", "llmfoundry-mpt-125m-a100-40gb-128gpu-seq2048-bf16"));
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string yaml = std::regex_replace(text.str(), std::regex("micro_batch: 26"), "micro_batch: 1");
-  yaml = std::regex_replace(yaml, std::regex("tokens_per_s: 15863837"),
-                            "role: " + std::string(role) + "\n    tokens_per_s: " + std::to_string(tokens_per_s));
-  std::ofstream(root / "experiments" / "foundry-synthetic.yaml") << yaml;
-  return root;
+  return synthetic_tree("llmfoundry-mpt-125m-a100-40gb-128gpu-seq2048-bf16", "foundry-synthetic",
+                        {{"micro_batch: 26", "micro_batch: 1"},
+                         {"tokens_per_s: 15863837",
+                          "role: " + std::string(role) + "\n    tokens_per_s: " + std::to_string(tokens_per_s)}});
 }
 
 double predicted_quantity(const fs::path& root, const cost_models::CalibrationSet& set, const std::string& quantity) {
@@ -95,11 +91,7 @@ double predicted_quantity(const fs::path& root, const cost_models::CalibrationSe
 }
 
 double predicted_iteration(const fs::path& root, const cost_models::CalibrationSet& set) {
-  const ValidationReport r = validate_all(root.string(), sim::EngineKind::analytic, {}, &set, false);
-  for (const auto& c : r.cases)
-    if (c.quantity == "iteration_s") return c.predicted;
-  ADD_FAILURE() << "no iteration case";
-  return 0;
+  return predicted_quantity(root, set, "iteration_s");
 }
 
 }  // namespace
