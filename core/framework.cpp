@@ -233,7 +233,13 @@ std::array<FrameworkTraits, 9> make_table() {
   // --no-gradient-accumulation-fusion); Megatron-Core passes it to Transformer Engine's linear
   // layers as fuse_wgrad_accumulation.
   megatron_core.gradient_accumulation_fusion = true;
-  megatron_core.max_zero = megatron_core.max_zero_with_pipeline = 3;
+  // ZeRO-2/3 is Megatron-Core's torch FSDP2 path (--use-torch-fsdp2, core_v0.10-0.12
+  // megatron/training/arguments.py), which asserts no pipeline parallelism, no expert parallelism
+  // and no gradient accumulation fusion; with a pipeline, the distributed optimizer (ZeRO-1) only.
+  megatron_core.max_zero = 3;
+  megatron_core.max_zero_with_pipeline = 1;
+  megatron_core.sharded_expert_parallel = false;
+  megatron_core.sharded_gradient_accumulation_fusion = false;
   megatron_core.id = Framework::megatron_core;
   megatron_core.name = "megatron-core";
   megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024); MoE as core_r0.13-r0.17 run it";
@@ -571,6 +577,11 @@ std::string those_that_do(Pred can) {
 
 }  // namespace
 
+bool FrameworkTraits::fuses_gradient_accumulation(const PlanSpec& p) const {
+  const bool allowed = p.zero < 2 || sharded_gradient_accumulation_fusion;
+  return p.gradient_accumulation_fusion.value_or(gradient_accumulation_fusion && allowed);
+}
+
 std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   const std::string me = name;
   // Without a pipeline, GPipe and 1F1B are the same execution.
@@ -627,6 +638,17 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                   }) +
                   " run stage " + count(p.zero) + (piped ? " with a pipeline" : "") + ")");
   }
+  if (p.zero >= 2 && p.ep > 1 && !sharded_expert_parallel)
+    return violation("plan.ep", count(p.ep),
+              me + " shards parameters or gradients (zero " + count(p.zero) +
+                  ") only without expert parallelism (ep 1, or zero 1: its distributed optimizer; " +
+                  frameworks_that([](const FrameworkTraits& t) { return t.sharded_expert_parallel && t.max_zero >= 2; }) +
+                  " run both)");
+  if (p.zero >= 2 && p.gradient_accumulation_fusion.value_or(false) && !sharded_gradient_accumulation_fusion)
+    return violation("plan.gradient_accumulation_fusion", "true",
+              me + "'s ZeRO-" + count(p.zero) +
+                  " path shards the gradients and does not fuse their accumulation into the weight-gradient GEMMs "
+                  "(set it false, or zero 1)");
   if (!p.reshard_after_forward && !zero3_keep_gathered)
     return violation("plan.reshard_after_forward", "false",
               me + " releases every module's gathered parameters after its forward (no SHARD_GRAD_OP mode; " +

@@ -133,27 +133,45 @@ std::string launch_script(const ExecutablePlan& p, const std::string& plan_path)
   return s.str();
 }
 
-std::string megatron_arguments(const ExecutablePlan& p) {
+std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   const PlanSpec& q = p.plan;
-  if (q.schedule == Schedule::terapipe) return "";
-  if (q.schedule == Schedule::gpipe) return "";
+  // No equivalent: the arguments are empty and why_not (where asked) says what has no flag.
+  auto none = [why_not](const std::string& why) {
+    if (why_not) *why_not = why;
+    return std::string();
+  };
+  if (q.schedule == Schedule::terapipe) return none("TeraPipe's token-level pipeline has no Megatron-LM flag");
+  if (q.schedule == Schedule::gpipe) return none("Megatron-LM runs no GPipe schedule (1f1b or interleaved)");
   // Zero-bubble and DualPipe schedules have no Megatron-LM flag (sail-sg's fork and DeepSeek's
   // DualPipe run them).
-  if (q.schedule == Schedule::zb_h1 || q.schedule == Schedule::dualpipe) return "";
-  // ZeRO-3 / HSDP runs under PyTorch FSDP, not the Megatron-LM flags written here.
-  if (q.zero >= 2 || q.shard_group > 0) return "";
+  if (q.schedule == Schedule::zb_h1 || q.schedule == Schedule::dualpipe)
+    return none(std::string("the ") + to_string(q.schedule) + " schedule has no Megatron-LM flag");
+  // ZeRO-2/3 in Megatron-Core is its torch FSDP2 path (--use-torch-fsdp2, written below); no other
+  // framework's sharding (DeepSpeed's, PyTorch FSDP's, HSDP groups) has Megatron-LM flags.
+  const bool fsdp2 = q.zero >= 2 && q.framework == Framework::megatron_core;
+  if (q.shard_group > 0) return none("hybrid sharding (plan.shard_group) has no Megatron-LM flag");
+  if (q.zero >= 2 && !fsdp2)
+    return none("ZeRO-" + std::to_string(q.zero) + " as " + to_string(q.framework) +
+                " runs it has no Megatron-LM flags (Megatron-Core's is torch FSDP2: plan.framework megatron-core)");
+  if (fsdp2 && p.model.tie_embeddings)
+    return none("Megatron-Core's torch FSDP2 path needs untied embeddings (model.tie_embeddings false)");
+  if (fsdp2 && p.training.dtype == Dtype::fp16) return none("Megatron-Core's torch FSDP2 path does not run fp16");
   // Micro-batch-level recompute has no Megatron-LM flag (NeMo's
   // num_micro_batches_with_partial_activation_checkpoints drives Megatron-Core's schedule).
-  if (q.partial_recompute_microbatches > 0) return "";
+  if (q.partial_recompute_microbatches > 0)
+    return none("micro-batch-level recompute (plan.partial_recompute_microbatches) has no Megatron-LM flag");
   // Per-op selective checkpointing and torch.compile are torchtitan's / PyTorch's, not Megatron-LM's.
-  if (q.recompute == Recompute::selective_op || q.compile) return "";
+  if (q.recompute == Recompute::selective_op) return none("per-op selective checkpointing is torchtitan's, not Megatron-LM's");
+  if (q.compile) return none("torch.compile (plan.compile) has no Megatron-LM flag");
   // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs;
   // tensorwise scaling is, where the framework's FP8 is Transformer Engine's (--fp8-recipe tensorwise).
   if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling != Fp8Scaling::delayed &&
       !(p.training.fp8_scaling == Fp8Scaling::tensorwise && framework_traits(q.framework).fp8_transformer_engine))
-    return "";
+    return none(std::string("torchao's ") + to_string(p.training.fp8_scaling) +
+                " float8 is not a Transformer Engine recipe Megatron-LM's --fp8-format runs");
   // Megatron-DeepSpeed's GPTModelPipe fixes partition_method='type:transformer'; others have no flag.
-  if (!q.partition_method.empty() && q.partition_method != "type:transformer") return "";
+  if (!q.partition_method.empty() && q.partition_method != "type:transformer")
+    return none("DeepSpeed's partition_method " + q.partition_method + " has no Megatron-LM flag");
   std::ostringstream s;
   s << "--num-layers " << p.model.layers << " --hidden-size " << p.model.hidden << " --num-attention-heads "
     << p.model.heads << " --ffn-hidden-size " << p.model.ffn_hidden << " --seq-length " << p.model.seq_len
@@ -179,8 +197,10 @@ std::string megatron_arguments(const ExecutablePlan& p) {
     s << " --pipeline-model-parallel-layout \"" << chunks << "\"";
   }
   // A last chunk of the MTP modules and the loss alone needs that layout.
-  if (!layout && !q.stage_layers.empty() && q.stage_layers.back() == 0) return "";
-  if (!layout && q.schedule == Schedule::interleaved && !q.stage_layers.empty()) return "";
+  if (!layout && !q.stage_layers.empty() && q.stage_layers.back() == 0)
+    return none("a last stage of only the MTP modules and the loss needs Megatron-Core's layout flag (plan.framework megatron-core)");
+  if (!layout && q.schedule == Schedule::interleaved && !q.stage_layers.empty())
+    return none("Megatron-LM splits every interleaved model chunk evenly (a count per chunk needs plan.framework megatron-core)");
   if (!layout && q.schedule == Schedule::interleaved)
     s << " --num-layers-per-virtual-pipeline-stage " << p.model.layers / (q.pp * q.virtual_stages);
   if (q.first_stage_layers > 0) s << " --decoder-first-pipeline-num-layers " << q.first_stage_layers;
@@ -188,9 +208,9 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (!layout && !q.stage_layers.empty()) {
     // Megatron-LM takes first/last counts with the rest even; another list has no flag.
     const std::vector<int>& l = q.stage_layers;
-    if (l.size() <= 2) return "";
+    if (l.size() <= 2) return none("Megatron-LM takes first and last stage counts only with a middle stage between them");
     const bool middle_even = std::adjacent_find(l.begin() + 1, l.end() - 1, std::not_equal_to<>()) == l.end() - 1;
-    if (!middle_even) return "";
+    if (!middle_even) return none("Megatron-LM splits the middle stages evenly (this plan.stage_layers does not)");
     s << " --decoder-first-pipeline-num-layers " << l.front() << " --decoder-last-pipeline-num-layers " << l.back();
   }
   if (q.sequence_parallel) s << " --sequence-parallel";
@@ -207,12 +227,16 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   } else if (q.recompute == Recompute::selective) {
     s << " --recompute-granularity selective";
   }
-  if (q.zero >= 1) s << " --use-distributed-optimizer";
-  if (q.dp_overlap) s << " --overlap-grad-reduce";
+  // Torch FSDP2 instead of the distributed optimizer, which it refuses; it overlaps its own gathers
+  // and reduce-scatters (no --overlap flags), and Megatron-Core asserts the fusion off and a
+  // distributed checkpoint format (core_v0.10-0.12 arguments.py). It also needs
+  // CUDA_DEVICE_MAX_CONNECTIONS above 1 in the environment.
+  if (fsdp2) s << " --use-torch-fsdp2 --ckpt-format torch_dist";
+  if (q.zero == 1) s << " --use-distributed-optimizer";
+  if (q.dp_overlap && !fsdp2) s << " --overlap-grad-reduce";
   // Megatron-LM fuses by default; where the simulator priced the separate pass, say so.
-  if (!q.gradient_accumulation_fusion.value_or(framework_traits(q.framework).gradient_accumulation_fusion))
-    s << " --no-gradient-accumulation-fusion";
-  if (q.param_gather_overlap) s << " --overlap-param-gather";
+  if (!framework_traits(q.framework).fuses_gradient_accumulation(q)) s << " --no-gradient-accumulation-fusion";
+  if (q.param_gather_overlap && !fsdp2) s << " --overlap-param-gather";
   if (q.fp8_param_gather) s << " --fp8-param-gather";
   if (q.tp_overlap) s << " --tp-comm-overlap";
   if (q.cp > 1)
@@ -239,14 +263,18 @@ std::string megatron_arguments(const ExecutablePlan& p) {
   if (p.model.activation == Activation::swiglu) s << " --swiglu";
   if (p.model.activation == Activation::squared_relu) s << " --squared-relu";
   // No Megatron-LM flag for GeGLU or a plain ReLU (its MLP takes gelu, swiglu or squared relu).
-  if (p.model.activation == Activation::geglu || p.model.activation == Activation::relu) return "";
+  if (p.model.activation == Activation::geglu || p.model.activation == Activation::relu)
+    return none(std::string("Megatron-LM's MLP has no ") + to_string(p.model.activation) + " (gelu, swiglu or squared relu)");
   // Nor for these (sliding-window patterns, sinks and parallel blocks are other codebases':
   // GPT-OSS, GPT-NeoX, PaLM; Megatron-LM's --optimizer is adam or sgd).
-  if (p.model.attention_window || p.model.attention_sinks || p.model.parallel_block) return "";
-  if (p.training.optimizer == Optimizer::lamb) return "";
+  if (p.model.attention_window) return none("sliding-window attention layers have no Megatron-LM flag here");
+  if (p.model.attention_sinks) return none("attention sinks have no Megatron-LM flag here");
+  if (p.model.parallel_block) return none("parallel attention and MLP blocks have no Megatron-LM flag");
+  if (p.training.optimizer == Optimizer::lamb) return none("Megatron-LM's --optimizer is adam or sgd, not lamb");
   // NeMo's distributed Adam with a bf16 state keeps no master copy; Megatron-Core's precision-aware
   // optimizer keeps one (--main-params-dtype fp32 or fp16): no equivalent flags.
-  if (p.training.optimizer_state_dtype != Dtype::fp32) return "";
+  if (p.training.optimizer_state_dtype != Dtype::fp32)
+    return none("a 16-bit optimizer state without a master copy (training.optimizer_state_dtype) has no Megatron-LM flags");
   if (p.training.optimizer == Optimizer::sgd) s << " --optimizer sgd";
   if (!p.model.tie_embeddings) s << " --untie-embeddings-and-output-weights";
   if (p.model.position == PositionEmbedding::rope) s << " --position-embedding-type rope";

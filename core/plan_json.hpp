@@ -49,8 +49,8 @@ std::string gpu_train_flags(const ExecutablePlan& p);
 /// The launch lines for a plan: mpirun and Slurm srun, one rank per GPU.
 std::string launch_script(const ExecutablePlan& p, const std::string& plan_path);
 
-/// The equivalent Megatron-LM pretrain_gpt.py arguments, where the plan maps onto them (empty
-/// with the reason when it does not, e.g. TeraPipe slicing).
-std::string megatron_arguments(const ExecutablePlan& p);
+/// The equivalent Megatron-LM pretrain_gpt.py arguments, where the plan maps onto them; empty when
+/// it does not (e.g. TeraPipe slicing), with the reason in *why_not where one is passed.
+std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not = nullptr);
 
 }  // namespace foresight

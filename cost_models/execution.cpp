@@ -66,7 +66,7 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   }
   // The weight-gradient GEMMs add into the fp32 main gradients themselves (their epilogue reads
   // and writes the buffer): no accumulation pass per micro-batch.
-  if (fw.precision.fp32_main_grads && plan.gradient_accumulation_fusion.value_or(fw.gradient_accumulation_fusion))
+  if (fw.precision.fp32_main_grads && fw.fuses_gradient_accumulation(plan))
     x.bytes.accumulate = 0.0;
   return x;
 }

@@ -143,11 +143,10 @@ void write_outputs(const std::filesystem::path& dir, const planner::SearchReques
   write_file_atomically(dir / "plan.json", to_json(ep).dump(2) + "\n");
   write_file_atomically(dir / "launch.sh", launch_script(ep, (dir / "plan.json").string()));
   std::filesystem::permissions(dir / "launch.sh", std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
-  const std::string margs = megatron_arguments(ep);
+  std::string why_not;
+  const std::string margs = megatron_arguments(ep, &why_not);
   write_file_atomically(dir / "megatron_args.txt",
-                        margs.empty() ? "# this plan (" + std::string(to_string(c.plan.schedule)) +
-                                            ") has no Megatron-LM equivalent\n"
-                                      : margs + "\n");
+                        margs.empty() ? "# this plan has no Megatron-LM equivalent: " + why_not + "\n" : margs + "\n");
 }
 
 /// What both reporters print: the request, the search's result, its ranked table and, when the

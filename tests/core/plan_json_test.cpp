@@ -108,6 +108,63 @@ TEST(PlanJson, RefusesNumbersBeyondWhatThePlanCanHold) {
   }
 }
 
+TEST(PlanJson, NoMegatronArgumentsSaysWhy) {
+  // megatron_args.txt names what has no flag, not the schedule whatever the cause.
+  ExecutablePlan t = sample();
+  t.plan.schedule = Schedule::terapipe;
+  std::string why;
+  EXPECT_TRUE(megatron_arguments(t, &why).empty());
+  EXPECT_NE(why.find("TeraPipe"), std::string::npos) << why;
+  ExecutablePlan z = sample();
+  z.plan.framework = Framework::deepspeed;
+  z.plan.pp = 1;
+  z.plan.zero = 3;
+  why.clear();
+  EXPECT_TRUE(megatron_arguments(z, &why).empty());
+  EXPECT_NE(why.find("ZeRO-3 as deepspeed runs it"), std::string::npos) << why;
+  ExecutablePlan relu = sample();
+  relu.model.activation = Activation::relu;
+  why.clear();
+  EXPECT_TRUE(megatron_arguments(relu, &why).empty());
+  EXPECT_NE(why.find("relu"), std::string::npos) << why;
+}
+
+TEST(PlanJson, MegatronCoreShardedPlansRunTorchFsdp2) {
+  // Megatron-Core's ZeRO-3 is its torch FSDP2 path (core_v0.10-0.12 megatron/training/arguments.py
+  // asserts: no distributed optimizer, no gradient accumulation fusion, --ckpt-format torch_dist,
+  // untied embeddings, not fp16); FSDP2 overlaps its own collectives, so no --overlap flags.
+  ExecutablePlan p = sample();
+  p.training.dtype = Dtype::bf16;
+  p.plan.framework = Framework::megatron_core;
+  p.plan.pp = 1;
+  p.plan.dp = 4;
+  p.plan.zero = 3;
+  p.plan.dp_overlap = p.plan.param_gather_overlap = true;
+  p.model.tie_embeddings = false;
+  const std::string args = megatron_arguments(p);
+  for (const char* flag : {"--use-torch-fsdp2", "--ckpt-format torch_dist", "--no-gradient-accumulation-fusion",
+                           "--untie-embeddings-and-output-weights", "--bf16"})
+    EXPECT_NE(args.find(flag), std::string::npos) << flag << " missing: " << args;
+  for (const char* flag : {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"})
+    EXPECT_EQ(args.find(flag), std::string::npos) << flag << " present: " << args;
+  // The same plan at zero 1 is the distributed optimizer with the fusion on (Megatron-LM's default).
+  ExecutablePlan z1 = p;
+  z1.plan.zero = 1;
+  EXPECT_NE(megatron_arguments(z1).find("--use-distributed-optimizer --overlap-grad-reduce"), std::string::npos)
+      << megatron_arguments(z1);
+  EXPECT_EQ(megatron_arguments(z1).find("--use-torch-fsdp2"), std::string::npos);
+  EXPECT_EQ(megatron_arguments(z1).find("--no-gradient-accumulation-fusion"), std::string::npos);
+  std::string why;
+  ExecutablePlan tied = p;
+  tied.model.tie_embeddings = true;
+  EXPECT_TRUE(megatron_arguments(tied, &why).empty());
+  EXPECT_NE(why.find("untied embeddings"), std::string::npos) << why;
+  ExecutablePlan fp16 = p;
+  fp16.training.dtype = Dtype::fp16;
+  EXPECT_TRUE(megatron_arguments(fp16, &why).empty());
+  EXPECT_NE(why.find("fp16"), std::string::npos) << why;
+}
+
 TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   const ExecutablePlan p = sample();
   const std::string launch = launch_script(p, "plan.json");

@@ -343,6 +343,44 @@ TEST(CheckPlan, KeepingGatheredParametersWhereTheFrameworkCan) {
   EXPECT_TRUE(framework_traits(f.p.framework).runs(f.p));
 }
 
+TEST(CheckPlan, MegatronCoreShardsOnlyAsItsTorchFsdp2PathCan) {
+  // Megatron-Core's ZeRO-3 is torch FSDP2 (--use-torch-fsdp2), which core_v0.10-0.12
+  // megatron/training/arguments.py refuses with pipeline or expert parallelism and with gradient
+  // accumulation fusion; its distributed optimizer (zero 1) takes all three.
+  Fixture f;
+  f.p.framework = Framework::megatron_core;
+  f.p.zero = 1;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.zero = 3;
+  ASSERT_TRUE(f.check().has_value());  // pp 4
+  EXPECT_EQ(f.check()->field, "plan.zero");
+  f.p.pp = 1;
+  f.p.dp = 16;
+  EXPECT_FALSE(f.check().has_value()) << f.check()->rule;
+  // Unset, the fusion resolves off under the sharded path (on at zero 1).
+  EXPECT_FALSE(framework_traits(f.p.framework).fuses_gradient_accumulation(f.p));
+  PlanSpec z1 = f.p;
+  z1.zero = 1;
+  EXPECT_TRUE(framework_traits(f.p.framework).fuses_gradient_accumulation(z1));
+  f.p.gradient_accumulation_fusion = true;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.gradient_accumulation_fusion");
+  f.p.gradient_accumulation_fusion.reset();
+  Fixture moe;
+  moe.m.moe = MoeSpec{.experts = 8, .top_k = 2};
+  moe.p.framework = Framework::megatron_core;
+  moe.p.tp = 1;
+  moe.p.pp = 1;
+  moe.p.dp = 32;
+  moe.p.ep = 4;
+  moe.p.zero = 3;
+  ASSERT_TRUE(moe.check().has_value());
+  EXPECT_EQ(moe.check()->field, "plan.ep");
+  EXPECT_NE(moe.check()->rule.find("megatron-core"), std::string::npos) << moe.check()->rule;
+  moe.p.zero = 1;
+  EXPECT_FALSE(moe.check().has_value()) << moe.check()->rule;
+}
+
 TEST(CheckPlan, AnOffloadedOptimizerNeedsTheHostsMemoryBandwidth) {
   Fixture f;
   f.c.name = "nodes-without-a-host-figure";
