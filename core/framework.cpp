@@ -390,8 +390,11 @@ std::array<FrameworkTraits, 9> make_table() {
   pytorch.dp_bucket_bytes = kDdpBucketBytes;
   // torch.distributed.tensor.experimental.context_parallel over SDPA (torchtitan, PyTorch 2.5+).
   pytorch.context_parallel = true;
-  // Async TP (torch._inductor micro-pipeline TP, torchtitan enable_async_tensor_parallel).
+  // Async TP (torch._inductor micro-pipeline TP, torchtitan enable_async_tensor_parallel): an
+  // Inductor pass, so only under torch.compile (torchtitan's parallelize_llama.py raises "Async TP
+  // requires --training.compile" otherwise).
   pytorch.tp_overlap = true;
+  pytorch.tp_overlap_needs_compile = true;
   // Tensor parallelism through DTensor on batch-first (b, s, h) activations.
   pytorch.tp_batch_first_relayout = true;
 
@@ -422,6 +425,14 @@ std::array<FrameworkTraits, 9> make_table() {
   llm_foundry.precision.autocast_weight_copies = false;
   llm_foundry.context_parallel = false;
   llm_foundry.tp_overlap = false;
+  // Composer trains with DDP or FSDP only (mosaicml/llm-foundry issue #1743, 2025-03: "only
+  // Zero3/DP (i.e. FSDP, or HSDP) are supported"): no pipeline stages and, in this entry's releases,
+  // no tensor parallelism (its tp_config arrived with PR #1521, 2024-09, and stayed experimental);
+  // FSDP's strategies shard gradients and optimizer state (SHARD_GRAD_OP, zero 2) or everything
+  // (FULL_SHARD, zero 3), never the optimizer state alone.
+  llm_foundry.pipeline_parallel = false;
+  llm_foundry.tensor_parallel = false;
+  llm_foundry.zero1 = false;
 
   // torchtitan (Liang et al. 2024, arXiv:2410.06511; pytorch/torchtitan 2024): FSDP2 over bf16
   // compute with fp32 sharded parameters, gradients reduced in fp32 (MixedPrecisionPolicy
@@ -450,6 +461,7 @@ std::array<FrameworkTraits, 9> make_table() {
   // (torchtitan/models/llama/model.py), and context_parallel wraps that SDPA call.
   torchtitan.cp_torch_sdpa = true;
   torchtitan.tp_overlap = true;
+  torchtitan.tp_overlap_needs_compile = true;
   torchtitan.op_selective_recompute = true;
   // selective_ac_option "op" is its selective mode; Korthikanti's attention-core recompute is not.
   torchtitan.selective_recompute = false;
@@ -593,6 +605,17 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.schedule", to_string(p.schedule),
               me + " does not run this schedule (" + those_that_do([k](const FrameworkTraits& t) { return t.schedules[k]; }) + ")");
   }
+  if (p.pp > 1 && !pipeline_parallel)
+    return violation("plan.pp", count(p.pp),
+              me + " has no pipeline parallelism (" +
+                  those_that_do([](const FrameworkTraits& t) { return t.pipeline_parallel; }) + ")");
+  if (p.tp > 1 && !tensor_parallel)
+    return violation("plan.tp", count(p.tp),
+              me + " has no tensor parallelism (" +
+                  those_that_do([](const FrameworkTraits& t) { return t.tensor_parallel; }) + ")");
+  if (p.zero == 1 && !zero1)
+    return violation("plan.zero", "1",
+              me + " does not shard the optimizer state alone (zero 2 shards gradients too, zero 3 everything)");
   if (p.sequence_parallel && !sequence_parallel)
     return violation("plan.sequence_parallel", "true",
               me + " has no sequence parallelism (" +
@@ -662,6 +685,9 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.tp_overlap", "true",
               me + " does not overlap TP communication (" +
                   those_that_do([](const FrameworkTraits& t) { return t.tp_overlap; }) + ")");
+  if (p.tp_overlap && tp_overlap_needs_compile && !p.compile)
+    return violation("plan.tp_overlap", "true",
+              me + "'s TP overlap is async TP, an Inductor pass: it needs plan.compile true");
   if (p.dp_overlap && (!dp_overlap || (p.pp > 1 && !dp_overlap_with_pipeline)))
     return violation("plan.dp_overlap", "true", dp_overlap_refusal);
   if (p.fp8_param_gather && !fp8_param_gather)

@@ -172,6 +172,12 @@ struct FrameworkTraits {
   bool partial_recompute = true;
   /// Varies recompute by micro-batch (plan.partial_recompute_microbatches).
   bool microbatch_recompute = false;
+  /// Splits the layers over pipeline stages (plan.pp > 1) and the layers' GEMMs over tensor-parallel
+  /// ranks (plan.tp > 1).
+  bool pipeline_parallel = true;
+  bool tensor_parallel = true;
+  /// Shards the optimizer state alone (ZeRO-1: a distributed optimizer, DeepSpeed stage 1).
+  bool zero1 = true;
   int max_zero = 3;
   int max_zero_with_pipeline = 3;
   /// The lowest ZeRO stage it runs with its precision recipe (torchtitan: FSDP2, zero 3; its DDP
@@ -295,6 +301,9 @@ struct FrameworkTraits {
   bool cp_torch_sdpa = false;
   /// Overlaps TP collectives with GEMMs (plan.tp_overlap).
   bool tp_overlap = false;
+  /// Its TP overlap is an Inductor pass (async TP: torch._inductor micro-pipeline TP), so it runs
+  /// only under torch.compile (plan.compile).
+  bool tp_overlap_needs_compile = false;
   /// Splits layers unevenly over pipeline stages (plan.stage_layers, first/last_stage_layers).
   bool uneven_pipeline = true;
   /// Splits layers unevenly over the interleaved schedule's model chunks (plan.stage_layers with

@@ -381,6 +381,61 @@ TEST(CheckPlan, MegatronCoreShardsOnlyAsItsTorchFsdp2PathCan) {
   EXPECT_FALSE(moe.check().has_value()) << moe.check()->rule;
 }
 
+TEST(CheckPlan, LlmFoundryRunsDataParallelFsdpOnly) {
+  // Composer's DDP or FSDP (llm-foundry issue #1743): no pipeline, no tensor parallelism, and
+  // FSDP's stages shard gradients with the optimizer state (zero 2) or everything (zero 3).
+  Fixture f;
+  f.p.framework = Framework::llm_foundry;
+  f.p.tp = 1;
+  f.p.pp = 1;
+  f.p.dp = 32;
+  for (int zero : {0, 2, 3}) {
+    f.p.zero = zero;
+    EXPECT_FALSE(f.check().has_value()) << "zero " << zero << ": " << f.check()->rule;
+  }
+  f.p.zero = 1;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.zero");
+  f.p.zero = 3;
+  PlanSpec piped = f.p;
+  piped.pp = 4;
+  piped.dp = 8;
+  ASSERT_TRUE(check_plan(f.m, f.c, f.t, piped, 32).has_value());
+  EXPECT_EQ(check_plan(f.m, f.c, f.t, piped, 32)->field, "plan.pp");
+  PlanSpec split = f.p;
+  split.tp = 2;
+  split.dp = 16;
+  ASSERT_TRUE(check_plan(f.m, f.c, f.t, split, 32).has_value());
+  EXPECT_EQ(check_plan(f.m, f.c, f.t, split, 32)->field, "plan.tp");
+  EXPECT_NE(check_plan(f.m, f.c, f.t, split, 32)->rule.find("llm-foundry has no tensor parallelism"), std::string::npos);
+}
+
+TEST(CheckPlan, AsyncTpNeedsTorchCompile) {
+  // torchtitan's and PyTorch's TP overlap is async TP, an Inductor pass (torchtitan
+  // parallelize_llama.py: "Async TP requires --training.compile").
+  for (Framework fw : {Framework::torchtitan, Framework::pytorch}) {
+    Fixture f;
+    f.p.framework = fw;
+    f.p.pp = 1;
+    f.p.dp = 16;
+    f.p.zero = 3;
+    f.p.sequence_parallel = true;
+    f.p.tp_overlap = true;
+    f.p.compile = true;
+    EXPECT_FALSE(f.check().has_value()) << to_string(fw) << ": " << f.check()->rule;
+    f.p.compile = false;
+    ASSERT_TRUE(f.check().has_value()) << to_string(fw);
+    EXPECT_EQ(f.check()->field, "plan.tp_overlap");
+    EXPECT_NE(f.check()->rule.find("plan.compile"), std::string::npos) << f.check()->rule;
+  }
+  // Megatron-Core's overlap is Transformer Engine's userbuffers: no compile involved.
+  Fixture m;
+  m.p.framework = Framework::megatron_core;
+  m.p.sequence_parallel = true;
+  m.p.tp_overlap = true;
+  EXPECT_FALSE(m.check().has_value()) << m.check()->rule;
+}
+
 TEST(CheckPlan, AnOffloadedOptimizerNeedsTheHostsMemoryBandwidth) {
   Fixture f;
   f.c.name = "nodes-without-a-host-figure";
