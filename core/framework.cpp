@@ -263,6 +263,9 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.send_forward = megatron_core.send_backward = PipelineSend::whole;
   // DistributedDataParallelConfig.bucket_size: max(40M, 1M x dp) parameters of fp32 gradients.
   megatron_core.dp_overlap_bucket_bytes = 40e6 * 4.0;
+  // --overlap-param-gather (core_r0.8.0 megatron/core/distributed/param_and_grad_buffer.py: each
+  // bucket's all-gather dispatched before the forward reaches it).
+  megatron_core.param_gather_overlap = true;
   // --context-parallel-size with Transformer Engine's p2p ring attention (core_r0.8.0,
   // megatron/core/parallel_state.py; TE attention.py AttnFuncWithCPAndKVP2P).
   megatron_core.context_parallel = true;
@@ -690,6 +693,11 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
               me + "'s TP overlap is async TP, an Inductor pass: it needs plan.compile true");
   if (p.dp_overlap && (!dp_overlap || (p.pp > 1 && !dp_overlap_with_pipeline)))
     return violation("plan.dp_overlap", "true", dp_overlap_refusal);
+  if (p.param_gather_overlap && !param_gather_overlap)
+    return violation("plan.param_gather_overlap", "true",
+              me + " gathers the updated parameters after the step (" +
+                  those_that_do([](const FrameworkTraits& t) { return t.param_gather_overlap; }) +
+                  " overlap the gather with the next forward)");
   if (p.fp8_param_gather && !fp8_param_gather)
     return violation("plan.fp8_param_gather", "true",
               me + " does not gather parameters in FP8 (" +

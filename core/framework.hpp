@@ -157,6 +157,9 @@ struct FrameworkTraits {
   bool dp_overlap = true;
   bool dp_overlap_with_pipeline = true;
   const char* dp_overlap_refusal = "";  // why not, in the framework's terms
+  /// Gathers the updated parameters of a ZeRO-1/2 step while the next forward runs
+  /// (plan.param_gather_overlap: Megatron-Core's --overlap-param-gather).
+  bool param_gather_overlap = false;
 
   // ---- what it can run (the planner offers only these)
   /// Indexed by Schedule: gpipe, 1f1b, interleaved, terapipe, zb-h1, dualpipe.

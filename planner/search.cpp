@@ -200,7 +200,13 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
         if (pp > 1) {
           schedules.push_back({Schedule::gpipe, 1});
           if (r.terapipe && cp == 1) schedules.push_back({Schedule::terapipe, 1});
-          for (int v : r.virtual_stages) schedules.push_back({Schedule::interleaved, v});
+          // Model chunks per stage: the request's list, or every split of an even stage into
+          // equal chunks (NVIDIA's recipes run 5, 7 and 12 as readily as 2, 4 and 8).
+          std::vector<int> chunks = r.virtual_stages;
+          if (chunks.empty() && split.first == 0 && !deepspeed_split && m.layers % pp == 0)
+            for (int v : divisors(m.layers / pp))
+              if (v >= 2) chunks.push_back(v);
+          for (int v : chunks) schedules.push_back({Schedule::interleaved, v});
           // Zero-bubble and DualPipe where the framework runs them (check_plan drops the shapes
           // DualPipe refuses: odd pp, fewer than 2 pp micro-batches).
           if (fw.schedules[int(Schedule::zb_h1)]) schedules.push_back({Schedule::zb_h1, 1});
@@ -241,6 +247,12 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                     p.expert_tp = expert_tp;
                     p.ep_overlap = ep_overlap == 1;
                     p.ep_dispatcher = deepep == 1 ? EpDispatcher::deepep : EpDispatcher::nccl;
+                    // Gradient reduction during the backward and the next step's parameter gather
+                    // during the forward wherever the framework does them (what its recipes turn
+                    // on: Megatron-Core's --overlap-grad-reduce --overlap-param-gather, PyTorch
+                    // DDP's buckets); ZeRO-3 overlaps per unit regardless.
+                    p.dp_overlap = grad_ranks > 1 && zero < 3 && fw.dp_overlap && (pp == 1 || fw.dp_overlap_with_pipeline);
+                    p.param_gather_overlap = fw.param_gather_overlap && (zero == 1 || zero == 2) && grad_ranks > 1;
                     p.framework = r.framework;
                     p.compile = r.compile;
                     p.compile_loss = r.compile_loss;

@@ -34,7 +34,9 @@ struct SearchRequest {
   bool simgrid_top = true;
   int threads = 0;                           // 0: default_threads()
   std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32};
-  std::vector<int> virtual_stages = {2, 3, 4, 6, 8};
+  /// Model chunks per stage for the interleaved schedule; empty: every divisor (2 and up) of the
+  /// layers per stage.
+  std::vector<int> virtual_stages = {};
   bool terapipe = false;        // also search TeraPipe token slicing (slices from its DP)
   int slice_granularity = 64;   // TeraPipe slices are multiples of this many tokens
   /// Fraction of device memory a plan's modelled peak must leave free: what the memory model's

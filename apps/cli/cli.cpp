@@ -56,6 +56,7 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.zero) s += " zero" + std::to_string(p.zero);
   if (p.zero && p.shard_group > 0 && p.shard_group < p.dp) s += "/" + std::to_string(p.shard_group);
   if (p.zero == 3 && !p.reshard_after_forward) s += " keep-fwd";
+  if (p.dp_overlap) s += " rs-overlap";
   if (p.param_gather_overlap) s += " ag-overlap";
   if (p.ep > 1) s += " ep" + std::to_string(p.ep);
   if (p.etp() != p.tp) s += " etp" + std::to_string(p.etp());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <map>
 #include <set>
 #include <thread>
 
@@ -431,4 +432,42 @@ TEST(Search, DeepSpeedSplitsUnevenPipelinesByItsPartitionMethod) {
       EXPECT_EQ(stage_layer_counts(r.model, p), (std::vector<int>{6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 4}));
     }
   EXPECT_TRUE(bloom_layout);
+}
+
+TEST(Search, CandidatesOverlapDataParallelWorkWhereTheFrameworkDoes) {
+  // Megatron-Core's recipes reduce gradients during the backward and gather parameters during the
+  // next forward (--overlap-grad-reduce --overlap-param-gather): its candidates do both wherever
+  // there is more than one gradient replica and the optimizer state is sharded (zero 1); DeepSpeed's
+  // pipeline engine reduces after the backward (no overlap with pp > 1) and gathers after the step.
+  SearchRequest r = small_request();
+  r.framework = Framework::megatron_core;
+  int overlapped = 0;
+  for (const PlanSpec& p : enumerate_plans(r)) {
+    const bool replicas = p.dp * p.cp > 1;
+    EXPECT_EQ(p.dp_overlap, replicas && p.zero < 3) << "zero " << p.zero << " dp " << p.dp;
+    EXPECT_EQ(p.param_gather_overlap, replicas && p.zero == 1) << "zero " << p.zero << " dp " << p.dp;
+    overlapped += p.dp_overlap;
+  }
+  EXPECT_GT(overlapped, 0);
+  r.framework = Framework::deepspeed;
+  int piped = 0;
+  for (const PlanSpec& p : enumerate_plans(r)) {
+    EXPECT_FALSE(p.param_gather_overlap);
+    if (p.pp > 1) EXPECT_FALSE(p.dp_overlap) << "pp " << p.pp;
+    piped += p.pp > 1;
+  }
+  EXPECT_GT(piped, 0);
+}
+
+TEST(Search, InterleavedScheduleTriesEveryEvenSplitOfAStage) {
+  // GPT-3 1.3B has 24 layers: at pp 2 a stage of 12 splits into 2, 3, 4, 6 or 12 model chunks, and
+  // at pp 4 a stage of 6 into 2, 3 or 6; nothing else.
+  SearchRequest r = small_request();
+  ASSERT_EQ(r.model.layers, 24);
+  r.framework = Framework::megatron_core;
+  std::map<int, std::set<int>> chunks;
+  for (const PlanSpec& p : enumerate_plans(r))
+    if (p.schedule == Schedule::interleaved) chunks[p.pp].insert(p.virtual_stages);
+  EXPECT_EQ(chunks[2], (std::set<int>{2, 3, 4, 6, 12}));
+  EXPECT_EQ(chunks[4], (std::set<int>{2, 3, 6}));
 }
