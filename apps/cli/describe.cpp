@@ -15,6 +15,15 @@ namespace foresight::cli {
 
 namespace {
 
+/// The plan's recompute as its flags set it: the mode, the first N layers of a stage where only
+/// those are recomputed, and the modules recomputed on top (Megatron-Core's --recompute-modules).
+std::string recompute_text(const PlanSpec& p) {
+  std::string t = to_string(p.recompute);
+  if (p.recompute_layers > 0) t += " (first " + std::to_string(p.recompute_layers) + " layers of a stage)";
+  if (p.recompute_modules.any()) t += " + modules " + recompute_module_names(p.recompute_modules, ", ");
+  return t;
+}
+
 std::vector<Section> describe_sections(const Experiment& e) {
   const double batch = e.training.global_batch;
   const Flops model = model_flops_per_iteration(e.model, batch);
@@ -35,7 +44,7 @@ std::vector<Section> describe_sections(const Experiment& e) {
                {{"tokens_per_iteration", batch * e.model.seq_len, "tokens", "Tokens per iteration", 0},
                 {"model_flops_per_iteration", model.value(), "FLOP", "Model FLOPs (no recompute)", 4},
                 {"hardware_flops_per_iteration", hw.value(), "FLOP",
-                 std::string("Hardware FLOPs (recompute ") + to_string(e.plan.recompute) + ")", 4},
+                 "Hardware FLOPs (recompute " + recompute_text(e.plan) + ")", 4},
                 {"micro_batches_per_pipeline", double(e.plan.micro_batches(e.training)), "",
                  "Micro-batches per pipeline", 0}}});
   s.push_back({"Cluster", "",
@@ -89,7 +98,9 @@ Command describe_command() {
                 << ", " << e.model.heads << " heads, seq " << e.model.seq_len << ", vocab " << e.model.vocab
                 << "\n  plan: tp " << e.plan.tp << " x pp " << e.plan.pp << " x dp " << e.plan.dp
                 << ", micro-batch " << e.plan.micro_batch << ", global batch " << e.training.global_batch
-                << ", " << to_string(e.plan.schedule) << ", recompute " << to_string(e.plan.recompute)
+                << (e.plan.cp > 1 ? ", cp " + std::to_string(e.plan.cp) : std::string())
+                << (e.plan.ep > 1 ? ", ep " + std::to_string(e.plan.ep) : std::string()) << ", "
+                << to_string(e.plan.schedule) << ", recompute " << recompute_text(e.plan)
                 << "\n\n"
                 << format_console(sections);
             out << "Memory per GPU by pipeline stage (GB; device " << format_number(in_GB(e.cluster.gpu.hbm), 1)

@@ -43,3 +43,14 @@ TEST(Describe, ConsolePrintsTheStageTable) {
   EXPECT_NE(out.str().find("Memory per GPU by pipeline stage (GB"), std::string::npos);
   EXPECT_NE(out.str().find("most loaded"), std::string::npos);
 }
+
+TEST(Describe, ThePlanLineNamesWhatTheHardwareFlopsRecompute) {
+  // DeepSeek-V3 as NeMo 25.04 ran it recomputes only the MLA up-projections (recompute none plus
+  // the module), which the hardware FLOPs count: the labels say so, and name cp/ep where set.
+  std::ostringstream out, err;
+  ASSERT_EQ(foresight::cli::run_cli({"describe", "dgxc2505-deepseek-v3-1024xh100-bf16"}, out, err), 0) << err.str();
+  EXPECT_NE(out.str().find("ep 64, 1f1b, recompute none + modules mla_up_proj"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("Hardware FLOPs (recompute none + modules mla_up_proj)"), std::string::npos) << out.str();
+  const auto j = describe_json("dgxc2505-deepseek-v3-1024xh100-bf16");
+  EXPECT_GT(j["hardware_flops_per_iteration"].get<double>(), j["model_flops_per_iteration"].get<double>());
+}
