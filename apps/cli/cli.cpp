@@ -9,6 +9,13 @@
 
 namespace foresight::cli {
 
+std::string recompute_text(const PlanSpec& p) {
+  std::string t = to_string(p.recompute);
+  if (p.recompute_layers > 0) t += " (first " + std::to_string(p.recompute_layers) + " layers of a stage)";
+  if (p.recompute_modules.any()) t += " + modules " + recompute_module_names(p.recompute_modules, ", ");
+  return t;
+}
+
 std::string describe_plan(const PlanSpec& p) {
   std::string s = "tp" + std::to_string(p.tp);
   if (p.cp > 1) {

@@ -42,6 +42,10 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 /// A plan in one line: "tp8 pp35 dp8 mb1 1f1b rc:full zero1".
 std::string describe_plan(const PlanSpec& p);
 
+/// The plan's recompute as its flags set it, in words: the mode, the first N layers of a stage where
+/// only those are recomputed, and the modules recomputed on top (Megatron-Core's --recompute-modules).
+std::string recompute_text(const PlanSpec& p);
+
 /// Writes `text` to `path` whole or not at all (a temporary file beside it, then a rename);
 /// SpecError naming `option` when the file cannot be written.
 void write_file_atomically(const std::filesystem::path& path, const std::string& text, const std::string& option = "--out");

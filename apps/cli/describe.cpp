@@ -15,15 +15,6 @@ namespace foresight::cli {
 
 namespace {
 
-/// The plan's recompute as its flags set it: the mode, the first N layers of a stage where only
-/// those are recomputed, and the modules recomputed on top (Megatron-Core's --recompute-modules).
-std::string recompute_text(const PlanSpec& p) {
-  std::string t = to_string(p.recompute);
-  if (p.recompute_layers > 0) t += " (first " + std::to_string(p.recompute_layers) + " layers of a stage)";
-  if (p.recompute_modules.any()) t += " + modules " + recompute_module_names(p.recompute_modules, ", ");
-  return t;
-}
-
 std::vector<Section> describe_sections(const Experiment& e) {
   const double batch = e.training.global_batch;
   const Flops model = model_flops_per_iteration(e.model, batch);
