@@ -453,7 +453,9 @@ TEST(Search, CandidatesOverlapDataParallelWorkWhereTheFrameworkDoes) {
   int piped = 0;
   for (const PlanSpec& p : enumerate_plans(r)) {
     EXPECT_FALSE(p.param_gather_overlap);
-    if (p.pp > 1) EXPECT_FALSE(p.dp_overlap) << "pp " << p.pp;
+    if (p.pp > 1) {
+      EXPECT_FALSE(p.dp_overlap) << "pp " << p.pp;
+    }
     piped += p.pp > 1;
   }
   EXPECT_GT(piped, 0);
