@@ -181,6 +181,11 @@ FORESIGHT_ENUM_NAMES(PositionEmbedding, {PositionEmbedding::learned, "learned"},
 enum class Norm { layernorm, rmsnorm };
 FORESIGHT_ENUM_NAMES(Norm, {Norm::layernorm, "layernorm"}, {Norm::rmsnorm, "rmsnorm"});
 
+/// The simulation engines: the analytic critical-path model and SimGrid's network model
+/// (sim/prediction.hpp). Here so that a calibration file can name the engine its fit ran on.
+enum class EngineKind { analytic, simgrid };
+FORESIGHT_ENUM_NAMES(EngineKind, {EngineKind::analytic, "analytic"}, {EngineKind::simgrid, "simgrid"});
+
 #undef FORESIGHT_ENUM_NAMES
 
 template <class E>

@@ -691,7 +691,7 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (p.tp_overlap && tp_overlap_needs_compile && !p.compile)
     return violation("plan.tp_overlap", "true",
               me + "'s TP overlap is async TP, an Inductor pass: it needs plan.compile true");
-  if (p.dp_overlap && (!dp_overlap || (p.pp > 1 && !dp_overlap_with_pipeline)))
+  if (p.dp_overlap && !overlaps_dp_reduction(p.pp))
     return violation("plan.dp_overlap", "true", dp_overlap_refusal);
   if (p.param_gather_overlap && !param_gather_overlap)
     return violation("plan.param_gather_overlap", "true",

@@ -157,6 +157,8 @@ struct FrameworkTraits {
   bool dp_overlap = true;
   bool dp_overlap_with_pipeline = true;
   const char* dp_overlap_refusal = "";  // why not, in the framework's terms
+  /// Whether it can reduce gradients during the backward of a plan with this many stages.
+  bool overlaps_dp_reduction(int pp) const { return dp_overlap && (pp == 1 || dp_overlap_with_pipeline); }
   /// Gathers the updated parameters of a ZeRO-1/2 step while the next forward runs
   /// (plan.param_gather_overlap: Megatron-Core's --overlap-param-gather).
   bool param_gather_overlap = false;

@@ -215,10 +215,7 @@ CalibrationSet load_calibration(const std::string& path) {
   CalibrationSet set;
   set.file = path;
   cal.get_string("generated_by", "");
-  set.fit_engine = cal.get_string("fitted_with", "analytic");
-  if (set.fit_engine != "analytic" && set.fit_engine != "simgrid")
-    throw SpecError(cal.where("fitted_with"), "calibration.fitted_with", set.fit_engine,
-                    "must be analytic or simgrid (the engine foresight calibrate --published ran)");
+  set.fit_engine = cal.get_enum<EngineKind>("fitted_with", EngineKind::analytic);
   const YAML::Node list = cal.child("parameters", true);
   if (!list.IsSequence())
     throw SpecError(location_of(list, path), "calibration.parameters", "", "must be a list of parameters");
@@ -336,7 +333,7 @@ std::string calibration_yaml(const CalibrationSet& set) {
   s += "# marked measured.role: calibration. Edit the declarations, then re-run the fit.\n";
   s += "calibration:\n";
   s += "  generated_by: \"foresight calibrate --published\"\n";
-  s += "  fitted_with: " + set.fit_engine + "\n";
+  s += std::string("  fitted_with: ") + to_string(set.fit_engine) + "\n";
   s += "  parameters:\n";
   for (const CalibratedParameter& p : set.parameters) {
     FORESIGHT_CHECK(std::isfinite(p.value)) << p.name << " fitted to " << p.value;

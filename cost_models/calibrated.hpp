@@ -80,10 +80,10 @@ struct CalibrationSet {
   std::string file;  // where it was read ("" when built in code)
   std::vector<CalibratedParameter> parameters;
   std::vector<ErrorBand> bands;  // written with the fit (foresight calibrate --published)
-  /// The engine the fit ran on ("analytic" or "simgrid"; `fitted_with` in the file, analytic when
-  /// absent). validate's leave-one-out refits repeat the fit as it was made, whichever engine then
-  /// predicts the left-out case.
-  std::string fit_engine = "analytic";
+  /// The engine the fit ran on (`fitted_with` in the file, analytic when absent). validate's
+  /// leave-one-out refits repeat the fit as it was made, whichever engine then predicts the
+  /// left-out case.
+  EngineKind fit_engine = EngineKind::analytic;
 };
 
 /// The effect of the parameters whose scope an execution falls in.

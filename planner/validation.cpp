@@ -281,11 +281,8 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine,
                               const cost_models::CalibrationSet* calibration, bool leave_one_out) {
   const cost_models::CalibrationSet& cal = calibration ? *calibration : cost_models::bundled_calibration();
   const std::vector<Experiment> experiments = measured_experiments(root);
-  const std::optional<sim::EngineKind> parsed = parse_enum<sim::EngineKind>(cal.fit_engine);
-  FORESIGHT_CHECK(parsed) << "calibration fitted with engine '" << cal.fit_engine << "'";
-  const sim::EngineKind fit_engine = *parsed;
   ValidationReport rep;
-  rep.refit_engine = to_string(fit_engine);
+  rep.refit_engine = cal.fit_engine;
   std::map<std::string, Seconds> predicted_iteration;  // for speedups against a baseline
   std::vector<const Experiment*> with_speedup;
   long done = 0;
@@ -295,7 +292,7 @@ ValidationReport validate_all(const std::string& root, sim::EngineKind engine,
     if (p.iteration) predicted_iteration[e.name] = *p.iteration;
     if (leave_one_out && e.measured->role == MeasuredRole::calibration && !cal.parameters.empty()) {
       // Refitted as the calibration file was fitted (its engine), then predicted with this one.
-      const cost_models::CalibrationSet without = fit_on(experiments, cal, fit_engine, e.name);
+      const cost_models::CalibrationSet without = fit_on(experiments, cal, cal.fit_engine, e.name);
       const ExperimentPrediction q = predict_experiment(e, engine, &without);
       for (std::size_t i = 0; i < p.cases.size() && i < q.cases.size(); ++i) p.cases[i].predicted_left_out = q.cases[i].predicted;
     }
@@ -377,7 +374,7 @@ std::string validation_markdown(const ValidationReport& r, sim::EngineKind engin
        "peak-memory rows (the most loaded GPU, counted as the source counts it) are listed but not in the MAPE. "
        "Calibration cases (measured.role: calibration) pin the parameters of scenarios/calibration.yaml and are "
        "not in the overall figure; each is also predicted by a fit made without it (leave-one-out; refitted on the " +
-       r.refit_engine + " engine, as scenarios/calibration.yaml was fitted).\n";
+       to_string(r.refit_engine) + " engine, as scenarios/calibration.yaml was fitted).\n";
   return s;
 }
 
@@ -407,7 +404,7 @@ nlohmann::ordered_json validation_json(const ValidationReport& r, sim::EngineKin
   for (const auto& [key, g] : {std::pair<const char*, const ValidationSummary*>{"calibration", &r.calibration},
                                {"leave_one_out", &r.leave_one_out}})
     j[key] = {{"cases", g->cases}, {"mape_pct", g->mape_pct}, {"max_abs_pct", g->max_abs_pct}};
-  j["leave_one_out"]["refit_engine"] = r.refit_engine;
+  j["leave_one_out"]["refit_engine"] = to_string(r.refit_engine);
   j["error_bars"] = {{"cases", r.band_cases}, {"inside", r.inside_band}};
   j["mape_pct"] = r.groups.empty() ? 0.0 : r.groups.back().mape_pct;
   j["max_abs_pct"] = r.groups.empty() ? 0.0 : r.groups.back().max_abs_pct;

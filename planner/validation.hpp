@@ -58,7 +58,7 @@ struct ValidationReport {
   /// Prediction cases (time-like, not speedups) whose measurement falls inside their error bar.
   int band_cases = 0, inside_band = 0;
   /// The engine the leave-one-out refits ran on: the one scenarios/calibration.yaml was fitted with.
-  std::string refit_engine = "analytic";
+  EngineKind refit_engine = EngineKind::analytic;
 };
 
 /// Error bars from a report's prediction cases (cost_models::error_bands).

@@ -16,7 +16,7 @@
 
 namespace foresight::sim {
 
-enum class EngineKind { analytic, simgrid };
+using foresight::EngineKind;  // core/enums.hpp
 
 /// Where one iteration's time went on the critical stage; the parts sum to the iteration time.
 struct TimeBreakdown {
@@ -81,10 +81,3 @@ std::vector<std::string> check_prediction(const Prediction& p);
 
 }  // namespace foresight::sim
 
-namespace foresight {
-template <>
-struct EnumNames<sim::EngineKind> {
-  static constexpr auto kList = std::to_array<std::pair<sim::EngineKind, const char*>>(
-      {{sim::EngineKind::analytic, "analytic"}, {sim::EngineKind::simgrid, "simgrid"}});
-};
-}  // namespace foresight

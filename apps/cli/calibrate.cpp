@@ -102,7 +102,7 @@ int fit_published(const std::string& engine_name, const std::string& out_path, s
   const cost_models::CalibrationSet declared = cost_models::load_calibration(declared_path);
   const auto engine = *parse_enum<sim::EngineKind>(engine_name);
   cost_models::CalibrationSet fitted = planner::fit_calibration(scenarios_dir(), declared, engine);
-  fitted.fit_engine = to_string(engine);
+  fitted.fit_engine = engine;
   // Error bars from the prediction cases' residuals under the fitted values.
   fitted.bands = planner::error_bands_of(planner::validate_all(scenarios_dir(), engine, {}, &fitted, false));
   const std::string target = out_path.empty() ? declared_path : out_path;

@@ -137,8 +137,8 @@ TEST(Calibrated, FileRulesNameTheFieldAndValue) {
   const std::string engine_head = "calibration:\n  fitted_with: ";
   const std::string one = "\n  parameters:\n    - {name: x, knob: slot_overhead, unit: \"s\", meaning: m, range: [0, 1], "
                           "range_source: r}\n";
-  EXPECT_EQ(load_calibration(write_temp(head + "range: [0, 1]}\n")).fit_engine, "analytic");
-  EXPECT_EQ(load_calibration(write_temp(engine_head + "simgrid" + one)).fit_engine, "simgrid");
+  EXPECT_EQ(load_calibration(write_temp(head + "range: [0, 1]}\n")).fit_engine, EngineKind::analytic);
+  EXPECT_EQ(load_calibration(write_temp(engine_head + "simgrid" + one)).fit_engine, EngineKind::simgrid);
   try {
     load_calibration(write_temp(engine_head + "ns3" + one));
     ADD_FAILURE() << "fitted_with: ns3 was accepted";
@@ -167,7 +167,7 @@ TEST(Calibrated, WrittenFileReadsBackTheSame) {
   p.fit_rms_pct = 1.5;
   p.scope.network = NetworkTopology::ethernet;
   set.parameters = {p};
-  set.fit_engine = "simgrid";
+  set.fit_engine = EngineKind::simgrid;
   const std::string text = calibration_yaml(set);
   const CalibrationSet back = load_calibration(write_temp(text));
   ASSERT_EQ(back.parameters.size(), 1u);
@@ -175,7 +175,7 @@ TEST(Calibrated, WrittenFileReadsBackTheSame) {
   EXPECT_EQ(back.parameters[0].meaning, p.meaning);
   EXPECT_EQ(back.parameters[0].fit_cases, p.fit_cases);
   EXPECT_EQ(back.parameters[0].scope.network, NetworkTopology::ethernet);
-  EXPECT_EQ(back.fit_engine, "simgrid");
+  EXPECT_EQ(back.fit_engine, EngineKind::simgrid);
   EXPECT_EQ(calibration_yaml(back), text);
 }
 
