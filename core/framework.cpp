@@ -220,6 +220,18 @@ std::array<FrameworkTraits, 9> make_table() {
   // sharding, and pipelines need num_layers divisible by the pipeline size (megatron/arguments.py).
   megatron.max_zero = megatron.max_zero_with_pipeline = 1;
   megatron.uneven_pipeline = false;
+  // Nothing moves to the host: Megatron-LM 2021-22 has no CPU optimizer and no activation offload
+  // (--optimizer-cpu-offload arrived in core_v0.12.0, megatron/training/arguments.py).
+  megatron.optimizer_offload = false;
+  megatron.optimizer_offload_refusal =
+      "Megatron-LM 2021-22 steps its optimizer on the GPU (--optimizer-cpu-offload came with Megatron-Core v0.12: "
+      "plan.framework megatron-core, or deepspeed's offload_optimizer)";
+  megatron.activation_offload = false;
+  megatron.activation_offload_refusal =
+      "Megatron-LM 2021-22 keeps activations on the GPU (Megatron-Core's cpu_offloading or DeepSpeed's "
+      "cpu_checkpointing move them: plan.framework megatron-core or deepspeed)";
+  // Its only sharding is the distributed optimizer over the whole data-parallel group.
+  megatron.hybrid_sharding = false;
   // --activations-checkpoint-method uniform | block with --activations-checkpoint-num-layers (the
   // SC21 scripts pass the former; block checkpoints the first N layers of each pipeline stage and
   // runs the rest normally, megatron/model/transformer.py _checkpointed_forward), later renamed
@@ -298,6 +310,26 @@ std::array<FrameworkTraits, 9> make_table() {
   // --fp8-recipe delayed | tensorwise (TE Float8CurrentScaling, core_r0.13+) through
   // Transformer Engine's modules (megatron/core/extensions/transformer_engine.py).
   megatron_core.fp8_transformer_engine = true;
+  // --optimizer-cpu-offload (core_v0.12.0+, megatron/core/optimizer/cpu_offloading/
+  // hybrid_optimizer.py, torch.optim.AdamW on the host): arguments.py asserts
+  // --use-precision-aware-optimizer with it, and OptimizerConfig asserts that one "only supported
+  // with distributed optimizer", so ZeRO-1 only (its ZeRO-2/3, torch FSDP2, refuses the
+  // distributed optimizer).
+  megatron_core.optimizer_offload = true;
+  megatron_core.optimizer_offload_min_zero = megatron_core.optimizer_offload_max_zero = 1;
+  // TransformerConfig.cpu_offloading (Transformer Engine's CPU offload of layer activations, set
+  // through NeMo): its __post_init__ raises "Currently there is no support for Pipeline
+  // parallelism with CPU offloading", "CPU offloading does not work when activation recomputation
+  // is enabled" and requires cpu_offloading_num_layers < num_layers (core_r0.8.0 to core_v0.15.0
+  // megatron/core/transformer/transformer_config.py).
+  megatron_core.activation_offload = true;
+  megatron_core.optimizer_offload_refusal = megatron_core.activation_offload_refusal = "";
+  megatron_core.activation_offload_without_recompute = true;
+  megatron_core.activation_offload_with_pipeline = false;
+  megatron_core.activation_offload_every_layer = false;
+  // --num-distributed-optimizer-instances (core_v0.10+, megatron/training/arguments.py): the
+  // distributed optimizer sharded within groups and replicated across them.
+  megatron_core.hybrid_sharding = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
                                     "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021); ZeRO-3 as v0.6-v0.9 run it (2022-23)",
@@ -354,6 +386,15 @@ std::array<FrameworkTraits, 9> make_table() {
   // stage3_max_reuse_distance's default; it acts only with a complete trace (zero3_prefetch).
   deepspeed.zero3_reuse_elements = 1e9;
   deepspeed.activation_offload_per_layer = true;
+  // zero_optimization.offload_optimizer (cpu_offload in v0.3-v0.5): a mode of its ZeRO optimizers,
+  // stage 1 to 3 (DeepSpeed config docs: "Valid for ZeRO stage 1, 2, 3"; v0.5.8 engine.py passes
+  // cpu_offload to the stage 1/2 optimizer and the offload configs to stage 3), under the pipeline
+  // engine too (stage 1 there).
+  deepspeed.optimizer_offload_min_zero = 1;
+  // activation_checkpointing.cpu_checkpointing moves the checkpoints of DeepSpeed's checkpointed
+  // layers to the host (runtime/activation_checkpointing/checkpointing.py, CheckpointFunction), so
+  // only under full recompute.
+  deepspeed.activation_offload_needs_full_recompute = true;
   // DeepSpeedCPUAdam (ZeRO-Offload): one fused pass per element, reading the fp32 gradient, weight,
   // exp_avg and exp_avg_sq and writing the last three (csrc/adam/cpu_adam_impl.cpp, Step_1/Step_AVX):
   // 28 bytes; the fp16 copy for the device goes through a tile-sized staging buffer that stays in
@@ -378,6 +419,9 @@ std::array<FrameworkTraits, 9> make_table() {
   terapipe.sequence_parallel = terapipe.full_recompute = terapipe.partial_recompute = false;
   terapipe.max_zero = terapipe.max_zero_with_pipeline = 0;
   terapipe.uneven_pipeline = false;
+  terapipe.optimizer_offload = terapipe.activation_offload = false;
+  terapipe.optimizer_offload_refusal = terapipe.activation_offload_refusal =
+      "TeraPipe keeps everything on the GPU (zhuohan123/terapipe has no offload)";
 
   FrameworkTraits pytorch = entry(Framework::pytorch, "pytorch",
                                   "eager PyTorch 2.x: autocast bf16 on fp32 parameters, SDPA, fused AdamW, DDP",
@@ -400,6 +444,15 @@ std::array<FrameworkTraits, 9> make_table() {
   pytorch.tp_overlap_needs_compile = true;
   // Tensor parallelism through DTensor on batch-first (b, s, h) activations.
   pytorch.tp_batch_first_relayout = true;
+  // Its optimizer steps the fp32 parameters where they live, on the GPU, and autograd keeps saved
+  // tensors there (torch.autograd.graph.save_on_cpu would move them; the baseline does not).
+  pytorch.optimizer_offload = pytorch.activation_offload = false;
+  pytorch.optimizer_offload_refusal =
+      "eager PyTorch steps its fp32 parameters on the GPU (FSDP's CPU offload moves the parameters too, which "
+      "plan.offload does not describe; deepspeed or megatron-core offload the optimizer alone)";
+  pytorch.activation_offload_refusal =
+      "the eager PyTorch baseline keeps saved activations on the GPU (deepspeed, megatron-core or foresight-train "
+      "offload them)";
 
   // MosaicML's llm-foundry (2023-24): Composer's FSDP1 (FULL_SHARD) under autocast bf16 over fp32
   // parameters, as eager PyTorch above, on its MPT models. What differs: its elementwise traffic
@@ -436,6 +489,15 @@ std::array<FrameworkTraits, 9> make_table() {
   llm_foundry.pipeline_parallel = false;
   llm_foundry.tensor_parallel = false;
   llm_foundry.zero1 = false;
+  // Composer's FSDP cpu_offload is FSDP1's CPUOffload(offload_params=True): the sharded parameters
+  // and their gradients live on the host and the optimizer steps there. plan.offload.optimizer
+  // moves only the optimizer state, so it does not describe that run.
+  llm_foundry.optimizer_offload_refusal =
+      "Composer's FSDP CPU offload moves the sharded parameters and gradients to the host too, which "
+      "plan.offload does not describe (deepspeed or megatron-core offload the optimizer alone)";
+  llm_foundry.activation_offload_refusal =
+      "llm-foundry's benchmarks keep activations on the GPU (deepspeed, megatron-core or foresight-train "
+      "offload them)";
 
   // torchtitan (Liang et al. 2024, arXiv:2410.06511; pytorch/torchtitan 2024): FSDP2 over bf16
   // compute with fp32 sharded parameters, gradients reduced in fp32 (MixedPrecisionPolicy
@@ -491,6 +553,15 @@ std::array<FrameworkTraits, 9> make_table() {
   // (pipelining_utils.py generate_split_points, the default, gives the first and last stage one
   // layer less when the layers do not divide).
   torchtitan.uneven_interleaved = true;
+  // training.enable_cpu_offload is FSDP2's CPUOffloadPolicy: the sharded fp32 parameters and
+  // gradients live on the host and the optimizer steps there (parallelize_llama.py apply_fsdp
+  // offload_policy), more than plan.offload.optimizer describes; no activation offload.
+  torchtitan.optimizer_offload = torchtitan.activation_offload = false;
+  torchtitan.optimizer_offload_refusal =
+      "torchtitan's CPU offload (FSDP2's CPUOffloadPolicy) moves the sharded parameters and gradients to the host "
+      "too, which plan.offload does not describe (deepspeed or megatron-core offload the optimizer alone)";
+  torchtitan.activation_offload_refusal =
+      "torchtitan keeps activations on the GPU (deepspeed, megatron-core or foresight-train offload them)";
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
@@ -542,6 +613,17 @@ std::array<FrameworkTraits, 9> make_table() {
   trainer.dp_overlap_bucket_bytes = kDdpBucketBytes;
   trainer.schedules[int(Schedule::terapipe)] = true;
   trainer.max_zero = trainer.max_zero_with_pipeline = 1;
+  // What trainer/trainer.cpp check_runnable refuses, so that the planner offers only plans it runs
+  // (tests/trainer: every plan `foresight plan --framework foresight-train` writes runs).
+  trainer.dp_overlap = trainer.dp_overlap_with_pipeline = false;
+  trainer.dp_overlap_refusal =
+      "foresight-train does not run gradient reduction overlapped with the backward yet (it reduces after the "
+      "backward: set it false, which is also what the simulator then predicts)";
+  trainer.optimizer_offload = false;
+  trainer.optimizer_offload_refusal = "foresight-train does not run optimizer offload yet";
+  trainer.hybrid_sharding = false;
+  trainer.zero1_expert_parallel = false;
+  trainer.gpt_blocks_only = true;
   return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer, llm_foundry};
 }
 
@@ -744,6 +826,52 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.gradient_accumulation_fusion", "true",
               me + " keeps no fp32 main-gradient buffer for the weight-gradient GEMMs to add into (Megatron-LM's "
                    "fusion: " + frameworks_that([](const FrameworkTraits& t) { return t.precision.fp32_main_grads; }) + ")");
+  if (p.shard_group > 0 && p.shard_group != p.grad_ranks() && !hybrid_sharding)
+    return violation("plan.shard_group", count(p.shard_group),
+              me + " shards over the whole data-parallel group (" +
+                  frameworks_that([](const FrameworkTraits& t) { return t.hybrid_sharding; }) +
+                  " shard within groups and replicate across them)");
+  if (p.zero == 1 && p.ep > 1 && !zero1_expert_parallel)
+    return violation("plan.zero", "1",
+              me + " does not run ZeRO-1 with expert parallelism (plan.ep > 1)" +
+                  (id == Framework::foresight_train ? std::string(" yet") : std::string()));
+  if (p.offload.optimizer) {
+    if (!optimizer_offload)
+      return violation("plan.offload.optimizer", "true",
+                       *optimizer_offload_refusal ? std::string(optimizer_offload_refusal)
+                                                  : me + " does not offload the optimizer");
+    if (p.zero < optimizer_offload_min_zero || p.zero > optimizer_offload_max_zero)
+      return violation("plan.offload.optimizer", "true",
+                       me + " offloads the optimizer as a mode of its sharded optimizer: plan.zero " +
+                           count(optimizer_offload_min_zero) +
+                           (optimizer_offload_max_zero > optimizer_offload_min_zero
+                                ? " to " + count(optimizer_offload_max_zero)
+                                : std::string()) +
+                           " (it is " + count(p.zero) + ")");
+  }
+  if (p.offload.activations > 0) {
+    const std::string value = value_text(p.offload.activations);
+    if (!activation_offload)
+      return violation("plan.offload.activations", value,
+                       *activation_offload_refusal ? std::string(activation_offload_refusal)
+                                                   : me + " does not offload activations");
+    if (activation_offload_needs_full_recompute && p.recompute != Recompute::full)
+      return violation("plan.offload.activations", value,
+                       me + " offloads the checkpoints of recomputed layers (cpu_checkpointing): it needs plan.recompute "
+                            "full (it is " + std::string(to_string(p.recompute)) + ")");
+    if (activation_offload_without_recompute &&
+        (p.recompute != Recompute::none || p.recompute_layers > 0 || p.recompute_modules.any()))
+      return violation("plan.offload.activations", value,
+                       me + "'s CPU offloading does not work with activation recompute: plan.recompute none, no "
+                            "recompute_layers or recompute_modules");
+    if (!activation_offload_with_pipeline && p.pp > 1)
+      return violation("plan.offload.activations", value,
+                       me + " offloads activations only without a pipeline (plan.pp 1; it is " + count(p.pp) + ")");
+    if (!activation_offload_every_layer && p.offload.activations >= 1.0)
+      return violation("plan.offload.activations", value,
+                       me + " offloads fewer layers than the model has (cpu_offloading_num_layers < num_layers): "
+                            "it must be below 1");
+  }
   if (p.reduce_bucket > 0 && dp_bucket_elements <= 0)
     return violation("plan.reduce_bucket", count(p.reduce_bucket),
               me + " does not reduce gradients in buckets of elements (deepspeed's reduce_bucket_size does)");
@@ -755,6 +883,35 @@ std::optional<PlanViolation> FrameworkTraits::model_refusal(const ModelSpec& m) 
     return violation("model.mtp_layers", count(m.mtp_layers),
                      std::string(name) + " builds no multi-token prediction modules (" +
                          those_that_do([](const FrameworkTraits& t) { return t.mtp; }) + ")");
+  if (!gpt_blocks_only) return std::nullopt;
+  const std::string me = name;
+  auto lacks = [&](std::string field, std::string value, const std::string& what) {
+    return violation(std::move(field), std::move(value), me + " does not run " + what + " yet");
+  };
+  if (m.activation != Activation::gelu)
+    return lacks("model.activation", to_string(m.activation), "activations other than gelu (gated MLPs)");
+  if (m.attention_head_dim > 0 && m.attention_head_dim * m.heads != m.hidden)
+    return lacks("model.head_dim", count(m.attention_head_dim), "heads x head_dim != hidden");
+  if (!m.tie_embeddings) return lacks("model.tie_embeddings", "false", "an untied LM head");
+  if (m.mla) return lacks("model.mla", "(set)", "multi-head latent attention");
+  if (m.position != PositionEmbedding::learned)
+    return lacks("model.position_embedding", to_string(m.position), "position encodings other than learned");
+  if (m.norm != Norm::layernorm) return lacks("model.norm", to_string(m.norm), "norms other than layernorm");
+  if (!m.bias) return lacks("model.bias", "false", "linear layers without biases");
+  if (m.kv_heads != m.heads) return lacks("model.kv_heads", count(m.kv_heads), "grouped-query attention");
+  if (m.attention_window) return lacks("model.attention_window", count(m.attention_window->size), "sliding-window attention");
+  if (m.attention_sinks) return lacks("model.attention_sinks", "true", "attention sinks");
+  if (m.parallel_block) return lacks("model.parallel_block", "true", "the parallel attention + MLP block");
+  if (m.moe) {
+    if (m.moe->dropless) return lacks("model.moe.dropless", "true", "dropless MoE routing (it runs a capacity)");
+    if (m.moe->shared_experts > 0)
+      return lacks("model.moe.shared_experts", count(m.moe->shared_experts), "shared experts");
+    if (m.moe->expert_ffn_hidden > 0 && m.moe->expert_ffn_hidden != m.ffn_hidden)
+      return lacks("model.moe.expert_ffn_hidden", count(m.moe->expert_ffn_hidden),
+                   "experts narrower or wider than the dense FFN");
+    if (m.moe->first_dense > 0)
+      return lacks("model.moe.first_dense", count(m.moe->first_dense), "leading dense layers in an MoE model");
+  }
   return std::nullopt;
 }
 

@@ -316,6 +316,40 @@ struct FrameworkTraits {
   bool uneven_interleaved = false;
   /// Splits layers over stages by DeepSpeed's PipelineModule partition_method (plan.partition_method).
   bool partition_method = false;
+  /// Shards ZeRO state over part of the data-parallel group and replicates it across the rest
+  /// (plan.shard_group: PyTorch HSDP and the like).
+  bool hybrid_sharding = true;
+  /// Runs ZeRO-1 (a sharded optimizer) beside expert parallelism (plan.zero 1 with plan.ep > 1).
+  bool zero1_expert_parallel = true;
+
+  // ---- offload (what it can move to host memory)
+  /// Keeps the optimizer state and fp32 master weights in host memory and steps them on the CPUs
+  /// (plan.offload.optimizer), at ZeRO stages optimizer_offload_min_zero..max_zero: offloading is
+  /// a mode of its sharded optimizer where it has one. Where it cannot, optimizer_offload_refusal
+  /// says why in its terms.
+  bool optimizer_offload = true;
+  int optimizer_offload_min_zero = 0;
+  int optimizer_offload_max_zero = 3;
+  const char* optimizer_offload_refusal = "";
+  /// Moves stored activations to host memory between a layer's forward and its backward
+  /// (plan.offload.activations). activation_offload_refusal says why not where it cannot.
+  bool activation_offload = true;
+  const char* activation_offload_refusal = "";
+  /// Only what a fully recomputed layer keeps (its input checkpoint) goes to the host: the plan
+  /// must recompute every layer (DeepSpeed's activation checkpointing with cpu_checkpointing).
+  bool activation_offload_needs_full_recompute = false;
+  /// Offload and recompute exclude each other: no recompute of any kind (Megatron-Core's
+  /// TransformerConfig: "CPU offloading does not work when activation recomputation is enabled").
+  bool activation_offload_without_recompute = false;
+  /// Offloads with a pipeline (plan.pp > 1).
+  bool activation_offload_with_pipeline = true;
+  /// Can offload every layer's activations (Megatron-Core: cpu_offloading_num_layers must be below
+  /// num_layers, so at most layers - 1 of them; plan.offload.activations < 1).
+  bool activation_offload_every_layer = true;
+  /// The largest plan.offload.activations it can run for a model of `layers` layers.
+  double max_activation_offload(int layers) const {
+    return activation_offload_every_layer || layers < 2 ? 1.0 : double(layers - 1) / layers;
+  }
 
   // ---- Mixture-of-Experts
   /// Folds expert parallelism over tp x cp x dp with the experts' own tensor-parallel degree
@@ -342,6 +376,11 @@ struct FrameworkTraits {
   /// Builds multi-token prediction modules (model.mtp_layers): Megatron-Core's --mtp-num-layers
   /// (core_r0.13+, megatron/core/transformer/multi_token_prediction.py).
   bool mtp = false;
+  /// Builds only GPT-2/3 blocks (the bundled trainer's model, trainer/gpt.hpp): LayerNorm, a GeLU
+  /// MLP, biases, learned positions, a tied LM head, heads x head_dim = hidden with a K/V head per
+  /// query head; MoE layers with a capacity, experts as wide as the dense FFN, no shared experts and
+  /// no leading dense layers. model_refusal names the first feature outside that.
+  bool gpt_blocks_only = false;
   /// Fuses the vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): Megatron-Core's
   /// --cross-entropy-loss-fusion [--cross-entropy-fusion-impl native|te].
   bool cross_entropy_fusion = false;

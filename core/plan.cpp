@@ -10,12 +10,7 @@ namespace foresight {
 
 namespace {
 std::string str(long long v) { return std::to_string(v); }
-std::string str(double v) {
-  std::string s = std::to_string(v);
-  while (s.size() > 1 && s.back() == '0') s.pop_back();
-  if (!s.empty() && s.back() == '.') s.pop_back();
-  return s;
-}
+std::string str(double v) { return value_text(v); }
 /// (violation, core/plan_violation.hpp, under check_plan's short name)
 std::optional<PlanViolation> fail(std::string field, std::string value, std::string rule) {
   return violation(std::move(field), std::move(value), std::move(rule));

@@ -149,7 +149,13 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // ZeRO-2/3 in Megatron-Core is its torch FSDP2 path (--use-torch-fsdp2, written below); no other
   // framework's sharding (DeepSpeed's, PyTorch FSDP's, HSDP groups) has Megatron-LM flags.
   const bool fsdp2 = q.zero >= 2 && q.framework == Framework::megatron_core;
-  if (q.shard_group > 0) return none("hybrid sharding (plan.shard_group) has no Megatron-LM flag");
+  // Megatron-Core shards its distributed optimizer within groups and replicates it across them
+  // (--num-distributed-optimizer-instances, core_v0.10+); nothing else of plan.shard_group has a flag.
+  const bool optimizer_instances =
+      q.shard_group > 0 && q.shard_group != q.grad_ranks() && q.zero == 1 && q.framework == Framework::megatron_core;
+  if (q.shard_group > 0 && q.shard_group != q.grad_ranks() && !optimizer_instances)
+    return none("hybrid sharding (plan.shard_group) has no Megatron-LM flag but Megatron-Core's distributed optimizer "
+                "instances (plan.framework megatron-core, plan.zero 1)");
   if (q.zero >= 2 && !fsdp2)
     return none("ZeRO-" + std::to_string(q.zero) + " as " + to_string(q.framework) +
                 " runs it has no Megatron-LM flags (Megatron-Core's is torch FSDP2: plan.framework megatron-core)");
@@ -163,6 +169,11 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // Per-op selective checkpointing and torch.compile are torchtitan's / PyTorch's, not Megatron-LM's.
   if (q.recompute == Recompute::selective_op) return none("per-op selective checkpointing is torchtitan's, not Megatron-LM's");
   if (q.compile) return none("torch.compile (plan.compile) has no Megatron-LM flag");
+  // Megatron-Core's activation offload is TransformerConfig.cpu_offloading, which NeMo sets and
+  // megatron/training/arguments.py does not expose (core_r0.8.0 to core_v0.15.0).
+  if (q.offload.activations > 0)
+    return none("activation offload (Megatron-Core's TransformerConfig.cpu_offloading, set through NeMo) has no "
+                "Megatron-LM flag");
   // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs;
   // tensorwise scaling is, where the framework's FP8 is Transformer Engine's (--fp8-recipe tensorwise).
   if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling != Fp8Scaling::delayed &&
@@ -233,11 +244,16 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // CUDA_DEVICE_MAX_CONNECTIONS above 1 in the environment.
   if (fsdp2) s << " --use-torch-fsdp2 --ckpt-format torch_dist";
   if (q.zero == 1) s << " --use-distributed-optimizer";
+  if (optimizer_instances) s << " --num-distributed-optimizer-instances " << q.grad_ranks() / q.shard_group;
   if (q.dp_overlap && !fsdp2) s << " --overlap-grad-reduce";
   // Megatron-LM fuses by default; where the simulator priced the separate pass, say so.
   if (!framework_traits(q.framework).fuses_gradient_accumulation(q)) s << " --no-gradient-accumulation-fusion";
   if (q.param_gather_overlap && !fsdp2) s << " --overlap-param-gather";
   if (q.fp8_param_gather) s << " --fp8-param-gather";
+  // The host-side optimizer (core_v0.12+): arguments.py asserts the precision-aware optimizer
+  // with it, whose default dtypes (fp32 main parameters, gradients and moments) keep the state
+  // the memory model counts.
+  if (q.offload.optimizer) s << " --optimizer-cpu-offload --use-precision-aware-optimizer";
   if (q.tp_overlap) s << " --tp-comm-overlap";
   if (q.cp > 1)
     s << " --context-parallel-size " << q.cp << " --cp-comm-type " << (q.cp_comm == CpComm::ring ? "p2p" : "all_gather");

@@ -15,6 +15,14 @@ struct PlanViolation {
   std::string rule;
 };
 
+/// A number as a violation prints it: "0.5", "1", "0.125" (no trailing zeros).
+inline std::string value_text(double v) {
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
 /// The violation of `rule` by `field` = `value`, as check_plan and FrameworkTraits::refusal return it.
 inline std::optional<PlanViolation> violation(std::string field, std::string value, std::string rule) {
   return PlanViolation{std::move(field), std::move(value), std::move(rule)};

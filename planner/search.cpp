@@ -392,24 +392,38 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         }
       }
       if (!ok) {
-        // Offload what does not fit on the device: optimizer state first, then activations. An
-        // optimizer steps on the host only where the cluster states the host's memory bandwidth
-        // (check_plan); elsewhere only activations are offloaded.
-        PlanSpec q = p;
-        q.offload.optimizer = r.cluster.host.memory_bandwidth.value() > 0;
-        Bytes need2;
-        if (q.offload.optimizer && fits(x, r, q, &need2)) {
-          p = q;
-          ok = true;
-        } else {
-          q.offload.activations = 1.0;
+        // Offload what does not fit on the device, as far as the framework can (FrameworkTraits
+        // optimizer_offload*, activation_offload*): the optimizer state first, then activations
+        // with it, then activations alone. An optimizer steps on the host only where the cluster
+        // states the host's memory bandwidth (check_plan); elsewhere only activations move.
+        const FrameworkTraits& fw = framework_traits(r.framework);
+        const bool host_step = r.cluster.host.memory_bandwidth.value() > 0;
+        const double most_activations = fw.max_activation_offload(r.model.layers);
+        std::vector<PlanSpec> tries;
+        auto offloaded = [&](bool optimizer, double activations) {
+          PlanSpec q = p;
+          q.offload.optimizer = optimizer;
+          q.offload.activations = activations;
+          if (fw.runs(q)) tries.push_back(q);
+        };
+        if (host_step) offloaded(true, 0.0);
+        offloaded(host_step, most_activations);
+        if (host_step) offloaded(false, most_activations);
+        PlanSpec nearest = p;  // of the variants that miss, the one that needs least
+        for (const PlanSpec& q : tries) {
+          Bytes need2;
           if (fits(x, r, q, &need2)) {
             p = q;
             ok = true;
+            break;
+          }
+          if (need2 < need) {
+            need = need2;
+            nearest = q;
           }
         }
         if (!ok && (!local.closest || need < local.closest_need)) {
-          local.closest = p;
+          local.closest = nearest;
           local.closest_need = need;
           local.closest_index = i;
         }

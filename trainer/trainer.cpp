@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/flops.hpp"
+#include "core/framework.hpp"
 #include "trainer/backend.hpp"
 #include "trainer/bootstrap.hpp"
 #include "trainer/checkpoint.hpp"
@@ -60,77 +61,32 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
     throw SpecError(where, "plan.sequence_parallel", "true",
                     "needs plan.micro_batch * model.seq_len = " + std::to_string(q.micro_batch * p.model.seq_len) +
                         " to be a multiple of plan.tp = " + std::to_string(q.tp) + " (tokens are split over the group)");
-  if (q.zero > 1) unsupported("plan.zero", std::to_string(q.zero), "ZeRO stages 2 and 3 (it runs 0 and 1)");
-  if (q.cp > 1) unsupported("plan.cp", std::to_string(q.cp), "context parallelism");
-  if (q.partial_recompute_microbatches > 0)
-    unsupported("plan.partial_recompute_microbatches", std::to_string(q.partial_recompute_microbatches),
-                "recompute varied by micro-batch");
-  if (q.tp_overlap) unsupported("plan.tp_overlap", "true", "TP communication overlapped with GEMMs");
-  if (q.ep_overlap) unsupported("plan.ep_overlap", "true", "MoE all-to-alls overlapped with another micro-batch's compute");
-  if (q.recompute_modules.any())
-    unsupported("plan.recompute_modules", "(set)", "per-module recompute (norms, MLA up-projections, the MoE activation, checkpointed MLP, MoE or shared-expert blocks)");
-  if (q.cross_entropy_fusion != CrossEntropyFusion::none)
-    unsupported("plan.cross_entropy_fusion", to_string(q.cross_entropy_fusion),
-                "Megatron-Core's fused cross-entropy kernels (it runs its own loss)");
-  if (q.ep_dispatcher != EpDispatcher::nccl)
-    unsupported("plan.ep_dispatcher", to_string(q.ep_dispatcher), "DeepEP's node-deduplicated dispatch");
-  if (q.schedule == Schedule::zb_h1 || q.schedule == Schedule::dualpipe)
-    unsupported("plan.schedule", to_string(q.schedule), "zero-bubble and DualPipe schedules (it runs gpipe, 1f1b, interleaved, terapipe)");
-  if (q.schedule == Schedule::interleaved && !q.stage_layers.empty())
-    unsupported("plan.stage_layers", std::to_string(q.stage_layers.size()) + " entries",
-                "uneven model chunks with the interleaved schedule (every chunk holds layers / (pp x virtual_stages))");
-  if (q.compile) unsupported("plan.compile", "true", "torch.compile's fused kernels");
-  if (q.recompute == Recompute::selective_op)
-    unsupported("plan.recompute", "selective-op", "per-op selective activation checkpointing");
-  // The bundled model is GPT-2/3-style (core/model.hpp defaults); other architectures are refused.
-  const ModelSpec& mm = p.model;
-  if (mm.activation != Activation::gelu)
-    unsupported("model.activation", to_string(mm.activation), "activations other than gelu (gated MLPs)");
-  if (mm.attention_head_dim > 0 && mm.attention_head_dim * mm.heads != mm.hidden)
-    unsupported("model.head_dim", std::to_string(mm.attention_head_dim), "heads x head_dim != hidden");
-  if (!mm.tie_embeddings) unsupported("model.tie_embeddings", "false", "an untied LM head");
-  if (mm.mla) unsupported("model.mla", "(set)", "multi-head latent attention");
-  if (mm.position != PositionEmbedding::learned)
-    unsupported("model.position_embedding", to_string(mm.position), "position encodings other than learned");
-  if (mm.norm != Norm::layernorm) unsupported("model.norm", to_string(mm.norm), "norms other than layernorm");
-  if (!mm.bias) unsupported("model.bias", "false", "linear layers without biases");
-  if (mm.moe && mm.moe->dropless) unsupported("model.moe.dropless", "true", "dropless MoE routing (it runs a capacity)");
-  if (mm.moe && mm.moe->shared_experts > 0)
-    unsupported("model.moe.shared_experts", std::to_string(mm.moe->shared_experts), "shared experts");
-  if (mm.moe && mm.moe->expert_ffn_hidden > 0 && mm.moe->expert_ffn_hidden != mm.ffn_hidden)
-    unsupported("model.moe.expert_ffn_hidden", std::to_string(mm.moe->expert_ffn_hidden), "experts narrower or wider than the dense FFN");
-  if (mm.attention_window)
-    unsupported("model.attention_window", std::to_string(mm.attention_window->size), "sliding-window attention");
-  if (mm.attention_sinks) unsupported("model.attention_sinks", "true", "attention sinks");
-  if (mm.parallel_block) unsupported("model.parallel_block", "true", "the parallel attention + MLP block");
-  if (mm.mtp_layers > 0)
-    unsupported("model.mtp_layers", std::to_string(mm.mtp_layers), "multi-token prediction modules");
+  // What it runs is its FrameworkTraits entry (core/framework.cpp, foresight-train): the one list
+  // the planner also obeys, so `foresight plan --framework foresight-train` offers only plans it
+  // runs. A plan written for another framework is held to the same entry, after the fields the
+  // trainer maps onto its own execution: a partition_method split becomes the stage layer counts
+  // that method yields (it trains that split), DeepSpeed's reduce_bucket gives way to
+  // --dp-bucket-kB, and a fused gradient accumulation is the same sum taken after the GEMM.
+  const FrameworkTraits& own = framework_traits(Framework::foresight_train);
+  PlanSpec mine = q;
+  if (!mine.partition_method.empty()) {
+    mine.stage_layers = stage_layer_counts(p.model, q);
+    mine.partition_method.clear();
+  }
+  mine.reduce_bucket = 0;
+  mine.gradient_accumulation_fusion.reset();
+  if (auto v = own.refusal(mine)) throw SpecError(where, v->field, v->value, v->rule);
+  if (auto v = own.model_refusal(p.model)) throw SpecError(where, v->field, v->value, v->rule);
   if (p.training.optimizer != Optimizer::adam)
     unsupported("training.optimizer", to_string(p.training.optimizer), "optimizers other than AdamW");
   if (p.training.optimizer_state_dtype != Dtype::fp32)
     unsupported("training.optimizer_state_dtype", to_string(p.training.optimizer_state_dtype),
                 "an optimizer state other than fp32 (fp32 master weights and moments)");
-  if (mm.moe && mm.moe->first_dense > 0)
-    unsupported("model.moe.first_dense", std::to_string(mm.moe->first_dense), "leading dense layers in an MoE model");
-  if (q.shard_group > 0 && q.shard_group != q.grad_ranks())
-    unsupported("plan.shard_group", std::to_string(q.shard_group), "sharding over part of the data-parallel group (HSDP)");
-  if (q.param_gather_overlap) unsupported("plan.param_gather_overlap", "true", "an overlapped parameter all-gather");
-  if (q.offload.optimizer) unsupported("plan.offload.optimizer", "true", "optimizer offload");
-  if (q.dp_overlap && q.dp > 1)
-    unsupported("plan.dp_overlap", "true",
-                "gradient reduction overlapped with the backward (it reduces after the backward: set it false, which "
-                "is also what the simulator then predicts)");
   if (p.model.moe) {
     const std::string moe =
         std::to_string(p.model.moe->experts) + " experts, top_k " + std::to_string(p.model.moe->top_k);
     if (q.token_slices.size() > 1) unsupported("model.moe", moe, "Mixture-of-Experts layers with TeraPipe slices");
-    if (q.etp() != q.tp)
-      unsupported("plan.expert_tp", std::to_string(q.expert_tp), "experts split over other ranks than tp (MoE parallel folding)");
-    if (q.zero > 0 && q.ep > 1)
-      unsupported("plan.zero", std::to_string(q.zero), "ZeRO-1 with expert parallelism (plan.ep > 1)");
   }
-  if (p.model.kv_heads != p.model.heads)
-    unsupported("model.kv_heads", std::to_string(p.model.kv_heads), "grouped-query attention");
   if (p.model.vocab % q.tp != 0)
     throw SpecError(where, "model.vocab", std::to_string(p.model.vocab),
                     "must be a multiple of plan.tp = " + std::to_string(q.tp) + " (vocabulary-parallel embedding)");

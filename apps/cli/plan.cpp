@@ -66,6 +66,11 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
     if (!f) throw SpecError(kCommandLine, "--framework", o.framework, "must be one of: " + allowed_values<Framework>());
     r.framework = *f;
   }
+  // A model the framework cannot build is refused here, naming the model feature, rather than
+  // reported later as "no plan fits".
+  if (auto v = framework_traits(r.framework).model_refusal(r.model))
+    throw SpecError(kCommandLine, v->field, v->value,
+                    v->rule + " (--framework " + framework_traits(r.framework).name + ", --model " + r.model.name + ")");
   // The experiment's torch.compile setting carries over to a framework that compiles.
   r.compile = base.plan.compile && framework_traits(r.framework).compiled_elementwise.has_value();
   r.compile_loss = r.compile && base.plan.compile_loss;
@@ -311,7 +316,7 @@ Command plan_command() {
           if (res.ranked.empty()) {
             std::string msg = "no plan fits: " + r.model.name + " on " + std::to_string(r.gpus) + " x " + r.cluster.gpu.name;
             if (res.closest)
-              msg += "; the closest plan (" + describe_plan(*res.closest) + ", with offload) needs " +
+              msg += "; the closest plan (" + describe_plan(*res.closest) + ") needs " +
                      format_number(in_GiB(res.closest_need), 1) + " GiB per GPU, " +
                      format_number(in_GiB(res.closest_shortfall), 1) + " GiB more than the " +
                      format_number(in_GiB(r.memory_limit()), 1) + " GiB a plan may use (device less the " +

@@ -47,6 +47,7 @@ const std::vector<BadCase> kCases = {
     {"offload_fraction_range", {"plan.offload.activations = 1.5", "must lie in [0, 1]"}},
     {"offload_optimizer_without_host_bandwidth",
      {"plan.offload.optimizer = true", "needs cluster.host.memory_GBps", ":14:"}},
+    {"offload_optimizer_megatron_2021", {"plan.offload.optimizer = true", "Megatron-LM 2021-22 steps its optimizer on the GPU", ":14:"}},
     {"ep_without_moe", {"plan.ep = 2", "needs a model with moe"}},
     {"bool_type", {"plan.sequence_parallel = maybe", "must be true or false"}},
     {"fusion_not_bool", {"plan.gradient_accumulation_fusion = maybe", "must be true or false", ":14:"}},

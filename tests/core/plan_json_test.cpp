@@ -305,3 +305,37 @@ TEST(PlanJson, IntegersMayBeWrittenAsWholeFloats) {
     EXPECT_EQ(e.rule(), "must be at most 2147483647");
   }
 }
+
+TEST(PlanJson, MegatronCoreOffloadAndOptimizerInstancesReachTheLaunchLine) {
+  // --optimizer-cpu-offload needs --use-precision-aware-optimizer beside it (core_v0.12+
+  // arguments.py asserts it); activation offload is TransformerConfig.cpu_offloading, which has no
+  // Megatron-LM argument; HSDP-style groups of the distributed optimizer are
+  // --num-distributed-optimizer-instances, dp / shard_group of them.
+  ExecutablePlan p = sample();
+  p.training.dtype = Dtype::bf16;
+  p.plan.framework = Framework::megatron_core;
+  p.plan.pp = 1;
+  p.plan.dp = 8;
+  p.plan.zero = 1;
+  p.plan.offload.optimizer = true;
+  const std::string args = megatron_arguments(p);
+  EXPECT_NE(args.find("--use-distributed-optimizer"), std::string::npos) << args;
+  EXPECT_NE(args.find("--optimizer-cpu-offload --use-precision-aware-optimizer"), std::string::npos) << args;
+  EXPECT_EQ(args.find("--num-distributed-optimizer-instances"), std::string::npos) << args;
+  ExecutablePlan groups = p;
+  groups.plan.shard_group = 2;
+  EXPECT_NE(megatron_arguments(groups).find("--num-distributed-optimizer-instances 4"), std::string::npos)
+      << megatron_arguments(groups);
+  std::string why;
+  ExecutablePlan acts = p;
+  acts.plan.offload.optimizer = false;
+  acts.plan.offload.activations = 0.5;
+  EXPECT_TRUE(megatron_arguments(acts, &why).empty());
+  EXPECT_NE(why.find("cpu_offloading"), std::string::npos) << why;
+  // Megatron-LM 2021-22 has no optimizer instances: the same groups have no flag there.
+  groups.plan.framework = Framework::megatron;
+  groups.plan.offload.optimizer = false;
+  why.clear();
+  EXPECT_TRUE(megatron_arguments(groups, &why).empty());
+  EXPECT_NE(why.find("plan.shard_group"), std::string::npos) << why;
+}

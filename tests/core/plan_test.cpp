@@ -439,6 +439,8 @@ TEST(CheckPlan, AsyncTpNeedsTorchCompile) {
 TEST(CheckPlan, AnOffloadedOptimizerNeedsTheHostsMemoryBandwidth) {
   Fixture f;
   f.c.name = "nodes-without-a-host-figure";
+  f.p.framework = Framework::deepspeed;  // its ZeRO optimizers offload (Megatron-LM 2021-22 cannot)
+  f.p.zero = 1;
   f.p.offload.optimizer = true;
   const std::optional<PlanViolation> v = f.check();
   ASSERT_TRUE(v.has_value());
@@ -592,4 +594,111 @@ TEST(CheckPlan, DualPipeStagesHoldTheirMirrorSegment) {
   EXPECT_EQ(p.segments(), 12);
   EXPECT_EQ(p.chunk_segment(1, 2), 9);
   EXPECT_FALSE(p.holds_first_segment(3));
+}
+
+TEST(CheckPlan, OffloadOnlyAsEachFrameworkDoesIt) {
+  // Fixture: tp 2, pp 4, dp 4, 24 layers, recompute none, zero 0; the cluster states its hosts'
+  // memory bandwidth so that only the framework rules are at stake. Each rule as the framework's
+  // own code states it (core/framework.cpp cites the lines).
+  struct Case { std::function<void(Fixture&)> edit; const char* says; };
+  const std::vector<Case> refused = {
+      // Megatron-LM 2021-22: no CPU optimizer, no activation offload.
+      {[](Fixture& f) { f.p.zero = 1; f.p.offload.optimizer = true; }, "--optimizer-cpu-offload"},
+      {[](Fixture& f) { f.p.offload.activations = 0.5; }, "keeps activations on the GPU"},
+      // Megatron-Core: the optimizer offload rides the distributed optimizer (zero 1 only).
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.offload.optimizer = true; }, "plan.zero 1 (it is 0)"},
+      // ... and TransformerConfig's cpu_offloading: no pipeline, no recompute, not every layer.
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.offload.activations = 0.5; }, "without a pipeline"},
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.pp = 1; f.p.dp = 16;
+                        f.p.recompute = Recompute::selective; f.p.offload.activations = 0.5; }, "activation recompute"},
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.pp = 1; f.p.dp = 16;
+                        f.p.offload.activations = 1.0; }, "below 1"},
+      // DeepSpeed: offload_optimizer is a ZeRO mode (stage >= 1); cpu_checkpointing needs
+      // activation checkpointing.
+      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.offload.optimizer = true; }, "plan.zero 1 to 3 (it is 0)"},
+      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.offload.activations = 1.0; }, "plan.recompute full"},
+      // FSDP's CPU offload moves parameters too: not what plan.offload describes.
+      {[](Fixture& f) { f.p.framework = Framework::torchtitan; f.p.tp = 1; f.p.pp = 1; f.p.dp = 32; f.p.zero = 3;
+                        f.p.offload.optimizer = true; }, "CPUOffloadPolicy"},
+      {[](Fixture& f) { f.p.framework = Framework::pytorch; f.p.tp = 1; f.p.pp = 1; f.p.dp = 32;
+                        f.p.offload.activations = 0.5; }, "keeps saved activations on the GPU"},
+      {[](Fixture& f) { f.p.framework = Framework::foresight_train; f.p.zero = 1; f.p.offload.optimizer = true; },
+       "does not run optimizer offload yet"},
+  };
+  for (std::size_t i = 0; i < refused.size(); ++i) {
+    Fixture f;
+    f.c.host.memory_bandwidth = BytesPerSecond(200e9);
+    refused[i].edit(f);
+    const std::optional<PlanViolation> v = f.check();
+    ASSERT_TRUE(v.has_value()) << "case " << i;
+    EXPECT_EQ(v->field.rfind("plan.offload.", 0), 0u) << "case " << i << ": " << v->field;
+    EXPECT_NE(v->rule.find(refused[i].says), std::string::npos) << "case " << i << ": " << v->rule;
+  }
+  const std::vector<std::function<void(Fixture&)>> allowed = {
+      [](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.zero = 1; f.p.offload.optimizer = true; },
+      [](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.pp = 1; f.p.dp = 16; f.p.offload.activations = 23.0 / 24; },
+      [](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.p.offload.optimizer = true;
+                       f.p.recompute = Recompute::full; f.p.offload.activations = 1.0; },
+      [](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.tp = 1; f.p.pp = 1; f.p.dp = 32; f.p.zero = 3;
+                       f.p.offload.optimizer = true; },
+      [](Fixture& f) { f.p.framework = Framework::foresight_train; f.p.offload.activations = 0.5; },
+      [](Fixture& f) { f.p.framework = Framework::generic; f.p.offload.optimizer = true; f.p.offload.activations = 1.0; },
+  };
+  for (std::size_t i = 0; i < allowed.size(); ++i) {
+    Fixture f;
+    f.c.host.memory_bandwidth = BytesPerSecond(200e9);
+    allowed[i](f);
+    const std::optional<PlanViolation> v = f.check();
+    EXPECT_FALSE(v.has_value()) << "case " << i << ": " << v->field << ": " << v->rule;
+  }
+  // Megatron-Core's largest fraction leaves one layer on the device.
+  EXPECT_DOUBLE_EQ(framework_traits(Framework::megatron_core).max_activation_offload(24), 23.0 / 24);
+  EXPECT_DOUBLE_EQ(framework_traits(Framework::deepspeed).max_activation_offload(24), 1.0);
+}
+
+TEST(CheckPlan, TheTrainersEntryRefusesWhatTheTrainerDoesNotBuild) {
+  // foresight-train builds GPT-2/3 blocks only (trainer/gpt.hpp); each other feature is named.
+  struct Case { std::function<void(ModelSpec&)> edit; const char* field; };
+  const std::vector<Case> cases = {
+      {[](ModelSpec& m) { m.activation = Activation::swiglu; }, "model.activation"},
+      {[](ModelSpec& m) { m.tie_embeddings = false; }, "model.tie_embeddings"},
+      {[](ModelSpec& m) { m.position = PositionEmbedding::rope; }, "model.position_embedding"},
+      {[](ModelSpec& m) { m.norm = Norm::rmsnorm; }, "model.norm"},
+      {[](ModelSpec& m) { m.bias = false; }, "model.bias"},
+      {[](ModelSpec& m) { m.kv_heads = 4; }, "model.kv_heads"},
+      {[](ModelSpec& m) { m.attention_head_dim = 64; }, "model.head_dim"},  // 16 x 64 != 2048
+      {[](ModelSpec& m) { m.moe = MoeSpec{.experts = 8, .top_k = 2, .dropless = true}; }, "model.moe.dropless"},
+      {[](ModelSpec& m) { m.moe = MoeSpec{.experts = 8, .top_k = 2, .first_dense = 1}; }, "model.moe.first_dense"},
+  };
+  const FrameworkTraits& trainer = framework_traits(Framework::foresight_train);
+  for (const Case& c : cases) {
+    Fixture f;
+    c.edit(f.m);
+    const std::optional<PlanViolation> v = trainer.model_refusal(f.m);
+    ASSERT_TRUE(v.has_value()) << c.field;
+    EXPECT_EQ(v->field, c.field);
+    EXPECT_NE(v->rule.find("foresight-train does not run"), std::string::npos) << v->rule;
+    // Only the trainer's entry is limited to GPT blocks.
+    EXPECT_FALSE(framework_traits(Framework::megatron_core).model_refusal(f.m).has_value()) << c.field;
+  }
+  EXPECT_FALSE(trainer.model_refusal(Fixture().m).has_value());
+  // Its plan-level limits: ZeRO-1 beside expert parallelism, HSDP, an overlapped reduction.
+  Fixture f;
+  f.m.moe = MoeSpec{.experts = 8, .top_k = 2};
+  f.p.framework = Framework::foresight_train;
+  f.p.zero = 1;
+  f.p.ep = 4;
+  std::optional<PlanViolation> v = f.check();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->field, "plan.zero");
+  f.p.ep = 1;
+  f.p.shard_group = 2;
+  v = f.check();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->field, "plan.shard_group");
+  f.p.shard_group = 0;
+  f.p.dp_overlap = true;
+  v = f.check();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->field, "plan.dp_overlap");
 }

@@ -148,6 +148,7 @@ TEST(Search, OffloadsTheOptimizerOnlyWhereTheHostsMemoryBandwidthIsKnown) {
   // hosts' memory bandwidth, so those plans are ranked (with the host's step in their time); a
   // cluster that does not state it gets no such plan, since its step could not be priced.
   SearchRequest r = small_request();
+  r.framework = Framework::deepspeed;  // its ZeRO optimizers offload (Megatron-LM 2021-22's cannot)
   r.cluster.gpu.hbm = gibibytes(16);
   auto offloading = [](const SearchResult& res) {
     int n = 0;
@@ -159,6 +160,47 @@ TEST(Search, OffloadsTheOptimizerOnlyWhereTheHostsMemoryBandwidthIsKnown) {
   const SearchResult without = search_plans(r);
   EXPECT_FALSE(without.ranked.empty());
   EXPECT_EQ(offloading(without), 0);
+}
+
+TEST(Search, OffloadsOnlyWhatTheFrameworkCanMove) {
+  // 12 GiB GPUs for GPT-3 1.3B on 16 of them: tight enough that plans reach for the host. Every
+  // ranked plan must be one check_plan accepts for its framework; Megatron-LM 2021-22 moves
+  // nothing to the host, DeepSpeed offloads the optimizer only as a ZeRO mode and activations only
+  // as cpu_checkpointing of recomputed layers, Megatron-Core its optimizer only at ZeRO-1 and
+  // activations only without a pipeline or recompute and never every layer.
+  for (const Framework f : {Framework::megatron, Framework::deepspeed, Framework::megatron_core}) {
+    SearchRequest r = small_request();
+    r.framework = f;
+    r.cluster.gpu.hbm = gibibytes(12);
+    const SearchResult res = search_plans(r);
+    int offloaded = 0;
+    for (const auto& c : res.ranked) {
+      const PlanSpec& p = c.plan;
+      const auto v = check_plan(r.model, r.cluster, r.training, p, r.gpus);
+      EXPECT_FALSE(v.has_value()) << to_string(f) << ": " << v->field << ": " << v->rule;
+      offloaded += p.offload.optimizer || p.offload.activations > 0;
+      if (f == Framework::megatron) {
+        EXPECT_FALSE(p.offload.optimizer || p.offload.activations > 0);
+      }
+      if (f == Framework::deepspeed && p.offload.optimizer) {
+        EXPECT_GE(p.zero, 1);
+      }
+      if (f == Framework::deepspeed && p.offload.activations > 0) {
+        EXPECT_EQ(p.recompute, Recompute::full);
+      }
+      if (f == Framework::megatron_core && p.offload.optimizer) {
+        EXPECT_EQ(p.zero, 1);
+      }
+      if (f == Framework::megatron_core && p.offload.activations > 0) {
+        EXPECT_EQ(p.pp, 1);
+        EXPECT_EQ(p.recompute, Recompute::none);
+        EXPECT_LT(p.offload.activations, 1.0);
+      }
+    }
+    if (f == Framework::deepspeed) {
+      EXPECT_GT(offloaded, 0) << "the tight request needs the host for some plans";
+    }
+  }
 }
 
 TEST(Search, ImpossibleRequestReportsTheShortfall) {

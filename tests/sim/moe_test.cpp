@@ -331,6 +331,16 @@ TEST(MoeFolding, FrameworksWithoutFoldingRouteTheWholeMicroBatchOnEveryTensorPar
   // all-to-alls carry the whole micro-batch's copies and the TP collectives stay the dense layer's.
   Experiment e = folded();
   e.plan.framework = Framework::foresight_train;
+  // The trainer builds GPT-2/3 blocks only: Qwen3's routing (8 of 128 experts over hidden 2048)
+  // in a GPT block, capacity-bound experts as wide as the dense FFN.
+  e.model.activation = Activation::gelu;
+  e.model.norm = Norm::layernorm;
+  e.model.position = PositionEmbedding::learned;
+  e.model.bias = e.model.tie_embeddings = true;
+  e.model.kv_heads = e.model.heads;
+  e.model.attention_head_dim = 0;
+  e.model.moe->dropless = false;
+  e.model.moe->expert_ffn_hidden = 0;
   e.plan.expert_tp = 0;
   e.plan.ep = 4;
   e.plan.zero = 0;
