@@ -317,4 +317,58 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   return s.str();
 }
 
+nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* why_not) {
+  const PlanSpec& q = p.plan;
+  auto none = [why_not](const std::string& why) {
+    if (why_not) *why_not = why;
+    return nlohmann::ordered_json();
+  };
+  if (q.framework != Framework::deepspeed)
+    return none(std::string("a DeepSpeed configuration is written for plans of framework deepspeed (this one is ") +
+                to_string(q.framework) + ")");
+  if (p.training.dtype == Dtype::fp8 || p.training.dtype == Dtype::tf32)
+    return none(std::string("DeepSpeed has no ") + to_string(p.training.dtype) + " training mode (fp32, fp16 or bf16)");
+  // cpu_checkpointing moves every checkpoint of the recomputed layers: all or nothing.
+  if (q.offload.activations > 0 && q.offload.activations < 1)
+    return none("DeepSpeed's cpu_checkpointing offloads every checkpoint, not a fraction (plan.offload.activations " +
+                value_text(q.offload.activations) + ")");
+  const FrameworkTraits& fw = framework_traits(q.framework);
+  nlohmann::ordered_json c;
+  // DeepSpeed's world for the batch is the data-parallel group (mpu.get_data_parallel_world_size();
+  // runtime/config.py _batch_assertion: train_batch == micro_batch * grad_acc * world_size).
+  const int dp = q.dp * q.cp;
+  c["train_batch_size"] = p.training.global_batch;
+  c["train_micro_batch_size_per_gpu"] = q.micro_batch;
+  c["gradient_accumulation_steps"] = p.training.global_batch / (q.micro_batch * dp);
+  // "bfloat16" is the key v0.5 reads, and every release since keeps it (runtime/precision_config.py
+  // BFLOAT16_OLD) beside the newer "bf16". fp16 with dynamic loss scaling (loss_scale 0).
+  if (p.training.dtype == Dtype::bf16) c["bfloat16"] = {{"enabled", true}};
+  if (p.training.dtype == Dtype::fp16) c["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
+  nlohmann::ordered_json z;
+  z["stage"] = q.zero;
+  if (q.zero > 0) {
+    // The bucket the simulator priced: the plan's, else the framework's default (5e8 elements).
+    const double bucket = q.reduce_bucket > 0 ? double(q.reduce_bucket)
+                          : q.zero >= 3    ? fw.zero3_reduce_bucket_elements
+                                           : fw.dp_bucket_elements;
+    z["reduce_bucket_size"] = static_cast<long long>(bucket);
+    // ZeRO-1/2: the plan's overlap (the pipeline engine turns overlap_comm off whatever the config
+    // says, pipe/engine.py, and so does the plan: FrameworkTraits::overlaps_dp_reduction). Stage 3
+    // keeps DeepSpeed's own default, the setting of the runs its entry was read from.
+    if (q.zero < 3) z["overlap_comm"] = q.dp_overlap;
+  }
+  if (q.offload.optimizer) z["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  if (q.zero >= 3) {
+    z["stage3_max_reuse_distance"] = static_cast<long long>(fw.zero3_reuse_elements);
+    z["stage3_param_persistence_threshold"] = static_cast<long long>(fw.zero3_persistence_elements);
+  }
+  c["zero_optimization"] = z;
+  if (q.recompute == Recompute::full)
+    c["activation_checkpointing"] = {{"partition_activations", false},
+                                     {"cpu_checkpointing", q.offload.activations > 0},
+                                     {"contiguous_memory_optimization", false},
+                                     {"synchronize_checkpoint_boundary", false}};
+  return c;
+}
+
 }  // namespace foresight

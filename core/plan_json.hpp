@@ -53,4 +53,13 @@ std::string launch_script(const ExecutablePlan& p, const std::string& plan_path)
 /// it does not (e.g. TeraPipe slicing), with the reason in *why_not where one is passed.
 std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not = nullptr);
 
+/// The DeepSpeed configuration (ds_config.json) a plan of framework deepspeed runs with: the batch
+/// (train_batch_size = micro-batch x gradient_accumulation_steps x data-parallel ranks, which
+/// DeepSpeed asserts), the precision, the ZeRO stage with the buckets and offload the simulator
+/// priced, and activation checkpointing with cpu_checkpointing for offloaded activations. Tensor
+/// and pipeline parallelism are the model code's (Megatron-DeepSpeed's mpu and PipelineModule),
+/// not the config's. Null for another framework, or where DeepSpeed has no key for the plan, with
+/// the reason in *why_not where one is passed.
+nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* why_not = nullptr);
+
 }  // namespace foresight

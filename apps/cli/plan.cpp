@@ -132,8 +132,10 @@ Table plan_table(const planner::SearchRequest& r, const planner::SearchResult& r
   return t;
 }
 
-/// Writes plan.json, launch.sh and megatron_args.txt of the picked plan into `dir`.
-void write_outputs(const std::filesystem::path& dir, const planner::SearchRequest& r, const planner::Candidate& c) {
+/// Writes the picked plan's plan.json, launch.sh and megatron_args.txt into `dir`, and
+/// ds_config.json for a DeepSpeed plan; returns the names written, in order.
+std::vector<std::string> write_outputs(const std::filesystem::path& dir, const planner::SearchRequest& r,
+                                       const planner::Candidate& c) {
   ExecutablePlan ep;
   ep.model = r.model;
   ep.cluster = r.cluster.name;
@@ -152,6 +154,17 @@ void write_outputs(const std::filesystem::path& dir, const planner::SearchReques
   const std::string margs = megatron_arguments(ep, &why_not);
   write_file_atomically(dir / "megatron_args.txt",
                         margs.empty() ? "# this plan has no Megatron-LM equivalent: " + why_not + "\n" : margs + "\n");
+  // A DeepSpeed plan also gets the configuration DeepSpeed reads; any other plan none, and no
+  // stale one from an earlier run in the same folder.
+  std::vector<std::string> written = {"plan.json", "launch.sh", "megatron_args.txt"};
+  const nlohmann::ordered_json ds = deepspeed_config(ep);
+  if (!ds.is_null()) {
+    write_file_atomically(dir / "ds_config.json", ds.dump(2) + "\n");
+    written.push_back("ds_config.json");
+  } else {
+    std::filesystem::remove(dir / "ds_config.json");
+  }
+  return written;
 }
 
 /// What both reporters print: the request, the search's result, its ranked table and, when the
@@ -289,7 +302,7 @@ Command plan_command() {
                      "Also search TeraPipe token-level pipelining (slices from TeraPipe's dynamic program) and "
                      "report its speedup over the best plan without it");
         sub.add_flag("--json", o->json, "Print machine-readable JSON");
-        sub.add_option("--out", o->out, "Directory to write plan.json, launch.sh and megatron_args.txt into");
+        sub.add_option("--out", o->out, "Directory to write plan.json, launch.sh and megatron_args.txt into (and ds_config.json for a DeepSpeed plan)");
         sub.add_option("--pick", o->pick, "Which ranked plan to write with --out (1 = best)")->check(CLI::PositiveNumber);
         return [o](std::ostream& out, std::ostream& err) {
           const Experiment base = load_experiment(resolve_scenario("experiments", o->experiment));
@@ -326,7 +339,8 @@ Command plan_command() {
           if (o->pick > int(res.ranked.size()))
             throw SpecError(kCommandLine, "--pick", std::to_string(o->pick),
                             "must be at most the " + std::to_string(res.ranked.size()) + " ranked plans");
-          if (!o->out.empty()) write_outputs(o->out, r, res.ranked[o->pick - 1]);
+          std::vector<std::string> written;
+          if (!o->out.empty()) written = write_outputs(o->out, r, res.ranked[o->pick - 1]);
 
           const Report rep{r, res, plan_table(r, res), standing, base.plan};
           if (o->json) {
@@ -334,8 +348,12 @@ Command plan_command() {
             return kExitOk;
           }
           print_console(out, rep);
-          if (!o->out.empty())
-            out << "\nWrote " << o->out << "/plan.json, launch.sh and megatron_args.txt (plan rank " << o->pick << ")\n";
+          if (!o->out.empty()) {
+            out << "\nWrote " << o->out << "/";
+            for (std::size_t i = 0; i < written.size(); ++i)
+              out << (i == 0 ? "" : i + 1 == written.size() ? " and " : ", ") << written[i];
+            out << " (plan rank " << o->pick << ")\n";
+          }
           return kExitOk;
         };
       }};

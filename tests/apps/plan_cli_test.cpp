@@ -1,8 +1,12 @@
 // foresight plan from the command line: an impossible request is a clear user error (exit 2).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -160,4 +164,36 @@ TEST(PlanCli, DtypeMustBeOneTheGpuHas) {
     EXPECT_EQ(foresight::cli::run_cli({"plan", "--dtype", "tf32", "--no-simgrid"}, out, err), 2);
     EXPECT_NE(err.str().find("--dtype = tf32: must be one of: bf16, fp16, fp8, fp32"), std::string::npos) << err.str();
   }
+}
+
+TEST(PlanCli, DeepSpeedPlansGetTheirConfigAndOthersLeaveNoneBehind) {
+  // plan --out for a DeepSpeed search writes ds_config.json beside plan.json, its batch identity
+  // matching the plan; a later Megatron-LM search into the same folder removes it.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("foresight-plan-out-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::ostringstream out, err;
+  int rc = foresight::cli::run_cli({"plan", "--model", "gpt3-1.3b", "--cluster", "selene", "--gpus", "16",
+                                    "--global-batch", "64", "--framework", "deepspeed", "--no-simgrid", "--top", "3",
+                                    "--out", dir.string()},
+                                   out, err);
+  ASSERT_EQ(rc, 0) << err.str();
+  EXPECT_NE(out.str().find("megatron_args.txt and ds_config.json"), std::string::npos) << out.str();
+  ASSERT_TRUE(std::filesystem::exists(dir / "ds_config.json"));
+  std::ifstream plan_file(dir / "plan.json"), ds_file(dir / "ds_config.json");
+  const nlohmann::json plan = nlohmann::json::parse(plan_file), ds = nlohmann::json::parse(ds_file);
+  EXPECT_EQ(ds["train_batch_size"], 64);
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"], plan["plan"]["micro_batch"]);
+  EXPECT_EQ(ds["train_batch_size"].get<int>(), ds["train_micro_batch_size_per_gpu"].get<int>() *
+                                                   ds["gradient_accumulation_steps"].get<int>() *
+                                                   plan["plan"]["dp"].get<int>());
+  EXPECT_EQ(ds["zero_optimization"]["stage"], plan["plan"]["zero"]);
+  out.str("");
+  rc = foresight::cli::run_cli({"plan", "--model", "gpt3-1.3b", "--cluster", "selene", "--gpus", "16",
+                                "--global-batch", "64", "--no-simgrid", "--top", "3", "--out", dir.string()},
+                               out, err);
+  ASSERT_EQ(rc, 0) << err.str();
+  EXPECT_FALSE(std::filesystem::exists(dir / "ds_config.json"));
+  EXPECT_NE(out.str().find("launch.sh and megatron_args.txt"), std::string::npos) << out.str();
+  std::filesystem::remove_all(dir);
 }

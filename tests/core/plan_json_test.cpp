@@ -339,3 +339,65 @@ TEST(PlanJson, MegatronCoreOffloadAndOptimizerInstancesReachTheLaunchLine) {
   EXPECT_TRUE(megatron_arguments(groups, &why).empty());
   EXPECT_NE(why.find("plan.shard_group"), std::string::npos) << why;
 }
+
+TEST(PlanJson, DeepSpeedPlansCarryTheConfigDeepSpeedReads) {
+  // A DeepSpeed pipeline plan: tp 2, pp 2, dp 2, micro-batch 2, global batch 16, ZeRO-1 with the
+  // optimizer and the checkpoints on the host, bf16. DeepSpeed asserts train_batch_size =
+  // micro-batch x gradient_accumulation_steps x data-parallel ranks (runtime/config.py
+  // _batch_assertion): 16 = 2 x 4 x 2.
+  ExecutablePlan p = sample();
+  p.training.dtype = Dtype::bf16;
+  p.plan.framework = Framework::deepspeed;
+  p.plan.offload.optimizer = true;
+  p.plan.offload.activations = 1.0;
+  const nlohmann::ordered_json c = deepspeed_config(p);
+  ASSERT_FALSE(c.is_null());
+  EXPECT_EQ(c["train_batch_size"], 16);
+  EXPECT_EQ(c["train_micro_batch_size_per_gpu"], 2);
+  EXPECT_EQ(c["gradient_accumulation_steps"], 4);
+  EXPECT_EQ(c["bfloat16"]["enabled"], true);
+  EXPECT_FALSE(c.contains("fp16"));
+  const auto& z = c["zero_optimization"];
+  EXPECT_EQ(z["stage"], 1);
+  EXPECT_EQ(z["reduce_bucket_size"], 500000000);  // DeepSpeed's default reduce_bucket_size, 5e8
+  EXPECT_EQ(z["overlap_comm"], false);            // the pipeline engine forces it off
+  EXPECT_EQ(z["offload_optimizer"]["device"], "cpu");
+  EXPECT_FALSE(z.contains("stage3_max_reuse_distance"));
+  EXPECT_EQ(c["activation_checkpointing"]["cpu_checkpointing"], true);
+  EXPECT_EQ(c["activation_checkpointing"]["partition_activations"], false);
+
+  // ZeRO-3 as the Azure runs set it: reduce_bucket_size 9e7, fp16 with dynamic loss scaling, the
+  // stage-3 defaults the simulator assumes (runtime/zero/config.py: persistence 1e5, reuse 1e9),
+  // and no overlap_comm key (DeepSpeed's own default stays).
+  ExecutablePlan z3 = sample();
+  z3.training.dtype = Dtype::fp16;
+  z3.plan.framework = Framework::deepspeed;
+  z3.plan.tp = z3.plan.pp = 1;
+  z3.plan.dp = 8;
+  z3.plan.zero = 3;
+  z3.plan.reduce_bucket = 90000000;
+  z3.plan.recompute = Recompute::none;
+  const nlohmann::ordered_json c3 = deepspeed_config(z3);
+  ASSERT_FALSE(c3.is_null());
+  EXPECT_EQ(c3["gradient_accumulation_steps"], 1);  // 16 = 2 x 1 x 8
+  EXPECT_EQ(c3["fp16"]["loss_scale"], 0);
+  EXPECT_EQ(c3["zero_optimization"]["reduce_bucket_size"], 90000000);
+  EXPECT_EQ(c3["zero_optimization"]["stage3_param_persistence_threshold"], 100000);
+  EXPECT_EQ(c3["zero_optimization"]["stage3_max_reuse_distance"], 1000000000);
+  EXPECT_FALSE(c3["zero_optimization"].contains("overlap_comm"));
+  EXPECT_FALSE(c3["zero_optimization"].contains("offload_optimizer"));
+  EXPECT_FALSE(c3.contains("activation_checkpointing"));
+
+  // None for another framework, for FP8, or for part of the checkpoints on the host.
+  std::string why;
+  EXPECT_TRUE(deepspeed_config(sample(), &why).is_null());
+  EXPECT_NE(why.find("framework deepspeed"), std::string::npos) << why;
+  ExecutablePlan fp8 = p;
+  fp8.training.dtype = Dtype::fp8;
+  EXPECT_TRUE(deepspeed_config(fp8, &why).is_null());
+  EXPECT_NE(why.find("fp8"), std::string::npos) << why;
+  ExecutablePlan half = p;
+  half.plan.offload.activations = 0.5;
+  EXPECT_TRUE(deepspeed_config(half, &why).is_null());
+  EXPECT_NE(why.find("cpu_checkpointing"), std::string::npos) << why;
+}

@@ -39,10 +39,12 @@ void scenario_yaml(const std::string& text) {
 void plan_json(const std::string& text) {
   try {
     const ExecutablePlan p = parse_plan_json(text, "plan.json");
-    // What the planner and the trainer do with an accepted plan: write it back, print its launch lines.
+    // What the planner and the trainer do with an accepted plan: write it back, print its launch lines
+    // and configurations.
     parse_plan_json(to_json(p).dump(), "plan.json (rewritten)");
     launch_script(p, "plan.json");
     megatron_arguments(p);
+    deepspeed_config(p);
   } catch (const SpecError&) {
   }
 }
