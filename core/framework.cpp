@@ -349,6 +349,17 @@ std::array<FrameworkTraits, 9> make_table() {
   deepspeed.dp_overlap_with_pipeline = false;
   deepspeed.dp_overlap_refusal =
       "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces overlap_comm off); set it false";
+  // Only ZeRO-2 reduces during the backward: stage 0 all-reduces and stage 1 reduces at the
+  // accumulation boundary (engine.py allreduce_gradients, v0.5.8 to v0.12; "Overlap and contiguous
+  // grads are meaningless in stage 1 and are ignored"), and stage 3's reductions are priced as not
+  // overlapped (zero3_prefetch below).
+  deepspeed.dp_overlap_min_zero = deepspeed.dp_overlap_max_zero = 2;
+  // MoE: Megatron-DeepSpeed's GPTModelPipe builds dense layers only (its MoE scripts pass
+  // --no-pipeline-parallel, megatron/model/gpt_model.py @0c6bd284, 2021-11), and DeepSpeed refuses
+  // ZeRO-3 on a model with MoE layers ("MoE not supported with Stage 3", engine.py v0.5.8 to v0.14).
+  deepspeed.moe_with_pipeline = deepspeed.moe_zero3 = false;
+  deepspeed.dp_overlap_zero_refusal =
+      "stage 0 and 1 reduce at the accumulation boundary, engine.py allreduce_gradients; overlap_comm is ignored there";
   // One schedule, TrainSchedule = 1F1B (deepspeed/runtime/pipe/schedule.py); no sequence
   // parallelism or selective recompute (both arrived with Korthikanti 2022); ZeRO-2/3 are refused
   // with pipelines (pipe/engine.py).
@@ -773,8 +784,15 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (p.tp_overlap && tp_overlap_needs_compile && !p.compile)
     return violation("plan.tp_overlap", "true",
               me + "'s TP overlap is async TP, an Inductor pass: it needs plan.compile true");
-  if (p.dp_overlap && !overlaps_dp_reduction(p.pp))
-    return violation("plan.dp_overlap", "true", dp_overlap_refusal);
+  if (p.dp_overlap && !overlaps_dp_reduction(p.pp, p.zero)) {
+    if (!overlaps_dp_reduction(p.pp, dp_overlap_min_zero))
+      return violation("plan.dp_overlap", "true", dp_overlap_refusal);
+    return violation("plan.dp_overlap", "true",
+                     me + " reduces gradients during the backward only at ZeRO stage " + count(dp_overlap_min_zero) +
+                         (dp_overlap_max_zero > dp_overlap_min_zero ? " to " + count(dp_overlap_max_zero) : std::string()) +
+                         (*dp_overlap_zero_refusal ? std::string(" (") + dp_overlap_zero_refusal + ")" : std::string()) +
+                         "; set it false");
+  }
   if (p.param_gather_overlap && !param_gather_overlap)
     return violation("plan.param_gather_overlap", "true",
               me + " gathers the updated parameters after the step (" +
@@ -912,6 +930,20 @@ std::optional<PlanViolation> FrameworkTraits::model_refusal(const ModelSpec& m) 
     if (m.moe->first_dense > 0)
       return lacks("model.moe.first_dense", count(m.moe->first_dense), "leading dense layers in an MoE model");
   }
+  return std::nullopt;
+}
+
+std::optional<PlanViolation> FrameworkTraits::model_plan_refusal(const ModelSpec& m, const PlanSpec& p) const {
+  if (!m.moe) return std::nullopt;
+  const std::string me = name;
+  if (p.pp > 1 && !moe_with_pipeline)
+    return violation("plan.pp", count(p.pp),
+                     me + " builds MoE layers only without a pipeline (plan.pp 1; " +
+                         frameworks_that([](const FrameworkTraits& t) { return t.moe_with_pipeline && t.pipeline_parallel; }) +
+                         " pipeline MoE models)");
+  if (p.zero >= 3 && !moe_zero3)
+    return violation("plan.zero", count(p.zero),
+                     me + " refuses ZeRO-3 on a model with MoE layers (\"MoE not supported with Stage 3\"; zero 0 to 2)");
   return std::nullopt;
 }
 

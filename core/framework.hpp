@@ -153,12 +153,20 @@ struct FrameworkTraits {
   /// The granularity at which an overlapped gradient reduction proceeds: the last bucket is what
   /// waits for the backward to finish (PyTorch DDP: bucket_cap_mb).
   double dp_overlap_bucket_bytes = 0;
-  /// Can reduce gradients while the backward runs (plan.dp_overlap), with and without pipelines.
+  /// Can reduce gradients while the backward runs (plan.dp_overlap), with and without pipelines,
+  /// at ZeRO stages dp_overlap_min_zero..dp_overlap_max_zero.
   bool dp_overlap = true;
   bool dp_overlap_with_pipeline = true;
+  int dp_overlap_min_zero = 0;
+  int dp_overlap_max_zero = 3;
   const char* dp_overlap_refusal = "";  // why not, in the framework's terms
-  /// Whether it can reduce gradients during the backward of a plan with this many stages.
-  bool overlaps_dp_reduction(int pp) const { return dp_overlap && (pp == 1 || dp_overlap_with_pipeline); }
+  const char* dp_overlap_zero_refusal = "";  // why not at the other ZeRO stages
+  /// Whether it can reduce gradients during the backward of a plan with this many stages and
+  /// this ZeRO stage.
+  bool overlaps_dp_reduction(int pp, int zero) const {
+    return dp_overlap && (pp == 1 || dp_overlap_with_pipeline) && zero >= dp_overlap_min_zero &&
+           zero <= dp_overlap_max_zero;
+  }
   /// Gathers the updated parameters of a ZeRO-1/2 step while the next forward runs
   /// (plan.param_gather_overlap: Megatron-Core's --overlap-param-gather).
   bool param_gather_overlap = false;
@@ -293,6 +301,10 @@ struct FrameworkTraits {
   bool fuses_gradient_accumulation(const PlanSpec& p) const;
   /// Its ZeRO-2/3 path runs beside expert parallelism (plan.ep > 1).
   bool sharded_expert_parallel = true;
+  /// Builds MoE layers into pipeline stages (a MoE model with plan.pp > 1).
+  bool moe_with_pipeline = true;
+  /// Runs ZeRO-3 on a model with MoE layers (any plan.ep).
+  bool moe_zero3 = true;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
   /// Context parallelism is PyTorch's experimental context_parallel around SDPA
@@ -399,6 +411,9 @@ struct FrameworkTraits {
   /// Why the framework cannot build `model` (its multi-token prediction modules), as the model
   /// field, its value and the rule; nothing when it can. check_plan reports it.
   std::optional<PlanViolation> model_refusal(const ModelSpec& model) const;
+  /// Why the framework cannot execute `plan` on `model` where the rule needs both (MoE layers in
+  /// pipeline stages or under ZeRO-3); nothing when it can. check_plan reports it.
+  std::optional<PlanViolation> model_plan_refusal(const ModelSpec& model, const PlanSpec& plan) const;
   /// Whether the framework can execute `plan`: no refusal.
   bool runs(const PlanSpec& plan) const { return !refusal(plan).has_value(); }
   /// "megatron (Megatron-LM v2.x-v3.0, 2021-22)".

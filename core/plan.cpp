@@ -217,6 +217,7 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   // skips the same plans (FrameworkTraits::runs).
   if (auto v = fw.refusal(p)) return v;
   if (auto v = fw.model_refusal(m)) return v;
+  if (auto v = fw.model_plan_refusal(m, p)) return v;
   if (m.mtp_layers > 0 && !c.gpu.host_profile.empty())
     return fail("model.mtp_layers", str((long long)m.mtp_layers),
                 "is not priced on a CPU device (the cluster's GPU file names a host_profile: the bundled trainer's "

@@ -251,7 +251,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                     // during the forward wherever the framework does them (what its recipes turn
                     // on: Megatron-Core's --overlap-grad-reduce --overlap-param-gather, PyTorch
                     // DDP's buckets); ZeRO-3 overlaps per unit regardless.
-                    p.dp_overlap = grad_ranks > 1 && zero < 3 && fw.overlaps_dp_reduction(pp);
+                    p.dp_overlap = grad_ranks > 1 && zero < 3 && fw.overlaps_dp_reduction(pp, zero);
                     p.param_gather_overlap = fw.param_gather_overlap && (zero == 1 || zero == 2) && grad_ranks > 1;
                     p.framework = r.framework;
                     p.compile = r.compile;

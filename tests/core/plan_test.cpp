@@ -174,9 +174,11 @@ TEST(CheckPlan, OverlappedGradientReductionWhereTheFrameworkCanDoIt) {
   f.p.dp_overlap = true;  // Megatron-LM (torch DDP, --overlap-grad-reduce)
   EXPECT_FALSE(f.check().has_value());
   f.p.framework = Framework::deepspeed;
-  f.p.pp = 1;  // DeepSpeed without its pipeline engine overlaps (overlap_comm)
+  f.p.pp = 1;  // DeepSpeed without its pipeline engine overlaps at ZeRO-2 (overlap_comm)
   f.p.dp = 16;
+  f.p.zero = 2;
   EXPECT_FALSE(f.check().has_value());
+  f.p.zero = 0;
   f.p.pp = 4;
   f.p.dp = 4;
   ASSERT_TRUE(f.check().has_value());
@@ -701,4 +703,61 @@ TEST(CheckPlan, TheTrainersEntryRefusesWhatTheTrainerDoesNotBuild) {
   v = f.check();
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->field, "plan.dp_overlap");
+}
+
+TEST(CheckPlan, DeepSpeedOverlapsOnlyAtZero2AndBuildsMoeWithoutPipelineOrZero3) {
+  // DeepSpeed v0.5.8 engine.py allreduce_gradients: stage 0 all-reduces and stage 1 reduces at the
+  // accumulation boundary; only stage 2 reduces during the backward (overlap_comm). Fixture with
+  // pp 1 and dp 16.
+  auto flat = [](Fixture& f) {
+    f.p.framework = Framework::deepspeed;
+    f.p.pp = 1;
+    f.p.dp = 16;
+    f.p.dp_overlap = true;
+  };
+  for (int zero : {0, 1, 2, 3}) {
+    Fixture f;
+    flat(f);
+    f.p.zero = zero;
+    const std::optional<PlanViolation> v = f.check();
+    if (zero == 2) {
+      EXPECT_FALSE(v.has_value()) << v->rule;
+    } else {
+      ASSERT_TRUE(v.has_value()) << "zero " << zero;
+      EXPECT_EQ(v->field, "plan.dp_overlap");
+      EXPECT_NE(v->rule.find("only at ZeRO stage 2"), std::string::npos) << v->rule;
+    }
+  }
+  // With a pipeline the pipeline engine's own reason comes first.
+  Fixture piped;
+  piped.p.framework = Framework::deepspeed;
+  piped.p.dp_overlap = true;
+  piped.p.zero = 1;
+  ASSERT_TRUE(piped.check().has_value());
+  EXPECT_NE(piped.check()->rule.find("pipeline flush"), std::string::npos) << piped.check()->rule;
+
+  // MoE: Megatron-DeepSpeed's GPTModelPipe is dense (MoE runs with --no-pipeline-parallel), and
+  // DeepSpeed asserts "MoE not supported with Stage 3" whatever the expert parallelism.
+  Fixture moe;
+  moe.m.moe = MoeSpec{.experts = 8, .top_k = 1};
+  moe.p.framework = Framework::deepspeed;
+  std::optional<PlanViolation> v = moe.check();  // pp 4
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->field, "plan.pp");
+  moe.p.pp = 1;
+  moe.p.dp = 16;
+  moe.p.zero = 3;
+  moe.p.tp = 1;
+  moe.p.dp = 32;
+  v = moe.check();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->field, "plan.zero");
+  EXPECT_NE(v->rule.find("MoE not supported with Stage 3"), std::string::npos) << v->rule;
+  moe.p.zero = 2;
+  EXPECT_FALSE(moe.check().has_value()) << moe.check()->rule;
+  // Other frameworks pipeline MoE models.
+  Fixture core;
+  core.m.moe = MoeSpec{.experts = 8, .top_k = 1};
+  core.p.framework = Framework::megatron_core;
+  EXPECT_FALSE(core.check().has_value()) << core.check()->rule;
 }
