@@ -150,7 +150,9 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
   for (int tp = 1; tp <= std::min(r.gpus, r.cluster.gpus_per_node); tp *= 2) {
     if (r.gpus % tp != 0) continue;
     for (int cp : cps) {
-    if (cp > 1 && m.moe) continue;  // check_plan refuses it
+    // An MoE model with context parallelism needs its experts folded over tp x cp x dp
+    // (Megatron-Core; check_plan refuses it elsewhere).
+    if (cp > 1 && m.moe && !fw.expert_folding) continue;
     if ((r.gpus / tp) % cp != 0) continue;
     // Pipeline depths: divisors of the layer count (even splits), and the powers of two that do
     // not divide it, split as Llama 3 split 126 layers over 16 stages: every stage ceil(L / pp)
@@ -184,7 +186,10 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
         eps.clear();
         for (int ep : divisors(m.moe->experts)) {
           if (dp % ep == 0) eps.push_back({ep, 0});
-          if (fw.expert_folding && tp > 1 && (tp * cp * dp) % ep == 0) eps.push_back({ep, 1});
+          // Folded: experts unsplit (expert_tp 1) over tp x cp x dp; with tp 1 that differs from
+          // the first layout only where cp > 1 lets ep exceed what divides dp.
+          if (fw.expert_folding && (tp > 1 || (cp > 1 && dp % ep != 0)) && (tp * cp * dp) % ep == 0)
+            eps.push_back({ep, 1});
         }
       }
       // ZeRO: none, the distributed optimizer, and ZeRO-3 (FSDP) sharded over all of dp x cp or,

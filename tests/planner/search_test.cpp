@@ -203,6 +203,33 @@ TEST(Search, OffloadsOnlyWhatTheFrameworkCanMove) {
   }
 }
 
+TEST(Search, ContextParallelMoePlansWhereTheExpertsFold) {
+  // Qwen3-30B-A3B at 8192 tokens on 16 H100s: Megatron-Core folds its experts over tp x cp x dp
+  // (MoE parallel folding, Liu et al. 2025), so the search offers context parallelism for the MoE
+  // model, experts folded over the cp ranks too (ep beyond what divides dp); torchtitan has
+  // context parallelism but no folding, so it offers none for this model (check_plan refuses it).
+  SearchRequest r = small_request();
+  r.model = load_model(resolve_scenario("models", "qwen3-30b-a3b"));
+  r.model.seq_len = 8192;
+  r.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  r.training.global_batch = 32;
+  r.framework = Framework::megatron_core;
+  const std::vector<PlanSpec> plans = enumerate_plans(r);
+  int cp_moe = 0, folded_over_cp = 0;
+  for (const PlanSpec& p : plans) {
+    if (p.cp == 1) continue;
+    ++cp_moe;
+    if (p.ep > 1 && p.dp % p.ep != 0) ++folded_over_cp;
+    EXPECT_EQ((p.tp * p.cp * p.dp) % (p.etp() * p.ep), 0) << "tp " << p.tp << " cp " << p.cp << " ep " << p.ep;
+    const auto v = check_plan(r.model, r.cluster, r.training, p, r.gpus);
+    EXPECT_FALSE(v.has_value()) << v->field << ": " << v->rule;
+  }
+  EXPECT_GT(cp_moe, 0);
+  EXPECT_GT(folded_over_cp, 0);
+  r.framework = Framework::torchtitan;
+  for (const PlanSpec& p : enumerate_plans(r)) EXPECT_EQ(p.cp, 1);
+}
+
 TEST(Search, ImpossibleRequestReportsTheShortfall) {
   SearchRequest r = small_request();
   r.model = load_model(resolve_scenario("models", "sc21-1t"));
