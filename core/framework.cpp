@@ -499,6 +499,9 @@ std::array<FrameworkTraits, 9> make_table() {
   // (FULL_SHARD, zero 3), never the optimizer state alone.
   llm_foundry.pipeline_parallel = false;
   llm_foundry.tensor_parallel = false;
+  // Its benchmarks run eager (no compile_config in scripts/train/benchmarking); Inductor's fusions
+  // of the MPT block are not described, so no compiled mode (pytorch's entry describes its own block).
+  llm_foundry.compiled_elementwise.reset();
   llm_foundry.zero1 = false;
   // Composer's FSDP cpu_offload is FSDP1's CPUOffload(offload_params=True): the sharded parameters
   // and their gradients live on the host and the optimizer steps there. plan.offload.optimizer

@@ -27,7 +27,7 @@ namespace {
 const SourceLocation kCommandLine{"<command line>", 0, 0};
 
 struct Opts {
-  std::string experiment = "mt-nlg-530b-selene-280", model, cluster, out, framework, dtype, fp8_scaling;
+  std::string experiment = "mt-nlg-530b-selene-280", model, cluster, out, framework, dtype, fp8_scaling, compile;
   int gpus = 0, global_batch = 0, top = 10, threads = 0, pick = 1;
   double memory_headroom = planner::SearchRequest{}.memory_headroom;
   bool json = false, no_simgrid = false, terapipe = false;
@@ -71,8 +71,20 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   if (auto v = framework_traits(r.framework).model_refusal(r.model))
     throw SpecError(kCommandLine, v->field, v->value,
                     v->rule + " (--framework " + framework_traits(r.framework).name + ", --model " + r.model.name + ")");
-  // The experiment's torch.compile setting carries over to a framework that compiles.
-  r.compile = base.plan.compile && framework_traits(r.framework).compiled_elementwise.has_value();
+  // The experiment's torch.compile setting carries over to a framework that compiles, unless
+  // --compile says on or off (on: every plan under torch.compile, which async TP needs; the loss
+  // compiled with the blocks only where the experiment compiled it).
+  const bool compiles = framework_traits(r.framework).compiled_elementwise.has_value();
+  r.compile = base.plan.compile && compiles;
+  if (!o.compile.empty()) {
+    if (o.compile != "on" && o.compile != "off")
+      throw SpecError(kCommandLine, "--compile", o.compile, "must be on or off");
+    if (o.compile == "on" && !compiles)
+      throw SpecError(kCommandLine, "--compile", o.compile,
+                      std::string(framework_traits(r.framework).name) +
+                          " has no torch.compile mode (pytorch and torchtitan have one: --framework)");
+    r.compile = o.compile == "on";
+  }
   r.compile_loss = r.compile && base.plan.compile_loss;
   // So does the recipe's fused cross-entropy, to a framework that runs it (Megatron-Core).
   r.cross_entropy_fusion =
@@ -284,6 +296,9 @@ Command plan_command() {
         sub.add_option("--fp8-scaling", o->fp8_scaling,
                        "With --dtype fp8: delayed (Transformer Engine), tensorwise or rowwise (torchao's dynamic "
                        "scaling; tensorwise also Transformer Engine's current scaling)");
+        sub.add_option("--compile", o->compile,
+                       "on | off: plan every candidate under torch.compile or eager (frameworks that compile: "
+                       "pytorch, torchtitan; async TP needs it). Default: the experiment's setting");
         sub.add_option("--framework", o->framework,
                        "Whose implementation runs the plan: " + allowed_values<Framework>() +
                            " (default: the experiment's; megatron when --model or --cluster is given)");

@@ -197,3 +197,39 @@ TEST(PlanCli, DeepSpeedPlansGetTheirConfigAndOthersLeaveNoneBehind) {
   EXPECT_NE(out.str().find("launch.sh and megatron_args.txt"), std::string::npos) << out.str();
   std::filesystem::remove_all(dir);
 }
+
+TEST(PlanCli, CompileOnPlansUnderTorchCompileWhereTheFrameworkHasIt) {
+  // torchtitan eager (the default experiment compiles nothing) never offers async TP, which is an
+  // Inductor pass; with --compile on every candidate compiles and async TP ranks. A framework
+  // without torch.compile, or another value, is a user error (exit 2) naming the option.
+  auto plans = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan", "--model", "llama3.1-8b", "--cluster", "dgx-h100-superpod", "--gpus", "16",
+                                     "--global-batch", "64", "--framework", "torchtitan", "--no-simgrid", "--top", "20",
+                                     "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::ostringstream out, err;
+    EXPECT_EQ(foresight::cli::run_cli(args, out, err), 0) << err.str();
+    return nlohmann::json::parse(out.str())["ranked"];
+  };
+  int compiled = 0, async_tp = 0;
+  for (const auto& row : plans({})) {
+    EXPECT_FALSE(row["plan"]["compile"].get<bool>()) << row["plan"].dump();
+    EXPECT_FALSE(row["plan"]["tp_overlap"].get<bool>()) << row["plan"].dump();
+  }
+  for (const auto& row : plans({"--compile", "on"})) {
+    compiled += row["plan"]["compile"].get<bool>();
+    async_tp += row["plan"]["tp_overlap"].get<bool>();
+  }
+  EXPECT_EQ(compiled, 20);
+  EXPECT_GT(async_tp, 0);
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--framework", "megatron-core", "--compile", "on"},
+        std::vector<std::string>{"--framework", "torchtitan", "--compile", "yes"}}) {
+    std::vector<std::string> args = {"plan", "--model", "llama3.1-8b", "--cluster", "dgx-h100-superpod", "--gpus", "16",
+                                     "--no-simgrid"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    std::ostringstream out, err;
+    EXPECT_EQ(foresight::cli::run_cli(args, out, err), 2) << err.str();
+    EXPECT_NE(err.str().find("--compile = "), std::string::npos) << err.str();
+  }
+}
