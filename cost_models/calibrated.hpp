@@ -102,12 +102,15 @@ std::optional<ErrorBand> band_for(const std::vector<ErrorBand>& bands, Framework
 
 /// Bands from (framework, GPU generation, measured / predicted time) of prediction cases: one per
 /// framework and generation, one per framework, one over all, each with at least `min_cases`.
+/// Ten by default: below that the nearest-rank 10th and 90th percentiles are the smallest and the
+/// largest case, so a band of a few like cases (four dense Blackwell rows within 2%) would be
+/// their range and claim more certainty than it holds; such scopes take the wider scope's band.
 struct BandSample {
   Framework framework = Framework::generic;
   double compute_capability = 0;
   double ratio = 1;  // measured time / predicted time
 };
-std::vector<ErrorBand> error_bands(const std::vector<BandSample>& samples, int min_cases = 3);
+std::vector<ErrorBand> error_bands(const std::vector<BandSample>& samples, int min_cases = 10);
 
 CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& cluster, const TrainingSpec& training,
                                  const PlanSpec& plan);

@@ -35,6 +35,8 @@ std::string group_of(const Experiment& e) {
   if (n.starts_with("bloom")) return "BLOOM-176B (BigScience 2022)";
   if (n.starts_with("gpt-neox")) return "GPT-NeoX-20B (Black et al. 2022)";
   if (n.starts_with("nemo2407")) return "NeMo 24.07 on DGX H100 (Megatron-Core, FP8)";
+  if (n.starts_with("mbridge") && (n.find("xb200-") != std::string::npos || n.find("xgb200-") != std::string::npos))
+    return "Megatron-Bridge on Blackwell (DGX B200, GB200 NVL72)";
   if (n.starts_with("mbridge")) return "Megatron-Bridge on DGX H100 (Megatron-Core)";
   if (n.starts_with("dgxc2411")) return "DGX Cloud benchmarking recipes on H100 (NeMo 24.05 and 24.09, 2024)";
   if (n.starts_with("dgxc")) return "DGX Cloud benchmarking recipes on H100 (NeMo 2.0)";
