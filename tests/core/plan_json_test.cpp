@@ -27,6 +27,22 @@ ExecutablePlan sample() {
   p.prediction = PlanPrediction{1.5, 100.0, 3.0, 2.0, "analytic"};
   return p;
 }
+/// sample() as a bf16 Megatron-Core plan without a pipeline: dp data-parallel ranks, ZeRO `zero`.
+ExecutablePlan megatron_core_flat(int dp, int zero) {
+  ExecutablePlan p = sample();
+  p.training.dtype = Dtype::bf16;
+  p.plan.framework = Framework::megatron_core;
+  p.plan.pp = 1;
+  p.plan.dp = dp;
+  p.plan.zero = zero;
+  return p;
+}
+/// megatron_arguments(p) has no arguments for `p` and its reason names `says`.
+void expect_no_megatron_arguments(const ExecutablePlan& p, const std::string& says) {
+  std::string why;
+  EXPECT_TRUE(megatron_arguments(p, &why).empty()) << megatron_arguments(p);
+  EXPECT_NE(why.find(says), std::string::npos) << why;
+}
 void expect_refused(const std::string& text, const std::string& field) {
   try {
     parse_plan_json(text, "plan.json");
@@ -112,33 +128,22 @@ TEST(PlanJson, NoMegatronArgumentsSaysWhy) {
   // megatron_args.txt names what has no flag, not the schedule whatever the cause.
   ExecutablePlan t = sample();
   t.plan.schedule = Schedule::terapipe;
-  std::string why;
-  EXPECT_TRUE(megatron_arguments(t, &why).empty());
-  EXPECT_NE(why.find("TeraPipe"), std::string::npos) << why;
+  expect_no_megatron_arguments(t, "TeraPipe");
   ExecutablePlan z = sample();
   z.plan.framework = Framework::deepspeed;
   z.plan.pp = 1;
   z.plan.zero = 3;
-  why.clear();
-  EXPECT_TRUE(megatron_arguments(z, &why).empty());
-  EXPECT_NE(why.find("ZeRO-3 as deepspeed runs it"), std::string::npos) << why;
+  expect_no_megatron_arguments(z, "ZeRO-3 as deepspeed runs it");
   ExecutablePlan relu = sample();
   relu.model.activation = Activation::relu;
-  why.clear();
-  EXPECT_TRUE(megatron_arguments(relu, &why).empty());
-  EXPECT_NE(why.find("relu"), std::string::npos) << why;
+  expect_no_megatron_arguments(relu, "relu");
 }
 
 TEST(PlanJson, MegatronCoreShardedPlansRunTorchFsdp2) {
   // Megatron-Core's ZeRO-3 is its torch FSDP2 path (core_v0.10-0.12 megatron/training/arguments.py
   // asserts: no distributed optimizer, no gradient accumulation fusion, --ckpt-format torch_dist,
   // untied embeddings, not fp16); FSDP2 overlaps its own collectives, so no --overlap flags.
-  ExecutablePlan p = sample();
-  p.training.dtype = Dtype::bf16;
-  p.plan.framework = Framework::megatron_core;
-  p.plan.pp = 1;
-  p.plan.dp = 4;
-  p.plan.zero = 3;
+  ExecutablePlan p = megatron_core_flat(4, 3);
   p.plan.dp_overlap = p.plan.param_gather_overlap = true;
   p.model.tie_embeddings = false;
   const std::string args = megatron_arguments(p);
@@ -154,15 +159,12 @@ TEST(PlanJson, MegatronCoreShardedPlansRunTorchFsdp2) {
       << megatron_arguments(z1);
   EXPECT_EQ(megatron_arguments(z1).find("--use-torch-fsdp2"), std::string::npos);
   EXPECT_EQ(megatron_arguments(z1).find("--no-gradient-accumulation-fusion"), std::string::npos);
-  std::string why;
   ExecutablePlan tied = p;
   tied.model.tie_embeddings = true;
-  EXPECT_TRUE(megatron_arguments(tied, &why).empty());
-  EXPECT_NE(why.find("untied embeddings"), std::string::npos) << why;
+  expect_no_megatron_arguments(tied, "untied embeddings");
   ExecutablePlan fp16 = p;
   fp16.training.dtype = Dtype::fp16;
-  EXPECT_TRUE(megatron_arguments(fp16, &why).empty());
-  EXPECT_NE(why.find("fp16"), std::string::npos) << why;
+  expect_no_megatron_arguments(fp16, "fp16");
 }
 
 TEST(PlanJson, LaunchLinesAndMegatronArguments) {
@@ -311,12 +313,7 @@ TEST(PlanJson, MegatronCoreOffloadAndOptimizerInstancesReachTheLaunchLine) {
   // arguments.py asserts it); activation offload is TransformerConfig.cpu_offloading, which has no
   // Megatron-LM argument; HSDP-style groups of the distributed optimizer are
   // --num-distributed-optimizer-instances, dp / shard_group of them.
-  ExecutablePlan p = sample();
-  p.training.dtype = Dtype::bf16;
-  p.plan.framework = Framework::megatron_core;
-  p.plan.pp = 1;
-  p.plan.dp = 8;
-  p.plan.zero = 1;
+  ExecutablePlan p = megatron_core_flat(8, 1);
   p.plan.offload.optimizer = true;
   const std::string args = megatron_arguments(p);
   EXPECT_NE(args.find("--use-distributed-optimizer"), std::string::npos) << args;
@@ -326,18 +323,14 @@ TEST(PlanJson, MegatronCoreOffloadAndOptimizerInstancesReachTheLaunchLine) {
   groups.plan.shard_group = 2;
   EXPECT_NE(megatron_arguments(groups).find("--num-distributed-optimizer-instances 4"), std::string::npos)
       << megatron_arguments(groups);
-  std::string why;
   ExecutablePlan acts = p;
   acts.plan.offload.optimizer = false;
   acts.plan.offload.activations = 0.5;
-  EXPECT_TRUE(megatron_arguments(acts, &why).empty());
-  EXPECT_NE(why.find("cpu_offloading"), std::string::npos) << why;
+  expect_no_megatron_arguments(acts, "cpu_offloading");
   // Megatron-LM 2021-22 has no optimizer instances: the same groups have no flag there.
   groups.plan.framework = Framework::megatron;
   groups.plan.offload.optimizer = false;
-  why.clear();
-  EXPECT_TRUE(megatron_arguments(groups, &why).empty());
-  EXPECT_NE(why.find("plan.shard_group"), std::string::npos) << why;
+  expect_no_megatron_arguments(groups, "plan.shard_group");
 }
 
 TEST(PlanJson, DeepSpeedPlansCarryTheConfigDeepSpeedReads) {
