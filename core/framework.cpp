@@ -638,6 +638,7 @@ std::array<FrameworkTraits, 9> make_table() {
   trainer.hybrid_sharding = false;
   trainer.zero1_expert_parallel = false;
   trainer.gpt_blocks_only = true;
+  trainer.in_development = true;
   return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer, llm_foundry};
 }
 
@@ -695,6 +696,7 @@ bool FrameworkTraits::fuses_gradient_accumulation(const PlanSpec& p) const {
 
 std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   const std::string me = name;
+  const std::string not_yet = in_development ? " yet" : "";
   // Without a pipeline, GPipe and 1F1B are the same execution.
   const bool unpipelined = p.pp == 1 && (p.schedule == Schedule::gpipe || p.schedule == Schedule::one_f_one_b);
   const bool schedule_ok = schedules[int(p.schedule)] ||
@@ -853,9 +855,7 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                   frameworks_that([](const FrameworkTraits& t) { return t.hybrid_sharding; }) +
                   " shard within groups and replicate across them)");
   if (p.zero == 1 && p.ep > 1 && !zero1_expert_parallel)
-    return violation("plan.zero", "1",
-              me + " does not run ZeRO-1 with expert parallelism (plan.ep > 1)" +
-                  (id == Framework::foresight_train ? std::string(" yet") : std::string()));
+    return violation("plan.zero", "1", me + " does not run ZeRO-1 with expert parallelism (plan.ep > 1)" + not_yet);
   if (p.offload.optimizer) {
     if (!optimizer_offload)
       return violation("plan.offload.optimizer", "true",
@@ -907,7 +907,7 @@ std::optional<PlanViolation> FrameworkTraits::model_refusal(const ModelSpec& m) 
   if (!gpt_blocks_only) return std::nullopt;
   const std::string me = name;
   auto lacks = [&](std::string field, std::string value, const std::string& what) {
-    return violation(std::move(field), std::move(value), me + " does not run " + what + " yet");
+    return violation(std::move(field), std::move(value), me + " does not run " + what + (in_development ? " yet" : ""));
   };
   if (m.activation != Activation::gelu)
     return lacks("model.activation", to_string(m.activation), "activations other than gelu (gated MLPs)");

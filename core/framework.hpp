@@ -393,6 +393,9 @@ struct FrameworkTraits {
   /// query head; MoE layers with a capacity, experts as wide as the dense FFN, no shared experts and
   /// no leading dense layers. model_refusal names the first feature outside that.
   bool gpt_blocks_only = false;
+  /// Its refusals are features not built yet rather than the framework's design (this repository's
+  /// trainer): they say so ("... yet").
+  bool in_development = false;
   /// Fuses the vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): Megatron-Core's
   /// --cross-entropy-loss-fusion [--cross-entropy-fusion-impl native|te].
   bool cross_entropy_fusion = false;
