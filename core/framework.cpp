@@ -680,6 +680,9 @@ std::string frameworks_that(Pred can) {
 
 std::string count(long long v) { return std::to_string(v); }
 
+/// "2" or "1 to 3": the ZeRO stages from `lo` to `hi`.
+std::string zero_stages(int lo, int hi) { return hi > lo ? count(lo) + " to " + count(hi) : count(lo); }
+
 /// "megatron-core does" / "megatron-core or torchtitan do": the frameworks that can, as a clause.
 template <class Pred>
 std::string those_that_do(Pred can) {
@@ -696,7 +699,6 @@ bool FrameworkTraits::fuses_gradient_accumulation(const PlanSpec& p) const {
 
 std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   const std::string me = name;
-  const std::string not_yet = in_development ? " yet" : "";
   // Without a pipeline, GPipe and 1F1B are the same execution.
   const bool unpipelined = p.pp == 1 && (p.schedule == Schedule::gpipe || p.schedule == Schedule::one_f_one_b);
   const bool schedule_ok = schedules[int(p.schedule)] ||
@@ -793,8 +795,8 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     if (!overlaps_dp_reduction(p.pp, dp_overlap_min_zero))
       return violation("plan.dp_overlap", "true", dp_overlap_refusal);
     return violation("plan.dp_overlap", "true",
-                     me + " reduces gradients during the backward only at ZeRO stage " + count(dp_overlap_min_zero) +
-                         (dp_overlap_max_zero > dp_overlap_min_zero ? " to " + count(dp_overlap_max_zero) : std::string()) +
+                     me + " reduces gradients during the backward only at ZeRO stage " +
+                         zero_stages(dp_overlap_min_zero, dp_overlap_max_zero) +
                          (*dp_overlap_zero_refusal ? std::string(" (") + dp_overlap_zero_refusal + ")" : std::string()) +
                          "; set it false");
   }
@@ -855,7 +857,7 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                   frameworks_that([](const FrameworkTraits& t) { return t.hybrid_sharding; }) +
                   " shard within groups and replicate across them)");
   if (p.zero == 1 && p.ep > 1 && !zero1_expert_parallel)
-    return violation("plan.zero", "1", me + " does not run ZeRO-1 with expert parallelism (plan.ep > 1)" + not_yet);
+    return violation("plan.zero", "1", me + " does not run ZeRO-1 with expert parallelism (plan.ep > 1)" + not_yet());
   if (p.offload.optimizer) {
     if (!optimizer_offload)
       return violation("plan.offload.optimizer", "true",
@@ -864,11 +866,8 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     if (p.zero < optimizer_offload_min_zero || p.zero > optimizer_offload_max_zero)
       return violation("plan.offload.optimizer", "true",
                        me + " offloads the optimizer as a mode of its sharded optimizer: plan.zero " +
-                           count(optimizer_offload_min_zero) +
-                           (optimizer_offload_max_zero > optimizer_offload_min_zero
-                                ? " to " + count(optimizer_offload_max_zero)
-                                : std::string()) +
-                           " (it is " + count(p.zero) + ")");
+                           zero_stages(optimizer_offload_min_zero, optimizer_offload_max_zero) + " (it is " +
+                           count(p.zero) + ")");
   }
   if (p.offload.activations > 0) {
     const std::string value = value_text(p.offload.activations);
@@ -907,7 +906,7 @@ std::optional<PlanViolation> FrameworkTraits::model_refusal(const ModelSpec& m) 
   if (!gpt_blocks_only) return std::nullopt;
   const std::string me = name;
   auto lacks = [&](std::string field, std::string value, const std::string& what) {
-    return violation(std::move(field), std::move(value), me + " does not run " + what + (in_development ? " yet" : ""));
+    return violation(std::move(field), std::move(value), me + " does not run " + what + not_yet());
   };
   if (m.activation != Activation::gelu)
     return lacks("model.activation", to_string(m.activation), "activations other than gelu (gated MLPs)");

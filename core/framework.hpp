@@ -396,6 +396,8 @@ struct FrameworkTraits {
   /// Its refusals are features not built yet rather than the framework's design (this repository's
   /// trainer): they say so ("... yet").
   bool in_development = false;
+  /// " yet" for a framework in development, "" otherwise: the end of a refusal's "does not run X".
+  const char* not_yet() const { return in_development ? " yet" : ""; }
   /// Fuses the vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): Megatron-Core's
   /// --cross-entropy-loss-fusion [--cross-entropy-fusion-impl native|te].
   bool cross_entropy_fusion = false;

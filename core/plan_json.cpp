@@ -151,9 +151,9 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   const bool fsdp2 = q.zero >= 2 && q.framework == Framework::megatron_core;
   // Megatron-Core shards its distributed optimizer within groups and replicates it across them
   // (--num-distributed-optimizer-instances, core_v0.10+); nothing else of plan.shard_group has a flag.
-  const bool optimizer_instances =
-      q.shard_group > 0 && q.shard_group != q.grad_ranks() && q.zero == 1 && q.framework == Framework::megatron_core;
-  if (q.shard_group > 0 && q.shard_group != q.grad_ranks() && !optimizer_instances)
+  const bool hybrid = q.shard_group > 0 && q.shard_group != q.grad_ranks();
+  const bool optimizer_instances = hybrid && q.zero == 1 && q.framework == Framework::megatron_core;
+  if (hybrid && !optimizer_instances)
     return none("hybrid sharding (plan.shard_group) has no Megatron-LM flag but Megatron-Core's distributed optimizer "
                 "instances (plan.framework megatron-core, plan.zero 1)");
   if (q.zero >= 2 && !fsdp2)
@@ -336,10 +336,9 @@ nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* wh
   nlohmann::ordered_json c;
   // DeepSpeed's world for the batch is the data-parallel group (mpu.get_data_parallel_world_size();
   // runtime/config.py _batch_assertion: train_batch == micro_batch * grad_acc * world_size).
-  const int dp = q.dp * q.cp;
   c["train_batch_size"] = p.training.global_batch;
   c["train_micro_batch_size_per_gpu"] = q.micro_batch;
-  c["gradient_accumulation_steps"] = p.training.global_batch / (q.micro_batch * dp);
+  c["gradient_accumulation_steps"] = p.training.global_batch / (q.micro_batch * q.grad_ranks());
   // "bfloat16" is the key v0.5 reads, and every release since keeps it (runtime/precision_config.py
   // BFLOAT16_OLD) beside the newer "bf16". fp16 with dynamic loss scaling (loss_scale 0).
   if (p.training.dtype == Dtype::bf16) c["bfloat16"] = {{"enabled", true}};

@@ -100,16 +100,17 @@ struct CalibratedTerms {
 /// The band of the most specific scope (framework and GPU generation, framework, all) with cases.
 std::optional<ErrorBand> band_for(const std::vector<ErrorBand>& bands, Framework framework, double compute_capability);
 
-/// Bands from (framework, GPU generation, measured / predicted time) of prediction cases: one per
-/// framework and generation, one per framework, one over all, each with at least `min_cases`.
-/// Ten by default: below that the nearest-rank 10th and 90th percentiles are the smallest and the
-/// largest case, so a band of a few like cases (four dense Blackwell rows within 2%) would be
-/// their range and claim more certainty than it holds; such scopes take the wider scope's band.
+/// One prediction case's measured / predicted time, with its framework and GPU generation.
 struct BandSample {
   Framework framework = Framework::generic;
   double compute_capability = 0;
   double ratio = 1;  // measured time / predicted time
 };
+/// Bands from (framework, GPU generation, measured / predicted time) of prediction cases: one per
+/// framework and generation, one per framework, one over all, each with at least `min_cases`.
+/// Ten by default: below that the nearest-rank 10th and 90th percentiles are the smallest and the
+/// largest case, so a band of a few like cases (four dense Blackwell rows within 2%) would be
+/// their range and claim more certainty than it holds; such scopes take the wider scope's band.
 std::vector<ErrorBand> error_bands(const std::vector<BandSample>& samples, int min_cases = 10);
 
 CalibratedTerms calibrated_terms(const CalibrationSet& set, const ClusterSpec& cluster, const TrainingSpec& training,

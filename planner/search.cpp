@@ -404,31 +404,28 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         const FrameworkTraits& fw = framework_traits(r.framework);
         const bool host_step = r.cluster.host.memory_bandwidth.value() > 0;
         const double most_activations = fw.max_activation_offload(r.model.layers);
-        std::vector<PlanSpec> tries;
+        std::optional<PlanSpec> nearest;  // of the variants that run but miss, the one that needs least
+        // One variant: whether the framework runs it and it fits (then it is the plan).
         auto offloaded = [&](bool optimizer, double activations) {
           PlanSpec q = p;
           q.offload.optimizer = optimizer;
           q.offload.activations = activations;
-          if (fw.runs(q)) tries.push_back(q);
-        };
-        if (host_step) offloaded(true, 0.0);
-        offloaded(host_step, most_activations);
-        if (host_step) offloaded(false, most_activations);
-        PlanSpec nearest = p;  // of the variants that miss, the one that needs least
-        for (const PlanSpec& q : tries) {
+          if (!fw.runs(q)) return false;
           Bytes need2;
           if (fits(x, r, q, &need2)) {
-            p = q;
-            ok = true;
-            break;
+            p = std::move(q);
+            return true;
           }
           if (need2 < need) {
             need = need2;
-            nearest = q;
+            nearest = std::move(q);
           }
-        }
+          return false;
+        };
+        ok = (host_step && offloaded(true, 0.0)) || offloaded(host_step, most_activations) ||
+             (host_step && offloaded(false, most_activations));
         if (!ok && (!local.closest || need < local.closest_need)) {
-          local.closest = nearest;
+          local.closest = nearest ? *nearest : p;
           local.closest_need = need;
           local.closest_index = i;
         }

@@ -66,29 +66,30 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
     if (!f) throw SpecError(kCommandLine, "--framework", o.framework, "must be one of: " + allowed_values<Framework>());
     r.framework = *f;
   }
+  const FrameworkTraits& fw = framework_traits(r.framework);
   // A model the framework cannot build is refused here, naming the model feature, rather than
   // reported later as "no plan fits".
-  if (auto v = framework_traits(r.framework).model_refusal(r.model))
+  if (auto v = fw.model_refusal(r.model))
     throw SpecError(kCommandLine, v->field, v->value,
-                    v->rule + " (--framework " + framework_traits(r.framework).name + ", --model " + r.model.name + ")");
+                    v->rule + " (--framework " + fw.name + ", --model " + r.model.name + ")");
   // The experiment's torch.compile setting carries over to a framework that compiles, unless
   // --compile says on or off (on: every plan under torch.compile, which async TP needs; the loss
   // compiled with the blocks only where the experiment compiled it).
-  const bool compiles = framework_traits(r.framework).compiled_elementwise.has_value();
+  const bool compiles = fw.compiled_elementwise.has_value();
   r.compile = base.plan.compile && compiles;
   if (!o.compile.empty()) {
     if (o.compile != "on" && o.compile != "off")
       throw SpecError(kCommandLine, "--compile", o.compile, "must be on or off");
     if (o.compile == "on" && !compiles)
       throw SpecError(kCommandLine, "--compile", o.compile,
-                      std::string(framework_traits(r.framework).name) +
+                      std::string(fw.name) +
                           " has no torch.compile mode (pytorch and torchtitan have one: --framework)");
     r.compile = o.compile == "on";
   }
   r.compile_loss = r.compile && base.plan.compile_loss;
   // So does the recipe's fused cross-entropy, to a framework that runs it (Megatron-Core).
   r.cross_entropy_fusion =
-      framework_traits(r.framework).cross_entropy_fusion ? base.plan.cross_entropy_fusion : CrossEntropyFusion::none;
+      fw.cross_entropy_fusion ? base.plan.cross_entropy_fusion : CrossEntropyFusion::none;
   // A precision the GPU has no tensor-core peak for (bf16 or FP8 on a V100, say) is refused here,
   // before any plan is priced, naming where the dtype came from.
   if (!(r.cluster.gpu.peak(r.training.dtype) > FlopsPerSecond(0))) {
@@ -108,7 +109,7 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   r.simgrid_top = !o.no_simgrid;
   r.memory_headroom = o.memory_headroom;
   r.terapipe = o.terapipe || base.plan.schedule == Schedule::terapipe;
-  if (r.terapipe && !framework_traits(r.framework).schedules[int(Schedule::terapipe)])
+  if (r.terapipe && !fw.schedules[int(Schedule::terapipe)])
     throw SpecError(kCommandLine, "--terapipe", to_string(r.framework),
                     "this framework has no token-level pipelining (TeraPipe slicing runs with --framework "
                     "terapipe or generic)");
