@@ -238,20 +238,35 @@ std::array<FrameworkTraits, 9> make_table() {
   // --recompute-method / --recompute-num-layers: partial_recompute stays on.
 
   FrameworkTraits megatron_core = megatron;
-  // Megatron-Core: --decoder-first/last-pipeline-num-layers; torch FSDP2 (--use-torch-fsdp2) for
-  // ZeRO-3-style sharding.
+  // Megatron-Core: --decoder-first/last-pipeline-num-layers; Megatron-FSDP (--use-megatron-fsdp)
+  // for ZeRO-2/3-style sharding.
   megatron_core.uneven_pipeline = true;
   // --gradient-accumulation-fusion is Megatron-LM's default since 2022 (arguments.py
   // --no-gradient-accumulation-fusion); Megatron-Core passes it to Transformer Engine's linear
   // layers as fuse_wgrad_accumulation.
   megatron_core.gradient_accumulation_fusion = true;
-  // ZeRO-2/3 is Megatron-Core's torch FSDP2 path (--use-torch-fsdp2, core_v0.10-0.12
-  // megatron/training/arguments.py), which asserts no pipeline parallelism, no expert parallelism
-  // and no gradient accumulation fusion; with a pipeline, the distributed optimizer (ZeRO-1) only.
+  // ZeRO-2/3 is Megatron-FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy
+  // optim_grads / optim_grads_params, core_v0.14-0.15; the Megatron-Bridge 25.09 and 25.11
+  // performance recipes run it), not the older torch FSDP2 path (--use-torch-fsdp2, which asserts
+  // pp 1 and no gradient accumulation fusion). megatron/training/arguments.py asserts neither for
+  // Megatron-FSDP: training.py wraps each pipeline (and virtual) chunk on its own, and the
+  // weight-gradient GEMMs write into its reduce-scatter buckets (TE's get_main_grad for FSDP
+  // parameters; arguments.py only warns that TE must support it). Expert parallelism is not wired
+  // at the core_v0.14.0 and core_v0.15.0 tags (megatron_fsdp/utils.py FSDPDistributedIndex returns
+  // no expert groups: "Expert parallel is not supported"). Each TransformerLayer is gathered for
+  // its forward and again for its backward, with the next one prefetched on a side stream, its
+  // gathered parameters views of the bucket (no copy out), and its gradients reduce-scattered
+  // every micro-batch into the persistent shard (megatron_fsdp.py _pre_forward_param_unshard,
+  // _post_forward, _pre_backward, _post_backward; param_and_grad_buffer.py). optim_grads_params
+  // always reshards after the forward (no SHARD_GRAD_OP mode: optim_grads is plan.zero 2).
   megatron_core.max_zero = 3;
-  megatron_core.max_zero_with_pipeline = 1;
+  megatron_core.max_zero_with_pipeline = 3;
   megatron_core.sharded_expert_parallel = false;
-  megatron_core.sharded_gradient_accumulation_fusion = false;
+  megatron_core.sharded_gradient_accumulation_fusion = true;
+  megatron_core.zero3_keep_gathered = false;
+  megatron_core.zero3_edges_gathered_per_step = true;
+  megatron_core.zero3_grad_copy_unless_fused = true;
+  megatron_core.zero3_unsharded_grad_units = 2;
   megatron_core.id = Framework::megatron_core;
   megatron_core.name = "megatron-core";
   megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024); MoE as core_r0.13-r0.17 run it";
@@ -310,11 +325,21 @@ std::array<FrameworkTraits, 9> make_table() {
   // --fp8-recipe delayed | tensorwise (TE Float8CurrentScaling, core_r0.13+) through
   // Transformer Engine's modules (megatron/core/extensions/transformer_engine.py).
   megatron_core.fp8_transformer_engine = true;
+  // Under FP8, Transformer Engine's Linear and LayerNormLinear save their quantized inputs (the
+  // norms' outputs, the projection's and FC2's inputs; TE v2.x module/linear.py and
+  // layernorm_linear.py save the FP8 tensor the GEMM read), its fused attention its 16-bit output
+  // beside the projection's FP8 copy, and Megatron-Core's fused bias-SwiGLU its 16-bit input.
+  // (Checked against Megatron-Bridge's GB200 Llama 3 70B FP8 recipe: micro-batch 2 x 8192 tokens
+  // with 40 of 80 layers offloaded runs on a 186 GB part, which 16-bit inputs would not fit.)
+  megatron_core.activations.fp8_linear_inputs = true;
+  megatron_core.activations.fp8_activation_inputs = false;
+  megatron_core.activations.fp8_attention_output_bytes = 3.0;
   // --optimizer-cpu-offload (core_v0.12.0+, megatron/core/optimizer/cpu_offloading/
   // hybrid_optimizer.py, torch.optim.AdamW on the host): arguments.py asserts
   // --use-precision-aware-optimizer with it, and OptimizerConfig asserts that one "only supported
-  // with distributed optimizer", so ZeRO-1 only (its ZeRO-2/3, torch FSDP2, refuses the
-  // distributed optimizer).
+  // with distributed optimizer", so ZeRO-1 only (under Megatron-FSDP the precision-aware
+  // optimizer gets no decoupled gradients: param_and_grad_buffer.py update_main_grads, and
+  // Megatron-Bridge turns it off there, "cannot work with FSDP together").
   megatron_core.optimizer_offload = true;
   megatron_core.optimizer_offload_min_zero = megatron_core.optimizer_offload_max_zero = 1;
   // TransformerConfig.cpu_offloading (Transformer Engine's CPU offload of layer activations, set
@@ -327,6 +352,12 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.activation_offload_without_recompute = true;
   megatron_core.activation_offload_with_pipeline = false;
   megatron_core.activation_offload_every_layer = false;
+  // Transformer Engine's offload handler: the offloaded layers go out one group at a time on a
+  // D2H stream and come back the same way in the backward (cpu_offload.py; Megatron-Core marks
+  // its fused SwiGLU input for offload too, fused_bias_swiglu.py), so two layers' activations
+  // are staged at most.
+  megatron_core.activation_offload_windows = true;
+  megatron_core.activation_offload_per_layer = true;
   // --num-distributed-optimizer-instances (core_v0.10+, megatron/training/arguments.py): the
   // distributed optimizer sharded within groups and replicated across them.
   megatron_core.hybrid_sharding = true;
@@ -922,6 +953,7 @@ std::optional<PlanViolation> FrameworkTraits::model_refusal(const ModelSpec& m) 
   if (m.attention_window) return lacks("model.attention_window", count(m.attention_window->size), "sliding-window attention");
   if (m.attention_sinks) return lacks("model.attention_sinks", "true", "attention sinks");
   if (m.parallel_block) return lacks("model.parallel_block", "true", "the parallel attention + MLP block");
+  if (m.dropout.value_or(false)) return lacks("model.dropout", "true", "dropout");
   if (m.moe) {
     if (m.moe->dropless) return lacks("model.moe.dropless", "true", "dropless MoE routing (it runs a capacity)");
     if (m.moe->shared_experts > 0)

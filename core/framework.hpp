@@ -104,9 +104,17 @@ struct ActivationLayout {
   double logits_bytes = 4;
   /// Under FP8 training, what a Linear saves for its backward is its FP8-cast input (1 byte per
   /// element: DeepSeek-V3 sec. 3.3.3, which also stores the attention output in a 12-bit E5M6 and
-  /// the SwiGLU inputs in FP8). Transformer Engine's FP8 Linear saves its cast input too; not set on
-  /// its entries yet, for want of a published FP8 peak-memory figure to check it against.
+  /// the SwiGLU inputs in FP8). Transformer Engine's FP8 Linear and LayerNormLinear save their
+  /// quantized input (or norm output) too.
   bool fp8_linear_inputs = false;
+  /// With fp8_linear_inputs, the activation function's inputs are stored in FP8 as well
+  /// (DeepSeek-V3); Megatron-Core's fused bias-SwiGLU saves its 16-bit input
+  /// (fused_bias_swiglu.py, fp8_input_store off by default).
+  bool fp8_activation_inputs = true;
+  /// With fp8_linear_inputs, bytes per element of the attention output kept for the backward:
+  /// DeepSeek-V3's one E5M6 copy (1.5); Transformer Engine keeps the attention's own 16-bit output
+  /// (its fused backward reads O) beside the projection's FP8 input (2 + 1).
+  double fp8_attention_output_bytes = 1.5;
 };
 
 struct FrameworkTraits {
@@ -260,6 +268,24 @@ struct FrameworkTraits {
   /// such mode: it releases every module after use and keeps only what stage3_max_reuse_distance
   /// and stage3_param_persistence_threshold say.
   bool zero3_keep_gathered = true;
+  /// Under ZeRO-3 only the transformer layers are sharding units: the embedding and the output
+  /// layer (with the final norm) are gathered once per step and stay gathered across its
+  /// micro-batches, their gradients still reduce-scattered every micro-batch (Megatron-FSDP,
+  /// core_v0.14-0.15: TransformerLayer is the FSDP unit, mcore_fsdp_adapter.py; the other
+  /// buckets have no post-forward release and are freed by AllGatherPipeline.reset at the step's
+  /// end, megatron_fsdp/param_and_grad_buffer.py, and gathered again by start_param_sync after the
+  /// optimizer step).
+  bool zero3_edges_gathered_per_step = false;
+  /// Under ZeRO-3 without gradient-accumulation fusion, each unit's gradients are copied into its
+  /// reduce-scatter bucket on the compute stream (read the compute dtype, write the reduce
+  /// dtype: Megatron-FSDP's _grad_acc, main_grad.copy_(param.grad), megatron_fsdp.py); with the
+  /// fusion the weight-gradient GEMMs write into the bucket and nothing is copied.
+  bool zero3_grad_copy_unless_fused = false;
+  /// Unsharded gradient units alive under ZeRO-3: the unit being reduce-scattered (1), or two
+  /// where the framework double-buffers its reduce-scatter buckets (Megatron-FSDP: the older
+  /// reduce-scatter is waited for before a third unit's bucket is taken, param_and_grad_buffer.py
+  /// _enforce_double_buffer_limit).
+  int zero3_unsharded_grad_units = 1;
   /// Parameters used again within this many elements stay gathered instead of being released
   /// (DeepSpeed stage3_max_reuse_distance, 1e9): the last layers of the forward are not gathered
   /// again for the backward. 0: every released unit is gathered again. Only with zero3_prefetch
@@ -346,6 +372,14 @@ struct FrameworkTraits {
   /// Moves stored activations to host memory between a layer's forward and its backward
   /// (plan.offload.activations). activation_offload_refusal says why not where it cannot.
   bool activation_offload = true;
+  /// The offloaded layers stream out and back one at a time on copy streams of their own, each
+  /// copy overlapping the layers computed until the next window boundary, where the compute
+  /// stream waits for it (Transformer Engine's AsyncDoubleBufferGroupOffloadHandler, which
+  /// Megatron-Core's TransformerConfig.cpu_offloading drives: cpu_offload.py, TE v2.7-v2.9; the
+  /// first cpu_offloading_num_layers layers of the model are offloaded, group i when layer
+  /// (L / N)(i + 1) - 1 commits, and reloaded group by group in the backward). Otherwise a
+  /// chunk's activations move as one transfer after its forward and back before its backward.
+  bool activation_offload_windows = false;
   const char* activation_offload_refusal = "";
   /// Only what a fully recomputed layer keeps (its input checkpoint) goes to the host: the plan
   /// must recompute every layer (DeepSpeed's activation checkpointing with cpu_checkpointing).

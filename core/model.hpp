@@ -95,6 +95,13 @@ struct ModelSpec {
   /// (Megatron-Core's default layout; DeepSeek-V3 keeps embedding, head and MTP on one PP rank).
   /// Their transformer layers are numbered layers .. layers + mtp_layers - 1.
   int mtp_layers = 0;
+  /// Whether the training recipe applies hidden and attention dropout (stored 1-byte masks).
+  /// Unset: the framework's recipe default (ActivationLayout::dropout: Megatron-LM's and
+  /// DeepSpeed's GPT recipes use 0.1). Llama-, Qwen-, DeepSeek- and Nemotron-style recipes train
+  /// without (false); with probability 0 no mask is made (ATen's dropout returns its input).
+  std::optional<bool> dropout = std::nullopt;
+  /// Masks stored: the recipe's choice, else the framework's.
+  bool stores_dropout_masks(bool framework_default) const { return dropout.value_or(framework_default); }
 
   /// Transformer layers the model computes: its own and those of its MTP modules.
   int transformer_layers() const { return layers + mtp_layers; }

@@ -146,22 +146,20 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // DualPipe run them).
   if (q.schedule == Schedule::zb_h1 || q.schedule == Schedule::dualpipe)
     return none(std::string("the ") + to_string(q.schedule) + " schedule has no Megatron-LM flag");
-  // ZeRO-2/3 in Megatron-Core is its torch FSDP2 path (--use-torch-fsdp2, written below); no other
+  // ZeRO-2/3 in Megatron-Core is Megatron-FSDP (--use-megatron-fsdp, written below); no other
   // framework's sharding (DeepSpeed's, PyTorch FSDP's, HSDP groups) has Megatron-LM flags.
-  const bool fsdp2 = q.zero >= 2 && q.framework == Framework::megatron_core;
-  // Megatron-Core shards its distributed optimizer within groups and replicates it across them
-  // (--num-distributed-optimizer-instances, core_v0.10+); nothing else of plan.shard_group has a flag.
+  const bool fsdp = q.zero >= 2 && q.framework == Framework::megatron_core;
+  // Megatron-Core shards its distributed optimizer (or Megatron-FSDP) within groups and replicates
+  // it across them (--num-distributed-optimizer-instances, core_v0.10+); nothing else of
+  // plan.shard_group has a flag.
   const bool hybrid = q.shard_group > 0 && q.shard_group != q.grad_ranks();
-  const bool optimizer_instances = hybrid && q.zero == 1 && q.framework == Framework::megatron_core;
+  const bool optimizer_instances = hybrid && q.zero >= 1 && q.framework == Framework::megatron_core;
   if (hybrid && !optimizer_instances)
     return none("hybrid sharding (plan.shard_group) has no Megatron-LM flag but Megatron-Core's distributed optimizer "
-                "instances (plan.framework megatron-core, plan.zero 1)");
-  if (q.zero >= 2 && !fsdp2)
+                "instances (plan.framework megatron-core, plan.zero 1 to 3)");
+  if (q.zero >= 2 && !fsdp)
     return none("ZeRO-" + std::to_string(q.zero) + " as " + to_string(q.framework) +
-                " runs it has no Megatron-LM flags (Megatron-Core's is torch FSDP2: plan.framework megatron-core)");
-  if (fsdp2 && p.model.tie_embeddings)
-    return none("Megatron-Core's torch FSDP2 path needs untied embeddings (model.tie_embeddings false)");
-  if (fsdp2 && p.training.dtype == Dtype::fp16) return none("Megatron-Core's torch FSDP2 path does not run fp16");
+                " runs it has no Megatron-LM flags (Megatron-Core's is Megatron-FSDP: plan.framework megatron-core)");
   // Micro-batch-level recompute has no Megatron-LM flag (NeMo's
   // num_micro_batches_with_partial_activation_checkpoints drives Megatron-Core's schedule).
   if (q.partial_recompute_microbatches > 0)
@@ -238,17 +236,20 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   } else if (q.recompute == Recompute::selective) {
     s << " --recompute-granularity selective";
   }
-  // Torch FSDP2 instead of the distributed optimizer, which it refuses; it overlaps its own gathers
-  // and reduce-scatters (no --overlap flags), and Megatron-Core asserts the fusion off and a
-  // distributed checkpoint format (core_v0.10-0.12 arguments.py). It also needs
-  // CUDA_DEVICE_MAX_CONNECTIONS above 1 in the environment.
-  if (fsdp2) s << " --use-torch-fsdp2 --ckpt-format torch_dist";
-  if (q.zero == 1) s << " --use-distributed-optimizer";
+  // Megatron-FSDP: ZeRO-2 shards optimizer state and gradients (optim_grads), ZeRO-3 the
+  // parameters too (optim_grads_params), beside the distributed optimizer; arguments.py asserts
+  // the fsdp_dtensor checkpoint format and CUDA_DEVICE_MAX_CONNECTIONS above 1 in the environment,
+  // and Megatron-FSDP overlaps its own gathers and reduce-scatters (megatron_fsdp.py turns
+  // overlap_grad_reduce and overlap_param_gather on; core_v0.14-0.15).
+  if (fsdp)
+    s << " --use-megatron-fsdp --data-parallel-sharding-strategy " << (q.zero >= 3 ? "optim_grads_params" : "optim_grads")
+      << " --ckpt-format fsdp_dtensor";
+  if (q.zero >= 1) s << " --use-distributed-optimizer";
   if (optimizer_instances) s << " --num-distributed-optimizer-instances " << q.grad_ranks() / q.shard_group;
-  if (q.dp_overlap && !fsdp2) s << " --overlap-grad-reduce";
+  if (q.dp_overlap || fsdp) s << " --overlap-grad-reduce";
   // Megatron-LM fuses by default; where the simulator priced the separate pass, say so.
   if (!framework_traits(q.framework).fuses_gradient_accumulation(q)) s << " --no-gradient-accumulation-fusion";
-  if (q.param_gather_overlap && !fsdp2) s << " --overlap-param-gather";
+  if (q.param_gather_overlap || (fsdp && q.zero >= 3)) s << " --overlap-param-gather";
   if (q.fp8_param_gather) s << " --fp8-param-gather";
   // The host-side optimizer (core_v0.12+): arguments.py asserts the precision-aware optimizer
   // with it, whose default dtypes (fp32 main parameters, gradients and moments) keep the state

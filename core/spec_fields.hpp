@@ -94,6 +94,7 @@ void visit_fields(V& v, S& m) {
   v.boolean("parallel_block", m.parallel_block, false);
   v.integer("parallel_block_norms", m.parallel_block_norms, 1, 1);
   v.integer("mtp_layers", m.mtp_layers, 0, 0);
+  v.optional_boolean("dropout", m.dropout);
 }
 
 template <class V, SpecOf<TrainingSpec> S>

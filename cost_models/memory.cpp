@@ -28,9 +28,9 @@ bool fused_attention(const ExecutionModel& r) { return r.attention != AttentionI
 
 /// Bytes per (batch, head, query, key) element of the unfused attention core a layer stores: the
 /// softmax output (a), and with dropout its 1-byte mask and its output (a). 5 for Megatron.
-double unfused_core_bytes(const ExecutionModel& r) {
+double unfused_core_bytes(const ExecutionModel& r, const ModelSpec& m) {
   const double a = r.bytes.activation;
-  return r.framework->activations.dropout ? a + 1.0 + a : a;
+  return m.stores_dropout_masks(r.framework->activations.dropout) ? a + 1.0 + a : a;
 }
 
 /// One layer, one micro-batch: the linear-in-tokens part for `tokens` tokens per sequence and the
@@ -40,7 +40,7 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
                   double attention_area, bool moe_layer) {
   const double b = micro_batch, h = m.hidden, heads = m.heads, t = p.tp;
   const double act = rc.bytes.activation, res = rc.bytes.residual;
-  const double mask = rc.framework->activations.dropout ? 1.0 : 0.0;
+  const double mask = m.stores_dropout_masks(rc.framework->activations.dropout) ? 1.0 : 0.0;
   const double sbh = tokens * b * h;
   const double replicated_div = sequence_parallel(p) ? t : 1.0;
   if (p.recompute == Recompute::full) return Bytes(res * sbh / replicated_div);  // layer input only
@@ -64,8 +64,8 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   // the same normed tensor too.
   // Under FP8 training a framework that saves its Linears' FP8-cast inputs
   // (ActivationLayout::fp8_linear_inputs) stores 1 byte for each: the QKV and FFN inputs, MLA's
-  // latents, the projection input (a 12-bit format, 1.5), the dispatched expert inputs, the
-  // activation's inputs and the FC2 input.
+  // latents, the projection input (ActivationLayout::fp8_attention_output_bytes), the dispatched
+  // expert inputs, the activation's inputs (where fp8_activation_inputs) and the FC2 input.
   const bool fp8_inputs = rc.framework->activations.fp8_linear_inputs && rc.dtype == Dtype::fp8;
   const double lin = fp8_inputs ? 1.0 : act;
   const RecomputeModules& mods = p.recompute_modules;
@@ -87,7 +87,8 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   const double q = m.q_width() / h, v = m.v_width() / h;
   // The FFN's stored tensors in bytes per element of its width: the activation's inputs (two for a
   // gated one) and the FC2 input, which recompute_modules.moe_act re-runs in an MoE layer.
-  const double act_inputs = (m.gated() ? 2.0 : 1.0) * lin;
+  const double act_inputs =
+      (m.gated() ? 2.0 : 1.0) * (fp8_inputs && !rc.framework->activations.fp8_activation_inputs ? act : lin);
   const double ffn_bytes = mlp_checkpointed ? 0.0 : act_inputs + lin;
   // moe_act re-runs the routed experts' activation only (moe/experts.py), not the shared experts'.
   const double expert_ffn_bytes = act_inputs + (mods.moe_act ? 0.0 : lin);
@@ -95,7 +96,8 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
   // Q, K and V for the attention core; MLA's up-projections (recompute_modules.mla_up_proj) make
   // them again from the latents.
   const double qkv_kept = mods.mla_up_proj && m.mla ? 0.0 : 1.0;
-  double sharded = qkv_kept * (act * q + 2.0 * act * k / h) + (fp8_inputs ? 1.5 : act) * v + ffn_bytes * f / h;
+  double sharded = qkv_kept * (act * q + 2.0 * act * k / h) +
+                   (fp8_inputs ? rc.framework->activations.fp8_attention_output_bytes : act) * v + ffn_bytes * f / h;
   if (rc.framework->activations.attention_output_copy) sharded += act * v;
   // MLA also keeps its latents (query and key/value, with the RoPE key) for the up-projections.
   if (m.mla) replicated += lin * (m.mla->q_lora_rank + m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) / h;
@@ -120,7 +122,7 @@ Bytes layer_bytes(const ExecutionModel& rc, const ModelSpec& m, const PlanSpec& 
     if (fused_attention(rc))
       bytes += Bytes(4.0 * heads * tokens * b / t);  // fp32 softmax statistics per head and query
     else
-      bytes += Bytes(unfused_core_bytes(rc) * heads * attention_area * b / t);
+      bytes += Bytes(unfused_core_bytes(rc, m) * heads * attention_area * b / t);
   }
   return bytes;
 }
@@ -201,7 +203,7 @@ Bytes recompute_working_bytes(const ExecutionModel& x, const ModelSpec& model, c
     case Recompute::selective:
       // The attention core comes back for one layer's backward (fused kernels store almost none).
       if (fused_attention(x)) return Bytes(4.0 * model.heads * double(seq) * micro_batch / plan.tp);
-      return Bytes(unfused_core_bytes(x) * model.heads * double(seq) * seq * micro_batch / plan.tp);
+      return Bytes(unfused_core_bytes(x, model) * model.heads * double(seq) * seq * micro_batch / plan.tp);
     case Recompute::full:
     case Recompute::selective_op: {
       // The block's forward re-runs before its backward: one layer's whole activations at once.
@@ -278,7 +280,7 @@ std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int 
 
 Bytes input_embedding_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan,
                                        int micro_batch, int seq, int in_flight) {
-  if (!x.framework->activations.dropout) return Bytes(0);
+  if (!model.stores_dropout_masks(x.framework->activations.dropout)) return Bytes(0);
   const double div = sequence_parallel(plan) ? plan.tp : 1.0;
   return Bytes(double(seq) * micro_batch * model.hidden * in_flight / div);  // 1-byte masks
 }
@@ -418,11 +420,18 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
   Bytes bytes = stashed_layer_activation_bytes(x, model, training, plan, stage) * (1.0 - offloaded);
   // With activation offload, one unit is staged on the device while it streams in or out; where
   // the framework moves each layer's checkpoint on its own (FrameworkTraits::
-  // activation_offload_per_layer), two layers' (one going out, one coming back).
+  // activation_offload_per_layer), two layers' (one going out, one coming back). Transformer
+  // Engine's windows (activation_offload_windows) free each layer's copy as its window ends, so
+  // none is staged when the forward ends; the backward's first reload (one layer) is allocated
+  // once the loss's buffers are freed, and counts only beyond them (below).
+  Bytes reload;
   if (offloaded > 0) {
     const Bytes unit = layer_activation_bytes_per_unit(x, model, plan, stage);
     const double layers = std::max(1.0, layers_per_in_flight_unit(model, plan));
-    bytes += (x.framework->activation_offload_per_layer ? unit * std::min(1.0, 2.0 / layers) : unit) * offloaded;
+    if (x.framework->activation_offload_windows)
+      reload = unit / layers;
+    else
+      bytes += (x.framework->activation_offload_per_layer ? unit * std::min(1.0, 2.0 / layers) : unit) * offloaded;
   }
 
   const bool all_forwards_first = plan.schedule == Schedule::gpipe || plan.schedule == Schedule::terapipe;
@@ -445,7 +454,9 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
     const Bytes per_micro_batch = output_layer_activation_bytes(x, model, plan, b, s) * double(1 + model.mtp_layers) +
                                   mtp_inputs * double(model.mtp_layers);
     bytes += per_micro_batch * double(all_forwards_first ? m : 1);
+    reload = max(Bytes(0), reload - per_micro_batch * double(all_forwards_first ? m : 1));
   }
+  bytes += reload;
   bytes += recompute_working_bytes(x, model, plan, b, s);
   return bytes;
 }
@@ -539,7 +550,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     // skips their re-gather).
     if (plan.reshard_after_forward && fw.zero3_prefetch && fw.zero3_reuse_elements > 0)
       gathered += std::min(fw.zero3_reuse_elements, stage_layers_params);
-    double unsharded_grads = largest_unit * x.bytes.grad + bucket_grads;
+    double unsharded_grads = fw.zero3_unsharded_grad_units * largest_unit * x.bytes.grad + bucket_grads;
     if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {
       // Reduced once per step (FrameworkTraits::fsdp_pipeline_step_sync): every unit stays
       // gathered from its first use to the step's end, and every unit's unsharded gradient
@@ -549,10 +560,14 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     }
     // (The gathered layers hold their GEMM weights in FP8 under plan.fp8_param_gather.)
     bytes += Bytes(gathered * layer_gather_bytes(model, plan, x.bytes.gather) + unsharded_grads);
-    // A later last stage's LM head unit (untied matrix or tied copy) while it computes.
-    if (stage > 0 && is_last_stage(plan, stage) && fw.has_embedding_and_head)
+    // Where the embedding and the head stay gathered for the whole step
+    // (FrameworkTraits::zero3_edges_gathered_per_step), all the stage holds beyond its layers.
+    if (fw.zero3_edges_gathered_per_step && fw.has_embedding_and_head)
       bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);
-    if (stage == 0 && fw.has_embedding_and_head)
+    // A later last stage's LM head unit (untied matrix or tied copy) while it computes.
+    else if (stage > 0 && is_last_stage(plan, stage) && fw.has_embedding_and_head)
+      bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);
+    if (stage == 0 && fw.has_embedding_and_head && !fw.zero3_edges_gathered_per_step)
       bytes += Bytes((double(model.vocab) * model.hidden / plan.tp +
                       (model.position == PositionEmbedding::learned ? double(model.seq_len) * model.hidden : 0.0)) *
                      x.bytes.gather);
@@ -580,6 +595,15 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
 
   MemoryBreakdown mem;
   mem.weights = Bytes(params.dense * dense.weights + params.expert * expert.weights);
+  if (plan.zero >= 3 && x.dtype == Dtype::fp8 && plan.fp8_param_gather && x.framework->fp8_transformer_engine) {
+    // Transformer Engine's FP8 parameters under ZeRO-3: each rank's shard of the layers' GEMM
+    // weights is stored in FP8 (Megatron-FSDP's uint8 model-weight buffer, rebuilt from the fp32
+    // master after each step; param_and_grad_buffer.py), what layer_gather_bytes gathers.
+    double layer_params = 0;
+    for (int l : stage_layers(model, plan, stage)) layer_params += layer_parameters_on_gpu(model, plan, l).dense;
+    const double stored = layer_gather_bytes(model, plan, x.bytes.weight);
+    mem.weights -= Bytes(layer_params * (x.bytes.weight - stored) / plan.shard_ways());
+  }
   mem.grads = Bytes(params.dense * dense.grads + params.expert * expert.grads);
   mem.optimizer = plan.offload.optimizer
                       ? Bytes(0)

@@ -119,7 +119,9 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
     for (auto [e, end] = boost::in_edges(v, g); e != end; ++e) {
       const std::size_t u = boost::source(*e, g);
       const bool remote = g[u].category == Category::pp_comm && g[u].stage != t.stage;
-      const bool prefetch = g[u].category == Category::offload;
+      // (An offload wait on the compute stream itself, windowed offload's, is busy time.)
+      const bool prefetch = g[u].category == Category::offload && !g[u].resources.empty() &&
+                            g[u].resources.front() != w.compute_resource(g[u].stage);
       if (remote || prefetch) {
         if (!transfer || r.timings[u].finish > transfer->finish) {
           transfer = r.timings[u];

@@ -378,6 +378,22 @@ void cost_edges(const CostInputs& in, WorkloadCosts& c) {
       }
 }
 
+Seconds windowed_offload_wait(int layers, int offloaded, Seconds transfer, Seconds layer_time) {
+  if (offloaded <= 0 || layers <= 0) return Seconds(0);
+  offloaded = std::min(offloaded, layers);
+  // Transformer Engine's windows (cpu_offload.py AsyncDoubleBufferGroupOffloadHandler): layers //
+  // offloaded layers per window, the remainder one more in each of the first windows. Group i's
+  // copy runs beside the layers of the window after the one that started it and is waited for at
+  // that window's end; group 0's starts at layer 0's end, one layer into its window.
+  const int base = layers / offloaded, extra = layers % offloaded;
+  Seconds wait;
+  for (int i = 0; i < offloaded; ++i) {
+    const int window = base + (i < extra ? 1 : 0) - (i == 0 ? 1 : 0);
+    wait += max(Seconds(0), transfer - layer_time * double(window));
+  }
+  return wait;
+}
+
 void cost_activation_offload(const CostInputs& in, WorkloadCosts& c) {
   const ModelSpec& m = in.e.model;
   const PlanSpec& p = in.e.plan;
@@ -387,6 +403,21 @@ void cost_activation_offload(const CostInputs& in, WorkloadCosts& c) {
   const BytesPerSecond pcie = in.e.cluster.host.pcie_bandwidth;
   for (int s = 0; s < p.pp; ++s) {
     const int layers_in_chunk = int(cost_models::stage_layers(m, p, s).size()) / v;
+    if (in.x.framework->activation_offload_windows) {
+      // The first round(f x layers) layers of each chunk go out one window at a time (runs before
+      // cost_edges: the chunk's times are its layers' alone, taken as equal).
+      const Bytes per_layer = cost_models::layer_activation_bytes_per_unit(in.x, m, p, s) / double(std::max(1, layers_in_chunk));
+      const int offloaded = int(std::lround(p.offload.activations * layers_in_chunk));
+      for (int ch = 0; ch < v; ++ch)
+        for (ChunkCosts& cc : c.chunk[s][ch]) {
+          const double n = std::max(1, layers_in_chunk);
+          const Seconds fwd = (cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.forward_cp_comm) / n;
+          const Seconds bwd = (cc.backward + cc.backward_tp_comm + cc.backward_ep_comm + cc.backward_cp_comm) / n;
+          cc.forward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, per_layer / pcie, fwd);
+          cc.backward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, per_layer / pcie, bwd);
+        }
+      continue;
+    }
     for (int ch = 0; ch < v; ++ch)
       for (int k = 0; k < int(slices.size()); ++k) {
         // One slice: the chunk's own layers (MoE layers and, under block recompute, the layers that

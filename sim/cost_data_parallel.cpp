@@ -245,9 +245,12 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
                                      : Seconds(0);
   };
   // The unsharded gradients are in the compute dtype, which is what the gathers carry (FSDP2's
-  // param_dtype): read gb, write rb.
+  // param_dtype): read gb, write rb. Megatron-FSDP copies them into its bucket only where the
+  // weight-gradient GEMMs do not write there (FrameworkTraits::zero3_grad_copy_unless_fused).
+  const bool grad_copies = (unit_copies || (fw.zero3_grad_copy_unless_fused && !fw.fuses_gradient_accumulation(p))) &&
+                           bool(in.compute.memory_bound);
   auto copy_in = [&](double params) {
-    return unit_copies && params > 0 ? in.compute.memory_bound(Bytes(params * (gb + rb)), 1) : Seconds(0);
+    return grad_copies && params > 0 ? in.compute.memory_bound(Bytes(params * (gb + rb)), 1) : Seconds(0);
   };
   // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
   const int tokens = p.local_tokens(m);
@@ -272,6 +275,11 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const bool step_sync = fw.fsdp_pipeline_step_sync && p.pp > 1;
   const double forward_share = step_sync ? 1.0 / micro_batches : 1.0;
   const bool reduces_per_microbatch = !step_sync;
+  // The embedding and the head gathered once per step and kept (FrameworkTraits::
+  // zero3_edges_gathered_per_step): their forward gathers spread over the step's forwards, no
+  // re-gather for the backward; their gradients still reduced every micro-batch.
+  const bool edges_kept = fw.zero3_edges_gathered_per_step;
+  const double edge_share = edges_kept ? 1.0 / micro_batches : forward_share;
   for (int s = 0; s < p.pp; ++s) {
     const std::vector<int> layers = cost_models::stage_layers(m, p, s);
     double layer_params = 0;
@@ -297,7 +305,15 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         copies += copy;
         units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
       };
-      if (first_segment) unit(fwd, fwd_copies, edge_params, true, edges.embedding_forward, false, false);
+      // (A unit kept for the step gathers in the first micro-batch only: its share of the gather
+      // here, as the step's forwards share it.)
+      auto edge_unit = [&](double params, Seconds compute) {
+        const double share = edges_kept ? edge_share : 1.0;
+        const Seconds copy = copy_out(params, false) * share;
+        fwd_copies += copy;
+        fwd.push_back({params > 0 ? gather(params, false) * share : Seconds(0), compute + copy, Seconds(0)});
+      };
+      if (first_segment) edge_unit(edge_params, edges.embedding_forward);
       double chunk_params = 0, regathered = 0;
       const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, ch);
       // Where the framework keeps parameters used again soon (FrameworkTraits::zero3_reuse_elements:
@@ -314,7 +330,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         reuse -= params;
         return true;
       };
-      const bool head_kept = last_segment && kept_for_backward(head_params);
+      const bool head_kept = last_segment && (edges_kept || kept_for_backward(head_params));
       std::vector<bool> kept(chunk.size(), false);
       for (int i = int(chunk.size()) - 1; i >= 0; --i)
         kept[std::size_t(i)] = kept_for_backward(cost_models::layer_parameters_on_gpu(m, p, chunk[std::size_t(i)]).total());
@@ -344,7 +360,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       }
       if (last_segment) {
         if (!head_kept) regathered += head_params;
-        unit(fwd, fwd_copies, head_params, true, edges.head_forward, false, false);
+        edge_unit(head_params, edges.head_forward);
         unit(bwd, bwd_copies, head_params, !head_kept, edges.head_backward, reduces_per_microbatch, false);
       }
       std::reverse(bwd.begin(), bwd.end());
@@ -359,7 +375,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       // Per micro-batch: the forward's gathers (once per step under step_sync), the backward's
       // re-gathers (reshard_after_forward) and the reductions (per micro-batch or once).
       const double gathered_layers = chunk_params * forward_share + regathered - (last_segment && !head_kept ? head : 0.0);
-      const double gathered = (edge + chunk_params + head) * forward_share + regathered;
+      const double gathered = (edge + head) * edge_share + chunk_params * forward_share + regathered;
       const double reduced = edge + chunk_params + head;
       const double reductions = step_sync ? 1.0 : double(micro_batches);
       c.zero3_gather_bytes[s] +=

@@ -78,8 +78,16 @@ double ep_overlap_paired_share(const PlanSpec& plan, int stage, int micro_batche
 void cost_edges(const CostInputs& in, WorkloadCosts& c);
 
 /// Activation offload: each chunk's offloaded share out after its forward and back before its
-/// backward over the GPU's PCIe link (Ren et al. 2021, ZeRO-Offload, sec. 4).
+/// backward over the GPU's host link (Ren et al. 2021, ZeRO-Offload, sec. 4); where the framework
+/// offloads in windows (FrameworkTraits::activation_offload_windows), the compute stream's waits
+/// for each layer's copy instead (windowed_offload_wait, forward and backward alike).
 void cost_activation_offload(const CostInputs& in, WorkloadCosts& c);
+
+/// Transformer Engine's windowed offload of the first `offloaded` of `layers` equal layers: one
+/// layer's copy (`transfer`) at a time, each beside the layers of one window (layers / offloaded
+/// of them, the remainder spread over the first windows; the first copy starts one layer into
+/// its window) and waited for at its end. The sum of what each copy outlasts its window's compute.
+Seconds windowed_offload_wait(int layers, int offloaded, Seconds transfer, Seconds layer_time);
 
 /// Pipeline transfers per slice, as the framework sends them (FrameworkTraits::send_forward /
 /// send_backward), across nodes and inside one, with the receiver-side NVLink tail and the bytes

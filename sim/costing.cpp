@@ -283,8 +283,9 @@ WorkloadCosts cost_workload(const CostInputs& in) {
   const int n_slices = p.token_slices.empty() ? 1 : int(p.token_slices.size());
   c.shape = ScheduleShape{p.schedule, p.pp, p.micro_batches(in.e.training), v, n_slices};
   cost_layer_chunks(in, c);
-  cost_edges(in, c);
+  // Before the embedding and head join the chunks: windowed offload reads the layers' own times.
   cost_activation_offload(in, c);
+  cost_edges(in, c);
   cost_pipeline_transfers(in, c);
   cost_data_parallel(in, c);
   cost_sharded_parameters(in, c);

@@ -131,8 +131,9 @@ SimResult run_fast(const WorkloadCosts& c) {
           add(s, Category::forward, cc.forward.value());
           add(s, Category::tp_comm, cc.forward_tp_comm.value());
           add(s, Category::ep_comm, cc.forward_ep_comm.value());
-          t += cc.forward_cp_comm.value();
+          t += cc.forward_cp_comm.value() + cc.forward_offload_wait.value();
           add(s, Category::cp_comm, cc.forward_cp_comm.value());
+          add(s, Category::offload, cc.forward_offload_wait.value());
         } else if (o.pass == Pass::weight) {
           t += cc.weight_grad.value();
           add(s, Category::backward, cc.weight_grad.value());
@@ -146,8 +147,9 @@ SimResult run_fast(const WorkloadCosts& c) {
           add(s, Category::tp_comm, cc.recompute_tp_comm.value() + cc.backward_tp_comm.value());
           add(s, Category::backward, own);
           add(s, Category::ep_comm, cc.recompute_ep_comm.value() + cc.backward_ep_comm.value());
-          t += cc.backward_cp_comm.value();
+          t += cc.backward_cp_comm.value() + cc.backward_offload_wait.value();
           add(s, Category::cp_comm, cc.backward_cp_comm.value());
+          add(s, Category::offload, cc.backward_offload_wait.value());
         }
         OpState& os = st[s][next[s]];
         os.done = t;

@@ -238,6 +238,7 @@ class Builder {
       ids.push_back(piece(Category::tp_comm, cc.forward_tp_comm, "fwd_tp"));
       ids.push_back(piece(Category::ep_comm, cc.forward_ep_comm, "fwd_ep"));
       ids.push_back(piece(Category::cp_comm, cc.forward_cp_comm, "fwd_cp"));
+      ids.push_back(piece(Category::offload, cc.forward_offload_wait, "fwd_offload_wait"));
     } else if (op.pass == Pass::weight) {
       ids.push_back(piece(Category::backward, cc.weight_grad, "wgrad"));
     } else {
@@ -249,6 +250,7 @@ class Builder {
       ids.push_back(piece(Category::tp_comm, cc.backward_tp_comm, "bwd_tp"));
       ids.push_back(piece(Category::ep_comm, cc.backward_ep_comm, "bwd_ep"));
       ids.push_back(piece(Category::cp_comm, cc.backward_cp_comm, "bwd_cp"));
+      ids.push_back(piece(Category::offload, cc.backward_offload_wait, "bwd_offload_wait"));
     }
     std::optional<TaskId> first, last;
     for (auto& i : ids)

@@ -62,6 +62,9 @@ struct ChunkCosts {
   Seconds forward_ep_comm, backward_ep_comm;    // MoE all-to-all dispatch and combine
   Seconds forward_cp_comm, backward_cp_comm;    // context parallelism's exposed K/V exchange
   Seconds offload_out, offload_in;              // activation copies to/from host on a side stream
+  /// Windowed offload (FrameworkTraits::activation_offload_windows): the compute stream's waits
+  /// for the copies it synchronises with at each window boundary, forward and backward.
+  Seconds forward_offload_wait, backward_offload_wait;
   /// ZeRO-3: the part of the chunk's parameter all-gathers (and, backward, gradient
   /// reduce-scatters) that prefetch does not hide behind its compute (sim/costers.hpp,
   /// exposed_under_prefetch). Counted as data-parallel communication.

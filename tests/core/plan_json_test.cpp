@@ -139,32 +139,40 @@ TEST(PlanJson, NoMegatronArgumentsSaysWhy) {
   expect_no_megatron_arguments(relu, "relu");
 }
 
-TEST(PlanJson, MegatronCoreShardedPlansRunTorchFsdp2) {
-  // Megatron-Core's ZeRO-3 is its torch FSDP2 path (core_v0.10-0.12 megatron/training/arguments.py
-  // asserts: no distributed optimizer, no gradient accumulation fusion, --ckpt-format torch_dist,
-  // untied embeddings, not fp16); FSDP2 overlaps its own collectives, so no --overlap flags.
+TEST(PlanJson, MegatronCoreShardedPlansRunMegatronFsdp) {
+  // Megatron-Core's ZeRO-2/3 is Megatron-FSDP (core_v0.15.0 megatron/training/arguments.py:
+  // --use-megatron-fsdp, --data-parallel-sharding-strategy optim_grads_params | optim_grads, the
+  // asserted --ckpt-format fsdp_dtensor), beside the distributed optimizer, its collectives
+  // overlapped (megatron_fsdp.py forces both overlaps on).
   ExecutablePlan p = megatron_core_flat(4, 3);
-  p.plan.dp_overlap = p.plan.param_gather_overlap = true;
-  p.model.tie_embeddings = false;
+  p.plan.dp_overlap = true;
   const std::string args = megatron_arguments(p);
-  for (const char* flag : {"--use-torch-fsdp2", "--ckpt-format torch_dist", "--no-gradient-accumulation-fusion",
-                           "--untie-embeddings-and-output-weights", "--bf16"})
+  for (const char* flag : {"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params",
+                           "--ckpt-format fsdp_dtensor", "--use-distributed-optimizer", "--overlap-grad-reduce",
+                           "--overlap-param-gather", "--bf16"})
     EXPECT_NE(args.find(flag), std::string::npos) << flag << " missing: " << args;
-  for (const char* flag : {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"})
-    EXPECT_EQ(args.find(flag), std::string::npos) << flag << " present: " << args;
-  // The same plan at zero 1 is the distributed optimizer with the fusion on (Megatron-LM's default).
+  EXPECT_EQ(args.find("--use-torch-fsdp2"), std::string::npos) << args;
+  // Gradient-accumulation fusion stays Megatron-LM's default unless the plan turns it off.
+  EXPECT_EQ(args.find("--no-gradient-accumulation-fusion"), std::string::npos) << args;
+  ExecutablePlan unfused = p;
+  unfused.plan.gradient_accumulation_fusion = false;
+  EXPECT_NE(megatron_arguments(unfused).find("--no-gradient-accumulation-fusion"), std::string::npos);
+  // ZeRO-2 shards the optimizer state and the gradients only.
+  ExecutablePlan z2 = p;
+  z2.plan.zero = 2;
+  EXPECT_NE(megatron_arguments(z2).find("--data-parallel-sharding-strategy optim_grads "), std::string::npos)
+      << megatron_arguments(z2);
+  // The same plan at zero 1 is the distributed optimizer alone.
   ExecutablePlan z1 = p;
   z1.plan.zero = 1;
   EXPECT_NE(megatron_arguments(z1).find("--use-distributed-optimizer --overlap-grad-reduce"), std::string::npos)
       << megatron_arguments(z1);
-  EXPECT_EQ(megatron_arguments(z1).find("--use-torch-fsdp2"), std::string::npos);
-  EXPECT_EQ(megatron_arguments(z1).find("--no-gradient-accumulation-fusion"), std::string::npos);
-  ExecutablePlan tied = p;
-  tied.model.tie_embeddings = true;
-  expect_no_megatron_arguments(tied, "untied embeddings");
-  ExecutablePlan fp16 = p;
-  fp16.training.dtype = Dtype::fp16;
-  expect_no_megatron_arguments(fp16, "fp16");
+  EXPECT_EQ(megatron_arguments(z1).find("--use-megatron-fsdp"), std::string::npos);
+  // Hybrid sharding: Megatron-FSDP replicated over distributed-optimizer instances.
+  ExecutablePlan hsdp = p;
+  hsdp.plan.shard_group = 2;
+  EXPECT_NE(megatron_arguments(hsdp).find("--num-distributed-optimizer-instances 2"), std::string::npos)
+      << megatron_arguments(hsdp);
 }
 
 TEST(PlanJson, LaunchLinesAndMegatronArguments) {

@@ -345,29 +345,32 @@ TEST(CheckPlan, KeepingGatheredParametersWhereTheFrameworkCan) {
   EXPECT_TRUE(framework_traits(f.p.framework).runs(f.p));
 }
 
-TEST(CheckPlan, MegatronCoreShardsOnlyAsItsTorchFsdp2PathCan) {
-  // Megatron-Core's ZeRO-3 is torch FSDP2 (--use-torch-fsdp2), which core_v0.10-0.12
-  // megatron/training/arguments.py refuses with pipeline or expert parallelism and with gradient
-  // accumulation fusion; its distributed optimizer (zero 1) takes all three.
+TEST(CheckPlan, MegatronCoreShardsAsMegatronFsdpCan) {
+  // Megatron-Core's ZeRO-2/3 is Megatron-FSDP (--use-megatron-fsdp): core_v0.14-0.15
+  // megatron/training/arguments.py asserts neither pp 1 nor the fusion off (training.py wraps each
+  // pipeline chunk; TE writes weight gradients into its buckets), but its expert groups are not
+  // wired at those tags ("Expert parallel is not supported", megatron_fsdp/utils.py), and
+  // optim_grads_params always reshards after the forward.
   Fixture f;
   f.p.framework = Framework::megatron_core;
   f.p.zero = 1;
   EXPECT_FALSE(f.check().has_value());
   f.p.zero = 3;
-  ASSERT_TRUE(f.check().has_value());  // pp 4
-  EXPECT_EQ(f.check()->field, "plan.zero");
+  EXPECT_FALSE(f.check().has_value()) << f.check()->rule;  // pp 4
   f.p.pp = 1;
   f.p.dp = 16;
   EXPECT_FALSE(f.check().has_value()) << f.check()->rule;
-  // Unset, the fusion resolves off under the sharded path (on at zero 1).
+  // Unset, the fusion resolves on (Megatron-LM's default) at every ZeRO stage; off where asked.
+  EXPECT_TRUE(framework_traits(f.p.framework).fuses_gradient_accumulation(f.p));
+  f.p.gradient_accumulation_fusion = false;
   EXPECT_FALSE(framework_traits(f.p.framework).fuses_gradient_accumulation(f.p));
-  PlanSpec z1 = f.p;
-  z1.zero = 1;
-  EXPECT_TRUE(framework_traits(f.p.framework).fuses_gradient_accumulation(z1));
   f.p.gradient_accumulation_fusion = true;
-  ASSERT_TRUE(f.check().has_value());
-  EXPECT_EQ(f.check()->field, "plan.gradient_accumulation_fusion");
+  EXPECT_FALSE(f.check().has_value()) << f.check()->rule;
   f.p.gradient_accumulation_fusion.reset();
+  f.p.reshard_after_forward = false;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.reshard_after_forward");
+  f.p.reshard_after_forward = true;
   Fixture moe;
   moe.m.moe = MoeSpec{.experts = 8, .top_k = 2};
   moe.p.framework = Framework::megatron_core;

@@ -618,17 +618,22 @@ TEST(UnevenPipeline, LayersPerStageAndTheirMemoryByHand) {
 
 
 TEST(ActivationBytesPerLayer, GatedMlpStoresGateUpAndProduct) {
-  // Llama 3.1 8B, one sequence of 8192, tp 1, Megatron-Core (fused attention, bf16, dropout masks
-  // stored as its GPT recipes do). In units of sbh (s b h = 8192 x 4096): replicated QKV input
-  // and FFN input (2 + 2), two norm inputs (2 + 2), two 1-byte masks; sharded Q (2), K and V
+  // Llama 3.1 8B, one sequence of 8192, tp 1, Megatron-Core (fused attention, bf16, no dropout:
+  // the Llama recipe's dropout is 0, model.dropout false). In units of sbh (s b h = 8192 x 4096):
+  // replicated QKV input and FFN input (2 + 2), two norm inputs (2 + 2); sharded Q (2), K and V
   // (2 x 2 x 1024/4096), projection input (2), and the SwiGLU's gate, up and product (3 x 2 x
   // 14336/4096); plus fp32 softmax statistics per head and query (4 x 32 x 8192).
-  const ModelSpec m = load_model(resolve_scenario("models", "llama3.1-8b"));
+  ModelSpec m = load_model(resolve_scenario("models", "llama3.1-8b"));
+  ASSERT_EQ(m.dropout, std::optional<bool>(false));
   PlanSpec p;
   p.framework = Framework::megatron_core;
   const double sbh = 8192.0 * 4096;
-  const double units = (2 + 2 + 2 + 2 + 1 + 1) + (2 + 2 * 2 * 0.25 + 2 + 3 * 2 * 14336.0 / 4096);
+  const double units = (2 + 2 + 2 + 2) + (2 + 2 * 2 * 0.25 + 2 + 3 * 2 * 14336.0 / 4096);
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p), m, p, 1, 8192).value(), units * sbh + 4.0 * 32 * 8192);
+  // A recipe with dropout (Megatron-Core's GPT default, the model's field unset) stores the two
+  // residual sites' 1-byte masks as well.
+  m.dropout.reset();
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p), m, p, 1, 8192).value(), (units + 2) * sbh + 4.0 * 32 * 8192);
 }
 
 
@@ -827,6 +832,89 @@ TEST(ActivationBytesPerLayer, RecomputedModulesAndFp8LinearInputsStoreLess) {
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p, Dtype::bf16), m, p, 1, 2048).value() -
                        activation_bytes_per_layer(exec(p, Dtype::fp8), m, p, 1, 2048).value(),
                    7.875 * sbh);
+}
+
+TEST(ActivationBytesPerLayer, TransformerEngineFp8LayerOfLlama3By70bHand) {
+  // Llama 3 70B's layer (h 8192, 64 heads, 8 KV heads of 128, SwiGLU ffn 28672) under Megatron-Core
+  // in FP8, one 8192-token sequence, no TP, and the recipe's dropout off (model.dropout false).
+  // Per token, in bytes: the two norms' 16-bit inputs (2 x 2h) and FP8 outputs (2 x h); Q in 16
+  // bits (2h), K and V (2 x 2 x 1024); the attention's 16-bit output (2h) and the projection's FP8
+  // copy (h); the fused SwiGLU's 16-bit gate and up inputs (2 x 2 x 28672) and FC2's FP8 input
+  // (28672); fp32 softmax statistics per head (4 x 64). 4h + 2h + 2h + 4096 + 3h + 114688 + 28672
+  // + 256 = 11h + 147712 = 237,824 bytes.
+  ModelSpec m{.name = "llama3-70b", .layers = 80, .hidden = 8192, .heads = 64, .seq_len = 8192, .vocab = 128256,
+              .ffn_hidden = 28672, .kv_heads = 8, .moe = std::nullopt};
+  m.activation = Activation::swiglu;
+  m.dropout = false;
+  PlanSpec p = plan_with(1, false, Recompute::none);
+  p.framework = Framework::megatron_core;
+  const double tokens = 8192;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p, Dtype::fp8), m, p, 1, 8192).value(), tokens * 237824.0);
+  // Unset, the framework's GPT recipe stores both residual sites' 1-byte dropout masks: 2h more.
+  m.dropout.reset();
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(exec(p, Dtype::fp8), m, p, 1, 8192).value(),
+                   tokens * (237824.0 + 2 * 8192));
+}
+
+TEST(StageActivations, WindowedOffloadStagesOneReloadOnlyBeyondTheLossBuffers) {
+  // Transformer Engine's windowed offload (Megatron-Core): half of 80 layers offloaded keeps the
+  // other 40 on the device; every offloaded layer's copy is freed as its window ends, so nothing
+  // is staged when the forward ends, and the backward's first reload (one layer) is allocated
+  // after the loss's buffers are freed: the stage holds 40 layers plus the larger of the two.
+  ModelSpec m{.name = "llama3-70b", .layers = 80, .hidden = 8192, .heads = 64, .seq_len = 8192, .vocab = 128256,
+              .ffn_hidden = 28672, .kv_heads = 8, .moe = std::nullopt};
+  m.activation = Activation::swiglu;
+  m.dropout = false;
+  PlanSpec p = plan_with(1, false, Recompute::none);
+  p.dp = 64;
+  p.micro_batch = 2;
+  p.framework = Framework::megatron_core;
+  p.offload.activations = 0.5;
+  const TrainingSpec t{.global_batch = 128, .dtype = Dtype::fp8, .optimizer = Optimizer::adam};
+  const ExecutionModel x = exec(t, p);
+  const double layer = activation_bytes_per_layer(x, m, p, 2, 8192).value();
+  const double loss = output_layer_activation_bytes(x, m, p, 2, 8192).value();
+  ASSERT_GT(loss, layer);  // 128k-entry vocabulary: the logits outweigh a layer
+  EXPECT_NEAR(stage_activation_bytes(x, m, t, p, 0).value(), 40 * layer + loss, 1.0);
+  // A small vocabulary: the reload outweighs the loss's buffers and counts in full.
+  m.vocab = 1024;
+  const double small_loss = output_layer_activation_bytes(x, m, p, 2, 8192).value();
+  ASSERT_LT(small_loss, layer);
+  EXPECT_NEAR(stage_activation_bytes(x, m, t, p, 0).value(), 40 * layer + layer, 1.0);
+}
+
+TEST(MemoryPerGpu, MegatronFsdpHoldsTwoUnitsEachWayTheEdgesAndFp8Shards) {
+  // Llama 3 70B's layers on 64 GPUs, Megatron-Core ZeRO-3 (Megatron-FSDP) in FP8 with FP8
+  // parameter gather, bf16 gradient reduction. Per layer 12h^2-style counting does not apply
+  // (GQA, SwiGLU): QKV 8192 x (8192 + 2 x 1024), projection 8192^2, FC1 8192 x 2 x 28672, FC2
+  // 28672 x 8192, two RMSNorms of 8192: 855,654,400 linear + 16,384 norm parameters.
+  ModelSpec m{.name = "llama3-70b", .layers = 80, .hidden = 8192, .heads = 64, .seq_len = 8192, .vocab = 128256,
+              .ffn_hidden = 28672, .kv_heads = 8, .moe = std::nullopt};
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position = PositionEmbedding::rope;
+  m.bias = false;
+  m.tie_embeddings = false;
+  m.dropout = false;
+  PlanSpec p = plan_with(1, false, Recompute::none);
+  p.dp = 64;
+  p.zero = 3;
+  p.framework = Framework::megatron_core;
+  p.fp8_param_gather = true;
+  p.reduce_dtype = Dtype::bf16;
+  const TrainingSpec t{.global_batch = 64, .dtype = Dtype::fp8, .optimizer = Optimizer::adam};
+  const ExecutionModel x = exec(t, p);
+  const double linear = 8192.0 * (8192 + 2048) + 8192.0 * 8192 + 8192.0 * 2 * 28672 + 28672.0 * 8192;
+  const double norms = 2 * 8192.0, layer = linear + norms;
+  const double edges = 2 * 128256.0 * 8192 + 8192;  // embedding, untied head, final norm
+  // Buffers: two gathered units (the GEMM weights in 1 byte, the norms in 2), two unsharded bf16
+  // gradient units (the double-buffered reduce-scatter buckets), and the embedding, head and
+  // final norm gathered in 2 bytes for the whole step.
+  const MemoryBreakdown mem = memory_per_gpu(x, m, t, p, 0);
+  EXPECT_NEAR(mem.buffers.value(), 2 * (linear + 2 * norms) + 2 * 2 * layer + 2 * edges, 1.0);
+  // Weights: each rank's 1/64 shard, the layers' GEMM weights in FP8 (Megatron-FSDP's uint8
+  // model-weight buffer), the norms and edges in 2 bytes.
+  EXPECT_NEAR(mem.weights.value(), (80 * (linear + 2 * norms) + 2 * edges) / 64, 1.0);
 }
 
 TEST(ActivationBytesPerLayer, CheckpointedSubmodulesKeepOnlyTheirInputs) {

@@ -207,6 +207,47 @@ TEST(CostActivationOffload, HalfOfEachChunkOverPcie) {
   EXPECT_NEAR(k.c.chunk[0][0][0].offload_in.value(), expected, expected * 1e-12);
 }
 
+TEST(WindowedOffloadWait, EachCopyAgainstItsWindowsLayers) {
+  // 80 layers, 40 offloaded: windows of 2 layers; the first copy starts one layer into its window.
+  // A 3 ms copy beside 1 ms layers: 3 - 1 = 2 ms, then 39 x (3 - 2) = 39 ms.
+  EXPECT_NEAR(windowed_offload_wait(80, 40, Seconds(3e-3), Seconds(1e-3)).value(), 41e-3, 1e-12);
+  // 10 layers, 4 offloaded: windows 3, 3, 2, 2 (the remainder on the first); a 5 ms copy beside
+  // 1 ms layers waits 5 - 2, 5 - 3, 5 - 2, 5 - 2 = 11 ms.
+  EXPECT_NEAR(windowed_offload_wait(10, 4, Seconds(5e-3), Seconds(1e-3)).value(), 11e-3, 1e-12);
+  // Copies shorter than their windows' compute are hidden; nothing offloaded waits for nothing.
+  EXPECT_EQ(windowed_offload_wait(126, 95, Seconds(8e-3), Seconds(13e-3)).value(), 0.0);
+  EXPECT_EQ(windowed_offload_wait(80, 0, Seconds(3e-3), Seconds(1e-3)).value(), 0.0);
+}
+
+TEST(CostActivationOffload, MegatronCoreWaitsOnWindowedCopiesInstead) {
+  // Megatron-Core offloads through Transformer Engine's windowed handler: no chunk-sized side
+  // transfers, and the compute stream waits where a layer's copy outlasts its window. One stage
+  // of 24 layers (tp 2, dp 4), 12 offloaded: windows of 2 layers, each layer 1 ms forward and 2 ms
+  // backward (round_compute) with its TP collectives. Over a 25 GB/s host link each layer's copy
+  // takes per_layer / 25 GB/s.
+  Experiment e = small();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.pp = 1;
+  e.plan.dp = 4;
+  e.plan.offload.activations = 0.5;
+  e.training.global_batch = 4;
+  validate_experiment(e);
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  const ChunkCosts before = k.c.chunk[0][0][0];
+  cost_activation_offload(k.in(), k.c);
+  const ChunkCosts& cc = k.c.chunk[0][0][0];
+  EXPECT_EQ(cc.offload_out.value(), 0.0);
+  EXPECT_EQ(cc.offload_in.value(), 0.0);
+  const Seconds copy(cost_models::activation_bytes_per_layer(k.x, e.model, e.plan, 1, 2048).value() /
+                     e.cluster.host.pcie_bandwidth.value());
+  const Seconds fwd = (before.forward + before.forward_tp_comm) / 24.0;
+  const Seconds bwd = (before.backward + before.backward_tp_comm) / 24.0;
+  EXPECT_NEAR(cc.forward_offload_wait.value(), windowed_offload_wait(24, 12, copy, fwd).value(), 1e-15);
+  EXPECT_NEAR(cc.backward_offload_wait.value(), windowed_offload_wait(24, 12, copy, bwd).value(), 1e-15);
+  EXPECT_GT(cc.forward_offload_wait.value(), 0.0);  // the copies (~4 ms) outlast 2 ms windows
+}
+
 TEST(CostPipelineTransfers, BytesAsEachFrameworkSendsThem) {
   // One activation (1, 2048, 2048) in bf16 = 8,388,608 bytes; tp 2 ranks per stage.
   const double act = 2.0 * 2048 * 2048;

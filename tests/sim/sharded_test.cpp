@@ -430,6 +430,56 @@ TEST(CostShardedParameters, Fsdp2CopiesEachGatheredUnitOutAndEachUnitsGradientsI
   EXPECT_NEAR(kf.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(plain, f).value(), 1e-12);
 }
 
+TEST(CostShardedParameters, MegatronFsdpKeepsTheEdgesGatheredAndCopiesUnfusedGradients) {
+  // Megatron-Core's ZeRO-3 is Megatron-FSDP: transformer layers are its units (gathered for the
+  // forward and again for the backward, views of the bucket: nothing copied out), the embedding
+  // (tied: it is also the head) and the final norm are gathered once per step and kept, and every
+  // unit's gradients are reduce-scattered every micro-batch. Without gradient-accumulation fusion
+  // each unit's bf16 gradients are copied into its fp32 bucket on the compute stream (read 2,
+  // write 4). At 1 TB/s a byte costs 1 ps; 2 micro-batches per step.
+  Experiment e = fsdp();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.gradient_accumulation_fusion = false;
+  validate_experiment(e);
+  ComputeCosts cc = round_compute();
+  cc.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };
+  Costed k(e, cc);
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  const double h = e.model.hidden, layer = 12 * h * h + 13 * h;
+  const double embedding = double(e.model.vocab) * h + double(e.model.seq_len) * h + 2 * h;
+  const Seconds gl = k.comm.time(Collective::all_gather, Bytes(layer * 2), g.shard);
+  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), g.shard);
+  auto rs = [&](double params) { return k.comm.time(Collective::reduce_scatter, Bytes(params * 4), g.shard); };
+  const double f = 24.0 / (e.cluster.gpu.sms - 24.0);
+  // Forward: the embedding's gather in the first of the two micro-batches (half of it here), 24
+  // layers, the head (tied: nothing to gather).
+  std::vector<ShardedUnit> fwd{{ge * 0.5, Seconds(1e-4), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) fwd.push_back({gl, Seconds(1e-3), Seconds(0)});
+  fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd, f).value(), 1e-12);
+  // Backward: the head (kept gathered), 24 layers re-gathered with their gradients copied in and
+  // reduce-scattered, the embedding (kept) copied in and reduce-scattered.
+  std::vector<ShardedUnit> bwd{{Seconds(0), Seconds(1e-3), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) bwd.push_back({gl, Seconds(2e-3 + layer * 6e-12), rs(layer)});
+  bwd.push_back({Seconds(0), Seconds(2e-4 + embedding * 6e-12), rs(embedding)});
+  const Seconds copies((24 * layer + embedding) * 6e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), (exposed_under_prefetch(bwd, f) + copies).value(), 1e-12);
+  // Bytes per GPU per step: each layer gathered twice per micro-batch, the embedding once per
+  // step, in bf16; everything reduce-scattered every micro-batch in fp32; a ring sends 15/16.
+  const double sent = 15.0 / 16.0;
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), (2 * 2 * 24 * layer + embedding) * 2 * sent, 1.0);
+  EXPECT_NEAR(k.c.zero3_reduce_bytes[0].value(), 2 * (24 * layer + embedding) * 4 * sent, 1.0);
+  // With the fusion (Megatron-LM's default) the weight-gradient GEMMs write into the buckets:
+  // no copies.
+  Experiment fused = e;
+  fused.plan.gradient_accumulation_fusion.reset();
+  Costed kf(fused, cc);
+  std::vector<ShardedUnit> plain{{Seconds(0), Seconds(1e-3), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) plain.push_back({gl, Seconds(2e-3), rs(layer)});
+  plain.push_back({Seconds(0), Seconds(2e-4), rs(embedding)});
+  EXPECT_NEAR(kf.c.chunk[0][0][0].backward_dp_comm.value(), exposed_under_prefetch(plain, f).value(), 1e-12);
+}
+
 TEST(CostShardedParameters, PipelineStagesReduceOnceAfterTheirLastBackward) {
   // torch.distributed.pipelining under FSDP2 (torchtitan): every micro-batch's backward runs with
   // requires_gradient_sync and reshard_after_backward off and the last one runs post_backward on
