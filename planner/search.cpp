@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -422,8 +423,31 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
           }
           return false;
         };
-        ok = (host_step && offloaded(true, 0.0)) || offloaded(host_step, most_activations) ||
-             (host_step && offloaded(false, most_activations));
+        // Where the framework offloads a chosen number of layers in windows (Transformer Engine's
+        // cpu_offloading_num_layers: FrameworkTraits::activation_offload_windows), the fewest that
+        // fit: every layer more is one more copy to hide (memory falls with each, so the least
+        // fitting count is found by bisection). Elsewhere as much as the framework moves.
+        auto activations_for = [&](bool optimizer) {
+          const int layers = r.model.layers;
+          const int most = int(std::lround(most_activations * layers));
+          if (!fw.activation_offload_windows || most < 2) return most_activations;
+          auto fit = [&](int n) {
+            PlanSpec q = p;
+            q.offload.optimizer = optimizer;
+            q.offload.activations = double(n) / layers;
+            return fw.runs(q) && fits(x, r, q, nullptr);
+          };
+          if (!fit(most)) return most_activations;
+          int lo = 1, hi = most;  // fit(hi) holds
+          while (lo < hi) {
+            const int mid = lo + (hi - lo) / 2;
+            if (fit(mid)) hi = mid;
+            else lo = mid + 1;
+          }
+          return double(hi) / layers;
+        };
+        ok = (host_step && offloaded(true, 0.0)) || offloaded(host_step, activations_for(host_step)) ||
+             (host_step && offloaded(false, activations_for(false)));
         if (!ok && (!local.closest || need < local.closest_need)) {
           local.closest = nearest ? *nearest : p;
           local.closest_need = need;
