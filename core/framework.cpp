@@ -262,7 +262,6 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.max_zero = 3;
   megatron_core.max_zero_with_pipeline = 3;
   megatron_core.sharded_expert_parallel = false;
-  megatron_core.sharded_gradient_accumulation_fusion = true;
   megatron_core.zero3_keep_gathered = false;
   megatron_core.zero3_edges_gathered_per_step = true;
   megatron_core.zero3_grad_copy_unless_fused = true;
@@ -724,8 +723,7 @@ std::string those_that_do(Pred can) {
 }  // namespace
 
 bool FrameworkTraits::fuses_gradient_accumulation(const PlanSpec& p) const {
-  const bool allowed = p.zero < 2 || sharded_gradient_accumulation_fusion;
-  return p.gradient_accumulation_fusion.value_or(gradient_accumulation_fusion && allowed);
+  return p.gradient_accumulation_fusion.value_or(gradient_accumulation_fusion);
 }
 
 std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
@@ -801,11 +799,6 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                   ") only without expert parallelism (ep 1, or zero 1: its distributed optimizer; " +
                   frameworks_that([](const FrameworkTraits& t) { return t.sharded_expert_parallel && t.max_zero >= 2; }) +
                   " run both)");
-  if (p.zero >= 2 && p.gradient_accumulation_fusion.value_or(false) && !sharded_gradient_accumulation_fusion)
-    return violation("plan.gradient_accumulation_fusion", "true",
-              me + "'s ZeRO-" + count(p.zero) +
-                  " path shards the gradients and does not fuse their accumulation into the weight-gradient GEMMs "
-                  "(set it false, or zero 1)");
   if (!p.reshard_after_forward && !zero3_keep_gathered)
     return violation("plan.reshard_after_forward", "false",
               me + " releases every module's gathered parameters after its forward (no SHARD_GRAD_OP mode; " +

@@ -317,13 +317,8 @@ struct FrameworkTraits {
   /// accumulation only; fp16 from 2022-09-27, 07916bf); plan.gradient_accumulation_fusion
   /// overrides it where main gradients are fp32.
   bool gradient_accumulation_fusion = false;
-  /// Its ZeRO-3 path shards the gradients where the fusion would add into a whole fp32 buffer, so
-  /// with plan.zero >= 2 the fusion is off and cannot be asked for (Megatron-Core's torch FSDP2
-  /// path: "--use-torch-fsdp2 is not supported with gradient accumulation fusion", core_v0.10-0.12
-  /// megatron/training/arguments.py).
-  bool sharded_gradient_accumulation_fusion = true;
-  /// Whether a plan fuses the accumulation: the plan's choice, else this framework's default (off
-  /// where the gradients are sharded and the framework cannot fuse into them).
+  /// Whether a plan fuses the accumulation: the plan's choice, else this framework's default.
+  /// (Megatron-FSDP fuses into its sharded buckets too: the weight-gradient GEMMs write into them.)
   bool fuses_gradient_accumulation(const PlanSpec& p) const;
   /// Its ZeRO-2/3 path runs beside expert parallelism (plan.ep > 1).
   bool sharded_expert_parallel = true;
