@@ -1,6 +1,7 @@
 #include "apps/cli/cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <fstream>
 
 #include "core/error.hpp"
@@ -71,7 +72,11 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.ep_dispatcher == EpDispatcher::deepep) s += " deepep";
   if (p.cross_entropy_fusion != CrossEntropyFusion::none) s += std::string(" ce:") + to_string(p.cross_entropy_fusion);
   if (p.offload.optimizer) s += " off:opt";
-  if (p.offload.activations > 0) s += " off:act";
+  if (p.offload.activations > 0) {
+    s += " off:act";
+    // A share of the layers (Megatron-Core's cpu_offloading_num_layers): how much, in percent.
+    if (p.offload.activations < 1.0) s += std::to_string(int(std::lround(100.0 * p.offload.activations))) + "%";
+  }
   return s;
 }
 
