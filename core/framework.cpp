@@ -266,6 +266,7 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.zero3_edges_gathered_per_step = true;
   megatron_core.zero3_grad_copy_unless_fused = true;
   megatron_core.zero3_unsharded_grad_units = 2;
+  megatron_core.hsdp_outer_reduce_per_step = true;
   megatron_core.id = Framework::megatron_core;
   megatron_core.name = "megatron-core";
   megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024); MoE as core_r0.13-r0.17 run it";

@@ -286,6 +286,11 @@ struct FrameworkTraits {
   /// reduce-scatter is waited for before a third unit's bucket is taken, param_and_grad_buffer.py
   /// _enforce_double_buffer_limit).
   int zero3_unsharded_grad_units = 1;
+  /// Under HSDP (plan.shard_group), the shards are all-reduced across the replicas in the step's
+  /// last backward only, not every micro-batch's (Megatron-FSDP: no_sync's is_last_microbatch
+  /// gates its outer-DP reduction alone, megatron_fsdp.py; PyTorch's HYBRID_SHARD and FSDP2's
+  /// foreach_reduce all-reduce every time they reduce-scatter).
+  bool hsdp_outer_reduce_per_step = false;
   /// Parameters used again within this many elements stay gathered instead of being released
   /// (DeepSpeed stage3_max_reuse_distance, 1e9): the last layers of the forward are not gathered
   /// again for the backward. 0: every released unit is gathered again. Only with zero3_prefetch

@@ -219,6 +219,9 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   // foreach_reduce the same).
   const int replicas = p.grad_ranks() / k;
   const CommGroup replicate = plan_groups(p, in.e.cluster).replicate;
+  // Where the framework all-reduces across the replicas in the step's last backward only
+  // (FrameworkTraits::hsdp_outer_reduce_per_step), each backward carries 1/m of it.
+  const double outer_share = fw.hsdp_outer_reduce_per_step ? 1.0 / micro_batches : 1.0;
   // Reductions: one reduce-scatter per unit, or per bucket of elements where the framework reduces
   // in buckets (DeepSpeed's reduce_bucket_size, plan.reduce_bucket): a unit's gradients are that
   // many buckets' share (buckets span units); with the framework's passes over each gradient on
@@ -230,7 +233,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
     if (!(params > 0)) return Seconds(0);
     Seconds t = bucket > 0 ? (params / bucket) * in.comm.time(Collective::reduce_scatter, Bytes(bucket * rb), shard)
                            : in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard);
-    if (replicas > 1) t += in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
+    if (replicas > 1) t += outer_share * in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
     if (fw.zero3_reduce_copy_passes > 0 && in.compute.memory_bound)
       t += in.compute.memory_bound(Bytes(2.0 * fw.zero3_reduce_copy_passes * params * rb), fw.zero3_reduce_copy_passes);
     return t;
@@ -382,7 +385,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
           Bytes((gathered_layers * lgb + (gathered - gathered_layers) * gb) * sent * micro_batches);
       c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * reductions);
       if (replicas > 1)  // each GPU's shard through a ring all-reduce over the replicas
-        c.zero3_reduce_bytes[s] += Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * reductions);
+        c.zero3_reduce_bytes[s] +=
+            Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * reductions * outer_share);
       if (step_sync) stage_reduced += reduced;
     }
     if (step_sync && stage_reduced > 0) {

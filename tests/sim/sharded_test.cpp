@@ -261,6 +261,13 @@ TEST(CostShardedParameters, HsdpAllReducesEachUnitsShardInsideTheBackward) {
   const auto mem = cost_models::memory_per_gpu(k.x, e.model, e.training, e.plan, 0);
   const auto full = cost_models::memory_per_gpu(Costed(fsdp()).x, e.model, e.training, fsdp().plan, 0);
   EXPECT_NEAR(mem.optimizer.value(), 2 * full.optimizer.value(), 1.0);
+  // Megatron-FSDP all-reduces across the replicas in the step's last backward only (no_sync gates
+  // its outer reduction alone): over the step's two micro-batches half as many replica bytes.
+  Experiment mc = e;
+  mc.plan.framework = Framework::megatron_core;
+  validate_experiment(mc);
+  Costed kc(mc);
+  EXPECT_NEAR(kc.c.zero3_reduce_bytes[0].value(), (24 * layer + embedding) * 4 * (7.0 / 8 * 2 + 1.0 / 8), 1.0);
 }
 
 TEST(CostDataParallel, OverlappedParameterGatherHidesUnderTheFirstForwardOnly) {
