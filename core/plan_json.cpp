@@ -1,6 +1,7 @@
 #include "core/plan_json.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include <sstream>
@@ -168,10 +169,12 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   if (q.recompute == Recompute::selective_op) return none("per-op selective checkpointing is torchtitan's, not Megatron-LM's");
   if (q.compile) return none("torch.compile (plan.compile) has no Megatron-LM flag");
   // Megatron-Core's activation offload is TransformerConfig.cpu_offloading, which NeMo sets and
-  // megatron/training/arguments.py does not expose (core_r0.8.0 to core_v0.15.0).
-  if (q.offload.activations > 0)
-    return none("activation offload (Megatron-Core's TransformerConfig.cpu_offloading, set through NeMo) has no "
-                "Megatron-LM flag");
+  // megatron/training/arguments.py exposes from core_v0.16.0 on (--cpu-offloading-num-layers N,
+  // one of the TransformerConfig fields ArgumentGroupFactory turns into flags; N > 0 turns
+  // cpu_offloading on). Megatron-LM 2021-22 has none.
+  if (q.offload.activations > 0 && q.framework != Framework::megatron_core)
+    return none("activation offload has no Megatron-LM flag but Megatron-Core's --cpu-offloading-num-layers "
+                "(plan.framework megatron-core)");
   // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs;
   // tensorwise scaling is, where the framework's FP8 is Transformer Engine's (--fp8-recipe tensorwise).
   if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling != Fp8Scaling::delayed &&
@@ -255,6 +258,8 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // with it, whose default dtypes (fp32 main parameters, gradients and moments) keep the state
   // the memory model counts.
   if (q.offload.optimizer) s << " --optimizer-cpu-offload --use-precision-aware-optimizer";
+  if (q.offload.activations > 0)
+    s << " --cpu-offloading-num-layers " << std::lround(q.offload.activations * p.model.layers);
   if (q.tp_overlap) s << " --tp-comm-overlap";
   if (q.cp > 1)
     s << " --context-parallel-size " << q.cp << " --cp-comm-type " << (q.cp_comm == CpComm::ring ? "p2p" : "all_gather");

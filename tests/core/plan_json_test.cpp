@@ -318,9 +318,9 @@ TEST(PlanJson, IntegersMayBeWrittenAsWholeFloats) {
 
 TEST(PlanJson, MegatronCoreOffloadAndOptimizerInstancesReachTheLaunchLine) {
   // --optimizer-cpu-offload needs --use-precision-aware-optimizer beside it (core_v0.12+
-  // arguments.py asserts it); activation offload is TransformerConfig.cpu_offloading, which has no
-  // Megatron-LM argument; HSDP-style groups of the distributed optimizer are
-  // --num-distributed-optimizer-instances, dp / shard_group of them.
+  // arguments.py asserts it); activation offload is TransformerConfig.cpu_offloading, whose layer
+  // count is --cpu-offloading-num-layers from core_v0.16.0 on; HSDP-style groups of the
+  // distributed optimizer are --num-distributed-optimizer-instances, dp / shard_group of them.
   ExecutablePlan p = megatron_core_flat(8, 1);
   p.plan.offload.optimizer = true;
   const std::string args = megatron_arguments(p);
@@ -334,7 +334,13 @@ TEST(PlanJson, MegatronCoreOffloadAndOptimizerInstancesReachTheLaunchLine) {
   ExecutablePlan acts = p;
   acts.plan.offload.optimizer = false;
   acts.plan.offload.activations = 0.5;
-  expect_no_megatron_arguments(acts, "cpu_offloading");
+  EXPECT_NE(megatron_arguments(acts).find("--cpu-offloading-num-layers " + std::to_string(acts.model.layers / 2)),
+            std::string::npos)
+      << megatron_arguments(acts);
+  ExecutablePlan old_acts = acts;
+  old_acts.plan.framework = Framework::megatron;
+  old_acts.plan.zero = 0;
+  expect_no_megatron_arguments(old_acts, "activation offload");
   // Megatron-LM 2021-22 has no optimizer instances: the same groups have no flag there.
   groups.plan.framework = Framework::megatron;
   groups.plan.offload.optimizer = false;
