@@ -269,10 +269,13 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.hsdp_outer_reduce_per_step = true;
   megatron_core.id = Framework::megatron_core;
   megatron_core.name = "megatron-core";
-  megatron_core.version = "Megatron-Core r0.8 with Transformer Engine (2024); MoE as core_r0.13-r0.17 run it";
+  megatron_core.version =
+      "Megatron-Core r0.8 with Transformer Engine (2024); MoE as core_r0.13-r0.17 run it; ZeRO-2/3 as Megatron-FSDP "
+      "(core_v0.14-0.15)";
   megatron_core.source = "NVIDIA/Megatron-LM core_r0.8.0 (megatron/core/pipeline_parallel/p2p_communication.py, "
-                         "megatron/core/distributed/, docs/source/api-guide/distributed_optimizer.md); "
-                         "notes/research-megatron-core.md";
+                         "megatron/core/distributed/, docs/source/api-guide/distributed_optimizer.md); core_v0.14.0 and "
+                         "core_v0.15.0 (megatron/core/distributed/fsdp/); Transformer Engine v2.7-2.9 "
+                         "(pytorch/cpu_offload.py); notes/research-megatron-core.md";
   // TEDotProductAttention: flash-attn v2 on A100; on H100 Transformer Engine disables FlashAttention
   // when its cuDNN FusedAttention backend applies (TE v1.8 attention.py).
   megatron_core.attention = AttentionImpl::flash;
