@@ -34,6 +34,21 @@ ModelSpec sc21_1t() {
                    .vocab = 51200, .ffn_hidden = 4 * 25600, .kv_heads = 160, .moe = std::nullopt};
 }
 
+// Llama 3 70B (Dubey et al. 2024 Table 3: 80 layers, h 8192, 64 heads, 8 KV heads, SwiGLU ffn
+// 28672, RMSNorm, RoPE, no biases, untied head; vocabulary 128,256) as Megatron-Bridge trains it:
+// sequences of 8192, no dropout.
+ModelSpec llama3_70b() {
+  ModelSpec m{.name = "llama3-70b", .layers = 80, .hidden = 8192, .heads = 64, .seq_len = 8192, .vocab = 128256,
+              .ffn_hidden = 28672, .kv_heads = 8, .moe = std::nullopt};
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position = PositionEmbedding::rope;
+  m.bias = false;
+  m.tie_embeddings = false;
+  m.dropout = false;
+  return m;
+}
+
 // Selene: DGX A100 80GB nodes, PCIe Gen4 25 GB/s per direction, 2 TB host memory.
 ClusterSpec selene() {
   ClusterSpec c;
@@ -842,10 +857,7 @@ TEST(ActivationBytesPerLayer, TransformerEngineFp8LayerOfLlama3By70bHand) {
   // copy (h); the fused SwiGLU's 16-bit gate and up inputs (2 x 2 x 28672) and FC2's FP8 input
   // (28672); fp32 softmax statistics per head (4 x 64). 4h + 2h + 2h + 4096 + 3h + 114688 + 28672
   // + 256 = 11h + 147712 = 237,824 bytes.
-  ModelSpec m{.name = "llama3-70b", .layers = 80, .hidden = 8192, .heads = 64, .seq_len = 8192, .vocab = 128256,
-              .ffn_hidden = 28672, .kv_heads = 8, .moe = std::nullopt};
-  m.activation = Activation::swiglu;
-  m.dropout = false;
+  ModelSpec m = llama3_70b();
   PlanSpec p = plan_with(1, false, Recompute::none);
   p.framework = Framework::megatron_core;
   const double tokens = 8192;
@@ -861,10 +873,7 @@ TEST(StageActivations, WindowedOffloadStagesOneReloadOnlyBeyondTheLossBuffers) {
   // other 40 on the device; every offloaded layer's copy is freed as its window ends, so nothing
   // is staged when the forward ends, and the backward's first reload (one layer) is allocated
   // after the loss's buffers are freed: the stage holds 40 layers plus the larger of the two.
-  ModelSpec m{.name = "llama3-70b", .layers = 80, .hidden = 8192, .heads = 64, .seq_len = 8192, .vocab = 128256,
-              .ffn_hidden = 28672, .kv_heads = 8, .moe = std::nullopt};
-  m.activation = Activation::swiglu;
-  m.dropout = false;
+  ModelSpec m = llama3_70b();
   PlanSpec p = plan_with(1, false, Recompute::none);
   p.dp = 64;
   p.micro_batch = 2;
@@ -888,14 +897,7 @@ TEST(MemoryPerGpu, MegatronFsdpHoldsTwoUnitsEachWayTheEdgesAndFp8Shards) {
   // parameter gather, bf16 gradient reduction. Per layer 12h^2-style counting does not apply
   // (GQA, SwiGLU): QKV 8192 x (8192 + 2 x 1024), projection 8192^2, FC1 8192 x 2 x 28672, FC2
   // 28672 x 8192, two RMSNorms of 8192: 855,654,400 linear + 16,384 norm parameters.
-  ModelSpec m{.name = "llama3-70b", .layers = 80, .hidden = 8192, .heads = 64, .seq_len = 8192, .vocab = 128256,
-              .ffn_hidden = 28672, .kv_heads = 8, .moe = std::nullopt};
-  m.activation = Activation::swiglu;
-  m.norm = Norm::rmsnorm;
-  m.position = PositionEmbedding::rope;
-  m.bias = false;
-  m.tie_embeddings = false;
-  m.dropout = false;
+  ModelSpec m = llama3_70b();
   PlanSpec p = plan_with(1, false, Recompute::none);
   p.dp = 64;
   p.zero = 3;

@@ -54,6 +54,32 @@ struct Costed : fixtures::Costed {
   }
 };
 
+// round_compute() with memory passes at 1 TB/s (1 ps a byte), for the framework's own copies.
+ComputeCosts terabyte_compute() {
+  ComputeCosts cc = round_compute();
+  cc.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };
+  return cc;
+}
+
+// fsdp()'s units as the copy tests price them: a layer's and the embedding's parameters (with the
+// positions and the final norm), their bf16 all-gathers and fp32 reduce-scatters over the shard
+// group, and the SM share 24 NCCL blocks take from the compute they hide under.
+struct FsdpUnits {
+  double layer = 0, embedding = 0, contention = 0;
+  Seconds gl, ge;
+  const Costed& k;
+  PlanGroups g;
+  explicit FsdpUnits(const Costed& costed) : k(costed), g(plan_groups(costed.e.plan, costed.e.cluster)) {
+    const double h = k.e.model.hidden;
+    layer = 12 * h * h + 13 * h;
+    embedding = double(k.e.model.vocab) * h + double(k.e.model.seq_len) * h + 2 * h;
+    gl = k.comm.time(Collective::all_gather, Bytes(layer * 2), g.shard);
+    ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), g.shard);
+    contention = 24.0 / (k.e.cluster.gpu.sms - 24.0);
+  }
+  Seconds rs(double params) const { return k.comm.time(Collective::reduce_scatter, Bytes(params * 4), g.shard); }
+};
+
 }  // namespace
 
 TEST(ExposedUnderPrefetch, ComputeBoundHidesAllButTheFirstGather) {
@@ -407,16 +433,12 @@ TEST(CostShardedParameters, Fsdp2CopiesEachGatheredUnitOutAndEachUnitsGradientsI
   Experiment e = fsdp();
   e.plan.framework = Framework::torchtitan;
   validate_experiment(e);
-  ComputeCosts cc = round_compute();
-  cc.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };
+  const ComputeCosts cc = terabyte_compute();
   Costed k(e, cc);
-  const PlanGroups g = plan_groups(e.plan, e.cluster);
-  const double h = e.model.hidden, layer = 12 * h * h + 13 * h;
-  const double embedding = double(e.model.vocab) * h + double(e.model.seq_len) * h + 2 * h;
-  const Seconds gl = k.comm.time(Collective::all_gather, Bytes(layer * 2), g.shard);
-  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), g.shard);
-  auto rs = [&](double params) { return k.comm.time(Collective::reduce_scatter, Bytes(params * 4), g.shard); };
-  const double f = 24.0 / (e.cluster.gpu.sms - 24.0);
+  const FsdpUnits u(k);
+  const double layer = u.layer, embedding = u.embedding, f = u.contention;
+  const Seconds gl = u.gl, ge = u.ge;
+  auto rs = [&](double params) { return u.rs(params); };
   std::vector<ShardedUnit> fwd{{ge, Seconds(1e-4 + embedding * 4e-12), Seconds(0)}};
   for (int i = 0; i < 24; ++i) fwd.push_back({gl, Seconds(1e-3 + layer * 4e-12), Seconds(0)});
   fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
@@ -448,16 +470,12 @@ TEST(CostShardedParameters, MegatronFsdpKeepsTheEdgesGatheredAndCopiesUnfusedGra
   e.plan.framework = Framework::megatron_core;
   e.plan.gradient_accumulation_fusion = false;
   validate_experiment(e);
-  ComputeCosts cc = round_compute();
-  cc.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-12); };
+  const ComputeCosts cc = terabyte_compute();
   Costed k(e, cc);
-  const PlanGroups g = plan_groups(e.plan, e.cluster);
-  const double h = e.model.hidden, layer = 12 * h * h + 13 * h;
-  const double embedding = double(e.model.vocab) * h + double(e.model.seq_len) * h + 2 * h;
-  const Seconds gl = k.comm.time(Collective::all_gather, Bytes(layer * 2), g.shard);
-  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), g.shard);
-  auto rs = [&](double params) { return k.comm.time(Collective::reduce_scatter, Bytes(params * 4), g.shard); };
-  const double f = 24.0 / (e.cluster.gpu.sms - 24.0);
+  const FsdpUnits u(k);
+  const double layer = u.layer, embedding = u.embedding, f = u.contention;
+  const Seconds gl = u.gl, ge = u.ge;
+  auto rs = [&](double params) { return u.rs(params); };
   // Forward: the embedding's gather in the first of the two micro-batches (half of it here), 24
   // layers, the head (tied: nothing to gather).
   std::vector<ShardedUnit> fwd{{ge * 0.5, Seconds(1e-4), Seconds(0)}};
