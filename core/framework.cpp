@@ -357,10 +357,9 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.activation_offload_every_layer = false;
   // Transformer Engine's offload handler: the offloaded layers go out one group at a time on a
   // D2H stream and come back the same way in the backward (cpu_offload.py; Megatron-Core marks
-  // its fused SwiGLU input for offload too, fused_bias_swiglu.py), so two layers' activations
-  // are staged at most.
+  // its fused SwiGLU input for offload too, fused_bias_swiglu.py), each copy freed as its window
+  // ends: one layer's reload is staged at most.
   megatron_core.activation_offload_windows = true;
-  megatron_core.activation_offload_per_layer = true;
   // --num-distributed-optimizer-instances (core_v0.10+, megatron/training/arguments.py): the
   // distributed optimizer sharded within groups and replicated across them.
   megatron_core.hybrid_sharding = true;

@@ -453,8 +453,9 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
     const Bytes mtp_inputs(4.0 * x.bytes.activation * double(s) * b * model.hidden / div);
     const Bytes per_micro_batch = output_layer_activation_bytes(x, model, plan, b, s) * double(1 + model.mtp_layers) +
                                   mtp_inputs * double(model.mtp_layers);
-    bytes += per_micro_batch * double(all_forwards_first ? m : 1);
-    reload = max(Bytes(0), reload - per_micro_batch * double(all_forwards_first ? m : 1));
+    const Bytes loss_buffers = per_micro_batch * double(all_forwards_first ? m : 1);
+    bytes += loss_buffers;
+    reload = max(Bytes(0), reload - loss_buffers);
   }
   bytes += reload;
   bytes += recompute_working_bytes(x, model, plan, b, s);
@@ -560,14 +561,13 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     }
     // (The gathered layers hold their GEMM weights in FP8 under plan.fp8_param_gather.)
     bytes += Bytes(gathered * layer_gather_bytes(model, plan, x.bytes.gather) + unsharded_grads);
-    // Where the embedding and the head stay gathered for the whole step
-    // (FrameworkTraits::zero3_edges_gathered_per_step), all the stage holds beyond its layers.
-    if (fw.zero3_edges_gathered_per_step && fw.has_embedding_and_head)
+    // All the stage holds beyond its layers: where the embedding and the head stay gathered for the
+    // whole step (FrameworkTraits::zero3_edges_gathered_per_step), or a later last stage's LM head
+    // unit (untied matrix or tied copy) while it computes.
+    const bool edges_kept = fw.zero3_edges_gathered_per_step;
+    if (fw.has_embedding_and_head && (edges_kept || (stage > 0 && is_last_stage(plan, stage))))
       bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);
-    // A later last stage's LM head unit (untied matrix or tied copy) while it computes.
-    else if (stage > 0 && is_last_stage(plan, stage) && fw.has_embedding_and_head)
-      bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);
-    if (stage == 0 && fw.has_embedding_and_head && !fw.zero3_edges_gathered_per_step)
+    if (stage == 0 && fw.has_embedding_and_head && !edges_kept)
       bytes += Bytes((double(model.vocab) * model.hidden / plan.tp +
                       (model.position == PositionEmbedding::learned ? double(model.seq_len) * model.hidden : 0.0)) *
                      x.bytes.gather);

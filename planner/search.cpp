@@ -406,11 +406,15 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
         const bool host_step = r.cluster.host.memory_bandwidth.value() > 0;
         const double most_activations = fw.max_activation_offload(r.model.layers);
         std::optional<PlanSpec> nearest;  // of the variants that run but miss, the one that needs least
-        // One variant: whether the framework runs it and it fits (then it is the plan).
-        auto offloaded = [&](bool optimizer, double activations) {
+        auto variant = [&](bool optimizer, double activations) {
           PlanSpec q = p;
           q.offload.optimizer = optimizer;
           q.offload.activations = activations;
+          return q;
+        };
+        // One variant: whether the framework runs it and it fits (then it is the plan).
+        auto offloaded = [&](bool optimizer, double activations) {
+          PlanSpec q = variant(optimizer, activations);
           if (!fw.runs(q)) return false;
           Bytes need2;
           if (fits(x, r, q, &need2)) {
@@ -432,9 +436,7 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
           const int most = int(std::lround(most_activations * layers));
           if (!fw.activation_offload_windows || most < 2) return most_activations;
           auto fit = [&](int n) {
-            PlanSpec q = p;
-            q.offload.optimizer = optimizer;
-            q.offload.activations = double(n) / layers;
+            const PlanSpec q = variant(optimizer, double(n) / layers);
             return fw.runs(q) && fits(x, r, q, nullptr);
           };
           if (!fit(most)) return most_activations;

@@ -76,8 +76,7 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
   for (int s = 0; s < p; ++s) r.stages[s].stage = s;
   for (std::size_t v = 0; v < n; ++v) {
     const Task& t = g[v];
-    const bool on_compute = !t.resources.empty() && t.resources.front() == w.compute_resource(t.stage);
-    if (on_compute) r.stages[t.stage].busy[int(t.category)] += t.duration;
+    if (w.on_compute_stream(t)) r.stages[t.stage].busy[int(t.category)] += t.duration;
   }
   // Exposed data-parallel synchronisation: the gap on the compute stream between the last
   // backward and the optimizer step is counted as dp_comm, not idle.
@@ -91,9 +90,7 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
       latest_pred = max(latest_pred, r.timings[u].finish);
       // (A dp_comm task on the compute stream, the overlapped buckets' slowdown, is busy time
       // already counted above.)
-      const bool on_compute_stream =
-          !g[u].resources.empty() && g[u].resources.front() == w.compute_resource(g[u].stage);
-      if (g[u].category != Category::dp_comm || on_compute_stream)
+      if (g[u].category != Category::dp_comm || w.on_compute_stream(g[u]))
         latest_compute_pred = max(latest_compute_pred, r.timings[u].finish);
     }
     if (latest_pred > latest_compute_pred) r.stages[t.stage].busy[int(Category::dp_comm)] += latest_pred - latest_compute_pred;
@@ -112,7 +109,7 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
   // running is exposed communication (an offload stall); the rest of the idle time is bubble.
   for (std::size_t v = 0; v < n; ++v) {
     const Task& t = g[v];
-    if (t.resources.empty() || t.resources.front() != w.compute_resource(t.stage)) continue;
+    if (!w.on_compute_stream(t)) continue;
     Seconds others_ready;
     std::optional<TaskTiming> transfer;
     bool from_host = false;
@@ -120,8 +117,7 @@ SimResult summarize(const Workload& w, std::vector<TaskTiming> timings) {
       const std::size_t u = boost::source(*e, g);
       const bool remote = g[u].category == Category::pp_comm && g[u].stage != t.stage;
       // (An offload wait on the compute stream itself, windowed offload's, is busy time.)
-      const bool prefetch = g[u].category == Category::offload && !g[u].resources.empty() &&
-                            g[u].resources.front() != w.compute_resource(g[u].stage);
+      const bool prefetch = g[u].category == Category::offload && !w.on_compute_stream(g[u]);
       if (remote || prefetch) {
         if (!transfer || r.timings[u].finish > transfer->finish) {
           transfer = r.timings[u];

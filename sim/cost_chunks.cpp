@@ -406,15 +406,15 @@ void cost_activation_offload(const CostInputs& in, WorkloadCosts& c) {
     if (in.x.framework->activation_offload_windows) {
       // The first round(f x layers) layers of each chunk go out one window at a time (runs before
       // cost_edges: the chunk's times are its layers' alone, taken as equal).
-      const Bytes per_layer = cost_models::layer_activation_bytes_per_unit(in.x, m, p, s) / double(std::max(1, layers_in_chunk));
+      const double n = std::max(1, layers_in_chunk);
+      const Seconds copy = cost_models::layer_activation_bytes_per_unit(in.x, m, p, s) / n / pcie;
       const int offloaded = int(std::lround(p.offload.activations * layers_in_chunk));
       for (int ch = 0; ch < v; ++ch)
         for (ChunkCosts& cc : c.chunk[s][ch]) {
-          const double n = std::max(1, layers_in_chunk);
           const Seconds fwd = (cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.forward_cp_comm) / n;
           const Seconds bwd = (cc.backward + cc.backward_tp_comm + cc.backward_ep_comm + cc.backward_cp_comm) / n;
-          cc.forward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, per_layer / pcie, fwd);
-          cc.backward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, per_layer / pcie, bwd);
+          cc.forward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, copy, fwd);
+          cc.backward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, copy, bwd);
         }
       continue;
     }

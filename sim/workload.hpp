@@ -144,6 +144,8 @@ struct Workload {
   std::vector<Resource> resources;
   ScheduleShape shape;
   int compute_resource(int stage) const { return stage; }  // resources [0, p) are compute streams
+  /// Whether the task runs on its stage's compute stream (its first resource).
+  bool on_compute_stream(const Task& t) const { return !t.resources.empty() && t.resources.front() == compute_resource(t.stage); }
 };
 
 /// Builds the DAG: per-stage schedule order, cross-stage dependencies through transfer tasks,

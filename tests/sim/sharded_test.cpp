@@ -436,27 +436,24 @@ TEST(CostShardedParameters, Fsdp2CopiesEachGatheredUnitOutAndEachUnitsGradientsI
   const ComputeCosts cc = terabyte_compute();
   Costed k(e, cc);
   const FsdpUnits u(k);
-  const double layer = u.layer, embedding = u.embedding, f = u.contention;
-  const Seconds gl = u.gl, ge = u.ge;
-  auto rs = [&](double params) { return u.rs(params); };
-  std::vector<ShardedUnit> fwd{{ge, Seconds(1e-4 + embedding * 4e-12), Seconds(0)}};
-  for (int i = 0; i < 24; ++i) fwd.push_back({gl, Seconds(1e-3 + layer * 4e-12), Seconds(0)});
+  std::vector<ShardedUnit> fwd{{u.ge, Seconds(1e-4 + u.embedding * 4e-12), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) fwd.push_back({u.gl, Seconds(1e-3 + u.layer * 4e-12), Seconds(0)});
   fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
-  const Seconds fwd_copies((embedding + 24 * layer) * 4e-12);
-  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), (exposed_under_prefetch(fwd, f) + fwd_copies).value(), 1e-12);
+  const Seconds fwd_copies((u.embedding + 24 * u.layer) * 4e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), (exposed_under_prefetch(fwd, u.contention) + fwd_copies).value(), 1e-12);
   std::vector<ShardedUnit> bwd{{Seconds(0), Seconds(1e-3), Seconds(0)}};
-  for (int i = 0; i < 24; ++i) bwd.push_back({gl, Seconds(2e-3 + layer * (4 + 6) * 1e-12), rs(layer)});
-  bwd.push_back({Seconds(0), Seconds(2e-4 + embedding * 6e-12), rs(embedding)});
-  const Seconds bwd_copies((24 * layer * 10 + embedding * 6) * 1e-12);
-  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), (exposed_under_prefetch(bwd, f) + bwd_copies).value(), 1e-12);
+  for (int i = 0; i < 24; ++i) bwd.push_back({u.gl, Seconds(2e-3 + u.layer * (4 + 6) * 1e-12), u.rs(u.layer)});
+  bwd.push_back({Seconds(0), Seconds(2e-4 + u.embedding * 6e-12), u.rs(u.embedding)});
+  const Seconds bwd_copies((24 * u.layer * 10 + u.embedding * 6) * 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), (exposed_under_prefetch(bwd, u.contention) + bwd_copies).value(), 1e-12);
   // The copies are FSDP2's: PyTorch's FSDP (FlatParameter views, here the pytorch entry) makes
   // none, whatever the compute source can price.
   Experiment flat = fsdp();
   Costed kf(flat, cc);
-  std::vector<ShardedUnit> plain{{ge, Seconds(1e-4), Seconds(0)}};
-  for (int i = 0; i < 24; ++i) plain.push_back({gl, Seconds(1e-3), Seconds(0)});
+  std::vector<ShardedUnit> plain{{u.ge, Seconds(1e-4), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) plain.push_back({u.gl, Seconds(1e-3), Seconds(0)});
   plain.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
-  EXPECT_NEAR(kf.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(plain, f).value(), 1e-12);
+  EXPECT_NEAR(kf.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(plain, u.contention).value(), 1e-12);
 }
 
 TEST(CostShardedParameters, MegatronFsdpKeepsTheEdgesGatheredAndCopiesUnfusedGradients) {
@@ -473,36 +470,33 @@ TEST(CostShardedParameters, MegatronFsdpKeepsTheEdgesGatheredAndCopiesUnfusedGra
   const ComputeCosts cc = terabyte_compute();
   Costed k(e, cc);
   const FsdpUnits u(k);
-  const double layer = u.layer, embedding = u.embedding, f = u.contention;
-  const Seconds gl = u.gl, ge = u.ge;
-  auto rs = [&](double params) { return u.rs(params); };
   // Forward: the embedding's gather in the first of the two micro-batches (half of it here), 24
   // layers, the head (tied: nothing to gather).
-  std::vector<ShardedUnit> fwd{{ge * 0.5, Seconds(1e-4), Seconds(0)}};
-  for (int i = 0; i < 24; ++i) fwd.push_back({gl, Seconds(1e-3), Seconds(0)});
+  std::vector<ShardedUnit> fwd{{u.ge * 0.5, Seconds(1e-4), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) fwd.push_back({u.gl, Seconds(1e-3), Seconds(0)});
   fwd.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
-  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd, f).value(), 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(fwd, u.contention).value(), 1e-12);
   // Backward: the head (kept gathered), 24 layers re-gathered with their gradients copied in and
   // reduce-scattered, the embedding (kept) copied in and reduce-scattered.
   std::vector<ShardedUnit> bwd{{Seconds(0), Seconds(1e-3), Seconds(0)}};
-  for (int i = 0; i < 24; ++i) bwd.push_back({gl, Seconds(2e-3 + layer * 6e-12), rs(layer)});
-  bwd.push_back({Seconds(0), Seconds(2e-4 + embedding * 6e-12), rs(embedding)});
-  const Seconds copies((24 * layer + embedding) * 6e-12);
-  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), (exposed_under_prefetch(bwd, f) + copies).value(), 1e-12);
+  for (int i = 0; i < 24; ++i) bwd.push_back({u.gl, Seconds(2e-3 + u.layer * 6e-12), u.rs(u.layer)});
+  bwd.push_back({Seconds(0), Seconds(2e-4 + u.embedding * 6e-12), u.rs(u.embedding)});
+  const Seconds copies((24 * u.layer + u.embedding) * 6e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), (exposed_under_prefetch(bwd, u.contention) + copies).value(), 1e-12);
   // Bytes per GPU per step: each layer gathered twice per micro-batch, the embedding once per
   // step, in bf16; everything reduce-scattered every micro-batch in fp32; a ring sends 15/16.
   const double sent = 15.0 / 16.0;
-  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), (2 * 2 * 24 * layer + embedding) * 2 * sent, 1.0);
-  EXPECT_NEAR(k.c.zero3_reduce_bytes[0].value(), 2 * (24 * layer + embedding) * 4 * sent, 1.0);
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), (2 * 2 * 24 * u.layer + u.embedding) * 2 * sent, 1.0);
+  EXPECT_NEAR(k.c.zero3_reduce_bytes[0].value(), 2 * (24 * u.layer + u.embedding) * 4 * sent, 1.0);
   // With the fusion (Megatron-LM's default) the weight-gradient GEMMs write into the buckets:
   // no copies.
   Experiment fused = e;
   fused.plan.gradient_accumulation_fusion.reset();
   Costed kf(fused, cc);
   std::vector<ShardedUnit> plain{{Seconds(0), Seconds(1e-3), Seconds(0)}};
-  for (int i = 0; i < 24; ++i) plain.push_back({gl, Seconds(2e-3), rs(layer)});
-  plain.push_back({Seconds(0), Seconds(2e-4), rs(embedding)});
-  EXPECT_NEAR(kf.c.chunk[0][0][0].backward_dp_comm.value(), exposed_under_prefetch(plain, f).value(), 1e-12);
+  for (int i = 0; i < 24; ++i) plain.push_back({u.gl, Seconds(2e-3), u.rs(u.layer)});
+  plain.push_back({Seconds(0), Seconds(2e-4), u.rs(u.embedding)});
+  EXPECT_NEAR(kf.c.chunk[0][0][0].backward_dp_comm.value(), exposed_under_prefetch(plain, u.contention).value(), 1e-12);
 }
 
 TEST(CostShardedParameters, PipelineStagesReduceOnceAfterTheirLastBackward) {
