@@ -56,11 +56,14 @@ FORESIGHT_ENUM_NAMES(Dtype, {Dtype::fp32, "fp32"}, {Dtype::tf32, "tf32"}, {Dtype
                      {Dtype::bf16, "bf16"}, {Dtype::fp8, "fp8"});
 
 /// How FP8 GEMM inputs get their scales: Transformer Engine's delayed scaling (an amax history kept
-/// from earlier steps: one cast pass per input), or torchao's dynamic scaling from the tensor's
-/// own amax, one scale per tensor (tensorwise) or per row (rowwise, both operands).
-enum class Fp8Scaling { delayed, tensorwise, rowwise };
+/// from earlier steps: one cast pass per input), dynamic scaling from the tensor's own amax, one
+/// scale per tensor (tensorwise: Transformer Engine's current scaling or torchao's) or per row
+/// (rowwise, torchao, both operands), or MXFP8 (Transformer Engine's MXFP8BlockScaling: one
+/// power-of-two E8M0 scale per 32 consecutive elements, the OCP Microscaling format that
+/// Blackwell's tensor cores consume natively).
+enum class Fp8Scaling { delayed, tensorwise, rowwise, mxfp8 };
 FORESIGHT_ENUM_NAMES(Fp8Scaling, {Fp8Scaling::delayed, "delayed"}, {Fp8Scaling::tensorwise, "tensorwise"},
-                     {Fp8Scaling::rowwise, "rowwise"});
+                     {Fp8Scaling::rowwise, "rowwise"}, {Fp8Scaling::mxfp8, "mxfp8"});
 
 enum class Optimizer { adam, sgd, lamb };
 FORESIGHT_ENUM_NAMES(Optimizer, {Optimizer::adam, "adam"}, {Optimizer::sgd, "sgd"}, {Optimizer::lamb, "lamb"});

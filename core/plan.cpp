@@ -429,7 +429,19 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   if (t.dtype == Dtype::fp8 && t.fp8_scaling == Fp8Scaling::rowwise && fw.fp8_transformer_engine)
     return fail("training.fp8_scaling", "rowwise",
                 std::string(fw.name) +
-                    " runs Transformer Engine's FP8 recipes: delayed or tensorwise (current) scaling");
+                    " runs Transformer Engine's FP8 recipes: delayed, tensorwise (current) scaling or mxfp8");
+  if (t.dtype == Dtype::fp8 && t.fp8_scaling == Fp8Scaling::mxfp8) {
+    if (!fw.fp8_transformer_engine)
+      return fail("training.fp8_scaling", "mxfp8",
+                  "is Transformer Engine's MXFP8BlockScaling recipe; " + std::string(fw.name) +
+                      " runs torchao's float8 (tensorwise or rowwise)");
+    // Transformer Engine v2.x check_mxfp8_support: compute capability 10.x only ("Device compute
+    // capability 10.0 or higher required", "not supported on 12.0+ architectures yet").
+    if (!c.gpu.host_profile.empty() || c.gpu.compute_capability < 10.0 || c.gpu.compute_capability >= 11.0)
+      return fail("training.fp8_scaling", "mxfp8",
+                  "needs a GPU with block-scaled FP8 tensor cores, compute capability 10.x (B200, GB200); the cluster's " +
+                      c.gpu.name + " has " + str(c.gpu.compute_capability));
+  }
   if (p.fp8_param_gather)
     if (auto v = fp8_param_gather_violation(fw, t, p)) return v;
   if (p.recompute_modules.any() && p.recompute == Recompute::full)

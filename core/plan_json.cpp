@@ -177,8 +177,9 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
                 "(plan.framework megatron-core)");
   // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs;
   // tensorwise scaling is, where the framework's FP8 is Transformer Engine's (--fp8-recipe tensorwise).
+  const bool te_recipe = p.training.fp8_scaling == Fp8Scaling::tensorwise || p.training.fp8_scaling == Fp8Scaling::mxfp8;
   if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling != Fp8Scaling::delayed &&
-      !(p.training.fp8_scaling == Fp8Scaling::tensorwise && framework_traits(q.framework).fp8_transformer_engine))
+      !(te_recipe && framework_traits(q.framework).fp8_transformer_engine))
     return none(std::string("torchao's ") + to_string(p.training.fp8_scaling) +
                 " float8 is not a Transformer Engine recipe Megatron-LM's --fp8-format runs");
   // Megatron-DeepSpeed's GPTModelPipe fixes partition_method='type:transformer'; others have no flag.
@@ -316,8 +317,14 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
     for (int l = 0; l < p.model.layers; ++l) s << (l ? "," : "") << (p.model.is_moe_layer(l) ? 1 : 0);
     s << "]";
   }
-  if (p.training.dtype == Dtype::fp8) s << " --bf16 --fp8-format hybrid";
+  // MXFP8 (core_v0.13+ --fp8-recipe mxfp8): E4M3 both ways, as Megatron-Bridge's
+  // bf16_with_mxfp8_mixed sets it, and with FP8 parameters the gradient buffer lent to their
+  // all-gather (--reuse-grad-buf-for-mxfp8-param-ag, which Megatron-Core recommends with them).
+  const bool mxfp8 = p.training.dtype == Dtype::fp8 && p.training.fp8_scaling == Fp8Scaling::mxfp8;
+  if (p.training.dtype == Dtype::fp8) s << (mxfp8 ? " --bf16 --fp8-format e4m3" : " --bf16 --fp8-format hybrid");
   if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling == Fp8Scaling::tensorwise) s << " --fp8-recipe tensorwise";
+  if (mxfp8) s << " --fp8-recipe mxfp8";
+  if (mxfp8 && q.fp8_param_gather) s << " --reuse-grad-buf-for-mxfp8-param-ag";
   if (p.training.dtype == Dtype::bf16) s << " --bf16";
   if (p.training.dtype == Dtype::fp16) s << " --fp16";
   return s.str();

@@ -305,8 +305,8 @@ Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& mo
 
 // ---- Parameters and model state -----------------------------------------------------------------
 
-double layer_gather_bytes(const ModelSpec& model, const PlanSpec& plan, double element) {
-  if (!plan.fp8_param_gather) return element;
+double layer_gather_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, double element) {
+  if (!plan.fp8_param_gather || x.fp8_scaling == Fp8Scaling::mxfp8) return element;
   const double norms = double(model.norms_per_layer()) * norm_parameters(model);
   const double weights = linear_layer_parameters(model) / double(plan.tp);
   const double norm_share = norms + weights > 0 ? norms / (norms + weights) : 0.0;
@@ -560,7 +560,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       unsharded_grads = parameters_on_gpu(fw, model, plan, stage).total() * x.bytes.reduce;
     }
     // (The gathered layers hold their GEMM weights in FP8 under plan.fp8_param_gather.)
-    bytes += Bytes(gathered * layer_gather_bytes(model, plan, x.bytes.gather) + unsharded_grads);
+    bytes += Bytes(gathered * layer_gather_bytes(x, model, plan, x.bytes.gather) + unsharded_grads);
     // All the stage holds beyond its layers: where the embedding and the head stay gathered for the
     // whole step (FrameworkTraits::zero3_edges_gathered_per_step), or a later last stage's LM head
     // unit (untied matrix or tied copy) while it computes.
@@ -601,7 +601,7 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
     // master after each step; param_and_grad_buffer.py), what layer_gather_bytes gathers.
     double layer_params = 0;
     for (int l : stage_layers(model, plan, stage)) layer_params += layer_parameters_on_gpu(model, plan, l).dense;
-    const double stored = layer_gather_bytes(model, plan, x.bytes.weight);
+    const double stored = layer_gather_bytes(x, model, plan, x.bytes.weight);
     mem.weights -= Bytes(layer_params * (x.bytes.weight - stored) / plan.shard_ways());
   }
   mem.grads = Bytes(params.dense * dense.grads + params.expert * expert.grads);

@@ -168,8 +168,10 @@ StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& 
 /// when its elements are otherwise `element` bytes: `element`, or with plan.fp8_param_gather one
 /// byte for the layer's GEMM weights, its norms keeping `element` (they are not FP8 operands).
 /// Norms are replicated over the tensor-parallel ranks, the weights split: per GPU the norms'
-/// share is norms / (norms + weights / tp).
-double layer_gather_bytes(const ModelSpec& model, const PlanSpec& plan, double element);
+/// share is norms / (norms + weights / tp). Under the MXFP8 recipe the weights travel in 16 bits
+/// (Megatron-Core gathers MXFP8 parameters through the gradient buffer as bf16 and each rank
+/// quantizes them again, reuse_grad_buf_for_mxfp8_param_ag), so `element` throughout.
+double layer_gather_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, double element);
 
 /// Bytes per parameter of model state, after sharding over `shard_ways` data-parallel ranks.
 struct StateBytesPerParam {

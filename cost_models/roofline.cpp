@@ -483,6 +483,30 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     if (x.fp8_scaling == Fp8Scaling::delayed) {
       F.fp8_casts = rc.memory_bound(Bytes(3.0 * (inputs - norm_fed)), 4);
       B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
+    } else if (x.fp8_scaling == Fp8Scaling::mxfp8) {
+      // Transformer Engine's MXFP8 recipe (MXFP8Quantizer, TE v2.7-2.9): one kernel per GEMM input
+      // computes each 32-element block's amax as it goes (no separate amax pass) and writes both
+      // usages at once, row-wise for this GEMM and column-wise for the weight gradient's (read 2,
+      // write 1 + 1, plus one E8M0 scale byte per 32 elements of each), so the backward
+      // transposes nothing. The norms are not fused with it: csrc/extensions/normalization.cpp
+      // takes the UNFUSED path for MXFP8 output unless NVTE_NORM_FWD_USE_CUDNN is set, which
+      // Megatron-Bridge's perf scripts unset for these recipes (perf_plugins.py del_cudnn_ln,
+      // v0.2.0); the norm's 16-bit output is the norm's traffic, its quantization is counted
+      // here, on the sequence shard under sequence parallelism (distributed.py _all_gather_mxfp8
+      // quantizes the local shard before gathering both usages, 2 bytes per element: the
+      // gather stays 16-bit-sized, sim/costing.cpp). Each output gradient is quantized the same
+      // way. Before every block-scaled GEMM TE swizzles both operands' scales into the tensor
+      // cores' layout (csrc/extensions/gemm.cpp swizzle_scaling_factors; read and write one byte
+      // per 32 elements): forward the input and the weight, backward the output gradient twice,
+      // the saved input and the weight. Weights are quantized once per step (plan.fp8_param_gather
+      // there: sim/cost_data_parallel.cpp cost_optimizer).
+      constexpr double kQuantize = 4.0 + 2.0 / 32.0, kSwizzle = 2.0 / 32.0;
+      const double expert_launches = moe_layer && m.moe ? 6.0 * groups : 0.0;
+      F.fp8_casts = rc.memory_bound(Bytes(kQuantize * (inputs - norm_fed * (1.0 - norm_shard)) +
+                                          kSwizzle * (inputs + cast_params)),
+                                    int(12 + expert_launches));
+      B.fp8_casts = rc.memory_bound(Bytes(kQuantize * grads + kSwizzle * (2.0 * grads + inputs + cast_params)),
+                                    int(20 + expert_launches));
     } else if (x.framework->fp8_transformer_engine) {
       // Transformer Engine's current scaling (Float8CurrentScalingQuantizer, TE v2.7: an amax
       // kernel reading the tensor, a scale kernel, then the cast): TE's fused norms write their

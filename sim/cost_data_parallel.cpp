@@ -48,7 +48,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     if (p.fp8_param_gather)
       for (int l : cost_models::stage_layers(in.e.model, p, s)) layer_dense += cost_models::layer_parameters_on_gpu(in.e.model, p, l).dense;
     const Bytes weights((sp.dense - layer_dense) * in.x.bytes.weight +
-                        layer_dense * cost_models::layer_gather_bytes(in.e.model, p, in.x.bytes.weight));
+                        layer_dense * cost_models::layer_gather_bytes(in.x, in.e.model, p, in.x.bytes.weight));
     const Bytes expert_weights(sp.expert * in.x.bytes.weight);
     Seconds sync, gather;
     Bytes sync_bytes, gather_bytes;
@@ -199,7 +199,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
   // A transformer layer's gathers carry its GEMM weights in FP8 under plan.fp8_param_gather; the
   // embedding and the head stay in the gather dtype.
-  const double lgb = cost_models::layer_gather_bytes(m, p, gb);
+  const double lgb = cost_models::layer_gather_bytes(in.x, m, p, gb);
   // A unit's gather: one all-gather, or one per module where the framework fetches module by
   // module (FrameworkTraits::zero3_unit), the unit's parameters split as its modules' weights;
   // with the gathered parameters copied out on the gather stream where the framework does.
@@ -438,6 +438,18 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
       const double layers = double(cost_models::stage_layers(in.e.model, p, s).size());
       const CommGroup shard = plan_groups(p, in.e.cluster).shard;
       for (double n : vectors) opt += layers * in.comm.time(Collective::all_gather, Bytes(n * in.x.bytes.gather), shard);
+    }
+    // MXFP8 parameters (Transformer Engine's MXFP8 recipe with plan.fp8_param_gather): after the
+    // 16-bit all-gather through the gradient buffer, every rank quantizes all its layers' weights
+    // again, both usages (Megatron-Core param_and_grad_buffer.py finish_param_sync,
+    // param.data.copy_(param_slice) into the MXFP8 tensor; read 2, write 1 + 1 and the scales),
+    // once per step. It runs in the first forward's parameter syncs; counted here, with the step.
+    if (in.e.training.dtype == Dtype::fp8 && in.x.fp8_scaling == Fp8Scaling::mxfp8 && p.fp8_param_gather &&
+        in.compute.memory_bound) {
+      double layer_weights = 0;
+      for (int l : cost_models::stage_layers(in.e.model, p, s))
+        layer_weights += cost_models::layer_parameters_on_gpu(in.e.model, p, l).total();
+      opt += in.compute.memory_bound(Bytes((4.0 + 2.0 / 32.0) * layer_weights), 1);
     }
     // Calibrated per-iteration host time (cost_models/calibrated.hpp), on every stage.
     c.optimizer.push_back(opt + in.x.calibrated.step_overhead);

@@ -296,7 +296,8 @@ Command plan_command() {
                        "cluster's GPU has a peak for");
         sub.add_option("--fp8-scaling", o->fp8_scaling,
                        "With --dtype fp8: delayed (Transformer Engine), tensorwise or rowwise (torchao's dynamic "
-                       "scaling; tensorwise also Transformer Engine's current scaling)");
+                       "scaling; tensorwise also Transformer Engine's current scaling), or mxfp8 (Transformer "
+                       "Engine's 32-element block scaling, Blackwell only)");
         sub.add_option("--compile", o->compile,
                        "on | off: plan every candidate under torch.compile or eager (frameworks that compile: "
                        "pytorch, torchtitan; async TP needs it). Default: the experiment's setting");

@@ -175,6 +175,24 @@ TEST(PlanJson, MegatronCoreShardedPlansRunMegatronFsdp) {
       << megatron_arguments(hsdp);
 }
 
+TEST(PlanJson, Mxfp8RecipeArguments) {
+  // Megatron-Bridge's bf16_with_mxfp8_mixed as Megatron-LM flags (core_v0.15.0 arguments.py):
+  // E4M3 both ways, --fp8-recipe mxfp8, and with FP8 parameters the gradient buffer lent to their
+  // all-gather; current scaling keeps the hybrid format.
+  ExecutablePlan p = megatron_core_flat(4, 1);
+  p.training.dtype = Dtype::fp8;
+  p.training.fp8_scaling = Fp8Scaling::mxfp8;
+  p.plan.fp8_param_gather = true;
+  const std::string args = megatron_arguments(p);
+  EXPECT_NE(args.find("--bf16 --fp8-format e4m3 --fp8-recipe mxfp8 --reuse-grad-buf-for-mxfp8-param-ag"),
+            std::string::npos) << args;
+  EXPECT_NE(args.find("--fp8-param-gather"), std::string::npos) << args;
+  p.plan.fp8_param_gather = false;
+  EXPECT_EQ(megatron_arguments(p).find("--reuse-grad-buf"), std::string::npos);
+  p.training.fp8_scaling = Fp8Scaling::tensorwise;
+  EXPECT_NE(megatron_arguments(p).find("--fp8-format hybrid --fp8-recipe tensorwise"), std::string::npos);
+}
+
 TEST(PlanJson, LaunchLinesAndMegatronArguments) {
   const ExecutablePlan p = sample();
   const std::string launch = launch_script(p, "plan.json");

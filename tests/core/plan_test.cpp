@@ -491,6 +491,33 @@ TEST(CheckPlan, Fp8ParamGatherNeedsFp8ShardedParametersAndAFrameworkThatDoesIt) 
             std::string::npos);
 }
 
+TEST(CheckPlan, Mxfp8NeedsTransformerEngineAndComputeCapability10) {
+  // Transformer Engine's MXFP8 recipe: its frameworks only, and only on SM 10.x (TE v2.x
+  // check_mxfp8_support refuses below 10.0 and on 12.0+).
+  auto rule = [](double cc, Framework fw) {
+    Fixture f;
+    f.c.gpu.name = "gpu";
+    f.c.gpu.peak_fp8 = FlopsPerSecond(2250e12);
+    f.c.gpu.compute_capability = cc;
+    f.t.dtype = Dtype::fp8;
+    f.t.fp8_scaling = Fp8Scaling::mxfp8;
+    f.p.framework = fw;
+    if (fw == Framework::torchtitan) {  // FSDP over all 32 GPUs, a plan torchtitan runs
+      f.p.zero = 3;
+      f.p.tp = f.p.pp = 1;
+      f.p.dp = 32;
+    }
+    const auto v = f.check();
+    return v ? v->field + ": " + v->rule : std::string("accepted");
+  };
+  EXPECT_EQ(rule(10.0, Framework::megatron_core), "accepted");
+  EXPECT_NE(rule(9.0, Framework::megatron_core).find("training.fp8_scaling: needs a GPU with block-scaled FP8 tensor cores"),
+            std::string::npos);
+  EXPECT_NE(rule(12.0, Framework::megatron_core).find("compute capability 10.x"), std::string::npos);
+  EXPECT_NE(rule(10.0, Framework::torchtitan).find("training.fp8_scaling: is Transformer Engine's MXFP8BlockScaling"),
+            std::string::npos);
+}
+
 TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
   // Fixture: pp 4, dp 4, micro-batch 2, global batch 512: 64 micro-batches per pipeline.
   struct Case { std::function<void(Fixture&)> edit; const char* field; const char* says; };

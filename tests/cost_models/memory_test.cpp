@@ -707,6 +707,36 @@ TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
 }
 
 
+TEST(Fp8Recipe, Mxfp8QuantizesBothUsagesOnceAndSwizzlesScalesPerGemm) {
+  // Llama 3 8B on DGX B200 under Transformer Engine's MXFP8 recipe, tp 1, micro-batch 2 of 8192
+  // tokens (T = 16384). Forward: every GEMM input is quantized once, row-wise and column-wise
+  // (read 2, write 1 + 1, two scale bytes per 32 elements): QKV T h, projection T q, FC1 T h, FC2
+  // T f; the norms' outputs too (no fused norm + MXFP8 without NVTE_NORM_FWD_USE_CUDNN). Before
+  // each GEMM both operands' scales are swizzled (read and write a byte per 32 elements): the
+  // input and the weight. Backward: each output gradient quantized the same way, no transposes;
+  // swizzles for the output gradient (twice), the saved input and the weight. Launches: 4
+  // quantizes + 8 swizzles forward, 4 + 16 backward.
+  Experiment e = load_experiment(resolve_scenario("experiments", "mbridge2509-llama3-8b-8xb200-mxfp8"));
+  ASSERT_EQ(e.training.fp8_scaling, Fp8Scaling::mxfp8);
+  ASSERT_EQ(e.plan.tp, 1);
+  const ExecutionModel x = resolve_execution(e);
+  const double T = 2.0 * 8192, h = 4096, q = 4096, kv = 1024, f = 14336;
+  const double inputs = T * h + T * q + T * h + T * f;
+  const double grads = T * (q + 2 * kv) + T * h + T * 2 * f + T * h;
+  const double weights = h * (q + 2 * kv) + q * h + 3 * h * f;
+  const LayerTimes lt = layer_times(x, e.model, e.plan, 8192, 8192, false);
+  const double quantize = 4 + 2.0 / 32, swizzle = 2.0 / 32;
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(),
+                   x.roofline().memory_bound(Bytes(quantize * inputs + swizzle * (inputs + weights)), 12).value());
+  EXPECT_DOUBLE_EQ(lt.backward_ops.fp8_casts.value(),
+                   x.roofline().memory_bound(Bytes(quantize * grads + swizzle * (2 * grads + inputs + weights)), 20).value());
+  // Its parameters are gathered in 16 bits (through the gradient buffer); current scaling's in FP8.
+  EXPECT_DOUBLE_EQ(layer_gather_bytes(x, e.model, e.plan, 2.0), 2.0);
+  Experiment cs = e;
+  cs.training.fp8_scaling = Fp8Scaling::tensorwise;
+  EXPECT_LT(layer_gather_bytes(resolve_execution(cs), cs.model, cs.plan, 2.0), 1.01);
+}
+
 TEST(ActivationBytesPerLayer, ParallelBlockStoresTheSharedInputOnce) {
   // The Llama 3.1 8B layer of GatedMlpStoresGateUpAndProduct as a parallel block: one norm input
   // (2) instead of two, and with one shared norm one normed input feeding both QKV and FC1 (2)

@@ -359,6 +359,31 @@ TEST(CostOptimizer, EachGpuStepsItsShard) {
   EXPECT_NEAR(zero.c.optimizer[1].value(), zero.params(1) / 2 * 1e-9, 1e-12);
 }
 
+TEST(CostOptimizer, Mxfp8ParametersAreQuantizedAgainEachStep) {
+  // Megatron-Core's MXFP8 parameters (fp8_param_gather with the MXFP8 recipe): after the bf16
+  // all-gather every rank quantizes all its layers' weights again, both usages and the scales:
+  // 4 + 2/32 bytes per parameter at 1 ns per byte, beyond the shard's step (1 ns per parameter,
+  // ZeRO-1 over dp 2). Current scaling gathers FP8 and has no such pass. (The 1.3B model's 12
+  // layers a stage, h 2048: 12 x (12 h^2 + 13 h) parameters, over tp 2.)
+  Experiment e = small();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.zero = 1;
+  e.plan.fp8_param_gather = true;
+  e.training.dtype = Dtype::fp8;
+  e.training.fp8_scaling = Fp8Scaling::mxfp8;
+  Costed mx(e);
+  cost_optimizer(mx.in(), mx.c);
+  const double h = 2048, layer = (12 * h * h + 13 * h) / 2;  // 4h^2 + 2 h x 4h weights, their biases and two norms
+  double layers = 0;
+  for (int l : cost_models::stage_layers(e.model, e.plan, 1)) layers += cost_models::layer_parameters_on_gpu(e.model, e.plan, l).total();
+  EXPECT_NEAR(layers, 12 * layer, 12 * 2 * h);  // the norms are replicated over tp, not split
+  EXPECT_NEAR(mx.c.optimizer[1].value(), mx.params(1) / 2 * 1e-9 + (4.0 + 2.0 / 32) * layers * 1e-9, 1e-12);
+  e.training.fp8_scaling = Fp8Scaling::tensorwise;
+  Costed cs(e);
+  cost_optimizer(cs.in(), cs.c);
+  EXPECT_NEAR(cs.c.optimizer[1].value(), cs.params(1) / 2 * 1e-9, 1e-12);
+}
+
 TEST(CostLayerChunks, TensorParallelOverlapExposesWhatTheGemmsCannotHide) {
   // Megatron-Core with sequence parallelism and --tp-comm-overlap on tp 2: per layer and pass,
   // all-gather before QKV and FC1, reduce-scatter after the projection and FC2, each split in
