@@ -251,13 +251,15 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     long long sum = 0;
     for (std::size_t i = 0; i < p.stage_layers.size(); ++i) {
       const int n = p.stage_layers[i];
-      // The last segment may hold the MTP modules and the loss alone (Megatron-Core's layout
-      // "...|mL", DeepSeek-V3's recipes): its MTP layers are layers to the simulator too.
-      const bool mtp_alone = n == 0 && i + 1 == p.stage_layers.size() && m.mtp_layers > 0;
-      if (n <= 0 && !mtp_alone)
+      // The first segment may hold the embedding alone and the last the loss alone, or the MTP
+      // modules and the loss (Megatron-Core's account_for_embedding_in_pipeline_split and
+      // account_for_loss_in_pipeline_split, which count each as a layer: Llama 3.1 405B's 126 + 2
+      // over 128 chunks of Megatron-Bridge's GB200 recipes; its layout "...|mL", DeepSeek-V3's).
+      const bool edge_alone = n == 0 && (i == 0 || i + 1 == p.stage_layers.size()) && p.stage_layers.size() > 1;
+      if (n < 0 || (n == 0 && !edge_alone))
         return fail("plan.stage_layers", str((long long)n),
-                    "every stage must hold at least one layer (the last may hold 0 when model.mtp_layers > 0: the MTP "
-                    "modules and the loss)");
+                    "every stage must hold at least one layer (the first may hold the embedding alone and the last the "
+                    "loss alone, or the MTP modules and the loss: 0)");
       sum += n;
     }
     if (sum != m.layers)

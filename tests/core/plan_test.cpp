@@ -573,10 +573,11 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
       // MTP is not priced on a CPU device (the bundled trainer's host profile).
       {[](Fixture& f) { f.p.framework = Framework::generic; f.m.mtp_layers = 1; f.c.gpu.host_profile = "cpu.json"; },
        "model.mtp_layers", "CPU device"},
-      // A last segment without layers holds the MTP modules and the loss ('mL'): only with MTP.
-      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.stage_layers = {8, 8, 8, 0}; },
-       "plan.stage_layers", "model.mtp_layers > 0"},
+      // Only the first segment (the embedding alone) and the last (the loss alone, or with the
+      // MTP modules: 'mL') may hold no layers.
       {[](Fixture& f) { f.p.framework = Framework::generic; f.m.mtp_layers = 1; f.p.stage_layers = {8, 8, 0, 8}; },
+       "plan.stage_layers", "at least one layer"},
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.stage_layers = {8, 0, 8, 8}; },
        "plan.stage_layers", "at least one layer"},
       // Multi-token prediction: Megatron-Core (--mtp-num-layers) and the idealised entry build it.
       {[](Fixture& f) { f.m.mtp_layers = 1; }, "model.mtp_layers", "megatron-core or generic do"},
@@ -596,6 +597,11 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
     f.m.mtp_layers = 1;
     EXPECT_FALSE(f.check().has_value()) << to_string(fw) << ": " << f.check()->rule;
     f.p.stage_layers = {8, 8, 8, 0};  // Megatron-Core's "...|mL": the MTP module and the loss alone
+    EXPECT_FALSE(f.check().has_value()) << to_string(fw) << ": " << f.check()->rule;
+    // account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split: the
+    // embedding alone first, the loss alone last (Megatron-Bridge's Llama 3.1 405B at VP 8).
+    f.m.mtp_layers = 0;
+    f.p.stage_layers = {0, 12, 12, 0};
     EXPECT_FALSE(f.check().has_value()) << to_string(fw) << ": " << f.check()->rule;
   }
   // What they accept: ZB-H1 and DualPipe (64 micro-batches, even pp) on the idealised framework.
