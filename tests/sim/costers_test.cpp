@@ -359,6 +359,27 @@ TEST(CostOptimizer, EachGpuStepsItsShard) {
   EXPECT_NEAR(zero.c.optimizer[1].value(), zero.params(1) / 2 * 1e-9, 1e-12);
 }
 
+TEST(CostLayerChunks, EdgeChunksMayHoldNoLayers) {
+  // Megatron-Core's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split:
+  // the first stage holds the embedding alone, the last the loss alone. Their chunks cost nothing
+  // for layers (1 ms forward, 2 ms backward each here); the middle stages carry all 24 layers.
+  Experiment e = small();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.tp = 1;
+  e.plan.pp = 4;
+  e.plan.dp = 2;
+  e.plan.stage_layers = {0, 12, 12, 0};
+  validate_experiment(e);
+  Costed k(e);
+  cost_layer_chunks(k.in(), k.c);
+  const double fwd[] = {0.0, 12e-3, 12e-3, 0.0};
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_NEAR(k.c.chunk[s][0][0].forward.value(), fwd[s], 1e-12) << s;
+    EXPECT_GE(k.c.chunk[s][0][0].backward.value(), 2 * fwd[s]) << s;  // plus the stage's accumulation pass
+  }
+  EXPECT_GT(k.params(0), 0.0);  // the embedding's
+}
+
 TEST(CostOptimizer, Mxfp8ParametersAreQuantizedAgainEachStep) {
   // Megatron-Core's MXFP8 parameters (fp8_param_gather with the MXFP8 recipe): after the bf16
   // all-gather every rank quantizes all its layers' weights again, both usages and the scales:
