@@ -32,6 +32,26 @@ std::optional<PlanViolation> fp8_param_gather_violation(const FrameworkTraits& f
   return std::nullopt;
 }
 
+std::optional<PlanViolation> fp8_recipe_violation(const FrameworkTraits& fw, const TrainingSpec& t, const GpuSpec& gpu) {
+  if (t.dtype != Dtype::fp8) return std::nullopt;
+  if (t.fp8_scaling == Fp8Scaling::rowwise && fw.fp8_transformer_engine)
+    return fail("training.fp8_scaling", "rowwise",
+                std::string(fw.name) +
+                    " runs Transformer Engine's FP8 recipes: delayed, tensorwise (current) scaling or mxfp8");
+  if (t.fp8_scaling != Fp8Scaling::mxfp8) return std::nullopt;
+  if (!fw.fp8_transformer_engine)
+    return fail("training.fp8_scaling", "mxfp8",
+                "is Transformer Engine's MXFP8BlockScaling recipe; " + std::string(fw.name) +
+                    " runs torchao's float8 (tensorwise or rowwise)");
+  // Transformer Engine v2.x check_mxfp8_support: compute capability 10.x only ("Device compute
+  // capability 10.0 or higher required", "not supported on 12.0+ architectures yet").
+  if (!gpu.host_profile.empty() || gpu.compute_capability < 10.0 || gpu.compute_capability >= 11.0)
+    return fail("training.fp8_scaling", "mxfp8",
+                "needs a GPU with block-scaled FP8 tensor cores, compute capability 10.x (B200, GB200); the cluster's " +
+                    gpu.name + " has " + str(gpu.compute_capability));
+  return std::nullopt;
+}
+
 std::vector<int> chunk_layer_counts(const ModelSpec& m, const PlanSpec& p) {
   const int pp = std::max(1, p.pp);
   const int v = p.schedule == Schedule::interleaved ? std::max(1, p.virtual_stages) : 1;
@@ -428,22 +448,7 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   }
   if (p.ep > 1 && !m.moe)
     return fail("plan.ep", str((long long)p.ep), "greater than 1 needs a model with moe");
-  if (t.dtype == Dtype::fp8 && t.fp8_scaling == Fp8Scaling::rowwise && fw.fp8_transformer_engine)
-    return fail("training.fp8_scaling", "rowwise",
-                std::string(fw.name) +
-                    " runs Transformer Engine's FP8 recipes: delayed, tensorwise (current) scaling or mxfp8");
-  if (t.dtype == Dtype::fp8 && t.fp8_scaling == Fp8Scaling::mxfp8) {
-    if (!fw.fp8_transformer_engine)
-      return fail("training.fp8_scaling", "mxfp8",
-                  "is Transformer Engine's MXFP8BlockScaling recipe; " + std::string(fw.name) +
-                      " runs torchao's float8 (tensorwise or rowwise)");
-    // Transformer Engine v2.x check_mxfp8_support: compute capability 10.x only ("Device compute
-    // capability 10.0 or higher required", "not supported on 12.0+ architectures yet").
-    if (!c.gpu.host_profile.empty() || c.gpu.compute_capability < 10.0 || c.gpu.compute_capability >= 11.0)
-      return fail("training.fp8_scaling", "mxfp8",
-                  "needs a GPU with block-scaled FP8 tensor cores, compute capability 10.x (B200, GB200); the cluster's " +
-                      c.gpu.name + " has " + str(c.gpu.compute_capability));
-  }
+  if (auto v = fp8_recipe_violation(fw, t, c.gpu)) return v;
   if (p.fp8_param_gather)
     if (auto v = fp8_param_gather_violation(fw, t, p)) return v;
   if (p.recompute_modules.any() && p.recompute == Recompute::full)

@@ -264,6 +264,13 @@ struct FrameworkTraits;  // core/framework.hpp
 std::optional<PlanViolation> fp8_param_gather_violation(const FrameworkTraits& framework, const TrainingSpec& training,
                                                         const PlanSpec& plan);
 
+/// check_plan's rules for training.fp8_scaling that the plan's shape does not change: the framework
+/// runs the recipe (Transformer Engine's delayed, tensorwise and mxfp8; torchao's tensorwise and
+/// rowwise) and, for mxfp8, the GPU has block-scaled FP8 tensor cores (compute capability 10.x).
+/// The planner asks it before searching, so the rule is named rather than "no plan fits".
+std::optional<PlanViolation> fp8_recipe_violation(const FrameworkTraits& framework, const TrainingSpec& training,
+                                                  const GpuSpec& gpu);
+
 /// Rules the model alone must obey (hidden % heads, kv_heads, MoE settings).
 std::optional<PlanViolation> check_model(const ModelSpec& model);
 

@@ -72,6 +72,10 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   if (auto v = fw.model_refusal(r.model))
     throw SpecError(kCommandLine, v->field, v->value,
                     v->rule + " (--framework " + fw.name + ", --model " + r.model.name + ")");
+  // So is an FP8 recipe the framework or the GPU does not run (mxfp8 beside torchao, or on Hopper).
+  if (auto v = fp8_recipe_violation(fw, r.training, r.cluster.gpu))
+    throw SpecError(kCommandLine, o.fp8_scaling.empty() ? "training.fp8_scaling (of --experiment " + o.experiment + ")" : "--fp8-scaling",
+                    v->value, v->rule + " (--framework " + fw.name + ", --cluster " + r.cluster.name + ")");
   // The experiment's torch.compile setting carries over to a framework that compiles, unless
   // --compile says on or off (on: every plan under torch.compile, which async TP needs; the loss
   // compiled with the blocks only where the experiment compiled it).

@@ -166,6 +166,35 @@ TEST(PlanCli, DtypeMustBeOneTheGpuHas) {
   }
 }
 
+TEST(PlanCli, Fp8RecipeTheFrameworkOrGpuDoesNotRunIsNamedBeforeSearching) {
+  // MXFP8 is Transformer Engine's and Blackwell's: on an H100, or under torchao, the request is a
+  // user error naming the option and the rule (exit 2), not "no plan fits".
+  struct Case { std::vector<std::string> args; const char* says; };
+  for (const Case& c : {Case{{"--experiment", "mbridge2604-llama3-70b-64xh100-fp8", "--fp8-scaling", "mxfp8"},
+                             "--fp8-scaling = mxfp8: needs a GPU with block-scaled FP8 tensor cores"},
+                        Case{{"--experiment", "torchtitan-202412-t1-llama3.1-8b-8xh100-fsdp", "--dtype", "fp8",
+                              "--fp8-scaling", "mxfp8"},
+                             "torchtitan runs torchao's float8"}}) {
+    std::vector<std::string> args = {"plan", "--no-simgrid"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    std::ostringstream out, err;
+    EXPECT_EQ(foresight::cli::run_cli(args, out, err), 2) << err.str();
+    EXPECT_NE(err.str().find(c.says), std::string::npos) << err.str();
+    EXPECT_TRUE(out.str().empty());
+  }
+  // On DGX B200 the same recipe plans, and megatron_args.txt carries it.
+  const std::string dir = ::testing::TempDir() + "plan_mxfp8";
+  std::ostringstream out, err;
+  ASSERT_EQ(foresight::cli::run_cli({"plan", "--experiment", "mbridge2509-llama3-8b-8xb200-mxfp8", "--no-simgrid",
+                                     "--top", "1", "--out", dir},
+                                    out, err),
+            0)
+      << err.str();
+  std::ifstream args_file(dir + "/megatron_args.txt");
+  const std::string args((std::istreambuf_iterator<char>(args_file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(args.find("--fp8-recipe mxfp8"), std::string::npos) << args;
+}
+
 TEST(PlanCli, DeepSpeedPlansGetTheirConfigAndOthersLeaveNoneBehind) {
   // plan --out for a DeepSpeed search writes ds_config.json beside plan.json, its batch identity
   // matching the plan; a later Megatron-LM search into the same folder removes it.
