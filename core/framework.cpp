@@ -245,6 +245,10 @@ std::array<FrameworkTraits, 9> make_table() {
   // --no-gradient-accumulation-fusion); Megatron-Core passes it to Transformer Engine's linear
   // layers as fuse_wgrad_accumulation.
   megatron_core.gradient_accumulation_fusion = true;
+  // Interleaved pipeline sends overlapped with compute (overlap_p2p_comm): the training CLI's
+  // default with virtual stages; Megatron-Bridge's CommOverlapConfig sets it for VP > 1
+  // (v0.2.0 src/megatron/bridge/training/comm_overlap.py), NeMo 1.0's yamls per model.
+  megatron_core.p2p_overlap = true;
   // ZeRO-2/3 is Megatron-FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy
   // optim_grads / optim_grads_params, core_v0.14-0.15; the Megatron-Bridge 25.09 and 25.11
   // performance recipes run it), not the older torch FSDP2 path (--use-torch-fsdp2, which asserts
@@ -729,6 +733,10 @@ bool FrameworkTraits::fuses_gradient_accumulation(const PlanSpec& p) const {
   return p.gradient_accumulation_fusion.value_or(gradient_accumulation_fusion);
 }
 
+bool FrameworkTraits::overlaps_pipeline_sends(const PlanSpec& p) const {
+  return p.schedule == Schedule::interleaved && p.pp > 1 && p.p2p_overlap.value_or(p2p_overlap);
+}
+
 std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   const std::string me = name;
   // Without a pipeline, GPipe and 1F1B are the same execution.
@@ -874,6 +882,15 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.expert_tp", count(p.expert_tp),
               "must equal plan.tp unless the framework folds expert parallelism over tp x cp x dp (" + me +
                   " does not: " + those_that_do([](const FrameworkTraits& t) { return t.expert_folding; }) + ")");
+  if (p.p2p_overlap.value_or(false) && !p2p_overlap)
+    return violation("plan.p2p_overlap", "true",
+              me + " sends between pipeline stages blocking (" +
+                  frameworks_that([](const FrameworkTraits& t) { return t.p2p_overlap; }) + " overlap them)");
+  if (p.p2p_overlap.value_or(false) && p.schedule != Schedule::interleaved)
+    return violation("plan.p2p_overlap", "true",
+              "needs plan.schedule interleaved (it is " + std::string(to_string(p.schedule)) +
+                  "): Megatron-Core overlaps pipeline sends only between model chunks and turns the flag off otherwise "
+                  "(megatron/training/arguments.py)");
   if (p.gradient_accumulation_fusion.value_or(false) && !precision.fp32_main_grads)
     return violation("plan.gradient_accumulation_fusion", "true",
               me + " keeps no fp32 main-gradient buffer for the weight-gradient GEMMs to add into (Megatron-LM's "

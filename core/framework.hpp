@@ -325,6 +325,14 @@ struct FrameworkTraits {
   /// Whether a plan fuses the accumulation: the plan's choice, else this framework's default.
   /// (Megatron-FSDP fuses into its sharded buckets too: the weight-gradient GEMMs write into them.)
   bool fuses_gradient_accumulation(const PlanSpec& p) const;
+  /// Its interleaved schedule can post pipeline sends and receives asynchronously and wait for each
+  /// only before the chunk that needs it (Megatron-Core's overlap_p2p_comm), and does so by default
+  /// (core_v0.15.0 megatron/training/arguments.py: --no-overlap-p2p-communication is store_false;
+  /// it is forced off without virtual stages). Everything else sends blocking.
+  bool p2p_overlap = false;
+  /// Whether a plan's pipeline sends leave the sender's stream going: its choice, else this
+  /// framework's default; the interleaved schedule with pp > 1 only.
+  bool overlaps_pipeline_sends(const PlanSpec& p) const;
   /// Its ZeRO-2/3 path runs beside expert parallelism (plan.ep > 1).
   bool sharded_expert_parallel = true;
   /// Builds MoE layers into pipeline stages (a MoE model with plan.pp > 1).

@@ -170,6 +170,11 @@ struct PlanSpec {
   /// separate main_grad.add_(grad) pass per micro-batch. Unset: the framework's default
   /// (FrameworkTraits::gradient_accumulation_fusion).
   std::optional<bool> gradient_accumulation_fusion;
+  /// Megatron-Core's overlapped pipeline sends (overlap_p2p_comm; --no-overlap-p2p-communication
+  /// turns it off): under the interleaved schedule each send and receive is posted and waited for
+  /// only before the chunk that needs it, so the sender's compute goes on. Unset: the framework's
+  /// default (FrameworkTraits::p2p_overlap); only the interleaved schedule has it.
+  std::optional<bool> p2p_overlap;
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }

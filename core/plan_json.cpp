@@ -209,13 +209,19 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
     }
     s << " --pipeline-model-parallel-layout \"" << chunks << "\"";
   }
-  // A last chunk of the MTP modules and the loss alone needs that layout.
-  if (!layout && !q.stage_layers.empty() && q.stage_layers.back() == 0)
-    return none("a last stage of only the MTP modules and the loss needs Megatron-Core's layout flag (plan.framework megatron-core)");
+  // A first chunk of the embedding alone, or a last one of the loss (and MTP modules) alone,
+  // needs that layout.
+  if (!layout && !q.stage_layers.empty() && (q.stage_layers.back() == 0 || q.stage_layers.front() == 0))
+    return none("a first stage of only the embedding or a last stage of only the loss (and MTP modules) needs "
+                "Megatron-Core's layout flag (plan.framework megatron-core)");
   if (!layout && q.schedule == Schedule::interleaved && !q.stage_layers.empty())
     return none("Megatron-LM splits every interleaved model chunk evenly (a count per chunk needs plan.framework megatron-core)");
   if (!layout && q.schedule == Schedule::interleaved)
     s << " --num-layers-per-virtual-pipeline-stage " << p.model.layers / (q.pp * q.virtual_stages);
+  // Megatron-Core overlaps the interleaved schedule's sends unless told not to.
+  if (q.framework == Framework::megatron_core && q.schedule == Schedule::interleaved && q.pp > 1 &&
+      !framework_traits(q.framework).overlaps_pipeline_sends(q))
+    s << " --no-overlap-p2p-communication";
   if (q.first_stage_layers > 0) s << " --decoder-first-pipeline-num-layers " << q.first_stage_layers;
   if (q.last_stage_layers > 0) s << " --decoder-last-pipeline-num-layers " << q.last_stage_layers;
   if (!layout && !q.stage_layers.empty()) {

@@ -69,7 +69,9 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
     c.p2p_forward_bytes.push_back(fwd_bytes);
     c.p2p_backward_bytes.push_back(bwd_bytes);
   }
-  c.p2p_blocks_sender = true;
+  // Blocking unless the framework overlaps them (Megatron-Core's interleaved overlap_p2p_comm:
+  // isend/irecv posted, waited for before the chunk that consumes them, schedules.py).
+  c.p2p_blocks_sender = !fw.overlaps_pipeline_sends(p);
 }
 
 }  // namespace foresight::sim

@@ -8,7 +8,6 @@
 namespace foresight::sim {
 
 bool fast_engine_applies(const WorkloadCosts& c) {
-  if (!c.p2p_blocks_sender) return false;
   for (const auto& stage : c.chunk)
     for (const auto& chunk : stage)
       for (const auto& cc : chunk)
@@ -22,12 +21,13 @@ struct OpState {
   double ready_after_chain = 0;  // when the op's first piece may start (set once computed)
   double done = -1;              // when its compute pieces finish
   double send_done = -1;         // when its outgoing transfer finishes (== done without one)
+  double send_start = -1;        // when that transfer started
 };
 
 }  // namespace
 
 SimResult run_fast(const WorkloadCosts& c) {
-  FORESIGHT_CHECK(fast_engine_applies(c)) << "run_fast needs blocking sends and no offload";
+  FORESIGHT_CHECK(fast_engine_applies(c)) << "run_fast needs a workload without activation offload";
   const ScheduleShape& sh = c.shape;
   const int p = sh.stages, v = sh.virtual_stages, m = sh.microbatches, S = sh.slices;
   const int segments = sh.segments();
@@ -63,6 +63,10 @@ SimResult run_fast(const WorkloadCosts& c) {
   // Process ops in waves: each stage advances while its next op's producer has been computed.
   std::vector<int> next(p, 0);
   std::vector<double> stream(p, 0.0);
+  // Non-blocking sends (WorkloadCosts::p2p_blocks_sender false) queue on the link between
+  // neighbouring stages, one per direction (build_workload's link resources; all its users send
+  // from one stage, in that stage's stream order, which is the graph engine's ready-time order).
+  std::vector<double> link_free(std::size_t(2 * std::max(1, p)), 0.0);
   // Per stage and model chunk: when the chunk's last backward started and ended (an overlapped DP
   // sync's buckets may begin with the first and the last bucket follows the second).
   thread_local std::vector<std::vector<double>> chunk_bwd_start, chunk_bwd_end;
@@ -78,20 +82,18 @@ SimResult run_fast(const WorkloadCosts& c) {
         const int g = sh.segment(s, o.chunk);
         // The producer: previous segment's forward, or next segment's backward, on its stage (a
         // deferred weight pass has none: its backward ran earlier on this stream).
-        double dep = 0;
+        double dep = 0, dep_start = 0;  // when the producer's transfer ends and began
         bool ready = true;
         bool remote = false;
-        int src_stage = -1;
-        bool waits_on_forward_transfer = o.pass == Pass::forward;
         const int src_g = o.pass == Pass::weight ? -1 : o.pass == Pass::forward ? g - 1 : g + 1;
         if (src_g >= 0 && src_g < segments) {
           const ScheduleShape::Place at = sh.place(o.microbatch, src_g);
           const int ss = at.stage, sc = at.chunk;
-          src_stage = ss;
           const int i = pos[ss][key(o.pass, o.microbatch, sc, o.slice)];
           if (st[ss][i].send_done < 0) ready = false;
           else {
             dep = st[ss][i].send_done;
+            dep_start = st[ss][i].send_start;
             remote = ss != s;
           }
         }
@@ -105,9 +107,8 @@ SimResult run_fast(const WorkloadCosts& c) {
             if (st[at.stage][i].send_done < 0) ready = false;
             else if (st[at.stage][i].send_done > dep) {
               dep = st[at.stage][i].send_done;
+              dep_start = st[at.stage][i].send_start;
               remote = at.stage != s;
-              src_stage = at.stage;
-              waits_on_forward_transfer = false;
             }
           }
         }
@@ -120,9 +121,7 @@ SimResult run_fast(const WorkloadCosts& c) {
         const double start = std::max(stream[s], dep);
         // Exposed wait on a remote transfer: the part of the wait while that transfer ran.
         if (remote && dep > stream[s]) {
-          const double send_dur = c.p2p_time(waits_on_forward_transfer, o.slice, src_stage, s).value();
-          const double send_start = dep - send_dur;
-          r.stages[s].pp_wait += Seconds(dep - std::max(stream[s], send_start));
+          r.stages[s].pp_wait += Seconds(dep - std::max(stream[s], dep_start));
         }
         double t = start;
         if (o.pass == Pass::forward) {
@@ -160,12 +159,26 @@ SimResult run_fast(const WorkloadCosts& c) {
         // The outgoing transfer (blocking: on this stream) when the consumer is another segment.
         const int dst_g = o.pass == Pass::weight ? -1 : o.pass == Pass::forward ? g + 1 : g - 1;
         const int dst = dst_g >= 0 && dst_g < segments ? sh.place(o.microbatch, dst_g).stage : s;
-        if (dst != s) {
+        if (dst != s && c.p2p_blocks_sender) {
           const double d = c.p2p_time(o.pass == Pass::forward, o.slice, s, dst).value();
+          os.send_start = t;
           t += d;
           add(s, Category::pp_comm, d);
+          os.send_done = t;
+        } else if (dst != s) {
+          // Posted and left to run: the stream goes on, the consumer waits for the bytes.
+          const double d = c.p2p_time(o.pass == Pass::forward, o.slice, s, dst).value();
+          double begin = t;
+          if (std::abs(s - dst) == 1) {
+            double& link = link_free[std::size_t(2 * std::min(s, dst) + (s < dst ? 0 : 1))];
+            begin = std::max(begin, link);
+            link = begin + d;
+          }
+          os.send_start = begin;
+          os.send_done = begin + d;
+        } else {
+          os.send_start = os.send_done = t;
         }
-        os.send_done = t;
         stream[s] = t;
         ++next[s];
         --remaining;

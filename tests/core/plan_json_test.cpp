@@ -175,6 +175,19 @@ TEST(PlanJson, MegatronCoreShardedPlansRunMegatronFsdp) {
       << megatron_arguments(hsdp);
 }
 
+TEST(PlanJson, InterleavedSendsOverlapUnlessThePlanSaysNot) {
+  // Megatron-Core overlaps the interleaved schedule's sends by default (--no-overlap-p2p-communication
+  // turns it off); the flag appears only where the plan turns it off.
+  ExecutablePlan p = megatron_core_flat(2, 1);
+  p.plan.pp = 2;
+  p.plan.dp = 1;
+  p.plan.schedule = Schedule::interleaved;
+  p.plan.virtual_stages = 2;
+  EXPECT_EQ(megatron_arguments(p).find("overlap-p2p"), std::string::npos) << megatron_arguments(p);
+  p.plan.p2p_overlap = false;
+  EXPECT_NE(megatron_arguments(p).find("--no-overlap-p2p-communication"), std::string::npos) << megatron_arguments(p);
+}
+
 TEST(PlanJson, Mxfp8RecipeArguments) {
   // Megatron-Bridge's bf16_with_mxfp8_mixed as Megatron-LM flags (core_v0.15.0 arguments.py):
   // E4M3 both ways, --fp8-recipe mxfp8, and with FP8 parameters the gradient buffer lent to their

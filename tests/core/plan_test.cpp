@@ -491,6 +491,28 @@ TEST(CheckPlan, Fp8ParamGatherNeedsFp8ShardedParametersAndAFrameworkThatDoesIt) 
             std::string::npos);
 }
 
+TEST(CheckPlan, PipelineSendOverlapIsMegatronCoresAndInterleavedOnly) {
+  // Megatron-Core overlaps pipeline sends only in the interleaved schedule (overlap_p2p_comm);
+  // Megatron-LM 2021-22 and the others send blocking.
+  auto rule = [](auto edit) {
+    Fixture f;
+    f.p.framework = Framework::megatron_core;
+    f.p.sequence_parallel = true;
+    f.p.schedule = Schedule::interleaved;
+    f.p.virtual_stages = 2;
+    f.p.p2p_overlap = true;
+    edit(f);
+    const auto v = f.check();
+    return v ? v->field + ": " + v->rule : std::string("accepted");
+  };
+  EXPECT_EQ(rule([](Fixture&) {}), "accepted");
+  EXPECT_NE(rule([](Fixture& f) { f.p.framework = Framework::megatron; }).find("plan.p2p_overlap: megatron sends between pipeline stages blocking"),
+            std::string::npos);
+  EXPECT_NE(rule([](Fixture& f) { f.p.schedule = Schedule::one_f_one_b; }).find("plan.p2p_overlap: needs plan.schedule interleaved"),
+            std::string::npos);
+  EXPECT_EQ(rule([](Fixture& f) { f.p.p2p_overlap = false; }), "accepted");
+}
+
 TEST(CheckPlan, Mxfp8NeedsTransformerEngineAndComputeCapability10) {
   // Transformer Engine's MXFP8 recipe: its frameworks only, and only on SM 10.x (TE v2.x
   // check_mxfp8_support refuses below 10.0 and on 12.0+).

@@ -380,6 +380,30 @@ TEST(CostLayerChunks, EdgeChunksMayHoldNoLayers) {
   EXPECT_GT(k.params(0), 0.0);  // the embedding's
 }
 
+TEST(CostPipelineTransfers, MegatronCoreInterleavedSendsDoNotBlockTheSender) {
+  // overlap_p2p_comm: Megatron-Core's interleaved schedule by default; not its 1F1B, not Megatron-LM's.
+  Experiment e = small();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.schedule = Schedule::interleaved;
+  e.plan.virtual_stages = 2;
+  auto blocks = [](const Experiment& ex) {
+    Costed k(ex);
+    cost_pipeline_transfers(k.in(), k.c);
+    return k.c.p2p_blocks_sender;
+  };
+  EXPECT_FALSE(blocks(e));
+  Experiment off = e;
+  off.plan.p2p_overlap = false;
+  EXPECT_TRUE(blocks(off));
+  Experiment plain = e;
+  plain.plan.schedule = Schedule::one_f_one_b;
+  plain.plan.virtual_stages = 1;
+  EXPECT_TRUE(blocks(plain));
+  Experiment megatron = e;
+  megatron.plan.framework = Framework::megatron;
+  EXPECT_TRUE(blocks(megatron));
+}
+
 TEST(CostOptimizer, Mxfp8ParametersAreQuantizedAgainEachStep) {
   // Megatron-Core's MXFP8 parameters (fp8_param_gather with the MXFP8 recipe): after the bf16
   // all-gather every rank quantizes all its layers' weights again, both usages and the scales:

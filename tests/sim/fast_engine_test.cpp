@@ -98,14 +98,19 @@ TEST(FastEngine, EqualsGraphEngine) {
                         {Schedule::zb_h1, 4, 8, 1, 1},        {Schedule::zb_h1, 6, 3, 1, 1},
                         {Schedule::dualpipe, 4, 8, 2, 1},     {Schedule::dualpipe, 8, 20, 2, 1},
                         {Schedule::dualpipe, 2, 6, 2, 1}};
+  // Blocking sends (on the sender's stream) and non-blocking ones (Megatron-Core's overlapped
+  // interleaved sends: queued on the link, the sender's stream going on).
+  for (const bool blocking : {true, false})
   for (const auto& k : cases) {
     for (int trial = 0; trial < 5; ++trial) {
-      const WorkloadCosts c = random_costs(rng, k.s, k.p, k.m, k.v, k.slices);
+      WorkloadCosts c = random_costs(rng, k.s, k.p, k.m, k.v, k.slices);
+      c.p2p_blocks_sender = blocking;
       ASSERT_TRUE(fast_engine_applies(c));
       const SimResult g = run_analytic(build_workload(c));
       const SimResult f = run_fast(c);
       EXPECT_NEAR(f.iteration.value(), g.iteration.value(), 1e-9 * g.iteration.value())
-          << to_string(k.s) << " p" << k.p << " m" << k.m << " v" << k.v << " slices " << k.slices;
+          << to_string(k.s) << " p" << k.p << " m" << k.m << " v" << k.v << " slices " << k.slices
+          << (blocking ? " blocking" : " non-blocking");
       for (int s = 0; s < k.p; ++s) {
         for (int cat = 0; cat < kCategories; ++cat)
           EXPECT_NEAR(f.stages[s].busy[cat].value(), g.stages[s].busy[cat].value(), 1e-9)
@@ -114,5 +119,30 @@ TEST(FastEngine, EqualsGraphEngine) {
       }
       EXPECT_EQ(f.critical_stage, g.critical_stage);
     }
+  }
+}
+
+TEST(FastEngine, NonBlockingSendsLetTheSenderGoOnByHand) {
+  // 1F1B on 2 stages, 2 micro-batches; forward 1, backward 2, every send 0.5 (no other costs).
+  // Blocking (the send on the sender's stream): stage 0 runs F0 [0, 1] and its send [1, 1.5], F1
+  // [1.5, 2.5] and its send [2.5, 3]; stage 1 F0 [1.5, 2.5], B0 [2.5, 4.5] and its send [4.5, 5],
+  // F1 [5, 6], B1 [6, 8] and its send [8, 8.5]; stage 0 B0 [5, 7], B1 [8.5, 10.5]: 10.5.
+  // Non-blocking (Megatron-Core's overlapped sends): stage 0's F1 starts at 1 and its send waits
+  // for the link, [2, 2.5]; stage 1's F1 runs [4.5, 5.5] right after B0, B1 [5.5, 7.5] and its send
+  // [7.5, 8]; stage 0 B0 [5, 7], B1 [8, 10]: 10.
+  WorkloadCosts c;
+  c.shape = ScheduleShape{Schedule::one_f_one_b, 2, 2, 1, 1};
+  c.chunk.assign(2, std::vector<std::vector<ChunkCosts>>(1, std::vector<ChunkCosts>(1)));
+  for (auto& st : c.chunk) {
+    st[0][0].forward = Seconds(1);
+    st[0][0].backward = Seconds(2);
+  }
+  c.p2p_forward = {Seconds(0.5)};
+  c.p2p_backward = {Seconds(0.5)};
+  for (const bool blocking : {true, false}) {
+    c.p2p_blocks_sender = blocking;
+    const double expected = blocking ? 10.5 : 10.0;
+    EXPECT_NEAR(run_fast(c).iteration.value(), expected, 1e-12) << blocking;
+    EXPECT_NEAR(run_analytic(build_workload(c)).iteration.value(), expected, 1e-12) << blocking;
   }
 }
