@@ -1,6 +1,7 @@
 #include "sim/fast_engine.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.hpp"
@@ -156,7 +157,8 @@ SimResult run_fast(const WorkloadCosts& c) {
           chunk_bwd_start[s][o.chunk] = start;
           chunk_bwd_end[s][o.chunk] = t;
         }
-        // The outgoing transfer (blocking: on this stream) when the consumer is another segment.
+        // The outgoing transfer when the consumer is another segment: on this stream when sends
+        // block, else posted on the link.
         const int dst_g = o.pass == Pass::weight ? -1 : o.pass == Pass::forward ? g + 1 : g - 1;
         const int dst = dst_g >= 0 && dst_g < segments ? sh.place(o.microbatch, dst_g).stage : s;
         if (dst != s && c.p2p_blocks_sender) {
