@@ -219,8 +219,8 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   if (!layout && q.schedule == Schedule::interleaved)
     s << " --num-layers-per-virtual-pipeline-stage " << p.model.layers / (q.pp * q.virtual_stages);
   // Megatron-Core overlaps the interleaved schedule's sends unless told not to.
-  if (q.framework == Framework::megatron_core && q.schedule == Schedule::interleaved && q.pp > 1 &&
-      !framework_traits(q.framework).overlaps_pipeline_sends(q))
+  if (const FrameworkTraits& fw = framework_traits(q.framework);
+      fw.p2p_overlap && q.schedule == Schedule::interleaved && q.pp > 1 && !fw.overlaps_pipeline_sends(q))
     s << " --no-overlap-p2p-communication";
   if (q.first_stage_layers > 0) s << " --decoder-first-pipeline-num-layers " << q.first_stage_layers;
   if (q.last_stage_layers > 0) s << " --decoder-last-pipeline-num-layers " << q.last_stage_layers;

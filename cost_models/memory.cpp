@@ -330,6 +330,16 @@ StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& 
   return p;
 }
 
+StageParameters stage_layer_parameters(const ModelSpec& model, const PlanSpec& plan, int stage) {
+  StageParameters sum;
+  for (int l : stage_layers(model, plan, stage)) {
+    const StageParameters p = layer_parameters_on_gpu(model, plan, l);
+    sum.dense += p.dense;
+    sum.expert += p.expert;
+  }
+  return sum;
+}
+
 StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelSpec& model, const PlanSpec& plan,
                                   int stage) {
   FORESIGHT_CHECK(stage >= 0 && stage < plan.pp) << "stage " << stage << " of pp " << plan.pp;
@@ -599,8 +609,7 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
     // Transformer Engine's FP8 parameters under ZeRO-3: each rank's shard of the layers' GEMM
     // weights is stored in FP8 (Megatron-FSDP's uint8 model-weight buffer, rebuilt from the fp32
     // master after each step; param_and_grad_buffer.py), what layer_gather_bytes gathers.
-    double layer_params = 0;
-    for (int l : stage_layers(model, plan, stage)) layer_params += layer_parameters_on_gpu(model, plan, l).dense;
+    const double layer_params = stage_layer_parameters(model, plan, stage).dense;
     const double stored = layer_gather_bytes(x, model, plan, x.bytes.weight);
     mem.weights -= Bytes(layer_params * (x.bytes.weight - stored) / plan.shard_ways());
   }

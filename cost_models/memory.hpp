@@ -164,6 +164,9 @@ StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelS
                                   int stage);
 /// The parameters of transformer layer `layer` on one GPU (tensor- and expert-parallel shares).
 StageParameters layer_parameters_on_gpu(const ModelSpec& model, const PlanSpec& plan, int layer);
+/// The parameters of stage `stage`'s transformer layers on one GPU (the sum of
+/// layer_parameters_on_gpu; without the embedding, the head and the final norm).
+StageParameters stage_layer_parameters(const ModelSpec& model, const PlanSpec& plan, int stage);
 /// Bytes per parameter of a transformer layer's parameter all-gather (and of its gathered copy)
 /// when its elements are otherwise `element` bytes: `element`, or with plan.fp8_param_gather one
 /// byte for the layer's GEMM weights, its norms keeping `element` (they are not FP8 operands).

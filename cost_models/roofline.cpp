@@ -500,7 +500,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       // per 32 elements): forward the input and the weight, backward the output gradient twice,
       // the saved input and the weight. Weights are quantized once per step (plan.fp8_param_gather
       // there: sim/cost_data_parallel.cpp cost_optimizer).
-      constexpr double kQuantize = 4.0 + 2.0 / 32.0, kSwizzle = 2.0 / 32.0;
+      constexpr double kQuantize = kMxfp8QuantizeBytes, kSwizzle = 2.0 / 32.0;
       const double expert_launches = moe_layer && m.moe ? 6.0 * groups : 0.0;
       F.fp8_casts = rc.memory_bound(Bytes(kQuantize * (inputs - norm_fed * (1.0 - norm_shard)) +
                                           kSwizzle * (inputs + cast_params)),

@@ -203,6 +203,11 @@ struct Fp8Operands {
   double gathered_inputs = 0;
   double tp = 1;
 };
+/// Bytes of HBM traffic per element Transformer Engine's MXFP8 quantize kernel moves: it reads the
+/// 16-bit tensor once and writes both usages (row-wise and column-wise, one byte each) with one
+/// E8M0 scale byte per 32 elements of each (MXFP8Quantizer, TE v2.7-2.9).
+inline constexpr double kMxfp8QuantizeBytes = 4.0 + 2.0 / 32.0;
+
 /// FP8 casts of torchao's dynamic scaling (training.fp8_scaling tensorwise or rowwise on a
 /// framework whose FP8 linears are not Transformer Engine's): forward and backward times, with
 /// what rowwise scaling adds (roofline.cpp).

@@ -5,6 +5,7 @@
 #include "cost_models/host_compute.hpp"
 #include "cost_models/memory.hpp"
 #include "cost_models/offload.hpp"
+#include "cost_models/roofline.hpp"
 #include "sim/costers.hpp"
 
 namespace foresight::sim {
@@ -44,9 +45,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     // The model copy ZeRO gathers after the step: the dense parameters over the shard group (the
     // experts' shards over their expert-data-parallel group, below). Under plan.fp8_param_gather
     // the layers' GEMM weights travel in FP8 (Megatron-Core's --fp8-param-gather).
-    double layer_dense = 0;
-    if (p.fp8_param_gather)
-      for (int l : cost_models::stage_layers(in.e.model, p, s)) layer_dense += cost_models::layer_parameters_on_gpu(in.e.model, p, l).dense;
+    const double layer_dense = p.fp8_param_gather ? cost_models::stage_layer_parameters(in.e.model, p, s).dense : 0.0;
     const Bytes weights((sp.dense - layer_dense) * in.x.bytes.weight +
                         layer_dense * cost_models::layer_gather_bytes(in.x, in.e.model, p, in.x.bytes.weight));
     const Bytes expert_weights(sp.expert * in.x.bytes.weight);
@@ -445,12 +444,9 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
     // param.data.copy_(param_slice) into the MXFP8 tensor; read 2, write 1 + 1 and the scales),
     // once per step. It runs in the first forward's parameter syncs; counted here, with the step.
     if (in.e.training.dtype == Dtype::fp8 && in.x.fp8_scaling == Fp8Scaling::mxfp8 && p.fp8_param_gather &&
-        in.compute.memory_bound) {
-      double layer_weights = 0;
-      for (int l : cost_models::stage_layers(in.e.model, p, s))
-        layer_weights += cost_models::layer_parameters_on_gpu(in.e.model, p, l).total();
-      opt += in.compute.memory_bound(Bytes((4.0 + 2.0 / 32.0) * layer_weights), 1);
-    }
+        in.compute.memory_bound)
+      opt += in.compute.memory_bound(
+          Bytes(cost_models::kMxfp8QuantizeBytes * cost_models::stage_layer_parameters(in.e.model, p, s).total()), 1);
     // Calibrated per-iteration host time (cost_models/calibrated.hpp), on every stage.
     c.optimizer.push_back(opt + in.x.calibrated.step_overhead);
   }
