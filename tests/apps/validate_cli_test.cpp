@@ -64,28 +64,28 @@ TEST(Determinism, PlanJsonIsIndependentOfThreads) {
 }
 
 TEST(SimulateCli, TeraPipeExperimentGetsTheSlicesValidateUses) {
-  // terapipe-gpt3-13b-p3-terapipe leaves token_slices empty: simulate must run it with the
+  // terapipe-gpt3-13b-s4096-p3-terapipe leaves token_slices empty: simulate must run it with the
   // planner's slicing, as validate does, not as one whole-sequence slice (the GPipe baseline).
-  const auto sim = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-p3-terapipe", "--json"}));
-  const auto baseline = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-p3-gpipe", "--json"}));
+  const auto sim = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-s4096-p3-terapipe", "--json"}));
+  const auto baseline = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-s4096-p3-gpipe", "--json"}));
   // What validate predicts for it, from a scenario folder holding that experiment alone (the whole
   // library's validation takes most of a minute under the sanitizers).
   namespace fs = std::filesystem;
   const fs::path src = foresight::scenarios_dir();
   const fs::path root = fs::path(::testing::TempDir()) / "terapipe-only";
   for (const char* d : {"experiments", "models", "clusters"}) fs::create_directories(root / d);
-  for (const char* f : {"experiments/terapipe-gpt3-13b-p3-terapipe.yaml", "models/terapipe-gpt3-13b.yaml",
+  for (const char* f : {"experiments/terapipe-gpt3-13b-s4096-p3-terapipe.yaml", "models/terapipe-gpt3-13b-s4096.yaml",
                         "clusters/aws-p3-16xlarge.yaml"})
     fs::copy_file(src / f, root / f, fs::copy_options::overwrite_existing);
   const auto report = foresight::planner::validate_all(root.string(), foresight::sim::EngineKind::analytic, {}, nullptr, false);
   const auto val = foresight::planner::validation_json(report, foresight::sim::EngineKind::analytic);
   double validated = 0;
   for (const auto& c : val["cases"])
-    if (c["experiment"] == "terapipe-gpt3-13b-p3-terapipe" && c["quantity"] == "iteration_s") validated = c["predicted"];
+    if (c["experiment"] == "terapipe-gpt3-13b-s4096-p3-terapipe" && c["quantity"] == "iteration_s") validated = c["predicted"];
   ASSERT_GT(validated, 0.0);
   EXPECT_DOUBLE_EQ(sim["iteration_s"].get<double>(), validated);
   EXPECT_LT(sim["iteration_s"].get<double>(), baseline["iteration_s"].get<double>());
-  const std::string text = run({"simulate", "terapipe-gpt3-13b-p3-terapipe"});
+  const std::string text = run({"simulate", "terapipe-gpt3-13b-s4096-p3-terapipe"});
   EXPECT_NE(text.find("token slices:"), std::string::npos) << text;
 }
 
