@@ -30,8 +30,8 @@ overlapped bf16 gradient reduce and parameter gather, FP8 parameter gather, TE c
 cuDNN attention, no recompute, sequence parallelism where TP > 1, the 405B's embedding and loss
 counted as pipeline layers (126 + 2 over 32 chunks: [3, 4 x 30, 3]).
 
-The 25.11 8B FP8 current-scaling row is a calibration case: it pins blackwell_ultra_tensor_core_scale
-(scenarios/calibration.yaml); the others are predictions.
+The 25.11 8B rows (FP8 current scaling and MXFP8, one plan) are calibration cases: they pin blackwell_ultra_tensor_core_scale
+(scenarios/calibration.yaml), as the DGX B200 8B rows pin B200 and GB200's; the others are predictions.
 
 Usage: python3 scenarios/tools/mbridge_gb300_experiments.py
 """
@@ -41,7 +41,7 @@ TABLE = ("github NVIDIA-NeMo/Megatron-Bridge: docs/performance-summary-archive.m
          "section '{rel} NeMo Container', Pre-Training Performance, {where}")
 CLUSTER_NOTE = ("Cluster gb300-nvl72 (one 72-GPU NVLink domain per rack, one 800 Gb/s ConnectX-8 per GPU; "
                 "{span}).")
-CALIBRATION = {"mbridge2511-llama3-8b-8xgb300-fp8"}
+CALIBRATION = {"mbridge2511-llama3-8b-8xgb300-fp8", "mbridge2511-llama3-8b-8xgb300-mxfp8"}
 
 COMMON_TAIL = ["zero: 1", "dp_overlap: true", "param_gather_overlap: true", "fp8_param_gather: true",
                "framework: megatron-core", "cross_entropy_fusion: te", "attention: cudnn", "reduce_dtype: bf16"]
