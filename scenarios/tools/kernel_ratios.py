@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Reproduces the GB300/GB200 kernel speed ratios in scenarios/gpus/gb300.yaml from the measured
+"""Reproduces the kernel speed ratios between two GPUs that scenarios/gpus/gb300.yaml (GB300 over
+GB200) and b300-sxm.yaml (B300 over B200) take from the measured
 tables of ai-dynamo/aiconfigurator (a git mirror of it; tables under
 aic-core/src/aiconfigurator_core/systems/data/<system>/{gemm,attention}/<framework>/<version>/).
 
@@ -8,11 +9,12 @@ shapes (m, n 4096-32768, K 1024-16384), its median per harness version, then the
 versions. Attention: causal bf16 context (prefill) attention with a bf16 KV cache, head dim 128,
 sequence >= 2048 and >= 8192 tokens per call, likewise.
 
-Usage: python3 scenarios/tools/kernel_ratios.py MIRROR [WORKDIR]
+Usage: python3 scenarios/tools/kernel_ratios.py MIRROR [WORKDIR [BASE NEW]]
   MIRROR: the aiconfigurator git directory (e.g. /work/.mirror/ai-dynamo+aiconfigurator/repo)
   WORKDIR: where the tables are dumped (default /tmp/kernel_ratios); needs node and
            `npm install hyparquet hyparquet-compressors` run there first (the reader,
            scenarios/tools/parquet_to_tsv.mjs, is copied in and run from there).
+  BASE NEW: aiconfigurator's system names, the ratio being NEW's speed over BASE's (default gb200 gb300).
 """
 import csv
 import os
@@ -76,16 +78,21 @@ def main():
         sys.exit(2)
     mirror = sys.argv[1]
     work = sys.argv[2] if len(sys.argv) > 2 else "/tmp/kernel_ratios"
+    base, new = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else ("gb200", "gb300")
     os.makedirs(work, exist_ok=True)
     for label, kind, name, pick in [("GEMM bf16", "gemm", "gemm_perf.parquet", lambda r: gemm_times(r, "bfloat16")),
                                     ("GEMM fp8", "gemm", "gemm_perf.parquet", lambda r: gemm_times(r, "fp8")),
                                     ("attention", "attention", "context_attention_perf.parquet", attention_times)]:
         ratios = []
         for v in VERSIONS:
-            r, n = median_ratio(pick(table(mirror, work, "gb200", kind, v, name)),
-                                pick(table(mirror, work, "gb300", kind, v, name)))
+            try:
+                slow, fast = table(mirror, work, base, kind, v, name), table(mirror, work, new, kind, v, name)
+            except subprocess.CalledProcessError:
+                print(f"{label:10s} {v:18s} not measured on both")
+                continue
+            r, n = median_ratio(pick(slow), pick(fast))
             ratios.append(r)
-            print(f"{label:10s} {v:18s} {n:5d} shapes  GB300/GB200 {r:.3f}")
+            print(f"{label:10s} {v:18s} {n:5d} shapes  {new}/{base} {r:.3f}")
         print(f"{label:10s} median over versions {statistics.median(ratios):.3f}")
 
 
