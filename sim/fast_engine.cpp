@@ -161,23 +161,20 @@ SimResult run_fast(const WorkloadCosts& c) {
         // block, else posted on the link.
         const int dst_g = o.pass == Pass::weight ? -1 : o.pass == Pass::forward ? g + 1 : g - 1;
         const int dst = dst_g >= 0 && dst_g < segments ? sh.place(o.microbatch, dst_g).stage : s;
-        if (dst != s && c.p2p_blocks_sender) {
-          const double d = c.p2p_time(o.pass == Pass::forward, o.slice, s, dst).value();
-          os.send_start = t;
-          t += d;
-          add(s, Category::pp_comm, d);
-          os.send_done = t;
-        } else if (dst != s) {
-          // Posted and left to run: the stream goes on, the consumer waits for the bytes.
+        if (dst != s) {
           const double d = c.p2p_time(o.pass == Pass::forward, o.slice, s, dst).value();
           double begin = t;
-          if (std::abs(s - dst) == 1) {
+          if (c.p2p_blocks_sender) {
+            add(s, Category::pp_comm, d);
+          } else if (std::abs(s - dst) == 1) {
+            // Posted and left to run: the stream goes on, the consumer waits for the bytes.
             double& link = link_free[std::size_t(2 * std::min(s, dst) + (s < dst ? 0 : 1))];
             begin = std::max(begin, link);
             link = begin + d;
           }
           os.send_start = begin;
           os.send_done = begin + d;
+          if (c.p2p_blocks_sender) t = os.send_done;
         } else {
           os.send_start = os.send_done = t;
         }

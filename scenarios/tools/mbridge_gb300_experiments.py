@@ -110,20 +110,19 @@ def main():
         "to run at TP 1. Llama 3 70B is modelled by the Llama 3.1 70B file.",
         "the 64 GPUs inside one domain")
 
-    def l405(tp, cp, scaling):
-        plan = [f"tp: {tp}", "pp: 8"] + ([f"cp: {cp}"] if cp > 1 else []) + [
+    def l405(tp, cp):
+        return [f"tp: {tp}", "pp: 8"] + ([f"cp: {cp}"] if cp > 1 else []) + [
             f"dp: {256 // (tp * 8 * cp)}", "micro_batch: 1", "schedule: interleaved", "virtual_stages: 4", L405_LAYERS,
             "recompute: none", "sequence_parallel: true", "tp_overlap: true"] + COMMON_TAIL
-        return plan
     r405 = ("v0.4.1 LLAMA31_405B_PRETRAIN_CONFIG_GB300_{p}_V2 ({shape}, 256 GPUs, GBS 1536, no Megatron-FSDP, no "
             "offload; GB200's runs PP 16) and llama31_405b_pretrain_config_gb300 (Transformer Engine userbuffers TP overlap "
             "userbuffers_{u}_b200_h16384_tp4_cp2_mbs1_seqlen8192), recipes/llama/llama3.py llama31_405b_pretrain_config "
             "(the embedding and the loss counted as pipeline layers: 126 + 2 = 128 over 32 chunks, stage_layers).")
-    row("mbridge2604-llama3.1-405b-256xgb300-fp8", "llama3.1-405b", 256, 1536, "tensorwise", l405(4, 1, "tensorwise"),
+    row("mbridge2604-llama3.1-405b-256xgb300-fp8", "llama3.1-405b", 256, 1536, "tensorwise", l405(4, 1),
         1036, "26.04",
         "Model LLAMA3.1_405B, row DGX-GB300 FP8: 256 GPUs, GBS 1536, MBS 1, sequence 8192, FSDP 0, TP 4, PP 8, CP 1, VP 4",
         r405.format(p="FP8_CS", shape="TP 4, PP 8, CP 1, VP 4", u="fp8"), "the 256 GPUs span four domains")
-    row("mbridge2604-llama3.1-405b-256xgb300-mxfp8", "llama3.1-405b", 256, 1536, "mxfp8", l405(2, 2, "mxfp8"),
+    row("mbridge2604-llama3.1-405b-256xgb300-mxfp8", "llama3.1-405b", 256, 1536, "mxfp8", l405(2, 2),
         968, "26.04",
         "Model LLAMA3.1_405B, row DGX-GB300 MXFP8: 256 GPUs, GBS 1536, MBS 1, sequence 8192, FSDP 0, TP 2, PP 8, CP 2, VP 4",
         r405.format(p="FP8_MX", shape="TP 2, PP 8, CP 2, VP 4", u="fp8"), "the 256 GPUs span four domains")

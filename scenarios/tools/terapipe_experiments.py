@@ -30,7 +30,7 @@ Usage: python3 scenarios/tools/terapipe_experiments.py
 """
 import os
 
-from experiment_file import ROOT
+from experiment_file import ROOT, write_experiment
 
 PAPER = "Li et al. ICML 2021 (arXiv:2102.07988v2)"
 CATALOG = ("as transcribed from the paper's appendix table by a public figure-by-figure catalog of its MinerU "
@@ -69,18 +69,12 @@ def write_model(name, layers, hidden, seq):
 
 
 def write(name, model, nodes, batch, tp, pp, dp, schedule, slices, measured, notes):
-    slices_text = "[" + ", ".join(str(s) for s in slices) + "]"
-    lines = ["experiment:", f"  model: ../models/{model}.yaml", "  cluster: ../clusters/aws-p3-16xlarge.yaml",
-             f"  nodes: {nodes}", f"  training: {{global_batch: {batch}, dtype: fp16, optimizer: adam}}", "  plan:",
-             f"    tp: {tp}", f"    pp: {pp}", f"    dp: {dp}", "    micro_batch: 1", f"    schedule: {schedule}",
-             "    virtual_stages: 1", "    sequence_parallel: false", "    recompute: none", "    zero: 0",
-             "    offload: {optimizer: false, activations: 0.0}", "    ep: 1", f"    token_slices: {slices_text}",
-             "    framework: terapipe", "    placement: tp-pp-dp", "  measured:"]
-    lines += [f"    {x}" for x in measured]
-    lines.append(f"  notes: \"{notes} {COMMON} Written by scenarios/tools/terapipe_experiments.py.\"")
-    with open(os.path.join(ROOT, "experiments", name + ".yaml"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("wrote", name)
+    plan = [f"tp: {tp}", f"pp: {pp}", f"dp: {dp}", "micro_batch: 1", f"schedule: {schedule}", "virtual_stages: 1",
+            "sequence_parallel: false", "recompute: none", "zero: 0", "offload: {optimizer: false, activations: 0.0}",
+            "ep: 1", "token_slices: [" + ", ".join(str(s) for s in slices) + "]", "framework: terapipe",
+            "placement: tp-pp-dp"]
+    write_experiment(name, model, "aws-p3-16xlarge", nodes * 8, f"{{global_batch: {batch}, dtype: fp16, optimizer: adam}}",
+                     plan, measured, f"{notes} {COMMON} Written by scenarios/tools/terapipe_experiments.py.")
 
 
 def pair(prefix, model, nodes, batch, tp, pp, dp, setting, without, with_, slices, with_source, slices_note):
