@@ -115,13 +115,35 @@ CommParams CommParams::nccl_defaults(double compute_capability) {
   // Blackwell. nvlsEfficiency = {0, 0, 0.85, 0.74}; llMaxBws[...][0] (one node) = 39.0 Volta,
   // 87.7 Ampere, 141.0 Hopper, 2*141.0 Blackwell. The 2- and >2-node LL caps stay the CPU rows
   // (Intel 39.0 / 20.4) that nccl_defaults() uses: NCCL picks those by CPU vendor, not by GPU.
+  //
+  // Rings of 2 and 4 GPUs inside an NVSwitch node reach less bus bandwidth than a ring of all 8:
+  // nccl-tests (all_gather_perf / reduce_scatter_perf / all_reduce_perf, fp16, out-of-place, 512
+  // MiB) in ai-dynamo/aiconfigurator @ 095f58a, systems/data/<gpu>/comm/nccl/<version>/
+  // nccl_perf.parquet (collector/network/collect_nccl.py), each ring collective's 2- and 4-GPU
+  // busbw over its 8-GPU busbw, averaged over the collectives that run a ring at 8 GPUs (Hopper
+  // and Blackwell all-reduce 8 GPUs by NVLink SHARP, so there all-gather and reduce-scatter only)
+  // and over the tables of the generation:
+  //   A100-SXM4-80GB (NCCL 2.27.3): all-reduce 0.868 / 0.975, all-gather 0.730 / 0.933,
+  //     reduce-scatter 0.782 / 0.954 -> 0.793 / 0.954;
+  //   H100 SXM (2.23, 2.27.3, 2.29.2) and H200 SXM (2.26.2, 2.29.2): all-gather 0.756-0.771 /
+  //     0.940-0.948, reduce-scatter 0.726-0.744 / 0.920-0.924 -> 0.750 / 0.933;
+  //   B200 (2.28.9, 2.29.2) and B300 (2.27, 2.29.2): all-gather 0.696-0.718 / 0.914-0.922,
+  //     reduce-scatter 0.664-0.679 / 0.900-0.908 -> 0.692 / 0.911.
+  // Volta's NVSwitch (DGX-2) was not measured: 1.
   if (compute_capability >= 10.0) {
     p.nvls_efficiency = 0.74;
     p.ll_max_bus_bandwidth[0] = gigabytes_per_s(2 * 141.0);
+    p.nvswitch_pair_fraction = 0.692;
+    p.nvswitch_quad_fraction = 0.911;
   } else if (compute_capability >= 9.0) {
     p.nvls_efficiency = 0.85;
     p.ll_max_bus_bandwidth[0] = gigabytes_per_s(141.0);
-  } else if (compute_capability > 0 && compute_capability < 8.0) {
+    p.nvswitch_pair_fraction = 0.750;
+    p.nvswitch_quad_fraction = 0.933;
+  } else if (compute_capability >= 8.0) {
+    p.nvswitch_pair_fraction = 0.793;
+    p.nvswitch_quad_fraction = 0.954;
+  } else if (compute_capability > 0) {
     p.ll_max_bus_bandwidth[0] = gigabytes_per_s(39.0);
   }
   return p;
@@ -221,7 +243,15 @@ void CommModel::check_group(const CommGroup& g) const {
 BytesPerSecond CommModel::intra_bandwidth(int ranks_in_node) const {
   const BytesPerSecond link = cluster_.intra.bandwidth;
   switch (cluster_.intra.kind) {
-    case IntraFabric::nvswitch: return link * params_.nvlink_efficiency;
+    case IntraFabric::nvswitch: {
+      // The measured 2- and 4-GPU fractions (nccl_defaults), interpolated in log2 of the size.
+      const double x = std::log2(std::max(2, ranks_in_node));
+      const double share = x <= 2.0 ? params_.nvswitch_pair_fraction +
+                                          (x - 1.0) * (params_.nvswitch_quad_fraction - params_.nvswitch_pair_fraction)
+                                    : params_.nvswitch_quad_fraction + std::min(1.0, x - 2.0) *
+                                                                           (1.0 - params_.nvswitch_quad_fraction);
+      return link * (params_.nvlink_efficiency * share);
+    }
     case IntraFabric::nvlink_mesh: {
       const double share = ranks_in_node >= 8   ? 1.0
                            : ranks_in_node >= 3 ? params_.mesh_quad_fraction

@@ -118,6 +118,11 @@ struct CommParams {
   // mesh) that a group of 2 or of 3..7 GPUs can use.
   double mesh_pair_fraction = 0.0;
   double mesh_quad_fraction = 0.0;
+  // Bus bandwidth a ring of 2 (of 4) GPUs of one NVSwitch node reaches, as a fraction of what a
+  // ring of all 8 reaches (nccl-tests; 1 where the generation was not measured). Groups of 3 and
+  // 5..7 interpolate in log2 of their size; 8 and more get the whole NVSwitch rate.
+  double nvswitch_pair_fraction = 1.0;
+  double nvswitch_quad_fraction = 1.0;
   // Protocol and algorithm bandwidth factors (NCCL tuner, ncclTopoTuneModel).
   double ll_bandwidth_fraction = 0.0;     // ring LL
   double ll128_bandwidth_fraction = 0.0;  // ring/tree LL128

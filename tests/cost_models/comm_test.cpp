@@ -352,6 +352,51 @@ TEST(CommModel, MeshAndPcieNodes) {
   EXPECT_EQ(mp.estimate(Collective::all_reduce, 1_GiB, node).bottleneck, CommLink::pcie);
 }
 
+// Rings of 2 and 4 GPUs in an NVSwitch node against nccl-tests (fp16, out-of-place, 512 MiB) in
+// ai-dynamo/aiconfigurator @ 095f58a systems/data/<gpu>/comm/nccl/<version>/nccl_perf.parquet:
+// busbw of the 2- and 4-GPU ring over that of the 8-GPU ring, per collective. A100-SXM4-80GB,
+// NCCL 2.27.3: all-reduce 193 / 217 / 222 GB/s (2 / 4 / 8 GPUs), all-gather 150 / 192 / 205,
+// reduce-scatter 167 / 203 / 213; H100 SXM, NCCL 2.29.2: all-gather 258 / 318 / 335,
+// reduce-scatter 249 / 310 / 336 (its 8-GPU all-reduce runs NVLS, not a ring). The model keeps one
+// fraction per group size (the collectives' mean), so each collective within 0.075 of it (A100's
+// spread: all-reduce 0.869, all-gather 0.732 at 2 GPUs); without the fractions every ratio is 1.
+TEST(CommModel, SmallNvSwitchRingsReachLessThanTheWholeNode) {
+  struct Row {
+    double cc;
+    Collective c;
+    double bw2, bw4, bw8;
+  };
+  const Row rows[] = {{8.0, Collective::all_reduce, 193, 217, 222},
+                      {8.0, Collective::all_gather, 150, 192, 205},
+                      {8.0, Collective::reduce_scatter, 167, 203, 213},
+                      {9.0, Collective::all_gather, 258, 318, 335},
+                      {9.0, Collective::reduce_scatter, 249, 310, 336}};
+  for (const Row& r : rows) {
+    ClusterSpec c = r.cc < 9.0 ? selene_like() : dgx_h100_like();
+    c.gpu.compute_capability = r.cc;
+    const CommModel m(c);
+    auto bus = [&](int n) {
+      return busbw_GBps(m, r.c, 512_MiB, {.ranks = n, .ranks_per_node = n, .nodes = 1}, CommAlgorithm::ring,
+                        r.cc < 9.0 ? "A100" : "H100");
+    };
+    const double b2 = bus(2), b3 = bus(3), b4 = bus(4), b8 = bus(8);
+    EXPECT_NEAR(b2 / b8, r.bw2 / r.bw8, 0.075) << to_string(r.c) << " cc " << r.cc;
+    EXPECT_NEAR(b4 / b8, r.bw4 / r.bw8, 0.075) << to_string(r.c) << " cc " << r.cc;
+    // A group of 3 sits between the pair and the quad.
+    EXPECT_GT(b3, b2);
+    EXPECT_LT(b3, b4);
+  }
+  // Without a measured generation (Volta's DGX-2, or no compute capability) the whole-node rate.
+  ClusterSpec volta = selene_like();
+  volta.gpu.compute_capability = 7.0;
+  const CommModel mv(volta);
+  const double v2 = busbw_GBps(mv, Collective::all_gather, 512_MiB, {.ranks = 2, .ranks_per_node = 2, .nodes = 1},
+                               CommAlgorithm::ring, "V100");
+  const double v8 = busbw_GBps(mv, Collective::all_gather, 512_MiB, {.ranks = 8, .ranks_per_node = 8, .nodes = 1},
+                               CommAlgorithm::ring, "V100");
+  EXPECT_NEAR(v2 / v8, 1.0, 0.01);  // only the ring's latency share differs
+}
+
 // Switch tiers (cluster.inter_node.tiers). Hand computations: one NDR NIC per GPU, 400 Gb/s x 0.96 =
 // 48 GB/s per rank when one rank per node; pods of P nodes joined 1:7.
 namespace {
