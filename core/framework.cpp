@@ -32,6 +32,44 @@ constexpr ElementwiseTraffic kMegatron2021Traffic{
     .embedding_forward = 6, .embedding_backward = 6, .embedding_launches = 2,
     .loss_forward = 38, .loss_backward = 14, .loss_launches_forward = 6, .loss_launches_backward = 2};
 
+/// TeraPipe's layer as its evaluation code runs it (zhuohan123/terapipe @ e2cc51f,
+/// transformer_models.py ModelParallelTransformerLayer and ModelParallelMultiheadLMAttentionWithCache,
+/// mpu/layers.py; eager PyTorch 1.7-1.8 on fp16 modules under --mixed-precision; no dropout
+/// anywhere), kernel by kernel:
+///  norms: two nn.LayerNorm in fp16, read 2 and write 2 each (8 in 2 launches); backward each
+///   norm's input-gradient kernel (read dy and x, write dx: 6) and gamma/beta kernel (read dy and
+///   x: 4), 20 in 4 launches.
+///  residual, per (tokens, hidden) element: at each site the in-place `x += y` (read 2 + 2, write
+///   2) and, after the row-parallel all-reduce, the bias add `output_ + bias` (read 2, write 2):
+///   20 in 4 launches; backward the two gradient paths summed at each fork (read 2 + 2, write 2):
+///   12 in 2.
+///  layout, per (tokens, hidden / t) element: F.linear on a 3-D input is a matmul followed by an
+///   in-place bias add (PyTorch 1.7 torch/nn/functional.py), so the QKV output's bias (3 x 4);
+///   q * scaling (2 + 2); the new K and V copied into the attention cache (_AssignCache: 2 x 4);
+///   the attention output's transpose_(0, 1).contiguous() (2 + 2): 28 in 5 launches. Backward the
+///   chunk's gradient, a cat of dq, dk and dv (read 6, write 6), the scaling's (2 + 2), and the
+///   cache slice's gradient: a zero-filled K and V buffer (2 x 2) with the slice copied in (2 x
+///   4): 28 in 5 launches. (For a token slice that buffer spans the whole sequence, and the slice's
+///   cache gradient is added into the prefix's: O(sequence) per slice, about 0.1 ms per 16-token
+///   slice of a GPT3-175B layer at op 4; left out.)
+///  activation, per (tokens, ffn / t) element: fc1's bias add and relu_, both in place (2 + 2
+///   each): 8; backward relu's threshold_backward (read dy and y, write dx): 6.
+///  bias gradients: each Linear's, a reduction reading its output gradient (2 per element).
+///  scores (the unfused attention, per query-key element): the causal mask added in place (read
+///   the scores and the broadcast mask, write the scores: 6), F.softmax(..., dtype=torch.float32)
+///   (ATen's half-to-float softmax: read 2, write 4) and .type_as back to fp16 (read 4, write 2):
+///   18; backward the cast's gradient to fp32 (read 2, write 4) and the half-to-float softmax
+///   backward (read y and dy in fp32, write dx in fp16: 10): 16.
+///  No embedding or loss: TeraPipe times transformer layers only (the last stage's loss is the mean
+///  of its output).
+constexpr ElementwiseTraffic kTerapipe2021Traffic{
+    .norms_forward = 8, .norms_backward = 20, .norms_launches_forward = 2, .norms_launches_backward = 4,
+    .residual_forward = 20, .residual_backward = 12, .residual_launches_forward = 4, .residual_launches_backward = 2,
+    .layout_forward = 28, .layout_backward = 28, .layout_launches_forward = 5, .layout_launches_backward = 5,
+    .activation_forward = 8, .activation_backward = 6,
+    .bias_grad = 2,
+    .score_forward = 18, .score_backward = 16};
+
 /// Eager PyTorch under torch.autocast(bf16) on fp32 parameters, kernel by kernel, per (tokens,
 /// hidden) element (../shared/bench/torch_gpt_baseline.py's block: pre-LayerNorm, SDPA, GeLU-tanh):
 ///  forward: each LayerNorm runs in fp32 (autocast's fp32 list) reading and writing 4 + 4, and its
@@ -453,6 +491,7 @@ std::array<FrameworkTraits, 9> make_table() {
                                    "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "
                                    "mpu/initialize.py, test_transformer_terapipe.py)");
   terapipe.has_embedding_and_head = terapipe.last_stage_embedding_copy = false;
+  terapipe.elementwise = kTerapipe2021Traffic;
   // One whole tensor per stage boundary, from the last TP rank of a stage to the first of the
   // next over a 2-rank NCCL group, which broadcasts it to its TP group over NVLink.
   terapipe.send_forward = terapipe.send_backward = PipelineSend::one_rank_broadcast;

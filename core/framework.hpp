@@ -63,6 +63,12 @@ struct ElementwiseTraffic {
   /// 16 bits in the forward (read 4, write 2) and the cast of its 16-bit gradient back to fp32 in
   /// the backward (read 2, write 4); zero where weights are stored in 16 bits.
   double weight_cast_forward = 0, weight_cast_backward = 0;
+  /// Unfused attention only: bytes per (query, key) score element that the kernels between its two
+  /// GEMMs move, beyond what the GEMMs write and read. Megatron-LM's fused scale-mask-softmax on
+  /// 16-bit scores (read and write: 4) and attention dropout (read, write, 1-byte mask: 5);
+  /// backward the softmax's gradient (read y and dy, write dx: 6) and dropout's (read dy and the
+  /// mask, write dx: 5).
+  double score_forward = 9, score_backward = 11;
 };
 
 /// The precision recipe: how many bytes each kind of element takes, for 16-bit (bf16/fp16/fp8)

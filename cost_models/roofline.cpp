@@ -579,13 +579,13 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     // dQ = dS K and dK = dS^T Q each read it.
     const double gemm_fwd = rc.has_gemm_profile() ? 0.0 : 4.0, gemm_bwd = rc.has_gemm_profile() ? 0.0 : 8.0;
     const Seconds launch = rc.params().launch_overhead;
-    // Forward: softmax reads and writes (4), dropout reads, writes and writes its mask (5).
-    F.attention_core = qk + av + rc.score_traffic(Bytes((gemm_fwd + 4.0 + 5.0) * scores)) + 2.0 * launch;
+    // Between the GEMMs, the framework's own kernels over the scores (ElementwiseTraffic
+    // score_forward / score_backward: Megatron-LM's fused softmax and dropout, 9 and 11).
+    F.attention_core = qk + av + rc.score_traffic(Bytes((gemm_fwd + tr.score_forward) * scores)) + 2.0 * launch;
     // Backward: dP = dO V^T has QK^T's shape and dQ = dS K has AV's; dV = P^T dO and dK = dS^T Q
-    // are (context x d) over the tokens; softmax backward (reads y and dy, writes dx: 6) and
-    // dropout backward (reads dy and mask, writes dx: 5).
+    // are (context x d) over the tokens.
     const Seconds dv = rc.gemm_math({double(context), d, double(tokens), b * a_local});
-    B.attention_core = qk + av + 2.0 * dv + rc.score_traffic(Bytes((gemm_bwd + 6.0 + 5.0) * scores)) + 2.0 * launch;
+    B.attention_core = qk + av + 2.0 * dv + rc.score_traffic(Bytes((gemm_bwd + tr.score_backward) * scores)) + 2.0 * launch;
   }
   L.op_checkpoint_saved += F.attention_core;
   return L;

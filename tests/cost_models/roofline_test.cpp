@@ -181,6 +181,34 @@ TEST(Roofline, UnfusedAttentionIsGemmMathPlusScoreTrafficByHand) {
   EXPECT_NEAR(t.backward_ops.attention_core.value(), square + 3 * thin + 19.0 * scores / scores_GBps + 6 * kLaunch, 1e-9);
 }
 
+TEST(Roofline, TeraPipesLayerIsPricedAsItsCodeRunsIt) {
+  // The same layer under TeraPipe's own code (zhuohan123/terapipe @ e2cc51f; core/framework.cpp
+  // kTerapipe2021Traffic): per score element its attention adds the causal mask in place (6),
+  // runs a half-to-float softmax (6) and casts back (6) where Megatron-LM's fused kernel and
+  // dropout move 9; backward the cast's and the softmax's gradients (6 + 10) against 11. The
+  // GEMMs are the same, so the attention cores differ by 9 and 5 bytes per score element at the
+  // score bandwidth. Its layout copies (QKV bias add 12, q scaling 4, K and V into the cache 8, the
+  // output's contiguous copy 4: 28 per (token, hidden / t) element, 5 launches) have no Megatron
+  // counterpart (0): the difference is 28 bytes at the streaming bandwidth and 5 launches.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "korthikanti-table4-no-recompute"));
+  Experiment tp = e;
+  tp.plan.framework = Framework::terapipe;
+  tp.plan.schedule = Schedule::gpipe;
+  const LayerTimes mg = layer_times(resolve_execution(e), e.model, e.plan, 2048, 2048, false);
+  const LayerTimes te = layer_times(resolve_execution(tp), tp.model, tp.plan, 2048, 2048, false);
+  const double bh = 4 * 64.0 / 8.0, scores = bh * 2048.0 * 2048.0;
+  const double scores_GBps = 0.689514 * 2039e9, stream_GBps = 0.88 * 2039e9;
+  ASSERT_FALSE(e.plan.sequence_parallel);
+  EXPECT_NEAR((te.forward_ops.attention_core - mg.forward_ops.attention_core).value(), 9.0 * scores / scores_GBps, 1e-9);
+  EXPECT_NEAR((te.backward_ops.attention_core - mg.backward_ops.attention_core).value(), 5.0 * scores / scores_GBps, 1e-9);
+  const double tokens_h_t = 4 * 2048.0 * 6144 / 8;  // micro-batch 4, hidden 6144, tp 8
+  // Both frameworks' residual traffic per (token, hidden): Megatron-LM 14 in 2 launches, TeraPipe
+  // 20 in 4; with the layout copies the dropout_residual op differs by both.
+  const double tokens_h = 4 * 2048.0 * 6144;
+  EXPECT_NEAR((te.forward_ops.dropout_residual - mg.forward_ops.dropout_residual).value(),
+              (28.0 * tokens_h_t + 6.0 * tokens_h) / stream_GBps + 7 * kLaunch, 1e-6 * mg.forward_ops.dropout_residual.value());
+}
+
 TEST(Roofline, SlidingWindowFlashAttentionCountsTheBandOnly) {
   // Causal attention of 8 queries over 8 positions with a window of 3: query j (1-based) sees
   // min(j, 3) keys, 1 + 2 + 3 x 6 = 21 of the 36 a full causal mask allows. Shape scaling off, so
