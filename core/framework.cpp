@@ -370,6 +370,7 @@ std::array<FrameworkTraits, 9> make_table() {
   // --fp8-recipe delayed | tensorwise (TE Float8CurrentScaling, core_r0.13+) through
   // Transformer Engine's modules (megatron/core/extensions/transformer_engine.py).
   megatron_core.fp8_transformer_engine = true;
+  megatron_core.fp8_amax_reduction = true;
   // Under FP8, Transformer Engine's Linear and LayerNormLinear save their quantized inputs (the
   // norms' outputs, the projection's and FC2's inputs; TE v2.x module/linear.py and
   // layernorm_linear.py save the FP8 tensor the GEMM read), its fused attention its 16-bit output

@@ -455,6 +455,15 @@ struct FrameworkTraits {
   /// Float8CurrentScaling (an amax pass and a cast per quantized tensor, FP8 weights cached across
   /// micro-batches); otherwise tensorwise and rowwise mean torchao's dynamic casts.
   bool fp8_transformer_engine = false;
+  /// Under delayed scaling, each FP8 region (Megatron-Core wraps a model chunk's TransformerBlock
+  /// forward in te.fp8_autocast) ends with Transformer Engine's amax reduction: one all-reduce
+  /// (MAX, async_op=False) of the region's amaxes over the stage's tensor-, context- and
+  /// data-parallel ranks (parallel_state.get_amax_reduction_group(with_context_parallel=True),
+  /// the default from core_r0.7.0 on; --tp-only-amax-red, core_r0.10+, narrows it), at the
+  /// region's exit in the forward and after its first module's backward (TE v1.11 fp8.py
+  /// fp8_autocast_exit -> reduce_and_update_fp8_tensors; module/base.py
+  /// reduce_and_update_bwd_fp8_tensors). The compute stream waits for it before the next pass.
+  bool fp8_amax_reduction = false;
 
   /// Why the framework cannot execute `plan` (schedule, sequence parallelism, recompute, ZeRO,
   /// pipeline splits, overlaps, buckets), as the plan field, its value and the rule, naming the

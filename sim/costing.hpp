@@ -97,6 +97,9 @@ struct PlanGroups {
   /// ZeRO's sharding group (the innermost plan.shard_ways() ranks of dp) and the groups that
   /// replicate across it (HSDP; one rank when ZeRO shards over all of dp).
   CommGroup shard, replicate;
+  /// Every rank of one pipeline stage (tp x cp x dp): contiguous under tp-cp-dp-pp placement, tp
+  /// runs of them tp x pp apart under tp-pp-dp (modelled as evenly spread). FP8 amax reductions.
+  CommGroup stage;
   bool pp_crosses_nodes = false;
 };
 PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);

@@ -239,6 +239,7 @@ class Builder {
       ids.push_back(piece(Category::ep_comm, cc.forward_ep_comm, "fwd_ep"));
       ids.push_back(piece(Category::cp_comm, cc.forward_cp_comm, "fwd_cp"));
       ids.push_back(piece(Category::offload, cc.forward_offload_wait, "fwd_offload_wait"));
+      ids.push_back(piece(Category::dp_comm, cc.forward_amax, "fwd_fp8_amax"));
     } else if (op.pass == Pass::weight) {
       ids.push_back(piece(Category::backward, cc.weight_grad, "wgrad"));
     } else {
@@ -251,6 +252,7 @@ class Builder {
       ids.push_back(piece(Category::ep_comm, cc.backward_ep_comm, "bwd_ep"));
       ids.push_back(piece(Category::cp_comm, cc.backward_cp_comm, "bwd_cp"));
       ids.push_back(piece(Category::offload, cc.backward_offload_wait, "bwd_offload_wait"));
+      ids.push_back(piece(Category::dp_comm, cc.backward_amax, "bwd_fp8_amax"));
     }
     std::optional<TaskId> first, last;
     for (auto& i : ids)

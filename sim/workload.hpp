@@ -69,6 +69,10 @@ struct ChunkCosts {
   /// reduce-scatters) that prefetch does not hide behind its compute (sim/costers.hpp,
   /// exposed_under_prefetch). Counted as data-parallel communication.
   Seconds forward_dp_comm, backward_dp_comm;
+  /// FP8 delayed scaling's amax all-reduce over the stage's TP x CP x DP ranks at the end of the
+  /// chunk's forward and of its backward (FrameworkTraits::fp8_amax_reduction); counted as
+  /// data-parallel communication.
+  Seconds forward_amax, backward_amax;
 };
 
 /// Everything the graph builder needs, already costed by the cost models.

@@ -167,7 +167,7 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // -5.2%; 3.4% / 9.7% over 11. Nemotron-340B stays out (no committed config of its shape).
       // Session 39: the overlapped interleaved sends (the launcher yamls' overlap_p2p_comm true):
       // Llama 2 13B -9.7 -> -3.1%, Nemotron 22B -5.2 -> +0.9%: 1.8% / 4.5%.
-      {"NeMo 24.07 on DGX H100 (Megatron-Core, FP8)", {1.6, 4.6}},
+      {"NeMo 24.07 on DGX H100 (Megatron-Core, FP8)", {1.5, 4.6}},
       // Session 21: Megatron-Bridge's Qwen3 MoE rows (Megatron-Core's folded EP, all-to-all
       // dispatcher, EP overlap, TE current scaling); the two 25.09 token-dropping rows pin NCCL's
       // all-to-all efficiency on H100, the two dropless EP-overlap rows predict (-6.5%, -12.1%).
@@ -236,7 +236,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // Session 39: the overlapped interleaved sends (NeMo 2.0's MegatronCommOverlapCallback sets
       // overlap_p2p_comm for VP > 1): DeepSeek-V3 +15.5 / +9.7 -> +12.0 / +6.2%, Nemotron-4 340B
       // -2.0 / -2.6 -> -0.4 / -0.1%, Grok-1 FP8 +11.4 -> +15.9%: 4.5% / 15.9%.
-      {"DGX Cloud benchmarking recipes on H100 (NeMo 2.0)", {4.3, 15.9}},
+      // Session 41: delayed scaling's per-chunk amax all-reduce over tp x cp x dp (TE v1.11):
+      // the FP8 rows at scale 0.3-2 points slower (GPT-3 175B on 2048 GPUs +11.1 -> +9.1%).
+      {"DGX Cloud benchmarking recipes on H100 (NeMo 2.0)", {4.2, 14.9}},
       // Session 34: the same repository's tag v24.11.1 (NeMo 24.09, NeMo 1.0 with Megatron-Core):
       // Nemotron-4 15B (TP 4, 16 and 1024 GPUs) and 340B (TP 8, PP 8, VP 12, selective recompute on
       // FlashAttention-2, 128 and 1024 GPUs), BF16 and FP8, once squared ReLU could be written down,
@@ -257,7 +259,7 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // Nemotron-4 340B rows through configure.sh): GPT-3 175B +1.4 / +0.6 / +1.4 / +4.9 -> +5.6 /
       // +6.9 / +5.6 / +11.4%, Llama 3.1 70B FP8 +10.6 -> +12.8%, Nemotron-4 340B -3.9 .. -1.4 ->
       // -2.3 .. +0.9%: 4.0% / 12.8%.
-      {"DGX Cloud benchmarking recipes on H100 (NeMo 24.05 and 24.09, 2024)", {3.9, 12.5}},
+      {"DGX Cloud benchmarking recipes on H100 (NeMo 24.05 and 24.09, 2024)", {3.7, 12.3}},
       // Session 21: Korthikanti's Table 5 (whole iterations, Selene; +8.1% the 1T row at 1F1B with
       // pp 64) and the Megatron-LM repository's 2020 scaling table (V100 within 4.4%; the A100 rows
       // of the first A100 software 4-11% slower than predicted).

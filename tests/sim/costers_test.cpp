@@ -669,6 +669,36 @@ TEST(CostLayerChunks, TransformerEngineGathersBothWaysInFp8) {
   EXPECT_NEAR(b.c.chunk[0][0][0].backward_tp_comm.value(), layers * (2 * ag + 2 * rs), 1e-9);
 }
 
+TEST(CostLayerChunks, DelayedScalingReducesAmaxesOverTheStagesRanks) {
+  // The same row: Transformer Engine's delayed scaling ends each model chunk's FP8 region with an
+  // all-reduce of its amaxes over the stage's tp x dp ranks (Megatron-Core's amax reduction group),
+  // forward (12 bytes per GEMM module, four a layer) and backward (8), once per micro-batch and
+  // chunk, not per token slice or layer. Here tp 4 x dp 4 = 16 ranks, two nodes of 8.
+  const Experiment ex = load_experiment(resolve_scenario("experiments", "nemo2407-gpt3-175b-128xh100-fp8"));
+  ASSERT_EQ(ex.training.fp8_scaling, Fp8Scaling::delayed);
+  ASSERT_EQ(ex.plan.tp * ex.plan.dp * ex.plan.cp, 16);
+  Costed k(ex);
+  cost_layer_chunks(k.in(), k.c);
+  const double layers = double(cost_models::chunk_layers(ex.model, ex.plan, 0, 0).size());
+  const CommGroup stage{.ranks = 16, .ranks_per_node = 8, .nodes = 2};
+  EXPECT_EQ(plan_groups(ex.plan, ex.cluster).stage.ranks, 16);
+  EXPECT_EQ(plan_groups(ex.plan, ex.cluster).stage.nodes, 2);
+  const ChunkCosts& cc = k.c.chunk[0][0][0];
+  EXPECT_NEAR(cc.forward_amax.value(), k.comm.time(Collective::all_reduce, Bytes(48.0 * layers), stage).value(), 1e-15);
+  EXPECT_NEAR(cc.backward_amax.value(), k.comm.time(Collective::all_reduce, Bytes(32.0 * layers), stage).value(), 1e-15);
+  EXPECT_GT(cc.forward_amax, Seconds(5e-6));  // latency-bound: tens of microseconds
+  // Current scaling (and bf16) reduce no amaxes across data-parallel ranks.
+  for (const bool bf16 : {false, true}) {
+    Experiment other = ex;
+    if (bf16) other.training.dtype = Dtype::bf16;
+    else other.training.fp8_scaling = Fp8Scaling::tensorwise;
+    Costed o(other);
+    cost_layer_chunks(o.in(), o.c);
+    EXPECT_EQ(o.c.chunk[0][0][0].forward_amax, Seconds(0));
+    EXPECT_EQ(o.c.chunk[0][0][0].backward_amax, Seconds(0));
+  }
+}
+
 TEST(CostLayerChunks, UnevenInterleavedChunksHoldTheirOwnLayers) {
   // 24 layers on pp 2 x v 2 with chunks [5, 7, 6, 6] in stage order (generic; stage k on rank
   // k mod 2 as chunk k / 2): rank 0 holds layers 0-4 (chunk 0) and 12-17 (chunk 1), rank 1 holds
