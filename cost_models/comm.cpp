@@ -244,12 +244,11 @@ BytesPerSecond CommModel::intra_bandwidth(int ranks_in_node) const {
   const BytesPerSecond link = cluster_.intra.bandwidth;
   switch (cluster_.intra.kind) {
     case IntraFabric::nvswitch: {
-      // The measured 2- and 4-GPU fractions (nccl_defaults), interpolated in log2 of the size.
+      // The measured 2- and 4-GPU fractions (nccl_defaults), interpolated in log2 of the size:
+      // x = 1 for a pair, 2 for a quad, 3 (and beyond) for the whole 8-GPU rate.
       const double x = std::log2(std::max(2, ranks_in_node));
-      const double share = x <= 2.0 ? params_.nvswitch_pair_fraction +
-                                          (x - 1.0) * (params_.nvswitch_quad_fraction - params_.nvswitch_pair_fraction)
-                                    : params_.nvswitch_quad_fraction + std::min(1.0, x - 2.0) *
-                                                                           (1.0 - params_.nvswitch_quad_fraction);
+      const double pair = params_.nvswitch_pair_fraction, quad = params_.nvswitch_quad_fraction;
+      const double share = x <= 2.0 ? std::lerp(pair, quad, x - 1.0) : std::lerp(quad, 1.0, std::min(1.0, x - 2.0));
       return link * (params_.nvlink_efficiency * share);
     }
     case IntraFabric::nvlink_mesh: {

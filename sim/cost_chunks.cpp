@@ -264,7 +264,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
   const bool ep_paired = p.ep_overlap || p.schedule == Schedule::dualpipe;
   const bool amax_reduced = in.x.framework->fp8_amax_reduction && in.x.dtype == Dtype::fp8 &&
                             in.x.fp8_scaling == Fp8Scaling::delayed;
-  const PlanGroups groups = plan_groups(p, in.e.cluster);
+  const CommGroup amax_group = amax_reduced ? plan_groups(p, in.e.cluster).stage : CommGroup{};
   for (int s = 0; s < p.pp; ++s) {
     const double paired_share = ep_paired && m.moe ? ep_overlap_paired_share(p, s, micro_batches) : 0.0;
     const int stage_layer_count = int(cost_models::stage_layers(m, p, s).size());
@@ -320,19 +320,20 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
         }
         cc.backward += accumulate;
         cc.weight_grad += accumulate;
-        // Transformer Engine's delayed scaling ends each chunk's FP8 region with an amax all-reduce
-        // over the stage's ranks, forward and backward (FrameworkTraits::fp8_amax_reduction): a
-        // handful of fp32 amaxes per GEMM module (input, weight and output forward, 12 bytes;
-        // output and input gradients backward, 8), four modules a layer; latency-bound.
-        if (k == 0 && amax_reduced) {
-          cc.forward_amax = in.comm.time(Collective::all_reduce, Bytes(4 * 12.0 * per_chunk), groups.stage);
-          cc.backward_amax = in.comm.time(Collective::all_reduce, Bytes(4 * 8.0 * per_chunk), groups.stage);
-        }
-        // Calibrated host time (cost_models/calibrated.hpp) per micro-batch and stage, split over
-        // its chunks and between forward and backward.
         if (k == 0) {
+          // Calibrated host time (cost_models/calibrated.hpp) per micro-batch and stage, split over
+          // its chunks and between forward and backward.
           cc.forward += in.x.calibrated.slot_overhead / (2.0 * v);
           cc.backward += in.x.calibrated.slot_overhead / (2.0 * v);
+          // Transformer Engine's delayed scaling ends each chunk's FP8 region with an amax
+          // all-reduce over the stage's ranks, forward and backward (FrameworkTraits::
+          // fp8_amax_reduction): a handful of fp32 amaxes per GEMM module (input, weight and output
+          // forward, 12 bytes; output and input gradients backward, 8), four modules a layer;
+          // latency-bound.
+          if (amax_reduced) {
+            cc.forward_amax = in.comm.time(Collective::all_reduce, Bytes(4 * 12.0 * per_chunk), amax_group);
+            cc.backward_amax = in.comm.time(Collective::all_reduce, Bytes(4 * 8.0 * per_chunk), amax_group);
+          }
         }
       }
     }
