@@ -160,9 +160,15 @@ FORESIGHT_ENUM_NAMES(CrossEntropyFusion, {CrossEntropyFusion::none, "none"}, {Cr
 /// How context-parallel ranks exchange keys and values: a ring of cp - 1 send/recv steps, each
 /// overlapped with the attention block it feeds (Megatron-Core / Transformer Engine's p2p ring,
 /// torchtitan's ring attention), or one all-gather of K and V before attention and a
-/// reduce-scatter of their gradients after it (Llama 3, Dubey et al. 2024 sec. 3.3.2).
-enum class CpComm { ring, all_gather };
-FORESIGHT_ENUM_NAMES(CpComm, {CpComm::ring, "ring"}, {CpComm::all_gather, "all-gather"});
+/// reduce-scatter of their gradients after it (Llama 3, Dubey et al. 2024 sec. 3.3.2), or
+/// all-to-alls that trade the sequence split for a head split around attention: Q, K and V in,
+/// the output back, each rank attending over the whole sequence with heads / cp of its heads
+/// (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv:2309.14509; Transformer Engine's cp_comm_type
+/// "a2a", Megatron-Core's --cp-comm-type a2a).
+enum class CpComm { ring, all_gather, all_to_all };
+inline constexpr int kCpComms = 3;
+FORESIGHT_ENUM_NAMES(CpComm, {CpComm::ring, "ring"}, {CpComm::all_gather, "all-gather"},
+                     {CpComm::all_to_all, "all-to-all"});
 
 /// The FFN's activation. Gated ones (SwiGLU: Shazeer 2020, "GLU Variants Improve Transformer";
 /// Llama, Qwen, Mixtral, DeepSeek) multiply an activated gate projection by an up projection:

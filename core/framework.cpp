@@ -341,6 +341,9 @@ std::array<FrameworkTraits, 9> make_table() {
   // --context-parallel-size with Transformer Engine's p2p ring attention (core_r0.8.0,
   // megatron/core/parallel_state.py; TE attention.py AttnFuncWithCPAndKVP2P).
   megatron_core.context_parallel = true;
+  // --cp-comm-type p2p / all_gather / a2a (core_r0.10.0 megatron/training/arguments.py, passed
+  // to TE's DotProductAttention; a2a is AttnFuncWithCPAndQKVOA2A, DeepSpeed-Ulysses' exchange).
+  megatron_core.cp_comms[int(CpComm::all_to_all)] = true;
   // --fp8-param-gather (megatron/training/arguments.py; the distributed optimizer gathers the FP8
   // parameters, TE keeping each one's FP8 transpose beside it).
   megatron_core.fp8_param_gather = true;
@@ -677,6 +680,7 @@ std::array<FrameworkTraits, 9> make_table() {
   generic.mtp = true;
   generic.activations.fp8_linear_inputs = true;
   generic.context_parallel = true;
+  generic.cp_comms[int(CpComm::all_to_all)] = true;
   generic.fp8_param_gather = true;
   generic.tp_overlap = true;
   generic.microbatch_recompute = true;
@@ -859,6 +863,11 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.cp", count(p.cp),
               "needs a framework that runs context parallelism (" + me + " does not: " +
                   those_that_do([](const FrameworkTraits& t) { return t.context_parallel; }) + ")");
+  if (p.cp > 1 && !cp_comms[int(p.cp_comm)])
+    return violation("plan.cp_comm", to_string(p.cp_comm),
+              me + " does not exchange context-parallel keys and values this way (" +
+                  those_that_do([&](const FrameworkTraits& t) { return t.context_parallel && t.cp_comms[int(p.cp_comm)]; }) +
+                  ")");
   if (p.tp_overlap && !tp_overlap)
     return violation("plan.tp_overlap", "true",
               me + " does not overlap TP communication (" +

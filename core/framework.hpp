@@ -347,6 +347,9 @@ struct FrameworkTraits {
   bool moe_zero3 = true;
   /// Runs context parallelism (plan.cp > 1).
   bool context_parallel = false;
+  /// The K/V exchanges it runs context parallelism with (plan.cp_comm, indexed by CpComm): a
+  /// ring, one all-gather, or Ulysses-style all-to-alls around attention.
+  bool cp_comms[kCpComms] = {true, true, false};
   /// Context parallelism is PyTorch's experimental context_parallel around SDPA
   /// (torch/distributed/tensor/experimental/_attention.py, 2024-25): it exchanges K and V as SDPA
   /// receives them, so with GQA after the model's repeat_kv (every query head's copy), and in the

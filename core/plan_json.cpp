@@ -269,7 +269,8 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
     s << " --cpu-offloading-num-layers " << std::lround(q.offload.activations * p.model.layers);
   if (q.tp_overlap) s << " --tp-comm-overlap";
   if (q.cp > 1)
-    s << " --context-parallel-size " << q.cp << " --cp-comm-type " << (q.cp_comm == CpComm::ring ? "p2p" : "all_gather");
+    s << " --context-parallel-size " << q.cp << " --cp-comm-type "
+      << (q.cp_comm == CpComm::ring ? "p2p" : q.cp_comm == CpComm::all_gather ? "all_gather" : "a2a");
   if (p.model.kv_heads != p.model.heads) s << " --group-query-attention --num-query-groups " << p.model.kv_heads;
   if (p.model.moe)
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k

@@ -530,7 +530,14 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     // holds their fp32 gradients: the accumulator and the ring's in-flight copy.
     const bool torch_sdpa = fw.cp_torch_sdpa && !model.mla;
     const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) * cp_kv_width(fw, model, plan);
-    bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
+    if (plan.cp_comm == CpComm::all_to_all) {
+      // One layer's Q, K and V twice: the head-grouped copies going out and the whole-sequence
+      // head groups coming back (the output's exchange, smaller, reuses the space).
+      const double q = a * plan.micro_batch * plan.local_tokens(model) * model.q_width() / plan.tp;
+      bytes += Bytes(2.0 * (q + kv));
+    } else {
+      bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
+    }
     if (torch_sdpa) bytes += Bytes(2.0 * kv * (4.0 / a));
   }
   if (plan.zero >= 3 && plan.shard_ways() > 1) {

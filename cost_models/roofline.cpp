@@ -367,6 +367,17 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     F.dropout_residual += stream(tr.kv_repeat, 2.0 * T * (q + kv_dim) / t, 2);
     B.dropout_residual += stream(tr.kv_repeat, 2.0 * T * (q + kv_dim) / t, 2);
   }
+  // All-to-all context parallelism copies every tensor it exchanges twice, once on each side of
+  // its all-to-all (Transformer Engine's flash_attn_a2a_communicate in Megatron-Core's sbhd
+  // layout: movedim(...).contiguous() to group the heads by destination, index_select to put the
+  // 2 cp sequence chunks back in order): Q, K, V and the output forward, dO and dQ, dK, dV
+  // backward, each copy reading and writing the tensor once.
+  const bool a2a = p.cp > 1 && p.cp_comm == CpComm::all_to_all;
+  if (a2a) {
+    const double exchanged = T * (2.0 * q / t + 2.0 * std::max(kv_dim / t, d));
+    F.dropout_residual += stream(8.0, exchanged, 8);  // 2 copies x (read + write) x 2 bytes
+    B.dropout_residual += stream(8.0, exchanged, 8);
+  }
 
   // FFN, or for MoE layers the experts on this GPU processing their share of routed tokens.
   double ffn_tokens = T;
@@ -555,7 +566,10 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   if (x.attention != AttentionImpl::unfused) {
     // MLA: QK^T over nope + rope dims, AV over v dims: the mean head width gives both FLOPs.
     const double d_attn = m.mla ? (q + v_w) / (2.0 * m.heads) : d;
-    F.attention_core = rc.flash_forward(b * a_local, tokens, context, d_attn, causal, window);
+    // All-to-all context parallelism attends with heads / cp of the rank's heads over the whole
+    // sequence (cp x its tokens, against the whole-sequence context its caller passes).
+    const double heads = a2a ? a_local / p.cp : a_local, queries = a2a ? double(tokens) * p.cp : double(tokens);
+    F.attention_core = rc.flash_forward(b * heads, queries, context, d_attn, causal, window);
     B.attention_core = 2.5 * (F.attention_core - rc.params().launch_overhead) + rc.params().launch_overhead;
     if (m.mla && x.attention == AttentionImpl::cudnn) {
       // cuDNN's MLA kernels lose speed to the wider query/key head (cudnn_mla_attention_factor);

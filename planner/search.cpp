@@ -144,13 +144,23 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
   const FrameworkTraits& fw = framework_traits(r.framework);
   // Context parallelism where the framework runs it, while each rank keeps at least 2048 tokens
   // of a sequence (below that its K/V exchange outweighs the attention it splits).
-  std::vector<int> cps{1};
+  // The exchange: the ring where the framework runs it (overlapped with attention blocks), and
+  // the all-to-alls where it runs them (whole-sequence attention over a head group; the heads
+  // must split over cp, checked per tp below).
+  std::vector<std::pair<int, CpComm>> cps{{1, CpComm::ring}};
   if (fw.context_parallel)
     for (int cp = 2; cp <= 32 && m.seq_len / cp >= 2048; cp *= 2)
-      if (m.seq_len % (2 * cp) == 0) cps.push_back(cp);
+      if (m.seq_len % (2 * cp) == 0)
+        for (CpComm c : {CpComm::ring, CpComm::all_to_all})
+          if (fw.cp_comms[int(c)]) cps.push_back({cp, c});
   for (int tp = 1; tp <= std::min(r.gpus, r.cluster.gpus_per_node); tp *= 2) {
     if (r.gpus % tp != 0) continue;
-    for (int cp : cps) {
+    for (const auto& cp_and_comm : cps) {
+    const int cp = cp_and_comm.first;
+    const CpComm cp_comm = cp_and_comm.second;
+    if (cp_comm == CpComm::all_to_all &&
+        (m.mla || (m.heads / tp) % cp != 0 || std::max(1, m.kv_heads / tp) % cp != 0))
+      continue;
     // An MoE model with context parallelism needs its experts folded over tp x cp x dp
     // (Megatron-Core; check_plan refuses it elsewhere).
     if (cp > 1 && m.moe && !fw.expert_folding) continue;
@@ -235,6 +245,7 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                     PlanSpec p;
                     p.tp = tp;
                     p.cp = cp;
+                    p.cp_comm = cp_comm;
                     p.pp = pp;
                     p.dp = dp;
                     p.micro_batch = mb;
@@ -502,7 +513,7 @@ SearchResult rank_candidates(const SearchRequest& r, long enumerated, std::vecto
   // Deterministic order whatever the threads and shares: by iteration time, then the plan's fields.
   auto key = [](const Candidate& c) {
     const PlanSpec& p = c.plan;
-    return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
+    return std::make_tuple(c.analytic.iteration.value(), p.tp, p.cp, int(p.cp_comm), p.pp, p.first_stage_layers, p.micro_batch, int(p.schedule),
                            p.virtual_stages, int(p.sequence_parallel), int(p.tp_overlap), int(p.recompute), p.recompute_layers,
                            p.partial_recompute_microbatches, p.zero,
                            p.shard_group, p.ep, p.expert_tp, int(p.ep_overlap), int(p.ep_dispatcher),

@@ -111,7 +111,9 @@ Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch
 
 int attention_context(const Experiment& e) {
   const int s = e.model.seq_len;
-  return e.plan.cp > 1 ? (s + s / e.plan.cp) / 2 : s;
+  // The ring's and the all-gather's ranks attend from their two chunks over the keys up to them,
+  // (s + s / cp) / 2 on average; all-to-all ranks over the whole sequence.
+  return e.plan.cp > 1 && e.plan.cp_comm != CpComm::all_to_all ? (s + s / e.plan.cp) / 2 : s;
 }
 
 CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, Seconds attention_backward) {
@@ -141,6 +143,24 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
     // dK, dV in fp32: cp sends, the first cp - 1 under the next block, the last waited for.
     const Seconds dkv = in.comm.time(Collective::send_recv, kv_local * (4.0 / in.x.bytes.activation), pair);
     return {kv_in(block_fwd), kv_in(block_bwd) + double(p.cp - 1) * max(Seconds(0), dkv - block_bwd) + dkv};
+  }
+  if (p.cp_comm == CpComm::all_to_all) {
+    // Before attention this rank's Q, K and V go out head group by head group (a cp-th of the
+    // heads to each rank) and the whole sequence of its own head group comes back; after it the
+    // output returns the same way; the backward runs the mirror image: dO in, dQ, dK, dV out
+    // (Transformer Engine's AttnFuncWithCPAndQKVOA2A, flash_attn_a2a_communicate; DeepSpeed-
+    // Ulysses' DistributedAttention). Every exchange is waited for: attention needs all of Q, K
+    // and V, and the next op all of its output. The bytes per rank are the local tensors'; the
+    // transfer runs at NCCL's all-to-all share of the links (calibrated where measured, as for
+    // MoE token dispatch).
+    const double a = in.x.bytes.activation * p.micro_batch * p.local_tokens(m);
+    const double q_width = m.q_width() / p.tp, kv_width = std::max(m.kv_width() / p.tp, double(m.head_dim()));
+    auto all_to_all = [&](double bytes) {
+      const CommEstimate est = in.comm.estimate(Collective::all_to_all, Bytes(bytes), g.cp);
+      return est.latency + est.transfer / in.x.calibrated.all_to_all_efficiency_scale;
+    };
+    const Seconds qkv = all_to_all(a * (q_width + 2.0 * kv_width)), out = all_to_all(a * q_width);
+    return {qkv + out, out + qkv};
   }
   if (p.cp_comm == CpComm::all_gather) {
     return {in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp),

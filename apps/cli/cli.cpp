@@ -22,6 +22,8 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.cp > 1) {
     s += " cp";
     s += std::to_string(p.cp);
+    if (p.cp_comm == CpComm::all_to_all) s += "(a2a)";
+    if (p.cp_comm == CpComm::all_gather) s += "(all-gather)";
   }
   s += " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp) + " mb" +
                   std::to_string(p.micro_batch) + " " + to_string(p.schedule);

@@ -191,7 +191,7 @@ Command simulate_command() {
             out << j.dump(2) << "\n";
           } else {
             out << "Experiment " << e.name << " on " << e.gpus << " GPUs (" << e.cluster.gpu.name << "), engine "
-                << o->engine << "\n  plan: tp " << e.plan.tp << (e.plan.cp > 1 ? " x cp " + std::to_string(e.plan.cp) : "")
+                << o->engine << "\n  plan: tp " << e.plan.tp << (e.plan.cp > 1 ? " x cp " + std::to_string(e.plan.cp) + " (" + to_string(e.plan.cp_comm) + ")" : "")
                 << " x pp " << e.plan.pp << " x dp " << e.plan.dp
                 << (e.plan.ep > 1 ? ", ep " + std::to_string(e.plan.ep) : "")
                 << (e.plan.etp() != e.plan.tp ? " (expert tp " + std::to_string(e.plan.etp()) + ")" : "")

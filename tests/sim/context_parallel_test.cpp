@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "core/scenario.hpp"
+#include "core/plan_json.hpp"
 #include "cost_models/memory.hpp"
+#include "cost_models/roofline.hpp"
 #include "sim/costers.hpp"
 
 using namespace foresight;
@@ -328,4 +330,95 @@ TEST(ContextParallel, PyTorchSdpaContextParallelHoldsRepeatedKeysAndFp32Gradient
   const double mib = 1048576.0;
   EXPECT_NEAR(cp_buffer(te).value(), 64 * mib, 1.0);
   EXPECT_NEAR(cp_buffer(tt).value(), (256 + 256) * mib, 1.0);
+}
+
+// All-to-all context parallelism (DeepSpeed-Ulysses; Transformer Engine's cp_comm_type "a2a"):
+// tp 2 x cp 4 on the 8B-sized model at 32k tokens, each rank holding 8192 tokens of 16 query and
+// 4 key/value heads before the exchange and 32768 tokens of 4 and 1 after it.
+TEST(ContextParallel, AllToAllTradesTheSequenceSplitForAHeadSplit) {
+  Experiment ring = cp_plan(4), e = cp_plan(4);
+  e.plan.cp_comm = CpComm::all_to_all;
+  validate_experiment(e);
+  Inputs k(e);
+  // Every rank attends over the whole sequence.
+  EXPECT_EQ(attention_context(e), 32768);
+  // Bytes per rank by hand, bf16: Q 2 x 8192 x 16 x 128 = 32 MiB, K and V 2 x 2 x 8192 x 4 x 128
+  // = 16 MiB, the output as Q. Forward: Q, K, V out and back, then the output; backward: dO,
+  // then dQ, dK, dV. Each waited for, at the all-to-all's calibrated share of the links.
+  const double mib = 1048576.0;
+  const CommGroup cp = plan_groups(e.plan, e.cluster).cp;
+  auto a2a = [&](double bytes) {
+    const CommEstimate est = k.comm.estimate(Collective::all_to_all, Bytes(bytes), cp);
+    return est.latency.value() + est.transfer.value() / k.x.calibrated.all_to_all_efficiency_scale;
+  };
+  const double expect = a2a(48 * mib) + a2a(32 * mib);
+  const CpLayerComm c = cp_comm_per_layer(k.in(), Seconds(1), Seconds(1));  // attention cannot hide them
+  EXPECT_NEAR(c.forward.value(), expect, 1e-15);
+  EXPECT_NEAR(c.backward.value(), expect, 1e-15);
+  EXPECT_GT(c.forward.value(), 0.0);
+
+  // Attention: 4 heads over 32768 causal queries, the same score positions as the ring's 16
+  // heads of 8192 queries at its average context (a quarter of the triangle either way).
+  const cost_models::ExecutionModel xr = cost_models::resolve_execution(e);
+  const cost_models::RooflineCompute& rc = xr.roofline();
+  const auto t = cost_models::layer_times(xr, e.model, e.plan, 8192, 32768, false, 0);
+  EXPECT_NEAR(t.forward_ops.attention_core.value(), rc.flash_forward(4, 32768, 32768, 128, true, 0).value(), 1e-15);
+  const double a2a_scores = 4.0 * (32768.0 * 32768 - 32768.0 * 32767 / 2);
+  const double ring_scores = 16.0 * (8192.0 * 20480 - 8192.0 * 8191 / 2);
+  EXPECT_NEAR(a2a_scores / ring_scores, 1.0, 1e-3);
+  // Two copies of every exchanged tensor (read and write, 2 bytes each) forward and backward:
+  // 8192 tokens x (2 x 2048 + 2 x 512) elements of this rank's Q, K, V and output.
+  const auto tr = cost_models::layer_times(xr, ring.model, ring.plan, 8192, attention_context(ring), false, 0);
+  const double copies = 8.0 * 8192 * (2 * 2048 + 2 * 512);
+  EXPECT_NEAR((t.forward_ops.dropout_residual - tr.forward_ops.dropout_residual).value(),
+              rc.memory_bound(Bytes(copies), 8).value(), 1e-15);
+  EXPECT_NEAR((t.backward_ops.dropout_residual - tr.backward_ops.dropout_residual).value(),
+              rc.memory_bound(Bytes(copies), 8).value(), 1e-15);
+
+  // In flight: one layer's Q, K and V twice (going out, coming back): 2 x 48 MiB.
+  Experiment no_cp = e;
+  no_cp.plan.cp = 1;
+  no_cp.plan.dp = e.plan.dp * e.plan.cp;
+  EXPECT_NEAR((cost_models::buffer_bytes(k.x, e.model, e.plan, 0) - cost_models::buffer_bytes(k.x, no_cp.model, no_cp.plan, 0)).value(),
+              96 * mib, 1.0);
+
+  // The launch line asks Megatron-Core for it.
+  ExecutablePlan plan;
+  plan.model = e.model;
+  plan.training = e.training;
+  plan.plan = e.plan;
+  plan.gpus = e.gpus;
+  EXPECT_NE(megatron_arguments(plan).find("--context-parallel-size 4 --cp-comm-type a2a"), std::string::npos);
+  const Prediction p = predict(e, EngineKind::analytic);
+  EXPECT_TRUE(check_prediction(p).empty()) << check_prediction(p).front();
+  EXPECT_GT(p.breakdown.cp_comm.value(), 0.0);
+}
+
+TEST(ContextParallel, AllToAllRules) {
+  Experiment e = cp_plan(4);
+  e.plan.cp_comm = CpComm::all_to_all;
+  auto broken = [&](const PlanSpec& p) { return check_plan(e.model, e.cluster, e.training, p, p.gpus()); };
+  EXPECT_FALSE(broken(e.plan));
+  // tp 8 leaves each rank 4 query heads and 1 key/value head: cp 4 cannot split the latter.
+  PlanSpec p = e.plan;
+  p.tp = 8;
+  p.dp = 1;
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp");
+  EXPECT_NE(broken(p)->rule.find("1 key/value heads"), std::string::npos) << broken(p)->rule;
+  // PyTorch's context parallelism has ring and all-gather rotaters only.
+  p = e.plan;
+  p.framework = Framework::torchtitan;
+  p.zero = 3;
+  p.sequence_parallel = true;
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp_comm");
+  EXPECT_NE(broken(p)->rule.find("megatron-core or generic do"), std::string::npos) << broken(p)->rule;
+  // Sliding windows: refused on the ring, run whole by the all-to-all.
+  e.model.attention_window = AttentionWindowSpec{.size = 4096, .pattern = {}};
+  EXPECT_FALSE(broken(e.plan));
+  p = e.plan;
+  p.cp_comm = CpComm::ring;
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp");
 }
