@@ -60,10 +60,23 @@ FORESIGHT_ENUM_NAMES(Dtype, {Dtype::fp32, "fp32"}, {Dtype::tf32, "tf32"}, {Dtype
 /// scale per tensor (tensorwise: Transformer Engine's current scaling or torchao's) or per row
 /// (rowwise, torchao, both operands), or MXFP8 (Transformer Engine's MXFP8BlockScaling: one
 /// power-of-two E8M0 scale per 32 consecutive elements, the OCP Microscaling format that
-/// Blackwell's tensor cores consume natively).
-enum class Fp8Scaling { delayed, tensorwise, rowwise, mxfp8 };
+/// Blackwell's tensor cores consume natively), or blockwise (DeepSeek-V3's fine-grained recipe,
+/// arXiv:2412.19437 sec. 3.3.2; Transformer Engine's Float8BlockScaling, Megatron-Core's
+/// --fp8-recipe blockwise: one fp32 scale per 1 x 128 tile of activations and gradients and per
+/// 128 x 128 block of weights, every GEMM with split accumulation; on Hopper cuBLAS's
+/// block-scaled GEMMs, on Blackwell emulated by MXFP8 GEMMs).
+enum class Fp8Scaling { delayed, tensorwise, rowwise, mxfp8, blockwise };
 FORESIGHT_ENUM_NAMES(Fp8Scaling, {Fp8Scaling::delayed, "delayed"}, {Fp8Scaling::tensorwise, "tensorwise"},
-                     {Fp8Scaling::rowwise, "rowwise"}, {Fp8Scaling::mxfp8, "mxfp8"});
+                     {Fp8Scaling::rowwise, "rowwise"}, {Fp8Scaling::mxfp8, "mxfp8"},
+                     {Fp8Scaling::blockwise, "blockwise"});
+
+/// The recipe the kernels run on a GPU of compute capability `cc`: Transformer Engine emulates the
+/// blockwise recipe with MXFP8 GEMMs on Blackwell and newer (pytorch/csrc/extensions/gemm.cpp
+/// convert_block_scaling_to_mxfp8_tensor, swizzle.h; its quantizers then keep power-of-two
+/// scales, which convert to E8M0 exactly).
+inline Fp8Scaling effective_fp8_scaling(Fp8Scaling s, double cc) {
+  return s == Fp8Scaling::blockwise && cc >= 10.0 ? Fp8Scaling::mxfp8 : s;
+}
 
 enum class Optimizer { adam, sgd, lamb };
 FORESIGHT_ENUM_NAMES(Optimizer, {Optimizer::adam, "adam"}, {Optimizer::sgd, "sgd"}, {Optimizer::lamb, "lamb"});

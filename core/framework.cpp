@@ -295,7 +295,11 @@ std::array<FrameworkTraits, 9> make_table() {
   // weight-gradient GEMMs write into its reduce-scatter buckets (TE's get_main_grad for FSDP
   // parameters; arguments.py only warns that TE must support it). Expert parallelism is not wired
   // at the core_v0.14.0 and core_v0.15.0 tags (megatron_fsdp/utils.py FSDPDistributedIndex returns
-  // no expert groups: "Expert parallel is not supported"). Each TransformerLayer is gathered for
+  // no expert groups: "Expert parallel is not supported"); from core_v0.16.0 it is: MegatronFSDP
+  // requires an expert data-parallel group when the module holds expert parameters
+  // (megatron_fsdp.py, get_fsdp_group(is_expert_parallel=True)) and shards the experts over it
+  // (sharded_expert_parallel; the experts' gathers and reduce-scatters run in plan.expert_dp()'s
+  // group, sim/cost_data_parallel.cpp). Each TransformerLayer is gathered for
   // its forward and again for its backward, with the next one prefetched on a side stream, its
   // gathered parameters views of the bucket (no copy out), and its gradients reduce-scattered
   // every micro-batch into the persistent shard (megatron_fsdp.py _pre_forward_param_unshard,
@@ -303,7 +307,6 @@ std::array<FrameworkTraits, 9> make_table() {
   // always reshards after the forward (no SHARD_GRAD_OP mode: optim_grads is plan.zero 2).
   megatron_core.max_zero = 3;
   megatron_core.max_zero_with_pipeline = 3;
-  megatron_core.sharded_expert_parallel = false;
   megatron_core.zero3_keep_gathered = false;
   megatron_core.zero3_edges_gathered_per_step = true;
   megatron_core.zero3_grad_copy_unless_fused = true;
@@ -313,10 +316,10 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.name = "megatron-core";
   megatron_core.version =
       "Megatron-Core r0.8 with Transformer Engine (2024); MoE as core_r0.13-r0.17 run it; ZeRO-2/3 as Megatron-FSDP "
-      "(core_v0.14-0.15)";
+      "(core_v0.14-0.16; with expert parallelism from core_v0.16)";
   megatron_core.source = "NVIDIA/Megatron-LM core_r0.8.0 (megatron/core/pipeline_parallel/p2p_communication.py, "
                          "megatron/core/distributed/, docs/source/api-guide/distributed_optimizer.md); core_v0.14.0 and "
-                         "core_v0.15.0 (megatron/core/distributed/fsdp/); Transformer Engine v2.7-2.9 "
+                         "core_v0.15.0, core_v0.16.0 (megatron/core/distributed/fsdp/); Transformer Engine v2.7-2.9 "
                          "(pytorch/cpu_offload.py); notes/research-megatron-core.md";
   // TEDotProductAttention: flash-attn v2 on A100; on H100 Transformer Engine disables FlashAttention
   // when its cuDNN FusedAttention backend applies (TE v1.8 attention.py).
@@ -373,6 +376,8 @@ std::array<FrameworkTraits, 9> make_table() {
   // --fp8-recipe delayed | tensorwise (TE Float8CurrentScaling, core_r0.13+) through
   // Transformer Engine's modules (megatron/core/extensions/transformer_engine.py).
   megatron_core.fp8_transformer_engine = true;
+  // --fp8-recipe blockwise (core_v0.13+, TE Float8BlockScaling).
+  megatron_core.fp8_blockwise = true;
   megatron_core.fp8_amax_reduction = true;
   // Under FP8, Transformer Engine's Linear and LayerNormLinear save their quantized inputs (the
   // norms' outputs, the projection's and FC2's inputs; TE v2.x module/linear.py and
@@ -411,11 +416,12 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.hybrid_sharding = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
-                                    "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021); ZeRO-3 as v0.6-v0.9 run it (2022-23)",
+                                    "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021); ZeRO-3 as v0.6-v0.9 run it (2022-23); "
+                                    "Ulysses sequence parallelism (v0.10.2+)",
                                     "microsoft/DeepSpeed v0.5.0-0.5.3 (deepspeed/runtime/pipe/engine.py, "
                                     "runtime/zero/stage2.py), v0.6.0-v0.9.4 (runtime/zero/stage3.py, "
-                                    "partitioned_param_coordinator.py); notes/research-deepspeed-pipeline.md, "
-                                    "notes/research-deepspeed-zero3.md");
+                                    "partitioned_param_coordinator.py), v0.10.2+ (deepspeed/sequence/layer.py); "
+                                    "notes/research-deepspeed-pipeline.md, notes/research-deepspeed-zero3.md");
   deepspeed.moe_dispatch = MoeDispatch::einsum;
   // Activations partitioned over TP and all-gathered by the receiver (is_pipe_partitioned =
   // is_model_parallel, PartitionedTensor.full()); gradients sent whole from every TP rank
@@ -490,6 +496,19 @@ std::array<FrameworkTraits, 9> make_table() {
   // 28 bytes; the fp16 copy for the device goes through a tile-sized staging buffer that stays in
   // cache.
   deepspeed.host_optimizer_bytes_per_param = 28;
+  // Sequence parallelism as DeepSpeed-Ulysses (v0.10.2+, deepspeed/sequence/layer.py
+  // DistributedAttention; Megatron-DeepSpeed --ds-sequence-parallel-size): all-to-alls around
+  // attention, ZeRO sharded over the data x sequence ranks. Megatron-DeepSpeed builds its sequence
+  // groups from consecutive ranks as it does its tensor groups, and lets the sequence size stand in
+  // for the tensor size when forming data-parallel groups (megatron/core/parallel_state.py
+  // initialize_model_parallel @f4157bea), so it is run with tp 1. _SeqAllToAll copies each tensor
+  // once: heads grouped by destination before the collective (transpose().contiguous()), or the
+  // sequence chunks put back in order after it.
+  deepspeed.context_parallel = true;
+  deepspeed.cp_comms[int(CpComm::ring)] = deepspeed.cp_comms[int(CpComm::all_gather)] = false;
+  deepspeed.cp_comms[int(CpComm::all_to_all)] = true;
+  deepspeed.cp_with_tensor_parallel = false;
+  deepspeed.cp_all_to_all_copies = 1;
 
   FrameworkTraits terapipe = entry(Framework::terapipe, "terapipe", "zhuohan123/terapipe (2021)",
                                    "Li et al. 2021 (arXiv:2102.07988); zhuohan123/terapipe (transformer_models.py, "
@@ -680,6 +699,7 @@ std::array<FrameworkTraits, 9> make_table() {
   generic.mtp = true;
   generic.activations.fp8_linear_inputs = true;
   generic.context_parallel = true;
+  generic.fp8_blockwise = true;
   generic.cp_comms[int(CpComm::all_to_all)] = true;
   generic.fp8_param_gather = true;
   generic.tp_overlap = true;
@@ -863,6 +883,11 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.cp", count(p.cp),
               "needs a framework that runs context parallelism (" + me + " does not: " +
                   those_that_do([](const FrameworkTraits& t) { return t.context_parallel; }) + ")");
+  if (p.cp > 1 && p.tp > 1 && !cp_with_tensor_parallel)
+    return violation("plan.tp", count(p.tp),
+              me + " runs context parallelism with tp 1 only (" +
+                  those_that_do([](const FrameworkTraits& t) { return t.context_parallel && t.cp_with_tensor_parallel; }) +
+                  " combine them)");
   if (p.cp > 1 && !cp_comms[int(p.cp_comm)])
     return violation("plan.cp_comm", to_string(p.cp_comm),
               me + " does not exchange context-parallel keys and values this way (" +

@@ -350,6 +350,11 @@ struct FrameworkTraits {
   /// The K/V exchanges it runs context parallelism with (plan.cp_comm, indexed by CpComm): a
   /// ring, one all-gather, or Ulysses-style all-to-alls around attention.
   bool cp_comms[kCpComms] = {true, true, false};
+  /// Runs context parallelism beside tensor parallelism (plan.cp > 1 with plan.tp > 1).
+  bool cp_with_tensor_parallel = true;
+  /// Copies of each tensor an all-to-all context-parallel exchange moves (plan.cp_comm
+  /// all-to-all), each reading and writing it once: the re-layouts around the collective.
+  double cp_all_to_all_copies = 2;
   /// Context parallelism is PyTorch's experimental context_parallel around SDPA
   /// (torch/distributed/tensor/experimental/_attention.py, 2024-25): it exchanges K and V as SDPA
   /// receives them, so with GQA after the model's repeat_kv (every query head's copy), and in the
@@ -458,6 +463,9 @@ struct FrameworkTraits {
   /// Float8CurrentScaling (an amax pass and a cast per quantized tensor, FP8 weights cached across
   /// micro-batches); otherwise tensorwise and rowwise mean torchao's dynamic casts.
   bool fp8_transformer_engine = false;
+  /// Runs blockwise-scaled FP8 (training.fp8_scaling blockwise: Transformer Engine's
+  /// Float8BlockScaling, or DeepSeek-V3's own 1 x 128 / 128 x 128 kernels).
+  bool fp8_blockwise = false;
   /// Under delayed scaling, each FP8 region (Megatron-Core wraps a model chunk's TransformerBlock
   /// forward in te.fp8_autocast) ends with Transformer Engine's amax reduction: one all-reduce
   /// (MAX, async_op=False) of the region's amaxes over the stage's tensor-, context- and

@@ -37,7 +37,20 @@ std::optional<PlanViolation> fp8_recipe_violation(const FrameworkTraits& fw, con
   if (t.fp8_scaling == Fp8Scaling::rowwise && fw.fp8_transformer_engine)
     return fail("training.fp8_scaling", "rowwise",
                 std::string(fw.name) +
-                    " runs Transformer Engine's FP8 recipes: delayed, tensorwise (current) scaling or mxfp8");
+                    " runs Transformer Engine's FP8 recipes: delayed, tensorwise (current) scaling, mxfp8 or blockwise");
+  if (t.fp8_scaling == Fp8Scaling::blockwise) {
+    if (!fw.fp8_blockwise)
+      return fail("training.fp8_scaling", "blockwise",
+                  "is Transformer Engine's Float8BlockScaling recipe (DeepSeek-V3's fine-grained scaling); " +
+                      std::string(fw.name) + " does not run it (megatron-core and generic do)");
+    // Transformer Engine check_fp8_block_scaling_support: compute capability 9.0 or higher with
+    // CUDA 12.9's block-scaled cuBLASLt GEMMs (quantization.py).
+    if (!gpu.host_profile.empty() || gpu.compute_capability < 9.0)
+      return fail("training.fp8_scaling", "blockwise",
+                  "needs compute capability 9.0 or higher (H100, H200, B200: block-scaled FP8 GEMMs); the cluster's " +
+                      gpu.name + " has " + str(gpu.compute_capability));
+    return std::nullopt;
+  }
   if (t.fp8_scaling != Fp8Scaling::mxfp8) return std::nullopt;
   if (!fw.fp8_transformer_engine)
     return fail("training.fp8_scaling", "mxfp8",

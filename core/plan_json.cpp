@@ -177,7 +177,8 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
                 "(plan.framework megatron-core)");
   // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs;
   // tensorwise scaling is, where the framework's FP8 is Transformer Engine's (--fp8-recipe tensorwise).
-  const bool te_recipe = p.training.fp8_scaling == Fp8Scaling::tensorwise || p.training.fp8_scaling == Fp8Scaling::mxfp8;
+  const bool te_recipe = p.training.fp8_scaling == Fp8Scaling::tensorwise || p.training.fp8_scaling == Fp8Scaling::mxfp8 ||
+                         p.training.fp8_scaling == Fp8Scaling::blockwise;
   if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling != Fp8Scaling::delayed &&
       !(te_recipe && framework_traits(q.framework).fp8_transformer_engine))
     return none(std::string("torchao's ") + to_string(p.training.fp8_scaling) +
@@ -268,7 +269,10 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   if (q.offload.activations > 0)
     s << " --cpu-offloading-num-layers " << std::lround(q.offload.activations * p.model.layers);
   if (q.tp_overlap) s << " --tp-comm-overlap";
-  if (q.cp > 1)
+  // Megatron-DeepSpeed's Ulysses has a flag of its own and one exchange.
+  if (q.cp > 1 && q.framework == Framework::deepspeed)
+    s << " --ds-sequence-parallel-size " << q.cp;
+  else if (q.cp > 1)
     s << " --context-parallel-size " << q.cp << " --cp-comm-type "
       << (q.cp_comm == CpComm::ring ? "p2p" : q.cp_comm == CpComm::all_gather ? "all_gather" : "a2a");
   if (p.model.kv_heads != p.model.heads) s << " --group-query-attention --num-query-groups " << p.model.kv_heads;
@@ -328,9 +332,12 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // bf16_with_mxfp8_mixed sets it, and with FP8 parameters the gradient buffer lent to their
   // all-gather (--reuse-grad-buf-for-mxfp8-param-ag, which Megatron-Core recommends with them).
   const bool mxfp8 = p.training.dtype == Dtype::fp8 && p.training.fp8_scaling == Fp8Scaling::mxfp8;
-  if (p.training.dtype == Dtype::fp8) s << (mxfp8 ? " --bf16 --fp8-format e4m3" : " --bf16 --fp8-format hybrid");
+  const bool e4m3 = mxfp8 || (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling == Fp8Scaling::blockwise);
+  if (p.training.dtype == Dtype::fp8) s << (e4m3 ? " --bf16 --fp8-format e4m3" : " --bf16 --fp8-format hybrid");
   if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling == Fp8Scaling::tensorwise) s << " --fp8-recipe tensorwise";
   if (mxfp8) s << " --fp8-recipe mxfp8";
+  // Float8BlockScaling (core_v0.13+ --fp8-recipe blockwise): E4M3 both ways (its recipe's default).
+  if (p.training.dtype == Dtype::fp8 && p.training.fp8_scaling == Fp8Scaling::blockwise) s << " --fp8-recipe blockwise";
   if (mxfp8 && q.fp8_param_gather) s << " --reuse-grad-buf-for-mxfp8-param-ag";
   if (p.training.dtype == Dtype::bf16) s << " --bf16";
   if (p.training.dtype == Dtype::fp16) s << " --fp16";

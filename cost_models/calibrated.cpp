@@ -89,7 +89,10 @@ bool CalibratedScope::matches(const ClusterSpec& cluster, const TrainingSpec& tr
   if (max_zero && plan.zero > *max_zero) return false;
   if (dtype && training.dtype != *dtype) return false;
   if (!gpus.empty() && std::find(gpus.begin(), gpus.end(), cluster.gpu.name) == gpus.end()) return false;
-  if (fp8_scaling && (training.dtype != Dtype::fp8 || training.fp8_scaling != *fp8_scaling)) return false;
+  // By the recipe the kernels run (blockwise FP8 on Blackwell runs MXFP8's GEMMs).
+  if (fp8_scaling && (training.dtype != Dtype::fp8 ||
+                      effective_fp8_scaling(training.fp8_scaling, cluster.gpu.compute_capability) != *fp8_scaling))
+    return false;
   if (network && cluster.inter.topology != *network) return false;
   return true;
 }

@@ -333,8 +333,13 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // fused_matmul_reduce_scatter; Transformer Engine's userbuffers the same); the forward and the
   // data-gradient GEMMs are split, the weight gradient runs whole on the gathered input.
   const double chunks = p.tp_overlap && t > 1 ? t : 1.0;
+  // Blockwise FP8 runs every GEMM with split accumulation, the forward's too (Transformer
+  // Engine's Float8BlockScaling fixes use_split_accumulator=True for fprop, dgrad and wgrad:
+  // recipe/__init__.py; DeepSeek-V3 sec. 3.3.2 promotes partial sums to FP32 every 128 elements).
+  const bool split_forward = x.dtype == Dtype::fp8 && x.fp8_scaling == Fp8Scaling::blockwise;
+  auto forward_gemm = [&](const GemmShape& g) { return split_forward ? rc.gemm_grad(g) : rc.gemm(g); };
   auto fwd_bwd = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
-    fw = chunks * rc.gemm({mm / chunks, nn, kk, 1});
+    fw = chunks * forward_gemm({mm / chunks, nn, kk, 1});
     bw = chunks * rc.gemm_grad({mm / chunks, kk, nn, 1}) + rc.gemm_grad({kk, nn, mm, 1});
   };
   const double q = m.q_width(), v_w = m.v_width();
@@ -367,16 +372,17 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     F.dropout_residual += stream(tr.kv_repeat, 2.0 * T * (q + kv_dim) / t, 2);
     B.dropout_residual += stream(tr.kv_repeat, 2.0 * T * (q + kv_dim) / t, 2);
   }
-  // All-to-all context parallelism copies every tensor it exchanges twice, once on each side of
-  // its all-to-all (Transformer Engine's flash_attn_a2a_communicate in Megatron-Core's sbhd
-  // layout: movedim(...).contiguous() to group the heads by destination, index_select to put the
-  // 2 cp sequence chunks back in order): Q, K, V and the output forward, dO and dQ, dK, dV
-  // backward, each copy reading and writing the tensor once.
+  // All-to-all context parallelism copies every tensor it exchanges (Q, K, V and the output
+  // forward, dO and dQ, dK, dV backward), each copy reading and writing it once
+  // (FrameworkTraits::cp_all_to_all_copies): Transformer Engine's flash_attn_a2a_communicate in
+  // Megatron-Core's sbhd layout twice, movedim(...).contiguous() to group the heads by destination
+  // and index_select to put the 2 cp sequence chunks back in order.
   const bool a2a = p.cp > 1 && p.cp_comm == CpComm::all_to_all;
   if (a2a) {
     const double exchanged = T * (2.0 * q / t + 2.0 * std::max(kv_dim / t, d));
-    F.dropout_residual += stream(8.0, exchanged, 8);  // 2 copies x (read + write) x 2 bytes
-    B.dropout_residual += stream(8.0, exchanged, 8);
+    const double bytes = 4.0 * x.framework->cp_all_to_all_copies;  // (read + write) x 2 bytes per copy
+    F.dropout_residual += stream(bytes, exchanged, 8);
+    B.dropout_residual += stream(bytes, exchanged, 8);
   }
 
   // FFN, or for MoE layers the experts on this GPU processing their share of routed tokens.
@@ -431,7 +437,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // experts, which the GEMM model prices as such).
   auto fwd_bwd_grouped = [&](double mm, double nn, double kk, Seconds& fw, Seconds& bw) {
     if (groups == 1 && !(moe_layer && m.moe)) return fwd_bwd(mm, nn, kk, fw, bw);
-    fw = rc.gemm({mm / groups, nn, kk, groups});
+    fw = forward_gemm({mm / groups, nn, kk, groups});
     bw = rc.gemm_grad({mm / groups, kk, nn, groups}) + rc.gemm_grad({kk, nn, mm / groups, groups});
   };
   fwd_bwd_grouped(ffn_tokens, up * ffn_width / ffn_split, h, F.fc1, B.fc1);
@@ -518,6 +524,30 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
                                     int(12 + expert_launches));
       B.fp8_casts = rc.memory_bound(Bytes(kQuantize * grads + kSwizzle * (2.0 * grads + inputs + cast_params)),
                                     int(20 + expert_launches));
+    } else if (x.fp8_scaling == Fp8Scaling::blockwise) {
+      // Transformer Engine's Float8BlockScaling on Hopper (Float8BlockQuantizer:
+      // quantize_transpose_vector_blockwise.cu for 1 x 128 tiles, the square kernel for weights):
+      // one kernel per GEMM input computes each tile's amax as it goes and writes both usages at
+      // once, the row-wise data and the column-wise (transposed) data each with one fp32 scale per
+      // 128 elements (read 2, write 1 + 1, scales 2 x 4 / 128), so the backward transposes
+      // nothing; each output gradient the same way. cuBLASLt reads the scales as they are (no
+      // swizzle, which only the MXFP8 emulation on Blackwell needs). The norms' output is
+      // quantized on its sequence shard, as under MXFP8. Weights are quantized once per step.
+      constexpr double kQuantize = 4.0 + 8.0 / 128.0;
+      const double expert_launches = moe_layer && m.moe ? 6.0 * groups : 0.0;
+      if (x.framework->fp8_transformer_engine) {
+        F.fp8_casts = rc.memory_bound(Bytes(kQuantize * (inputs - norm_fed * (1.0 - norm_shard))), int(8 + expert_launches));
+        B.fp8_casts = rc.memory_bound(Bytes(kQuantize * grads), int(12 + expert_launches));
+      } else {
+        // DeepSeek-V3's own kernels as its report describes them (sec. 3.3.2-3.3.3, 3.5.2): each
+        // input quantized in 1 x 128 tiles as it is read for the forward (read 2, write 1, a
+        // scale per 128); inputs cached in FP8 and, for the weight gradient, read back,
+        // dequantized, transposed and quantized again in 128 x 1 tiles (read 1, write 1); each
+        // output gradient quantized for both of its GEMMs (read 2, write 1 + 1).
+        constexpr double kForward = 3.0 + 4.0 / 128.0, kRequantize = 2.0 + 4.0 / 128.0;
+        F.fp8_casts = rc.memory_bound(Bytes(kForward * inputs), int(4 + expert_launches / 2));
+        B.fp8_casts = rc.memory_bound(Bytes(kQuantize * grads + kRequantize * inputs), int(8 + expert_launches));
+      }
     } else if (x.framework->fp8_transformer_engine) {
       // Transformer Engine's current scaling (Float8CurrentScalingQuantizer, TE v2.7: an amax
       // kernel reading the tensor, a scale kernel, then the cast): TE's fused norms write their

@@ -241,7 +241,10 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                   // (check_plan drops the groups DeepEP has no kernel configuration for).
                   for (int deepep = 0; deepep <= (fw.deepep && ep > 1 ? 1 : 0); ++deepep) {
                     if (grad_ranks == 1 && zero > 0) continue;
-                    if (zero == 3 && (ep > 1 || expert_tp > 0 || sched == Schedule::terapipe)) continue;
+                    // ZeRO-3 beside expert parallelism where the framework shards experts over
+                    // their expert-data-parallel group (FrameworkTraits::sharded_expert_parallel).
+                    if (zero == 3 && ((ep > 1 && !fw.sharded_expert_parallel) || expert_tp > 0 || sched == Schedule::terapipe))
+                      continue;
                     PlanSpec p;
                     p.tp = tp;
                     p.cp = cp;

@@ -191,10 +191,17 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const int k = p.shard_ways();
   if (p.zero < 3 || k < 2) return;
   const FrameworkTraits& fw = *in.x.framework;
-  const CommGroup shard = plan_groups(p, in.e.cluster).shard;
+  const PlanGroups groups = plan_groups(p, in.e.cluster);
+  const CommGroup shard = groups.shard;
   const int v = c.shape.virtual_stages;
   const int micro_batches = p.micro_batches(in.e.training);
   const double sent = (k - 1.0) / k;  // of each gathered or reduced buffer, per GPU (ring)
+  // Experts shard over the ranks holding the same experts (plan.expert_dp(): Megatron-FSDP's
+  // expert data-parallel group, core_v0.16+ megatron_fsdp.py expt_dp_group), not over dp x cp:
+  // their gathers and reduce-scatters run in that group, none where it is one rank.
+  const int ke = p.expert_dp();
+  const double sent_e = ke > 1 ? (ke - 1.0) / ke : 0.0;
+  using cost_models::StageParameters;
   const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
   // A transformer layer's gathers carry its GEMM weights in FP8 under plan.fp8_param_gather; the
   // embedding and the head stay in the gather dtype.
@@ -203,13 +210,17 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   // module (FrameworkTraits::zero3_unit), the unit's parameters split as its modules' weights;
   // with the gathered parameters copied out on the gather stream where the framework does.
   const std::vector<double> modules = cost_models::zero3_module_shares(fw, m);
-  auto gather = [&](double params, bool layer) {
-    if (!(params > 0)) return Seconds(0);
+  auto gather = [&](const StageParameters& ps, bool layer) {
+    const double bytes = layer ? lgb : gb;
+    const double expert = ke > 1 ? ps.expert : 0.0;
+    if (!(ps.dense + expert > 0)) return Seconds(0);
     Seconds t;
-    for (double share : layer ? modules : std::vector<double>{1.0})
-      t += in.comm.time(Collective::all_gather, Bytes(params * share * (layer ? lgb : gb)), shard);
+    if (ps.dense > 0)
+      for (double share : layer ? modules : std::vector<double>{1.0})
+        t += in.comm.time(Collective::all_gather, Bytes(ps.dense * share * bytes), shard);
+    if (expert > 0) t += in.comm.time(Collective::all_gather, Bytes(expert * bytes), groups.expert_dp);
     if (fw.zero3_gather_copies && in.compute.memory_bound)
-      t += in.compute.memory_bound(Bytes(2.0 * params * (layer ? lgb : gb)), 1);
+      t += in.compute.memory_bound(Bytes(2.0 * (ps.dense + expert) * bytes), 1);
     return t;
   };
   // HSDP: the reduce-scattered shard of each unit is then all-reduced across the replicas, on the
@@ -228,13 +239,19 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const double bucket = fw.zero3_reduce_bucket_elements > 0
                             ? (p.reduce_bucket > 0 ? double(p.reduce_bucket) : fw.zero3_reduce_bucket_elements)
                             : 0.0;
-  auto reduce = [&](double params) {
-    if (!(params > 0)) return Seconds(0);
-    Seconds t = bucket > 0 ? (params / bucket) * in.comm.time(Collective::reduce_scatter, Bytes(bucket * rb), shard)
-                           : in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard);
-    if (replicas > 1) t += outer_share * in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
+  auto reduce = [&](const StageParameters& ps) {
+    const double params = ps.dense, expert = ke > 1 ? ps.expert : 0.0;
+    if (!(params + expert > 0)) return Seconds(0);
+    Seconds t;
+    if (params > 0) {
+      t += bucket > 0 ? (params / bucket) * in.comm.time(Collective::reduce_scatter, Bytes(bucket * rb), shard)
+                      : in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard);
+      if (replicas > 1) t += outer_share * in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
+    }
+    if (expert > 0) t += in.comm.time(Collective::reduce_scatter, Bytes(expert * rb), groups.expert_dp);
     if (fw.zero3_reduce_copy_passes > 0 && in.compute.memory_bound)
-      t += in.compute.memory_bound(Bytes(2.0 * fw.zero3_reduce_copy_passes * params * rb), fw.zero3_reduce_copy_passes);
+      t += in.compute.memory_bound(Bytes(2.0 * fw.zero3_reduce_copy_passes * (params + expert) * rb),
+                                   fw.zero3_reduce_copy_passes);
     return t;
   };
   // FSDP2's copies on the compute stream (FrameworkTraits::fsdp2_unit_copies): out of each
@@ -293,7 +310,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
     const double beyond_layers = cost_models::parameters_on_gpu(fw, m, p, s).total() - layer_params;
     const double edge_params = s == 0 ? beyond_layers : 0.0;
     const double head_params = s > 0 && s == p.pp - 1 ? beyond_layers : 0.0;
-    double stage_reduced = 0;  // parameters whose gradients the stage reduces once (step_sync)
+    StageParameters stage_reduced;  // parameters whose gradients the stage reduces once (step_sync)
     for (int ch = 0; ch < v; ++ch) {
       const bool first_segment = p.chunk_segment(s, ch) == 0 && fw.has_embedding_and_head;
       const bool last_segment = p.chunk_segment(s, ch) == p.segments() - 1 && fw.has_embedding_and_head;
@@ -301,9 +318,10 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       Seconds fwd_copies, bwd_copies;
       // One unit: its gather, its compute with the copies added, its reduction.
       // (`layer`: a transformer layer's unit, which a module-by-module framework gathers in pieces.)
-      auto unit = [&](std::vector<ShardedUnit>& units, Seconds& copies, double params, bool gathers, Seconds compute,
-                      bool reduces, bool layer = true) {
-        const Seconds copy = (gathers ? copy_out(params, layer) : Seconds(0)) + (reduces ? copy_in(params) : Seconds(0));
+      auto unit = [&](std::vector<ShardedUnit>& units, Seconds& copies, const StageParameters& params, bool gathers,
+                      Seconds compute, bool reduces, bool layer = true) {
+        const Seconds copy =
+            (gathers ? copy_out(params.total(), layer) : Seconds(0)) + (reduces ? copy_in(params.total()) : Seconds(0));
         copies += copy;
         units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
       };
@@ -313,10 +331,11 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         const double share = edges_kept ? edge_share : 1.0;
         const Seconds copy = copy_out(params, false) * share;
         fwd_copies += copy;
-        fwd.push_back({params > 0 ? gather(params, false) * share : Seconds(0), compute + copy, Seconds(0)});
+        fwd.push_back({params > 0 ? gather({params, 0.0}, false) * share : Seconds(0), compute + copy, Seconds(0)});
       };
       if (first_segment) edge_unit(edge_params, edges.embedding_forward);
-      double chunk_params = 0, regathered = 0;
+      // Dense (and edge) parameters and experts apart: they shard over different groups.
+      double chunk_params = 0, regathered = 0, chunk_experts = 0, regathered_experts = 0;
       const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, ch);
       // Where the framework keeps parameters used again soon (FrameworkTraits::zero3_reuse_elements:
       // DeepSpeed's max_reuse_distance), the units the backward starts with, the forward's last
@@ -338,9 +357,13 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         kept[std::size_t(i)] = kept_for_backward(cost_models::layer_parameters_on_gpu(m, p, chunk[std::size_t(i)]).total());
       for (int i = 0; i < int(chunk.size()); ++i) {
         const int l = chunk[std::size_t(i)];
-        const double params = cost_models::layer_parameters_on_gpu(m, p, l).total();
-        chunk_params += params;
-        if (!kept[std::size_t(i)]) regathered += params;
+        const StageParameters params = cost_models::layer_parameters_on_gpu(m, p, l);
+        chunk_params += params.dense;
+        chunk_experts += params.expert;
+        if (!kept[std::size_t(i)]) {
+          regathered += params.dense;
+          regathered_experts += params.expert;
+        }
         // What the compute stream does between two units' gathers: the layer with its TP (as
         // overlapped), CP and EP communication, as cost_layer_chunks charges it.
         const bool moe = m.is_moe_layer(l);
@@ -355,7 +378,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
           const Seconds redo_compute = ls.recompute + ls.recompute_comm + ls.recompute_ep;
           unit(bwd, bwd_copies, params, true, ls.backward_total() - redo_compute, reduces_per_microbatch);
           bwd.push_back({gather(params, true) * redo, redo_compute, Seconds(0)});
-          regathered += params * redo;
+          regathered += params.dense * redo;
+          regathered_experts += params.expert * redo;
         } else {
           unit(bwd, bwd_copies, params, !kept[std::size_t(i)], ls.backward_total(), reduces_per_microbatch);
         }
@@ -363,10 +387,11 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       if (last_segment) {
         if (!head_kept) regathered += head_params;
         edge_unit(head_params, edges.head_forward);
-        unit(bwd, bwd_copies, head_params, !head_kept, edges.head_backward, reduces_per_microbatch, false);
+        unit(bwd, bwd_copies, {head_params, 0.0}, !head_kept, edges.head_backward, reduces_per_microbatch, false);
       }
       std::reverse(bwd.begin(), bwd.end());
-      if (first_segment) unit(bwd, bwd_copies, edge_params, false, edges.embedding_backward, reduces_per_microbatch, false);
+      if (first_segment)
+        unit(bwd, bwd_copies, {edge_params, 0.0}, false, edges.embedding_backward, reduces_per_microbatch, false);
       for (auto& chunk_slices : c.chunk[s][ch]) {
         chunk_slices.forward_dp_comm =
             (exposed_under_prefetch(fwd, contention_fwd, fw.zero3_prefetch) + fwd_copies) * forward_share;
@@ -380,22 +405,26 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       const double gathered = (edge + head) * edge_share + chunk_params * forward_share + regathered;
       const double reduced = edge + chunk_params + head;
       const double reductions = step_sync ? 1.0 : double(micro_batches);
-      c.zero3_gather_bytes[s] +=
-          Bytes((gathered_layers * lgb + (gathered - gathered_layers) * gb) * sent * micro_batches);
-      c.zero3_reduce_bytes[s] += Bytes(reduced * rb * sent * reductions);
+      c.zero3_gather_bytes[s] += Bytes(((gathered_layers * lgb + (gathered - gathered_layers) * gb) * sent +
+                                        (chunk_experts * forward_share + regathered_experts) * lgb * sent_e) *
+                                       micro_batches);
+      c.zero3_reduce_bytes[s] += Bytes((reduced * rb * sent + chunk_experts * rb * sent_e) * reductions);
       if (replicas > 1)  // each GPU's shard through a ring all-reduce over the replicas
         c.zero3_reduce_bytes[s] +=
             Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * reductions * outer_share);
-      if (step_sync) stage_reduced += reduced;
+      if (step_sync) {
+        stage_reduced.dense += reduced;
+        stage_reduced.expert += chunk_experts;
+      }
     }
-    if (step_sync && stage_reduced > 0) {
+    if (step_sync && stage_reduced.total() > 0) {
       // After the stage's last backward: the copies into the reduce-scatter buffers, then one
       // reduce-scatter per unit back to back on the reduce stream, nothing left to hide under;
       // the optimizer waits for them (the data-parallel sync of cost_data_parallel).
-      const Seconds sync = reduce(stage_reduced) + copy_in(stage_reduced);
+      const Seconds sync = reduce(stage_reduced) + copy_in(stage_reduced.total());
       const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
-      Bytes nic = Bytes(stage_reduced * rb * sent * host_ranks);
-      if (replicas > 1) nic += Bytes(stage_reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * host_ranks);
+      Bytes nic = Bytes((stage_reduced.dense * rb * sent + stage_reduced.expert * rb * sent_e) * host_ranks);
+      if (replicas > 1) nic += Bytes(stage_reduced.dense * rb / k * 2.0 * (replicas - 1.0) / replicas * host_ranks);
       c.dp_grad_sync[std::size_t(s)] += sync;
       c.dp_sync_tail[std::size_t(s)] += sync;
       c.dp_grad_sync_bytes[std::size_t(s)] += nic;

@@ -300,8 +300,9 @@ Command plan_command() {
                        "cluster's GPU has a peak for");
         sub.add_option("--fp8-scaling", o->fp8_scaling,
                        "With --dtype fp8: delayed (Transformer Engine), tensorwise or rowwise (torchao's dynamic "
-                       "scaling; tensorwise also Transformer Engine's current scaling), or mxfp8 (Transformer "
-                       "Engine's 32-element block scaling, Blackwell only)");
+                       "scaling; tensorwise also Transformer Engine's current scaling), mxfp8 (Transformer "
+                       "Engine's 32-element block scaling, Blackwell only) or blockwise (DeepSeek-V3's 1x128 / "
+                       "128x128 scaling, Transformer Engine's Float8BlockScaling; Hopper and newer)");
         sub.add_option("--compile", o->compile,
                        "on | off: plan every candidate under torch.compile or eager (frameworks that compile: "
                        "pytorch, torchtitan; async TP needs it). Default: the experiment's setting");

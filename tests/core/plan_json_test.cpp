@@ -204,6 +204,10 @@ TEST(PlanJson, Mxfp8RecipeArguments) {
   EXPECT_EQ(megatron_arguments(p).find("--reuse-grad-buf"), std::string::npos);
   p.training.fp8_scaling = Fp8Scaling::tensorwise;
   EXPECT_NE(megatron_arguments(p).find("--fp8-format hybrid --fp8-recipe tensorwise"), std::string::npos);
+  // Float8BlockScaling (core_v0.13+): E4M3 both ways, --fp8-recipe blockwise.
+  p.training.fp8_scaling = Fp8Scaling::blockwise;
+  EXPECT_NE(megatron_arguments(p).find("--bf16 --fp8-format e4m3 --fp8-recipe blockwise"), std::string::npos)
+      << megatron_arguments(p);
 }
 
 TEST(PlanJson, LaunchLinesAndMegatronArguments) {

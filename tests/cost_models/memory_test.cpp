@@ -737,6 +737,48 @@ TEST(Fp8Recipe, Mxfp8QuantizesBothUsagesOnceAndSwizzlesScalesPerGemm) {
   EXPECT_LT(layer_gather_bytes(resolve_execution(cs), cs.model, cs.plan, 2.0), 1.01);
 }
 
+TEST(Fp8Recipe, BlockwiseSplitsEveryGemmAndQuantizesBothUsagesOnce) {
+  // Llama 3.1 8B on one H100, tp 1, 4096-token sequences, micro-batch 8 (T = 32768), Megatron-Core
+  // with Transformer Engine's Float8BlockScaling. Every GEMM, the forward's too, runs with split
+  // accumulation (use_split_accumulator fixed True for fprop, dgrad and wgrad): the forward GEMMs
+  // cost what the gradient GEMMs of their shape cost. Casts: every GEMM input and output gradient
+  // quantized once into both usages (read 2, write 1 + 1, an fp32 scale per 128 elements of
+  // each), nothing transposed in the backward, no swizzle; the norms' outputs included.
+  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  e.model = load_model(resolve_scenario("models", "llama3.1-8b"));
+  e.training.dtype = Dtype::fp8;
+  e.training.fp8_scaling = Fp8Scaling::blockwise;
+  e.plan.framework = Framework::megatron_core;
+  const ExecutionModel x = resolve_execution(e);
+  ASSERT_EQ(x.fp8_scaling, Fp8Scaling::blockwise);
+  const double T = 8.0 * 4096, h = 4096, q = 4096, kv = 1024, f = 14336;
+  const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, false);
+  const RooflineCompute& rc = x.roofline();
+  EXPECT_DOUBLE_EQ(lt.forward_ops.qkv.value(), rc.gemm_grad({T, q + 2 * kv, h, 1}).value());
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fc2.value(), rc.gemm_grad({T, h, f, 1}).value());
+  EXPECT_GT(lt.forward_ops.fc2.value(), rc.gemm({T, h, f, 1}).value() * 1.1);  // H100: split accumulation 1.15x
+  const double inputs = T * h + T * q + T * h + T * f;
+  const double grads = T * (q + 2 * kv) + T * h + T * 2 * f + T * h;
+  const double quantize = 4 + 8.0 / 128;
+  EXPECT_DOUBLE_EQ(lt.forward_ops.fp8_casts.value(), rc.memory_bound(Bytes(quantize * inputs), 8).value());
+  EXPECT_DOUBLE_EQ(lt.backward_ops.fp8_casts.value(), rc.memory_bound(Bytes(quantize * grads), 12).value());
+  // Current scaling's forward GEMMs keep fast accumulation.
+  Experiment cs = e;
+  cs.training.fp8_scaling = Fp8Scaling::tensorwise;
+  const ExecutionModel xc = resolve_execution(cs);
+  EXPECT_DOUBLE_EQ(layer_times(xc, cs.model, cs.plan, 4096, 4096, false).forward_ops.fc2.value(),
+                   xc.roofline().gemm({T, h, f, 1}).value());
+  // On Blackwell Transformer Engine emulates the recipe with MXFP8 GEMMs: the same layer as MXFP8's.
+  Experiment b = load_experiment(resolve_scenario("experiments", "mbridge2509-llama3-8b-8xb200-mxfp8"));
+  Experiment bb = b;
+  bb.training.fp8_scaling = Fp8Scaling::blockwise;
+  const ExecutionModel xm = resolve_execution(b), xb = resolve_execution(bb);
+  EXPECT_EQ(xb.fp8_scaling, Fp8Scaling::mxfp8);
+  EXPECT_DOUBLE_EQ(xb.calibrated.fp8_gemm_efficiency_scale, xm.calibrated.fp8_gemm_efficiency_scale);
+  EXPECT_DOUBLE_EQ(layer_times(xb, bb.model, bb.plan, 8192, 8192, false).forward().value(),
+                   layer_times(xm, b.model, b.plan, 8192, 8192, false).forward().value());
+}
+
 TEST(ActivationBytesPerLayer, ParallelBlockStoresTheSharedInputOnce) {
   // The Llama 3.1 8B layer of GatedMlpStoresGateUpAndProduct as a parallel block: one norm input
   // (2) instead of two, and with one shared norm one normed input feeding both QKV and FC1 (2)

@@ -413,7 +413,7 @@ TEST(ContextParallel, AllToAllRules) {
   p.sequence_parallel = true;
   ASSERT_TRUE(broken(p));
   EXPECT_EQ(broken(p)->field, "plan.cp_comm");
-  EXPECT_NE(broken(p)->rule.find("megatron-core or generic do"), std::string::npos) << broken(p)->rule;
+  EXPECT_NE(broken(p)->rule.find("megatron-core, deepspeed or generic do"), std::string::npos) << broken(p)->rule;
   // Sliding windows: refused on the ring, run whole by the all-to-all.
   e.model.attention_window = AttentionWindowSpec{.size = 4096, .pattern = {}};
   EXPECT_FALSE(broken(e.plan));
@@ -421,4 +421,55 @@ TEST(ContextParallel, AllToAllRules) {
   p.cp_comm = CpComm::ring;
   ASSERT_TRUE(broken(p));
   EXPECT_EQ(broken(p)->field, "plan.cp");
+}
+
+// DeepSpeed-Ulysses (Megatron-DeepSpeed --ds-sequence-parallel-size): the all-to-all exchange
+// only, tp 1, one copy of each exchanged tensor (_SeqAllToAll) where Transformer Engine makes two.
+TEST(ContextParallel, DeepSpeedUlyssesIsTheAllToAllExchangeAtTp1) {
+  Experiment e = cp_plan(4);
+  e.plan.tp = 1;
+  e.plan.dp = 4;
+  e.plan.attention = AttentionImpl::flash2;
+  e.plan.cp_comm = CpComm::all_to_all;
+  Experiment ds = e;
+  ds.plan.framework = Framework::deepspeed;
+  auto broken = [&](const PlanSpec& p) { return check_plan(ds.model, ds.cluster, ds.training, p, p.gpus()); };
+  ASSERT_FALSE(broken(ds.plan)) << broken(ds.plan)->field << ": " << broken(ds.plan)->rule;
+  PlanSpec p = ds.plan;
+  p.cp_comm = CpComm::ring;
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp_comm");
+  p = ds.plan;
+  p.tp = 2;
+  p.dp = 2;
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.tp");
+  // The copies: 8192 tokens x (2 x 4096 + 2 x 1024) elements, read and written once (DeepSpeed)
+  // or twice (Megatron-Core), 2 bytes each; the exchange itself is the same.
+  validate_experiment(ds);
+  validate_experiment(e);
+  const cost_models::ExecutionModel xd = cost_models::resolve_execution(ds), xm = cost_models::resolve_execution(e);
+  const cost_models::RooflineCompute& rc = xd.roofline();
+  Experiment ring = e;
+  ring.plan.cp_comm = CpComm::ring;
+  const auto base = cost_models::layer_times(xm, ring.model, ring.plan, 8192, attention_context(ring), false, 0);
+  const auto tm = cost_models::layer_times(xm, e.model, e.plan, 8192, 32768, false, 0);
+  const double elements = 8192.0 * (2 * 4096 + 2 * 1024);
+  EXPECT_NEAR((tm.forward_ops.dropout_residual - base.forward_ops.dropout_residual).value(),
+              xm.roofline().memory_bound(Bytes(8.0 * elements), 8).value(), 1e-15);
+  Experiment ds_ring = ds;  // the same layer under DeepSpeed's traffic table, without the exchange's copies
+  ds_ring.plan.cp_comm = CpComm::ring;
+  const auto dbase = cost_models::layer_times(xd, ds_ring.model, ds_ring.plan, 8192, 32768, false, 0);
+  const auto td = cost_models::layer_times(xd, ds.model, ds.plan, 8192, 32768, false, 0);
+  EXPECT_NEAR((td.forward_ops.dropout_residual - dbase.forward_ops.dropout_residual).value(),
+              rc.memory_bound(Bytes(4.0 * elements), 8).value(), 1e-15);
+  // Its launch flag.
+  ExecutablePlan plan;
+  plan.model = ds.model;
+  plan.training = ds.training;
+  plan.plan = ds.plan;
+  plan.gpus = ds.gpus;
+  const std::string args = megatron_arguments(plan);
+  EXPECT_NE(args.find("--ds-sequence-parallel-size 4"), std::string::npos) << args;
+  EXPECT_EQ(args.find("--context-parallel-size"), std::string::npos) << args;
 }

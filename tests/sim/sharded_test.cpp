@@ -643,3 +643,47 @@ TEST(DeepSpeedZero3, PersistentVectorsAreGatheredOneByOneAfterTheStep) {
   EXPECT_NEAR(k.c.optimizer[0].value(), t, 1e-12 * t);
   EXPECT_TRUE(cost_models::zero3_persistent_vectors(framework_traits(Framework::torchtitan), e.model, e.plan).empty());
 }
+
+// Megatron-FSDP with expert parallelism (core_v0.16+): the experts shard over the ranks holding
+// the same experts (expert_dp = 16 / ep 8 = 2, two ranks a node apart), the rest over all 16.
+TEST(CostShardedParameters, ExpertsShardOverTheirExpertDataParallelGroup) {
+  Experiment e = fsdp();
+  e.model.moe = MoeSpec{.experts = 8, .top_k = 2};
+  e.plan.framework = Framework::megatron_core;
+  e.plan.ep = 8;
+  validate_experiment(e);
+  ASSERT_EQ(e.plan.expert_dp(), 2);
+  Costed k(e, round_compute());
+  const ModelSpec& m = k.e.model;
+  // One expert per GPU per layer: its two h x 4h matrices and their biases (4h + h), whole on
+  // every GPU; the rest of the layer (attention, norms, router) is the dense part.
+  const double h = m.hidden;
+  const cost_models::StageParameters lp = cost_models::layer_parameters_on_gpu(m, k.e.plan, 0);
+  EXPECT_NEAR(lp.expert, 8 * h * h + 5 * h, 1.0);
+  const double embedding = double(m.vocab) * h + double(m.seq_len) * h + 2 * h;
+  // Per micro-batch (two of them): every layer gathered forward and backward, bf16; the dense
+  // part sends 15/16 of each buffer in its 16-rank ring, the experts 1/2 in their 2-rank one.
+  // Megatron-FSDP gathers the embedding once per step (zero3_edges_gathered_per_step).
+  const double dense_sent = 15.0 / 16.0, expert_sent = 1.0 / 2.0;
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(),
+              (2 * 24 * (lp.dense * dense_sent + lp.expert * expert_sent) * 2 + embedding * dense_sent) * 2, 1.0);
+  // fp32 reduce-scatters, once per micro-batch per unit.
+  EXPECT_NEAR(k.c.zero3_reduce_bytes[0].value(),
+              (24 * (lp.dense * dense_sent + lp.expert * expert_sent) + embedding * dense_sent) * 4 * 2, 1.0);
+  // A layer's gather is the dense all-gather over the shard group, then the experts' over theirs.
+  const PlanGroups g = plan_groups(k.e.plan, k.e.cluster);
+  EXPECT_EQ(g.expert_dp.ranks, 2);
+  EXPECT_EQ(g.expert_dp.nodes, 2);
+  const Seconds gl = k.comm.time(Collective::all_gather, Bytes(lp.dense * 2), g.shard) +
+                     k.comm.time(Collective::all_gather, Bytes(lp.expert * 2), g.expert_dp);
+  const Seconds ge = k.comm.time(Collective::all_gather, Bytes(embedding * 2), g.shard);
+  // The forward as the prefetch model sees it, the layers' compute what the coster charged them
+  // (1 ms of compute and their expert all-to-alls).
+  const Seconds layer_compute = Seconds(1e-3) + k.c.chunk[0][0][0].forward_ep_comm / 24.0;
+  // The embedding's gather: half of it in each of the two forwards.
+  std::vector<ShardedUnit> units{{ge * 0.5, Seconds(1e-4), Seconds(0)}};
+  for (int i = 0; i < 24; ++i) units.push_back({gl, layer_compute, Seconds(0)});
+  units.push_back({Seconds(0), Seconds(5e-4), Seconds(0)});
+  const double f = 24.0 / (k.e.cluster.gpu.sms - 24.0);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(units, f).value(), 1e-9);
+}
