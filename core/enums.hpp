@@ -70,10 +70,11 @@ FORESIGHT_ENUM_NAMES(Fp8Scaling, {Fp8Scaling::delayed, "delayed"}, {Fp8Scaling::
                      {Fp8Scaling::rowwise, "rowwise"}, {Fp8Scaling::mxfp8, "mxfp8"},
                      {Fp8Scaling::blockwise, "blockwise"});
 
-/// The recipe the kernels run on a GPU of compute capability `cc`: Transformer Engine emulates the
-/// blockwise recipe with MXFP8 GEMMs on Blackwell and newer (pytorch/csrc/extensions/gemm.cpp
+/// The recipe whose GEMMs run on a GPU of compute capability `cc`: Transformer Engine emulates the
+/// blockwise recipe's GEMMs with MXFP8 ones on Blackwell (pytorch/csrc/extensions/gemm.cpp
 /// convert_block_scaling_to_mxfp8_tensor, swizzle.h; its quantizers then keep power-of-two
-/// scales, which convert to E8M0 exactly).
+/// scales, which convert to E8M0 exactly). The tensors themselves stay blockwise FP8 (their
+/// quantization, storage and parameter gathers), so only the GEMMs' calibration follows this.
 inline Fp8Scaling effective_fp8_scaling(Fp8Scaling s, double cc) {
   return s == Fp8Scaling::blockwise && cc >= 10.0 ? Fp8Scaling::mxfp8 : s;
 }

@@ -45,10 +45,11 @@ std::optional<PlanViolation> fp8_recipe_violation(const FrameworkTraits& fw, con
                       std::string(fw.name) + " does not run it (megatron-core and generic do)");
     // Transformer Engine check_fp8_block_scaling_support: compute capability 9.0 or higher with
     // CUDA 12.9's block-scaled cuBLASLt GEMMs (quantization.py).
-    if (!gpu.host_profile.empty() || gpu.compute_capability < 9.0)
+    // On 10.x it runs on MXFP8 GEMMs, which TE does not support on 12.0+ (check_mxfp8_support).
+    if (!gpu.host_profile.empty() || gpu.compute_capability < 9.0 || gpu.compute_capability >= 11.0)
       return fail("training.fp8_scaling", "blockwise",
-                  "needs compute capability 9.0 or higher (H100, H200, B200: block-scaled FP8 GEMMs); the cluster's " +
-                      gpu.name + " has " + str(gpu.compute_capability));
+                  "needs compute capability 9.x or 10.x (H100, H200: block-scaled FP8 GEMMs; B200, GB200: emulated "
+                  "with MXFP8 GEMMs); the cluster's " + gpu.name + " has " + str(gpu.compute_capability));
     return std::nullopt;
   }
   if (t.fp8_scaling != Fp8Scaling::mxfp8) return std::nullopt;

@@ -362,10 +362,11 @@ nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* wh
   const FrameworkTraits& fw = framework_traits(q.framework);
   nlohmann::ordered_json c;
   // DeepSpeed's world for the batch is the data-parallel group (mpu.get_data_parallel_world_size();
-  // runtime/config.py _batch_assertion: train_batch == micro_batch * grad_acc * world_size).
+  // runtime/config.py _batch_assertion: train_batch == micro_batch * grad_acc * world_size), which
+  // leaves Ulysses' sequence ranks out (they hold parts of the same sequences).
   c["train_batch_size"] = p.training.global_batch;
   c["train_micro_batch_size_per_gpu"] = q.micro_batch;
-  c["gradient_accumulation_steps"] = p.training.global_batch / (q.micro_batch * q.grad_ranks());
+  c["gradient_accumulation_steps"] = p.training.global_batch / (q.micro_batch * q.dp);
   // "bfloat16" is the key v0.5 reads, and every release since keeps it (runtime/precision_config.py
   // BFLOAT16_OLD) beside the newer "bf16". fp16 with dynamic loss scaling (loss_scale 0).
   if (p.training.dtype == Dtype::bf16) c["bfloat16"] = {{"enabled", true}};

@@ -51,8 +51,7 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   x.moe_dispatch = fw.moe_dispatch;
   x.dtype = training.dtype;
   x.attention_dtype = training.dtype == Dtype::fp8 ? Dtype::bf16 : training.dtype;
-  // The recipe its kernels run: blockwise as MXFP8 on Blackwell (effective_fp8_scaling).
-  x.fp8_scaling = gpu ? effective_fp8_scaling(training.fp8_scaling, gpu->compute_capability) : training.fp8_scaling;
+  x.fp8_scaling = training.fp8_scaling;
   x.bytes = element_sizes(training.dtype, training.optimizer, fw, training.optimizer_state_dtype,
                           training.dtype == Dtype::fp8 && plan.fp8_param_gather);
   if (plan.reduce_dtype) x.bytes.reduce = *plan.reduce_dtype == Dtype::fp32 ? 4.0 : 2.0;  // fp32 | bf16 | fp16

@@ -547,7 +547,10 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     // first stage the embedding, which the root unit keeps gathered from forward to backward.
     double largest_layer = 0, stage_layers_params = 0;
     for (int l : layers) {
-      const double n = layer_parameters_on_gpu(model, plan, l).total();
+      // Experts are gathered over their expert-data-parallel group; where that is one rank they
+      // stay whole on the GPU (counted with the weights) and nothing of them is gathered.
+      const StageParameters lp = layer_parameters_on_gpu(model, plan, l);
+      const double n = lp.dense + (plan.expert_dp() > 1 ? lp.expert : 0.0);
       largest_layer = std::max(largest_layer, n);
       stage_layers_params += n;
     }

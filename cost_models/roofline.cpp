@@ -381,7 +381,8 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   if (a2a) {
     const double exchanged = T * (2.0 * q / t + 2.0 * std::max(kv_dim / t, d));
     const double bytes = 4.0 * x.framework->cp_all_to_all_copies;  // (read + write) x 2 bytes per copy
-    F.dropout_residual += stream(bytes, exchanged, 8);
+    L.cp_exchange_copies = stream(bytes, exchanged, 8);
+    F.dropout_residual += L.cp_exchange_copies;
     B.dropout_residual += stream(bytes, exchanged, 8);
   }
 
@@ -536,8 +537,17 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       constexpr double kQuantize = 4.0 + 8.0 / 128.0;
       const double expert_launches = moe_layer && m.moe ? 6.0 * groups : 0.0;
       if (x.framework->fp8_transformer_engine) {
-        F.fp8_casts = rc.memory_bound(Bytes(kQuantize * (inputs - norm_fed * (1.0 - norm_shard))), int(8 + expert_launches));
-        B.fp8_casts = rc.memory_bound(Bytes(kQuantize * grads), int(12 + expert_launches));
+        // On Blackwell the GEMMs are MXFP8's (effective_fp8_scaling): before each, TE converts both
+        // operands' fp32 block scales to swizzled E8M0 (about a byte per 32 elements read and
+        // written, as MXFP8's swizzle).
+        const bool emulated = rc.gpu().compute_capability >= 10.0;
+        const double swizzle = emulated ? 2.0 / 32.0 : 0.0;
+        const int swizzles = emulated ? 1 : 0;
+        F.fp8_casts = rc.memory_bound(Bytes(kQuantize * (inputs - norm_fed * (1.0 - norm_shard)) +
+                                            swizzle * (inputs + cast_params)),
+                                      int(8 + 8 * swizzles + expert_launches));
+        B.fp8_casts = rc.memory_bound(Bytes(kQuantize * grads + swizzle * (2.0 * grads + inputs + cast_params)),
+                                      int(12 + 16 * swizzles + expert_launches));
       } else {
         // DeepSeek-V3's own kernels as its report describes them (sec. 3.3.2-3.3.3, 3.5.2): each
         // input quantized in 1 x 128 tiles as it is read for the forward (read 2, write 1, a

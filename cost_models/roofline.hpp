@@ -176,10 +176,13 @@ struct LayerTimes {
   /// Of forward_ops, an MoE layer's shared experts: their FC1 and FC2 GEMMs (in fc1, fc2) and their
   /// activation (in gelu), which plan.recompute_modules.shared_experts re-runs and moe_act does not.
   Seconds shared_experts_gemms, shared_experts_activation;
+  /// Of forward_ops.dropout_residual, all-to-all context parallelism's copies around its
+  /// exchanges, which run inside the attention core that selective recompute re-runs.
+  Seconds cp_exchange_copies;
   Seconds forward() const { return forward_ops.forward(); }
   Seconds backward() const { return backward_ops.forward(); }
   Seconds recompute_full() const { return forward(); }
-  Seconds recompute_selective() const { return forward_ops.attention_core; }
+  Seconds recompute_selective() const { return forward_ops.attention_core + cp_exchange_copies; }
   /// The block's forward less what the policy saved: the other matmuls and every elementwise op.
   Seconds recompute_selective_op() const { return forward() - op_checkpoint_saved; }
 };

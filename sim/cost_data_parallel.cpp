@@ -189,7 +189,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   c.zero3_gather_bytes.assign(p.pp, Bytes(0));
   c.zero3_reduce_bytes.assign(p.pp, Bytes(0));
   const int k = p.shard_ways();
-  if (p.zero < 3 || k < 2) return;
+  // Nothing sharded: no dense shard group and no expert-data-parallel group of two or more.
+  if (p.zero < 3 || (k < 2 && p.expert_dp() < 2)) return;
   const FrameworkTraits& fw = *in.x.framework;
   const PlanGroups groups = plan_groups(p, in.e.cluster);
   const CommGroup shard = groups.shard;
@@ -202,6 +203,9 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const int ke = p.expert_dp();
   const double sent_e = ke > 1 ? (ke - 1.0) / ke : 0.0;
   using cost_models::StageParameters;
+  // What of a unit is sharded, so gathered, reduce-scattered and copied: the dense part where
+  // dp x cp has two or more ranks, the experts where their group has.
+  auto sharded = [&](const StageParameters& ps) { return (k > 1 ? ps.dense : 0.0) + (ke > 1 ? ps.expert : 0.0); };
   const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
   // A transformer layer's gathers carry its GEMM weights in FP8 under plan.fp8_param_gather; the
   // embedding and the head stay in the gather dtype.
@@ -212,15 +216,15 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const std::vector<double> modules = cost_models::zero3_module_shares(fw, m);
   auto gather = [&](const StageParameters& ps, bool layer) {
     const double bytes = layer ? lgb : gb;
-    const double expert = ke > 1 ? ps.expert : 0.0;
-    if (!(ps.dense + expert > 0)) return Seconds(0);
+    const double dense = k > 1 ? ps.dense : 0.0, expert = ke > 1 ? ps.expert : 0.0;
+    if (!(dense + expert > 0)) return Seconds(0);
     Seconds t;
-    if (ps.dense > 0)
+    if (dense > 0)
       for (double share : layer ? modules : std::vector<double>{1.0})
-        t += in.comm.time(Collective::all_gather, Bytes(ps.dense * share * bytes), shard);
+        t += in.comm.time(Collective::all_gather, Bytes(dense * share * bytes), shard);
     if (expert > 0) t += in.comm.time(Collective::all_gather, Bytes(expert * bytes), groups.expert_dp);
     if (fw.zero3_gather_copies && in.compute.memory_bound)
-      t += in.compute.memory_bound(Bytes(2.0 * (ps.dense + expert) * bytes), 1);
+      t += in.compute.memory_bound(Bytes(2.0 * (dense + expert) * bytes), 1);
     return t;
   };
   // HSDP: the reduce-scattered shard of each unit is then all-reduced across the replicas, on the
@@ -240,7 +244,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
                             ? (p.reduce_bucket > 0 ? double(p.reduce_bucket) : fw.zero3_reduce_bucket_elements)
                             : 0.0;
   auto reduce = [&](const StageParameters& ps) {
-    const double params = ps.dense, expert = ke > 1 ? ps.expert : 0.0;
+    const double params = k > 1 ? ps.dense : 0.0, expert = ke > 1 ? ps.expert : 0.0;
     if (!(params + expert > 0)) return Seconds(0);
     Seconds t;
     if (params > 0) {
@@ -321,7 +325,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       auto unit = [&](std::vector<ShardedUnit>& units, Seconds& copies, const StageParameters& params, bool gathers,
                       Seconds compute, bool reduces, bool layer = true) {
         const Seconds copy =
-            (gathers ? copy_out(params.total(), layer) : Seconds(0)) + (reduces ? copy_in(params.total()) : Seconds(0));
+            (gathers ? copy_out(sharded(params), layer) : Seconds(0)) + (reduces ? copy_in(sharded(params)) : Seconds(0));
         copies += copy;
         units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
       };
@@ -329,7 +333,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       // here, as the step's forwards share it.)
       auto edge_unit = [&](double params, Seconds compute) {
         const double share = edges_kept ? edge_share : 1.0;
-        const Seconds copy = copy_out(params, false) * share;
+        const Seconds copy = copy_out(k > 1 ? params : 0.0, false) * share;
         fwd_copies += copy;
         fwd.push_back({params > 0 ? gather({params, 0.0}, false) * share : Seconds(0), compute + copy, Seconds(0)});
       };
@@ -421,7 +425,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       // After the stage's last backward: the copies into the reduce-scatter buffers, then one
       // reduce-scatter per unit back to back on the reduce stream, nothing left to hide under;
       // the optimizer waits for them (the data-parallel sync of cost_data_parallel).
-      const Seconds sync = reduce(stage_reduced) + copy_in(stage_reduced.total());
+      const Seconds sync = reduce(stage_reduced) + copy_in(sharded(stage_reduced));
       const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
       Bytes nic = Bytes((stage_reduced.dense * rb * sent + stage_reduced.expert * rb * sent_e) * host_ranks);
       if (replicas > 1) nic += Bytes(stage_reduced.dense * rb / k * 2.0 * (replicas - 1.0) / replicas * host_ranks);

@@ -429,6 +429,13 @@ TEST(PlanJson, DeepSpeedPlansCarryTheConfigDeepSpeedReads) {
   EXPECT_FALSE(c3["zero_optimization"].contains("overlap_comm"));
   EXPECT_FALSE(c3["zero_optimization"].contains("offload_optimizer"));
   EXPECT_FALSE(c3.contains("activation_checkpointing"));
+  // Ulysses (cp 4 over the 8 ranks, dp 2): the sequence ranks hold parts of the same sequences, so
+  // the batch's world is dp: 16 = 2 x 4 x 2.
+  ExecutablePlan sp = z3;
+  sp.plan.cp = 4;
+  sp.plan.dp = 2;
+  sp.plan.cp_comm = CpComm::all_to_all;
+  EXPECT_EQ(deepspeed_config(sp)["gradient_accumulation_steps"], 4);
 
   // None for another framework, for FP8, or for part of the checkpoints on the host.
   std::string why;

@@ -545,14 +545,17 @@ TEST(CheckPlan, Mxfp8NeedsTransformerEngineAndComputeCapability10) {
 
 TEST(CheckPlan, BlockwiseFp8NeedsItsFrameworksAndComputeCapability9) {
   // Transformer Engine's Float8BlockScaling: compute capability 9.0 or higher
-  // (check_fp8_block_scaling_support); Megatron-Core (--fp8-recipe blockwise) and the idealised
-  // entry run it, torchao does not.
+  // (check_fp8_block_scaling_support), emulated with MXFP8 GEMMs on 10.x, which TE does not run
+  // on 12.0+; Megatron-Core (--fp8-recipe blockwise) and the idealised entry run it, torchao does
+  // not.
   auto rule = [](double cc, Framework fw) { return fp8_recipe_rule(Fp8Scaling::blockwise, cc, fw); };
   EXPECT_EQ(rule(9.0, Framework::megatron_core), "accepted");
   EXPECT_EQ(rule(10.0, Framework::megatron_core), "accepted");
   EXPECT_EQ(rule(9.0, Framework::generic), "accepted");
-  EXPECT_NE(rule(8.9, Framework::megatron_core).find("training.fp8_scaling: needs compute capability 9.0"),
+  EXPECT_NE(rule(8.9, Framework::megatron_core).find("training.fp8_scaling: needs compute capability 9.x or 10.x"),
             std::string::npos) << rule(8.9, Framework::megatron_core);
+  EXPECT_NE(rule(12.0, Framework::megatron_core).find("needs compute capability 9.x or 10.x"), std::string::npos)
+      << rule(12.0, Framework::megatron_core);
   EXPECT_NE(rule(9.0, Framework::torchtitan).find("torchtitan does not run it"), std::string::npos)
       << rule(9.0, Framework::torchtitan);
 }

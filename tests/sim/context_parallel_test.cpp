@@ -357,21 +357,28 @@ TEST(ContextParallel, AllToAllTradesTheSequenceSplitForAHeadSplit) {
   EXPECT_NEAR(c.backward.value(), expect, 1e-15);
   EXPECT_GT(c.forward.value(), 0.0);
 
-  // Attention: 4 heads over 32768 causal queries, the same score positions as the ring's 16
-  // heads of 8192 queries at its average context (a quarter of the triangle either way).
+  // The calibrated all-to-all share acts on the transfer: half the share, twice the transfer.
+  Inputs half(e);
+  half.x.calibrated.all_to_all_efficiency_scale = 0.5;
+  const CommEstimate q_in = k.comm.estimate(Collective::all_to_all, Bytes(48 * mib), cp);
+  const CommEstimate o_out = k.comm.estimate(Collective::all_to_all, Bytes(32 * mib), cp);
+  EXPECT_NEAR(cp_comm_per_layer(half.in(), Seconds(1), Seconds(1)).forward.value(),
+              (q_in.latency + o_out.latency + (q_in.transfer + o_out.transfer) * 2.0).value(), 1e-15);
+  EXPECT_GT(q_in.transfer.value(), o_out.transfer.value());  // Q, K, V outweigh the output
+
+  // Attention: 4 heads over 32768 causal queries (the ring's 16 heads of 8192 queries at its
+  // average context see the same score positions: a quarter of the triangle either way).
   const cost_models::ExecutionModel xr = cost_models::resolve_execution(e);
   const cost_models::RooflineCompute& rc = xr.roofline();
   const auto t = cost_models::layer_times(xr, e.model, e.plan, 8192, 32768, false, 0);
   EXPECT_NEAR(t.forward_ops.attention_core.value(), rc.flash_forward(4, 32768, 32768, 128, true, 0).value(), 1e-15);
-  const double a2a_scores = 4.0 * (32768.0 * 32768 - 32768.0 * 32767 / 2);
-  const double ring_scores = 16.0 * (8192.0 * 20480 - 8192.0 * 8191 / 2);
-  EXPECT_NEAR(a2a_scores / ring_scores, 1.0, 1e-3);
   // Two copies of every exchanged tensor (read and write, 2 bytes each) forward and backward:
   // 8192 tokens x (2 x 2048 + 2 x 512) elements of this rank's Q, K, V and output.
   const auto tr = cost_models::layer_times(xr, ring.model, ring.plan, 8192, attention_context(ring), false, 0);
   const double copies = 8.0 * 8192 * (2 * 2048 + 2 * 512);
   EXPECT_NEAR((t.forward_ops.dropout_residual - tr.forward_ops.dropout_residual).value(),
               rc.memory_bound(Bytes(copies), 8).value(), 1e-15);
+  EXPECT_NEAR(t.cp_exchange_copies.value(), rc.memory_bound(Bytes(copies), 8).value(), 1e-15);
   EXPECT_NEAR((t.backward_ops.dropout_residual - tr.backward_ops.dropout_residual).value(),
               rc.memory_bound(Bytes(copies), 8).value(), 1e-15);
 
@@ -472,4 +479,36 @@ TEST(ContextParallel, DeepSpeedUlyssesIsTheAllToAllExchangeAtTp1) {
   const std::string args = megatron_arguments(plan);
   EXPECT_NE(args.find("--ds-sequence-parallel-size 4"), std::string::npos) << args;
   EXPECT_EQ(args.find("--context-parallel-size"), std::string::npos) << args;
+}
+
+// Selective recompute re-runs the core attention, and with it the all-to-all exchange inside it
+// (Megatron-Core checkpoints TE's DotProductAttention whole) and its copies; the ring's exchange
+// hides under its blocks and is not charged again.
+TEST(ContextParallel, SelectiveRecomputeRerunsTheAllToAllExchange) {
+  Experiment e = cp_plan(4);
+  e.plan.cp_comm = CpComm::all_to_all;
+  e.plan.recompute = Recompute::selective;
+  e.plan.sequence_parallel = true;
+  validate_experiment(e);
+  const cost_models::ExecutionModel x = cost_models::resolve_execution(e);
+  const ComputeCosts cc = compute_costs(e, x);
+  const CommModel comm(e.cluster);
+  const CostInputs in{e, x, cc, comm};
+  const LayerCompute lc = cc.layer(8192, 32768, false, 0);
+  const CpLayerComm cpc = cp_comm_per_layer(in, lc.attention_forward, lc.attention_backward);
+  const LayerStep step = layer_step(in, lc, 8192, tp_comm_per_layer(in, 8192), Seconds(0), 0.0);
+  EXPECT_NEAR(step.backward_cp.value(), (cpc.backward + cpc.forward).value(), 1e-15);
+  EXPECT_GT(cpc.forward.value(), 0.0);
+  const auto t = cost_models::layer_times(x, e.model, e.plan, 8192, 32768, false, 0);
+  EXPECT_GT(t.cp_exchange_copies.value(), 0.0);
+  EXPECT_NEAR(lc.recompute.value(), (t.forward_ops.attention_core + t.cp_exchange_copies).value(), 1e-15);
+  // Without recompute only the backward's own exchange.
+  Experiment none = e;
+  none.plan.recompute = Recompute::none;
+  const cost_models::ExecutionModel xn = cost_models::resolve_execution(none);
+  const ComputeCosts cn = compute_costs(none, xn);
+  const CostInputs inn{none, xn, cn, comm};
+  const LayerCompute ln = cn.layer(8192, 32768, false, 0);
+  EXPECT_NEAR(layer_step(inn, ln, 8192, tp_comm_per_layer(inn, 8192), Seconds(0), 0.0).backward_cp.value(),
+              cp_comm_per_layer(inn, ln.attention_forward, ln.attention_backward).backward.value(), 1e-15);
 }

@@ -687,3 +687,22 @@ TEST(CostShardedParameters, ExpertsShardOverTheirExpertDataParallelGroup) {
   const double f = 24.0 / (k.e.cluster.gpu.sms - 24.0);
   EXPECT_NEAR(k.c.chunk[0][0][0].forward_dp_comm.value(), exposed_under_prefetch(units, f).value(), 1e-9);
 }
+
+// Where the experts' group is one rank (ep 16 over the 16 GPUs) they stay whole on every GPU:
+// nothing of them is gathered or reduce-scattered, only the dense part over dp 16.
+TEST(CostShardedParameters, ExpertsOfAOneRankGroupStayWhole) {
+  Experiment e = fsdp();
+  e.model.moe = MoeSpec{.experts = 16, .top_k = 2};
+  e.plan.framework = Framework::megatron_core;
+  e.plan.ep = 16;
+  validate_experiment(e);
+  ASSERT_EQ(e.plan.expert_dp(), 1);
+  Costed k(e, round_compute());
+  const ModelSpec& m = k.e.model;
+  const double h = m.hidden;
+  const cost_models::StageParameters lp = cost_models::layer_parameters_on_gpu(m, k.e.plan, 0);
+  ASSERT_GT(lp.expert, 0.0);
+  const double embedding = double(m.vocab) * h + double(m.seq_len) * h + 2 * h;
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), (2 * 24 * lp.dense * 2 + embedding) * 15.0 / 16.0 * 2, 1.0);
+  EXPECT_NEAR(k.c.zero3_reduce_bytes[0].value(), (24 * lp.dense + embedding) * 15.0 / 16.0 * 4 * 2, 1.0);
+}
