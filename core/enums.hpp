@@ -178,11 +178,13 @@ FORESIGHT_ENUM_NAMES(CrossEntropyFusion, {CrossEntropyFusion::none, "none"}, {Cr
 /// all-to-alls that trade the sequence split for a head split around attention: Q, K and V in,
 /// the output back, each rank attending over the whole sequence with heads / cp of its heads
 /// (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv:2309.14509; Transformer Engine's cp_comm_type
-/// "a2a", Megatron-Core's --cp-comm-type a2a).
-enum class CpComm { ring, all_gather, all_to_all };
-inline constexpr int kCpComms = 3;
+/// "a2a", Megatron-Core's --cp-comm-type a2a), or both in two levels (a2a+p2p: all-to-alls inside
+/// groups of plan.cp_a2a consecutive cp ranks, a ring over the cp / cp_a2a groups; Megatron-Core's
+/// --hierarchical-context-parallel-sizes, TE's cp_group pair).
+enum class CpComm { ring, all_gather, all_to_all, all_to_all_ring };
+inline constexpr int kCpComms = 4;
 FORESIGHT_ENUM_NAMES(CpComm, {CpComm::ring, "ring"}, {CpComm::all_gather, "all-gather"},
-                     {CpComm::all_to_all, "all-to-all"});
+                     {CpComm::all_to_all, "all-to-all"}, {CpComm::all_to_all_ring, "a2a+p2p"});
 
 /// The FFN's activation. Gated ones (SwiGLU: Shazeer 2020, "GLU Variants Improve Transformer";
 /// Llama, Qwen, Mixtral, DeepSeek) multiply an activated gate projection by an up projection:

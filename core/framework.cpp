@@ -346,7 +346,7 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.context_parallel = true;
   // --cp-comm-type p2p / all_gather / a2a (core_r0.10.0 megatron/training/arguments.py, passed
   // to TE's DotProductAttention; a2a is AttnFuncWithCPAndQKVOA2A, DeepSpeed-Ulysses' exchange).
-  megatron_core.cp_comms[int(CpComm::all_to_all)] = true;
+  megatron_core.cp_comms[int(CpComm::all_to_all)] = megatron_core.cp_comms[int(CpComm::all_to_all_ring)] = true;
   // --fp8-param-gather (megatron/training/arguments.py; the distributed optimizer gathers the FP8
   // parameters, TE keeping each one's FP8 transpose beside it).
   megatron_core.fp8_param_gather = true;
@@ -700,7 +700,7 @@ std::array<FrameworkTraits, 9> make_table() {
   generic.activations.fp8_linear_inputs = true;
   generic.context_parallel = true;
   generic.fp8_blockwise = true;
-  generic.cp_comms[int(CpComm::all_to_all)] = true;
+  generic.cp_comms[int(CpComm::all_to_all)] = generic.cp_comms[int(CpComm::all_to_all_ring)] = true;
   generic.fp8_param_gather = true;
   generic.tp_overlap = true;
   generic.microbatch_recompute = true;

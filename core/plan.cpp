@@ -350,19 +350,31 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.placement", to_string(p.placement), "must be tp-dp-pp with plan.cp > 1 (tp-cp-dp-pp, Megatron-Core's order)");
     if (p.attention == AttentionImpl::unfused)
       return fail("plan.attention", "unfused", "context parallelism runs on fused attention kernels (flash, flash2 or cudnn)");
-    if (p.cp_comm == CpComm::all_to_all) {
-      // Each rank attends over the whole sequence with heads / cp of its TP rank's heads, so
-      // both the query and the key/value heads of a TP rank must split evenly over cp
+    if (p.cp_comm == CpComm::all_to_all_ring) {
+      if (p.cp_a2a < 2 || p.cp_a2a >= p.cp || p.cp % p.cp_a2a != 0)
+        return fail("plan.cp_a2a", str((long long)p.cp_a2a),
+                    "must be a divisor of plan.cp = " + str((long long)p.cp) +
+                        " between 2 and cp / 2 under plan.cp_comm a2a+p2p (the all-to-all groups; the ring runs over "
+                        "cp / cp_a2a of them)");
+    } else if (p.cp_a2a != 0) {
+      return fail("plan.cp_a2a", str((long long)p.cp_a2a), "applies to plan.cp_comm a2a+p2p only (leave it out)");
+    }
+    if (p.cp_comm == CpComm::all_to_all || p.cp_comm == CpComm::all_to_all_ring) {
+      // Each rank attends with heads / (its all-to-all group) of its TP rank's heads, so both the
+      // query and the key/value heads of a TP rank must split evenly over that group
       // (Transformer Engine's a2a asserts num_heads % cp_size == 0 for Q, K and V).
+      const long long group = p.cp_heads();
       const long long q_heads = m.heads / p.tp, kv_heads = std::max(1, m.kv_heads / p.tp);
-      if (q_heads % p.cp != 0 || kv_heads % p.cp != 0)
-        return fail("plan.cp", str((long long)p.cp),
-                    "must divide the attention heads of each TP rank under plan.cp_comm all-to-all (" + str(q_heads) +
-                        " query and " + str(kv_heads) + " key/value heads per rank at plan.tp = " + str((long long)p.tp) +
-                        ")");
+      if (q_heads % group != 0 || kv_heads % group != 0)
+        return fail(p.cp_comm == CpComm::all_to_all ? "plan.cp" : "plan.cp_a2a", str(group),
+                    "must divide the attention heads of each TP rank under plan.cp_comm " +
+                        std::string(to_string(p.cp_comm)) + " (" + str(q_heads) + " query and " + str(kv_heads) +
+                        " key/value heads per rank at plan.tp = " + str((long long)p.tp) + ")");
       if (m.mla)
-        return fail("plan.cp_comm", "all-to-all", "is not modelled for multi-latent attention (model.mla): use ring");
-    } else if (m.attention_window) {
+        return fail("plan.cp_comm", to_string(p.cp_comm),
+                    "is not modelled for multi-latent attention (model.mla): use ring");
+    }
+    if (m.attention_window && p.cp_comm != CpComm::all_to_all) {
       // Transformer Engine's ring attention (the p2p exchange Megatron-Core uses) has no
       // sliding-window masks; the all-gather exchange of windowed layers is not modelled. The
       // all-to-all one attends whole sequences and runs them as any layer.
@@ -371,6 +383,8 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                   "all-to-all");
     }
   }
+  if (p.cp <= 1 && p.cp_a2a != 0)
+    return fail("plan.cp_a2a", str((long long)p.cp_a2a), "applies to plan.cp_comm a2a+p2p with plan.cp > 1 only");
   if (p.reduce_dtype && *p.reduce_dtype != Dtype::fp32 && *p.reduce_dtype != Dtype::bf16 && *p.reduce_dtype != Dtype::fp16)
     return fail("plan.reduce_dtype", to_string(*p.reduce_dtype), "must be fp32, bf16 or fp16 (NCCL reduces no 8-bit floats)");
   if (p.reduce_dtype && p.grad_ranks() < 2)

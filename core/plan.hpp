@@ -66,6 +66,14 @@ struct PlanSpec {
   /// 2cp - 1 - i, so causal attention work is even: Megatron-Core's load balancing).
   int cp = 1;
   CpComm cp_comm = CpComm::ring;
+  /// cp_comm a2a+p2p: the cp ranks of each all-to-all group (the rest of cp is the ring's).
+  int cp_a2a = 0;
+  /// Ranks a context-parallel rank exchanges Q, K, V and the output with by all-to-all (head
+  /// split), and ranks of its ring (sequence split): cp and 1, 1 and cp, or cp_a2a and cp / cp_a2a.
+  int cp_heads() const {
+    return cp_comm == CpComm::all_to_all ? cp : cp_comm == CpComm::all_to_all_ring ? std::max(1, cp_a2a) : 1;
+  }
+  int cp_ring() const { return cp / std::max(1, cp_heads()); }
   int micro_batch = 1;
   Schedule schedule = Schedule::one_f_one_b;
   int virtual_stages = 1;

@@ -274,7 +274,13 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
     s << " --ds-sequence-parallel-size " << q.cp;
   else if (q.cp > 1)
     s << " --context-parallel-size " << q.cp << " --cp-comm-type "
-      << (q.cp_comm == CpComm::ring ? "p2p" : q.cp_comm == CpComm::all_gather ? "all_gather" : "a2a");
+      << (q.cp_comm == CpComm::ring         ? "p2p"
+          : q.cp_comm == CpComm::all_gather ? "all_gather"
+          : q.cp_comm == CpComm::all_to_all ? "a2a"
+                                            : "a2a+p2p");
+  // Megatron-Core's hierarchical sizes, innermost (the all-to-all groups) first (core_r0.10.0).
+  if (q.cp > 1 && q.cp_comm == CpComm::all_to_all_ring && q.framework != Framework::deepspeed)
+    s << " --hierarchical-context-parallel-sizes " << q.cp_heads() << " " << q.cp_ring();
   if (p.model.kv_heads != p.model.heads) s << " --group-query-attention --num-query-groups " << p.model.kv_heads;
   if (p.model.moe)
     s << " --num-experts " << p.model.moe->experts << " --moe-router-topk " << p.model.moe->top_k

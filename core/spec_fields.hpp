@@ -130,6 +130,7 @@ void visit_fields(V& v, S& p) {
   v.integer("dp", p.dp, std::nullopt, 1);
   v.integer("cp", p.cp, 1, 1);
   v.enumeration("cp_comm", p.cp_comm, CpComm::ring);
+  v.integer("cp_a2a", p.cp_a2a, 0, 0);
   v.integer("micro_batch", p.micro_batch, std::nullopt, 1);
   v.enumeration("schedule", p.schedule, Schedule::one_f_one_b);
   v.integer("virtual_stages", p.virtual_stages, 1, 1);

@@ -530,11 +530,13 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     // holds their fp32 gradients: the accumulator and the ring's in-flight copy.
     const bool torch_sdpa = fw.cp_torch_sdpa && !model.mla;
     const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) * cp_kv_width(fw, model, plan);
-    if (plan.cp_comm == CpComm::all_to_all) {
+    if (plan.cp_comm == CpComm::all_to_all || plan.cp_comm == CpComm::all_to_all_ring) {
       // One layer's Q, K and V twice: the head-grouped copies going out and the whole-sequence
-      // head groups coming back (the output's exchange, smaller, reuses the space).
+      // head groups coming back (the output's exchange, smaller, reuses the space); a2a+p2p's
+      // ring then double-buffers its K/V blocks as the plain ring does.
       const double q = a * plan.micro_batch * plan.local_tokens(model) * model.q_width() / plan.tp;
       bytes += Bytes(2.0 * (q + kv));
+      if (plan.cp_comm == CpComm::all_to_all_ring) bytes += Bytes(4.0 * kv);
     } else {
       bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
     }

@@ -163,7 +163,7 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
     // Selective recompute re-runs the core attention, inside which the all-to-all exchange runs
     // (Megatron-Core checkpoints TE's DotProductAttention whole; Megatron-DeepSpeed its
     // DistributedAttention): its exchanges again, none of them hidden.
-    else if (p.recompute == Recompute::selective && p.cp_comm == CpComm::all_to_all) s.backward_cp += cpc.forward;
+    else if (p.recompute == Recompute::selective && p.cp_heads() > 1) s.backward_cp += cpc.forward;
   }
   if (redo > 0) {
     s.recompute_comm = s.forward_tp * redo;

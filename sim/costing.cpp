@@ -112,8 +112,10 @@ Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch
 int attention_context(const Experiment& e) {
   const int s = e.model.seq_len;
   // The ring's and the all-gather's ranks attend from their two chunks over the keys up to them,
-  // (s + s / cp) / 2 on average; all-to-all ranks over the whole sequence.
-  return e.plan.cp > 1 && e.plan.cp_comm != CpComm::all_to_all ? (s + s / e.plan.cp) / 2 : s;
+  // (s + s / n) / 2 on average over a ring of n (cp, or the a2a+p2p ring's cp / cp_a2a); all-to-all
+  // ranks over the whole sequence.
+  const int ring = e.plan.cp_ring();
+  return e.plan.cp > 1 && ring > 1 ? (s + s / ring) / 2 : s;
 }
 
 CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, Seconds attention_backward) {
@@ -144,7 +146,7 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
     const Seconds dkv = in.comm.time(Collective::send_recv, kv_local * (4.0 / in.x.bytes.activation), pair);
     return {kv_in(block_fwd), kv_in(block_bwd) + double(p.cp - 1) * max(Seconds(0), dkv - block_bwd) + dkv};
   }
-  if (p.cp_comm == CpComm::all_to_all) {
+  if (p.cp_comm == CpComm::all_to_all || p.cp_comm == CpComm::all_to_all_ring) {
     // Before attention this rank's Q, K and V go out head group by head group (a cp-th of the
     // heads to each rank) and the whole sequence of its own head group comes back; after it the
     // output returns the same way; the backward runs the mirror image: dO in, dQ, dK, dV out
@@ -155,12 +157,34 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
     // MoE token dispatch).
     const double a = in.x.bytes.activation * p.micro_batch * p.local_tokens(m);
     const double q_width = m.q_width() / p.tp, kv_width = std::max(m.kv_width() / p.tp, double(m.head_dim()));
+    // a2a+p2p (TE's cp_group pair): the all-to-alls inside groups of cp_a2a consecutive cp ranks.
+    const CommGroup heads = p.cp_comm == CpComm::all_to_all ? g.cp : group_of(p.cp_heads(), strides(p).cp, in.e.cluster.gpus_per_node);
     auto all_to_all = [&](double bytes) {
-      const CommEstimate est = in.comm.estimate(Collective::all_to_all, Bytes(bytes), g.cp);
+      const CommEstimate est = in.comm.estimate(Collective::all_to_all, Bytes(bytes), heads);
       return est.latency + est.transfer / in.x.calibrated.all_to_all_efficiency_scale;
     };
     const Seconds qkv = all_to_all(a * (q_width + 2.0 * kv_width)), out = all_to_all(a * q_width);
-    return {qkv + out, out + qkv};
+    CpLayerComm c{qkv + out, out + qkv};
+    if (p.cp_comm == CpComm::all_to_all_ring) {
+      // Then a p2p ring over the cp / cp_a2a groups, ranks cp_a2a apart (TE: send_dst =
+      // cp_global_ranks[(rank + 1) % P * A + rank_a2a]), as the plain ring below with the
+      // gathered heads' K/V: a rank's block is its group's sequence chunk at a cp_a2a-th of the
+      // heads, the same bytes as its own K/V.
+      const int ring = p.cp_ring();
+      const CommGroup outer = group_of(ring, strides(p).cp * p.cp_heads(), in.e.cluster.gpus_per_node);
+      CommGroup ring_pair = outer;
+      ring_pair.ranks = 2;
+      ring_pair.ranks_per_node = outer.nodes > 1 ? 1 : 2;
+      ring_pair.nodes = outer.nodes > 1 ? 2 : 1;
+      ring_pair.concurrent_groups = std::max(1, std::min(p.tp * p.cp_heads(), in.e.cluster.gpus_per_node / ring_pair.ranks_per_node));
+      const Bytes kv_block(2.0 * a * kv_width);
+      const Seconds block_fwd = attention_forward / double(ring), block_bwd = attention_backward / double(ring);
+      const Seconds step_fwd = in.comm.time(Collective::send_recv, kv_block, ring_pair);
+      const Seconds step_bwd = in.comm.time(Collective::send_recv, kv_block * 2.0, ring_pair);  // + dK, dV
+      c.forward += double(ring - 1) * max(Seconds(0), step_fwd - block_fwd);
+      c.backward += double(ring - 1) * max(Seconds(0), step_bwd - block_bwd);
+    }
+    return c;
   }
   if (p.cp_comm == CpComm::all_gather) {
     return {in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp),

@@ -23,6 +23,7 @@ std::string describe_plan(const PlanSpec& p) {
     s += " cp";
     s += std::to_string(p.cp);
     if (p.cp_comm == CpComm::all_to_all) s += "(a2a)";
+    if (p.cp_comm == CpComm::all_to_all_ring) s += "(a2a" + std::to_string(p.cp_a2a) + "+p2p)";
     if (p.cp_comm == CpComm::all_gather) s += "(all-gather)";
   }
   s += " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp) + " mb" +

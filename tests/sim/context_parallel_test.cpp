@@ -512,3 +512,73 @@ TEST(ContextParallel, SelectiveRecomputeRerunsTheAllToAllExchange) {
   EXPECT_NEAR(layer_step(inn, ln, 8192, tp_comm_per_layer(inn, 8192), Seconds(0), 0.0).backward_cp.value(),
               cp_comm_per_layer(inn, ln.attention_forward, ln.attention_backward).backward.value(), 1e-15);
 }
+
+// Megatron-Core's hierarchical a2a+p2p (--hierarchical-context-parallel-sizes 2 2): cp 4 as
+// all-to-alls inside pairs of consecutive cp ranks (2 GPUs apart at tp 2) and a ring over the 2
+// pairs (4 GPUs apart). Per rank: 8192 tokens of 16 query and 4 key/value heads before the
+// exchange, 16384 tokens of 8 and 2 after it; the ring's step moves a block of that: 2 x 2 bytes x
+// 16384 x 2 x 128 = 16 MiB, the rank's own K/V bytes.
+TEST(ContextParallel, HierarchicalAllToAllThenRing) {
+  Experiment e = cp_plan(4);
+  e.plan.cp_comm = CpComm::all_to_all_ring;
+  e.plan.cp_a2a = 2;
+  validate_experiment(e);
+  EXPECT_EQ(e.plan.cp_heads(), 2);
+  EXPECT_EQ(e.plan.cp_ring(), 2);
+  // The ring over 2 groups: context (32768 + 16384) / 2.
+  EXPECT_EQ(attention_context(e), 24576);
+  Inputs k(e);
+  const double mib = 1048576.0;
+  CommGroup pair_a2a;  // 2 ranks 2 apart in one node, both TP ranks' pairs at once
+  pair_a2a.ranks = 2;
+  pair_a2a.ranks_per_node = 2;
+  pair_a2a.nodes = 1;
+  pair_a2a.concurrent_groups = 2;
+  auto a2a = [&](double bytes) {
+    const CommEstimate est = k.comm.estimate(Collective::all_to_all, Bytes(bytes), pair_a2a);
+    return est.latency.value() + est.transfer.value() / k.x.calibrated.all_to_all_efficiency_scale;
+  };
+  CommGroup ring_pair = pair_a2a;  // ring neighbours 4 apart, still in one 8-GPU node; 4 pairs at once
+  ring_pair.concurrent_groups = 4;
+  const Seconds step = k.comm.time(Collective::send_recv, Bytes(16 * mib), ring_pair);
+  const Seconds step_b = k.comm.time(Collective::send_recv, Bytes(32 * mib), ring_pair);
+  // Attention blocks too short to hide anything: the ring's one step exposed whole.
+  const CpLayerComm c = cp_comm_per_layer(k.in(), Seconds(0), Seconds(0));
+  EXPECT_NEAR(c.forward.value(), a2a(48 * mib) + a2a(32 * mib) + step.value(), 1e-15);
+  EXPECT_NEAR(c.backward.value(), a2a(48 * mib) + a2a(32 * mib) + step_b.value(), 1e-15);
+  // Blocks long enough: the all-to-alls only.
+  const CpLayerComm hidden = cp_comm_per_layer(k.in(), Seconds(1), Seconds(1));
+  EXPECT_NEAR(hidden.forward.value(), a2a(48 * mib) + a2a(32 * mib), 1e-15);
+  // Attention: 8 heads of 16384 queries against the ring's context.
+  const cost_models::ExecutionModel xr = cost_models::resolve_execution(e);
+  const auto t = cost_models::layer_times(xr, e.model, e.plan, 8192, 24576, false, 0);
+  EXPECT_NEAR(t.forward_ops.attention_core.value(), xr.roofline().flash_forward(8, 16384, 24576, 128, true, 0).value(),
+              1e-15);
+  // Launch flags and rules.
+  ExecutablePlan plan;
+  plan.model = e.model;
+  plan.training = e.training;
+  plan.plan = e.plan;
+  plan.gpus = e.gpus;
+  EXPECT_NE(megatron_arguments(plan).find("--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2"),
+            std::string::npos)
+      << megatron_arguments(plan);
+  auto broken = [&](const PlanSpec& p) { return check_plan(e.model, e.cluster, e.training, p, p.gpus()); };
+  PlanSpec p = e.plan;
+  p.cp_a2a = 4;  // the whole of cp: that is plain all-to-all
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp_a2a");
+  p.cp_a2a = 3;
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp_a2a");
+  p = e.plan;
+  p.cp_comm = CpComm::ring;  // cp_a2a without a2a+p2p
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp_a2a");
+  p = e.plan;
+  p.framework = Framework::torchtitan;
+  p.zero = 3;
+  p.sequence_parallel = true;
+  ASSERT_TRUE(broken(p));
+  EXPECT_EQ(broken(p)->field, "plan.cp_comm");
+}
