@@ -377,8 +377,9 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // (FrameworkTraits::cp_all_to_all_copies): Transformer Engine's flash_attn_a2a_communicate in
   // Megatron-Core's sbhd layout twice, movedim(...).contiguous() to group the heads by destination
   // and index_select to put the 2 cp sequence chunks back in order.
-  const bool a2a = p.cp > 1 && (p.cp_comm == CpComm::all_to_all || p.cp_comm == CpComm::all_to_all_ring);
-  if (a2a) {
+  // (plan.cp_heads(): the ranks of its all-to-all, 1 without one.)
+  const int a2a_group = p.cp > 1 ? p.cp_heads() : 1;
+  if (a2a_group > 1) {
     const double exchanged = T * (2.0 * q / t + 2.0 * std::max(kv_dim / t, d));
     const double bytes = 4.0 * x.framework->cp_all_to_all_copies;  // (read + write) x 2 bytes per copy
     L.cp_exchange_copies = stream(bytes, exchanged, 8);
@@ -609,8 +610,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     // All-to-all context parallelism attends with heads / n of the rank's heads over n x its tokens
     // (n: its all-to-all group, plan.cp_heads(); the whole sequence where there is no ring), against
     // the context its caller passes.
-    const double group = a2a ? double(p.cp_heads()) : 1.0;
-    const double heads = a_local / group, queries = double(tokens) * group;
+    const double heads = a_local / a2a_group, queries = double(tokens) * a2a_group;
     F.attention_core = rc.flash_forward(b * heads, queries, context, d_attn, causal, window);
     B.attention_core = 2.5 * (F.attention_core - rc.params().launch_overhead) + rc.params().launch_overhead;
     if (m.mla && x.attention == AttentionImpl::cudnn) {

@@ -145,8 +145,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
   // Context parallelism where the framework runs it, while each rank keeps at least 2048 tokens
   // of a sequence (below that its K/V exchange outweighs the attention it splits).
   // The exchange: the ring where the framework runs it (overlapped with attention blocks), and
-  // the all-to-alls where it runs them (whole-sequence attention over a head group; the heads
-  // must split over cp, checked per tp below).
+  // the all-to-alls where it runs them (whole-sequence attention over a head group; check_plan
+  // drops the layouts whose heads do not split over cp).
   std::vector<std::pair<int, CpComm>> cps{{1, CpComm::ring}};
   if (fw.context_parallel)
     for (int cp = 2; cp <= 32 && m.seq_len / cp >= 2048; cp *= 2)
@@ -158,9 +158,6 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
     for (const auto& cp_and_comm : cps) {
     const int cp = cp_and_comm.first;
     const CpComm cp_comm = cp_and_comm.second;
-    if (cp_comm == CpComm::all_to_all &&
-        (m.mla || (m.heads / tp) % cp != 0 || std::max(1, m.kv_heads / tp) % cp != 0))
-      continue;
     // An MoE model with context parallelism needs its experts folded over tp x cp x dp
     // (Megatron-Core; check_plan refuses it elsewhere).
     if (cp > 1 && m.moe && !fw.expert_folding) continue;

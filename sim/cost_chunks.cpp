@@ -29,12 +29,7 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
   const double shard = own && p.sequence_parallel ? double(p.tp) : 1.0;
   const double rf = m.moe->routed_factor();
   const Bytes dispatched = activation_tensor(in.x, p.micro_batch, tokens / shard, m.hidden) * rf;
-  // An all-to-all's transfer at the calibrated share of its links' rate (calibration.yaml,
-  // all_to_all_efficiency_scale; 1 where none applies).
-  auto all_to_all = [&](Bytes bytes) {
-    const CommEstimate est = in.comm.estimate(Collective::all_to_all, bytes, g.ep);
-    return est.latency + est.transfer / in.x.calibrated.all_to_all_efficiency_scale;
-  };
+  auto all_to_all = [&](Bytes bytes) { return all_to_all_collective(in, bytes, g.ep); };
   Seconds t;
   if (p.ep > 1 && p.ep_dispatcher == EpDispatcher::deepep) {
     // DeepEP's normal kernels (DeepSeek-V3 sec. 3.2.2): a token crosses the network once per

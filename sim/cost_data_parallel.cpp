@@ -205,7 +205,10 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   using cost_models::StageParameters;
   // What of a unit is sharded, so gathered, reduce-scattered and copied: the dense part where
   // dp x cp has two or more ranks, the experts where their group has.
-  auto sharded = [&](const StageParameters& ps) { return (k > 1 ? ps.dense : 0.0) + (ke > 1 ? ps.expert : 0.0); };
+  auto sharded_parts = [&](const StageParameters& ps) {
+    return StageParameters{.dense = k > 1 ? ps.dense : 0.0, .expert = ke > 1 ? ps.expert : 0.0};
+  };
+  auto sharded = [&](const StageParameters& ps) { return sharded_parts(ps).total(); };
   const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
   // A transformer layer's gathers carry its GEMM weights in FP8 under plan.fp8_param_gather; the
   // embedding and the head stay in the gather dtype.
@@ -216,7 +219,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const std::vector<double> modules = cost_models::zero3_module_shares(fw, m);
   auto gather = [&](const StageParameters& ps, bool layer) {
     const double bytes = layer ? lgb : gb;
-    const double dense = k > 1 ? ps.dense : 0.0, expert = ke > 1 ? ps.expert : 0.0;
+    const auto [dense, expert] = sharded_parts(ps);
     if (!(dense + expert > 0)) return Seconds(0);
     Seconds t;
     if (dense > 0)
@@ -232,7 +235,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   // reduce: reduce_scatter in the shard group, all_reduce in the replicate group; FSDP2's
   // foreach_reduce the same).
   const int replicas = p.grad_ranks() / k;
-  const CommGroup replicate = plan_groups(p, in.e.cluster).replicate;
+  const CommGroup& replicate = groups.replicate;
   // Where the framework all-reduces across the replicas in the step's last backward only
   // (FrameworkTraits::hsdp_outer_reduce_per_step), each backward carries 1/m of it.
   const double outer_share = fw.hsdp_outer_reduce_per_step ? 1.0 / micro_batches : 1.0;
@@ -244,7 +247,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
                             ? (p.reduce_bucket > 0 ? double(p.reduce_bucket) : fw.zero3_reduce_bucket_elements)
                             : 0.0;
   auto reduce = [&](const StageParameters& ps) {
-    const double params = k > 1 ? ps.dense : 0.0, expert = ke > 1 ? ps.expert : 0.0;
+    const auto [params, expert] = sharded_parts(ps);
     if (!(params + expert > 0)) return Seconds(0);
     Seconds t;
     if (params > 0) {

@@ -109,6 +109,30 @@ Bytes activation_tensor(const cost_models::ExecutionModel& x, double micro_batch
   return Bytes(x.bytes.activation * micro_batch * tokens * hidden);
 }
 
+namespace {
+/// One ring step's sender and receiver among `ring`'s members, `at_once` such pairs sending
+/// together (the ring's siblings: every tp rank's, and under a2a+p2p every all-to-all rank's).
+CommGroup ring_pair(const CommGroup& ring, int at_once, int gpn) {
+  CommGroup pair = ring;
+  pair.ranks = 2;
+  pair.ranks_per_node = ring.nodes > 1 ? 1 : 2;
+  pair.nodes = ring.nodes > 1 ? 2 : 1;
+  pair.concurrent_groups = std::max(1, std::min(at_once, gpn / pair.ranks_per_node));
+  return pair;
+}
+
+/// A K/V ring of `n` ranks: n - 1 steps of `kv` bytes (backward with dK, dV too), each beside an
+/// n-th of the attention; what a step's transfer outlasts its block is exposed.
+CpLayerComm ring_exposed(const CostInputs& in, const CommGroup& pair, Bytes kv, int n, Seconds attention_forward,
+                         Seconds attention_backward) {
+  const Seconds step_fwd = in.comm.time(Collective::send_recv, kv, pair);
+  const Seconds step_bwd = in.comm.time(Collective::send_recv, kv * 2.0, pair);  // + dK, dV
+  const double steps = n - 1;
+  return {steps * max(Seconds(0), step_fwd - attention_forward / double(n)),
+          steps * max(Seconds(0), step_bwd - attention_backward / double(n))};
+}
+}  // namespace
+
 int attention_context(const Experiment& e) {
   const int s = e.model.seq_len;
   // The ring's and the all-gather's ranks attend from their two chunks over the keys up to them,
@@ -128,11 +152,8 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
                                cost_models::cp_kv_width(*in.x.framework, m, p));
   const Seconds block_fwd = attention_forward / double(p.cp), block_bwd = attention_backward / double(p.cp);
   // One ring step: every cp rank sends its block to the next; all tp ranks of a pair at once.
-  CommGroup pair = g.cp;
-  pair.ranks = 2;
-  pair.ranks_per_node = g.cp.nodes > 1 ? 1 : 2;
-  pair.nodes = g.cp.nodes > 1 ? 2 : 1;
-  pair.concurrent_groups = std::max(1, std::min(p.tp, in.e.cluster.gpus_per_node / pair.ranks_per_node));
+  const int gpn = in.e.cluster.gpus_per_node;
+  const CommGroup pair = ring_pair(g.cp, p.tp, gpn);
   if (in.x.framework->cp_torch_sdpa) {
     // PyTorch's rotaters (FrameworkTraits::cp_torch_sdpa). Load-balanced causal blocks: every
     // step computes the same work, a cp-th of the attention. The other ranks' K/V arrive under
@@ -155,34 +176,24 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
     // and V, and the next op all of its output. The bytes per rank are the local tensors'; the
     // transfer runs at NCCL's all-to-all share of the links (calibrated where measured, as for
     // MoE token dispatch).
-    const double a = in.x.bytes.activation * p.micro_batch * p.local_tokens(m);
-    const double q_width = m.q_width() / p.tp, kv_width = std::max(m.kv_width() / p.tp, double(m.head_dim()));
-    // a2a+p2p (TE's cp_group pair): the all-to-alls inside groups of cp_a2a consecutive cp ranks.
-    const CommGroup heads = p.cp_comm == CpComm::all_to_all ? g.cp : group_of(p.cp_heads(), strides(p).cp, in.e.cluster.gpus_per_node);
-    auto all_to_all = [&](double bytes) {
-      const CommEstimate est = in.comm.estimate(Collective::all_to_all, Bytes(bytes), heads);
-      return est.latency + est.transfer / in.x.calibrated.all_to_all_efficiency_scale;
-    };
-    const Seconds qkv = all_to_all(a * (q_width + 2.0 * kv_width)), out = all_to_all(a * q_width);
+    // a2a+p2p (TE's cp_group pair): the all-to-alls inside groups of cp_a2a consecutive cp ranks
+    // (all of cp under plain all-to-all: g.cp).
+    const Bytes q_local = Bytes(in.x.bytes.activation * p.micro_batch * p.local_tokens(m) * m.q_width() / p.tp);
+    const CommGroup heads = group_of(p.cp_heads(), strides(p).cp, gpn);
+    const Seconds qkv = all_to_all_collective(in, q_local + kv_local, heads);
+    const Seconds out = all_to_all_collective(in, q_local, heads);
     CpLayerComm c{qkv + out, out + qkv};
     if (p.cp_comm == CpComm::all_to_all_ring) {
       // Then a p2p ring over the cp / cp_a2a groups, ranks cp_a2a apart (TE: send_dst =
       // cp_global_ranks[(rank + 1) % P * A + rank_a2a]), as the plain ring below with the
       // gathered heads' K/V: a rank's block is its group's sequence chunk at a cp_a2a-th of the
-      // heads, the same bytes as its own K/V.
+      // heads, the same bytes as its own K/V; every all-to-all rank's pair sends at once.
       const int ring = p.cp_ring();
-      const CommGroup outer = group_of(ring, strides(p).cp * p.cp_heads(), in.e.cluster.gpus_per_node);
-      CommGroup ring_pair = outer;
-      ring_pair.ranks = 2;
-      ring_pair.ranks_per_node = outer.nodes > 1 ? 1 : 2;
-      ring_pair.nodes = outer.nodes > 1 ? 2 : 1;
-      ring_pair.concurrent_groups = std::max(1, std::min(p.tp * p.cp_heads(), in.e.cluster.gpus_per_node / ring_pair.ranks_per_node));
-      const Bytes kv_block(2.0 * a * kv_width);
-      const Seconds block_fwd = attention_forward / double(ring), block_bwd = attention_backward / double(ring);
-      const Seconds step_fwd = in.comm.time(Collective::send_recv, kv_block, ring_pair);
-      const Seconds step_bwd = in.comm.time(Collective::send_recv, kv_block * 2.0, ring_pair);  // + dK, dV
-      c.forward += double(ring - 1) * max(Seconds(0), step_fwd - block_fwd);
-      c.backward += double(ring - 1) * max(Seconds(0), step_bwd - block_bwd);
+      const CommGroup outer = group_of(ring, strides(p).cp * p.cp_heads(), gpn);
+      const CpLayerComm r =
+          ring_exposed(in, ring_pair(outer, p.tp * p.cp_heads(), gpn), kv_local, ring, attention_forward, attention_backward);
+      c.forward += r.forward;
+      c.backward += r.backward;
     }
     return c;
   }
@@ -190,10 +201,12 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
     return {in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp),
             in.comm.time(Collective::reduce_scatter, kv_local * double(p.cp), g.cp)};
   }
-  const Seconds step_fwd = in.comm.time(Collective::send_recv, kv_local, pair);
-  const Seconds step_bwd = in.comm.time(Collective::send_recv, kv_local * 2.0, pair);  // + dK, dV
-  const double steps = p.cp - 1;
-  return {steps * max(Seconds(0), step_fwd - block_fwd), steps * max(Seconds(0), step_bwd - block_bwd)};
+  return ring_exposed(in, pair, kv_local, p.cp, attention_forward, attention_backward);
+}
+
+Seconds all_to_all_collective(const CostInputs& in, Bytes message, const CommGroup& group) {
+  const CommEstimate est = in.comm.estimate(Collective::all_to_all, message, group);
+  return est.latency + est.transfer / in.x.calibrated.all_to_all_efficiency_scale;
 }
 
 Seconds tp_collective(const CostInputs& in, Collective c, Bytes message, const CommGroup& group) {

@@ -135,6 +135,10 @@ Seconds tp_comm_per_layer(const CostInputs& in, int tokens);
 /// plus its transfer at the calibrated share of the links' rate (calibration.yaml,
 /// tp_comm_efficiency_scale; 1 where none applies).
 Seconds tp_collective(const CostInputs& in, Collective c, Bytes message, const CommGroup& group);
+/// An all-to-all of `message` bytes per rank over `group`, its transfer at the calibrated share of
+/// its links' rate (calibration.yaml, all_to_all_efficiency_scale; 1 where none applies): MoE
+/// token dispatch and all-to-all context parallelism.
+Seconds all_to_all_collective(const CostInputs& in, Bytes message, const CommGroup& group);
 
 /// Element size of one direction's sequence-parallel all-gathers' payload relative to the
 /// activation's: 1 / activation bytes where they carry FP8 (forward, torchtitan's float8 TP plan,

@@ -52,6 +52,16 @@ Experiment torchtitan_cp_plan(int cp, CpComm comm = CpComm::ring) {
   return e;
 }
 
+// The experiment as plan.json carries it, for its launch flags.
+ExecutablePlan executable(const Experiment& e) {
+  ExecutablePlan plan;
+  plan.model = e.model;
+  plan.training = e.training;
+  plan.plan = e.plan;
+  plan.gpus = e.gpus;
+  return plan;
+}
+
 // One ring step's sender and receiver: the cp group's ranks 2 apart inside one node, the two
 // TP ranks' pairs at once.
 CommGroup intra_node_pair(const PlanGroups& g) {
@@ -390,11 +400,7 @@ TEST(ContextParallel, AllToAllTradesTheSequenceSplitForAHeadSplit) {
               96 * mib, 1.0);
 
   // The launch line asks Megatron-Core for it.
-  ExecutablePlan plan;
-  plan.model = e.model;
-  plan.training = e.training;
-  plan.plan = e.plan;
-  plan.gpus = e.gpus;
+  const ExecutablePlan plan = executable(e);
   EXPECT_NE(megatron_arguments(plan).find("--context-parallel-size 4 --cp-comm-type a2a"), std::string::npos);
   const Prediction p = predict(e, EngineKind::analytic);
   EXPECT_TRUE(check_prediction(p).empty()) << check_prediction(p).front();
@@ -471,11 +477,7 @@ TEST(ContextParallel, DeepSpeedUlyssesIsTheAllToAllExchangeAtTp1) {
   EXPECT_NEAR((td.forward_ops.dropout_residual - dbase.forward_ops.dropout_residual).value(),
               rc.memory_bound(Bytes(4.0 * elements), 8).value(), 1e-15);
   // Its launch flag.
-  ExecutablePlan plan;
-  plan.model = ds.model;
-  plan.training = ds.training;
-  plan.plan = ds.plan;
-  plan.gpus = ds.gpus;
+  const ExecutablePlan plan = executable(ds);
   const std::string args = megatron_arguments(plan);
   EXPECT_NE(args.find("--ds-sequence-parallel-size 4"), std::string::npos) << args;
   EXPECT_EQ(args.find("--context-parallel-size"), std::string::npos) << args;
@@ -555,11 +557,7 @@ TEST(ContextParallel, HierarchicalAllToAllThenRing) {
   EXPECT_NEAR(t.forward_ops.attention_core.value(), xr.roofline().flash_forward(8, 16384, 24576, 128, true, 0).value(),
               1e-15);
   // Launch flags and rules.
-  ExecutablePlan plan;
-  plan.model = e.model;
-  plan.training = e.training;
-  plan.plan = e.plan;
-  plan.gpus = e.gpus;
+  const ExecutablePlan plan = executable(e);
   EXPECT_NE(megatron_arguments(plan).find("--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2"),
             std::string::npos)
       << megatron_arguments(plan);

@@ -644,14 +644,22 @@ TEST(DeepSpeedZero3, PersistentVectorsAreGatheredOneByOneAfterTheStep) {
   EXPECT_TRUE(cost_models::zero3_persistent_vectors(framework_traits(Framework::torchtitan), e.model, e.plan).empty());
 }
 
+namespace {
+// fsdp()'s model with every FFN an MoE of `experts` top-2 experts, ep `ep`, as Megatron-FSDP runs it.
+Experiment megatron_fsdp_moe(int experts, int ep) {
+  Experiment e = fsdp();
+  e.model.moe = MoeSpec{.experts = experts, .top_k = 2};
+  e.plan.framework = Framework::megatron_core;
+  e.plan.ep = ep;
+  validate_experiment(e);
+  return e;
+}
+}  // namespace
+
 // Megatron-FSDP with expert parallelism (core_v0.16+): the experts shard over the ranks holding
 // the same experts (expert_dp = 16 / ep 8 = 2, two ranks a node apart), the rest over all 16.
 TEST(CostShardedParameters, ExpertsShardOverTheirExpertDataParallelGroup) {
-  Experiment e = fsdp();
-  e.model.moe = MoeSpec{.experts = 8, .top_k = 2};
-  e.plan.framework = Framework::megatron_core;
-  e.plan.ep = 8;
-  validate_experiment(e);
+  const Experiment e = megatron_fsdp_moe(8, 8);
   ASSERT_EQ(e.plan.expert_dp(), 2);
   Costed k(e, round_compute());
   const ModelSpec& m = k.e.model;
@@ -691,11 +699,7 @@ TEST(CostShardedParameters, ExpertsShardOverTheirExpertDataParallelGroup) {
 // Where the experts' group is one rank (ep 16 over the 16 GPUs) they stay whole on every GPU:
 // nothing of them is gathered or reduce-scattered, only the dense part over dp 16.
 TEST(CostShardedParameters, ExpertsOfAOneRankGroupStayWhole) {
-  Experiment e = fsdp();
-  e.model.moe = MoeSpec{.experts = 16, .top_k = 2};
-  e.plan.framework = Framework::megatron_core;
-  e.plan.ep = 16;
-  validate_experiment(e);
+  const Experiment e = megatron_fsdp_moe(16, 16);
   ASSERT_EQ(e.plan.expert_dp(), 1);
   Costed k(e, round_compute());
   const ModelSpec& m = k.e.model;
