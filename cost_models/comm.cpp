@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "cost_models/calibrated.hpp"
 #include "cost_models/host_profile.hpp"
+#include "cost_models/in_node_nccl.hpp"
 
 namespace foresight {
 
@@ -167,7 +168,9 @@ CommModel::CommModel(const ClusterSpec& cluster, const cost_models::CalibratedTe
         p.socket_efficiency_one = std::clamp(p.socket_efficiency_one * calibrated.socket_one_gpu_efficiency_scale,
                                              p.socket_efficiency_eight, 1.0);
         return p;
-      }()) {}
+      }()) {
+  if (cluster_.intra.kind == IntraFabric::nvswitch && !host_) in_node_ = cost_models::bundled_in_node_nccl(cluster_.gpu.name);
+}
 
 CommModel::CommModel(const ClusterSpec& cluster, CommParams params)
     : cluster_(cluster), params_(std::move(params)) {
@@ -555,7 +558,31 @@ CommEstimate CommModel::estimate(Collective c, Bytes message, const CommGroup& g
     return e;
   }
   if (host_ && g.nodes == 1) return measured(c, message, g);
-  return best(c, message, g, a);
+  CommEstimate e = best(c, message, g, a);
+  if (in_node_ && g.nodes == 1 && a == CommAlgorithm::automatic) apply_in_node_measurement(e, c, message, g);
+  return e;
+}
+
+std::string CommModel::in_node_pricing() const {
+  if (host_) return "the host's MPI as measured (" + cluster_.gpu.host_profile + ")";
+  if (!in_node_) return "NCCL's tuner formula";
+  return "as measured (" + in_node_->measured + "; " + in_node_->file + "), NCCL's tuner formula across nodes";
+}
+
+void CommModel::apply_in_node_measurement(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const {
+  // Measured: one group alone in the node, the collectives nccl-tests times. A group of another
+  // size (3, 5-7 GPUs) or a message beyond the measured sizes keeps the formula's own dependence on
+  // them, scaled by the ratio where the measurement is nearest.
+  const cost_models::InNodeCurve* curve = in_node_->nearest(c, g.ranks);
+  if (!curve || curve->ranks > cluster_.gpus_per_node || e.time.value() <= 0) return;
+  const double at = std::clamp(message.value(), curve->bytes.front(), curve->bytes.back());
+  const CommGroup ref{.ranks = curve->ranks, .ranks_per_node = curve->ranks, .nodes = 1};
+  const double formula = best(c, Bytes(at), ref, CommAlgorithm::automatic).time.value();
+  if (formula <= 0) return;
+  const double r = cost_models::InNodeNccl::seconds(*curve, at) / formula;
+  e.latency = e.latency * r;
+  e.transfer = e.transfer * r;
+  finish(e, c, message, g.ranks);
 }
 
 Seconds CommModel::time(Collective c, Bytes message, const CommGroup& g, CommAlgorithm a) const {

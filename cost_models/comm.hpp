@@ -10,6 +10,7 @@
 
 #include <array>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "core/enums.hpp"
@@ -19,6 +20,7 @@
 namespace foresight {
 
 namespace cost_models {
+struct InNodeNccl;
 struct HostProfile;
 struct CalibratedTerms;
 }
@@ -166,7 +168,9 @@ class CommModel {
   explicit CommModel(const ClusterSpec& cluster);
   CommModel(const ClusterSpec& cluster, CommParams params);
   /// NCCL's constants with the calibrated parameters of an execution applied (those that act on
-  /// communication in general rather than one kind of collective: socket transport efficiency).
+  /// communication in general rather than one kind of collective: socket transport efficiency),
+  /// and the GPU's measured in-node collectives where the scenario library has them
+  /// (cost_models/in_node_nccl.hpp): what every prediction uses.
   CommModel(const ClusterSpec& cluster, const cost_models::CalibratedTerms& calibrated);
 
   /// Time of one collective. `message` follows NCCL's count*sizeof(dtype) convention: all_reduce and
@@ -190,6 +194,9 @@ class CommModel {
 
   const ClusterSpec& cluster() const { return cluster_; }
   const CommParams& params() const { return params_; }
+  /// How collectives inside one node are priced: the measured table's provenance, or NCCL's
+  /// tuner formula when this GPU has none (or the model was built without an execution's terms).
+  std::string in_node_pricing() const;
 
  private:
   struct Path;  // the per-rank bandwidth a group's traffic sees, and where it is limited
@@ -209,12 +216,17 @@ class CommModel {
   CommEstimate best(Collective c, Bytes message, const CommGroup& g, CommAlgorithm a) const;
   void finish(CommEstimate& e, Collective c, Bytes message, int ranks) const;
   CommEstimate measured(Collective c, Bytes message, const CommGroup& g) const;
+  /// `e` (the formula's estimate of `c` over `g`, one NVSwitch node) scaled by the measured over
+  /// the formula's time of the nearest measured group size at the nearest measured message size.
+  void apply_in_node_measurement(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const;
 
   ClusterSpec cluster_;
   CommParams params_;
   /// A CPU device (GpuSpec::host_profile): collectives inside the host are the trainer's MPI
   /// communicator as measured there, not NCCL.
   std::shared_ptr<const cost_models::HostProfile> host_;
+  /// NCCL inside one node as nccl-tests measured it on this GPU's board; null: the formula alone.
+  std::shared_ptr<const cost_models::InNodeNccl> in_node_;
 };
 
 }  // namespace foresight

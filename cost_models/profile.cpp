@@ -75,6 +75,21 @@ ProfileData parse_profile(const std::string& text, const std::string& source) {
       const double eff = *positive(m, "flops", where, true) / t / (p.peak_tflops * 1e12);
       if (eff > 1.0) fail(where + ".time_s", std::to_string(t), "implies more than the device's peak (efficiency above 1)");
       p.attention.push_back({impl, dtype, eff});
+    } else if (kernel.rfind("nccl_", 0) == 0 && kernel != "nccl_broadcast") {
+      const std::optional<Collective> c = parse_enum<Collective>(kernel.substr(5) == "all_reduce"       ? "all-reduce"
+                                                                 : kernel.substr(5) == "all_gather"     ? "all-gather"
+                                                                 : kernel.substr(5) == "reduce_scatter" ? "reduce-scatter"
+                                                                 : kernel.substr(5) == "all_to_all"     ? "all-to-all"
+                                                                                                        : "");
+      if (!c) continue;  // a collective the comm model does not price from measurements
+      NcclSample s;
+      s.collective = *c;
+      s.bytes = *positive(m, "bytes", where, true);
+      s.ranks = int(*positive(m, "ranks", where, true));
+      s.nodes = int(positive(m, "nodes", where, false).value_or(1.0));
+      if (s.ranks < 2) fail(where + ".ranks", brief(m["ranks"]), "must be at least 2 for a collective");
+      s.time_s = t;
+      p.nccl.push_back(s);
     }
   }
   if (!copy_rates.empty()) {

@@ -16,6 +16,7 @@
 
 #include "core/enums.hpp"
 #include "core/units.hpp"
+#include "cost_models/comm.hpp"
 
 namespace foresight::cost_models {
 
@@ -38,6 +39,14 @@ struct TaggedAttention {
   double efficiency = 0;
 };
 
+/// A single-node NCCL collective `foresight calibrate` timed (calibrate/nccl_sweep.cpp): NCCL's
+/// message convention (CommModel::time), the median time.
+struct NcclSample {
+  Collective collective = Collective::all_reduce;
+  int ranks = 2, nodes = 1;
+  double bytes = 0, time_s = 0;
+};
+
 /// Everything a profile file holds that the cost models can use.
 struct ProfileData {
   std::string device;      // e.g. "NVIDIA H100 80GB HBM3"
@@ -47,6 +56,7 @@ struct ProfileData {
   std::vector<TaggedAttention> attention;
   std::optional<double> copy_GBps;  // device-to-device copy bandwidth (read + write counted)
   std::optional<double> launch_overhead_us;
+  std::vector<NcclSample> nccl;     // the comm model's in-node curves (cost_models/in_node_nccl.hpp)
 };
 
 /// The part of a profile one execution uses (select_profile): GEMMs and attention of its own

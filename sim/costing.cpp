@@ -473,6 +473,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   out.framework = in.x.framework->describe();
   out.attention = to_string(in.x.attention);
   out.profile = in.x.profile.describe();
+  out.collectives = in.comm.in_node_pricing();
   out.calibrated_parameters = in.x.calibrated.applied;
   out.slowest = in.x.slowest;
   out.band = in.x.calibrated.band;

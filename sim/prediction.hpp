@@ -51,6 +51,7 @@ struct Prediction {
   std::string framework;  // the framework entry and version the prediction assumes
   std::string attention;  // the attention kernel both compute and memory priced
   std::string profile;    // what the calibration profile contributed
+  std::string collectives;  // how in-node collectives were priced (CommModel::in_node_pricing)
   /// The calibrated parameters in effect (scenarios/calibration.yaml), by name: the ones whose
   /// scope (framework, GPU, precision, ZeRO stage) the experiment falls in.
   std::vector<std::string> calibrated_parameters;

@@ -174,6 +174,7 @@ Command simulate_command() {
             j["framework"] = p.framework;
             j["attention"] = p.attention;
             j["profile"] = p.profile;
+            j["in_node_collectives"] = p.collectives;
             j["calibrated_parameters"] = p.calibrated_parameters;
             j["slowest_device"] = {{"gpus", p.slowest.devices}, {"device_spread_cv", p.slowest.cv},
                                    {"compute_factor", p.slowest.factor}, {"sustained_clock_scale", p.slowest.sustained}};
@@ -199,7 +200,8 @@ Command simulate_command() {
                 << (e.plan.virtual_stages > 1 ? " v" + std::to_string(e.plan.virtual_stages) : "")
                 << token_slices_text(e.plan) << ", recompute "
                 << recompute_text(e.plan) << ", zero " << e.plan.zero << "\n  executed as " << p.framework
-                << ", " << p.attention << " attention\n  calibration: " << p.profile << "\n  calibrated: "
+                << ", " << p.attention << " attention\n  calibration: " << p.profile
+                << "\n  collectives in a node: " << p.collectives << "\n  calibrated: "
                 << calibrated_text(p.calibrated_parameters) << "\n  pace: "
                 << p.slowest.describe() << "\n\n"
                 << format_console(sections) << "Iteration time range: " << p.range_text() << "\n";
