@@ -17,14 +17,14 @@ Usage: python3 scenarios/tools/nccl_in_node_tables.py MIRROR [WORKDIR]
            `npm install hyparquet hyparquet-compressors` run there first (the reader,
            scenarios/tools/parquet_to_tsv.mjs, is copied in and run from there).
 """
-import csv
 import os
 import statistics
 import subprocess
 import sys
 
-DATA = "aic-core/src/aiconfigurator_core/systems/data"
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from kernel_ratios import table  # noqa: E402  (dumps one aiconfigurator parquet table as rows)
 OUT = os.path.join(HERE, "..", "collectives")
 # aiconfigurator system -> NCCL releases measured there, and the scenario GPU files that take the
 # table (the same NVSwitch generation and NVLink count: Grand Teton's H100s sit on the same
@@ -47,23 +47,6 @@ OPS = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_redu
        "alltoall": "all-to-all"}
 
 
-def table(mirror, work, system, version):
-    out = os.path.join(work, f"{system}_{version}.tsv")
-    if not os.path.exists(out):
-        parquet = out[:-4] + ".parquet"
-        blob = subprocess.run(["git", "-C", mirror, "show", f"HEAD:{DATA}/{system}/comm/nccl/{version}/nccl_perf.parquet"],
-                              capture_output=True, check=True).stdout
-        with open(parquet, "wb") as f:
-            f.write(blob)
-        script = os.path.join(work, "parquet_to_tsv.mjs")
-        if not os.path.exists(script):
-            with open(os.path.join(HERE, "parquet_to_tsv.mjs")) as src, open(script, "w") as dst:
-                dst.write(src.read())
-        subprocess.run(["node", script, parquet, out], cwd=work, check=True, capture_output=True)
-    with open(out) as f:
-        return list(csv.DictReader(f, delimiter="\t"))
-
-
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -77,7 +60,7 @@ def main():
         points = {}  # (op, ranks, bytes) -> [us per version]
         device = ""
         for v in versions:
-            for r in table(mirror, work, system, v):
+            for r in table(mirror, work, system, "comm", f"nccl/{v}", "nccl_perf.parquet"):
                 if r["nccl_dtype"] != "half" or r["op_name"] not in OPS:
                     continue
                 device = r.get("device", device) or device
