@@ -569,12 +569,18 @@ std::string CommModel::in_node_pricing() const {
   return "as measured (" + in_node_->measured + "; " + in_node_->file + "), NCCL's tuner formula across nodes";
 }
 
+bool CommModel::measured_in_node(Collective c, const CommGroup& g) const {
+  if (!in_node_ || g.nodes != 1 || g.ranks < 2) return false;
+  const cost_models::InNodeCurve* curve = in_node_->nearest(c, g.ranks);
+  return curve && curve->ranks <= cluster_.gpus_per_node;
+}
+
 void CommModel::apply_in_node_measurement(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const {
   // Measured: one group alone in the node, the collectives nccl-tests times. A group of another
   // size (3, 5-7 GPUs) or a message beyond the measured sizes keeps the formula's own dependence on
   // them, scaled by the ratio where the measurement is nearest.
+  if (!measured_in_node(c, g) || e.time.value() <= 0) return;
   const cost_models::InNodeCurve* curve = in_node_->nearest(c, g.ranks);
-  if (!curve || curve->ranks > cluster_.gpus_per_node || e.time.value() <= 0) return;
   const double at = std::clamp(message.value(), curve->bytes.front(), curve->bytes.back());
   const CommGroup ref{.ranks = curve->ranks, .ranks_per_node = curve->ranks, .nodes = 1};
   const double formula = best(c, Bytes(at), ref, CommAlgorithm::automatic).time.value();

@@ -194,6 +194,10 @@ class CommModel {
 
   const ClusterSpec& cluster() const { return cluster_; }
   const CommParams& params() const { return params_; }
+  /// Whether `c` over `g` is priced from measurements of this GPU's board (one node, a measured
+  /// curve of that collective; apply_in_node_measurement). The calibrated shares of sim/costing.cpp
+  /// (MoE's all-to-all, Megatron-LM 2020-21's blocking TP all-reduces) then scale the measured rate.
+  bool measured_in_node(Collective c, const CommGroup& g) const;
   /// How collectives inside one node are priced: the measured table's provenance, or NCCL's
   /// tuner formula when this GPU has none (or the model was built without an execution's terms).
   std::string in_node_pricing() const;
