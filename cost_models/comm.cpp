@@ -559,20 +559,39 @@ CommEstimate CommModel::estimate(Collective c, Bytes message, const CommGroup& g
   }
   if (host_ && g.nodes == 1) return measured(c, message, g);
   CommEstimate e = best(c, message, g, a);
-  if (in_node_ && g.nodes == 1 && a == CommAlgorithm::automatic) apply_in_node_measurement(e, c, message, g);
+  if (in_node_ && a == CommAlgorithm::automatic) {
+    if (g.nodes == 1)
+      apply_in_node_measurement(e, c, message, g);
+    else
+      floor_at_in_node(e, c, message, g);
+  }
   return e;
 }
 
 std::string CommModel::in_node_pricing() const {
   if (host_) return "the host's MPI as measured (" + cluster_.gpu.host_profile + ")";
+  if (cluster_.gpus_per_node < 2) return "none (one GPU per node)";
   if (!in_node_) return "NCCL's tuner formula";
-  return "as measured (" + in_node_->measured + "; " + in_node_->file + "), NCCL's tuner formula across nodes";
+  return "as measured (" + in_node_->measured + "; " + in_node_->file +
+         "), NCCL's tuner formula across nodes (never below the in-node measurement)";
 }
 
-bool CommModel::measured_in_node(Collective c, const CommGroup& g) const {
-  if (!in_node_ || g.nodes != 1 || g.ranks < 2) return false;
-  const cost_models::InNodeCurve* curve = in_node_->nearest(c, g.ranks);
-  return curve && curve->ranks <= cluster_.gpus_per_node;
+bool CommModel::measured_in_node(Collective c, const CommGroup& g, CommAlgorithm a) const {
+  if (!in_node_ || g.nodes != 1 || g.ranks < 2 || a != CommAlgorithm::automatic) return false;
+  return in_node_->nearest(c, g.ranks, cluster_.gpus_per_node) != nullptr;
+}
+
+void CommModel::floor_at_in_node(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const {
+  const int r = std::min(g.ranks, cluster_.gpus_per_node);
+  const CommGroup one{.ranks = r, .ranks_per_node = r, .nodes = 1};
+  if (!measured_in_node(c, one) || e.time.value() <= 0) return;
+  CommEstimate in = best(c, message, one, CommAlgorithm::automatic);
+  apply_in_node_measurement(in, c, message, one);
+  if (in.time <= e.time) return;
+  const double k = in.time.value() / e.time.value();
+  e.latency = e.latency * k;
+  e.transfer = e.transfer * k;
+  finish(e, c, message, g.ranks);
 }
 
 void CommModel::apply_in_node_measurement(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const {
@@ -580,7 +599,7 @@ void CommModel::apply_in_node_measurement(CommEstimate& e, Collective c, Bytes m
   // size (3, 5-7 GPUs) or a message beyond the measured sizes keeps the formula's own dependence on
   // them, scaled by the ratio where the measurement is nearest.
   if (!measured_in_node(c, g) || e.time.value() <= 0) return;
-  const cost_models::InNodeCurve* curve = in_node_->nearest(c, g.ranks);
+  const cost_models::InNodeCurve* curve = in_node_->nearest(c, g.ranks, cluster_.gpus_per_node);
   const double at = std::clamp(message.value(), curve->bytes.front(), curve->bytes.back());
   const CommGroup ref{.ranks = curve->ranks, .ranks_per_node = curve->ranks, .nodes = 1};
   const double formula = best(c, Bytes(at), ref, CommAlgorithm::automatic).time.value();

@@ -194,10 +194,11 @@ class CommModel {
 
   const ClusterSpec& cluster() const { return cluster_; }
   const CommParams& params() const { return params_; }
-  /// Whether `c` over `g` is priced from measurements of this GPU's board (one node, a measured
-  /// curve of that collective; apply_in_node_measurement). The calibrated shares of sim/costing.cpp
-  /// (MoE's all-to-all, Megatron-LM 2020-21's blocking TP all-reduces) then scale the measured rate.
-  bool measured_in_node(Collective c, const CommGroup& g) const;
+  /// Whether `c` over `g` is priced from measurements of this GPU's board (one node, the automatic
+  /// algorithm, a measured curve of that collective on at most a node's GPUs;
+  /// apply_in_node_measurement). The calibrated shares of sim/costing.cpp (MoE's all-to-all,
+  /// Megatron-LM 2020-21's blocking TP all-reduces) then scale the measured rate.
+  bool measured_in_node(Collective c, const CommGroup& g, CommAlgorithm a = CommAlgorithm::automatic) const;
   /// How collectives inside one node are priced: the measured table's provenance, or NCCL's
   /// tuner formula when this GPU has none (or the model was built without an execution's terms).
   std::string in_node_pricing() const;
@@ -223,6 +224,9 @@ class CommModel {
   /// `e` (the formula's estimate of `c` over `g`, one NVSwitch node) scaled by the measured over
   /// the formula's time of the nearest measured group size at the nearest measured message size.
   void apply_in_node_measurement(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const;
+  /// `e` (a group across nodes) no faster than the same collective measured inside one node over
+  /// min(ranks, GPUs per node) GPUs: NICs do not beat the NVSwitch where the formula's ramp is off.
+  void floor_at_in_node(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const;
 
   ClusterSpec cluster_;
   CommParams params_;

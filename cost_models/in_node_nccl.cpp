@@ -30,7 +30,7 @@ std::vector<double> positive_list(const YAML::Node& node, const std::string& fil
       throw SpecError(location_of(node[i], file), item, YAML::Dump(node[i]), "must be a number");
     }
     if (!(v > 0) || !std::isfinite(v))
-      throw SpecError(location_of(node[i], file), item, YAML::Dump(node[i]), "must be positive");
+      throw SpecError(location_of(node[i], file), item, YAML::Dump(node[i]), "must be positive and finite");
     out.push_back(v);
   }
   return out;
@@ -38,11 +38,11 @@ std::vector<double> positive_list(const YAML::Node& node, const std::string& fil
 
 }  // namespace
 
-const InNodeCurve* InNodeNccl::nearest(Collective c, int ranks) const {
+const InNodeCurve* InNodeNccl::nearest(Collective c, int ranks, int max_ranks) const {
   const InNodeCurve* best = nullptr;
   double best_d = 0;
   for (const InNodeCurve& k : curves) {
-    if (k.collective != c) continue;
+    if (k.collective != c || k.ranks > max_ranks) continue;
     const double d = std::abs(std::log2(double(k.ranks)) - std::log2(double(std::max(2, ranks))));
     if (!best || d < best_d || (d == best_d && k.ranks < best->ranks)) best = &k, best_d = d;
   }
@@ -83,10 +83,12 @@ InNodeNccl load_in_node_nccl(const std::string& path) {
     const std::string prefix = r.path("curves") + "[" + std::to_string(i) + "]";
     MapReader c(curves[i], path, prefix);
     InNodeCurve k;
-    k.collective = c.get_enum<Collective>("collective", std::nullopt);
-    if (k.collective == Collective::broadcast || k.collective == Collective::send_recv)
-      throw SpecError(c.where("collective"), c.path("collective"), to_string(k.collective),
+    const std::string name = c.get_string("collective", std::nullopt);
+    const std::optional<Collective> parsed = parse_enum<Collective>(name);
+    if (!parsed || *parsed == Collective::broadcast || *parsed == Collective::send_recv)
+      throw SpecError(c.where("collective"), c.path("collective"), name,
                       "must be all-reduce, all-gather, reduce-scatter or all-to-all");
+    k.collective = *parsed;
     k.ranks = c.get_int("ranks", std::nullopt, 2);
     const YAML::Node us = c.child("us", true);
     k.seconds = positive_list(us, path, c.path("us"));
@@ -94,6 +96,10 @@ InNodeNccl load_in_node_nccl(const std::string& path) {
       throw SpecError(location_of(us, path), c.path("us"), std::to_string(k.seconds.size()) + " times",
                       "must give one time per size (" + std::to_string(bytes.size()) + ")");
     k.bytes = bytes;
+    for (std::size_t j = 1; j < k.seconds.size(); ++j)
+      if (k.seconds[j] < k.seconds[j - 1])
+        throw SpecError(location_of(us[j], path), c.path("us") + "[" + std::to_string(j) + "]", YAML::Dump(us[j]),
+                        "times must not fall as sizes grow (take the running maximum of a noisy sweep)");
     for (double& s : k.seconds) s *= 1e-6;
     c.finish();
     for (const InNodeCurve& o : t.curves)
@@ -118,7 +124,8 @@ InNodeNccl in_node_nccl_of(const ProfileData& profile) {
     InNodeCurve k;
     k.collective = Collective(key.first);
     k.ranks = key.second;
-    for (const auto& [b, sec] : points) k.bytes.push_back(b), k.seconds.push_back(sec);
+    for (const auto& [b, sec] : points)
+      k.bytes.push_back(b), k.seconds.push_back(k.seconds.empty() ? sec : std::max(sec, k.seconds.back()));
     t.curves.push_back(std::move(k));
   }
   return t;
@@ -138,6 +145,9 @@ std::shared_ptr<const InNodeNccl> bundled_in_node_nccl(const std::string& gpu_na
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) {
     InNodeNccl published = load_in_node_nccl(path.string());
+    if (published.gpu != gpu_name)
+      throw SpecError(SourceLocation{path.string(), 0, 0}, "nccl_in_node.gpu", published.gpu,
+                      "must name the GPU the file is for (" + gpu_name + ")");
     const bool measured_here = !t.curves.empty();
     for (InNodeCurve& k : published.curves) {
       const bool have = std::any_of(t.curves.begin(), t.curves.end(), [&](const InNodeCurve& o) {

@@ -85,9 +85,14 @@ ProfileData parse_profile(const std::string& text, const std::string& source) {
       NcclSample s;
       s.collective = *c;
       s.bytes = *positive(m, "bytes", where, true);
-      s.ranks = int(*positive(m, "ranks", where, true));
-      s.nodes = int(positive(m, "nodes", where, false).value_or(1.0));
-      if (s.ranks < 2) fail(where + ".ranks", brief(m["ranks"]), "must be at least 2 for a collective");
+      auto count = [&](const char* key, double fallback, double least) {
+        const double v = positive(m, key, where, fallback == 0).value_or(fallback);
+        if (v != std::floor(v) || v < least || v > 1e6)
+          fail(where + "." + key, brief(m[key]), "must be a whole number from " + std::to_string(int(least)) + " to 1000000");
+        return int(v);
+      };
+      s.ranks = count("ranks", 0, 2);
+      s.nodes = count("nodes", 1, 1);
       s.time_s = t;
       p.nccl.push_back(s);
     }
