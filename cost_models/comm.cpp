@@ -560,10 +560,19 @@ CommEstimate CommModel::estimate(Collective c, Bytes message, const CommGroup& g
   if (host_ && g.nodes == 1) return measured(c, message, g);
   CommEstimate e = best(c, message, g, a);
   if (in_node_ && a == CommAlgorithm::automatic) {
-    if (g.nodes == 1)
-      apply_in_node_measurement(e, c, message, g);
-    else
-      floor_at_in_node(e, c, message, g);
+    if (g.nodes == 1) {
+      // Measured: one group alone in the node, the collectives nccl-tests times. A group of another
+      // size (3, 5-7 GPUs) or a message beyond the measured sizes keeps the formula's own dependence
+      // on them, scaled by the ratio where the measurement is nearest.
+      if (const double r = in_node_ratio(c, message, g.ranks); r > 0) rescale(e, r, c, message, g.ranks);
+    } else if (const int n = std::min(g.ranks, cluster_.gpus_per_node); n >= 2 && e.time.value() > 0) {
+      // Across nodes: never below the same collective measured inside one node over n GPUs.
+      if (const double r = in_node_ratio(c, message, n); r > 0) {
+        const CommGroup one{.ranks = n, .ranks_per_node = n, .nodes = 1};
+        const Seconds in = best(c, message, one, CommAlgorithm::automatic).time * r;
+        if (in > e.time) rescale(e, in.value() / e.time.value(), c, message, g.ranks);
+      }
+    }
   }
   return e;
 }
@@ -581,33 +590,19 @@ bool CommModel::measured_in_node(Collective c, const CommGroup& g, CommAlgorithm
   return in_node_->nearest(c, g.ranks, cluster_.gpus_per_node) != nullptr;
 }
 
-void CommModel::floor_at_in_node(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const {
-  const int r = std::min(g.ranks, cluster_.gpus_per_node);
-  const CommGroup one{.ranks = r, .ranks_per_node = r, .nodes = 1};
-  if (!measured_in_node(c, one) || e.time.value() <= 0) return;
-  CommEstimate in = best(c, message, one, CommAlgorithm::automatic);
-  apply_in_node_measurement(in, c, message, one);
-  if (in.time <= e.time) return;
-  const double k = in.time.value() / e.time.value();
-  e.latency = e.latency * k;
-  e.transfer = e.transfer * k;
-  finish(e, c, message, g.ranks);
-}
-
-void CommModel::apply_in_node_measurement(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const {
-  // Measured: one group alone in the node, the collectives nccl-tests times. A group of another
-  // size (3, 5-7 GPUs) or a message beyond the measured sizes keeps the formula's own dependence on
-  // them, scaled by the ratio where the measurement is nearest.
-  if (!measured_in_node(c, g) || e.time.value() <= 0) return;
-  const cost_models::InNodeCurve* curve = in_node_->nearest(c, g.ranks, cluster_.gpus_per_node);
+double CommModel::in_node_ratio(Collective c, Bytes message, int ranks) const {
+  const cost_models::InNodeCurve* curve = in_node_ ? in_node_->nearest(c, ranks, cluster_.gpus_per_node) : nullptr;
+  if (!curve) return 0;
   const double at = std::clamp(message.value(), curve->bytes.front(), curve->bytes.back());
   const CommGroup ref{.ranks = curve->ranks, .ranks_per_node = curve->ranks, .nodes = 1};
   const double formula = best(c, Bytes(at), ref, CommAlgorithm::automatic).time.value();
-  if (formula <= 0) return;
-  const double r = cost_models::InNodeNccl::seconds(*curve, at) / formula;
-  e.latency = e.latency * r;
-  e.transfer = e.transfer * r;
-  finish(e, c, message, g.ranks);
+  return formula > 0 ? cost_models::InNodeNccl::seconds(*curve, at) / formula : 0;
+}
+
+void CommModel::rescale(CommEstimate& e, double k, Collective c, Bytes message, int ranks) const {
+  e.latency = e.latency * k;
+  e.transfer = e.transfer * k;
+  finish(e, c, message, ranks);
 }
 
 Seconds CommModel::time(Collective c, Bytes message, const CommGroup& g, CommAlgorithm a) const {

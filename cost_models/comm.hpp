@@ -195,8 +195,7 @@ class CommModel {
   const ClusterSpec& cluster() const { return cluster_; }
   const CommParams& params() const { return params_; }
   /// Whether `c` over `g` is priced from measurements of this GPU's board (one node, the automatic
-  /// algorithm, a measured curve of that collective on at most a node's GPUs;
-  /// apply_in_node_measurement). The calibrated shares of sim/costing.cpp (MoE's all-to-all,
+  /// algorithm, a measured curve of that collective on at most a node's GPUs; in_node_ratio). The calibrated shares of sim/costing.cpp (MoE's all-to-all,
   /// Megatron-LM 2020-21's blocking TP all-reduces) then scale the measured rate.
   bool measured_in_node(Collective c, const CommGroup& g, CommAlgorithm a = CommAlgorithm::automatic) const;
   /// How collectives inside one node are priced: the measured table's provenance, or NCCL's
@@ -221,12 +220,14 @@ class CommModel {
   CommEstimate best(Collective c, Bytes message, const CommGroup& g, CommAlgorithm a) const;
   void finish(CommEstimate& e, Collective c, Bytes message, int ranks) const;
   CommEstimate measured(Collective c, Bytes message, const CommGroup& g) const;
-  /// `e` (the formula's estimate of `c` over `g`, one NVSwitch node) scaled by the measured over
-  /// the formula's time of the nearest measured group size at the nearest measured message size.
-  void apply_in_node_measurement(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const;
-  /// `e` (a group across nodes) no faster than the same collective measured inside one node over
-  /// min(ranks, GPUs per node) GPUs: NICs do not beat the NVSwitch where the formula's ramp is off.
-  void floor_at_in_node(CommEstimate& e, Collective c, Bytes message, const CommGroup& g) const;
+  /// Measured over the formula's time of `c` inside one node, for a group of `ranks` at `message`
+  /// bytes: the nearest measured group that fits in a node, at the nearest measured size; 0 where
+  /// nothing was measured. In a node the formula's estimate is scaled by it; across nodes a
+  /// collective is never cheaper than the same one so priced over min(ranks, GPUs per node) GPUs
+  /// (NICs do not beat the NVSwitch where the formula's ramp is off).
+  double in_node_ratio(Collective c, Bytes message, int ranks) const;
+  /// `e`'s latency and transfer times `k`, its bandwidths recomputed.
+  void rescale(CommEstimate& e, double k, Collective c, Bytes message, int ranks) const;
 
   ClusterSpec cluster_;
   CommParams params_;

@@ -136,10 +136,12 @@ std::shared_ptr<const InNodeNccl> bundled_in_node_nccl(const std::string& gpu_na
   static std::map<std::string, std::shared_ptr<const InNodeNccl>> cache;
   if (gpu_name.empty()) return nullptr;
   const std::filesystem::path path = std::filesystem::path(scenarios_dir()) / "collectives" / (gpu_name + ".yaml");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(path.string()); it != cache.end()) return it->second;
+  }
+  // Built outside the lock (bundled_profile takes its own); a thread that built it first wins.
   const std::shared_ptr<const ProfileData> profile = bundled_profile(gpu_name);
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(path.string());
-  if (it != cache.end()) return it->second;
   InNodeNccl t;
   if (profile) t = in_node_nccl_of(*profile);
   std::error_code ec;
@@ -162,8 +164,8 @@ std::shared_ptr<const InNodeNccl> bundled_in_node_nccl(const std::string& gpu_na
   }
   std::shared_ptr<const InNodeNccl> shared;
   if (!t.curves.empty()) shared = std::make_shared<const InNodeNccl>(std::move(t));
-  cache.emplace(path.string(), shared);
-  return shared;
+  std::lock_guard<std::mutex> lock(mu);
+  return cache.emplace(path.string(), std::move(shared)).first->second;
 }
 
 }  // namespace foresight::cost_models

@@ -75,24 +75,25 @@ ProfileData parse_profile(const std::string& text, const std::string& source) {
       const double eff = *positive(m, "flops", where, true) / t / (p.peak_tflops * 1e12);
       if (eff > 1.0) fail(where + ".time_s", std::to_string(t), "implies more than the device's peak (efficiency above 1)");
       p.attention.push_back({impl, dtype, eff});
-    } else if (kernel.rfind("nccl_", 0) == 0 && kernel != "nccl_broadcast") {
-      const std::optional<Collective> c = parse_enum<Collective>(kernel.substr(5) == "all_reduce"       ? "all-reduce"
-                                                                 : kernel.substr(5) == "all_gather"     ? "all-gather"
-                                                                 : kernel.substr(5) == "reduce_scatter" ? "reduce-scatter"
-                                                                 : kernel.substr(5) == "all_to_all"     ? "all-to-all"
-                                                                                                        : "");
-      if (!c) continue;  // a collective the comm model does not price from measurements
+    } else if (kernel.rfind("nccl_", 0) == 0) {
+      // calibrate/nccl_sweep.cpp's names: "nccl_" and the collective with underscores.
+      std::string name = kernel.substr(5);
+      std::replace(name.begin(), name.end(), '_', '-');
+      const std::optional<Collective> c = parse_enum<Collective>(name);
+      // Broadcast (and anything else) is not priced from measurements by the comm model.
+      if (!c || *c == Collective::broadcast || *c == Collective::send_recv) continue;
       NcclSample s;
       s.collective = *c;
       s.bytes = *positive(m, "bytes", where, true);
-      auto count = [&](const char* key, double fallback, double least) {
-        const double v = positive(m, key, where, fallback == 0).value_or(fallback);
+      // A whole count of at least `least`; `fallback` when absent (none: required).
+      auto count = [&](const char* key, std::optional<double> fallback, double least) {
+        const double v = fallback ? positive(m, key, where, false).value_or(*fallback) : *positive(m, key, where, true);
         if (v != std::floor(v) || v < least || v > 1e6)
           fail(where + "." + key, brief(m[key]), "must be a whole number from " + std::to_string(int(least)) + " to 1000000");
         return int(v);
       };
-      s.ranks = count("ranks", 0, 2);
-      s.nodes = count("nodes", 1, 1);
+      s.ranks = count("ranks", std::nullopt, 2);
+      s.nodes = count("nodes", 1.0, 1);
       s.time_s = t;
       p.nccl.push_back(s);
     }

@@ -72,14 +72,20 @@ def median_ratio(slow, fast):
     return statistics.median(slow[k] / fast[k] for k in shared), len(shared)
 
 
-def main():
+def mirror_and_work(doc, default_work):
+    """The MIRROR and WORKDIR arguments of a script reading aiconfigurator's tables (WORKDIR created);
+    without MIRROR, the script's usage `doc` and exit status 2."""
     if len(sys.argv) < 2:
-        print(__doc__)
+        print(doc)
         sys.exit(2)
-    mirror = sys.argv[1]
-    work = sys.argv[2] if len(sys.argv) > 2 else "/tmp/kernel_ratios"
-    base, new = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else ("gb200", "gb300")
+    work = sys.argv[2] if len(sys.argv) > 2 else default_work
     os.makedirs(work, exist_ok=True)
+    return sys.argv[1], work
+
+
+def main():
+    mirror, work = mirror_and_work(__doc__, "/tmp/kernel_ratios")
+    base, new = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else ("gb200", "gb300")
     for label, kind, name, pick in [("GEMM bf16", "gemm", "gemm_perf.parquet", lambda r: gemm_times(r, "bfloat16")),
                                     ("GEMM fp8", "gemm", "gemm_perf.parquet", lambda r: gemm_times(r, "fp8")),
                                     ("attention", "attention", "context_attention_perf.parquet", attention_times)]:

@@ -25,7 +25,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from kernel_ratios import table  # noqa: E402  (dumps one aiconfigurator parquet table as rows)
+from kernel_ratios import mirror_and_work, table  # noqa: E402  (aiconfigurator's tables as rows)
 OUT = os.path.join(HERE, "..", "collectives")
 # aiconfigurator system -> NCCL releases measured there, and the scenario GPU files that take the
 # table (the same NVSwitch generation and NVLink count: Grand Teton's H100s sit on the same
@@ -49,12 +49,7 @@ OPS = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_redu
 
 
 def main():
-    if len(sys.argv) < 2:
-        print(__doc__)
-        sys.exit(2)
-    mirror = sys.argv[1]
-    work = sys.argv[2] if len(sys.argv) > 2 else "/tmp/nccl_in_node"
-    os.makedirs(work, exist_ok=True)
+    mirror, work = mirror_and_work(__doc__, "/tmp/nccl_in_node")
     commit = subprocess.run(["git", "-C", mirror, "rev-parse", "--short", "HEAD"], capture_output=True, check=True,
                             text=True).stdout.strip()
     for system, (versions, gpus) in SYSTEMS.items():

@@ -41,12 +41,17 @@ struct Inputs {
   CostInputs in() const { return {e, x, compute, comm}; }
 };
 
-// The same layout as torchtitan runs it: FSDP2 (zero 3), sequence-parallel norms.
+// A plan laid out as torchtitan runs it: FSDP2 (zero 3), sequence-parallel norms.
+PlanSpec as_torchtitan(PlanSpec p) {
+  p.framework = Framework::torchtitan;
+  p.zero = 3;
+  p.sequence_parallel = true;
+  return p;
+}
+
 Experiment torchtitan_cp_plan(int cp, CpComm comm = CpComm::ring) {
   Experiment e = cp_plan(cp);
-  e.plan.framework = Framework::torchtitan;
-  e.plan.zero = 3;
-  e.plan.sequence_parallel = true;
+  e.plan = as_torchtitan(e.plan);
   e.plan.cp_comm = comm;
   validate_experiment(e);
   return e;
@@ -420,10 +425,7 @@ TEST(ContextParallel, AllToAllRules) {
   EXPECT_EQ(broken(p)->field, "plan.cp");
   EXPECT_NE(broken(p)->rule.find("1 key/value heads"), std::string::npos) << broken(p)->rule;
   // PyTorch's context parallelism has ring and all-gather rotaters only.
-  p = e.plan;
-  p.framework = Framework::torchtitan;
-  p.zero = 3;
-  p.sequence_parallel = true;
+  p = as_torchtitan(e.plan);
   ASSERT_TRUE(broken(p));
   EXPECT_EQ(broken(p)->field, "plan.cp_comm");
   EXPECT_NE(broken(p)->rule.find("megatron-core, deepspeed or generic do"), std::string::npos) << broken(p)->rule;
@@ -573,10 +575,7 @@ TEST(ContextParallel, HierarchicalAllToAllThenRing) {
   p.cp_comm = CpComm::ring;  // cp_a2a without a2a+p2p
   ASSERT_TRUE(broken(p));
   EXPECT_EQ(broken(p)->field, "plan.cp_a2a");
-  p = e.plan;
-  p.framework = Framework::torchtitan;
-  p.zero = 3;
-  p.sequence_parallel = true;
+  p = as_torchtitan(e.plan);
   ASSERT_TRUE(broken(p));
   EXPECT_EQ(broken(p)->field, "plan.cp_comm");
 }
