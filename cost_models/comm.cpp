@@ -559,19 +559,18 @@ CommEstimate CommModel::estimate(Collective c, Bytes message, const CommGroup& g
   }
   if (host_ && g.nodes == 1) return measured(c, message, g);
   CommEstimate e = best(c, message, g, a);
-  if (in_node_ && a == CommAlgorithm::automatic) {
-    if (g.nodes == 1) {
-      // Measured: one group alone in the node, the collectives nccl-tests times. A group of another
-      // size (3, 5-7 GPUs) or a message beyond the measured sizes keeps the formula's own dependence
-      // on them, scaled by the ratio where the measurement is nearest.
-      if (const double r = in_node_ratio(c, message, g.ranks); r > 0) rescale(e, r, c, message, g.ranks);
-    } else if (const int n = std::min(g.ranks, cluster_.gpus_per_node); n >= 2 && e.time.value() > 0) {
-      // Across nodes: never below the same collective measured inside one node over n GPUs.
-      if (const double r = in_node_ratio(c, message, n); r > 0) {
-        const CommGroup one{.ranks = n, .ranks_per_node = n, .nodes = 1};
-        const Seconds in = best(c, message, one, CommAlgorithm::automatic).time * r;
-        if (in > e.time) rescale(e, in.value() / e.time.value(), c, message, g.ranks);
-      }
+  if (measured_in_node(c, g, a)) {
+    // Measured: one group alone in the node, the collectives nccl-tests times. A group of another
+    // size (3, 5-7 GPUs) or a message beyond the measured sizes keeps the formula's own dependence
+    // on them, scaled by the ratio where the measurement is nearest.
+    if (const double r = in_node_ratio(c, message, g.ranks); r > 0) rescale(e, r, c, message, g.ranks);
+  } else if (const int n = std::min(g.ranks, cluster_.gpus_per_node);
+             in_node_ && a == CommAlgorithm::automatic && g.nodes > 1 && n >= 2 && e.time.value() > 0) {
+    // Across nodes: never below the same collective measured inside one node over n GPUs.
+    if (const double r = in_node_ratio(c, message, n); r > 0) {
+      const CommGroup one{.ranks = n, .ranks_per_node = n, .nodes = 1};
+      const Seconds in = best(c, message, one, CommAlgorithm::automatic).time * r;
+      if (in > e.time) rescale(e, in.value() / e.time.value(), c, message, g.ranks);
     }
   }
   return e;

@@ -195,7 +195,8 @@ class CommModel {
   const ClusterSpec& cluster() const { return cluster_; }
   const CommParams& params() const { return params_; }
   /// Whether `c` over `g` is priced from measurements of this GPU's board (one node, the automatic
-  /// algorithm, a measured curve of that collective on at most a node's GPUs; in_node_ratio). The calibrated shares of sim/costing.cpp (MoE's all-to-all,
+  /// algorithm, a measured curve of that collective on at most a node's GPUs; in_node_ratio): the
+  /// condition estimate() prices by. The calibrated shares of sim/costing.cpp (MoE's all-to-all,
   /// Megatron-LM 2020-21's blocking TP all-reduces) then scale the measured rate.
   bool measured_in_node(Collective c, const CommGroup& g, CommAlgorithm a = CommAlgorithm::automatic) const;
   /// How collectives inside one node are priced: the measured table's provenance, or NCCL's
