@@ -145,6 +145,14 @@ HostProfile parse_host_profile(const std::string& text, const std::string& sourc
         fail(where + ".ranks", std::to_string(p.slowdown[i].first), "must increase along the list");
     }
   }
+  if (j.contains("ops_probe")) {
+    const nlohmann::json& o = j["ops_probe"];
+    if (!o.is_array()) fail("ops_probe", brief(o), "must be a list of {threads, probe_s}");
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      const std::string where = "ops_probe[" + std::to_string(i) + "]";
+      p.ops_probe_s.emplace_back(int(number(o[i], "threads", where, true)), number(o[i], "probe_s", where, true));
+    }
+  }
   if (j.contains("launch") && j["launch"].contains("mpirun") && j["launch"]["mpirun"].is_array())
     for (const auto& a : j["launch"]["mpirun"])
       if (a.is_string()) p.mpirun.push_back(a.get<std::string>());

@@ -64,6 +64,9 @@ struct HostProfile {
   /// ranks at once, at calibration: the host's speed then, which `validate --local` checks again
   /// around every run. Same order as `slowdown`; 0 where not recorded.
   std::vector<double> probe_s;
+  /// (threads, seconds per call) of the same probe run on that many threads of one process just
+  /// before and just after the ops were timed (their mean): the speed the op times describe.
+  std::vector<std::pair<int, double>> ops_probe_s;
   std::vector<std::string> mpirun;               // launch template; "{ranks}" stands for the count
 
   /// Per-process slowdown of `ranks` busy processes on this host: the measured value, linear

@@ -172,26 +172,51 @@ double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int r
   return 1.0 + std::max(0.0, others_cores - spare) / double(std::max(1, ranks));
 }
 
-LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries) {
+LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries,
+                                           const std::vector<double>& run_slowdown, double tolerance) {
+  FORESIGHT_CHECK(run_slowdown.empty() || run_slowdown.size() == summaries.size())
+      << summaries.size() << " runs, " << run_slowdown.size() << " slowdown readings";
   LoopMeasurement m;
-  std::vector<double> steps;
+  // (run's median step, steps it is over, slowdown around it) of every run that measured steps.
+  struct Run {
+    double step_s;
+    int steps;
+    double slowdown;
+  };
+  std::vector<Run> runs;
   for (std::size_t r = 0; r < summaries.size(); ++r) {
     const nlohmann::json& s = summaries[r];
     const std::string run = "run " + std::to_string(r + 1) + ": ";
+    m.run_steps_s.push_back(0.0);
     if (!s.is_object() || !s.contains("steps") || !s["steps"].is_array()) {
       m.error += run + "no summary; ";
       continue;
     }
     if (s.contains("status") && s["status"] != "ok") m.error += run + "status " + s["status"].dump() + "; ";
     const nlohmann::json& st = s["steps"];
+    std::vector<double> steps;
     for (std::size_t i = 1; i < st.size(); ++i)  // the first step pays for warm-up
       if (st[i].contains("step_s") && st[i]["step_s"].is_number()) steps.push_back(st[i]["step_s"].get<double>());
     if (s.contains("measured") && s["measured"].is_object() && s["measured"].contains("memory_GB") &&
         s["measured"]["memory_GB"].is_number())
       m.memory_GB = std::max(m.memory_GB.value_or(0.0), s["measured"]["memory_GB"].get<double>());
+    if (steps.empty()) continue;
+    const double slow = run_slowdown.empty() ? 1.0 : run_slowdown[r];
+    runs.push_back({median_of(steps), int(steps.size()), slow});
+    m.run_steps_s.back() = runs.back().step_s;
+    if (slow <= 1.0 + tolerance)
+      ++m.quiet_runs;
+    else
+      ++m.disturbed_runs;
   }
-  if (!steps.empty()) m.step_s = median_of(steps);
-  m.steps = int(steps.size());
+  const Run* chosen = nullptr;
+  for (const Run& r : runs)
+    if (!chosen || r.step_s < chosen->step_s) chosen = &r;
+  if (chosen) {
+    m.step_s = chosen->step_s;
+    m.steps = chosen->steps;
+    m.host_slowdown = chosen->slowdown;
+  }
   if (!m.step_s && m.error.empty()) m.error = "no measured steps";
   return m;
 }
@@ -234,6 +259,8 @@ nlohmann::ordered_json closed_loop_json(const std::vector<LoopCase>& cases, cons
     r["predicted_step_s"] = ps;
     r["measured_step_s"] = number_or_null(m.step_s);
     r["measured_steps"] = m.steps;
+    r["run_steps_s"] = m.run_steps_s;
+    r["quiet_runs"] = m.quiet_runs;
     r["disturbed_runs"] = m.disturbed_runs;
     r["host_slowdown"] = m.host_slowdown;
     std::optional<double> err, merr;
@@ -274,10 +301,12 @@ std::string closed_loop_markdown(const nlohmann::ordered_json& r, const std::str
   s += "Backend " + r["backend"].get<std::string>() + " on " + r["host"]["hostname"].get<std::string>() + " (" +
        r["host"]["cpu_model"].get<std::string>() + ", " + std::to_string(r["host"]["cores"].get<int>()) +
        " cores), profile `" + r["profile"].get<std::string>() + "`. Each plan was predicted by the analytic engine " +
-       "from the host profile before the trainer ran it; error = measured / predicted - 1. Host speed: the "
-       "largest ratio, around or during a kept run, of the host probe's time to its time at calibration, or of the "
-       "load other processes put on the run's cores to none (1.00: as calibrated; \"busy\": runs kept although no "
-       "attempt found the host within tolerance).\n\n";
+       "from the host profile before the trainer ran it; error = measured / predicted - 1. Measured step: each run's "
+       "median step (its first, warm-up step left out), the smallest over the plan's runs (rounds): a shared "
+       "machine's slow spells lengthen runs, often unseen by the readings around them, and never shorten one. Host "
+       "speed: for that run, the largest ratio, around or during it, of the host probe's "
+       "time to its time when the ops were calibrated, or of the load other processes put on the run's cores to "
+       "none (1.00: as calibrated; a busy round: no attempt found the host within tolerance).\n\n";
   s += "| plan | ranks | predicted step (s) | measured step (s) | error | predicted peak (MB/rank) | measured peak "
        "(MB/rank) | memory error | host speed |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& c : r["cases"]) {
@@ -288,7 +317,11 @@ std::string closed_loop_markdown(const nlohmann::ordered_json& r, const std::str
          (c["measured_mem_GB"].is_number() ? fmt(nlohmann::ordered_json(c["measured_mem_GB"].get<double>() * 1e3), "%.2f")
                                            : std::string("n/a")) +
          " | " + fmt(c["mem_error_pct"], "%+.1f%%") + " | " + fmt(c["host_slowdown"], "%.2f") +
-         (c["disturbed_runs"].get<int>() > 0 ? " (" + std::to_string(c["disturbed_runs"].get<int>()) + " busy)" : "") +
+         (c["disturbed_runs"].get<int>() == 0 ? std::string()
+          : c["quiet_runs"].get<int>() == 0
+              ? std::string(" (every round busy)")
+              : " (" + std::to_string(c["disturbed_runs"].get<int>()) + " busy round" +
+                    (c["disturbed_runs"].get<int>() > 1 ? "s" : "") + ")") +
          " |\n";
   }
   s += "\nStep time: median |error| " + fmt(r["median_abs_pct"], "%.1f%%") + ", largest " +

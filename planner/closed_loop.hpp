@@ -45,12 +45,14 @@ sim::Prediction predict_local(LoopCase& c, const std::string& profile_path);
 
 /// What one trainer run measured (from its summary.json), or why it failed.
 struct LoopMeasurement {
-  std::optional<double> step_s;     // median step, warm-up steps left out, seconds
-  int steps = 0;                    // steps the median is over
+  std::optional<double> step_s;     // the chosen run's median step, warm-up step left out, seconds
+  int steps = 0;                    // steps that median is over
+  std::vector<double> run_steps_s;  // every run's median step, in round order (0: the run failed)
   std::optional<double> memory_GB;  // peak of live tensors on the fullest rank, 1e9 bytes
   std::string error;                // empty when the run succeeded
   int disturbed_runs = 0;           // runs kept although the host was slower than at calibration
-  double host_slowdown = 0;         // the largest host slowdown (probe ratio, others' load) around a kept run
+  int quiet_runs = 0;               // runs with a median step that found the host within tolerance
+  double host_slowdown = 0;         // the host slowdown (probe ratio, others' load) around the chosen run
 };
 
 /// The slowdown other processes imply for a run of `ranks` ranks on a host of `cores` cores, from
@@ -58,9 +60,18 @@ struct LoopMeasurement {
 /// beyond those the run left idle, shared among its ranks (1: nothing beyond; 1 for a zero wall).
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks);
 
-/// The runs of one plan (one trainer summary per round): the median step time over every step
-/// but each run's first (warm-up), and the largest peak memory. A failed run is skipped and named.
-LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries);
+/// The runs of one plan (one trainer summary per round) and the host slowdown read around each
+/// (`run_slowdown`, same order; an empty list reads every run as quiet; quiet: within 1 +
+/// `tolerance`, counted in quiet_runs and disturbed_runs): each run's median step time over its
+/// steps but the first (warm-up); the plan's step time is the smallest of these. The smallest, not a
+/// median over runs, because a shared machine's slow spells lengthen a run and never shorten one,
+/// and often escape the readings around it (on the 2-core CI VM, bursts of seconds inside runs of
+/// one or two; the readings themselves, 0.15 s probes, flag quick runs as busy as often as slow
+/// ones), so the quickest run is the one the fewest spells touched; the host profile is the faster
+/// of two passes over the ops for the same reason. Peak memory: the largest over the runs. A
+/// failed run is skipped and named.
+LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries,
+                                           const std::vector<double>& run_slowdown = {}, double tolerance = 0.07);
 
 /// {backend, host, profile, cases: [{plan, ranks, predicted_step_s, measured_step_s, error_pct,
 /// predicted_mem_GB, measured_mem_GB, mem_error_pct, breakdown}], median_abs_pct, max_abs_pct,

@@ -220,8 +220,12 @@ double others_slowdown_during(int ranks, const std::function<void()>& run) {
   return planner::others_load_slowdown((busy1 - busy0) - (own1 - own0), wall, cores, ranks);
 }
 
-/// The probe's time at calibration for `ranks` ranks at once, 0 when the profile has none.
+/// The probe's time at calibration for `ranks` ranks at once, 0 when the profile has none: as read
+/// in this process around the timing of the ops (the speed the predictions assume), else, in an
+/// older profile, as the oversubscription runs read it.
 double probe_reference(const cost_models::HostProfile& p, int ranks) {
+  for (const auto& [threads, s] : p.ops_probe_s)
+    if (threads == ranks) return s;
   for (std::size_t i = 0; i < p.slowdown.size() && i < p.probe_s.size(); ++i)
     if (p.slowdown[i].first == ranks) return p.probe_s[i];
   return 0;
@@ -259,9 +263,40 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   const std::string tag = std::to_string(::getpid());
   err << "calibrate: the trainer's " << backend_name << " backend on " << host << " (" << cores << " cores)\n";
   if (backend_name == "cpu") {
+    // The ops are timed between readings of the host probe on 1..cores threads of this process, three
+    // before and three after: their median is the speed the op times describe, which `validate
+    // --local` checks every run against. How far the readings after sit from those before is
+    // recorded (ops_probe_drift): a shared machine's speed drifts over seconds, and the backend's two
+    // passes (each sample the faster) are what keeps a slow spell out of the op times.
+    // (1 and 2 threads: the loop's plans have one or two ranks; other counts fall back on the
+    // oversubscription runs' readings.)
+    const int threads = std::clamp(cores, 1, 2);
+    auto probe_all = [&] {
+      std::vector<std::vector<double>> r(static_cast<std::size_t>(threads));
+      for (int t = 1; t <= threads; ++t)
+        for (int i = 0; i < 3; ++i) r[std::size_t(t - 1)].push_back(probe_now(t, 0.15));
+      return r;
+    };
+    const std::vector<std::vector<double>> before = probe_all();
     const nlohmann::ordered_json backend = calibrate::measure_cpu_backend({.quick = quick}, err);
+    const std::vector<std::vector<double>> after = probe_all();
     j["ops"] = backend["ops"];
     j["memory"] = backend["memory"];
+    j["ops_probe"] = nlohmann::ordered_json::array();
+    double drift = 0;
+    for (std::size_t t = 0; t < before.size(); ++t) {
+      std::vector<double> all = before[t], b = before[t], a = after[t];
+      all.insert(all.end(), a.begin(), a.end());
+      std::sort(all.begin(), all.end());
+      std::sort(b.begin(), b.end());
+      std::sort(a.begin(), a.end());
+      j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", 0.5 * (all[all.size() / 2 - 1] + all[all.size() / 2])}});
+      drift = std::max(drift, std::abs(a[1] / b[1] - 1.0));
+    }
+    j["ops_probe_drift"] = drift;
+    char line[160];
+    std::snprintf(line, sizeof line, "  host probe around the ops: medians after and before %.1f%% apart\n", 100 * drift);
+    err << line;
   } else {
     // A GPU backend: foresight-commbench links it (this binary does not) and times its ops, each
     // call as a step issues it, waiting for the device once per group of calls.
@@ -475,9 +510,9 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
   // cores it left idle while it ran (/proc/stat against this process's and its children's CPU
   // time, within the same tolerance): on a shared machine, a run made during another tenant's burst
   // measures the burst. Such a run is repeated (o.attempts in all); if none is quiet,
-  // the quietest is kept and the case says so.
-  std::vector<int> disturbed(cases.size(), 0);
-  std::vector<double> worst_speed(cases.size(), 0.0);
+  // the quietest is kept and the case says so. Each plan's step time is then its quickest quiet
+  // round (planner::measurement_from_summaries): bursts inside a run escape these readings.
+  std::vector<std::vector<double>> run_slowdown(cases.size());
   for (int round = 1; round <= o.rounds; ++round)
     for (std::size_t i = 0; i < cases.size(); ++i) {
       const planner::LoopCase& c = cases[i];
@@ -515,20 +550,18 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
       }
       if (rc != 0) {
         summaries[i].push_back(nlohmann::json());
+        run_slowdown[i].push_back(0.0);
         failures[i] += "round " + std::to_string(round) + ": foresight-train exited " + std::to_string(rc) + ": " +
                        tail_of(log, 300) + "; ";
         continue;
       }
-      if (best_slow > 1.0 + o.quiet_tolerance) ++disturbed[i];
-      worst_speed[i] = std::max(worst_speed[i], best_slow);
+      run_slowdown[i].push_back(best_slow);
       summaries[i].push_back(best);
     }
   std::vector<planner::LoopMeasurement> measured;
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    planner::LoopMeasurement m = planner::measurement_from_summaries(summaries[i]);
+    planner::LoopMeasurement m = planner::measurement_from_summaries(summaries[i], run_slowdown[i], o.quiet_tolerance);
     if (!failures[i].empty()) m.error = failures[i] + m.error;
-    m.disturbed_runs = disturbed[i];
-    m.host_slowdown = worst_speed[i];
     measured.push_back(m);
   }
 

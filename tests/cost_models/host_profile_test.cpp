@@ -131,6 +131,25 @@ TEST(HostProfile, MissingOpsAndBadValuesNameTheField) {
   EXPECT_THROW(parse_host_profile("{not json", "p.json"), SpecError);
 }
 
+TEST(HostProfile, OpsProbeIsReadByThreadCountAndABadValueNamesItsEntry) {
+  nlohmann::json j = synthetic(1e-9, 0, 1e-9);
+  EXPECT_TRUE(profile_of(j)->ops_probe_s.empty());  // an older profile: none recorded
+  j["ops_probe"] = {{{"threads", 1}, {"probe_s", 0.002}}, {{"threads", 2}, {"probe_s", 0.0021}}};
+  const auto p = profile_of(j);
+  ASSERT_EQ(p->ops_probe_s.size(), 2u);
+  EXPECT_EQ(p->ops_probe_s[1].first, 2);
+  EXPECT_DOUBLE_EQ(p->ops_probe_s[1].second, 0.0021);
+  j["ops_probe"][1]["probe_s"] = 0;
+  try {
+    parse_host_profile(j.dump(), "p.json");
+    FAIL() << "accepted a probe time of 0";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "ops_probe[1].probe_s");
+  }
+  j["ops_probe"] = 3;
+  EXPECT_THROW(parse_host_profile(j.dump(), "p.json"), SpecError);
+}
+
 TEST(HostProfile, CollectivesInTheHostUseTheMeasuredFits) {
   const std::filesystem::path path = std::filesystem::temp_directory_path() / ("foresight-host-profile-comm_" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << synthetic(1e-9, 0, 1e-9).dump();

@@ -3,6 +3,8 @@
 // CTest (tests/apps), which checks the acceptance figures against the real trainer.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -107,6 +109,44 @@ TEST(ClosedLoop, ErrorsAreMeasuredOverPredictedAndSummarised) {
   EXPECT_NEAR(j["median_abs_pct"].get<double>(), 5.0, 1e-9);  // median of 10, 5, 2
   EXPECT_NEAR(j["max_abs_pct"].get<double>(), 10.0, 1e-9);
   EXPECT_NEAR(j["mem_max_abs_pct"].get<double>(), 0.0, 1e-9);
+}
+
+// A trainer summary of the given step times (the first is the warm-up) and peak memory.
+nlohmann::json summary(std::vector<double> steps, double memory_GB) {
+  nlohmann::json s;
+  s["status"] = "ok";
+  s["steps"] = nlohmann::json::array();
+  for (double t : steps) s["steps"].push_back({{"step_s", t}});
+  s["measured"] = {{"memory_GB", memory_GB}};
+  return s;
+}
+
+// Hand-made runs: run medians (warm-up left out) 0.110, 0.100 and 0.090 s; the plan's step is the
+// quickest, 0.090 over its 3 steps, whether or not the readings around it found the host quiet
+// (they count runs, they do not choose one); memory is the largest of the three runs.
+TEST(ClosedLoop, StepIsTheQuickestRunsMedian) {
+  const std::vector<nlohmann::json> runs = {summary({0.5, 0.11, 0.10, 0.12}, 1.0),
+                                            summary({0.5, 0.10, 0.09, 0.105}, 1.2),
+                                            summary({0.5, 0.09, 0.09, 0.08}, 1.1)};
+  LoopMeasurement m = measurement_from_summaries(runs, {1.00, 1.05, 1.20}, 0.07);
+  ASSERT_TRUE(m.step_s.has_value());
+  EXPECT_DOUBLE_EQ(*m.step_s, 0.09);
+  EXPECT_EQ(m.steps, 3);
+  EXPECT_EQ(m.quiet_runs, 2);
+  EXPECT_EQ(m.disturbed_runs, 1);
+  EXPECT_DOUBLE_EQ(m.host_slowdown, 1.20);
+  ASSERT_EQ(m.run_steps_s.size(), 3u);
+  EXPECT_DOUBLE_EQ(m.run_steps_s[0], 0.11);
+  EXPECT_DOUBLE_EQ(m.run_steps_s[1], 0.10);
+  EXPECT_DOUBLE_EQ(*m.memory_GB, 1.2);
+  m = measurement_from_summaries(runs, {1.30, 1.40, 1.00}, 0.07);
+  EXPECT_EQ(m.quiet_runs, 1);
+  EXPECT_EQ(m.disturbed_runs, 2);
+  // No readings: every run quiet. A failed run is named and skipped.
+  m = measurement_from_summaries({runs[0], nlohmann::json()});
+  EXPECT_DOUBLE_EQ(*m.step_s, 0.11);
+  EXPECT_NE(m.error.find("run 2: no summary"), std::string::npos);
+  EXPECT_DOUBLE_EQ(m.run_steps_s[1], 0.0);
 }
 
 }  // namespace
