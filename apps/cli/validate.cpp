@@ -38,7 +38,7 @@ Command validate_command() {
             ->capture_default_str();
         sub.add_option("--rounds", o->loop.rounds,
                        "--local: runs of each plan, in rounds over the whole set (a slow spell of a shared machine "
-                       "then spoils one run of a plan, not the plan); the median is over all their steps")
+                       "then spoils one run of a plan, not the plan); a plan's step is its quickest run's median step")
             ->capture_default_str();
         sub.add_option("--plans", o->loop.plans, "--local: run only these plans of the set (names as in the table)")
             ->delimiter(',');
