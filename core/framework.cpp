@@ -250,6 +250,7 @@ std::array<FrameworkTraits, 9> make_table() {
                                    "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
                                    "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)");
   megatron.precision.fp32_main_grads = true;
+  megatron.sums_tied_embedding_copies = true;
   // Scatter/gather: each TP rank sends 1/t of the activation and the receiver all-gathers it over
   // NVLink, both directions (Narayanan et al. 2021 sec. 4.1). (SC21's runs used torch DDP,
   // run_table_1.sh --DDP-impl torch: the 25 MiB bucket of an overlapped reduction.)
@@ -430,6 +431,7 @@ std::array<FrameworkTraits, 9> make_table() {
   deepspeed.send_forward = PipelineSend::split_then_gather;
   deepspeed.regathers_output_for_backward = true;
   deepspeed.zero_reduction = ZeroReduction::all_reduce;
+  deepspeed.sums_tied_embedding_copies = deepspeed.tied_grads_fp32_in_bf16 = true;
   deepspeed.dp_bucket_elements = 5e8;  // reduce_bucket_size default (DeepSpeed config docs, zero_optimization)
   deepspeed.dp_overlap_with_pipeline = false;
   deepspeed.dp_overlap_refusal =
@@ -683,6 +685,7 @@ std::array<FrameworkTraits, 9> make_table() {
                                   "Rajbhandari et al. 2020 (ZeRO) sec. 3.1; Dao et al. 2022 (FlashAttention); "
                                   "PyTorch DDP docs");
   generic.attention = AttentionImpl::flash;
+  generic.sums_tied_embedding_copies = true;
   // A fused softmax cross-entropy (llm.c's fused classifier, as kernels/cross_entropy.cu): the
   // 16-bit logits read once for the row's max and sum, read again and their gradient written.
   generic.elementwise.loss_forward = 2;
@@ -719,6 +722,7 @@ std::array<FrameworkTraits, 9> make_table() {
                        .grads_freed_between_steps = false, .autocast_weight_copies = true};
   trainer.activations = {.dropout = false, .attention_output_copy = false, .logits_bytes = 4};
   trainer.zero_reduction = ZeroReduction::reduce_scatter;
+  trainer.sums_tied_embedding_copies = true;
   // Its loss is kernels/cross_entropy.cu's fused kernel (as generic's).
   trainer.elementwise.loss_forward = 2;
   trainer.elementwise.loss_backward = 4;

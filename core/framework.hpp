@@ -149,6 +149,15 @@ struct FrameworkTraits {
   bool has_embedding_and_head = true;
   /// With pp > 1 the last stage holds its own copy of the tied word embedding (Megatron-LM).
   bool last_stage_embedding_copy = true;
+  /// The two copies' gradients are summed once a step, an all-reduce between the first and the
+  /// last stage (sim/cost_data_parallel.cpp): Megatron-LM's _allreduce_embedding_grads (Megatron-
+  /// Core's finalize_model_grads), DeepSpeed's PipelineEngine._exec_reduce_tied_grads, this
+  /// repository's trainer (trainer/trainer.cpp).
+  bool sums_tied_embedding_copies = false;
+  /// In a bf16 run that sum is an fp32 all-reduce whatever the gradients' reduce dtype: DeepSpeed's
+  /// BF16_Optimizer reduces its fp32 accumulation of the tied weight (_exec_reduce_tied_grads on
+  /// _hp_grad, microsoft/DeepSpeed 77b649d16, 2022-03).
+  bool tied_grads_fp32_in_bf16 = false;
 
   // ---- pipeline
   PipelineSend send_forward = PipelineSend::whole;

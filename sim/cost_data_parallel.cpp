@@ -144,6 +144,24 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
       const double steps = v > 1 ? double(v - 1) * p.pp + 1.0 : 1.0;
       slowdown = dp_contention * min(sync - tail, (last.backward + last.recompute) * steps);
     }
+    // The tied word embedding's two copies (the first stage's and the last stage's, FrameworkTraits::
+    // sums_tied_embedding_copies) sum their gradients once a step, an all-reduce between the two
+    // stages of each tp rank and data-parallel index, on the gradient stream next to the
+    // data-parallel reduction and hidden under nothing (Megatron-LM's _allreduce_embedding_grads
+    // after it, DeepSpeed's PipelineEngine._exec_reduce_tied_grads right before it): the embedding
+    // shard's vocab x hidden / tp gradients, in the reduce dtype (fp32 under DeepSpeed's
+    // BF16_Optimizer). Every GPU of a first-stage node sends at once (CommGroup::concurrent_groups).
+    if (fw.has_embedding_and_head && fw.last_stage_embedding_copy && fw.sums_tied_embedding_copies &&
+        in.e.model.tie_embeddings && p.pp > 1 &&
+        (s == 0 || s == p.pp - 1)) {
+      const double bytes_per =
+          fw.tied_grads_fp32_in_bf16 && in.e.training.dtype == Dtype::bf16 ? 4.0 : in.x.bytes.reduce;
+      const Bytes tied(double(in.e.model.vocab) * in.e.model.hidden / p.tp * bytes_per);
+      const Seconds t = in.comm.time(Collective::all_reduce, tied, groups.embedding);
+      sync += t;
+      tail += t;
+      sync_bytes += tied * host_ranks;  // two ranks: each sends its copy once
+    }
     c.dp_overlap_slowdown.push_back(slowdown);
     c.dp_sync_tail.push_back(tail);
     c.dp_grad_sync.push_back(sync);

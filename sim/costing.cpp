@@ -100,6 +100,7 @@ PlanGroups plan_groups(const PlanSpec& p, const ClusterSpec& c) {
   // fabric's upper tiers (CommModel::tier_penalty).
   if (p.pp > 1) g.pp.ring_nodes = group_of(p.pp, st.pp, gpn).nodes;
   g.pp_crosses_nodes = p.pp > 1 && g.pp.nodes > 1;
+  g.embedding = group_of(p.pp > 1 ? 2 : 1, st.pp * (p.pp - 1), gpn);
   g.stage = group_of(p.tp * p.grad_ranks(), p.placement == Placement::tp_dp_pp ? 1 : st.dp / p.tp, gpn);
   g.stage.concurrent_groups = 1;
   return g;

@@ -100,6 +100,9 @@ struct PlanGroups {
   /// Every rank of one pipeline stage (tp x cp x dp): contiguous under tp-cp-dp-pp placement, tp
   /// runs of them tp x pp apart under tp-pp-dp (modelled as evenly spread). FP8 amax reductions.
   CommGroup stage;
+  /// The first and the last stage's ranks of one tp rank and data-parallel index, which sum the
+  /// tied word embedding's gradient (one rank where pp = 1).
+  CommGroup embedding;
   bool pp_crosses_nodes = false;
 };
 PlanGroups plan_groups(const PlanSpec& plan, const ClusterSpec& cluster);

@@ -96,8 +96,9 @@ std::vector<std::string> check_prediction(const Prediction& p) {
   if (p.tp == 1 && b.tp_comm > Seconds(0)) fail("tp = 1 but tensor-parallel communication is non-zero");
   if (p.cp == 1 && b.cp_comm > Seconds(0)) fail("cp = 1 but context-parallel communication is non-zero");
   if (p.pp == 1 && b.pp_comm_exposed > Seconds(0)) fail("pp = 1 but pipeline communication is non-zero");
-  if (p.dp * p.cp == 1 && b.dp_comm_exposed > Seconds(0))
-    fail("dp = cp = 1 but data-parallel communication is non-zero");
+  // (With pp > 1 the gradient sync also sums a tied embedding's two copies, dp or not.)
+  if (p.dp * p.cp == 1 && p.pp == 1 && b.dp_comm_exposed > Seconds(0))
+    fail("dp = cp = pp = 1 but data-parallel communication is non-zero");
   if (p.mfu > p.hfu + 1e-12) fail("MFU exceeds HFU");
   if (p.hfu > 1.0) fail("HFU exceeds 1: faster than the hardware's peak");
   if (!p.fits()) fail("memory: " + p.memory_verdict());

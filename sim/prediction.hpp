@@ -26,7 +26,8 @@ struct TimeBreakdown {
   Seconds ep_comm;           // MoE all-to-all
   Seconds cp_comm;           // context parallelism's K/V exchange, the part attention does not hide
   Seconds pp_comm_exposed;   // pipeline transfers the compute stream waited for or was blocked by
-  Seconds dp_comm_exposed;   // data-parallel gradient sync not hidden behind compute
+  Seconds dp_comm_exposed;   // data-parallel gradient sync not hidden behind compute (with pp > 1, also
+                             // the sum of a tied embedding's first- and last-stage copies)
   Seconds optimizer;         // the optimizer step
   Seconds offload_stall;     // waiting for activations prefetched from host memory
   Seconds bubble;            // pipeline fill and drain

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
@@ -269,8 +270,10 @@ TEST(CostPipelineTransfers, BytesAsEachFrameworkSendsThem) {
 TEST(CostDataParallel, AllReduceOrReduceScatterAsTheFrameworkRunsZero) {
   // dp 2: a ring all-reduce sends 2 (n-1)/n = 1 gradient's worth per rank, a reduce-scatter half
   // of it; Megatron's fp32 main grads are 4 bytes per parameter, DeepSpeed's fp16 grads 2. Bytes
-  // per transfer count the node's TP ranks (2).
+  // per transfer count the node's TP ranks (2). (Untied, so that the stages reduce nothing else;
+  // the tied embedding's sum has its own test.)
   Experiment e = small();
+  e.model.tie_embeddings = false;
   e.plan.zero = 1;
   Costed mega(e);
   cost_data_parallel(mega.in(), mega.c);
@@ -287,8 +290,9 @@ TEST(CostDataParallel, AllReduceOrReduceScatterAsTheFrameworkRunsZero) {
 
 TEST(CostDataParallel, OverlapLeavesTheLastBucket) {
   // With the reduction overlapped, what waits for the backward is the framework's last bucket:
-  // torch DDP's 25 MiB for Megatron-LM (SC21 ran --DDP-impl torch).
+  // torch DDP's 25 MiB for Megatron-LM (SC21 ran --DDP-impl torch). (Untied: no embedding sum.)
   Experiment e = small();
+  e.model.tie_embeddings = false;
   e.plan.dp_overlap = true;
   Costed k(e);
   cost_data_parallel(k.in(), k.c);
@@ -330,6 +334,7 @@ TEST(CostDataParallel, ZeroOneReduceScattersTheExpertsToo) {
   // all-reduces before stepping its shard (DeepSpeed's stage 1) as an all-reduce.
   Experiment e = small();
   e.model.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .every = 2};
+  e.model.tie_embeddings = false;  // no embedding sum beside the data-parallel one
   e.plan.zero = 1;
   const CommGroup dp = plan_groups(e.plan, e.cluster).dp;
   for (const Framework f : {Framework::foresight_train, Framework::deepspeed}) {
@@ -344,6 +349,52 @@ TEST(CostDataParallel, ZeroOneReduceScattersTheExpertsToo) {
     const double expected = k.comm.time(c, Bytes(sp.dense * g), dp).value() + k.comm.time(c, Bytes(sp.expert * g), dp).value();
     EXPECT_NEAR(k.c.dp_grad_sync[0].value(), expected, 1e-12 * expected) << to_string(f);
   }
+}
+
+TEST(CostDataParallel, TiedEmbeddingCopiesAreSummedBetweenTheFirstAndLastStage) {
+  // GPT-3 1.3B (vocabulary 51,200, hidden 2048, tied) on tp 2 x pp 3 x dp 4 over three DGX A100
+  // nodes (tp-dp-pp: each stage's 8 ranks on one node): the first and the last stage each add one
+  // all-reduce of their half of the word embedding's gradient, 51,200 x 2048 / 2 = 52.4M values,
+  // between two ranks on different nodes; the middle stage nothing. Megatron-LM sums its fp32
+  // main grads (4 bytes), DeepSpeed's fp16 path its fp16 grads (2) and, in bf16, BF16_Optimizer's
+  // fp32 accumulation (4, though its data-parallel reduction is bf16). Each of the two ranks sends
+  // its copy once; the node's TP ranks (2) count in the NIC bytes.
+  Experiment e = small();
+  e.gpus = 24;
+  e.plan.pp = 3;
+  e.plan.dp = 4;
+  e.training.global_batch = 4;
+  validate_experiment(e);
+  const double values = 51200.0 * 2048 / 2;
+  auto with_and_without = [&](Framework f, Dtype d) {
+    Experiment t = e;
+    t.plan.framework = f;
+    t.training.dtype = d;
+    Experiment u = t;
+    u.model.tie_embeddings = false;  // the same parameters on every stage (the head's own matrix)
+    Costed tied(t), untied(u);
+    cost_data_parallel(tied.in(), tied.c);
+    cost_data_parallel(untied.in(), untied.c);
+    return std::make_pair(std::move(tied), std::move(untied));
+  };
+  const CommGroup g = plan_groups(e.plan, e.cluster).embedding;
+  EXPECT_EQ(g.ranks, 2);
+  EXPECT_EQ(g.nodes, 2);
+  EXPECT_EQ(g.concurrent_groups, 8);  // every GPU of a first-stage node at once
+  for (const auto& [f, d, bytes] : {std::tuple{Framework::megatron, Dtype::bf16, 4.0}, std::tuple{Framework::deepspeed, Dtype::fp16, 2.0},
+                                    std::tuple{Framework::deepspeed, Dtype::bf16, 4.0}}) {
+    auto [tied, untied] = with_and_without(f, d);
+    const double t = tied.comm.time(Collective::all_reduce, Bytes(values * bytes), g).value();
+    for (int s : {0, 2}) {
+      EXPECT_NEAR((tied.c.dp_grad_sync[s] - untied.c.dp_grad_sync[s]).value(), t, 1e-12) << to_string(f) << " stage " << s;
+      EXPECT_NEAR((tied.c.dp_sync_tail[s] - untied.c.dp_sync_tail[s]).value(), t, 1e-12);
+      EXPECT_NEAR((tied.c.dp_grad_sync_bytes[s] - untied.c.dp_grad_sync_bytes[s]).value(), values * bytes * 2, 1.0);
+    }
+    EXPECT_EQ(tied.c.dp_grad_sync[1], untied.c.dp_grad_sync[1]);
+  }
+  // A framework that keeps no such copy pair (PyTorch's FSDP entry) sums nothing.
+  auto [tied, untied] = with_and_without(Framework::pytorch, Dtype::bf16);
+  EXPECT_EQ(tied.c.dp_grad_sync[0], untied.c.dp_grad_sync[0]);
 }
 
 TEST(CostOptimizer, EachGpuStepsItsShard) {
