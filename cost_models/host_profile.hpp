@@ -64,8 +64,9 @@ struct HostProfile {
   /// ranks at once, at calibration: the host's speed then, which `validate --local` checks again
   /// around every run. Same order as `slowdown`; 0 where not recorded.
   std::vector<double> probe_s;
-  /// (threads, seconds per call) of the same probe run on that many threads of one process just
-  /// before and just after the ops were timed (their mean): the speed the op times describe.
+  /// (threads, seconds per call) of the same probe run on that many threads of one process, three
+  /// readings just before and three just after the ops were timed (the median of the six): the
+  /// speed the op times describe.
   std::vector<std::pair<int, double>> ops_probe_s;
   std::vector<std::string> mpirun;               // launch template; "{ranks}" stands for the count
 

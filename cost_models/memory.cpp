@@ -340,6 +340,10 @@ StageParameters stage_layer_parameters(const ModelSpec& model, const PlanSpec& p
   return sum;
 }
 
+bool last_stage_holds_tied_copy(const FrameworkTraits& framework, const ModelSpec& model, const PlanSpec& plan) {
+  return framework.has_embedding_and_head && model.tie_embeddings && plan.pp > 1 && framework.last_stage_embedding_copy;
+}
+
 StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelSpec& model, const PlanSpec& plan,
                                   int stage) {
   FORESIGHT_CHECK(stage >= 0 && stage < plan.pp) << "stage " << stage << " of pp " << plan.pp;
@@ -356,7 +360,7 @@ StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelS
   if (plan.holds_first_segment(stage)) p.dense += word_embedding + positions;
   if (is_last_stage(plan, stage)) {
     if (!model.tie_embeddings) p.dense += word_embedding;  // the LM head's own matrix
-    else if (plan.pp > 1 && framework.last_stage_embedding_copy) p.dense += word_embedding;  // tied copy
+    else if (last_stage_holds_tied_copy(framework, model, plan)) p.dense += word_embedding;  // tied copy
     p.dense += norm_parameters(model);                                                      // final norm
     if (model.mtp_layers > 0) {
       // The MTP modules beside their layers (stage_layers holds those): the projection, column-
@@ -364,7 +368,7 @@ StageParameters parameters_on_gpu(const FrameworkTraits& framework, const ModelS
       // that does not hold the first segment keeps a copy of (Megatron-Core's GPTModel builds its
       // embedding where mtp_process is set), unless the tied copy is already there.
       p.dense += model.mtp_layers * (mtp_projection_parameters(model) / t + 3.0 * norm_parameters(model));
-      const bool has_copy = model.tie_embeddings && plan.pp > 1 && framework.last_stage_embedding_copy;
+      const bool has_copy = last_stage_holds_tied_copy(framework, model, plan);
       if (!plan.holds_first_segment(stage) && !has_copy) p.dense += word_embedding + positions;
     }
   }

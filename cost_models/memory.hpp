@@ -149,6 +149,11 @@ std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int 
 // Model state: weights, gradients, optimizer.
 // ---------------------------------------------------------------------------------------------
 
+/// With pp > 1 the last stage keeps its own copy of the tied word embedding (FrameworkTraits::
+/// last_stage_embedding_copy): held beside the head (parameters_on_gpu) and, where the framework
+/// sums the two copies' gradients, all-reduced with the first stage's (sim/cost_data_parallel.cpp).
+bool last_stage_holds_tied_copy(const FrameworkTraits& framework, const ModelSpec& model, const PlanSpec& plan);
+
 /// Parameters one GPU of `stage` holds, split by how ZeRO shards them: `dense` are replicated
 /// over dp (transformer layers / tp, embeddings), `expert` over dp/ep (MoE experts / (ep * tp)).
 /// First stage: word embeddings vocab*h/tp plus positions seq*h; last stage (pp > 1): the copy of

@@ -151,8 +151,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     // after it, DeepSpeed's PipelineEngine._exec_reduce_tied_grads right before it): the embedding
     // shard's vocab x hidden / tp gradients, in the reduce dtype (fp32 under DeepSpeed's
     // BF16_Optimizer). Every GPU of a first-stage node sends at once (CommGroup::concurrent_groups).
-    if (fw.has_embedding_and_head && fw.last_stage_embedding_copy && fw.sums_tied_embedding_copies &&
-        in.e.model.tie_embeddings && p.pp > 1 &&
+    if (fw.sums_tied_embedding_copies && cost_models::last_stage_holds_tied_copy(fw, in.e.model, p) &&
         (s == 0 || s == p.pp - 1)) {
       const double bytes_per =
           fw.tied_grads_fp32_in_bf16 && in.e.training.dtype == Dtype::bf16 ? 4.0 : in.x.bytes.reduce;

@@ -510,8 +510,8 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
   // cores it left idle while it ran (/proc/stat against this process's and its children's CPU
   // time, within the same tolerance): on a shared machine, a run made during another tenant's burst
   // measures the burst. Such a run is repeated (o.attempts in all); if none is quiet,
-  // the quietest is kept and the case says so. Each plan's step time is then its quickest quiet
-  // round (planner::measurement_from_summaries): bursts inside a run escape these readings.
+  // the quietest is kept and the case says so. Each plan's step time is then its quickest round
+  // (planner::measurement_from_summaries): bursts inside a run escape these readings.
   std::vector<std::vector<double>> run_slowdown(cases.size());
   for (int round = 1; round <= o.rounds; ++round)
     for (std::size_t i = 0; i < cases.size(); ++i) {

@@ -6,10 +6,10 @@
 # reported in reports/closed-loop.md, since a shared CI machine's slow spells can push a single
 # plan past them). The step-time figures are printed either way. The step-time check counts only
 # the plans measured in at least one round on a quiet host (the loop probes the host's speed around
-# every run and repeats a run made during someone else's burst; a plan's step time is its quickest
-# quiet round, cases[].quiet_runs); when fewer than 8 plans could be measured quietly the check
-# cannot be made and the test is reported as skipped (SKIP_REGULAR_EXPRESSION in
-# tests/CMakeLists.txt), never passed.
+# every run and repeats a run made during someone else's burst; cases[].quiet_runs counts the
+# rounds found quiet; a plan's step time is its quickest round); when fewer than 8 plans could be
+# measured quietly the check cannot be made and the test is reported as skipped
+# (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt), never passed.
 # A shared machine's speed also drifts over seconds to minutes with nothing in /proc/stat to show
 # for it (on the CI machine whole rounds ran 15-50% slow while the probes around them read the host
 # as calibrated): when the step-time median misses, the whole loop, calibration included, is made
