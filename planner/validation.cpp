@@ -33,6 +33,7 @@ std::string group_of(const Experiment& e) {
   if (n.starts_with("llmfoundry")) return "llm-foundry MPT benchmarks (MosaicML, FSDP)";
   if (n.starts_with("torchtitan")) return "torchtitan (Meta, FSDP2)";
   if (n.starts_with("bloom")) return "BLOOM-176B (BigScience 2022)";
+  if (n.starts_with("bigscience-jz")) return "BigScience 176B topology benchmarks on Jean Zay (2022)";
   if (n.starts_with("gpt-neox")) return "GPT-NeoX-20B (Black et al. 2022)";
   if (n.starts_with("glm-130b")) return "GLM-130B (Zeng et al. 2022)";
   if (n.starts_with("nemo2407")) return "NeMo 24.07 on DGX H100 (Megatron-Core, FP8)";

@@ -311,6 +311,14 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // network (same session) -9.4% and -6.0%. Session 45: the slot overhead 0.0485 -> 0.0476 s
       // (the tied-embedding all-reduce): -9.5% / -6.2%.
       {"GLM-130B (Zeng et al. 2022)", {8.0, 9.6}},
+      // Session 46: BigScience's topology benchmarks for BLOOM's 176B on the same 48 Jean Zay nodes
+      // (bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md; outside
+      // ../shared/published): 34 plans from 02-25 on (TP 1-8, PP 2-48, DP 4-24, micro-batch 1-6,
+      // fp16 and bf16, 64 heads), single 2nd-iteration readings, predicted as added at 6.4% /
+      // 17.8%. The shallow pipelines run slower and the deep ones faster than the slot overhead
+      // (calibrated per micro-batch and stage on BLOOM and MT-NLG) lets them: PP 2 -12/-13%,
+      // PP 24-48 +5..+16%.
+      {"BigScience 176B topology benchmarks on Jean Zay (2022)", {6.5, 17.9}},
       // Session 31: DeepSeek-V3's pretraining on 2,048 H800s (../shared/published/modern.yaml; a
       // whole-run average of GPU hours per trillion tokens), written down once DualPipe, DeepEP-style
       // dispatch with node-limited routing, recomputed modules and FP8-cached Linear inputs were
