@@ -251,6 +251,7 @@ std::array<FrameworkTraits, 9> make_table() {
                                    "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)");
   megatron.precision.fp32_main_grads = true;
   megatron.sums_tied_embedding_copies = true;
+  megatron.fused_softmax = true;
   // Scatter/gather: each TP rank sends 1/t of the activation and the receiver all-gathers it over
   // NVLink, both directions (Narayanan et al. 2021 sec. 4.1). (SC21's runs used torch DDP,
   // run_table_1.sh --DDP-impl torch: the 25 MiB bucket of an overlapped reduction.)
@@ -432,6 +433,7 @@ std::array<FrameworkTraits, 9> make_table() {
   deepspeed.regathers_output_for_backward = true;
   deepspeed.zero_reduction = ZeroReduction::all_reduce;
   deepspeed.sums_tied_embedding_copies = deepspeed.tied_grads_fp32_in_bf16 = true;
+  deepspeed.fused_softmax = true;  // Megatron-DeepSpeed's model code (megatron/model/fused_softmax.py)
   deepspeed.dp_bucket_elements = 5e8;  // reduce_bucket_size default (DeepSpeed config docs, zero_optimization)
   deepspeed.dp_overlap_with_pipeline = false;
   deepspeed.dp_overlap_refusal =
@@ -969,6 +971,15 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
               "needs plan.schedule interleaved (it is " + std::string(to_string(p.schedule)) +
                   "): Megatron-Core overlaps pipeline sends only between model chunks and turns the flag off otherwise "
                   "(megatron/training/arguments.py)");
+  if (p.fused_softmax && !fused_softmax)
+    return violation("plan.fused_softmax", *p.fused_softmax ? "true" : "false",
+                     "is Megatron's fused scale-mask-softmax on unfused attention; " + me + " does not run it (" +
+                         frameworks_that([](const FrameworkTraits& t) { return t.fused_softmax; }) + ")");
+  if (p.fused_softmax && p.attention.value_or(attention) != AttentionImpl::unfused)
+    return violation("plan.fused_softmax", *p.fused_softmax ? "true" : "false",
+                     "applies to unfused attention only (plan.attention is " +
+                         std::string(to_string(p.attention.value_or(attention))) +
+                         "): a fused attention kernel computes the softmax inside itself");
   if (p.gradient_accumulation_fusion.value_or(false) && !precision.fp32_main_grads)
     return violation("plan.gradient_accumulation_fusion", "true",
               me + " keeps no fp32 main-gradient buffer for the weight-gradient GEMMs to add into (Megatron-LM's "

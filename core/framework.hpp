@@ -348,6 +348,11 @@ struct FrameworkTraits {
   /// Whether a plan's pipeline sends leave the sender's stream going: its choice, else this
   /// framework's default; the interleaved schedule with pp > 1 only.
   bool overlaps_pipeline_sends(const PlanSpec& p) const;
+  /// Its unfused attention runs Megatron's fused scale-mask-softmax kernel
+  /// (megatron/model/fused_softmax.py FusedScaleMaskSoftmax: Megatron-LM, Megatron-DeepSpeed,
+  /// Megatron-Core's local attention), which falls back to PyTorch ops when its size conditions
+  /// fail (plan.fused_softmax false).
+  bool fused_softmax = false;
   /// Its ZeRO-2/3 path runs beside expert parallelism (plan.ep > 1).
   bool sharded_expert_parallel = true;
   /// Builds MoE layers into pipeline stages (a MoE model with plan.pp > 1).

@@ -183,6 +183,12 @@ struct PlanSpec {
   /// only before the chunk that needs it, so the sender's compute goes on. Unset: the framework's
   /// default (FrameworkTraits::p2p_overlap); only the interleaved schedule has it.
   std::optional<bool> p2p_overlap;
+  /// Megatron's fused scale-mask-softmax kernel on the unfused attention's scores
+  /// (FrameworkTraits::fused_softmax; megatron/model/fused_softmax.py). false: the PyTorch path it
+  /// falls back to when the kernel's size conditions fail or --no-masked-softmax-fusion is given
+  /// (forward_torch_softmax: the 16-bit scores cast to fp32, scaled, masked, softmaxed in fp32 and
+  /// cast back; cost_models/roofline.cpp prices its passes). Unset: the fused kernel.
+  std::optional<bool> fused_softmax;
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }

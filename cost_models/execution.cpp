@@ -48,6 +48,7 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   x.elementwise = plan.compile && fw.compiled_elementwise ? &*fw.compiled_elementwise : &fw.elementwise;
   const bool newer = gpu && fw.newer_attention_from_cc > 0 && gpu->compute_capability >= fw.newer_attention_from_cc;
   x.attention = plan.attention.value_or(newer ? fw.newer_attention : fw.attention);
+  x.softmax_fallback = fw.fused_softmax && x.attention == AttentionImpl::unfused && !plan.fused_softmax.value_or(true);
   x.moe_dispatch = fw.moe_dispatch;
   x.dtype = training.dtype;
   x.attention_dtype = training.dtype == Dtype::fp8 ? Dtype::bf16 : training.dtype;

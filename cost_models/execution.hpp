@@ -60,6 +60,9 @@ struct ExecutionModel {
   /// plan.compile. Never null once resolved.
   const ElementwiseTraffic* elementwise = nullptr;
   AttentionImpl attention = AttentionImpl::unfused;
+  /// Unfused attention whose softmax runs as PyTorch ops instead of Megatron's fused kernel
+  /// (plan.fused_softmax false, FrameworkTraits::fused_softmax).
+  bool softmax_fallback = false;
   MoeDispatch moe_dispatch = MoeDispatch::permute;
   std::string gemm_impl = "cublaslt";  // the GEMM library every supported framework runs
   Dtype dtype = Dtype::bf16;           // training dtype (GEMMs)

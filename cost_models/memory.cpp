@@ -27,10 +27,13 @@ bool sequence_parallel(const PlanSpec& p) { return p.sequence_parallel && p.tp >
 bool fused_attention(const ExecutionModel& r) { return r.attention != AttentionImpl::unfused; }
 
 /// Bytes per (batch, head, query, key) element of the unfused attention core a layer stores: the
-/// softmax output (a), and with dropout its 1-byte mask and its output (a). 5 for Megatron.
+/// softmax output (a; 4 where Megatron's PyTorch fallback keeps it in fp32 for the softmax's
+/// backward, plan.fused_softmax false), and with dropout its 1-byte mask and its output (a). 5
+/// for Megatron.
 double unfused_core_bytes(const ExecutionModel& r, const ModelSpec& m) {
   const double a = r.bytes.activation;
-  return m.stores_dropout_masks(r.framework->activations.dropout) ? a + 1.0 + a : a;
+  const double probs = r.softmax_fallback ? 4.0 : a;
+  return m.stores_dropout_masks(r.framework->activations.dropout) ? probs + 1.0 + a : probs;
 }
 
 /// One layer, one micro-batch: the linear-in-tokens part for `tokens` tokens per sequence and the

@@ -637,11 +637,22 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     const Seconds launch = rc.params().launch_overhead;
     // Between the GEMMs, the framework's own kernels over the scores (ElementwiseTraffic
     // score_forward / score_backward: Megatron-LM's fused softmax and dropout, 9 and 11).
-    F.attention_core = qk + av + rc.score_traffic(Bytes((gemm_fwd + tr.score_forward) * scores)) + 2.0 * launch;
+    // Megatron's PyTorch fallback for the softmax (plan.fused_softmax false; fused_softmax.py
+    // forward_torch_softmax, softmax in fp32 as query-key layer scaling forces) replaces the
+    // kernel's 4 bytes per score (read and write 16 bits) by five passes: the cast to fp32 (read
+    // 2, write 4), the scale (4 + 4), masked_fill_ (4 + 4; the broadcast mask stays in cache), the
+    // fp32 softmax (4 + 4) and the cast back (4 + 2): 36. Backward the kernel's 6 (read y and dy,
+    // write dx) become the cast's gradient to fp32 (2 + 4), the fp32 softmax backward (read y and
+    // dy, write dx: 12), masked_fill's and the scale's gradients (4 + 4 each) and the cast to 16
+    // bits (4 + 2): 40.
+    const double fallback_fwd = x.softmax_fallback ? 36.0 - 4.0 : 0.0, fallback_bwd = x.softmax_fallback ? 40.0 - 6.0 : 0.0;
+    F.attention_core =
+        qk + av + rc.score_traffic(Bytes((gemm_fwd + tr.score_forward + fallback_fwd) * scores)) + 2.0 * launch;
     // Backward: dP = dO V^T has QK^T's shape and dQ = dS K has AV's; dV = P^T dO and dK = dS^T Q
     // are (context x d) over the tokens.
     const Seconds dv = rc.gemm_math({double(context), d, double(tokens), b * a_local});
-    B.attention_core = qk + av + 2.0 * dv + rc.score_traffic(Bytes((gemm_bwd + tr.score_backward) * scores)) + 2.0 * launch;
+    B.attention_core =
+        qk + av + 2.0 * dv + rc.score_traffic(Bytes((gemm_bwd + tr.score_backward + fallback_bwd) * scores)) + 2.0 * launch;
   }
   L.op_checkpoint_saved += F.attention_core;
   return L;

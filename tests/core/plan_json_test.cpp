@@ -188,6 +188,21 @@ TEST(PlanJson, InterleavedSendsOverlapUnlessThePlanSaysNot) {
   EXPECT_NE(megatron_arguments(p).find("--no-overlap-p2p-communication"), std::string::npos) << megatron_arguments(p);
 }
 
+TEST(PlanJson, SoftmaxFallbackTravelsAndReachesTheLaunchLine) {
+  // plan.fused_softmax false survives plan.json, and Megatron-LM's arguments say
+  // --no-masked-softmax-fusion (megatron/arguments.py: store_false into masked_softmax_fusion);
+  // unset, neither appears.
+  ExecutablePlan p = sample();
+  p.training.dtype = Dtype::bf16;
+  EXPECT_EQ(to_json(p).dump().find("fused_softmax"), std::string::npos);
+  EXPECT_EQ(megatron_arguments(p).find("masked-softmax"), std::string::npos) << megatron_arguments(p);
+  p.plan.fused_softmax = false;
+  const ExecutablePlan q = parse_plan_json(to_json(p).dump(), "plan.json");
+  ASSERT_TRUE(q.plan.fused_softmax.has_value());
+  EXPECT_FALSE(*q.plan.fused_softmax);
+  EXPECT_NE(megatron_arguments(q).find("--no-masked-softmax-fusion"), std::string::npos) << megatron_arguments(q);
+}
+
 TEST(PlanJson, Mxfp8RecipeArguments) {
   // Megatron-Bridge's bf16_with_mxfp8_mixed as Megatron-LM flags (core_v0.15.0 arguments.py):
   // E4M3 both ways, --fp8-recipe mxfp8, and with FP8 parameters the gradient buffer lent to their

@@ -91,6 +91,12 @@ TEST(CheckPlan, EachRuleNamesItsField) {
       {[](Fixture& f) { f.p.framework = Framework::pytorch; f.p.compile_loss = true; }, "plan.compile_loss"},  // no compile
       {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.cross_entropy_fusion = CrossEntropyFusion::native; },
        "plan.cross_entropy_fusion"},                                                   // Megatron-Core only
+      {[](Fixture& f) { f.p.framework = Framework::pytorch; f.p.fused_softmax = false; },
+       "plan.fused_softmax"},                                                          // not Megatron's kernel
+      {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.attention = AttentionImpl::flash;
+                        f.p.fused_softmax = false; }, "plan.fused_softmax"},            // fused attention has no such pass
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.fused_softmax = false; },
+       "plan.fused_softmax"},                                                          // its default attention is fused
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;
@@ -99,6 +105,21 @@ TEST(CheckPlan, EachRuleNamesItsField) {
     ASSERT_TRUE(v.has_value()) << "case " << i;
     EXPECT_EQ(v->field, cases[i].field) << "case " << i << ": " << v->rule;
   }
+}
+
+TEST(CheckPlan, MegatronsSoftmaxFallbackOnItsUnfusedAttention) {
+  for (const Framework fw : {Framework::megatron, Framework::deepspeed}) {
+    Fixture f;
+    f.p.framework = fw;
+    if (fw == Framework::deepspeed) f.p.dp_overlap = false;
+    f.p.fused_softmax = false;
+    EXPECT_FALSE(f.check().has_value()) << to_string(fw) << ": " << f.check()->rule;
+  }
+  Fixture g;
+  g.p.framework = Framework::megatron_core;
+  g.p.attention = AttentionImpl::unfused;  // Megatron-Core's local attention runs the same kernel
+  g.p.fused_softmax = false;
+  EXPECT_FALSE(g.check().has_value());
 }
 
 TEST(CheckPlan, UnevenSplitsThatAddUp) {

@@ -162,6 +162,21 @@ TEST(ActivationBytesPerLayer, ReducesToEveryTable2Row) {
                    4 * activations_tensor_parallel(s, b, h, a, t).value());
 }
 
+TEST(ActivationBytesPerLayer, SoftmaxFallbackKeepsItsOutputInFp32) {
+  // Korthikanti's 5as/h term counts the softmax output (2 bytes), its dropout mask (1) and the
+  // dropout output (2) per score element. Megatron's PyTorch fallback (plan.fused_softmax false)
+  // keeps the fp32 softmax output for its backward: 4 + 1 + 2 = 7, i.e. 2as/h more, over t.
+  // GPT-3 175B at t 8: sbh x 2 x 96 x 2048 / 12288 / 8 = 25,165,824 x 4 bytes more.
+  const ModelSpec m = gpt3_175b();
+  PlanSpec fallback = plan_with(8, false, Recompute::none);
+  fallback.fused_softmax = false;
+  EXPECT_DOUBLE_EQ(layer(m, fallback, 1, 2048).value() - layer(m, plan_with(8, false, Recompute::none), 1, 2048).value(),
+                   25165824.0 * 4);
+  // Full recompute stores only the layer input; the fallback changes nothing there.
+  fallback.recompute = Recompute::full;
+  EXPECT_DOUBLE_EQ(layer(m, fallback, 1, 2048).value(), layer(m, plan_with(8, false, Recompute::full), 1, 2048).value());
+}
+
 TEST(ActivationBytesPerLayer, GroupedQueryAttentionAndWideFfn) {
   // h = 4096, 32 heads, 8 KV heads (k = 1024), ffn 11008, s = 2048, b = 1, t = 1:
   // replicated 10; sharded 4 + 4*1024/4096 + 4*11008/4096 = 15.75; 5as/h = 5*32*2048/4096 = 80.

@@ -181,6 +181,33 @@ TEST(Roofline, UnfusedAttentionIsGemmMathPlusScoreTrafficByHand) {
   EXPECT_NEAR(t.backward_ops.attention_core.value(), square + 3 * thin + 19.0 * scores / scores_GBps + 6 * kLaunch, 1e-9);
 }
 
+TEST(Roofline, MegatronsSoftmaxFallbackAddsItsPassesByHand) {
+  // Megatron's PyTorch path for the softmax (plan.fused_softmax false; megatron/model/fused_softmax.py
+  // forward_torch_softmax) on the same 22B layer. Per score element, forward: the cast to fp32
+  // (read 2, write 4), the scale (4 + 4), masked_fill_ (4 + 4), the fp32 softmax (4 + 4), the cast
+  // back (4 + 2) = 36 where the fused kernel reads and writes 2 + 2 = 4; backward the cast's
+  // gradient (2 + 4), the fp32 softmax backward (read y, dy, write dx: 12), masked_fill's and the
+  // scale's gradients (8 + 8) and the cast back (4 + 2) = 40 against the kernel's 6. So +32 and +34
+  // bytes per score element at the score bandwidth, and nothing else moves.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "korthikanti-table4-no-recompute"));
+  Experiment fb = e;
+  fb.plan.fused_softmax = false;
+  const LayerTimes fused = layer_times(resolve_execution(e), e.model, e.plan, 2048, 2048, false);
+  const LayerTimes torch = layer_times(resolve_execution(fb), fb.model, fb.plan, 2048, 2048, false);
+  const double bh = 4 * 64.0 / 8.0, scores = bh * 2048.0 * 2048.0;
+  const double scores_GBps = 0.689514 * 2039e9;
+  EXPECT_NEAR((torch.forward_ops.attention_core - fused.forward_ops.attention_core).value(), 32.0 * scores / scores_GBps, 1e-9);
+  EXPECT_NEAR((torch.backward_ops.attention_core - fused.backward_ops.attention_core).value(), 34.0 * scores / scores_GBps,
+              1e-9);
+  EXPECT_EQ(torch.forward_ops.qkv.value(), fused.forward_ops.qkv.value());
+  EXPECT_EQ(torch.forward_ops.fc1.value(), fused.forward_ops.fc1.value());
+  // The same plan said explicitly fused is the default.
+  Experiment on = e;
+  on.plan.fused_softmax = true;
+  EXPECT_EQ(layer_times(resolve_execution(on), on.model, on.plan, 2048, 2048, false).forward_ops.attention_core.value(),
+            fused.forward_ops.attention_core.value());
+}
+
 TEST(Roofline, TeraPipesLayerIsPricedAsItsCodeRunsIt) {
   // The same layer under TeraPipe's own code (zhuohan123/terapipe @ e2cc51f; core/framework.cpp
   // kTerapipe2021Traffic): per score element its attention adds the causal mask in place (6),
