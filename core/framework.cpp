@@ -434,6 +434,7 @@ std::array<FrameworkTraits, 9> make_table() {
   deepspeed.zero_reduction = ZeroReduction::all_reduce;
   deepspeed.sums_tied_embedding_copies = deepspeed.tied_grads_fp32_in_bf16 = true;
   deepspeed.fused_softmax = true;  // Megatron-DeepSpeed's model code (megatron/model/fused_softmax.py)
+  deepspeed.bf16_optimizer = true;  // deepspeed/runtime/bf16_optimizer.py (v0.6.3+), as BLOOM ran it
   deepspeed.dp_bucket_elements = 5e8;  // reduce_bucket_size default (DeepSpeed config docs, zero_optimization)
   deepspeed.dp_overlap_with_pipeline = false;
   deepspeed.dp_overlap_refusal =
@@ -971,6 +972,18 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
               "needs plan.schedule interleaved (it is " + std::string(to_string(p.schedule)) +
                   "): Megatron-Core overlaps pipeline sends only between model chunks and turns the flag off otherwise "
                   "(megatron/training/arguments.py)");
+  if (p.bf16_optimizer && !bf16_optimizer)
+    return violation("plan.bf16_optimizer", "true",
+                     "is DeepSpeed's BF16_Optimizer; " + me + " does not run it (" +
+                         frameworks_that([](const FrameworkTraits& t) { return t.bf16_optimizer; }) + ")");
+  if (p.bf16_optimizer && p.zero != 1)
+    return violation("plan.bf16_optimizer", "true",
+                     "shards the fp32 optimizer state over data parallelism as ZeRO-1 does (DeepSpeed runs it with "
+                     "ZeRO stage 0 in its config): it needs plan.zero 1 (it is " + std::to_string(p.zero) + ")");
+  if (p.bf16_optimizer && p.offload.optimizer)
+    return violation("plan.offload.optimizer", "true",
+                     "DeepSpeed's BF16_Optimizer keeps its state on the GPU (the host optimizer is ZeRO-Offload's, "
+                     "plan.bf16_optimizer false)");
   if (p.fused_softmax && !fused_softmax)
     return violation("plan.fused_softmax", *p.fused_softmax ? "true" : "false",
                      "is Megatron's fused scale-mask-softmax on unfused attention; " + me + " does not run it (" +

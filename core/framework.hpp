@@ -157,7 +157,7 @@ struct FrameworkTraits {
   /// In a bf16 run that sum is an fp32 all-reduce whatever the gradients' reduce dtype: DeepSpeed's
   /// BF16_Optimizer reduces its fp32 accumulation of the tied weight (_exec_reduce_tied_grads on
   /// _hp_grad, microsoft/DeepSpeed 77b649d16, 2022-03).
-  bool tied_grads_fp32_in_bf16 = false;
+  bool tied_grads_fp32_in_bf16 = false;  // under plan.bf16_optimizer
 
   // ---- pipeline
   PipelineSend send_forward = PipelineSend::whole;
@@ -353,6 +353,9 @@ struct FrameworkTraits {
   /// Megatron-Core's local attention), which falls back to PyTorch ops when its size conditions
   /// fail (plan.fused_softmax false).
   bool fused_softmax = false;
+  /// It has DeepSpeed's BF16_Optimizer (plan.bf16_optimizer): bf16 training with its own ZeRO-1-style
+  /// sharding of the fp32 state and an unsharded fp32 gradient buffer.
+  bool bf16_optimizer = false;
   /// Its ZeRO-2/3 path runs beside expert parallelism (plan.ep > 1).
   bool sharded_expert_parallel = true;
   /// Builds MoE layers into pipeline stages (a MoE model with plan.pp > 1).

@@ -233,6 +233,8 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("training.optimizer_state_dtype", "bf16",
                 "needs bf16 or fp8 training (it is " + std::string(to_string(t.dtype)) +
                     "): a bf16 state updates the bf16 weights in place");
+  if (p.bf16_optimizer && t.dtype != Dtype::bf16)
+    return fail("plan.bf16_optimizer", "true", "needs training.dtype bf16 (it is " + std::string(to_string(t.dtype)) + ")");
   if (t.fp8_scaling != Fp8Scaling::delayed && t.dtype != Dtype::fp8)
     return fail("training.fp8_scaling", to_string(t.fp8_scaling), "applies to dtype fp8 only (it is " +
                                                                       std::string(to_string(t.dtype)) + ")");

@@ -189,6 +189,13 @@ struct PlanSpec {
   /// (forward_torch_softmax: the 16-bit scores cast to fp32, scaled, masked, softmaxed in fp32 and
   /// cast back; cost_models/roofline.cpp prices its passes). Unset: the fused kernel.
   std::optional<bool> fused_softmax;
+  /// DeepSpeed's BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py, v0.6.3+; BigScience's
+  /// olruwase/bf16-updates branch before): bf16 training with ZeRO stage 0 in the DeepSpeed config,
+  /// the fp32 master and moments sharded over data parallelism as ZeRO-1 (plan.zero 1), every
+  /// micro-batch's bf16 gradients cast to fp32 and added into an unsharded fp32 buffer
+  /// (update_hp_grads), which is all-reduced cast back to bf16. false: DeepSpeed's ZeRO optimizer
+  /// (bf16 gradients accumulated in place), as DeepSpeed v0.5 ran bf16 (MT-NLG).
+  bool bf16_optimizer = false;
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }

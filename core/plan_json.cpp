@@ -379,8 +379,11 @@ nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* wh
   if (p.training.dtype == Dtype::bf16) c["bfloat16"] = {{"enabled", true}};
   if (p.training.dtype == Dtype::fp16) c["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
   nlohmann::ordered_json z;
-  z["stage"] = q.zero;
-  if (q.zero > 0) {
+  // DeepSpeed builds its BF16_Optimizer for bf16 with ZeRO stage 0 (runtime/engine.py,
+  // _configure_bf16_optimizer), which shards the fp32 state itself: the plan's zero 1.
+  const int stage = q.bf16_optimizer ? 0 : q.zero;
+  z["stage"] = stage;
+  if (stage > 0) {
     // The bucket the simulator priced: the plan's, else the framework's default (5e8 elements).
     const double bucket = q.reduce_bucket > 0 ? double(q.reduce_bucket)
                           : q.zero >= 3    ? fw.zero3_reduce_bucket_elements

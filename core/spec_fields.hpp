@@ -166,6 +166,7 @@ void visit_fields(V& v, S& p) {
   v.optional_boolean("gradient_accumulation_fusion", p.gradient_accumulation_fusion);
   v.optional_boolean("p2p_overlap", p.p2p_overlap);
   v.optional_boolean("fused_softmax", p.fused_softmax);
+  v.boolean("bf16_optimizer", p.bf16_optimizer, false);
   v.enumeration("placement", p.placement, Placement::tp_dp_pp);
 }
 

@@ -386,6 +386,7 @@ StateBytesPerParam state_bytes_per_param(const ElementSizes& bytes, int zero, do
                        .optimizer = bytes.master + bytes.main_grad_copy + bytes.moments};
   if (zero >= 1) s.optimizer /= shard_ways;
   if (zero >= 2) s.grads /= shard_ways;
+  s.grads += bytes.accumulation_buffer;  // unsharded (BF16_Optimizer's fp32 gradients)
   if (zero >= 3) s.weights /= shard_ways;
   return s;
 }

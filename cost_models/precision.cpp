@@ -3,7 +3,7 @@
 namespace foresight::cost_models {
 
 ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTraits& framework, Dtype optimizer_state,
-                           bool fp8_params) {
+                           bool fp8_params, bool bf16_optimizer) {
   const PrecisionRecipe& r = framework.precision;
   const bool fp32_training = dtype == Dtype::fp32 || dtype == Dtype::tf32;
   ElementSizes s;
@@ -24,6 +24,13 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   }
   s.reduce = s.grad;
   s.accumulate = (r.fp32_main_grads && s.weight < 4.0) ? 4.0 + s.weight + 4.0 : 3.0 * s.grad;
+  if (bf16_optimizer && dtype == Dtype::bf16) {
+    // BF16_Optimizer (bf16_optimizer.py update_hp_grads): the bf16 gradient cast to fp32 (read 2,
+    // write 4), then added into the fp32 buffer (read 4 + 4, write 4). It all-reduces that buffer
+    // cast back to bf16 (the engine's communication dtype), so the reduction stays 2 bytes.
+    s.accumulate = 2.0 + 4.0 + 4.0 + 4.0 + 4.0;
+    s.accumulation_buffer = 4.0;
+  }
   // Read the gradient (4), read and write the master (or the parameter itself) and the moments,
   // write the 16-bit model copy where a separate master exists.
   s.optimizer_step = 4.0 + 2.0 * ((s.master > 0 ? s.master : s.weight) + s.moments) + (s.master > 0 ? s.weight : 0.0);

@@ -25,11 +25,16 @@ struct ElementSizes {
   double reduce = 2;
   double master = 4;          // the optimizer's fp32 master copy (0 when weights are fp32)
   double main_grad_copy = 0;  // the optimizer's fp32 copy of 16-bit gradients (Megatron fp16)
+  /// An unsharded fp32 buffer the micro-batch gradients are added into beside the 16-bit ones
+  /// (DeepSpeed's BF16_Optimizer, plan.bf16_optimizer): 4, else 0.
+  double accumulation_buffer = 0;
   double moments = 8;         // optimizer state: Adam or LAMB m and v (8), SGD momentum (4)
   /// HBM bytes per parameter each time one micro-batch's weight gradients are added into the
   /// gradient buffer: Megatron-LM's fp32 main grad, `param.main_grad.add_(param.grad.data)`
   /// (megatron/model/distributed.py): read fp32 (4), read the 16-bit grad (2), write fp32 (4) = 10;
-  /// PyTorch's AccumulateGrad, `grad += new_grad` in the parameter dtype: 3 x the grad bytes.
+  /// PyTorch's AccumulateGrad, `grad += new_grad` in the parameter dtype: 3 x the grad bytes;
+  /// DeepSpeed's BF16_Optimizer, the cast to fp32 (read 2, write 4) and the add into its fp32
+  /// buffer (read 4 + 4, write 4): 18.
   double accumulate = 6;
   /// HBM bytes per parameter of the fused optimizer step: read the gradient as fp32 (4), read and
   /// write the fp32 master (or fp32 parameter) and the moments (2 x (4 + moments)), write the
@@ -54,8 +59,10 @@ struct ElementSizes {
 ///  - optimizer: fp32 master for 16-bit weights (4), Adam moments 8 or SGD momentum 4 (ZeRO paper
 ///    sec. 3.1: K = 12 for mixed-precision Adam).
 ///  - a bf16 optimizer state (training.optimizer_state_dtype): moments of 2 bytes each and no master
-///    copy of 16-bit weights (a 2-byte one with FP8 parameters, `fp8_params`).
+///    copy of 16-bit weights (a 2-byte one with FP8 parameters, `fp8_params`);
+///  - DeepSpeed's BF16_Optimizer (`bf16_optimizer`, plan.bf16_optimizer): an unsharded fp32
+///    gradient buffer beside the bf16 gradients and 18 bytes per parameter per micro-batch to fill it.
 ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTraits& framework,
-                           Dtype optimizer_state = Dtype::fp32, bool fp8_params = false);
+                           Dtype optimizer_state = Dtype::fp32, bool fp8_params = false, bool bf16_optimizer = false);
 
 }  // namespace foresight::cost_models

@@ -152,8 +152,10 @@ def main():
         fused = fork_fuses_softmax(tp, heads, mbs)
         if not fused:
             plan.append("fused_softmax: false")
+        if dtype == "bf16":
+            plan.append("bf16_optimizer: true")
         plan += ["framework: deepspeed", "placement: tp-dp-pp"]
-        optimizer = ("DeepSpeed's BF16_Optimizer (fp32 gradient accumulation, its own ZeRO-1: zero 1), as BLOOM ran"
+        optimizer = ("DeepSpeed's BF16_Optimizer (plan.bf16_optimizer: fp32 gradient accumulation, its own ZeRO-1: zero 1), as BLOOM ran"
                      if dtype == "bf16" else "DeepSpeed's fp16 optimizer with ZeRO stage 1")
         partition = ("the embedding counted as a pipeline layer (--pp-partition-method 'type:transformer|embedding')"
                      if embed_layer else "transformer layers split evenly over the stages")

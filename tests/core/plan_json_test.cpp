@@ -422,6 +422,15 @@ TEST(PlanJson, DeepSpeedPlansCarryTheConfigDeepSpeedReads) {
   EXPECT_FALSE(z.contains("stage3_max_reuse_distance"));
   EXPECT_EQ(c["activation_checkpointing"]["cpu_checkpointing"], true);
   EXPECT_EQ(c["activation_checkpointing"]["partition_activations"], false);
+  // BF16_Optimizer (plan.bf16_optimizer): DeepSpeed builds it for bf16 at ZeRO stage 0, where it
+  // shards the fp32 state itself (the plan's zero 1); no ZeRO bucket then.
+  ExecutablePlan b = p;
+  b.plan.offload.optimizer = false;
+  b.plan.bf16_optimizer = true;
+  const nlohmann::ordered_json cb = deepspeed_config(b);
+  EXPECT_EQ(cb["zero_optimization"]["stage"], 0);
+  EXPECT_FALSE(cb["zero_optimization"].contains("reduce_bucket_size"));
+  EXPECT_EQ(cb["bfloat16"]["enabled"], true);
 
   // ZeRO-3 as the Azure runs set it: reduce_bucket_size 9e7, fp16 with dynamic loss scaling, the
   // stage-3 defaults the simulator assumes (runtime/zero/config.py: persistence 1e5, reuse 1e9),

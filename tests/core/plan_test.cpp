@@ -97,6 +97,12 @@ TEST(CheckPlan, EachRuleNamesItsField) {
                         f.p.fused_softmax = false; }, "plan.fused_softmax"},            // fused attention has no such pass
       {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.fused_softmax = false; },
        "plan.fused_softmax"},                                                          // its default attention is fused
+      {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.zero = 1; f.p.bf16_optimizer = true; },
+       "plan.bf16_optimizer"},                                                         // DeepSpeed's only
+      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 0; f.p.bf16_optimizer = true; },
+       "plan.bf16_optimizer"},                                                         // shards as ZeRO-1
+      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.t.dtype = Dtype::fp16;
+                        f.p.bf16_optimizer = true; }, "plan.bf16_optimizer"},          // bf16 only
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;

@@ -430,6 +430,27 @@ TEST(StateBytesPerParam, ZeroPaperFigure1) {
   EXPECT_DOUBLE_EQ(z2.optimizer, 12.0 / 64);
 }
 
+TEST(StateBytesPerParam, Bf16OptimizerKeepsAnUnshardedFp32GradientBuffer) {
+  // DeepSpeed's BF16_Optimizer (bf16_optimizer.py @ 77b649d16, BLOOM's): bf16 weights and
+  // gradients, an fp32 gradient buffer over the rank's whole model (not partitioned; BigScience's
+  // notes: "The additional memory usage is 4bytes x params and it's not sharded across gpus"), the
+  // fp32 master and moments sharded as ZeRO-1. Per micro-batch update_hp_grads casts each bf16
+  // gradient to fp32 (read 2, write 4) and adds it in (read 4 + 4, write 4): 18 bytes per parameter.
+  const FrameworkTraits& ds = framework_traits(Framework::deepspeed);
+  const ElementSizes z1 = element_sizes(Dtype::bf16, Optimizer::adam, ds, Dtype::fp32, false, /*bf16_optimizer=*/true);
+  EXPECT_DOUBLE_EQ(z1.accumulate, 18.0);
+  EXPECT_DOUBLE_EQ(z1.reduce, 2.0);  // all-reduced cast back to bf16
+  const StateBytesPerParam s = state_bytes_per_param(z1, 1, 8);
+  EXPECT_DOUBLE_EQ(s.weights, 2.0);
+  EXPECT_DOUBLE_EQ(s.grads, 2.0 + 4.0);
+  EXPECT_DOUBLE_EQ(s.optimizer, 12.0 / 8);
+  // Without it (DeepSpeed v0.5's ZeRO optimizer in bf16, as MT-NLG ran): bf16 gradients
+  // accumulate in place, 3 x 2 bytes, and no buffer.
+  const ElementSizes zero1 = element_sizes(Dtype::bf16, Optimizer::adam, ds);
+  EXPECT_DOUBLE_EQ(zero1.accumulate, 6.0);
+  EXPECT_DOUBLE_EQ(zero1.accumulation_buffer, 0.0);
+}
+
 // ---- The acceptance plans -----------------------------------------------------------------------
 
 void print_stage(const char* what, int stage, const MemoryBreakdown& b) {

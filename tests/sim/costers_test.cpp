@@ -356,9 +356,10 @@ TEST(CostDataParallel, TiedEmbeddingCopiesAreSummedBetweenTheFirstAndLastStage) 
   // nodes (tp-dp-pp: each stage's 8 ranks on one node): the first and the last stage each add one
   // all-reduce of their half of the word embedding's gradient, 51,200 x 2048 / 2 = 52.4M values,
   // between two ranks on different nodes; the middle stage nothing. Megatron-LM sums its fp32
-  // main grads (4 bytes), DeepSpeed's fp16 path its fp16 grads (2) and, in bf16, BF16_Optimizer's
-  // fp32 accumulation (4, though its data-parallel reduction is bf16). Each of the two ranks sends
-  // its copy once; the node's TP ranks (2) count in the NIC bytes.
+  // main grads (4 bytes), DeepSpeed's fp16 path its fp16 grads (2), its bf16 ZeRO optimizer (v0.5,
+  // MT-NLG's) its bf16 grads (2) and BF16_Optimizer (plan.bf16_optimizer) its fp32 accumulation (4,
+  // though its data-parallel reduction is bf16). Each of the two ranks sends its copy once; the
+  // node's TP ranks (2) count in the NIC bytes.
   Experiment e = small();
   e.gpus = 24;
   e.plan.pp = 3;
@@ -366,10 +367,11 @@ TEST(CostDataParallel, TiedEmbeddingCopiesAreSummedBetweenTheFirstAndLastStage) 
   e.training.global_batch = 4;
   validate_experiment(e);
   const double values = 51200.0 * 2048 / 2;
-  auto with_and_without = [&](Framework f, Dtype d) {
+  auto with_and_without = [&](Framework f, Dtype d, bool bf16_optimizer = false) {
     Experiment t = e;
     t.plan.framework = f;
     t.training.dtype = d;
+    t.plan.bf16_optimizer = bf16_optimizer;
     Experiment u = t;
     u.model.tie_embeddings = false;  // the same parameters on every stage (the head's own matrix)
     Costed tied(t), untied(u);
@@ -381,9 +383,10 @@ TEST(CostDataParallel, TiedEmbeddingCopiesAreSummedBetweenTheFirstAndLastStage) 
   EXPECT_EQ(g.ranks, 2);
   EXPECT_EQ(g.nodes, 2);
   EXPECT_EQ(g.concurrent_groups, 8);  // every GPU of a first-stage node at once
-  for (const auto& [f, d, bytes] : {std::tuple{Framework::megatron, Dtype::bf16, 4.0}, std::tuple{Framework::deepspeed, Dtype::fp16, 2.0},
-                                    std::tuple{Framework::deepspeed, Dtype::bf16, 4.0}}) {
-    auto [tied, untied] = with_and_without(f, d);
+  for (const auto& [f, d, bf16_opt, bytes] :
+       {std::tuple{Framework::megatron, Dtype::bf16, false, 4.0}, std::tuple{Framework::deepspeed, Dtype::fp16, false, 2.0},
+        std::tuple{Framework::deepspeed, Dtype::bf16, false, 2.0}, std::tuple{Framework::deepspeed, Dtype::bf16, true, 4.0}}) {
+    auto [tied, untied] = with_and_without(f, d, bf16_opt);
     const double t = tied.comm.time(Collective::all_reduce, Bytes(values * bytes), g).value();
     for (int s : {0, 2}) {
       EXPECT_NEAR((tied.c.dp_grad_sync[s] - untied.c.dp_grad_sync[s]).value(), t, 1e-12) << to_string(f) << " stage " << s;
