@@ -40,9 +40,8 @@ rows that fail it say plan.fused_softmax false (here: TP 8 at micro-batch 1, 2 a
 
 Usage: python3 scenarios/tools/bigscience_experiments.py
 """
-import os
 
-from experiment_file import ROOT, write_experiment
+from experiment_file import write_experiment, write_model
 
 DOC = ("bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @ 9e64ede, "
        "section '{section}', row dated {date}")
@@ -118,26 +117,21 @@ def model_name(layers, hidden, heads):
     return f"bigscience-jz-{layers}x{hidden}-a{heads}"
 
 
-def write_model(layers, hidden, heads):
+def write_shape_model(layers, hidden, heads):
     assert hidden % heads == 0 and (hidden // heads) % 8 == 0, (hidden, heads)  # 16-byte head rows
-    name = model_name(layers, hidden, heads)
-    with open(os.path.join(ROOT, "models", name + ".yaml"), "w") as f:
-        f.write(f"""model:
-  name: {name}
-  layers: {layers}
-  hidden: {hidden}
-  heads: {heads}
-  seq_len: 2048
-  vocab: 250880
-  ffn_hidden: {4 * hidden}
-  source: "bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @ 9e64ede: NLAYERS={layers}, NHIDDEN={hidden}, NHEADS={heads}, SEQ_LEN=2048, VOCAB_LENGTH=250k (the BLOOM tokenizer's 250,680 tokens padded by Megatron-DeepSpeed to 250,880)"
-  notes: "A candidate shape of BLOOM's 176B search: Megatron-DeepSpeed's GPT (LayerNorm, GeLU, ffn 4h, tied embeddings); BLOOM's ALiBi and embedding LayerNorm not priced, as in bloom-176b.yaml."
-""")
+    write_model(model_name(layers, hidden, heads),
+                [("layers", layers), ("hidden", hidden), ("heads", heads), ("seq_len", 2048), ("vocab", 250880),
+                 ("ffn_hidden", 4 * hidden)],
+                f"bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md @ 9e64ede: NLAYERS={layers}, "
+                f"NHIDDEN={hidden}, NHEADS={heads}, SEQ_LEN=2048, VOCAB_LENGTH=250k (the BLOOM tokenizer's 250,680 tokens "
+                "padded by Megatron-DeepSpeed to 250,880)",
+                "A candidate shape of BLOOM's 176B search: Megatron-DeepSpeed's GPT (LayerNorm, GeLU, ffn 4h, tied "
+                "embeddings); BLOOM's ALiBi and embedding LayerNorm not priced, as in bloom-176b.yaml.")
 
 
 def main():
     for layers, hidden, heads in sorted({(r[0], r[1], r[2]) for r in ROWS}):
-        write_model(layers, hidden, heads)
+        write_shape_model(layers, hidden, heads)
     seen = set()
     for (layers, hidden, heads, dtype, embed_layer, dp, tp, pp, mbs, gbs, secs, section, date) in ROWS:
         name = f"bigscience-jz-{layers}x{hidden}-a{heads}-{dtype}-tp{tp}-pp{pp}-dp{dp}-mbs{mbs}-gbs{gbs}"

@@ -23,9 +23,8 @@ complete trace, which neither prefetches nor keeps anything for reuse (Framework
 
 Usage: python3 scenarios/tools/deepspeed_experiments.py
 """
-import os
 
-from experiment_file import ROOT, write_experiment
+from experiment_file import write_experiment, write_model
 
 SOURCE = ("github microsoft/DeepSpeed: docs/_posts/2022-07-26-deepspeed-azure.md (Azure + DeepSpeed, printed "
           "TFLOPs per GPU)")
@@ -43,17 +42,11 @@ ROWS = [
 def main():
     for size, layers, hidden, heads, seq, gpus, mb, tflops, offload in ROWS:
         model = f"deepspeed-azure-gpt-{size}-s{seq}"
-        with open(os.path.join(ROOT, "models", model + ".yaml"), "w") as f:
-            f.write(f"""model:
-  name: {model}
-  layers: {layers}
-  hidden: {hidden}
-  heads: {heads}
-  seq_len: {seq}
-  vocab: 50304
-  source: "microsoft/DeepSpeed docs/_posts/2022-07-26-deepspeed-azure.md Table 2 (layers, hidden size, attention heads); sequence length of the blog's runs; GPT-2 BPE vocabulary padded to 50304 (Megatron-DeepSpeed at tp 1; notes/research-zero3-runs.md)"
-  notes: "Megatron-DeepSpeed's GPT: LayerNorm, GeLU, learned positions, tied embeddings, ffn 4h."
-""")
+        write_model(model, [("layers", layers), ("hidden", hidden), ("heads", heads), ("seq_len", seq), ("vocab", 50304)],
+                    "microsoft/DeepSpeed docs/_posts/2022-07-26-deepspeed-azure.md Table 2 (layers, hidden size, attention "
+                    "heads); sequence length of the blog's runs; GPT-2 BPE vocabulary padded to 50304 (Megatron-DeepSpeed "
+                    "at tp 1; notes/research-zero3-runs.md)",
+                    "Megatron-DeepSpeed's GPT: LayerNorm, GeLU, learned positions, tied embeddings, ffn 4h.")
         plan = ["tp: 1", "pp: 1", f"dp: {gpus}", f"micro_batch: {mb}", "schedule: 1f1b", "recompute: full", "zero: 3",
                 "reduce_bucket: 90000000"]
         if offload:

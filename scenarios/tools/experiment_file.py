@@ -1,5 +1,6 @@
-"""The experiment-file layout the table generators in this folder share (scenarios/README.md,
-experiments/NAME.yaml): one writer, so every generated file reads the same way."""
+"""The experiment- and model-file layouts the table generators in this folder share
+(scenarios/README.md, experiments/NAME.yaml, models/NAME.yaml): one writer each, so every generated
+file reads the same way."""
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -15,3 +16,12 @@ def write_experiment(name, model, cluster, gpus, training, plan, measured, notes
     with open(os.path.join(ROOT, "experiments", name + ".yaml"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("wrote", name)
+
+
+def write_model(name, fields, source, notes):
+    """Writes models/NAME.yaml: `fields` a list of (key, value) pairs in file order after the name,
+    then the quoted source and notes."""
+    lines = ["model:", f"  name: {name}"] + [f"  {k}: {v}" for k, v in fields]
+    lines += [f"  source: \"{source}\"", f"  notes: \"{notes}\""]
+    with open(os.path.join(ROOT, "models", name + ".yaml"), "w") as f:
+        f.write("\n".join(lines) + "\n")
