@@ -432,7 +432,7 @@ std::array<FrameworkTraits, 9> make_table() {
   deepspeed.send_forward = PipelineSend::split_then_gather;
   deepspeed.regathers_output_for_backward = true;
   deepspeed.zero_reduction = ZeroReduction::all_reduce;
-  deepspeed.sums_tied_embedding_copies = deepspeed.tied_grads_fp32_in_bf16 = true;
+  deepspeed.sums_tied_embedding_copies = true;
   deepspeed.fused_softmax = true;  // Megatron-DeepSpeed's model code (megatron/model/fused_softmax.py)
   deepspeed.bf16_optimizer = true;  // deepspeed/runtime/bf16_optimizer.py (v0.6.3+), as BLOOM ran it
   deepspeed.dp_bucket_elements = 5e8;  // reduce_bucket_size default (DeepSpeed config docs, zero_optimization)

@@ -154,10 +154,6 @@ struct FrameworkTraits {
   /// Core's finalize_model_grads), DeepSpeed's PipelineEngine._exec_reduce_tied_grads, this
   /// repository's trainer (trainer/trainer.cpp).
   bool sums_tied_embedding_copies = false;
-  /// In a bf16 run that sum is an fp32 all-reduce whatever the gradients' reduce dtype: DeepSpeed's
-  /// BF16_Optimizer reduces its fp32 accumulation of the tied weight (_exec_reduce_tied_grads on
-  /// _hp_grad, microsoft/DeepSpeed 77b649d16, 2022-03).
-  bool tied_grads_fp32_in_bf16 = false;  // under plan.bf16_optimizer
 
   // ---- pipeline
   PipelineSend send_forward = PipelineSend::whole;

@@ -149,13 +149,14 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
     // stages of each tp rank and data-parallel index, on the gradient stream next to the
     // data-parallel reduction and hidden under nothing (Megatron-LM's _allreduce_embedding_grads
     // after it, DeepSpeed's PipelineEngine._exec_reduce_tied_grads right before it): the embedding
-    // shard's vocab x hidden / tp gradients, in the reduce dtype (fp32 under DeepSpeed's
-    // BF16_Optimizer, plan.bf16_optimizer). Every GPU of a first-stage node sends at once (CommGroup::concurrent_groups).
+    // shard's vocab x hidden / tp gradients, in the reduce dtype; fp32 under DeepSpeed's
+    // BF16_Optimizer (plan.bf16_optimizer), which reduces its fp32 accumulation of the tied weight
+    // (_exec_reduce_tied_grads on _hp_grad, microsoft/DeepSpeed 77b649d16). Every GPU of a
+    // first-stage node sends at once (CommGroup::concurrent_groups).
     if (fw.sums_tied_embedding_copies && cost_models::last_stage_holds_tied_copy(fw, in.e.model, p) &&
         (s == 0 || s == p.pp - 1)) {
       const double bytes_per =
-          fw.tied_grads_fp32_in_bf16 && p.bf16_optimizer && in.e.training.dtype == Dtype::bf16 ? 4.0
-                                                                                              : in.x.bytes.reduce;
+          p.bf16_optimizer && in.e.training.dtype == Dtype::bf16 ? 4.0 : in.x.bytes.reduce;
       const Bytes tied(double(in.e.model.vocab) * in.e.model.hidden / p.tp * bytes_per);
       const Seconds t = in.comm.time(Collective::all_reduce, tied, groups.embedding);
       sync += t;
