@@ -418,18 +418,21 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.hybrid_sharding = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
-                                    "DeepSpeed v0.5.x pipeline engine with Megatron-DeepSpeed (2021); ZeRO-3 as v0.6-v0.9 run it (2022-23); "
+                                    "DeepSpeed v0.5.4-v0.6 pipeline engine with Megatron-DeepSpeed (2021-22); ZeRO-3 as v0.6-v0.9 run it (2022-23); "
                                     "Ulysses sequence parallelism (v0.10.2+)",
-                                    "microsoft/DeepSpeed v0.5.0-0.5.3 (deepspeed/runtime/pipe/engine.py, "
+                                    "microsoft/DeepSpeed v0.5.0-v0.6.5 (deepspeed/runtime/pipe/engine.py, "
                                     "runtime/zero/stage2.py), v0.6.0-v0.9.4 (runtime/zero/stage3.py, "
                                     "partitioned_param_coordinator.py), v0.10.2+ (deepspeed/sequence/layer.py); "
                                     "notes/research-deepspeed-pipeline.md, notes/research-deepspeed-zero3.md");
   deepspeed.moe_dispatch = MoeDispatch::einsum;
-  // Activations partitioned over TP and all-gathered by the receiver (is_pipe_partitioned =
-  // is_model_parallel, PartitionedTensor.full()); gradients sent whole from every TP rank
-  // (is_grad_partitioned = False until PR #1407, 2021-09-29); _exec_recv_grads restores the
-  // partitioned output with part_output.full().
-  deepspeed.send_forward = PipelineSend::split_then_gather;
+  // Activations and gradients partitioned over TP and all-gathered by the receiver
+  // (is_pipe_partitioned = is_grad_partitioned = is_model_parallel, PartitionedTensor.full(),
+  // pipe/engine.py from v0.5.4 through v0.6.5 and the bf16 branch BLOOM ran); _exec_recv_grads
+  // restores the partitioned output with part_output.full(). Before PR #1407 (2021-09-29, v0.5.4)
+  // every TP rank sent the whole gradient (is_grad_partitioned = False); which of the two
+  // MT-NLG's timed runs had is not recorded, so the engine every later DeepSpeed has is priced.
+  deepspeed.send_forward = deepspeed.send_backward = PipelineSend::split_then_gather;
+  deepspeed.pipe_grads_partitioning = true;  // plan.partitioned_pipe_grads false: the whole gradient
   deepspeed.regathers_output_for_backward = true;
   deepspeed.zero_reduction = ZeroReduction::all_reduce;
   deepspeed.sums_tied_embedding_copies = true;
@@ -984,6 +987,11 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.offload.optimizer", "true",
                      "DeepSpeed's BF16_Optimizer keeps its state on the GPU (the host optimizer is ZeRO-Offload's, "
                      "plan.bf16_optimizer false)");
+  if (p.partitioned_pipe_grads && !pipe_grads_partitioning)
+    return violation("plan.partitioned_pipe_grads", *p.partitioned_pipe_grads ? "true" : "false",
+                     "chooses between DeepSpeed pipeline engines before and after v0.5.4; " + me +
+                         " sends its pipeline gradients one way (" +
+                         frameworks_that([](const FrameworkTraits& t) { return t.pipe_grads_partitioning; }) + " has both)");
   if (p.fused_softmax && !fused_softmax)
     return violation("plan.fused_softmax", *p.fused_softmax ? "true" : "false",
                      "is Megatron's fused scale-mask-softmax on unfused attention; " + me + " does not run it (" +

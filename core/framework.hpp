@@ -352,6 +352,9 @@ struct FrameworkTraits {
   /// It has DeepSpeed's BF16_Optimizer (plan.bf16_optimizer): bf16 training with its own ZeRO-1-style
   /// sharding of the fp32 state and an unsharded fp32 gradient buffer.
   bool bf16_optimizer = false;
+  /// Its pipeline engine came in two releases that send the backward's gradient differently
+  /// (plan.partitioned_pipe_grads: DeepSpeed before and after v0.5.4); the later one is the default.
+  bool pipe_grads_partitioning = false;
   /// Its ZeRO-2/3 path runs beside expert parallelism (plan.ep > 1).
   bool sharded_expert_parallel = true;
   /// Builds MoE layers into pipeline stages (a MoE model with plan.pp > 1).

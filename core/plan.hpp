@@ -196,6 +196,12 @@ struct PlanSpec {
   /// (update_hp_grads), which is all-reduced cast back to bf16. false: DeepSpeed's ZeRO optimizer
   /// (bf16 gradients accumulated in place), as DeepSpeed v0.5 ran bf16 (MT-NLG).
   bool bf16_optimizer = false;
+  /// DeepSpeed's pipeline engine sends each stage's input gradient back as 1/t partitions, one
+  /// from each TP rank, which the receiver all-gathers (is_grad_partitioned = is_model_parallel,
+  /// deepspeed/runtime/pipe/engine.py from v0.5.4, PR #1407). false: the engine before it, which
+  /// sent the whole gradient from every TP rank (v0.5.0-v0.5.3; EleutherAI's DeeperSpeed of 2021,
+  /// GPT-NeoX-20B's). Unset: partitions (FrameworkTraits::pipe_grads_partitioning).
+  std::optional<bool> partitioned_pipe_grads;
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }

@@ -33,6 +33,10 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
     // Pairs of ranks sending inside one node at once: at most half the node's GPUs.
     pp_local.concurrent_groups = int(std::clamp<long long>(pp_stride, 1, std::max(1, gpn / 2)));
   }
+  // DeepSpeed before v0.5.4 (plan.partitioned_pipe_grads false): every TP rank sends the whole
+  // gradient (is_grad_partitioned = False), nothing to gather on arrival.
+  const PipelineSend send_backward =
+      fw.pipe_grads_partitioning && !p.partitioned_pipe_grads.value_or(true) ? PipelineSend::whole : fw.send_backward;
   for (int slice : slices) {
     const Bytes act = activation_tensor(in.x, p.micro_batch, slice, in.e.model.hidden);
     // time = the send plus `tail`, the receiver's NVLink collective after the bytes arrived.
@@ -57,9 +61,9 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
     Seconds fwd, bwd, fwd_local, bwd_local, fwd_tail, bwd_tail, unused_tail;
     Bytes fwd_bytes, bwd_bytes, unused;
     transfer(fw.send_forward, pp_cross, fwd, fwd_tail, fwd_bytes);
-    transfer(fw.send_backward, pp_cross, bwd, bwd_tail, bwd_bytes);
+    transfer(send_backward, pp_cross, bwd, bwd_tail, bwd_bytes);
     transfer(fw.send_forward, pp_local, fwd_local, unused_tail, unused);
-    transfer(fw.send_backward, pp_local, bwd_local, unused_tail, unused);
+    transfer(send_backward, pp_local, bwd_local, unused_tail, unused);
     c.p2p_forward.push_back(fwd);
     c.p2p_backward.push_back(bwd);
     c.p2p_forward_tail.push_back(fwd_tail);

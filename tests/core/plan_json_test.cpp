@@ -203,6 +203,21 @@ TEST(PlanJson, SoftmaxFallbackTravelsAndReachesTheLaunchLine) {
   EXPECT_NE(megatron_arguments(q).find("--no-masked-softmax-fusion"), std::string::npos) << megatron_arguments(q);
 }
 
+TEST(PlanJson, PipelineGradientPartitioningTravels) {
+  // plan.partitioned_pipe_grads (DeepSpeed before v0.5.4 when false) survives plan.json both ways;
+  // unset, the field is not written.
+  ExecutablePlan p = sample();
+  p.plan.framework = Framework::deepspeed;
+  p.training.dtype = Dtype::fp16;
+  EXPECT_EQ(to_json(p).dump().find("partitioned_pipe_grads"), std::string::npos);
+  for (bool v : {false, true}) {
+    p.plan.partitioned_pipe_grads = v;
+    const ExecutablePlan q = parse_plan_json(to_json(p).dump(), "plan.json");
+    ASSERT_TRUE(q.plan.partitioned_pipe_grads.has_value());
+    EXPECT_EQ(*q.plan.partitioned_pipe_grads, v);
+  }
+}
+
 TEST(PlanJson, Mxfp8RecipeArguments) {
   // Megatron-Bridge's bf16_with_mxfp8_mixed as Megatron-LM flags (core_v0.15.0 arguments.py):
   // E4M3 both ways, --fp8-recipe mxfp8, and with FP8 parameters the gradient buffer lent to their

@@ -103,6 +103,10 @@ TEST(CheckPlan, EachRuleNamesItsField) {
        "plan.bf16_optimizer"},                                                         // shards as ZeRO-1
       {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.t.dtype = Dtype::fp16;
                         f.p.bf16_optimizer = true; }, "plan.bf16_optimizer"},          // bf16 only
+      {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.partitioned_pipe_grads = false; },
+       "plan.partitioned_pipe_grads"},                                                 // DeepSpeed's releases only
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.partitioned_pipe_grads = true; },
+       "plan.partitioned_pipe_grads"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;

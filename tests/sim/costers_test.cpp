@@ -263,8 +263,24 @@ TEST(CostPipelineTransfers, BytesAsEachFrameworkSendsThem) {
   EXPECT_EQ(bytes(Framework::megatron), std::make_pair(act, act));
   // Megatron-Core: the whole tensor from each rank: t activations.
   EXPECT_EQ(bytes(Framework::megatron_core), std::make_pair(2 * act, 2 * act));
-  // DeepSpeed v0.5: partitioned forward, whole backward.
-  EXPECT_EQ(bytes(Framework::deepspeed), std::make_pair(act, 2 * act));
+  // DeepSpeed v0.5.4+: 1/t from each rank both ways (is_pipe_partitioned = is_grad_partitioned).
+  EXPECT_EQ(bytes(Framework::deepspeed), std::make_pair(act, act));
+  // DeepSpeed v0.5.0-v0.5.3 (plan.partitioned_pipe_grads false): the gradient whole from each of
+  // the 2 ranks, with no all-gather on arrival; the activation still 1/t and gathered.
+  Experiment e = small();
+  e.plan.framework = Framework::deepspeed;
+  e.plan.partitioned_pipe_grads = false;
+  Costed k(e);
+  cost_pipeline_transfers(k.in(), k.c);
+  EXPECT_EQ(k.c.p2p_forward_bytes[0].value(), act);
+  EXPECT_EQ(k.c.p2p_backward_bytes[0].value(), 2 * act);
+  EXPECT_EQ(k.c.p2p_backward_tail[0].value(), 0.0);
+  EXPECT_GT(k.c.p2p_forward_tail[0].value(), 0.0);
+  e.plan.partitioned_pipe_grads = true;  // stated: the default
+  Costed d(e);
+  cost_pipeline_transfers(d.in(), d.c);
+  EXPECT_EQ(d.c.p2p_backward_bytes[0].value(), act);
+  EXPECT_GT(d.c.p2p_backward_tail[0].value(), 0.0);
 }
 
 TEST(CostDataParallel, AllReduceOrReduceScatterAsTheFrameworkRunsZero) {

@@ -156,12 +156,16 @@ TEST(Trace, ChromeTraceSchema) {
 }
 
 TEST(PipelineTransfers, BytesAsEachFrameworkSendsThem) {
-  // MT-NLG (DeepSpeed, tp 8, 8 GPUs per node): activations leave a node as 8 partitions of 1/8
-  // (one activation), gradients whole from each of the 8 ranks (8 activations).
+  // MT-NLG (DeepSpeed, tp 8, 8 GPUs per node): activations and gradients leave a node as 8
+  // partitions of 1/8 (one activation each way; DeepSpeed v0.5.4+ partitions both).
   Experiment e = load_experiment(resolve_scenario("experiments", "mt-nlg-530b-selene-280"));
   const double act = 2.0 * 1 * 2048 * 20480;  // 16-bit (b, s, h)
   WorkloadCosts c = costs_of(e, fixed_compute());
   EXPECT_DOUBLE_EQ(c.p2p_forward_bytes[0].value(), act);
+  EXPECT_DOUBLE_EQ(c.p2p_backward_bytes[0].value(), act);
+  // Megatron-Core: the whole tensor from each of the 8 ranks both ways.
+  e.plan.framework = Framework::megatron_core;
+  c = costs_of(e, fixed_compute());
   EXPECT_DOUBLE_EQ(c.p2p_backward_bytes[0].value(), 8 * act);
   // Megatron-LM scatter/gather: 1/8 per rank both ways.
   e.plan.framework = Framework::megatron;
