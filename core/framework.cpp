@@ -992,6 +992,9 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                      "chooses between DeepSpeed pipeline engines before and after v0.5.4; " + me +
                          " sends its pipeline gradients one way (" +
                          frameworks_that([](const FrameworkTraits& t) { return t.pipe_grads_partitioning; }) + " has both)");
+  if (p.partitioned_pipe_grads && p.pp == 1)
+    return violation("plan.partitioned_pipe_grads", *p.partitioned_pipe_grads ? "true" : "false",
+                     "needs plan.pp > 1 (it is 1): without pipeline stages no gradient is sent between them");
   if (p.fused_softmax && !fused_softmax)
     return violation("plan.fused_softmax", *p.fused_softmax ? "true" : "false",
                      "is Megatron's fused scale-mask-softmax on unfused attention; " + me + " does not run it (" +

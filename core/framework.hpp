@@ -157,6 +157,8 @@ struct FrameworkTraits {
 
   // ---- pipeline
   PipelineSend send_forward = PipelineSend::whole;
+  /// DeepSpeed's backward send is whole under plan.partitioned_pipe_grads false (the engine before
+  /// v0.5.4, pipe_grads_partitioning below), whatever this says.
   PipelineSend send_backward = PipelineSend::whole;
   /// Keeps only its TP partition of a stage's output after sending it and all-gathers it back
   /// before that micro-batch's backward (DeepSpeed's pipeline engine, without sequence parallelism).

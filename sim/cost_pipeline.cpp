@@ -41,6 +41,7 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
     const Bytes act = activation_tensor(in.x, p.micro_batch, slice, in.e.model.hidden);
     // time = the send plus `tail`, the receiver's NVLink collective after the bytes arrived.
     auto transfer = [&](PipelineSend mode, const CommGroup& pp_group, Seconds& time, Seconds& tail, Bytes& node_bytes) {
+      tail = Seconds(0);  // only a mode that gathers or broadcasts on arrival has one
       if (one_flow_send(mode, p)) {
         // One whole tensor from one rank of the stage, broadcast to its TP group on arrival.
         node_bytes = act;

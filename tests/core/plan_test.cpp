@@ -29,6 +29,15 @@ struct Fixture {
 
 TEST(CheckPlan, ValidPlanPasses) { EXPECT_FALSE(Fixture().check().has_value()); }
 
+TEST(CheckPlan, DeepSpeedsOlderPipelineEngineIsAccepted) {
+  // plan.partitioned_pipe_grads false (DeepSpeed before v0.5.4) on a DeepSpeed pipeline.
+  Fixture f;
+  f.p.framework = Framework::deepspeed;
+  f.p.zero = 1;
+  f.p.partitioned_pipe_grads = false;
+  EXPECT_FALSE(f.check().has_value()) << f.check()->rule;
+}
+
 TEST(CheckPlan, EachRuleNamesItsField) {
   struct Case { std::function<void(Fixture&)> edit; const char* field; };
   const std::vector<Case> cases = {
@@ -107,6 +116,8 @@ TEST(CheckPlan, EachRuleNamesItsField) {
        "plan.partitioned_pipe_grads"},                                                 // DeepSpeed's releases only
       {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.partitioned_pipe_grads = true; },
        "plan.partitioned_pipe_grads"},
+      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.p.pp = 1; f.p.dp = 16;
+                        f.p.partitioned_pipe_grads = false; }, "plan.partitioned_pipe_grads"},  // no stages
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;

@@ -276,6 +276,15 @@ TEST(CostPipelineTransfers, BytesAsEachFrameworkSendsThem) {
   EXPECT_EQ(k.c.p2p_backward_bytes[0].value(), 2 * act);
   EXPECT_EQ(k.c.p2p_backward_tail[0].value(), 0.0);
   EXPECT_GT(k.c.p2p_forward_tail[0].value(), 0.0);
+  // Both stages share small()'s one node: the send inside it is Megatron-Core's whole tensor, with
+  // no all-gather on arrival (the older engine has nothing to gather), both across nodes and inside.
+  Experiment mc = small();
+  mc.plan.framework = Framework::megatron_core;
+  Costed whole(mc);
+  cost_pipeline_transfers(whole.in(), whole.c);
+  EXPECT_EQ(k.c.p2p_backward_intra[0].value(), whole.c.p2p_backward_intra[0].value());
+  EXPECT_EQ(k.c.p2p_backward[0].value(), whole.c.p2p_backward[0].value());
+  EXPECT_GT(k.c.p2p_forward_intra[0].value(), k.c.p2p_backward_intra[0].value() / 2.0);  // 1/2 of it plus a gather
   e.plan.partitioned_pipe_grads = true;  // stated: the default
   Costed d(e);
   cost_pipeline_transfers(d.in(), d.c);
