@@ -368,6 +368,11 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.uneven_interleaved = true;
   megatron_core.moe_probs_all_to_all = true;
   megatron_core.moe_dispatch = MoeDispatch::alltoall;
+  // TEGroupedMLP builds linear_fc2 with skip_bias_add=True and adds the bias afterwards
+  // (megatron/core/transformer/moe/experts.py _apply_bias, core_v0.15.0-core_v0.17.0, added with
+  // GPT-OSS support in a329dd6d, 2025-09): torch.split of the output and the probabilities by
+  // tokens per expert, t + b * p per expert, torch.cat.
+  megatron_core.moe_fc2_bias_per_expert = true;
   megatron_core.ep_overlap = true;
   megatron_core.deepep = true;
   megatron_core.recompute_modules = true;

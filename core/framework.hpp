@@ -136,6 +136,10 @@ struct FrameworkTraits {
   double newer_attention_from_cc = 0;
   AttentionImpl newer_attention = AttentionImpl::cudnn;
   MoeDispatch moe_dispatch = MoeDispatch::permute;  // how MoE tokens reach their experts
+  /// Its grouped experts add the second Linear's bias outside the GEMM, scaled by each routed
+  /// copy's probability, one small op pair per local expert (Megatron-Core's TEGroupedMLP
+  /// _apply_bias, core_v0.15+, the models with expert biases: GPT-OSS).
+  bool moe_fc2_bias_per_expert = false;
   ElementwiseTraffic elementwise;
   /// The elementwise traffic under torch.compile (plan.compile): Inductor's fused kernels. Unset:
   /// the framework does not compile.

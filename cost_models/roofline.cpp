@@ -470,10 +470,24 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     // The activation kernel runs over routed and shared rows alike; the shared rows' share of it.
     L.shared_experts_activation = F.gelu * (T * shared_width / t / activated);
   }
+  // Megatron-Core's grouped experts with biases add FC2's bias outside the GEMM, weighted by each
+  // copy's routing probability, expert by expert (FrameworkTraits::moe_fc2_bias_per_expert): per
+  // element of FC2's (copies, h) output, forward b * p (write 2), t + b * p (read 4, write 2) and
+  // the cat of the experts' pieces (read 2, write 2): 12 bytes over 2 launches an expert and one;
+  // backward the split's gradient cat (read 2, write 2), dy * p and dy * b (read 2, write 2 each)
+  // and their reductions to the bias and probability gradients (read 2 each): 16 bytes over 5
+  // launches an expert and one. That reduction replaces the GEMM's own bias gradient.
+  const bool fc2_bias_loop = m.bias && moe_layer && m.moe && x.framework->moe_fc2_bias_per_expert;
+  if (fc2_bias_loop) {
+    const double rows = ffn_tokens * h;
+    F.fc2 += stream(12, rows, int(2 * groups + 1));
+    B.fc2 += stream(16, rows, int(5 * groups + 1));
+  }
   // Bias gradients (reductions over the tokens of each Linear's output) and autocast's weight
   // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).
   if (m.bias)
-    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / ffn_split + ffn_tokens * h, 4);
+    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / ffn_split +
+                                       (fc2_bias_loop ? 0.0 : ffn_tokens * h), 4);
   // The layer's parameters less its norms' (which stay fp32 under autocast and are not GEMM operands).
   const double cast_params = linear_layer_parameters(m) / t;
   F.layernorms += stream(weight_cast_bytes(x, p, false), cast_params, 4);

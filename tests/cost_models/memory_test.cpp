@@ -713,6 +713,39 @@ TEST(MoeCompute, BusiestExpertTokensDropless) {
                                                 7.0 * x1.roofline().params().launch_overhead).value());
 }
 
+TEST(MoeCompute, ExpertBiasesAddedExpertByExpertOutsideTheGemm) {
+  // Megatron-Core's TEGroupedMLP with expert biases (GPT-OSS) adds FC2's bias as t + b * p per
+  // local expert and concatenates the pieces (experts.py _apply_bias): Mixtral 8x7B with biases,
+  // 8 experts on one GPU, dropless at 1.3, T = 4096: FC2's output is 4096 x 2 x 1.3 rows of 4096.
+  // Forward 12 bytes an element over 2 x 8 + 1 launches, backward 16 over 5 x 8 + 1.
+  Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
+  e.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
+  e.model.moe->imbalance = 1.3;
+  e.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
+  e.plan = PlanSpec{};
+  e.plan.dp = 8;
+  e.plan.framework = Framework::megatron_core;
+  e.gpus = 8;
+  e.training = TrainingSpec{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  const ExecutionModel x = resolve_execution(e);
+  const RooflineCompute& rc = x.roofline();
+  const double rows = 4096 * 2 * 1.3 * 4096.0;
+  e.model.bias = false;
+  const LayerTimes plain = layer_times(x, e.model, e.plan, 4096, 4096, true);
+  e.model.bias = true;
+  const LayerTimes biased = layer_times(x, e.model, e.plan, 4096, 4096, true);
+  EXPECT_NEAR((biased.forward_ops.fc2 - plain.forward_ops.fc2).value(), rc.memory_bound(Bytes(12 * rows), 17).value(), 1e-12);
+  EXPECT_NEAR((biased.backward_ops.fc2 - plain.backward_ops.fc2).value(), rc.memory_bound(Bytes(16 * rows), 41).value(), 1e-12);
+  // The other Linears' bias gradients come out of Transformer Engine's weight-gradient GEMMs
+  // (no pass of their own under Megatron-Core).
+  EXPECT_DOUBLE_EQ(biased.backward_ops.gelu.value(), plain.backward_ops.gelu.value());
+  // Megatron-LM's 2021 entry adds the bias inside its own MoE code: no such passes.
+  e.plan.framework = Framework::megatron;
+  const ExecutionModel xm = resolve_execution(e);
+  const LayerTimes m_biased = layer_times(xm, e.model, e.plan, 4096, 4096, true);
+  e.model.bias = false;
+  EXPECT_DOUBLE_EQ(m_biased.forward_ops.fc2.value(), layer_times(xm, e.model, e.plan, 4096, 4096, true).forward_ops.fc2.value());
+}
 
 TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
   // Llama 3.1 8B on one H100, tp 1, 4096 tokens, FP8 linears (Megatron-Core, TE delayed scaling):
