@@ -471,17 +471,23 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     L.shared_experts_activation = F.gelu * (T * shared_width / t / activated);
   }
   // Megatron-Core's grouped experts with biases add FC2's bias outside the GEMM, weighted by each
-  // copy's routing probability, expert by expert (FrameworkTraits::moe_fc2_bias_per_expert): per
-  // element of FC2's (copies, h) output, forward b * p (write 2), t + b * p (read 4, write 2) and
-  // the cat of the experts' pieces (read 2, write 2): 12 bytes over 2 launches an expert and one;
-  // backward the split's gradient cat (read 2, write 2), dy * p and dy * b (read 2, write 2 each)
-  // and their reductions to the bias and probability gradients (read 2 each): 16 bytes over 5
-  // launches an expert and one. That reduction replaces the GEMM's own bias gradient.
+  // copy's routing probability, expert by expert (FrameworkTraits::moe_fc2_bias_per_expert), booked
+  // with the MoE block's data movement (not as GEMM time). Per element of FC2's (copies, h) output,
+  // with 16-bit probabilities (the router's dtype through the all-to-all dispatcher): forward b * p
+  // (write 2), t + b * p (read 4, write 2) and the cat of the experts' pieces (read 2, write 2): 12
+  // bytes over 2 launches an expert and one; backward the split's gradient cat (read 2, write 2),
+  // dy * p and dy * b (read 2, write 2 each) and their sums to the bias and probability gradients
+  // (read 2 each): 16 bytes, over those 4 launches an expert, the distributed optimizer's add of
+  // each bias gradient into its main gradient, and the cat. DeepEP hands the experts fp32
+  // probabilities (token_dispatcher.py, the flex dispatcher's permute): b * p and the sum run in fp32
+  // and are cast back to 16 bits: forward 28 bytes over 2 launches an expert and two, backward 40 over
+  // 7 and four. The sums replace the GEMM's own bias gradient.
   const bool fc2_bias_loop = m.bias && moe_layer && m.moe && x.framework->moe_fc2_bias_per_expert;
   if (fc2_bias_loop) {
     const double rows = ffn_tokens * h;
-    F.fc2 += stream(12, rows, int(2 * groups + 1));
-    B.fc2 += stream(16, rows, int(5 * groups + 1));
+    const bool fp32_probs = p.ep_dispatcher == EpDispatcher::deepep;
+    F.moe_permute += stream(fp32_probs ? 28 : 12, rows, int(2 * groups + (fp32_probs ? 2 : 1)));
+    B.moe_permute += stream(fp32_probs ? 40 : 16, rows, int((fp32_probs ? 7 : 5) * groups + (fp32_probs ? 4 : 1)));
   }
   // Bias gradients (reductions over the tokens of each Linear's output) and autocast's weight
   // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).

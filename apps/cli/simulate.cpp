@@ -41,7 +41,7 @@ constexpr OpField kOps[] = {
     {"projection GEMM", "projection", &cost_models::LayerOpTimes::projection},
     {"dropout, residual, layout", "residual", &cost_models::LayerOpTimes::dropout_residual},
     {"MoE router", "moe_router", &cost_models::LayerOpTimes::moe_router},
-    {"MoE permutes", "moe_permute", &cost_models::LayerOpTimes::moe_permute},
+    {"MoE permutes (and expert biases)", "moe_permute", &cost_models::LayerOpTimes::moe_permute},
     {"FC1 GEMM", "fc1", &cost_models::LayerOpTimes::fc1},
     {"activation (and bias grads)", "activation", &cost_models::LayerOpTimes::gelu},
     {"FC2 GEMM", "fc2", &cost_models::LayerOpTimes::fc2},

@@ -716,8 +716,11 @@ TEST(MoeCompute, BusiestExpertTokensDropless) {
 TEST(MoeCompute, ExpertBiasesAddedExpertByExpertOutsideTheGemm) {
   // Megatron-Core's TEGroupedMLP with expert biases (GPT-OSS) adds FC2's bias as t + b * p per
   // local expert and concatenates the pieces (experts.py _apply_bias): Mixtral 8x7B with biases,
-  // 8 experts on one GPU, dropless at 1.3, T = 4096: FC2's output is 4096 x 2 x 1.3 rows of 4096.
-  // Forward 12 bytes an element over 2 x 8 + 1 launches, backward 16 over 5 x 8 + 1.
+  // dropless at 1.3, T = 4096: whatever the experts per GPU, its busiest GPU's FC2 writes
+  // 4096 x 2 x 1.3 rows of 4096. With bf16 probabilities, forward 12 bytes an element over 2 launches
+  // an expert and one, backward 16 over 5 an expert and one; DeepEP's fp32 probabilities 28 over
+  // 2 an expert and two, and 40 over 7 an expert and four. Booked as MoE data movement: the GEMMs'
+  // times do not move.
   Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
   e.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
   e.model.moe->imbalance = 1.3;
@@ -727,24 +730,37 @@ TEST(MoeCompute, ExpertBiasesAddedExpertByExpertOutsideTheGemm) {
   e.plan.framework = Framework::megatron_core;
   e.gpus = 8;
   e.training = TrainingSpec{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
-  const ExecutionModel x = resolve_execution(e);
-  const RooflineCompute& rc = x.roofline();
   const double rows = 4096 * 2 * 1.3 * 4096.0;
-  e.model.bias = false;
-  const LayerTimes plain = layer_times(x, e.model, e.plan, 4096, 4096, true);
-  e.model.bias = true;
-  const LayerTimes biased = layer_times(x, e.model, e.plan, 4096, 4096, true);
-  EXPECT_NEAR((biased.forward_ops.fc2 - plain.forward_ops.fc2).value(), rc.memory_bound(Bytes(12 * rows), 17).value(), 1e-12);
-  EXPECT_NEAR((biased.backward_ops.fc2 - plain.backward_ops.fc2).value(), rc.memory_bound(Bytes(16 * rows), 41).value(), 1e-12);
-  // The other Linears' bias gradients come out of Transformer Engine's weight-gradient GEMMs
-  // (no pass of their own under Megatron-Core).
-  EXPECT_DOUBLE_EQ(biased.backward_ops.gelu.value(), plain.backward_ops.gelu.value());
-  // Megatron-LM's 2021 entry adds the bias inside its own MoE code: no such passes.
+  struct Case { int ep; EpDispatcher dispatcher; double fwd_bytes, bwd_bytes; int fwd_launches, bwd_launches; };
+  for (const Case c : {Case{1, EpDispatcher::nccl, 12, 16, 2 * 8 + 1, 5 * 8 + 1},
+                       Case{2, EpDispatcher::nccl, 12, 16, 2 * 4 + 1, 5 * 4 + 1},
+                       Case{2, EpDispatcher::deepep, 28, 40, 2 * 4 + 2, 7 * 4 + 4}}) {
+    e.plan.ep = c.ep;
+    e.plan.ep_dispatcher = c.dispatcher;
+    const ExecutionModel x = resolve_execution(e);
+    const RooflineCompute& rc = x.roofline();
+    e.model.bias = false;
+    const LayerTimes plain = layer_times(x, e.model, e.plan, 4096, 4096, true);
+    e.model.bias = true;
+    const LayerTimes biased = layer_times(x, e.model, e.plan, 4096, 4096, true);
+    EXPECT_NEAR((biased.forward_ops.moe_permute - plain.forward_ops.moe_permute).value(),
+                rc.memory_bound(Bytes(c.fwd_bytes * rows), c.fwd_launches).value(), 1e-12) << c.ep;
+    EXPECT_NEAR((biased.backward_ops.moe_permute - plain.backward_ops.moe_permute).value(),
+                rc.memory_bound(Bytes(c.bwd_bytes * rows), c.bwd_launches).value(), 1e-12) << c.ep;
+    EXPECT_GT(biased.forward_ops.moe_permute.value(), plain.forward_ops.moe_permute.value() * 1.5) << c.ep;
+    EXPECT_DOUBLE_EQ(biased.forward_ops.fc2.value(), plain.forward_ops.fc2.value()) << c.ep;
+    EXPECT_DOUBLE_EQ(biased.backward_ops.fc2.value(), plain.backward_ops.fc2.value()) << c.ep;
+  }
+  // A framework without that code path (the megatron entry, whose MoE dispatch is a plain permute)
+  // gets no such passes.
+  e.plan.ep = 1;
+  e.plan.ep_dispatcher = EpDispatcher::nccl;
   e.plan.framework = Framework::megatron;
   const ExecutionModel xm = resolve_execution(e);
   const LayerTimes m_biased = layer_times(xm, e.model, e.plan, 4096, 4096, true);
   e.model.bias = false;
-  EXPECT_DOUBLE_EQ(m_biased.forward_ops.fc2.value(), layer_times(xm, e.model, e.plan, 4096, 4096, true).forward_ops.fc2.value());
+  EXPECT_DOUBLE_EQ(m_biased.forward_ops.moe_permute.value(),
+                   layer_times(xm, e.model, e.plan, 4096, 4096, true).forward_ops.moe_permute.value());
 }
 
 TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
