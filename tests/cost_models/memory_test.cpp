@@ -688,19 +688,27 @@ TEST(ActivationBytesPerLayer, GatedMlpStoresGateUpAndProduct) {
 }
 
 
-TEST(MoeCompute, BusiestExpertTokensDropless) {
-  // Mixtral 8x7B, dropless with a stated imbalance of 1.3, ep 8 (one expert per GPU): a GPU's
-  // expert processes T x top_k x 1.3 tokens of a micro-batch of T = 4096 tokens per GPU:
-  // 4096 x 2 x 1.3 = 10,649.6 rows through its (2 x 14336) x 4096 gate/up GEMM.
+// Mixtral 8x7B, dropless with a stated imbalance of 1.3, on the 8 GPUs of one DGX H100 under
+// Megatron-Core: dp 8, one micro-batch of 1; the caller sets ep and what it tests.
+Experiment mixtral_dropless_on_one_dgx_h100() {
   Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
   e.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
   e.model.moe->imbalance = 1.3;
   e.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
   e.plan = PlanSpec{};
-  e.plan.dp = e.plan.ep = 8;
+  e.plan.dp = 8;
   e.plan.framework = Framework::megatron_core;
   e.gpus = 8;
   e.training = TrainingSpec{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  return e;
+}
+
+TEST(MoeCompute, BusiestExpertTokensDropless) {
+  // Mixtral 8x7B, dropless with a stated imbalance of 1.3, ep 8 (one expert per GPU): a GPU's
+  // expert processes T x top_k x 1.3 tokens of a micro-batch of T = 4096 tokens per GPU:
+  // 4096 x 2 x 1.3 = 10,649.6 rows through its (2 x 14336) x 4096 gate/up GEMM.
+  Experiment e = mixtral_dropless_on_one_dgx_h100();
+  e.plan.ep = 8;
   const ExecutionModel x = resolve_execution(e);
   const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, true);
   EXPECT_DOUBLE_EQ(lt.forward_ops.fc1.value(), x.roofline().gemm({4096 * 2 * 1.3, 2 * 14336.0, 4096.0, 1}).value());
@@ -721,15 +729,7 @@ TEST(MoeCompute, ExpertBiasesAddedExpertByExpertOutsideTheGemm) {
   // an expert and one, backward 16 over 5 an expert and one; DeepEP's fp32 probabilities 28 over
   // 2 an expert and two, and 40 over 7 an expert and four. Booked as MoE data movement: the GEMMs'
   // times do not move.
-  Experiment e = load_experiment(resolve_scenario("experiments", "sc21-table1-1.7b"));
-  e.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
-  e.model.moe->imbalance = 1.3;
-  e.cluster = load_cluster(resolve_scenario("clusters", "dgx-h100-superpod"));
-  e.plan = PlanSpec{};
-  e.plan.dp = 8;
-  e.plan.framework = Framework::megatron_core;
-  e.gpus = 8;
-  e.training = TrainingSpec{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  Experiment e = mixtral_dropless_on_one_dgx_h100();
   const double rows = 4096 * 2 * 1.3 * 4096.0;
   struct Case { int ep; EpDispatcher dispatcher; double fwd_bytes, bwd_bytes; int fwd_launches, bwd_launches; };
   for (const Case c : {Case{1, EpDispatcher::nccl, 12, 16, 2 * 8 + 1, 5 * 8 + 1},
