@@ -816,6 +816,11 @@ bool FrameworkTraits::overlaps_pipeline_sends(const PlanSpec& p) const {
   return p.schedule == Schedule::interleaved && p.pp > 1 && p.p2p_overlap.value_or(p2p_overlap);
 }
 
+PipelineSend FrameworkTraits::backward_send(const PlanSpec& p) const {
+  // DeepSpeed before v0.5.4: is_grad_partitioned = False, nothing to gather on arrival.
+  return pipe_grads_partitioning && !p.partitioned_pipe_grads.value_or(true) ? PipelineSend::whole : send_backward;
+}
+
 std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   const std::string me = name;
   // Without a pipeline, GPipe and 1F1B are the same execution.

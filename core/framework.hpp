@@ -161,8 +161,7 @@ struct FrameworkTraits {
 
   // ---- pipeline
   PipelineSend send_forward = PipelineSend::whole;
-  /// DeepSpeed's backward send is whole under plan.partitioned_pipe_grads false (the engine before
-  /// v0.5.4, pipe_grads_partitioning below), whatever this says.
+  /// The backward's send by default; a plan's comes from backward_send(plan).
   PipelineSend send_backward = PipelineSend::whole;
   /// Keeps only its TP partition of a stage's output after sending it and all-gathers it back
   /// before that micro-batch's backward (DeepSpeed's pipeline engine, without sequence parallelism).
@@ -350,6 +349,9 @@ struct FrameworkTraits {
   /// Whether a plan's pipeline sends leave the sender's stream going: its choice, else this
   /// framework's default; the interleaved schedule with pp > 1 only.
   bool overlaps_pipeline_sends(const PlanSpec& p) const;
+  /// How a plan's pipeline sends the backward's gradient: send_backward, or whole from every TP
+  /// rank where the plan picks DeepSpeed's engine before v0.5.4 (plan.partitioned_pipe_grads false).
+  PipelineSend backward_send(const PlanSpec& p) const;
   /// Its unfused attention runs Megatron's fused scale-mask-softmax kernel
   /// (megatron/model/fused_softmax.py FusedScaleMaskSoftmax: Megatron-LM, Megatron-DeepSpeed,
   /// Megatron-Core's local attention), which falls back to PyTorch ops when its size conditions

@@ -481,9 +481,8 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // each bias gradient into its main gradient, and the cat. DeepEP hands the experts fp32
   // probabilities (token_dispatcher.py, the flex dispatcher's permute): b * p and the sum run in fp32
   // and are cast back to 16 bits: forward 28 bytes over 2 launches an expert and two, backward 40 over
-  // 7 and four. The sums replace the GEMM's own bias gradient.
-  const bool fc2_bias_loop = m.bias && moe_layer && m.moe && x.framework->moe_fc2_bias_per_expert;
-  if (fc2_bias_loop) {
+  // 7 and four. (Megatron-Core's other bias gradients come out of TE's GEMMs: no pass below.)
+  if (m.bias && moe_layer && m.moe && x.framework->moe_fc2_bias_per_expert) {
     const double rows = ffn_tokens * h;
     const bool fp32_probs = p.ep_dispatcher == EpDispatcher::deepep;
     F.moe_permute += stream(fp32_probs ? 28 : 12, rows, int(2 * groups + (fp32_probs ? 2 : 1)));
@@ -492,8 +491,7 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   // Bias gradients (reductions over the tokens of each Linear's output) and autocast's weight
   // casts (per parameter of the layer's Linear weights and biases: the norms stay fp32).
   if (m.bias)
-    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / ffn_split +
-                                       (fc2_bias_loop ? 0.0 : ffn_tokens * h), 4);
+    B.gelu += stream(tr.bias_grad, T * (q + 2 * kv_dim) / t + T * h + ffn_tokens * up * ffn_width / ffn_split + ffn_tokens * h, 4);
   // The layer's parameters less its norms' (which stay fp32 under autocast and are not GEMM operands).
   const double cast_params = linear_layer_parameters(m) / t;
   F.layernorms += stream(weight_cast_bytes(x, p, false), cast_params, 4);

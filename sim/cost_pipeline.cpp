@@ -11,7 +11,7 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
   const PlanGroups groups = plan_groups(p, in.e.cluster);
   const std::vector<int> slices = p.token_slices.empty() ? std::vector<int>{p.local_tokens(in.e.model)} : p.token_slices;
   // With sequence parallelism every framework sends each rank's own sequence shard; without it,
-  // as the framework does (FrameworkTraits::send_forward / send_backward). Both blocking: Megatron-LM
+  // as the framework does (FrameworkTraits::send_forward / backward_send). Both blocking: Megatron-LM
   // v2.x waits on batch_isend_irecv with a device synchronize (megatron/p2p_communication.py);
   // DeepSpeed's p2p.send/recv assert async_op == False (deepspeed/runtime/pipe/p2p.py @ v0.5.x).
   const bool tp_split = p.tp > 1;
@@ -33,10 +33,7 @@ void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c) {
     // Pairs of ranks sending inside one node at once: at most half the node's GPUs.
     pp_local.concurrent_groups = int(std::clamp<long long>(pp_stride, 1, std::max(1, gpn / 2)));
   }
-  // DeepSpeed before v0.5.4 (plan.partitioned_pipe_grads false): every TP rank sends the whole
-  // gradient (is_grad_partitioned = False), nothing to gather on arrival.
-  const PipelineSend send_backward =
-      fw.pipe_grads_partitioning && !p.partitioned_pipe_grads.value_or(true) ? PipelineSend::whole : fw.send_backward;
+  const PipelineSend send_backward = fw.backward_send(p);
   for (int slice : slices) {
     const Bytes act = activation_tensor(in.x, p.micro_batch, slice, in.e.model.hidden);
     // time = the send plus `tail`, the receiver's NVLink collective after the bytes arrived.

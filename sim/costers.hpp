@@ -90,7 +90,7 @@ void cost_activation_offload(const CostInputs& in, WorkloadCosts& c);
 Seconds windowed_offload_wait(int layers, int offloaded, Seconds transfer, Seconds layer_time);
 
 /// Pipeline transfers per slice, as the framework sends them (FrameworkTraits::send_forward /
-/// send_backward; DeepSpeed's backward whole under plan.partitioned_pipe_grads false), across nodes and inside one, with the receiver-side NVLink tail and the bytes
+/// backward_send), across nodes and inside one, with the receiver-side NVLink tail and the bytes
 /// each transfer puts on a node's NICs; and which node each stage sits on.
 void cost_pipeline_transfers(const CostInputs& in, WorkloadCosts& c);
 
