@@ -423,7 +423,8 @@ std::array<FrameworkTraits, 9> make_table() {
   megatron_core.hybrid_sharding = true;
 
   FrameworkTraits deepspeed = entry(Framework::deepspeed, "deepspeed",
-                                    "DeepSpeed v0.5.4-v0.6 pipeline engine with Megatron-DeepSpeed (2021-22); ZeRO-3 as v0.6-v0.9 run it (2022-23); "
+                                    "DeepSpeed v0.5.4-v0.6 pipeline engine with Megatron-DeepSpeed (2021-22); ZeRO-3 as v0.6.2 runs it (2022), "
+                                    "or with its prefetch trace complete (plan.zero3_prefetch, 2023); "
                                     "Ulysses sequence parallelism (v0.10.2+)",
                                     "microsoft/DeepSpeed v0.5.0-v0.6.5 (deepspeed/runtime/pipe/engine.py, "
                                     "runtime/zero/stage2.py), v0.6.0-v0.9.4 (runtime/zero/stage3.py, "
@@ -491,6 +492,11 @@ std::array<FrameworkTraits, 9> make_table() {
   // every parameter released after its module (:305-308); a reading of the code found no
   // steady-state trigger for it (notes/research-zero3-runs.md, "Overlap").
   deepspeed.zero3_prefetch = false;
+  // Later releases complete the trace: the trace fixes of v0.6.3-v0.7.7 (PRs #1901, #1916, #2016,
+  // #2550), and ZeRO++'s tutorial logs of 2023-03 (18B on 64 V100s, comm-bound: backward 6459 ms
+  // against forward 3356 ms, where gathering every recomputed layer twice would give about three
+  // forwards' worth; docs/_tutorials/zeropp.md). plan.zero3_prefetch true selects them.
+  deepspeed.zero3_prefetch_choice = true;
   deepspeed.zero3_keep_gathered = false;
   // stage3_max_reuse_distance's default; it acts only with a complete trace (zero3_prefetch).
   deepspeed.zero3_reuse_elements = 1e9;
@@ -816,6 +822,10 @@ bool FrameworkTraits::overlaps_pipeline_sends(const PlanSpec& p) const {
   return p.schedule == Schedule::interleaved && p.pp > 1 && p.p2p_overlap.value_or(p2p_overlap);
 }
 
+bool FrameworkTraits::prefetches_zero3(const PlanSpec& p) const {
+  return zero3_prefetch_choice ? p.zero3_prefetch.value_or(zero3_prefetch) : zero3_prefetch;
+}
+
 PipelineSend FrameworkTraits::backward_send(const PlanSpec& p) const {
   // DeepSpeed before v0.5.4: is_grad_partitioned = False, nothing to gather on arrival.
   return pipe_grads_partitioning && !p.partitioned_pipe_grads.value_or(true) ? PipelineSend::whole : send_backward;
@@ -1005,6 +1015,16 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (p.partitioned_pipe_grads && p.pp == 1)
     return violation("plan.partitioned_pipe_grads", *p.partitioned_pipe_grads ? "true" : "false",
                      "needs plan.pp > 1 (it is 1): without pipeline stages no gradient is sent between them");
+  if (p.zero3_prefetch && !zero3_prefetch_choice)
+    return violation("plan.zero3_prefetch", *p.zero3_prefetch ? "true" : "false",
+                     "chooses between DeepSpeed ZeRO-3 releases with and without a complete prefetch trace; " + me +
+                         " runs ZeRO-3 one way (" +
+                         frameworks_that([](const FrameworkTraits& t) { return t.zero3_prefetch_choice; }) +
+                         " has both)");
+  if (p.zero3_prefetch && p.zero < 3)
+    return violation("plan.zero3_prefetch", *p.zero3_prefetch ? "true" : "false",
+                     "needs plan.zero 3 (it is " + std::to_string(p.zero) +
+                         "): only stage 3 gathers parameters to prefetch");
   if (p.fused_softmax && !fused_softmax)
     return violation("plan.fused_softmax", *p.fused_softmax ? "true" : "false",
                      "is Megatron's fused scale-mask-softmax on unfused attention; " + me + " does not run it (" +

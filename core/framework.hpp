@@ -279,6 +279,12 @@ struct FrameworkTraits {
   /// nothing is kept for reuse (the reuse distance is read off that trace), so a recomputed layer
   /// is gathered for its recompute and again for its backward.
   bool zero3_prefetch = true;
+  /// Its ZeRO-3 came in releases with and without a working prefetch trace (plan.zero3_prefetch:
+  /// DeepSpeed's parameter coordinator); zero3_prefetch is the default.
+  bool zero3_prefetch_choice = false;
+  /// Whether a plan's ZeRO-3 prefetches and keeps parameters for reuse: its choice, else this
+  /// framework's zero3_prefetch.
+  bool prefetches_zero3(const PlanSpec& p) const;
   /// ZeRO-3 can keep each unit gathered from its forward to its backward (plan.reshard_after_forward
   /// false: FSDP's SHARD_GRAD_OP, FSDP2's reshard_after_forward=False). DeepSpeed's stage 3 has no
   /// such mode: it releases every module after use and keeps only what stage3_max_reuse_distance

@@ -202,6 +202,14 @@ struct PlanSpec {
   /// sent the whole gradient from every TP rank (v0.5.0-v0.5.3; EleutherAI's DeeperSpeed of 2021,
   /// GPT-NeoX-20B's). Unset: partitions (FrameworkTraits::pipe_grads_partitioning).
   std::optional<bool> partitioned_pipe_grads;
+  /// DeepSpeed's ZeRO-3 with a complete parameter trace: the next modules gathered under the
+  /// current one's compute, and parameters used again within stage3_max_reuse_distance kept (a
+  /// recomputed layer gathered once for its recompute and backward; the last layers of the forward
+  /// not at all). The trace fixes of v0.6.3-v0.7.7 (PRs #1901, #1916, #2016, #2550) and the
+  /// ZeRO++ tutorial's logs of 2023 say later releases run so. false: the coordinator without a
+  /// complete trace, as the Azure runs of v0.6.2 measured (gathers on demand, nothing kept).
+  /// Unset: the framework's default (FrameworkTraits::zero3_prefetch, false for deepspeed).
+  std::optional<bool> zero3_prefetch;
   Placement placement = Placement::tp_dp_pp;
 
   int gpus() const { return tp * cp * pp * dp; }

@@ -367,8 +367,9 @@ nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* wh
     return none("DeepSpeed's cpu_checkpointing offloads every checkpoint, not a fraction (plan.offload.activations " +
                 value_text(q.offload.activations) + ")");
   const FrameworkTraits& fw = framework_traits(q.framework);
-  // plan.partitioned_pipe_grads has no key here: it names which DeepSpeed release was priced (false:
-  // before v0.5.4), and the configuration runs on whichever release is installed.
+  // plan.partitioned_pipe_grads and plan.zero3_prefetch have no key here: they name which DeepSpeed
+  // release was priced (before v0.5.4; ZeRO-3 without a complete prefetch trace), and the
+  // configuration runs on whichever release is installed.
   nlohmann::ordered_json c;
   // DeepSpeed's world for the batch is the data-parallel group (mpu.get_data_parallel_world_size();
   // runtime/config.py _batch_assertion: train_batch == micro_batch * grad_acc * world_size), which

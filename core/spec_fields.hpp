@@ -168,6 +168,7 @@ void visit_fields(V& v, S& p) {
   v.optional_boolean("fused_softmax", p.fused_softmax);
   v.boolean("bf16_optimizer", p.bf16_optimizer, false);
   v.optional_boolean("partitioned_pipe_grads", p.partitioned_pipe_grads);
+  v.optional_boolean("zero3_prefetch", p.zero3_prefetch);
   v.enumeration("placement", p.placement, Placement::tp_dp_pp);
 }
 

@@ -574,12 +574,12 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       const double bucket = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.zero3_reduce_bucket_elements;
       bucket_grads = std::min(bucket, stage_layers_params) * x.bytes.grad;
     }
-    const double in_flight = fw.zero3_prefetch ? 2.0 : 1.0;
+    const double in_flight = fw.prefetches_zero3(plan) ? 2.0 : 1.0;
     double gathered = plan.reshard_after_forward ? in_flight * largest_unit : stage_layers_params + largest_unit;
     // Parameters kept gathered for the backward within the framework's reuse distance
     // (FrameworkTraits::zero3_reuse_elements, read off the prefetch trace; cost_sharded_parameters
     // skips their re-gather).
-    if (plan.reshard_after_forward && fw.zero3_prefetch && fw.zero3_reuse_elements > 0)
+    if (plan.reshard_after_forward && fw.prefetches_zero3(plan) && fw.zero3_reuse_elements > 0)
       gathered += std::min(fw.zero3_reuse_elements, stage_layers_params);
     double unsharded_grads = fw.zero3_unsharded_grad_units * largest_unit * x.bytes.grad + bucket_grads;
     if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {

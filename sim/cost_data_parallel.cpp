@@ -211,6 +211,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   // Nothing sharded: no dense shard group and no expert-data-parallel group of two or more.
   if (p.zero < 3 || (k < 2 && p.expert_dp() < 2)) return;
   const FrameworkTraits& fw = *in.x.framework;
+  const bool prefetch = fw.prefetches_zero3(p);
   const PlanGroups groups = plan_groups(p, in.e.cluster);
   const CommGroup shard = groups.shard;
   const int v = c.shape.virtual_stages;
@@ -367,7 +368,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       // DeepSpeed's max_reuse_distance), the units the backward starts with, the forward's last
       // ones within that many elements of their reuse, are not gathered again: on the stage's last
       // chunk, from the head back.
-      double reuse = ch == v - 1 && fw.zero3_prefetch ? fw.zero3_reuse_elements : 0.0;
+      double reuse = ch == v - 1 && prefetch ? fw.zero3_reuse_elements : 0.0;
       auto kept_for_backward = [&](double params) {
         if (!p.reshard_after_forward) return true;
         if (reuse <= 0 || params > reuse) {
@@ -400,7 +401,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         // Without prefetch nothing stays gathered (FrameworkTraits::zero3_prefetch): a recomputed
         // layer is gathered for its recompute, released after it and gathered again for its
         // backward (in the backward order: the recompute's unit first; `redo` of the micro-batches).
-        if (!fw.zero3_prefetch && !kept[std::size_t(i)] && redo > 0) {
+        if (!prefetch && !kept[std::size_t(i)] && redo > 0) {
           const Seconds redo_compute = ls.recompute + ls.recompute_comm + ls.recompute_ep;
           unit(bwd, bwd_copies, params, true, ls.backward_total() - redo_compute, reduces_per_microbatch);
           bwd.push_back({gather(params, true) * redo, redo_compute, Seconds(0)});
@@ -420,8 +421,8 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         unit(bwd, bwd_copies, {edge_params, 0.0}, false, edges.embedding_backward, reduces_per_microbatch, false);
       for (auto& chunk_slices : c.chunk[s][ch]) {
         chunk_slices.forward_dp_comm =
-            (exposed_under_prefetch(fwd, contention_fwd, fw.zero3_prefetch) + fwd_copies) * forward_share;
-        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention_bwd, fw.zero3_prefetch) + bwd_copies;
+            (exposed_under_prefetch(fwd, contention_fwd, prefetch) + fwd_copies) * forward_share;
+        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention_bwd, prefetch) + bwd_copies;
       }
       const double head = last_segment ? head_params : 0.0;
       const double edge = first_segment ? edge_params : 0.0;

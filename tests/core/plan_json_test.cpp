@@ -203,6 +203,23 @@ TEST(PlanJson, SoftmaxFallbackTravelsAndReachesTheLaunchLine) {
   EXPECT_NE(megatron_arguments(q).find("--no-masked-softmax-fusion"), std::string::npos) << megatron_arguments(q);
 }
 
+TEST(PlanJson, Zero3PrefetchChoiceTravels) {
+  // plan.zero3_prefetch (DeepSpeed's ZeRO-3 with or without a complete trace) survives plan.json
+  // both ways; unset, the field is not written.
+  ExecutablePlan p = sample();
+  p.plan.framework = Framework::deepspeed;
+  p.plan.pp = 1;
+  p.plan.dp = 4;
+  p.plan.zero = 3;
+  EXPECT_EQ(to_json(p).dump().find("zero3_prefetch"), std::string::npos);
+  for (bool v : {false, true}) {
+    p.plan.zero3_prefetch = v;
+    const ExecutablePlan q = parse_plan_json(to_json(p).dump(), "plan.json");
+    ASSERT_TRUE(q.plan.zero3_prefetch.has_value());
+    EXPECT_EQ(*q.plan.zero3_prefetch, v);
+  }
+}
+
 TEST(PlanJson, PipelineGradientPartitioningTravels) {
   // plan.partitioned_pipe_grads (DeepSpeed before v0.5.4 when false) survives plan.json both ways;
   // unset, the field is not written.

@@ -38,6 +38,17 @@ TEST(CheckPlan, DeepSpeedsOlderPipelineEngineIsAccepted) {
   EXPECT_FALSE(f.check().has_value()) << f.check()->rule;
 }
 
+TEST(CheckPlan, DeepSpeedsZero3WithACompleteTraceIsAccepted) {
+  // plan.zero3_prefetch true (DeepSpeed's ZeRO-3 once its prefetch trace completes) on stage 3.
+  Fixture f;
+  f.p.framework = Framework::deepspeed;
+  f.p.pp = 1;
+  f.p.dp = 16;
+  f.p.zero = 3;
+  f.p.zero3_prefetch = true;
+  EXPECT_FALSE(f.check().has_value()) << f.check()->rule;
+}
+
 TEST(CheckPlan, EachRuleNamesItsField) {
   struct Case { std::function<void(Fixture&)> edit; const char* field; };
   const std::vector<Case> cases = {
@@ -118,6 +129,10 @@ TEST(CheckPlan, EachRuleNamesItsField) {
        "plan.partitioned_pipe_grads"},
       {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.p.pp = 1; f.p.dp = 16;
                         f.p.partitioned_pipe_grads = false; }, "plan.partitioned_pipe_grads"},  // no stages
+      {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.zero3_prefetch = true; },
+       "plan.zero3_prefetch"},                                                         // DeepSpeed's releases only
+      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.p.zero3_prefetch = false; },
+       "plan.zero3_prefetch"},                                                         // stage 3 only
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;

@@ -627,6 +627,33 @@ TEST(DeepSpeedZero3, GathersModuleByModuleOnDemandInBucketsAndCopies) {
   EXPECT_NEAR(k2.c.chunk[0][0][0].backward_dp_comm.value(), 2 * 24 * layer_gather + all * (bucket2 / 1e6 + 12e-9), 1e-9 * bwd);
 }
 
+TEST(DeepSpeedZero3, WithACompleteTraceKeepsWhatIsUsedAgainWithinTheReuseDistance) {
+  // plan.zero3_prefetch true: the coordinator with a complete trace keeps every parameter used
+  // again within stage3_max_reuse_distance (1e9 elements). GPT-3 350M's 24 layers (about 12.6M
+  // parameters each, 302M together) all fall within it, so the backward, recompute included,
+  // gathers nothing: per micro-batch only the forward's gathers leave the GPU (15/16 of each fp16
+  // buffer over 16 ranks), where the coordinator without a trace gathers every layer twice more.
+  Experiment e = deepspeed_zero3();
+  e.plan.zero3_prefetch = true;
+  validate_experiment(e);
+  Costed k(e, instant_compute());
+  const CommGroup shard = plan_groups(e.plan, e.cluster).shard;
+  const double layer = cost_models::layer_parameters_on_gpu(e.model, e.plan, 0).total();
+  const double all = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0).total();
+  ASSERT_LT(24 * layer, 1e9);
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), all * 2.0 * 15.0 / 16, 1e-6 * all);
+  // The backward is its bucketed reduce-scatters and their three read + write passes (12 bytes
+  // per fp16 parameter at 1 ns per byte), nothing to hide under with instant compute.
+  const double bucket = k.comm.time(Collective::reduce_scatter, Bytes(2.0 * 5e8), shard).value();
+  const double bwd = all * (bucket / 5e8 + 12e-9);
+  EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), bwd, 1e-9 * bwd);
+  // The same plan unset is the release without a complete trace (the deepspeed default).
+  Experiment d = e;
+  d.plan.zero3_prefetch.reset();
+  Costed kd(d, instant_compute());
+  EXPECT_NEAR(kd.c.zero3_gather_bytes[0].value(), (all + 2 * 24 * layer) * 2.0 * 15.0 / 16, 1e-6 * all);
+}
+
 TEST(DeepSpeedZero3, PersistentVectorsAreGatheredOneByOneAfterTheStep) {
   // Per layer: two LayerNorms' weight and bias (h each) and the four linear biases (3h, h, 4h,
   // h), all under the 1e5-element persistence threshold at h = 1024: 8 vectors, each an all-gather
