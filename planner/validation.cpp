@@ -29,6 +29,7 @@ std::string group_of(const Experiment& e) {
   if (n.starts_with("terapipe")) return "TeraPipe (Li et al. 2021)";
   if (n.starts_with("deepspeed-moe")) return "DeepSpeed-MoE (Rajbhandari et al. 2022)";
   if (n.starts_with("deepspeed-azure")) return "DeepSpeed ZeRO-3 on Azure A100 (2022)";
+  if (n.starts_with("deepspeed-zeropp")) return "DeepSpeed ZeRO-3 on DGX-2 V100 (ZeRO++ baselines, 2023)";
   if (n.ends_with("-local-h100") || n.ends_with("-local-h100-compile")) return "PyTorch on one H100 (shared/bench)";
   if (n.starts_with("llmfoundry")) return "llm-foundry MPT benchmarks (MosaicML, FSDP)";
   if (n.starts_with("torchtitan")) return "torchtitan (Meta, FSDP2)";
