@@ -450,8 +450,9 @@ std::array<FrameworkTraits, 9> make_table() {
       "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces overlap_comm off); set it false";
   // Only ZeRO-2 reduces during the backward: stage 0 all-reduces and stage 1 reduces at the
   // accumulation boundary (engine.py allreduce_gradients, v0.5.8 to v0.12; "Overlap and contiguous
-  // grads are meaningless in stage 1 and are ignored"), and stage 3's reductions are priced as not
-  // overlapped (zero3_prefetch below).
+  // grads are meaningless in stage 1 and are ignored"), and stage 3 reduces per module beside its
+  // gathers (cost_sharded_parameters), hidden only with a complete prefetch trace (zero3_prefetch
+  // below, plan.zero3_prefetch).
   deepspeed.dp_overlap_min_zero = deepspeed.dp_overlap_max_zero = 2;
   // MoE: Megatron-DeepSpeed's GPTModelPipe builds dense layers only (its MoE scripts pass
   // --no-pipeline-parallel, megatron/model/gpt_model.py @0c6bd284, 2021-11), and DeepSpeed refuses
@@ -498,7 +499,7 @@ std::array<FrameworkTraits, 9> make_table() {
   // forwards' worth; docs/_tutorials/zeropp.md). plan.zero3_prefetch true selects them.
   deepspeed.zero3_prefetch_choice = true;
   deepspeed.zero3_keep_gathered = false;
-  // stage3_max_reuse_distance's default; it acts only with a complete trace (zero3_prefetch).
+  // stage3_max_reuse_distance's default; it acts only with a complete trace (prefetches_zero3).
   deepspeed.zero3_reuse_elements = 1e9;
   deepspeed.activation_offload_per_layer = true;
   // zero_optimization.offload_optimizer (cpu_offload in v0.3-v0.5): a mode of its ZeRO optimizers,
@@ -1018,7 +1019,7 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
   if (p.zero3_prefetch && !zero3_prefetch_choice)
     return violation("plan.zero3_prefetch", *p.zero3_prefetch ? "true" : "false",
                      "chooses between DeepSpeed ZeRO-3 releases with and without a complete prefetch trace; " + me +
-                         " runs ZeRO-3 one way (" +
+                         (max_zero >= 3 ? " runs ZeRO-3 one way (" : " has no ZeRO-3 (") +
                          frameworks_that([](const FrameworkTraits& t) { return t.zero3_prefetch_choice; }) +
                          " has both)");
   if (p.zero3_prefetch && p.zero < 3)

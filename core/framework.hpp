@@ -315,8 +315,8 @@ struct FrameworkTraits {
   bool hsdp_outer_reduce_per_step = false;
   /// Parameters used again within this many elements stay gathered instead of being released
   /// (DeepSpeed stage3_max_reuse_distance, 1e9): the last layers of the forward are not gathered
-  /// again for the backward. 0: every released unit is gathered again. Only with zero3_prefetch
-  /// (the distance is read off the prefetch trace).
+  /// again for the backward. 0: every released unit is gathered again. Only where the plan's ZeRO-3
+  /// prefetches (prefetches_zero3: the distance is read off the prefetch trace).
   double zero3_reuse_elements = 0;
   /// Parameters of at most this many elements are kept whole on every rank (DeepSpeed
   /// stage3_param_persistence_threshold, 1e5: the norms' and the biases' vectors) and, after each

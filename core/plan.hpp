@@ -205,7 +205,7 @@ struct PlanSpec {
   /// DeepSpeed's ZeRO-3 with a complete parameter trace: the next modules gathered under the
   /// current one's compute, and parameters used again within stage3_max_reuse_distance kept (a
   /// recomputed layer gathered once for its recompute and backward; the last layers of the forward
-  /// not at all). The trace fixes of v0.6.3-v0.7.7 (PRs #1901, #1916, #2016, #2550) and the
+  /// not gathered again). The trace fixes of v0.6.3-v0.7.7 (PRs #1901, #1916, #2016, #2550) and the
   /// ZeRO++ tutorial's logs of 2023 say later releases run so. false: the coordinator without a
   /// complete trace, as the Azure runs of v0.6.2 measured (gathers on demand, nothing kept).
   /// Unset: the framework's default (FrameworkTraits::zero3_prefetch, false for deepspeed).

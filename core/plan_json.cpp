@@ -368,8 +368,8 @@ nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* wh
                 value_text(q.offload.activations) + ")");
   const FrameworkTraits& fw = framework_traits(q.framework);
   // plan.partitioned_pipe_grads and plan.zero3_prefetch have no key here: they name which DeepSpeed
-  // release was priced (before v0.5.4; ZeRO-3 without a complete prefetch trace), and the
-  // configuration runs on whichever release is installed.
+  // release was priced (the pipeline engine before or after v0.5.4; ZeRO-3 with or without a
+  // complete prefetch trace), and the configuration runs on whichever release is installed.
   nlohmann::ordered_json c;
   // DeepSpeed's world for the batch is the data-parallel group (mpu.get_data_parallel_world_size();
   // runtime/config.py _batch_assertion: train_batch == micro_batch * grad_acc * world_size), which

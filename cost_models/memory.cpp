@@ -565,7 +565,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       stage_layers_params += n;
     }
     // A framework that gathers module by module (DeepSpeed) holds its largest module and the one
-    // prefetched (without prefetch, FrameworkTraits::zero3_prefetch, only the one computing), and
+    // prefetched (without prefetch, FrameworkTraits::prefetches_zero3, only the one computing), and
     // the gradients of one module with its reduction bucket.
     double largest_unit = largest_layer, bucket_grads = 0;
     if (fw.zero3_unit == Zero3Unit::module) {
@@ -579,8 +579,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     // Parameters kept gathered for the backward within the framework's reuse distance
     // (FrameworkTraits::zero3_reuse_elements, read off the prefetch trace; cost_sharded_parameters
     // skips their re-gather).
-    if (plan.reshard_after_forward && fw.prefetches_zero3(plan) && fw.zero3_reuse_elements > 0)
-      gathered += std::min(fw.zero3_reuse_elements, stage_layers_params);
+    gathered += zero3_reused_parameters(fw, model, plan, stage);
     double unsharded_grads = fw.zero3_unsharded_grad_units * largest_unit * x.bytes.grad + bucket_grads;
     if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {
       // Reduced once per step (FrameworkTraits::fsdp_pipeline_step_sync): every unit stays
@@ -678,6 +677,25 @@ Bytes memory_shortfall(const MemoryBreakdown& memory, const GpuSpec& gpu) {
 }
 
 bool fits(const MemoryBreakdown& memory, const GpuSpec& gpu) { return memory.total() <= gpu.hbm; }
+
+double zero3_reused_parameters(const FrameworkTraits& fw, const ModelSpec& m, const PlanSpec& p, int stage) {
+  if (!fw.prefetches_zero3(p) || !(fw.zero3_reuse_elements > 0) || !p.reshard_after_forward || stage != p.pp - 1)
+    return 0.0;
+  const std::vector<int> layers = stage_layers(m, p, stage);
+  double layer_params = 0;
+  for (int l : layers) layer_params += layer_parameters_on_gpu(m, p, l).total();
+  // The head (on one stage, the tied embedding the first stage holds) walked once each way.
+  const double tail = fw.has_embedding_and_head ? parameters_on_gpu(fw, m, p, stage).total() - layer_params : 0.0;
+  const double passes = p.recompute == Recompute::full ? 2.0 : 1.0;
+  double forward_after = tail, backward_before = tail, kept = 0;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    const double lp = layer_parameters_on_gpu(m, p, *it).total();
+    if (forward_after + backward_before < fw.zero3_reuse_elements) kept += lp;
+    forward_after += lp;
+    backward_before += lp * passes;
+  }
+  return kept;
+}
 
 std::vector<double> zero3_module_shares(const FrameworkTraits& fw, const ModelSpec& m) {
   if (fw.zero3_unit == Zero3Unit::layer || m.mla || m.moe) return {1.0};

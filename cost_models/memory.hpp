@@ -282,6 +282,13 @@ bool fits(const MemoryBreakdown& memory, const GpuSpec& gpu);
 /// output projection, up (with gate) and down projections in proportion to their weights (MLA and
 /// MoE layers: one share).
 std::vector<double> zero3_module_shares(const FrameworkTraits& fw, const ModelSpec& m);
+/// Parameters of a stage's layers that ZeRO-3 keeps gathered from their forward to their backward
+/// where the plan's ZeRO-3 prefetches with a reuse distance (FrameworkTraits::zero3_reuse_elements,
+/// DeepSpeed's stage3_max_reuse_distance): a layer whose next use comes within that many elements
+/// of the trace, walked from its release (the rest of the forward with the head, then the backward
+/// up to it, a recomputed layer twice). The last stage's only (the backward starts there). 0
+/// elsewhere. cost_sharded_parameters walks the same trace with each layer's recompute share.
+double zero3_reused_parameters(const FrameworkTraits& fw, const ModelSpec& m, const PlanSpec& p, int stage);
 /// The vectors of one transformer layer that stay whole on every rank under the framework's ZeRO-3
 /// persistence threshold (norm weights and biases, linear biases; after tensor parallelism), in
 /// elements: each gathered again after every optimizer step (FrameworkTraits::zero3_persistence_elements).

@@ -274,6 +274,8 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                     p.compile = r.compile;
                     p.compile_loss = r.compile_loss;
                     p.cross_entropy_fusion = r.cross_entropy_fusion;
+                    if (zero == 3 && fw.zero3_prefetch_choice) p.zero3_prefetch = r.zero3_prefetch;
+                    if (pp > 1 && fw.pipe_grads_partitioning) p.partitioned_pipe_grads = r.partitioned_pipe_grads;
                     // FP8 training gathers its sharded GEMM weights in FP8 where the framework and
                     // the rules allow (fewer bytes, no per-micro-batch weight casts, smaller
                     // gathered buffers).

@@ -30,6 +30,12 @@ struct SearchRequest {
   bool compile_loss = false;                 // and the loss with it (plan.compile_loss)
   /// Megatron-Core's fused loss on every plan (plan.cross_entropy_fusion), where the framework runs it.
   CrossEntropyFusion cross_entropy_fusion = CrossEntropyFusion::none;
+  /// Which release of the framework is priced where it has two (DeepSpeed): its ZeRO-3 with or
+  /// without a complete prefetch trace on every ZeRO-3 candidate (plan.zero3_prefetch), its
+  /// pipeline engine before or after v0.5.4 on every pipelined one (plan.partitioned_pipe_grads).
+  /// Unset: the framework's default.
+  std::optional<bool> zero3_prefetch;
+  std::optional<bool> partitioned_pipe_grads;
   int top_k = 10;                            // ranked plans kept (and re-simulated with SimGrid)
   bool simgrid_top = true;
   int threads = 0;                           // 0: default_threads()

@@ -365,23 +365,28 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       double chunk_params = 0, regathered = 0, chunk_experts = 0, regathered_experts = 0;
       const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, ch);
       // Where the framework keeps parameters used again soon (FrameworkTraits::zero3_reuse_elements:
-      // DeepSpeed's max_reuse_distance), the units the backward starts with, the forward's last
-      // ones within that many elements of their reuse, are not gathered again: on the stage's last
-      // chunk, from the head back.
-      double reuse = ch == v - 1 && prefetch ? fw.zero3_reuse_elements : 0.0;
-      auto kept_for_backward = [&](double params) {
-        if (!p.reshard_after_forward) return true;
-        if (reuse <= 0 || params > reuse) {
-          reuse = 0;
-          return false;
-        }
-        reuse -= params;
-        return true;
-      };
-      const bool head_kept = last_segment && (edges_kept || kept_for_backward(head_params));
+      // DeepSpeed's stage3_max_reuse_distance), the units the backward starts with are not gathered
+      // again, on the stage's last chunk. DeepSpeed decides at each module's release
+      // (partitioned_param_coordinator.py __params_to_release): it walks the recorded trace from
+      // there and keeps the module's parameters if they come round again before the walk has passed
+      // that many elements: the rest of the forward (the later layers and the head), then the
+      // backward's units before this one, the head's and each later layer's (a recomputed layer's
+      // twice: its recompute and its backward).
+      const double reuse = ch == v - 1 && prefetch ? fw.zero3_reuse_elements : 0.0;
+      auto within = [&](double walk) { return !p.reshard_after_forward || (reuse > 0 && walk < reuse); };
+      // The head's backward comes right after its forward. (On a one-stage pipeline the head is
+      // the tied embedding, which edge_params holds.)
+      const double tail = !last_segment ? 0.0 : head_params > 0 ? head_params : p.pp == 1 ? edge_params : 0.0;
+      const bool head_kept = last_segment && (edges_kept || within(0.0));
       std::vector<bool> kept(chunk.size(), false);
-      for (int i = int(chunk.size()) - 1; i >= 0; --i)
-        kept[std::size_t(i)] = kept_for_backward(cost_models::layer_parameters_on_gpu(m, p, chunk[std::size_t(i)]).total());
+      double forward_after = tail, backward_before = tail;
+      for (int i = int(chunk.size()) - 1; i >= 0; --i) {
+        kept[std::size_t(i)] = within(forward_after + backward_before);
+        const int l = chunk[std::size_t(i)];
+        const double lp = cost_models::layer_parameters_on_gpu(m, p, l).total();
+        forward_after += lp;
+        backward_before += lp * (1.0 + layer_recompute_share(m, p, l, i, s, micro_batches));
+      }
       for (int i = 0; i < int(chunk.size()); ++i) {
         const int l = chunk[std::size_t(i)];
         const StageParameters params = cost_models::layer_parameters_on_gpu(m, p, l);
@@ -398,7 +403,7 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
         const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
                                         redo, moe);
         unit(fwd, fwd_copies, params, true, ls.forward_total(), false);
-        // Without prefetch nothing stays gathered (FrameworkTraits::zero3_prefetch): a recomputed
+        // Without prefetch nothing stays gathered (FrameworkTraits::prefetches_zero3): a recomputed
         // layer is gathered for its recompute, released after it and gathered again for its
         // backward (in the backward order: the recompute's unit first; `redo` of the micro-batches).
         if (!prefetch && !kept[std::size_t(i)] && redo > 0) {

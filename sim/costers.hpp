@@ -120,7 +120,7 @@ struct ShardedUnit {
 /// `contention`: the compute time added per second of compute that runs beside a collective (the
 /// SMs the collective's thread blocks hold, ctas / (sms - ctas)); the hidden communication
 /// (what is not exposed, at most the compute) costs that much more. `prefetch` false
-/// (FrameworkTraits::zero3_prefetch): gather i + 1 is issued when unit i is done, after its
+/// (FrameworkTraits::prefetches_zero3): gather i + 1 is issued when unit i is done, after its
 /// reduce-scatter: everything is exposed, the sum of the gathers and reduce-scatters.
 Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention = 0.0, bool prefetch = true);
 

@@ -77,7 +77,7 @@ void check_runnable(const ExecutablePlan& p, const std::string& file, int world_
   mine.gradient_accumulation_fusion.reset();
   mine.p2p_overlap.reset();
   mine.fused_softmax.reset();  // a softmax pricing detail of Megatron's kernels; the trainer runs its own
-  mine.zero3_prefetch.reset();  // which DeepSpeed ZeRO-3 release to price; the trainer gathers its own way
+  mine.zero3_prefetch.reset();  // which DeepSpeed ZeRO-3 release to price; the trainer has no ZeRO-3
   mine.partitioned_pipe_grads.reset();  // which DeepSpeed release's p2p to price; the trainer sends its own way
   if (auto v = own.refusal(mine)) throw SpecError(where, v->field, v->value, v->rule);
   if (auto v = own.model_refusal(p.model)) throw SpecError(where, v->field, v->value, v->rule);

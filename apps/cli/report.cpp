@@ -164,6 +164,8 @@ Command report_command() {
           r.gpus = plan_base.gpus;
           r.framework = plan_base.plan.framework;
           r.compile = plan_base.plan.compile;  // the experiment's torch.compile setting (its framework's)
+          r.zero3_prefetch = plan_base.plan.zero3_prefetch;  // and the release it names, as `plan` carries them
+          r.partitioned_pipe_grads = plan_base.plan.partitioned_pipe_grads;
           r.top_k = o->top;
           r.threads = o->threads;
           r.simgrid_top = false;  // the bars and the front are analytic; SimGrid adds minutes here

@@ -38,6 +38,27 @@ TEST(CheckPlan, DeepSpeedsOlderPipelineEngineIsAccepted) {
   EXPECT_FALSE(f.check().has_value()) << f.check()->rule;
 }
 
+TEST(CheckPlan, Zero3PrefetchChoiceIsDeepSpeedsAtStage3) {
+  // plan.zero3_prefetch names one of DeepSpeed's ZeRO-3 releases: refused for a framework without
+  // the choice (saying whether it has a ZeRO-3 at all) and below stage 3.
+  struct Case { std::function<void(Fixture&)> edit; const char* says; };
+  const std::vector<Case> cases = {
+      {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.zero3_prefetch = true; }, "megatron has no ZeRO-3"},
+      {[](Fixture& f) { f.p.framework = Framework::torchtitan; f.p.pp = 1; f.p.dp = 32; f.p.tp = 1; f.p.zero = 3;
+                        f.p.sequence_parallel = false; f.p.zero3_prefetch = true; }, "runs ZeRO-3 one way"},
+      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.p.zero3_prefetch = false; },
+       "needs plan.zero 3 (it is 1)"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    Fixture f;
+    cases[i].edit(f);
+    auto v = f.check();
+    ASSERT_TRUE(v.has_value()) << "case " << i;
+    EXPECT_EQ(v->field, "plan.zero3_prefetch") << "case " << i << ": " << v->rule;
+    EXPECT_NE(v->rule.find(cases[i].says), std::string::npos) << "case " << i << ": " << v->rule;
+  }
+}
+
 TEST(CheckPlan, DeepSpeedsZero3WithACompleteTraceIsAccepted) {
   // plan.zero3_prefetch true (DeepSpeed's ZeRO-3 once its prefetch trace completes) on stage 3.
   Fixture f;
@@ -129,10 +150,6 @@ TEST(CheckPlan, EachRuleNamesItsField) {
        "plan.partitioned_pipe_grads"},
       {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.p.pp = 1; f.p.dp = 16;
                         f.p.partitioned_pipe_grads = false; }, "plan.partitioned_pipe_grads"},  // no stages
-      {[](Fixture& f) { f.p.framework = Framework::megatron; f.p.zero3_prefetch = true; },
-       "plan.zero3_prefetch"},                                                         // DeepSpeed's releases only
-      {[](Fixture& f) { f.p.framework = Framework::deepspeed; f.p.zero = 1; f.p.zero3_prefetch = false; },
-       "plan.zero3_prefetch"},                                                         // stage 3 only
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Fixture f;

@@ -1140,3 +1140,32 @@ TEST(MicrobatchesInFlight, ZeroBubbleKeepsOneFOneBsAndDualPipeHoldsOneMore) {
 }
 
 }  // namespace foresight::cost_models
+
+namespace foresight::cost_models {
+
+TEST(Zero3Memory, DeepSpeedKeepsWhatItsTraceReusesWithinTheDistance) {
+  // GPT-3 1.3B on one stage under DeepSpeed's ZeRO-3 with a complete trace (plan.zero3_prefetch):
+  // a layer of 50,358,272 parameters, the tied embedding, positions and final norm 109,056,000
+  // walked once each way. A layer stays gathered from its forward to its backward when its next use
+  // comes within 1e9 elements of the walk: 2 x 109.06M + 3 x (later layers) x 50.36M under full
+  // recompute (the last 6 layers), 2 x 109.06M + 2 x (later layers) x 50.36M without (the last 8).
+  const ModelSpec m = load_model(resolve_scenario("models", "gpt3-1.3b"));
+  const FrameworkTraits& fw = framework_traits(Framework::deepspeed);
+  PlanSpec p;
+  p.dp = 16;
+  p.zero = 3;
+  p.framework = Framework::deepspeed;
+  p.recompute = Recompute::full;
+  p.zero3_prefetch = true;
+  const double layer = 50358272.0;
+  EXPECT_DOUBLE_EQ(zero3_reused_parameters(fw, m, p, 0), 6 * layer);
+  p.recompute = Recompute::none;
+  EXPECT_DOUBLE_EQ(zero3_reused_parameters(fw, m, p, 0), 8 * layer);
+  // The release without a complete trace keeps nothing; nor does a framework without the distance.
+  p.zero3_prefetch.reset();
+  EXPECT_DOUBLE_EQ(zero3_reused_parameters(fw, m, p, 0), 0.0);
+  p.framework = Framework::torchtitan;
+  EXPECT_DOUBLE_EQ(zero3_reused_parameters(framework_traits(Framework::torchtitan), m, p, 0), 0.0);
+}
+
+}  // namespace foresight::cost_models

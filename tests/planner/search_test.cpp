@@ -559,3 +559,24 @@ TEST(Search, InterleavedScheduleTriesEveryEvenSplitOfAStage) {
   EXPECT_EQ(chunks[2], (std::set<int>{2, 3, 4, 6, 12}));
   EXPECT_EQ(chunks[4], (std::set<int>{2, 3, 6}));
 }
+
+TEST(Search, TheRequestedDeepSpeedReleaseReachesItsCandidates) {
+  // SearchRequest::zero3_prefetch (the experiment's DeepSpeed ZeRO-3 release) is set on every ZeRO-3
+  // candidate and on no other; unset, no candidate names a release.
+  SearchRequest r = small_request();
+  r.framework = Framework::deepspeed;
+  r.training.dtype = Dtype::fp16;
+  int zero3 = 0;
+  for (const PlanSpec& p : enumerate_plans(r)) EXPECT_FALSE(p.zero3_prefetch.has_value());
+  r.zero3_prefetch = true;
+  for (const PlanSpec& p : enumerate_plans(r)) {
+    if (p.zero == 3) {
+      ++zero3;
+      ASSERT_TRUE(p.zero3_prefetch.has_value());
+      EXPECT_TRUE(*p.zero3_prefetch);
+    } else {
+      EXPECT_FALSE(p.zero3_prefetch.has_value());
+    }
+  }
+  EXPECT_GT(zero3, 0);
+}

@@ -628,26 +628,43 @@ TEST(DeepSpeedZero3, GathersModuleByModuleOnDemandInBucketsAndCopies) {
 }
 
 TEST(DeepSpeedZero3, WithACompleteTraceKeepsWhatIsUsedAgainWithinTheReuseDistance) {
-  // plan.zero3_prefetch true: the coordinator with a complete trace keeps every parameter used
-  // again within stage3_max_reuse_distance (1e9 elements). GPT-3 350M's 24 layers (about 12.6M
-  // parameters each, 302M together) all fall within it, so the backward, recompute included,
-  // gathers nothing: per micro-batch only the forward's gathers leave the GPU (15/16 of each fp16
-  // buffer over 16 ranks), where the coordinator without a trace gathers every layer twice more.
+  // plan.zero3_prefetch true: at each module's release DeepSpeed walks its recorded trace forward
+  // and keeps the parameters if they come round again within stage3_max_reuse_distance (1e9
+  // elements): the rest of the forward, then the backward up to this unit, a recomputed layer
+  // counted twice there (its recompute, its backward). GPT-3 1.3B on one stage, full recompute:
+  // a layer holds 12 h^2 + 13 h = 50,358,272 parameters (h 2048), the tied embedding with the
+  // positions and the final norm 51200 h + 2048 h + 2 h = 109,056,000, walked once forward (the
+  // head) and once backward. Layer i (of 24) is reused after 2 x 109.06M + 3 x (23 - i) x 50.36M
+  // elements: under 1e9 for 23 - i <= 5, so the last six layers stay gathered and the first 18
+  // are gathered again in the backward, once each.
   Experiment e = deepspeed_zero3();
+  e.model = load_model(resolve_scenario("models", "gpt3-1.3b"));
   e.plan.zero3_prefetch = true;
   validate_experiment(e);
   Costed k(e, instant_compute());
   const CommGroup shard = plan_groups(e.plan, e.cluster).shard;
   const double layer = cost_models::layer_parameters_on_gpu(e.model, e.plan, 0).total();
   const double all = cost_models::parameters_on_gpu(*k.x.framework, e.model, e.plan, 0).total();
-  ASSERT_LT(24 * layer, 1e9);
-  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), all * 2.0 * 15.0 / 16, 1e-6 * all);
-  // The backward is its bucketed reduce-scatters and their three read + write passes (12 bytes
-  // per fp16 parameter at 1 ns per byte), nothing to hide under with instant compute.
+  ASSERT_DOUBLE_EQ(layer, 50358272.0);
+  ASSERT_DOUBLE_EQ(all - 24 * layer, 109056000.0);
+  EXPECT_NEAR(k.c.zero3_gather_bytes[0].value(), (all + 18 * layer) * 2.0 * 15.0 / 16, 1e-6 * all);
+  // Without recompute a later layer is walked once in the backward: 2 x 109.06M + 2 x (23 - i) x
+  // 50.36M < 1e9 for 23 - i <= 7, eight layers kept.
+  Experiment n = e;
+  n.plan.recompute = Recompute::none;
+  Costed kn(n, instant_compute());
+  EXPECT_NEAR(kn.c.zero3_gather_bytes[0].value(), (all + 16 * layer) * 2.0 * 15.0 / 16, 1e-6 * all);
+  // With nothing gathered in its backward but the 18 layers, the backward's link time is their
+  // gathers (each in its four modules, copied out: 4 bytes a parameter at 1 ns a byte) and the
+  // bucketed reduce-scatters with their three read + write passes (12 bytes a parameter).
+  const std::vector<double> shares = cost_models::zero3_module_shares(framework_traits(Framework::deepspeed), e.model);
+  double layer_gather = 4e-9 * layer;
+  for (double sh : shares) layer_gather += k.comm.time(Collective::all_gather, Bytes(2.0 * layer * sh), shard).value();
   const double bucket = k.comm.time(Collective::reduce_scatter, Bytes(2.0 * 5e8), shard).value();
-  const double bwd = all * (bucket / 5e8 + 12e-9);
+  const double bwd = 18 * layer_gather + all * (bucket / 5e8 + 12e-9);
   EXPECT_NEAR(k.c.chunk[0][0][0].backward_dp_comm.value(), bwd, 1e-9 * bwd);
-  // The same plan unset is the release without a complete trace (the deepspeed default).
+  // The same plan unset is the release without a complete trace (the deepspeed default): every
+  // layer gathered for its recompute and again for its backward.
   Experiment d = e;
   d.plan.zero3_prefetch.reset();
   Costed kd(d, instant_compute());
