@@ -678,23 +678,35 @@ Bytes memory_shortfall(const MemoryBreakdown& memory, const GpuSpec& gpu) {
 
 bool fits(const MemoryBreakdown& memory, const GpuSpec& gpu) { return memory.total() <= gpu.hbm; }
 
+std::vector<bool> zero3_kept_layers(const std::vector<double>& layer_params, const std::vector<double>& backward_passes,
+                                    double tail, double reuse_elements) {
+  std::vector<bool> kept(layer_params.size(), false);
+  double forward_after = tail, backward_before = tail;
+  for (std::size_t i = layer_params.size(); i-- > 0;) {
+    kept[i] = forward_after + backward_before < reuse_elements;
+    forward_after += layer_params[i];
+    backward_before += layer_params[i] * backward_passes[i];
+  }
+  return kept;
+}
+
 double zero3_reused_parameters(const FrameworkTraits& fw, const ModelSpec& m, const PlanSpec& p, int stage) {
   if (!fw.prefetches_zero3(p) || !(fw.zero3_reuse_elements > 0) || !p.reshard_after_forward || stage != p.pp - 1)
     return 0.0;
-  const std::vector<int> layers = stage_layers(m, p, stage);
-  double layer_params = 0;
-  for (int l : layers) layer_params += layer_parameters_on_gpu(m, p, l).total();
-  // The head (on one stage, the tied embedding the first stage holds) walked once each way.
-  const double tail = fw.has_embedding_and_head ? parameters_on_gpu(fw, m, p, stage).total() - layer_params : 0.0;
-  const double passes = p.recompute == Recompute::full ? 2.0 : 1.0;
-  double forward_after = tail, backward_before = tail, kept = 0;
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    const double lp = layer_parameters_on_gpu(m, p, *it).total();
-    if (forward_after + backward_before < fw.zero3_reuse_elements) kept += lp;
-    forward_after += lp;
-    backward_before += lp * passes;
+  std::vector<double> params, passes;
+  for (int l : stage_layers(m, p, stage)) {
+    params.push_back(layer_parameters_on_gpu(m, p, l).total());
+    passes.push_back(p.recompute == Recompute::full ? 2.0 : 1.0);
   }
-  return kept;
+  double layers = 0;
+  for (double n : params) layers += n;
+  // The head (on one stage, the tied embedding the first stage holds).
+  const double tail = fw.has_embedding_and_head ? parameters_on_gpu(fw, m, p, stage).total() - layers : 0.0;
+  const std::vector<bool> kept = zero3_kept_layers(params, passes, tail, fw.zero3_reuse_elements);
+  double reused = 0;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (kept[i]) reused += params[i];
+  return reused;
 }
 
 std::vector<double> zero3_module_shares(const FrameworkTraits& fw, const ModelSpec& m) {

@@ -282,12 +282,20 @@ bool fits(const MemoryBreakdown& memory, const GpuSpec& gpu);
 /// output projection, up (with gate) and down projections in proportion to their weights (MLA and
 /// MoE layers: one share).
 std::vector<double> zero3_module_shares(const FrameworkTraits& fw, const ModelSpec& m);
+/// Which of a chunk's layers (in forward order, `layer_params` elements each) ZeRO-3 keeps gathered
+/// from their forward to their backward under a reuse distance of `reuse_elements` (DeepSpeed's
+/// stage3_max_reuse_distance, partitioned_param_coordinator.py __params_to_release): a layer whose
+/// next use comes before a walk of that many elements from its release, through the rest of the
+/// forward (the later layers, then the `tail` after them: the head) and then the backward up to
+/// it (the tail once, each later layer `backward_passes` times: 2 when recomputed, its recompute
+/// and its backward). reuse_elements 0 keeps nothing.
+std::vector<bool> zero3_kept_layers(const std::vector<double>& layer_params, const std::vector<double>& backward_passes,
+                                    double tail, double reuse_elements);
 /// Parameters of a stage's layers that ZeRO-3 keeps gathered from their forward to their backward
-/// where the plan's ZeRO-3 prefetches with a reuse distance (FrameworkTraits::zero3_reuse_elements,
-/// DeepSpeed's stage3_max_reuse_distance): a layer whose next use comes within that many elements
-/// of the trace, walked from its release (the rest of the forward with the head, then the backward
-/// up to it, a recomputed layer twice). The last stage's only (the backward starts there). 0
-/// elsewhere. cost_sharded_parameters walks the same trace with each layer's recompute share.
+/// where the plan's ZeRO-3 prefetches with a reuse distance (FrameworkTraits::zero3_reuse_elements):
+/// zero3_kept_layers over the last stage, the head being all it holds beyond its layers. 0
+/// elsewhere. cost_sharded_parameters walks the same trace per chunk with each layer's recompute
+/// share.
 double zero3_reused_parameters(const FrameworkTraits& fw, const ModelSpec& m, const PlanSpec& p, int stage);
 /// The vectors of one transformer layer that stay whole on every rank under the framework's ZeRO-3
 /// persistence threshold (norm weights and biases, linear biases; after tensor parallelism), in

@@ -371,22 +371,22 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
       // there and keeps the module's parameters if they come round again before the walk has passed
       // that many elements: the rest of the forward (the later layers and the head), then the
       // backward's units before this one, the head's and each later layer's (a recomputed layer's
-      // twice: its recompute and its backward).
+      // twice: its recompute and its backward; cost_models::zero3_kept_layers). Without resharding
+      // after the forward everything stays.
       const double reuse = ch == v - 1 && prefetch ? fw.zero3_reuse_elements : 0.0;
-      auto within = [&](double walk) { return !p.reshard_after_forward || (reuse > 0 && walk < reuse); };
       // The head's backward comes right after its forward. (On a one-stage pipeline the head is
       // the tied embedding, which edge_params holds.)
       const double tail = !last_segment ? 0.0 : head_params > 0 ? head_params : p.pp == 1 ? edge_params : 0.0;
-      const bool head_kept = last_segment && (edges_kept || within(0.0));
-      std::vector<bool> kept(chunk.size(), false);
-      double forward_after = tail, backward_before = tail;
-      for (int i = int(chunk.size()) - 1; i >= 0; --i) {
-        kept[std::size_t(i)] = within(forward_after + backward_before);
+      const bool head_kept = last_segment && (edges_kept || !p.reshard_after_forward || reuse > 0);
+      std::vector<double> chunk_layer_params, backward_passes;
+      for (int i = 0; i < int(chunk.size()); ++i) {
         const int l = chunk[std::size_t(i)];
-        const double lp = cost_models::layer_parameters_on_gpu(m, p, l).total();
-        forward_after += lp;
-        backward_before += lp * (1.0 + layer_recompute_share(m, p, l, i, s, micro_batches));
+        chunk_layer_params.push_back(cost_models::layer_parameters_on_gpu(m, p, l).total());
+        backward_passes.push_back(1.0 + layer_recompute_share(m, p, l, i, s, micro_batches));
       }
+      const std::vector<bool> kept = p.reshard_after_forward
+                                         ? cost_models::zero3_kept_layers(chunk_layer_params, backward_passes, tail, reuse)
+                                         : std::vector<bool>(chunk.size(), true);
       for (int i = 0; i < int(chunk.size()); ++i) {
         const int l = chunk[std::size_t(i)];
         const StageParameters params = cost_models::layer_parameters_on_gpu(m, p, l);

@@ -94,10 +94,11 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   // So does the recipe's fused cross-entropy, to a framework that runs it (Megatron-Core).
   r.cross_entropy_fusion =
       fw.cross_entropy_fusion ? base.plan.cross_entropy_fusion : CrossEntropyFusion::none;
-  // And the framework release the experiment names, where the framework has two (DeepSpeed's ZeRO-3
-  // with or without a complete prefetch trace, its pipeline engine before or after v0.5.4).
-  if (fw.zero3_prefetch_choice) r.zero3_prefetch = base.plan.zero3_prefetch;
-  if (fw.pipe_grads_partitioning) r.partitioned_pipe_grads = base.plan.partitioned_pipe_grads;
+  // And the framework release the experiment names (DeepSpeed's ZeRO-3 with or without a complete
+  // prefetch trace, its pipeline engine before or after v0.5.4): the search sets it on the
+  // candidates of a framework that has the choice.
+  r.zero3_prefetch = base.plan.zero3_prefetch;
+  r.partitioned_pipe_grads = base.plan.partitioned_pipe_grads;
   // A precision the GPU has no tensor-core peak for (bf16 or FP8 on a V100, say) is refused here,
   // before any plan is priced, naming where the dtype came from.
   if (!(r.cluster.gpu.peak(r.training.dtype) > FlopsPerSecond(0))) {
