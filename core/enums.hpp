@@ -112,12 +112,12 @@ FORESIGHT_ENUM_NAMES(MemoryKind, {MemoryKind::allocated, "allocated"}, {MemoryKi
 /// The software that runs a plan; it decides implementation details the simulator must model
 /// (how pipeline activations cross nodes, what overlaps with what, which attention kernel runs).
 /// What each one does is one entry of core/framework.hpp's table, read by every cost model.
-enum class Framework { megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, foresight_train, llm_foundry };
+enum class Framework { megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, foresight_train, llm_foundry, fms_fsdp };
 FORESIGHT_ENUM_NAMES(Framework, {Framework::megatron, "megatron"}, {Framework::megatron_core, "megatron-core"},
                      {Framework::deepspeed, "deepspeed"}, {Framework::terapipe, "terapipe"},
                      {Framework::pytorch, "pytorch"}, {Framework::torchtitan, "torchtitan"},
                      {Framework::generic, "generic"}, {Framework::foresight_train, "foresight-train"},
-                     {Framework::llm_foundry, "llm-foundry"});
+                     {Framework::llm_foundry, "llm-foundry"}, {Framework::fms_fsdp, "fms-fsdp"});
 
 /// How attention is computed: Megatron-LM 2021-22's unfused path (two batched GEMMs around a
 /// fused scale-mask-softmax and a dropout over the (b, a/t, s, s) scores, all stored for the

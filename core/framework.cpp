@@ -225,6 +225,49 @@ constexpr ElementwiseTraffic kTorchtitanCompiledTraffic{
     .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
     .weight_cast_forward = 0, .weight_cast_backward = 0};
 
+/// IBM's fms-fsdp (foundation-model-stack/fms-fsdp, 2024) training the ibm-fms LLaMA
+/// (foundation-model-stack/foundation-model-stack fms/models/llama.py, fms/modules/attention.py,
+/// positions.py, layernorm.py, feedforward.py @ f33fdd2, 2024-02) in eager mode; FSDP1 hands the
+/// blocks bf16 parameters (MixedPrecision bfSixteen), no autocast. Per (tokens, hidden) element
+/// unless stated, what differs from torchtitan's eager block above:
+///  RoPE (RotaryEmbedding.adjusted_qk) multiplies each (re, im) pair by a 2 x 2 rotation matrix
+///  in fp32 and sums: q.float() (read 2, write 4), the broadcast mul into a (.., D/2, 2, 2) fp32
+///  tensor (read 4, write 8), .sum(5) (read 8, write 4), type_as (read 4, write 2) = 36 per element
+///  of q and k in 4 launches each; its autograd backward mirrors it (the cast's gradient 2 + 4, the
+///  product's gradient materialised 4 + 8 and summed over the broadcast pair 8 + 4, the cast back
+///  4 + 2) = 36, against the complex multiply's 20 each way.
+///  Loss: train_utils.py calls nn.CrossEntropyLoss on the bf16 logits (no .float()): log_softmax
+///  reads each 64 KB row three times and writes it once (6 + 2), nll_loss reads one element a row:
+///  8 in 2 launches; backward nll_loss's dense bf16 gradient (write 2), the softmax backward's sum
+///  pass and output pass (read 2 + 2, then 2 + 2 and write 2): 12 in 3 launches.
+///  The norms (LayerNormParameterized with use_high_precision_pow: x.float(), pow, mean, rsqrt,
+///  type_as, * weight), the GQA expansion (expand + flatten copies K and V to every head), the
+///  attention output's transpose copy, the residual adds and the GLU (silu(wg x) * w1 x) are
+///  torchtitan's ops to the byte. Not priced: its q, k and v are three nn.Linear GEMMs, not one.
+constexpr ElementwiseTraffic kFmsEagerTraffic = [] {
+  ElementwiseTraffic t = kTorchtitanEagerTraffic;
+  t.rope_forward = t.rope_backward = 36;
+  t.rope_launches = 8;
+  t.loss_forward = 8;
+  t.loss_backward = 12;
+  t.loss_launches_forward = 2;
+  t.loss_launches_backward = 3;
+  return t;
+}();
+
+/// fms-fsdp with use_torch_compile: torch.compile over the FSDP1-wrapped model (main_training.py),
+/// whose FSDP hooks break the graph at every wrapped LLaMABlock, so Inductor fuses within a block
+/// as torchtitan's per-block compile does (its RoPE one kernel reading q and k in 16 bits and
+/// writing them back). The loss stays eager outside the model, as above.
+constexpr ElementwiseTraffic kFmsCompiledTraffic = [] {
+  ElementwiseTraffic t = kTorchtitanCompiledTraffic;
+  t.loss_forward = kFmsEagerTraffic.loss_forward;
+  t.loss_backward = kFmsEagerTraffic.loss_backward;
+  t.loss_launches_forward = kFmsEagerTraffic.loss_launches_forward;
+  t.loss_launches_backward = kFmsEagerTraffic.loss_launches_backward;
+  return t;
+}();
+
 constexpr double kDdpBucketBytes = 25.0 * 1048576.0;  // torch DDP bucket_cap_mb default 25 (MiB)
 
 /// An entry with what most of the frameworks of the table share, so that each entry below states
@@ -245,7 +288,7 @@ FrameworkTraits entry(Framework id, const char* name, const char* version, const
   return t;
 }
 
-std::array<FrameworkTraits, 9> make_table() {
+std::array<FrameworkTraits, 10> make_table() {
   FrameworkTraits megatron = entry(Framework::megatron, "megatron", "Megatron-LM v2.x-v3.0 (2021-22)",
                                    "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
                                    "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)");
@@ -696,6 +739,49 @@ std::array<FrameworkTraits, 9> make_table() {
   torchtitan.activation_offload_refusal =
       "torchtitan keeps activations on the GPU (deepspeed, megatron-core or foresight-train offload them)";
 
+  // IBM's fms-fsdp (foundation-model-stack/fms-fsdp main_training.py and fms_fsdp/utils/train_utils.py,
+  // 2024): PyTorch FSDP1 (FullyShardedDataParallel with each LLaMABlock a unit, limit_all_gathers,
+  // the default BACKWARD_PRE prefetch; FULL_SHARD or, sharding_strategy hsdp, HYBRID_SHARD over a
+  // node) around the ibm-fms LLaMA, eager or compiled, SDPA flash attention, AdamW over the fp32
+  // shards, and its "selective" checkpointing: full recompute of an evenly spaced share p of the
+  // blocks (fms_fsdp/policies/ac_handler.py), the same time and memory as recompute_layers = p x
+  // layers without pipeline stages. What differs from torchtitan's entry: FSDP1's flat parameters
+  // (gathered straight into the buffer the layers' views read; no copies per unit), gradients
+  // reduced in bf16 (bfSixteen), the block's RoPE and loss (kFmsEagerTraffic), the logits kept by
+  // the training loop through the backward, and no tensor, pipeline or context parallelism (its
+  // trainer has none) and no Float8.
+  FrameworkTraits fms_fsdp = torchtitan;
+  fms_fsdp.id = Framework::fms_fsdp;
+  fms_fsdp.name = "fms-fsdp";
+  fms_fsdp.version = "IBM fms-fsdp with PyTorch FSDP1 and the ibm-fms LLaMA (2024)";
+  fms_fsdp.source =
+      "foundation-model-stack/fms-fsdp (main_training.py, fms_fsdp/utils/train_utils.py get_policies and train, "
+      "fms_fsdp/policies/mixed_precision.py bfSixteen, ac_handler.py; README benchmarks, 2024-02 to 2024-05); "
+      "foundation-model-stack/foundation-model-stack fms/models/llama.py and fms/modules (2024-02)";
+  fms_fsdp.elementwise = kFmsEagerTraffic;
+  fms_fsdp.compiled_elementwise = kFmsCompiledTraffic;
+  fms_fsdp.precision.reduce_bytes = 2;
+  // nn.CrossEntropyLoss on the bf16 logits holds, at the backward's peak, nll_loss's dense bf16
+  // gradient, log_softmax's saved bf16 output and the input gradient (2 + 2 + 2), and the loop's
+  // `output` keeps the logits themselves alive through loss.backward() (torchtitan deletes its
+  // `pred` first): 8.
+  fms_fsdp.activations.logits_bytes = 8;
+  fms_fsdp.fsdp2_unit_copies = false;
+  fms_fsdp.partial_recompute = true;
+  fms_fsdp.op_selective_recompute = false;
+  fms_fsdp.tensor_parallel = fms_fsdp.pipeline_parallel = fms_fsdp.context_parallel = false;
+  fms_fsdp.tp_overlap = fms_fsdp.tp_overlap_needs_compile = false;
+  fms_fsdp.sequence_parallel = false;
+  fms_fsdp.tp_needs_sequence_parallel = false;
+  fms_fsdp.cp_torch_sdpa = false;
+  fms_fsdp.fp8_tensorwise_tp_gather = fms_fsdp.fp8_param_gather = false;
+  fms_fsdp.fsdp_pipeline_step_sync = false;
+  fms_fsdp.optimizer_offload_refusal =
+      "fms-fsdp runs no optimizer offload (FSDP1's CPUOffload would move the parameters and gradients too, "
+      "which plan.offload does not describe)";
+  fms_fsdp.activation_offload_refusal =
+      "fms-fsdp keeps activations on the GPU (deepspeed, megatron-core or foresight-train offload them)";
+
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
   // DDP buckets, and every schedule (TeraPipe slicing included).
@@ -762,13 +848,13 @@ std::array<FrameworkTraits, 9> make_table() {
   trainer.zero1_expert_parallel = false;
   trainer.gpt_blocks_only = true;
   trainer.in_development = true;
-  return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer, llm_foundry};
+  return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer, llm_foundry, fms_fsdp};
 }
 
 }  // namespace
 
 const FrameworkTraits& framework_traits(Framework f) {
-  static const std::array<FrameworkTraits, 9> table = make_table();
+  static const std::array<FrameworkTraits, 10> table = make_table();
   for (const auto& t : table)
     if (t.id == f) return t;
   FORESIGHT_CHECK(false) << "no traits for framework " << int(f);

@@ -91,6 +91,10 @@ struct PrecisionRecipe {
   /// AMP's weight cache); false where the 16-bit copies are transient (FSDP2's MixedPrecisionPolicy
   /// param_dtype bf16: each unit's gathered bf16 parameters are freed after use).
   bool autocast_weight_copies = false;
+  /// Bytes per gradient element as data parallelism reduces it when the plan does not say
+  /// (plan.reduce_dtype): 0 for the gradient's own dtype; 2 where the framework's FSDP
+  /// MixedPrecision reduces in 16 bits (fms-fsdp's bfSixteen: param, reduce and buffer dtypes bf16).
+  double reduce_bytes = 0;
 };
 
 /// Stored activations a framework keeps beyond Korthikanti et al. 2022's accounting.

@@ -22,7 +22,7 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
     if (dtype == Dtype::fp16) s.main_grad_copy = 4.0;  // fp16 grads, fp32 copy in the optimizer
     else s.grad = 4.0;                                 // bf16 (and fp8's bf16 weights): fp32 buffer
   }
-  s.reduce = s.grad;
+  s.reduce = r.reduce_bytes > 0 && !fp32_training ? r.reduce_bytes : s.grad;
   s.accumulate = (r.fp32_main_grads && s.weight < 4.0) ? 4.0 + s.weight + 4.0 : 3.0 * s.grad;
   if (bf16_optimizer && dtype == Dtype::bf16) {
     // BF16_Optimizer (bf16_optimizer.py update_hp_grads): the bf16 gradient cast to fp32 (read 2,

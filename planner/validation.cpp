@@ -32,6 +32,7 @@ std::string group_of(const Experiment& e) {
   if (n.starts_with("deepspeed-zeropp")) return "DeepSpeed ZeRO-3 on DGX-2 V100 (ZeRO++ baselines, 2023)";
   if (n.ends_with("-local-h100") || n.ends_with("-local-h100-compile")) return "PyTorch on one H100 (shared/bench)";
   if (n.starts_with("llmfoundry")) return "llm-foundry MPT benchmarks (MosaicML, FSDP)";
+  if (n.starts_with("fms-fsdp")) return "IBM fms-fsdp Llama 2 benchmarks (FSDP1, 2024)";
   if (n.starts_with("torchtitan")) return "torchtitan (Meta, FSDP2)";
   if (n.starts_with("bloom")) return "BLOOM-176B (BigScience 2022)";
   if (n.starts_with("bigscience-jz")) return "BigScience 176B topology benchmarks on Jean Zay (2022)";
