@@ -776,6 +776,12 @@ std::array<FrameworkTraits, 10> make_table() {
   fms_fsdp.cp_torch_sdpa = false;
   fms_fsdp.fp8_tensorwise_tp_gather = fms_fsdp.fp8_param_gather = false;
   fms_fsdp.fsdp_pipeline_step_sync = false;
+  // train_utils.py train(): one forward, one backward and one optimizer.step() per batch from the
+  // loader (batch_size sequences per GPU), so no gradient accumulation; FSDP1's HYBRID_SHARD as
+  // main_training.py constructs it (sharding_strategy only, no process groups or device mesh)
+  // shards over each node's ranks.
+  fms_fsdp.gradient_accumulation = false;
+  fms_fsdp.hybrid_sharding_per_node = true;
   fms_fsdp.optimizer_offload_refusal =
       "fms-fsdp runs no optimizer offload (FSDP1's CPUOffload would move the parameters and gradients too, "
       "which plan.offload does not describe)";

@@ -413,6 +413,13 @@ struct FrameworkTraits {
   /// Shards ZeRO state over part of the data-parallel group and replicates it across the rest
   /// (plan.shard_group: PyTorch HSDP and the like).
   bool hybrid_sharding = true;
+  /// Its hybrid sharding shards within a node and replicates across nodes, nothing else (FSDP1's
+  /// HYBRID_SHARD without a device mesh builds its shard groups from the node's local ranks): a
+  /// plan.shard_group other than the data-parallel group must be the node's GPUs.
+  bool hybrid_sharding_per_node = false;
+  /// Takes one optimizer step per micro-batch (its training loop has no gradient accumulation):
+  /// global_batch = micro_batch x dp x cp.
+  bool gradient_accumulation = true;
   /// Runs ZeRO-1 (a sharded optimizer) beside expert parallelism (plan.zero 1 with plan.ep > 1).
   bool zero1_expert_parallel = true;
 

@@ -337,6 +337,17 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
     return fail("training.global_batch", str((long long)t.global_batch),
                 "must be a multiple of plan.dp * plan.micro_batch = " + str((long long)p.dp) + " * " +
                     str((long long)p.micro_batch) + " = " + str((long long)p.dp * p.micro_batch));
+  if (!fw.gradient_accumulation && t.global_batch != (long long)p.micro_batch * p.dp * p.cp)
+    return fail("plan.micro_batch", str((long long)p.micro_batch),
+                std::string(fw.name) + " takes one optimizer step per micro-batch (no gradient accumulation): "
+                "plan.micro_batch must be training.global_batch / (plan.dp * plan.cp) = " +
+                    str((long long)t.global_batch) + " / " + str((long long)p.dp * p.cp));
+  if (fw.hybrid_sharding_per_node && p.shard_group > 0 && p.shard_group != p.grad_ranks() &&
+      p.shard_group != c.gpus_per_node)
+    return fail("plan.shard_group", str((long long)p.shard_group),
+                std::string(fw.name) + "'s hybrid sharding shards within a node (FSDP's HYBRID_SHARD over the node's "
+                "ranks): it must be the node's " + str((long long)c.gpus_per_node) + " GPUs or the whole "
+                "data-parallel group, " + str((long long)p.grad_ranks()));
   if (p.cp > 1) {
     if (m.seq_len % (2LL * p.cp) != 0)
       return fail("plan.cp", str((long long)p.cp),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 
 #include <sstream>
 
@@ -349,6 +350,76 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   if (p.training.dtype == Dtype::bf16) s << " --bf16";
   if (p.training.dtype == Dtype::fp16) s << " --fp16";
   return s.str();
+}
+
+namespace {
+
+/// The ibm-fms LLaMA variants fms-fsdp builds by name (fms_fsdp/utils/config_utils.py
+/// get_model_config @ 5a296af; ibm-fms LLaMAConfig: vocabulary 32,000 unless stated, the FFN
+/// hidden_grow_factor x emb_dim rounded up to multiple_of 256 (4096 for llama2_70b)). The llama3
+/// variants cache rotary frequencies for 8192 positions, their _4k twins for 4096.
+struct FmsVariant {
+  const char* name;
+  int layers, hidden, heads, kv_heads, ffn, vocab, max_seq;
+};
+constexpr FmsVariant kFmsVariants[] = {
+    {"llama2_7b", 32, 4096, 32, 32, 11008, 32000, 4096},
+    {"llama2_13b", 40, 5120, 40, 40, 13824, 32000, 4096},
+    {"llama2_34b", 48, 8192, 64, 8, 22016, 32000, 16384},
+    {"llama2_70b", 80, 8192, 64, 8, 28672, 32000, 4096},
+    {"llama3_1.8b_4k", 24, 2048, 16, 8, 7168, 128256, 4096},
+    {"llama3_1.8b", 24, 2048, 16, 8, 7168, 128256, 8192},
+    {"llama3_3.2b_4k", 24, 3072, 24, 8, 8192, 128256, 4096},
+    {"llama3_3.2b", 24, 3072, 24, 8, 8192, 128256, 8192},
+    {"llama3_8b_4k", 32, 4096, 32, 8, 14336, 128256, 4096},
+    {"llama3_8b", 32, 4096, 32, 8, 14336, 128256, 8192},
+    {"llama3_70b_4k", 80, 8192, 64, 8, 28672, 128256, 4096},
+    {"llama3_70b", 80, 8192, 64, 8, 28672, 128256, 8192},
+};
+
+/// p / q in lowest terms ("1/2"), or "1" / "0": fms-fsdp evaluates a fraction string it is given.
+std::string fraction(int p, int q) {
+  if (p == 0) return "0";
+  const int g = std::gcd(p, q);
+  return p == q ? "1" : std::to_string(p / g) + "/" + std::to_string(q / g);
+}
+
+}  // namespace
+
+std::string fms_fsdp_arguments(const ExecutablePlan& p, std::string* why_not) {
+  auto none = [why_not](const std::string& why) {
+    if (why_not) *why_not = why;
+    return std::string();
+  };
+  const PlanSpec& q = p.plan;
+  const ModelSpec& m = p.model;
+  if (q.framework != Framework::fms_fsdp) return none("the plan's framework is " + std::string(to_string(q.framework)));
+  // The first variant of the model's shapes whose rotary cache covers its sequence.
+  const FmsVariant* variant = nullptr;
+  for (const FmsVariant& v : kFmsVariants)
+    if (v.layers == m.layers && v.hidden == m.hidden && v.heads == m.heads && v.kv_heads == m.kv_heads &&
+        v.ffn == m.ffn_hidden && v.vocab == m.vocab && m.seq_len <= v.max_seq && !m.moe &&
+        m.activation == Activation::swiglu && m.norm == Norm::rmsnorm && m.position == PositionEmbedding::rope) {
+      variant = &v;
+      break;
+    }
+  if (!variant)
+    return none("fms-fsdp builds its LLaMA variants by name (fms_fsdp/utils/config_utils.py) and none has model " +
+                m.name + "'s shapes (layers, hidden, heads, KV heads, FFN, vocabulary, RoPE SwiGLU RMSNorm)");
+  const bool hybrid = q.shard_group > 0 && q.shard_group != q.grad_ranks();
+  const int nodes = (p.gpus + p.gpus_per_node - 1) / p.gpus_per_node;
+  const bool ac = q.recompute == Recompute::full;
+  std::ostringstream o;
+  o << "torchrun --nnodes=" << nodes << " --nproc_per_node=" << std::min(p.gpus, p.gpus_per_node)
+    << " main_training_llama.py"
+    << " --model_variant=" << variant->name << " --sharding_strategy=" << (hybrid ? "hsdp" : "fsdp")
+    << " --fsdp_activation_checkpointing=" << (ac ? "True" : "False");
+  // Its selective_checkpointing is the share of blocks checkpointed, evenly spaced (ac_handler.py);
+  // the plan's recompute_layers counts them.
+  if (ac) o << " --selective_checkpointing=" << fraction(q.recompute_layers > 0 ? q.recompute_layers : m.layers, m.layers);
+  o << " --mixed_precision=True --batch_size=" << q.micro_batch << " --seq_length=" << m.seq_len
+    << " --vocab_size=" << m.vocab << " --use_torch_compile=" << (q.compile ? "True" : "False");
+  return o.str();
 }
 
 nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* why_not) {

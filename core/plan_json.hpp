@@ -62,4 +62,13 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not = n
 /// the reason in *why_not where one is passed.
 nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* why_not = nullptr);
 
+/// The launch line of IBM's fms-fsdp trainer (foundation-model-stack/fms-fsdp main_training_llama.py,
+/// whose training config takes each field as a --flag=value) for a plan of framework fms-fsdp:
+/// the ibm-fms LLaMA variant whose shapes are the model's (fms_fsdp/utils/config_utils.py), the
+/// sharding strategy (fsdp, or hsdp over each node), activation checkpointing with the share of
+/// blocks recomputed (selective_checkpointing), the per-GPU batch, the sequence length and
+/// torch.compile. Empty for another framework, or where fms-fsdp has no variant or flag for the
+/// plan, with the reason in *why_not where one is passed.
+std::string fms_fsdp_arguments(const ExecutablePlan& p, std::string* why_not = nullptr);
+
 }  // namespace foresight

@@ -154,8 +154,8 @@ Table plan_table(const planner::SearchRequest& r, const planner::SearchResult& r
   return t;
 }
 
-/// Writes the picked plan's plan.json, launch.sh and megatron_args.txt into `dir`, and
-/// ds_config.json for a DeepSpeed plan; returns the names written, in order.
+/// Writes the picked plan's plan.json, launch.sh and megatron_args.txt into `dir`, ds_config.json
+/// for a DeepSpeed plan and fms_fsdp_launch.txt for an fms-fsdp one; returns the names written, in order.
 std::vector<std::string> write_outputs(const std::filesystem::path& dir, const planner::SearchRequest& r,
                                        const planner::Candidate& c) {
   ExecutablePlan ep;
@@ -185,6 +185,16 @@ std::vector<std::string> write_outputs(const std::filesystem::path& dir, const p
     written.push_back("ds_config.json");
   } else {
     std::filesystem::remove(dir / "ds_config.json");
+  }
+  // An fms-fsdp plan also gets fms-fsdp's own launch line (no stale one elsewhere).
+  std::string fms_why;
+  const std::string fms = fms_fsdp_arguments(ep, &fms_why);
+  if (c.plan.framework == Framework::fms_fsdp) {
+    write_file_atomically(dir / "fms_fsdp_launch.txt",
+                          fms.empty() ? "# this plan has no fms-fsdp launch line: " + fms_why + "\n" : fms + "\n");
+    written.push_back("fms_fsdp_launch.txt");
+  } else {
+    std::filesystem::remove(dir / "fms_fsdp_launch.txt");
   }
   return written;
 }
@@ -329,7 +339,7 @@ Command plan_command() {
                      "Also search TeraPipe token-level pipelining (slices from TeraPipe's dynamic program) and "
                      "report its speedup over the best plan without it");
         sub.add_flag("--json", o->json, "Print machine-readable JSON");
-        sub.add_option("--out", o->out, "Directory to write plan.json, launch.sh and megatron_args.txt into (and ds_config.json for a DeepSpeed plan)");
+        sub.add_option("--out", o->out, "Directory to write plan.json, launch.sh and megatron_args.txt into (and ds_config.json for a DeepSpeed plan, fms_fsdp_launch.txt for an fms-fsdp one)");
         sub.add_option("--pick", o->pick, "Which ranked plan to write with --out (1 = best)")->check(CLI::PositiveNumber);
         return [o](std::ostream& out, std::ostream& err) {
           const Experiment base = load_experiment(resolve_scenario("experiments", o->experiment));

@@ -227,6 +227,41 @@ TEST(PlanCli, DeepSpeedPlansGetTheirConfigAndOthersLeaveNoneBehind) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(PlanCli, FmsFsdpPlansWriteItsLaunchLine) {
+  // An fms-fsdp search for Llama 2 7B on the 128 A100s of its README writes fms-fsdp's own launch
+  // line beside plan.json: the variant, the plan's per-GPU batch (one micro-batch a step) and its
+  // sharding; a search for another framework into the same folder removes it.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("foresight-plan-fms-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::ostringstream out, err;
+  int rc = foresight::cli::run_cli({"plan", "--model", "llama2-7b", "--cluster", "aws-p4de", "--gpus", "128",
+                                    "--global-batch", "256", "--framework", "fms-fsdp", "--no-simgrid", "--top", "3",
+                                    "--out", dir.string()},
+                                   out, err);
+  ASSERT_EQ(rc, 0) << err.str();
+  EXPECT_NE(out.str().find("megatron_args.txt and fms_fsdp_launch.txt"), std::string::npos) << out.str();
+  std::ifstream plan_file(dir / "plan.json"), launch_file(dir / "fms_fsdp_launch.txt");
+  const nlohmann::json plan = nlohmann::json::parse(plan_file);
+  std::string launch;
+  std::getline(launch_file, launch);
+  EXPECT_EQ(plan["plan"]["micro_batch"].get<int>() * plan["plan"]["dp"].get<int>(), 256);
+  EXPECT_NE(launch.find("--model_variant=llama2_7b "), std::string::npos) << launch;
+  EXPECT_NE(launch.find("--batch_size=" + std::to_string(plan["plan"]["micro_batch"].get<int>()) + " "),
+            std::string::npos)
+      << launch;
+  const bool hybrid = plan["plan"].contains("shard_group") && plan["plan"]["shard_group"].get<int>() == 8;
+  EXPECT_NE(launch.find(hybrid ? "--sharding_strategy=hsdp" : "--sharding_strategy=fsdp"), std::string::npos) << launch;
+  out.str("");
+  rc = foresight::cli::run_cli({"plan", "--model", "llama2-7b", "--cluster", "aws-p4de", "--gpus", "128",
+                                "--global-batch", "256", "--framework", "torchtitan", "--no-simgrid", "--top", "3",
+                                "--out", dir.string()},
+                               out, err);
+  ASSERT_EQ(rc, 0) << err.str();
+  EXPECT_FALSE(std::filesystem::exists(dir / "fms_fsdp_launch.txt"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(PlanCli, CompileOnPlansUnderTorchCompileWhereTheFrameworkHasIt) {
   // torchtitan eager (the default experiment compiles nothing) never offers async TP, which is an
   // Inductor pass; with --compile on every candidate compiles and async TP ranks. A framework

@@ -506,3 +506,61 @@ TEST(PlanJson, DeepSpeedPlansCarryTheConfigDeepSpeedReads) {
   EXPECT_TRUE(deepspeed_config(half, &why).is_null());
   EXPECT_NE(why.find("cpu_checkpointing"), std::string::npos) << why;
 }
+
+TEST(PlanJson, FmsFsdpPlansGetItsOwnLaunchLine) {
+  // The fms-fsdp 13B row as its README ran it: Llama 2 13B (ibm-fms variant llama2_13b), FSDP over
+  // 128 GPUs of 16 nodes, half the 40 blocks checkpointed (selective_checkpointing 1/2), batch 2
+  // of 4096, eager. The flags are main_training_llama.py's config fields (fms_fsdp/config/training.py).
+  ExecutablePlan p;
+  p.model = ModelSpec{.name = "llama2-13b", .layers = 40, .hidden = 5120, .heads = 40, .seq_len = 4096,
+                      .vocab = 32000, .ffn_hidden = 13824, .kv_heads = 40, .moe = std::nullopt};
+  p.model.activation = Activation::swiglu;
+  p.model.norm = Norm::rmsnorm;
+  p.model.position = PositionEmbedding::rope;
+  p.gpus_per_node = 8;
+  p.gpus = 128;
+  p.training = TrainingSpec{.global_batch = 256, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  p.plan.framework = Framework::fms_fsdp;
+  p.plan.dp = 128;
+  p.plan.micro_batch = 2;
+  p.plan.zero = 3;
+  p.plan.recompute = Recompute::full;
+  p.plan.recompute_layers = 20;
+  EXPECT_EQ(fms_fsdp_arguments(p),
+            "torchrun --nnodes=16 --nproc_per_node=8 main_training_llama.py --model_variant=llama2_13b "
+            "--sharding_strategy=fsdp --fsdp_activation_checkpointing=True --selective_checkpointing=1/2 "
+            "--mixed_precision=True --batch_size=2 --seq_length=4096 --vocab_size=32000 --use_torch_compile=False");
+  // HSDP over each node, every block checkpointed, compiled.
+  p.plan.shard_group = 8;
+  p.plan.recompute_layers = 0;
+  p.plan.compile = true;
+  const std::string hsdp = fms_fsdp_arguments(p);
+  EXPECT_NE(hsdp.find("--sharding_strategy=hsdp"), std::string::npos) << hsdp;
+  EXPECT_NE(hsdp.find("--selective_checkpointing=1 "), std::string::npos) << hsdp;
+  EXPECT_NE(hsdp.find("--use_torch_compile=True"), std::string::npos) << hsdp;
+  // No checkpointing: no share.
+  p.plan.recompute = Recompute::none;
+  EXPECT_EQ(fms_fsdp_arguments(p).find("selective_checkpointing"), std::string::npos);
+  // A model no variant has (GPT-style GeLU blocks), and another framework's plan: empty, saying why.
+  std::string why;
+  ExecutablePlan gpt = p;
+  gpt.model.activation = Activation::gelu;
+  EXPECT_EQ(fms_fsdp_arguments(gpt, &why), "");
+  EXPECT_NE(why.find("none has model llama2-13b's shapes"), std::string::npos) << why;
+  ExecutablePlan tt = p;
+  tt.plan.framework = Framework::torchtitan;
+  EXPECT_EQ(fms_fsdp_arguments(tt, &why), "");
+  EXPECT_NE(why.find("torchtitan"), std::string::npos) << why;
+  // Llama 3 8B at 4096 tokens takes the 4k variant, at 8192 the other.
+  ExecutablePlan l3 = p;
+  l3.model.name = "llama3-8b";
+  l3.model.layers = 32;
+  l3.model.hidden = 4096;
+  l3.model.heads = 32;
+  l3.model.kv_heads = 8;
+  l3.model.ffn_hidden = 14336;
+  l3.model.vocab = 128256;
+  EXPECT_NE(fms_fsdp_arguments(l3).find("--model_variant=llama3_8b_4k "), std::string::npos);
+  l3.model.seq_len = 8192;
+  EXPECT_NE(fms_fsdp_arguments(l3).find("--model_variant=llama3_8b "), std::string::npos);
+}

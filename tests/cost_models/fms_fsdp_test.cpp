@@ -116,3 +116,27 @@ TEST(FmsFsdp, RunsFsdpOrHsdpWithBlockCheckpointingAndNothingElse) {
   ASSERT_TRUE(check(zero1).has_value());
   EXPECT_EQ(check(zero1)->field, "plan.zero");
 }
+
+TEST(FmsFsdp, OneStepPerMicroBatchAndHybridShardsOverANode) {
+  // train_utils.py steps the optimizer after every batch (no accumulation), and FSDP1's
+  // HYBRID_SHARD built from sharding_strategy alone shards over the node's 8 ranks.
+  const Experiment e = row34();
+  auto check = [&](const PlanSpec& p) { return check_plan(e.model, e.cluster, e.training, p, 128); };
+  PlanSpec accumulate = e.plan;
+  accumulate.micro_batch = 1;  // 256 / (1 x 128): two micro-batches a step
+  ASSERT_TRUE(check(accumulate).has_value());
+  EXPECT_EQ(check(accumulate)->field, "plan.micro_batch");
+  EXPECT_NE(check(accumulate)->rule.find("no gradient accumulation"), std::string::npos) << check(accumulate)->rule;
+  PlanSpec quarter = e.plan;
+  quarter.shard_group = 4;
+  ASSERT_TRUE(check(quarter).has_value());
+  EXPECT_EQ(check(quarter)->field, "plan.shard_group");
+  EXPECT_NE(check(quarter)->rule.find("node's 8 GPUs"), std::string::npos) << check(quarter)->rule;
+  // torchtitan accumulates and shards over any group that divides the replicas.
+  PlanSpec tt = accumulate;
+  tt.framework = Framework::torchtitan;
+  EXPECT_FALSE(check(tt).has_value()) << check(tt)->rule;
+  tt = quarter;
+  tt.framework = Framework::torchtitan;
+  EXPECT_FALSE(check(tt).has_value()) << check(tt)->rule;
+}
