@@ -420,6 +420,8 @@ struct FrameworkTraits {
   /// Takes one optimizer step per micro-batch (its training loop has no gradient accumulation):
   /// global_batch = micro_batch x dp x cp.
   bool gradient_accumulation = true;
+  /// Trains in FP8 when training.dtype says so (torchao's float8 or Transformer Engine's recipes).
+  bool fp8_training = true;
   /// Runs ZeRO-1 (a sharded optimizer) beside expert parallelism (plan.zero 1 with plan.ep > 1).
   bool zero1_expert_parallel = true;
 

@@ -34,6 +34,8 @@ std::optional<PlanViolation> fp8_param_gather_violation(const FrameworkTraits& f
 
 std::optional<PlanViolation> fp8_recipe_violation(const FrameworkTraits& fw, const TrainingSpec& t, const GpuSpec& gpu) {
   if (t.dtype != Dtype::fp8) return std::nullopt;
+  if (!fw.fp8_training)
+    return fail("training.dtype", "fp8", std::string(fw.name) + " has no FP8 training (bf16, fp16 or fp32)");
   if (t.fp8_scaling == Fp8Scaling::rowwise && fw.fp8_transformer_engine)
     return fail("training.fp8_scaling", "rowwise",
                 std::string(fw.name) +

@@ -367,6 +367,8 @@ constexpr FmsVariant kFmsVariants[] = {
     {"llama2_13b", 40, 5120, 40, 40, 13824, 32000, 4096},
     {"llama2_34b", 48, 8192, 64, 8, 22016, 32000, 16384},
     {"llama2_70b", 80, 8192, 64, 8, 28672, 32000, 4096},
+    {"llama2_1.4b", 24, 2048, 16, 4, 6144, 32000, 4096},
+    {"llama3_194m_4k", 10, 1024, 8, 8, 2816, 128256, 4096},
     {"llama3_1.8b_4k", 24, 2048, 16, 8, 7168, 128256, 4096},
     {"llama3_1.8b", 24, 2048, 16, 8, 7168, 128256, 8192},
     {"llama3_3.2b_4k", 24, 3072, 24, 8, 8192, 128256, 4096},
@@ -406,18 +408,31 @@ std::string fms_fsdp_arguments(const ExecutablePlan& p, std::string* why_not) {
   if (!variant)
     return none("fms-fsdp builds its LLaMA variants by name (fms_fsdp/utils/config_utils.py) and none has model " +
                 m.name + "'s shapes (layers, hidden, heads, KV heads, FFN, vocabulary, RoPE SwiGLU RMSNorm)");
+  // Its precision flag: mixed_precision True is bfSixteen (bf16 parameters, reduction and buffers)
+  // on a GPU with bf16, False full fp32; it picks fpSixteen itself only where the GPU lacks bf16
+  // (train_utils.py get_mixed_precision_policy).
+  const Dtype dt = p.training.dtype;
+  if (dt != Dtype::bf16 && dt != Dtype::fp32 && dt != Dtype::tf32)
+    return none(std::string("fms-fsdp trains in bf16 or fp32 by flag (mixed_precision); ") + to_string(dt) +
+                " has none (it falls back to fp16 only on a GPU without bf16)");
+  if (q.reduce_dtype && dt == Dtype::bf16 && *q.reduce_dtype != Dtype::bf16)
+    return none(std::string("fms-fsdp's bfSixteen reduces gradients in bf16; plan.reduce_dtype ") +
+                to_string(*q.reduce_dtype) + " has no flag");
   const bool hybrid = q.shard_group > 0 && q.shard_group != q.grad_ranks();
   const int nodes = (p.gpus + p.gpus_per_node - 1) / p.gpus_per_node;
   const bool ac = q.recompute == Recompute::full;
   std::ostringstream o;
-  o << "torchrun --nnodes=" << nodes << " --nproc_per_node=" << std::min(p.gpus, p.gpus_per_node)
-    << " main_training_llama.py"
+  // One torchrun per node; across nodes each needs its rank and node 0's address, which fms-fsdp's
+  // scripts/train.sh takes from Slurm (NODE_RANK and MASTER_ADDR here, to be set per node).
+  o << "torchrun --nnodes=" << nodes;
+  if (nodes > 1) o << " --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=12234";
+  o << " --nproc_per_node=" << std::min(p.gpus, p.gpus_per_node) << " main_training_llama.py"
     << " --model_variant=" << variant->name << " --sharding_strategy=" << (hybrid ? "hsdp" : "fsdp")
     << " --fsdp_activation_checkpointing=" << (ac ? "True" : "False");
   // Its selective_checkpointing is the share of blocks checkpointed, evenly spaced (ac_handler.py);
   // the plan's recompute_layers counts them.
   if (ac) o << " --selective_checkpointing=" << fraction(q.recompute_layers > 0 ? q.recompute_layers : m.layers, m.layers);
-  o << " --mixed_precision=True --batch_size=" << q.micro_batch << " --seq_length=" << m.seq_len
+  o << " --mixed_precision=" << (dt == Dtype::bf16 ? "True" : "False") << " --batch_size=" << q.micro_batch << " --seq_length=" << m.seq_len
     << " --vocab_size=" << m.vocab << " --use_torch_compile=" << (q.compile ? "True" : "False");
   return o.str();
 }

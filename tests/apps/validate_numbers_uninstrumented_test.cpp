@@ -143,8 +143,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // 3b1ce15, 2024; outside ../shared/published): Llama 2 7B-70B under FSDP1 on 128 A100 80GB
       // (400 Gb/s a node) and 96 H100 (800 Gb/s), eager, and the two compiled 7B rows, with the
       // fms-fsdp entry (FSDP1's flat parameters, bf16 reduction, the ibm-fms RoPE and loss),
-      // predicted as added: 4.9% / 10.4% over 10 (the eager 7B rows +9..+10%, the 70B rows -5..-8%).
-      {"IBM fms-fsdp Llama 2 benchmarks (FSDP1, 2024)", {4.9, 10.5}},
+      // predicted as added: 4.9% / 10.4% over 10 (the eager 7B rows +9..+10%, the 70B rows -5..-8%);
+      // the log-softmax backward recounted (12 -> 10 bytes a logit): 4.9% / 10.5%.
+      {"IBM fms-fsdp Llama 2 benchmarks (FSDP1, 2024)", {4.9, 10.6}},
       // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
       // largest after session 18: the 128k/256k context-parallel rows (+30, +36%), the 8B TP8
       // rowwise FP8 rows (+15, +26%), the 70B TP8 tensorwise rows (-8, -10%) and the H200 rows

@@ -527,7 +527,8 @@ TEST(PlanJson, FmsFsdpPlansGetItsOwnLaunchLine) {
   p.plan.recompute = Recompute::full;
   p.plan.recompute_layers = 20;
   EXPECT_EQ(fms_fsdp_arguments(p),
-            "torchrun --nnodes=16 --nproc_per_node=8 main_training_llama.py --model_variant=llama2_13b "
+            "torchrun --nnodes=16 --node_rank=$NODE_RANK --master_addr=$MASTER_ADDR --master_port=12234 "
+            "--nproc_per_node=8 main_training_llama.py --model_variant=llama2_13b "
             "--sharding_strategy=fsdp --fsdp_activation_checkpointing=True --selective_checkpointing=1/2 "
             "--mixed_precision=True --batch_size=2 --seq_length=4096 --vocab_size=32000 --use_torch_compile=False");
   // HSDP over each node, every block checkpointed, compiled.
@@ -551,6 +552,24 @@ TEST(PlanJson, FmsFsdpPlansGetItsOwnLaunchLine) {
   tt.plan.framework = Framework::torchtitan;
   EXPECT_EQ(fms_fsdp_arguments(tt, &why), "");
   EXPECT_NE(why.find("torchtitan"), std::string::npos) << why;
+  // fp32 training turns mixed precision off; fp16, FP8 or a wider reduction have no flag.
+  ExecutablePlan fp32 = p;
+  fp32.training.dtype = Dtype::fp32;
+  EXPECT_NE(fms_fsdp_arguments(fp32).find("--mixed_precision=False"), std::string::npos);
+  ExecutablePlan fp16 = p;
+  fp16.training.dtype = Dtype::fp16;
+  EXPECT_EQ(fms_fsdp_arguments(fp16, &why), "");
+  EXPECT_NE(why.find("fp16 has none"), std::string::npos) << why;
+  ExecutablePlan wide = p;
+  wide.plan.reduce_dtype = Dtype::fp32;
+  EXPECT_EQ(fms_fsdp_arguments(wide, &why), "");
+  EXPECT_NE(why.find("reduce_dtype fp32"), std::string::npos) << why;
+  // One node: no rendezvous flags.
+  ExecutablePlan one = p;
+  one.gpus = 8;
+  one.plan.dp = 8;
+  EXPECT_EQ(fms_fsdp_arguments(one).rfind("torchrun --nnodes=1 --nproc_per_node=8 main_training_llama.py ", 0), 0u)
+      << fms_fsdp_arguments(one);
   // Llama 3 8B at 4096 tokens takes the 4k variant, at 8192 the other.
   ExecutablePlan l3 = p;
   l3.model.name = "llama3-8b";
