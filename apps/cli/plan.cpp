@@ -187,9 +187,9 @@ std::vector<std::string> write_outputs(const std::filesystem::path& dir, const p
     std::filesystem::remove(dir / "ds_config.json");
   }
   // An fms-fsdp plan also gets fms-fsdp's own launch line (no stale one elsewhere).
-  std::string fms_why;
-  const std::string fms = fms_fsdp_arguments(ep, &fms_why);
   if (c.plan.framework == Framework::fms_fsdp) {
+    std::string fms_why;
+    const std::string fms = fms_fsdp_arguments(ep, &fms_why);
     write_file_atomically(dir / "fms_fsdp_launch.txt",
                           fms.empty() ? "# this plan has no fms-fsdp launch line: " + fms_why + "\n" : fms + "\n");
     written.push_back("fms_fsdp_launch.txt");
