@@ -19,6 +19,9 @@
 #     list, BASELINE_COMPILE=gpt-1.3b adds torch.compile rows);
 #   kernels 90: bench_kernels vs PyTorch on the same shapes, and PyTorch SDPA per backend at 16k
 #     and 32k;
+#   eager 75: fms-fsdp's 2024 Llama 2 7B block in eager PyTorch, op by op and whole, eager and
+#     compiled, beside the execution model's op table for it (calibrate/bench_eager_block.py and
+#     compare_eager_block.py; issue 22: the eager fms-fsdp 7B rows predicted ~10% fast);
 #   loop 110: foresight validate --local --backend cuda (the trainer's CUDA backend calibrated op
 #     by op, the one-rank plans predicted, run and compared: closed-loop-cuda.md / .json);
 #   calibrate 120: foresight calibrate --quick.
@@ -140,6 +143,11 @@ phase kernels 90 "$BIN/bench_kernels $RESULTS/bench_kernels.json && \
   python3 calibrate/bench_torch.py $RESULTS/bench_torch.json && \
   python3 calibrate/compare_bench.py $RESULTS/bench_kernels.json $RESULTS/bench_torch.json"
 
+# fms-fsdp's eager block against the model (issue 22); the model's tables for this GPU's DGX.
+phase eager 75 "gpu=\$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && echo h100-sxm || echo h200-sxm); \
+  PYTHONUNBUFFERED=1 python3 calibrate/bench_eager_block.py $RESULTS/eager_block.json; \
+  python3 calibrate/compare_eager_block.py $RESULTS/eager_block.json --foresight $BIN/foresight --gpu \$gpu"
+
 # The closed loop (issue 24) on this GPU: calibrate the trainer's CUDA backend, predict, run, compare.
 phase loop 110 "$BIN/foresight validate --local --backend cuda --work-dir $RESULTS/loop-cuda \
   --results $RESULTS/closed-loop-cuda.json --markdown $RESULTS/closed-loop-cuda.md"
@@ -154,7 +162,7 @@ phase calibrate 120 "$BIN/foresight calibrate --quick --out $RESULTS/profile-qui
   echo
   echo "| phase | exit | seconds | log |"
   echo "| --- | --- | --- | --- |"
-  for p in build probe correctness train baseline kernels loop calibrate; do
+  for p in build probe correctness train baseline kernels eager loop calibrate; do
     [ -n "${phase_rc[$p]+x}" ] && echo "| $p | ${phase_rc[$p]} | ${phase_s[$p]} | $p.log |"
   done
   echo
@@ -167,6 +175,9 @@ phase calibrate 120 "$BIN/foresight calibrate --quick --out $RESULTS/profile-qui
   echo "## foresight-train --backend cuda --precision bf16"
   for f in "$RESULTS"/train-*/train.txt "$RESULTS"/train-pipelined-350m.txt "$RESULTS"/train-cublas-350m.txt; do [ -f "$f" ] && { echo "$f:"; tail -4 "$f"; }; done
   [ -f "$RESULTS/train-profile-350m.txt" ] && { echo; echo "GPU time per op, 350M, 3 steps:"; grep -A25 'GPU time per op' "$RESULTS/train-profile-350m.txt"; }
+  echo
+  echo "## fms-fsdp's eager 7B block: measured vs the model (ms, one micro-batch fwd+bwd)"
+  grep -E '^\| ' "$RESULTS/eager.log" 2>/dev/null
   echo
   echo "## PyTorch baseline (tokens/s, peak memory GiB)"
   grep -h '"name"' "$RESULTS/torch_baseline.jsonl" 2>/dev/null
