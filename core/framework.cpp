@@ -322,6 +322,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // --recompute-method / --recompute-num-layers: partial_recompute stays on.
 
   FrameworkTraits megatron_core = megatron;
+  megatron_core.launcher = Launcher::megatron_core;
   // Megatron-Core: --decoder-first/last-pipeline-num-layers; Megatron-FSDP (--use-megatron-fsdp)
   // for ZeRO-2/3-style sharding.
   megatron_core.uneven_pipeline = true;
@@ -475,6 +476,7 @@ std::array<FrameworkTraits, 10> make_table() {
                                     "partitioned_param_coordinator.py), v0.10.2+ (deepspeed/sequence/layer.py); "
                                     "notes/research-deepspeed-pipeline.md, notes/research-deepspeed-zero3.md");
   deepspeed.moe_dispatch = MoeDispatch::einsum;
+  deepspeed.launcher = Launcher::megatron_deepspeed;
   // Activations and gradients partitioned over TP and all-gathered by the receiver
   // (is_pipe_partitioned = is_grad_partitioned = is_model_parallel, PartitionedTensor.full(),
   // pipe/engine.py from v0.5.4 through v0.6.5 and the bf16 branch BLOOM ran); _exec_recv_grads
@@ -753,6 +755,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // trainer has none) and no Float8.
   FrameworkTraits fms_fsdp = torchtitan;
   fms_fsdp.id = Framework::fms_fsdp;
+  fms_fsdp.launcher = Launcher::fms_fsdp;
   fms_fsdp.name = "fms-fsdp";
   fms_fsdp.version = "IBM fms-fsdp with PyTorch FSDP1 and the ibm-fms LLaMA (2024)";
   fms_fsdp.source =

@@ -32,6 +32,17 @@ enum class ZeroReduction {
                    // pipeline engine: contiguous_gradients and overlap_comm forced off)
 };
 
+/// What `foresight plan` writes beside plan.json for a plan of a framework, and in which dialect
+/// (core/plan_json.cpp): every plan gets Megatron-LM arguments where flags exist for it.
+enum class Launcher {
+  megatron_lm,         // Megatron-LM 2021-22's flags (megatron_args.txt)
+  megatron_core,       // Megatron-Core's: Megatron-FSDP for ZeRO-2/3, distributed-optimizer
+                       // instances, --pipeline-model-parallel-layout, --cpu-offloading-num-layers
+  megatron_deepspeed,  // Megatron-DeepSpeed's (Ulysses as --ds-sequence-parallel-size) and a
+                       // DeepSpeed configuration (ds_config.json)
+  fms_fsdp,            // fms-fsdp's torchrun main_training_llama.py line (fms_fsdp_launch.txt)
+};
+
 /// HBM bytes per element of the (tokens, hidden) stream (or, for the activation function, of the
 /// (tokens, ffn) tensor) that a framework's elementwise kernels move in one transformer layer,
 /// reads plus writes, for its 16-bit recipe; with their kernel launches. The backward entries
@@ -518,6 +529,8 @@ struct FrameworkTraits {
   /// fp8_autocast_exit -> reduce_and_update_fp8_tensors; module/base.py
   /// reduce_and_update_bwd_fp8_tensors). The compute stream waits for it before the next pass.
   bool fp8_amax_reduction = false;
+  /// What `foresight plan` writes for its plans beside plan.json (see Launcher).
+  Launcher launcher = Launcher::megatron_lm;
 
   /// Why the framework cannot execute `plan` (schedule, sequence parallelism, recompute, ZeRO,
   /// pipeline splits, overlaps, buckets), as the plan field, its value and the rule, naming the

@@ -150,12 +150,13 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
     return none(std::string("the ") + to_string(q.schedule) + " schedule has no Megatron-LM flag");
   // ZeRO-2/3 in Megatron-Core is Megatron-FSDP (--use-megatron-fsdp, written below); no other
   // framework's sharding (DeepSpeed's, PyTorch FSDP's, HSDP groups) has Megatron-LM flags.
-  const bool fsdp = q.zero >= 2 && q.framework == Framework::megatron_core;
+  const Launcher dialect = framework_traits(q.framework).launcher;
+  const bool fsdp = q.zero >= 2 && dialect == Launcher::megatron_core;
   // Megatron-Core shards its distributed optimizer (or Megatron-FSDP) within groups and replicates
   // it across them (--num-distributed-optimizer-instances, core_v0.10+); nothing else of
   // plan.shard_group has a flag.
   const bool hybrid = q.shard_group > 0 && q.shard_group != q.grad_ranks();
-  const bool optimizer_instances = hybrid && q.zero >= 1 && q.framework == Framework::megatron_core;
+  const bool optimizer_instances = hybrid && q.zero >= 1 && dialect == Launcher::megatron_core;
   if (hybrid && !optimizer_instances)
     return none("hybrid sharding (plan.shard_group) has no Megatron-LM flag but Megatron-Core's distributed optimizer "
                 "instances (plan.framework megatron-core, plan.zero 1 to 3)");
@@ -173,7 +174,7 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // megatron/training/arguments.py exposes from core_v0.16.0 on (--cpu-offloading-num-layers N,
   // one of the TransformerConfig fields ArgumentGroupFactory turns into flags; N > 0 turns
   // cpu_offloading on). Megatron-LM 2021-22 has none.
-  if (q.offload.activations > 0 && q.framework != Framework::megatron_core)
+  if (q.offload.activations > 0 && dialect != Launcher::megatron_core)
     return none("activation offload has no Megatron-LM flag but Megatron-Core's --cpu-offloading-num-layers "
                 "(plan.framework megatron-core)");
   // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs;
@@ -197,7 +198,7 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // --pipeline-model-parallel-layout; E the embedding, t a decoder layer, m an MTP layer, L the
   // loss, chunks in model order split by |; the virtual stages follow from the chunk count).
   // Megatron-LM 2021-22 splits every model chunk evenly and has no such flag.
-  const bool layout = !q.stage_layers.empty() && q.framework == Framework::megatron_core;
+  const bool layout = !q.stage_layers.empty() && dialect == Launcher::megatron_core;
   if (layout) {
     std::string chunks;
     for (std::size_t k = 0; k < q.stage_layers.size(); ++k) {
@@ -271,7 +272,7 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
     s << " --cpu-offloading-num-layers " << std::lround(q.offload.activations * p.model.layers);
   if (q.tp_overlap) s << " --tp-comm-overlap";
   // Megatron-DeepSpeed's Ulysses has a flag of its own and one exchange.
-  if (q.cp > 1 && q.framework == Framework::deepspeed)
+  if (q.cp > 1 && dialect == Launcher::megatron_deepspeed)
     s << " --ds-sequence-parallel-size " << q.cp;
   else if (q.cp > 1)
     s << " --context-parallel-size " << q.cp << " --cp-comm-type "
@@ -280,7 +281,7 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
           : q.cp_comm == CpComm::all_to_all ? "a2a"
                                             : "a2a+p2p");
   // Megatron-Core's hierarchical sizes, innermost (the all-to-all groups) first (core_r0.10.0).
-  if (q.cp > 1 && q.cp_comm == CpComm::all_to_all_ring && q.framework != Framework::deepspeed)
+  if (q.cp > 1 && q.cp_comm == CpComm::all_to_all_ring && dialect != Launcher::megatron_deepspeed)
     s << " --hierarchical-context-parallel-sizes " << q.cp_heads() << " " << q.cp_ring();
   if (p.model.kv_heads != p.model.heads) s << " --group-query-attention --num-query-groups " << p.model.kv_heads;
   if (p.model.moe)
@@ -395,7 +396,8 @@ std::string fms_fsdp_arguments(const ExecutablePlan& p, std::string* why_not) {
   };
   const PlanSpec& q = p.plan;
   const ModelSpec& m = p.model;
-  if (q.framework != Framework::fms_fsdp) return none("the plan's framework is " + std::string(to_string(q.framework)));
+  if (framework_traits(q.framework).launcher != Launcher::fms_fsdp)
+    return none("the plan's framework is " + std::string(to_string(q.framework)));
   // The first variant of the model's shapes whose rotary cache covers its sequence.
   const FmsVariant* variant = nullptr;
   for (const FmsVariant& v : kFmsVariants)
@@ -443,7 +445,7 @@ nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* wh
     if (why_not) *why_not = why;
     return nlohmann::ordered_json();
   };
-  if (q.framework != Framework::deepspeed)
+  if (framework_traits(q.framework).launcher != Launcher::megatron_deepspeed)
     return none(std::string("a DeepSpeed configuration is written for plans of framework deepspeed (this one is ") +
                 to_string(q.framework) + ")");
   if (p.training.dtype == Dtype::fp8 || p.training.dtype == Dtype::tf32)

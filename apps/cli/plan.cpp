@@ -187,7 +187,7 @@ std::vector<std::string> write_outputs(const std::filesystem::path& dir, const p
     std::filesystem::remove(dir / "ds_config.json");
   }
   // An fms-fsdp plan also gets fms-fsdp's own launch line (no stale one elsewhere).
-  if (c.plan.framework == Framework::fms_fsdp) {
+  if (framework_traits(c.plan.framework).launcher == Launcher::fms_fsdp) {
     std::string fms_why;
     const std::string fms = fms_fsdp_arguments(ep, &fms_why);
     write_file_atomically(dir / "fms_fsdp_launch.txt",
