@@ -10,165 +10,222 @@
 
 namespace foresight::sim {
 
-void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
-  const PlanSpec& p = in.e.plan;
-  const FrameworkTraits& fw = *in.x.framework;
-  const PlanGroups groups = plan_groups(p, in.e.cluster);
-  const CommGroup& dp = groups.dp;
+namespace {
+
+/// What every stage's data-parallel sync shares: the plan's groups and ranks, and the SM
+/// contention of collectives overlapped with the backward and the forward.
+struct DpContext {
+  const CostInputs& in;
+  WorkloadCosts& c;
+  const PlanSpec& p;
+  const FrameworkTraits& fw;
+  PlanGroups groups;
   // NIC bytes per SimGrid host (one per TP x CP group) are those of the data-parallel rings that
   // leave it: one ring per TP rank (over its dp x cp ranks, the host's cp ranks adjacent in the
   // tp-cp-dp-pp order, so each ring crosses out of a node once, as the comm model's ring path
   // assumes), at most one per GPU of the node.
-  const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
-  const int n = p.grad_ranks();  // dp x cp ranks hold the same parameters
-  const int k = p.shard_ways();  // ranks each shard group spans
-  const int replicas = n / k;    // HSDP: shard groups holding the same shards
-  c.dp_latency = n > 1 ? in.comm.estimate(Collective::all_reduce, Bytes(8), dp).latency : Seconds(0);
-  // ZeRO-3 reduces every unit's gradients inside the backward (cost_sharded_parameters).
-  c.dp_overlap = p.dp_overlap && n > 1 && p.zero < 3;
+  double host_ranks;
+  int n;         // dp x cp ranks hold the same parameters
+  int k;         // ranks each shard group spans
+  int replicas;  // HSDP: shard groups holding the same shards
   // A distributed optimizer that reduce-scatters (ZeRO-1/2 as Megatron-Core and the bundled trainer
   // run it; DeepSpeed's stage 1 all-reduces): each rank receives the sums of its shard only.
-  const bool sharded_reduction = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce;
+  bool sharded_reduction;
   // What an overlapped reduction hides under: a backward, priced by the first layer's kind (the
   // GEMMs' share); the same on every stage.
   double dp_contention = 0, forward_contention = 0;
+};
+
+/// One stage's sync, as WorkloadCosts keeps it.
+struct StageSync {
+  Seconds sync, gather, tail, slowdown;
+  Bytes sync_bytes, gather_bytes;
+  Bytes grads, weights;  // the stage's dense gradients (reduce dtype) and model copy (gathered)
+};
+
+/// The gradient reduction and the model copy's gather after the step: dense over dp (or the shard
+/// group, with HSDP's all-reduce across the replicas), experts over their expert-data-parallel group.
+StageSync reduce_and_gather(const DpContext& d, int s) {
+  const CostInputs& in = d.in;
+  const PlanSpec& p = d.p;
+  const int n = d.n, k = d.k, replicas = d.replicas;
+  const double host_ranks = d.host_ranks;
+  const cost_models::StageParameters sp = cost_models::parameters_on_gpu(d.fw, in.e.model, p, s);
+  StageSync r;
+  r.grads = Bytes(sp.dense * in.x.bytes.reduce);
+  const Bytes expert_grads(sp.expert * in.x.bytes.reduce);
+  // The model copy ZeRO gathers after the step: the dense parameters over the shard group (the
+  // experts' shards over their expert-data-parallel group, below). Under plan.fp8_param_gather
+  // the layers' GEMM weights travel in FP8 (Megatron-Core's --fp8-param-gather).
+  const double layer_dense = p.fp8_param_gather ? cost_models::stage_layer_parameters(in.e.model, p, s).dense : 0.0;
+  r.weights = Bytes((sp.dense - layer_dense) * in.x.bytes.weight +
+                    layer_dense * cost_models::layer_gather_bytes(in.x, in.e.model, p, in.x.bytes.weight));
+  const Bytes expert_weights(sp.expert * in.x.bytes.weight);
+  if (n > 1) {
+    if (p.zero == 0 || (p.zero <= 2 && d.fw.zero_reduction == ZeroReduction::all_reduce)) {
+      r.sync = in.comm.time(Collective::all_reduce, r.grads, d.groups.dp);
+      r.sync_bytes = r.grads * (2.0 * (n - 1.0) / n) * host_ranks;
+    } else if (p.zero <= 2 && k > 1) {
+      r.sync = in.comm.time(Collective::reduce_scatter, r.grads, d.groups.shard);
+      r.sync_bytes = r.grads * ((k - 1.0) / k) * host_ranks;
+    }
+    // HSDP: each shard, reduced inside its group, is all-reduced across the replicas (ZeRO-3:
+    // unit by unit inside the backward, cost_sharded_parameters).
+    if (d.sharded_reduction && replicas > 1) {
+      r.sync += in.comm.time(Collective::all_reduce, r.grads / double(k), d.groups.replicate);
+      r.sync_bytes += r.grads / double(k) * (2.0 * (replicas - 1.0) / replicas) * host_ranks;
+    }
+    if ((p.zero == 1 || p.zero == 2) && k > 1) {
+      // Each rank stepped its shard: the updated weights are all-gathered.
+      r.gather = in.comm.time(Collective::all_gather, r.weights, d.groups.shard);
+      r.gather_bytes = r.weights * ((k - 1.0) / k) * host_ranks;
+    }
+  }
+  // Expert gradients are replicated over the plan.expert_dp() ranks holding the same experts
+  // (dp / ep without folding; tp x cp x dp / (etp x ep) folded).
+  // (Under ZeRO-3 the experts' gradients are reduce-scattered unit by unit with the rest.)
+  if (expert_grads > Bytes(0) && p.expert_dp() > 1 && p.zero < 3) {
+    // Under a reduce-scattering distributed optimizer each expert-data-parallel rank steps a shard
+    // of the experts too (Megatron-Core's expert buffers, the trainer's one reduce-scatter at
+    // ep = 1) and gathers the updated experts after the step.
+    r.sync += in.comm.time(d.sharded_reduction ? Collective::reduce_scatter : Collective::all_reduce, expert_grads,
+                           d.groups.expert_dp);
+    if (p.zero >= 1) {
+      const double edp = p.expert_dp();
+      r.gather += in.comm.time(Collective::all_gather, expert_weights, d.groups.expert_dp);
+      r.gather_bytes += expert_weights * ((edp - 1.0) / edp) * host_ranks;
+    }
+  }
+  return r;
+}
+
+/// plan.param_gather_overlap: the gather bucket by bucket under the next iteration's first
+/// forward (Megatron-Core's --overlap-param-gather: the optimizer step dispatches the first
+/// bucket's all-gather, and each bucket's forward pre-hook, on the first micro-batch only, waits
+/// for it and dispatches the next). The stage's first forward waits for the first bucket (the
+/// framework's bucket, Megatron-Core's bucket_size) and for whatever of its first model chunk's
+/// gather, dense and expert buckets alike, that forward cannot cover: the chain starts with this
+/// stage's own forward, so a pipeline's fill hides the first bucket only. The hidden part holds
+/// SMs beside the forwards (the ctas / (sms - ctas) rule of the overlapped reduction below); with
+/// an interleaved schedule the later chunks' gathers hide under the forwards before theirs.
+void overlap_param_gather(const DpContext& d, int s, StageSync& r) {
+  const PlanSpec& p = d.p;
+  if (!(p.param_gather_overlap && r.gather > Seconds(0) && (p.zero == 1 || p.zero == 2))) return;
+  const double bucket_params = d.fw.dp_overlap_bucket_bytes / d.in.x.bytes.reduce;
+  const Bytes bucket = min(Bytes(bucket_params * d.in.x.bytes.weight), r.weights);
+  const Seconds first = r.weights > Bytes(0) && d.k > 1
+                            ? min(r.gather, d.in.comm.time(Collective::all_gather, bucket, d.groups.shard))
+                            : Seconds(0);
+  const Seconds first_chunk = r.gather / double(std::max(1, p.virtual_stages));
+  Seconds own;
+  if (s < int(d.c.chunk.size()) && !d.c.chunk[std::size_t(s)].empty())
+    for (const ChunkCosts& sl : d.c.chunk[std::size_t(s)][0])
+      own += sl.forward + sl.forward_tp_comm + sl.forward_ep_comm + sl.forward_cp_comm;
+  const Seconds exposed = max(first, first_chunk - own);
+  r.gather_bytes = r.gather_bytes * (exposed / r.gather);
+  r.gather = exposed + d.forward_contention * (r.gather - exposed);
+}
+
+/// With the reduction overlapped (plan.dp_overlap): the last bucket, which must wait for the
+/// backward to finish (the framework's bucket: PyTorch DDP's bucket_cap_mb, Megatron-Core's
+/// bucket_size); each model chunk's share of the buckets; and the SMs the hidden buckets' NCCL
+/// kernels hold while the last backward computes (Megatron-LM SC21 sec. 4.2 runs DDP's reduction
+/// beside the backward; the same ctas / (sms - ctas) rule as ZeRO-3's prefetch and overlapped
+/// TP). The stage's last backward is chunk 0's first slice (TeraPipe runs a micro-batch's
+/// backward from its last slice to its first). With model chunks (an interleaved schedule) each
+/// chunk's buckets are reduced when its own last micro-batch runs its backward (Megatron-Core
+/// enables a chunk's grad sync on its last micro-batch, schedules.py backward_step_helper): chunk
+/// v-1 first, chunk 0 last, each a pipeline's worth of backward steps apart. The share of each
+/// chunk is its share of the stage's layers, as the gradient buffer is split in cost_layer_chunks.
+std::vector<double> overlapped_reduction(const DpContext& d, int s, StageSync& r) {
+  const CostInputs& in = d.in;
+  const PlanSpec& p = d.p;
+  const WorkloadCosts& c = d.c;
+  r.tail = r.sync;
+  if (c.dp_overlap && r.sync > Seconds(0)) {
+    const Bytes bucket = min(Bytes(d.fw.dp_overlap_bucket_bytes), r.grads);
+    r.tail = min(r.sync, in.comm.time(p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce, bucket,
+                                      p.zero >= 1 ? d.groups.shard : d.groups.dp));
+  }
+  const int v = c.shape.virtual_stages;
+  std::vector<double> shares;
+  if (c.dp_overlap && v > 1) {
+    const double stage_layers = double(cost_models::stage_layers(in.e.model, p, s).size());
+    for (int ch = 0; ch < v; ++ch)
+      shares.push_back(stage_layers > 0 ? double(cost_models::chunk_layers(in.e.model, p, s, ch).size()) / stage_layers
+                                        : 1.0 / v);
+  }
+  if (c.dp_overlap && r.sync > r.tail && !c.chunk.empty() && !c.chunk[std::size_t(s)].empty() &&
+      !c.chunk[std::size_t(s)][0].empty()) {
+    const ChunkCosts& last = c.chunk[std::size_t(s)][0].front();
+    // The buckets hide under the backward steps from the first chunk's last micro-batch on:
+    // (v - 1) pipelines' worth of steps after it and its own, each about the last one's length.
+    const double steps = v > 1 ? double(v - 1) * p.pp + 1.0 : 1.0;
+    r.slowdown = d.dp_contention * min(r.sync - r.tail, (last.backward + last.recompute) * steps);
+  }
+  return shares;
+}
+
+/// The tied word embedding's two copies (the first stage's and the last stage's, FrameworkTraits::
+/// sums_tied_embedding_copies) sum their gradients once a step, an all-reduce between the two
+/// stages of each tp rank and data-parallel index, on the gradient stream next to the
+/// data-parallel reduction and hidden under nothing (Megatron-LM's _allreduce_embedding_grads
+/// after it, DeepSpeed's PipelineEngine._exec_reduce_tied_grads right before it): the embedding
+/// shard's vocab x hidden / tp gradients, in the reduce dtype; fp32 under DeepSpeed's
+/// BF16_Optimizer (plan.bf16_optimizer), which reduces its fp32 accumulation of the tied weight
+/// (_exec_reduce_tied_grads on _hp_grad, microsoft/DeepSpeed 77b649d16). Every GPU of a
+/// first-stage node sends at once (CommGroup::concurrent_groups).
+void tied_embedding_sync(const DpContext& d, int s, StageSync& r) {
+  const CostInputs& in = d.in;
+  const PlanSpec& p = d.p;
+  if (!(d.fw.sums_tied_embedding_copies && cost_models::last_stage_holds_tied_copy(d.fw, in.e.model, p) &&
+        (s == 0 || s == p.pp - 1)))
+    return;
+  const double bytes_per = p.bf16_optimizer && in.e.training.dtype == Dtype::bf16 ? 4.0 : in.x.bytes.reduce;
+  const Bytes tied(double(in.e.model.vocab) * in.e.model.hidden / p.tp * bytes_per);
+  const Seconds t = in.comm.time(Collective::all_reduce, tied, d.groups.embedding);
+  r.sync += t;
+  r.tail += t;
+  r.sync_bytes += tied * d.host_ranks;  // two ranks: each sends its copy once
+}
+
+}  // namespace
+
+void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
+  const PlanSpec& p = in.e.plan;
+  const FrameworkTraits& fw = *in.x.framework;
+  const int n = p.grad_ranks();
+  const int k = p.shard_ways();
+  DpContext d{.in = in,
+              .c = c,
+              .p = p,
+              .fw = fw,
+              .groups = plan_groups(p, in.e.cluster),
+              .host_ranks = double(std::min(p.tp, in.e.cluster.gpus_per_node)),
+              .n = n,
+              .k = k,
+              .replicas = n / k,
+              .sharded_reduction = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce};
+  c.dp_latency = n > 1 ? in.comm.estimate(Collective::all_reduce, Bytes(8), d.groups.dp).latency : Seconds(0);
+  // ZeRO-3 reduces every unit's gradients inside the backward (cost_sharded_parameters).
+  c.dp_overlap = p.dp_overlap && n > 1 && p.zero < 3;
   if (c.dp_overlap || p.param_gather_overlap) {
     const ModelSpec& m = in.e.model;
     const LayerCompute lc = in.compute.layer(p.local_tokens(m), attention_context(in.e), m.is_moe_layer(0), m.window_of(0));
-    if (c.dp_overlap) dp_contention = overlap_contention(in, gemm_share(lc, true));
-    forward_contention = overlap_contention(in, gemm_share(lc, false));
+    if (c.dp_overlap) d.dp_contention = overlap_contention(in, gemm_share(lc, true));
+    d.forward_contention = overlap_contention(in, gemm_share(lc, false));
   }
   for (int s = 0; s < p.pp; ++s) {
-    const cost_models::StageParameters sp = cost_models::parameters_on_gpu(fw, in.e.model, p, s);
-    const Bytes grads(sp.dense * in.x.bytes.reduce);
-    const Bytes expert_grads(sp.expert * in.x.bytes.reduce);
-    // The model copy ZeRO gathers after the step: the dense parameters over the shard group (the
-    // experts' shards over their expert-data-parallel group, below). Under plan.fp8_param_gather
-    // the layers' GEMM weights travel in FP8 (Megatron-Core's --fp8-param-gather).
-    const double layer_dense = p.fp8_param_gather ? cost_models::stage_layer_parameters(in.e.model, p, s).dense : 0.0;
-    const Bytes weights((sp.dense - layer_dense) * in.x.bytes.weight +
-                        layer_dense * cost_models::layer_gather_bytes(in.x, in.e.model, p, in.x.bytes.weight));
-    const Bytes expert_weights(sp.expert * in.x.bytes.weight);
-    Seconds sync, gather;
-    Bytes sync_bytes, gather_bytes;
-    if (n > 1) {
-      if (p.zero == 0 || (p.zero <= 2 && fw.zero_reduction == ZeroReduction::all_reduce)) {
-        sync = in.comm.time(Collective::all_reduce, grads, dp);
-        sync_bytes = grads * (2.0 * (n - 1.0) / n) * host_ranks;
-      } else if (p.zero <= 2 && k > 1) {
-        sync = in.comm.time(Collective::reduce_scatter, grads, groups.shard);
-        sync_bytes = grads * ((k - 1.0) / k) * host_ranks;
-      }
-      // HSDP: each shard, reduced inside its group, is all-reduced across the replicas (ZeRO-3:
-      // unit by unit inside the backward, cost_sharded_parameters).
-      if (sharded_reduction && replicas > 1) {
-        sync += in.comm.time(Collective::all_reduce, grads / double(k), groups.replicate);
-        sync_bytes += grads / double(k) * (2.0 * (replicas - 1.0) / replicas) * host_ranks;
-      }
-      if ((p.zero == 1 || p.zero == 2) && k > 1) {
-        // Each rank stepped its shard: the updated weights are all-gathered.
-        gather = in.comm.time(Collective::all_gather, weights, groups.shard);
-        gather_bytes = weights * ((k - 1.0) / k) * host_ranks;
-      }
-    }
-    // Expert gradients are replicated over the plan.expert_dp() ranks holding the same experts
-    // (dp / ep without folding; tp x cp x dp / (etp x ep) folded).
-    // (Under ZeRO-3 the experts' gradients are reduce-scattered unit by unit with the rest.)
-    if (expert_grads > Bytes(0) && p.expert_dp() > 1 && p.zero < 3) {
-      // Under a reduce-scattering distributed optimizer each expert-data-parallel rank steps a shard
-      // of the experts too (Megatron-Core's expert buffers, the trainer's one reduce-scatter at
-      // ep = 1) and gathers the updated experts after the step.
-      sync += in.comm.time(sharded_reduction ? Collective::reduce_scatter : Collective::all_reduce, expert_grads,
-                           groups.expert_dp);
-      if (p.zero >= 1) {
-        const double edp = p.expert_dp();
-        gather += in.comm.time(Collective::all_gather, expert_weights, groups.expert_dp);
-        gather_bytes += expert_weights * ((edp - 1.0) / edp) * host_ranks;
-      }
-    }
-    if (p.param_gather_overlap && gather > Seconds(0) && (p.zero == 1 || p.zero == 2)) {
-      // Bucket by bucket under the next iteration's first forward (Megatron-Core's
-      // --overlap-param-gather: the optimizer step dispatches the first bucket's all-gather, and
-      // each bucket's forward pre-hook, on the first micro-batch only, waits for it and dispatches
-      // the next). The stage's first forward waits for the first bucket (the framework's bucket,
-      // Megatron-Core's bucket_size) and for whatever of its first model chunk's gather, dense and
-      // expert buckets alike, that forward cannot cover: the chain starts with this stage's own
-      // forward, so a pipeline's fill hides the first bucket only. The hidden part holds SMs
-      // beside the forwards (the ctas / (sms - ctas) rule of the overlapped reduction below); with
-      // an interleaved schedule the later chunks' gathers hide under the forwards before theirs.
-      const double bucket_params = fw.dp_overlap_bucket_bytes / in.x.bytes.reduce;
-      const Bytes bucket = min(Bytes(bucket_params * in.x.bytes.weight), weights);
-      const Seconds first =
-          weights > Bytes(0) && k > 1 ? min(gather, in.comm.time(Collective::all_gather, bucket, groups.shard)) : Seconds(0);
-      const Seconds first_chunk = gather / double(std::max(1, p.virtual_stages));
-      Seconds own;
-      if (s < int(c.chunk.size()) && !c.chunk[std::size_t(s)].empty())
-        for (const ChunkCosts& sl : c.chunk[std::size_t(s)][0])
-          own += sl.forward + sl.forward_tp_comm + sl.forward_ep_comm + sl.forward_cp_comm;
-      const Seconds exposed = max(first, first_chunk - own);
-      gather_bytes = gather_bytes * (exposed / gather);
-      gather = exposed + forward_contention * (gather - exposed);
-    }
-    // With the reduction overlapped, the last bucket is what must wait for the backward to finish
-    // (the framework's bucket: PyTorch DDP's bucket_cap_mb, Megatron-Core's bucket_size).
-    Seconds tail = sync;
-    if (c.dp_overlap && sync > Seconds(0)) {
-      const Bytes bucket = min(Bytes(fw.dp_overlap_bucket_bytes), grads);
-      tail = min(sync, in.comm.time(p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce, bucket,
-                                    p.zero >= 1 ? groups.shard : dp));
-    }
-    // The overlapped buckets' NCCL kernels hold SMs while the last backward computes (Megatron-LM
-    // SC21 sec. 4.2 runs DDP's reduction beside the backward; the same ctas / (sms - ctas) rule as
-    // ZeRO-3's prefetch and overlapped TP). The stage's last backward is chunk 0's first slice
-    // (TeraPipe runs a micro-batch's backward from its last slice to its first).
-    // With model chunks (an interleaved schedule) each chunk's buckets are reduced when its own
-    // last micro-batch runs its backward (Megatron-Core enables a chunk's grad sync on its last
-    // micro-batch, schedules.py backward_step_helper): chunk v-1 first, chunk 0 last, each a
-    // pipeline's worth of backward steps apart. The share of each chunk is its share of the
-    // stage's layers, as the gradient buffer is split in cost_layer_chunks.
-    const int v = c.shape.virtual_stages;
-    std::vector<double> shares;
-    if (c.dp_overlap && v > 1) {
-      const double stage_layers = double(cost_models::stage_layers(in.e.model, p, s).size());
-      for (int ch = 0; ch < v; ++ch)
-        shares.push_back(stage_layers > 0 ? double(cost_models::chunk_layers(in.e.model, p, s, ch).size()) / stage_layers
-                                          : 1.0 / v);
-    }
-    c.dp_sync_chunk_share.push_back(shares);
-    Seconds slowdown;
-    if (c.dp_overlap && sync > tail && !c.chunk.empty() && !c.chunk[std::size_t(s)].empty() &&
-        !c.chunk[std::size_t(s)][0].empty()) {
-      const ChunkCosts& last = c.chunk[std::size_t(s)][0].front();
-      // The buckets hide under the backward steps from the first chunk's last micro-batch on:
-      // (v - 1) pipelines' worth of steps after it and its own, each about the last one's length.
-      const double steps = v > 1 ? double(v - 1) * p.pp + 1.0 : 1.0;
-      slowdown = dp_contention * min(sync - tail, (last.backward + last.recompute) * steps);
-    }
-    // The tied word embedding's two copies (the first stage's and the last stage's, FrameworkTraits::
-    // sums_tied_embedding_copies) sum their gradients once a step, an all-reduce between the two
-    // stages of each tp rank and data-parallel index, on the gradient stream next to the
-    // data-parallel reduction and hidden under nothing (Megatron-LM's _allreduce_embedding_grads
-    // after it, DeepSpeed's PipelineEngine._exec_reduce_tied_grads right before it): the embedding
-    // shard's vocab x hidden / tp gradients, in the reduce dtype; fp32 under DeepSpeed's
-    // BF16_Optimizer (plan.bf16_optimizer), which reduces its fp32 accumulation of the tied weight
-    // (_exec_reduce_tied_grads on _hp_grad, microsoft/DeepSpeed 77b649d16). Every GPU of a
-    // first-stage node sends at once (CommGroup::concurrent_groups).
-    if (fw.sums_tied_embedding_copies && cost_models::last_stage_holds_tied_copy(fw, in.e.model, p) &&
-        (s == 0 || s == p.pp - 1)) {
-      const double bytes_per =
-          p.bf16_optimizer && in.e.training.dtype == Dtype::bf16 ? 4.0 : in.x.bytes.reduce;
-      const Bytes tied(double(in.e.model.vocab) * in.e.model.hidden / p.tp * bytes_per);
-      const Seconds t = in.comm.time(Collective::all_reduce, tied, groups.embedding);
-      sync += t;
-      tail += t;
-      sync_bytes += tied * host_ranks;  // two ranks: each sends its copy once
-    }
-    c.dp_overlap_slowdown.push_back(slowdown);
-    c.dp_sync_tail.push_back(tail);
-    c.dp_grad_sync.push_back(sync);
-    c.dp_grad_sync_bytes.push_back(sync_bytes);
-    c.dp_param_gather.push_back(gather);
-    c.dp_param_gather_bytes.push_back(gather_bytes);
+    StageSync r = reduce_and_gather(d, s);
+    overlap_param_gather(d, s, r);
+    c.dp_sync_chunk_share.push_back(overlapped_reduction(d, s, r));
+    tied_embedding_sync(d, s, r);
+    c.dp_overlap_slowdown.push_back(r.slowdown);
+    c.dp_sync_tail.push_back(r.tail);
+    c.dp_grad_sync.push_back(r.sync);
+    c.dp_grad_sync_bytes.push_back(r.sync_bytes);
+    c.dp_param_gather.push_back(r.gather);
+    c.dp_param_gather_bytes.push_back(r.gather_bytes);
   }
 }
 
@@ -202,266 +259,358 @@ Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double con
   return Seconds(exposed + contention * hidden);
 }
 
-void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
-  const PlanSpec& p = in.e.plan;
-  const ModelSpec& m = in.e.model;
-  c.zero3_gather_bytes.assign(p.pp, Bytes(0));
-  c.zero3_reduce_bytes.assign(p.pp, Bytes(0));
-  const int k = p.shard_ways();
-  // Nothing sharded: no dense shard group and no expert-data-parallel group of two or more.
-  if (p.zero < 3 || (k < 2 && p.expert_dp() < 2)) return;
-  const FrameworkTraits& fw = *in.x.framework;
-  const bool prefetch = fw.prefetches_zero3(p);
-  const PlanGroups groups = plan_groups(p, in.e.cluster);
-  const CommGroup shard = groups.shard;
-  const int v = c.shape.virtual_stages;
-  const int micro_batches = p.micro_batches(in.e.training);
-  const double sent = (k - 1.0) / k;  // of each gathered or reduced buffer, per GPU (ring)
+namespace {
+
+using cost_models::StageParameters;
+
+/// One model chunk's ZeRO-3 units on a stage, forward and backward, with the parameters its
+/// gathers and reductions carry per micro-batch.
+struct ChunkUnits {
+  std::vector<ShardedUnit> fwd, bwd;
+  Seconds fwd_copies, bwd_copies;
+  bool first_segment = false, last_segment = false, head_kept = false;
+  // Dense (and edge) parameters and experts apart: they shard over different groups.
+  double chunk_params = 0, regathered = 0, chunk_experts = 0, regathered_experts = 0;
+};
+
+/// ZeRO-3's pricing over plan.shard_ways() ranks, shared by every stage and chunk
+/// (cost_sharded_parameters).
+class ShardedCoster {
+ public:
+  ShardedCoster(const CostInputs& in, WorkloadCosts& c);
+  /// Prices stage s: every chunk's exposed gathers and reductions, the bytes they carry, and under
+  /// a once-per-step reduction the stage's data-parallel sync.
+  void stage(int s);
+
+ private:
+  /// What of a unit is sharded, so gathered, reduce-scattered and copied: the dense part where
+  /// dp x cp has two or more ranks, the experts where their group has.
+  StageParameters sharded_parts(const StageParameters& ps) const {
+    return StageParameters{.dense = k_ > 1 ? ps.dense : 0.0, .expert = ke_ > 1 ? ps.expert : 0.0};
+  }
+  double sharded(const StageParameters& ps) const { return sharded_parts(ps).total(); }
+  Seconds gather(const StageParameters& ps, bool layer) const;
+  Seconds reduce(const StageParameters& ps) const;
+  /// FSDP2's copies on the compute stream (FrameworkTraits::fsdp2_unit_copies): out of each
+  /// gathered buffer into the unit's parameters, and each unit's gradients into the reduce-scatter
+  /// buffer in reduce_dtype. They lengthen the unit's compute (under which the next gather hides)
+  /// and are charged with the exposed communication, as FSDP's own time.
+  Seconds copy_out(double params, bool layer) const {
+    return unit_copies_ && params > 0 ? in_.compute.memory_bound(Bytes(params * 2.0 * (layer ? lgb_ : gb_)), 1)
+                                      : Seconds(0);
+  }
+  /// The unsharded gradients are in the compute dtype, which is what the gathers carry (FSDP2's
+  /// param_dtype): read gb, write rb. Megatron-FSDP copies them into its bucket only where the
+  /// weight-gradient GEMMs do not write there (FrameworkTraits::zero3_grad_copy_unless_fused).
+  Seconds copy_in(double params) const {
+    return grad_copies_ && params > 0 ? in_.compute.memory_bound(Bytes(params * (gb_ + rb_)), 1) : Seconds(0);
+  }
+  /// Layers of one kind cost the same.
+  const LayerCompute& layer(bool moe, int window);
+  /// One unit: its gather, its compute with the copies added, its reduction. (`layer`: a
+  /// transformer layer's unit, which a module-by-module framework gathers in pieces.)
+  void unit(std::vector<ShardedUnit>& units, Seconds& copies, const StageParameters& params, bool gathers,
+            Seconds compute, bool reduces, bool layer = true) const;
+  /// The embedding or the head in the forward (a unit kept for the step gathers in the first
+  /// micro-batch only: its share of the gather here, as the step's forwards share it).
+  void edge_unit(ChunkUnits& u, double params, Seconds compute) const;
+  ChunkUnits chunk_units(int s, int ch, double edge_params, double head_params);
+  /// Charges the chunk's exposed communication and bytes; returns what it reduces (dense with the
+  /// edges, experts) for a once-per-step reduction.
+  StageParameters charge(int s, int ch, const ChunkUnits& u, double edge_params, double head_params);
+  /// After the stage's last backward, under a once-per-step reduction: the copies into the
+  /// reduce-scatter buffers, then one reduce-scatter per unit back to back on the reduce stream,
+  /// nothing left to hide under; the optimizer waits for them (the data-parallel sync of
+  /// cost_data_parallel).
+  void step_sync(int s, const StageParameters& reduced);
+
+  const CostInputs& in_;
+  WorkloadCosts& c_;
+  const PlanSpec& p_;
+  const ModelSpec& m_;
+  const FrameworkTraits& fw_;
+  bool prefetch_;
+  PlanGroups groups_;
+  int v_, micro_batches_, k_;
+  double sent_;  // of each gathered or reduced buffer, per GPU (ring)
   // Experts shard over the ranks holding the same experts (plan.expert_dp(): Megatron-FSDP's
   // expert data-parallel group, core_v0.16+ megatron_fsdp.py expt_dp_group), not over dp x cp:
   // their gathers and reduce-scatters run in that group, none where it is one rank.
-  const int ke = p.expert_dp();
-  const double sent_e = ke > 1 ? (ke - 1.0) / ke : 0.0;
-  using cost_models::StageParameters;
-  // What of a unit is sharded, so gathered, reduce-scattered and copied: the dense part where
-  // dp x cp has two or more ranks, the experts where their group has.
-  auto sharded_parts = [&](const StageParameters& ps) {
-    return StageParameters{.dense = k > 1 ? ps.dense : 0.0, .expert = ke > 1 ? ps.expert : 0.0};
-  };
-  auto sharded = [&](const StageParameters& ps) { return sharded_parts(ps).total(); };
-  const double gb = in.x.bytes.gather, rb = in.x.bytes.reduce;
+  int ke_;
+  double sent_e_;
+  double gb_, rb_;
   // A transformer layer's gathers carry its GEMM weights in FP8 under plan.fp8_param_gather; the
   // embedding and the head stay in the gather dtype.
-  const double lgb = cost_models::layer_gather_bytes(in.x, m, p, gb);
+  double lgb_;
   // A unit's gather: one all-gather, or one per module where the framework fetches module by
-  // module (FrameworkTraits::zero3_unit), the unit's parameters split as its modules' weights;
-  // with the gathered parameters copied out on the gather stream where the framework does.
-  const std::vector<double> modules = cost_models::zero3_module_shares(fw, m);
-  auto gather = [&](const StageParameters& ps, bool layer) {
-    const double bytes = layer ? lgb : gb;
-    const auto [dense, expert] = sharded_parts(ps);
-    if (!(dense + expert > 0)) return Seconds(0);
-    Seconds t;
-    if (dense > 0)
-      for (double share : layer ? modules : std::vector<double>{1.0})
-        t += in.comm.time(Collective::all_gather, Bytes(dense * share * bytes), shard);
-    if (expert > 0) t += in.comm.time(Collective::all_gather, Bytes(expert * bytes), groups.expert_dp);
-    if (fw.zero3_gather_copies && in.compute.memory_bound)
-      t += in.compute.memory_bound(Bytes(2.0 * (dense + expert) * bytes), 1);
-    return t;
-  };
+  // module (FrameworkTraits::zero3_unit), the unit's parameters split as its modules' weights.
+  std::vector<double> modules_;
   // HSDP: the reduce-scattered shard of each unit is then all-reduced across the replicas, on the
   // same stream before the next unit's reduction (PyTorch FSDP HYBRID_SHARD's post-backward
   // reduce: reduce_scatter in the shard group, all_reduce in the replicate group; FSDP2's
   // foreach_reduce the same).
-  const int replicas = p.grad_ranks() / k;
-  const CommGroup& replicate = groups.replicate;
+  int replicas_;
   // Where the framework all-reduces across the replicas in the step's last backward only
   // (FrameworkTraits::hsdp_outer_reduce_per_step), each backward carries 1/m of it.
-  const double outer_share = fw.hsdp_outer_reduce_per_step ? 1.0 / micro_batches : 1.0;
+  double outer_share_;
   // Reductions: one reduce-scatter per unit, or per bucket of elements where the framework reduces
   // in buckets (DeepSpeed's reduce_bucket_size, plan.reduce_bucket): a unit's gradients are that
   // many buckets' share (buckets span units); with the framework's passes over each gradient on
   // the reduction stream before it.
-  const double bucket = fw.zero3_reduce_bucket_elements > 0
-                            ? (p.reduce_bucket > 0 ? double(p.reduce_bucket) : fw.zero3_reduce_bucket_elements)
-                            : 0.0;
-  auto reduce = [&](const StageParameters& ps) {
-    const auto [params, expert] = sharded_parts(ps);
-    if (!(params + expert > 0)) return Seconds(0);
-    Seconds t;
-    if (params > 0) {
-      t += bucket > 0 ? (params / bucket) * in.comm.time(Collective::reduce_scatter, Bytes(bucket * rb), shard)
-                      : in.comm.time(Collective::reduce_scatter, Bytes(params * rb), shard);
-      if (replicas > 1) t += outer_share * in.comm.time(Collective::all_reduce, Bytes(params * rb / k), replicate);
-    }
-    if (expert > 0) t += in.comm.time(Collective::reduce_scatter, Bytes(expert * rb), groups.expert_dp);
-    if (fw.zero3_reduce_copy_passes > 0 && in.compute.memory_bound)
-      t += in.compute.memory_bound(Bytes(2.0 * fw.zero3_reduce_copy_passes * (params + expert) * rb),
-                                   fw.zero3_reduce_copy_passes);
-    return t;
-  };
-  // FSDP2's copies on the compute stream (FrameworkTraits::fsdp2_unit_copies): out of each
-  // gathered buffer into the unit's parameters, and each unit's gradients into the reduce-scatter
-  // buffer in reduce_dtype. They lengthen the unit's compute (under which the next gather hides)
-  // and are charged with the exposed communication, as FSDP's own time.
-  const bool unit_copies = fw.fsdp2_unit_copies && bool(in.compute.memory_bound);
-  auto copy_out = [&](double params, bool layer) {
-    return unit_copies && params > 0 ? in.compute.memory_bound(Bytes(params * 2.0 * (layer ? lgb : gb)), 1)
-                                     : Seconds(0);
-  };
-  // The unsharded gradients are in the compute dtype, which is what the gathers carry (FSDP2's
-  // param_dtype): read gb, write rb. Megatron-FSDP copies them into its bucket only where the
-  // weight-gradient GEMMs do not write there (FrameworkTraits::zero3_grad_copy_unless_fused).
-  const bool grad_copies = (unit_copies || (fw.zero3_grad_copy_unless_fused && !fw.fuses_gradient_accumulation(p))) &&
-                           bool(in.compute.memory_bound);
-  auto copy_in = [&](double params) {
-    return grad_copies && params > 0 ? in.compute.memory_bound(Bytes(params * (gb + rb)), 1) : Seconds(0);
-  };
-  // Layers of one kind cost the same; TeraPipe slices are refused with ZeRO-3 (one slice here).
-  const int tokens = p.local_tokens(m);
-  const Seconds tp = tp_comm_per_layer(in, tokens);
-  std::map<std::pair<bool, int>, LayerCompute> cache;
-  auto layer = [&](bool moe, int window) {
-    const auto key = std::make_pair(moe, window);
-    auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, in.compute.layer(tokens, attention_context(in.e), moe, window)).first;
-    return it->second;
-  };
-  const EdgeCompute edges = fw.has_embedding_and_head ? in.compute.edges(tokens) : EdgeCompute{};
+  double bucket_;
+  bool unit_copies_, grad_copies_;
+  // TeraPipe slices are refused with ZeRO-3 (one slice here).
+  int tokens_;
+  Seconds tp_;
+  std::map<std::pair<bool, int>, LayerCompute> cache_;
+  EdgeCompute edges_;
   // What the gathers and reduce-scatters hide under, by the first layer's kind (the GEMMs' share).
-  const LayerCompute first = layer(m.is_moe_layer(0), m.window_of(0));
-  const double contention_fwd = overlap_contention(in, gemm_share(first, false));
-  const double contention_bwd = overlap_contention(in, gemm_share(first, true));
+  double contention_fwd_ = 0, contention_bwd_ = 0;
   // Pipelines that reduce once per step (FrameworkTraits::fsdp_pipeline_step_sync): parameters,
   // once gathered, stay so until the step's end (reshard_after_backward off), so only the first
   // micro-batch's forward gathers (its exposure spread over the m forwards here); with
   // reshard_after_forward each backward still re-gathers. No backward reduces: every stage
-  // reduce-scatters its whole gradient after its last backward (the per-stage sync below).
-  const bool step_sync = fw.fsdp_pipeline_step_sync && p.pp > 1;
-  const double forward_share = step_sync ? 1.0 / micro_batches : 1.0;
-  const bool reduces_per_microbatch = !step_sync;
+  // reduce-scatters its whole gradient after its last backward (step_sync).
+  bool step_sync_;
+  double forward_share_;
+  bool reduces_per_microbatch_;
   // The embedding and the head gathered once per step and kept (FrameworkTraits::
   // zero3_edges_gathered_per_step): their forward gathers spread over the step's forwards, no
   // re-gather for the backward; their gradients still reduced every micro-batch.
-  const bool edges_kept = fw.zero3_edges_gathered_per_step;
-  const double edge_share = edges_kept ? 1.0 / micro_batches : forward_share;
-  for (int s = 0; s < p.pp; ++s) {
-    const std::vector<int> layers = cost_models::stage_layers(m, p, s);
-    double layer_params = 0;
-    for (int l : layers) layer_params += cost_models::layer_parameters_on_gpu(m, p, l).total();
-    // The embedding (with the positions and, on a one-stage pipeline, the final norm): what the
-    // stage holds beyond its layers, on the first stage.
-    // The embedding on the first stage; on a later last stage, the LM head (an untied matrix or
-    // Megatron's tied copy) and the final norm: what the stage holds beyond its layers.
-    const double beyond_layers = cost_models::parameters_on_gpu(fw, m, p, s).total() - layer_params;
-    const double edge_params = s == 0 ? beyond_layers : 0.0;
-    const double head_params = s > 0 && s == p.pp - 1 ? beyond_layers : 0.0;
-    StageParameters stage_reduced;  // parameters whose gradients the stage reduces once (step_sync)
-    for (int ch = 0; ch < v; ++ch) {
-      const bool first_segment = p.chunk_segment(s, ch) == 0 && fw.has_embedding_and_head;
-      const bool last_segment = p.chunk_segment(s, ch) == p.segments() - 1 && fw.has_embedding_and_head;
-      std::vector<ShardedUnit> fwd, bwd;
-      Seconds fwd_copies, bwd_copies;
-      // One unit: its gather, its compute with the copies added, its reduction.
-      // (`layer`: a transformer layer's unit, which a module-by-module framework gathers in pieces.)
-      auto unit = [&](std::vector<ShardedUnit>& units, Seconds& copies, const StageParameters& params, bool gathers,
-                      Seconds compute, bool reduces, bool layer = true) {
-        const Seconds copy =
-            (gathers ? copy_out(sharded(params), layer) : Seconds(0)) + (reduces ? copy_in(sharded(params)) : Seconds(0));
-        copies += copy;
-        units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
-      };
-      // (A unit kept for the step gathers in the first micro-batch only: its share of the gather
-      // here, as the step's forwards share it.)
-      auto edge_unit = [&](double params, Seconds compute) {
-        const double share = edges_kept ? edge_share : 1.0;
-        const Seconds copy = copy_out(k > 1 ? params : 0.0, false) * share;
-        fwd_copies += copy;
-        fwd.push_back({params > 0 ? gather({params, 0.0}, false) * share : Seconds(0), compute + copy, Seconds(0)});
-      };
-      if (first_segment) edge_unit(edge_params, edges.embedding_forward);
-      // Dense (and edge) parameters and experts apart: they shard over different groups.
-      double chunk_params = 0, regathered = 0, chunk_experts = 0, regathered_experts = 0;
-      const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, ch);
-      // Where the framework keeps parameters used again soon (FrameworkTraits::zero3_reuse_elements:
-      // DeepSpeed's stage3_max_reuse_distance), the units the backward starts with are not gathered
-      // again, on the stage's last chunk. DeepSpeed decides at each module's release
-      // (partitioned_param_coordinator.py __params_to_release): it walks the recorded trace from
-      // there and keeps the module's parameters if they come round again before the walk has passed
-      // that many elements: the rest of the forward (the later layers and the head), then the
-      // backward's units before this one, the head's and each later layer's (a recomputed layer's
-      // twice: its recompute and its backward; cost_models::zero3_kept_layers). Without resharding
-      // after the forward everything stays.
-      const double reuse = ch == v - 1 && prefetch ? fw.zero3_reuse_elements : 0.0;
-      // The head's backward comes right after its forward. (On a one-stage pipeline the head is
-      // the tied embedding, which edge_params holds.)
-      const double tail = !last_segment ? 0.0 : head_params > 0 ? head_params : p.pp == 1 ? edge_params : 0.0;
-      const bool head_kept = last_segment && (edges_kept || !p.reshard_after_forward || reuse > 0);
-      std::vector<double> chunk_layer_params, backward_passes;
-      for (int i = 0; i < int(chunk.size()); ++i) {
-        const int l = chunk[std::size_t(i)];
-        chunk_layer_params.push_back(cost_models::layer_parameters_on_gpu(m, p, l).total());
-        backward_passes.push_back(1.0 + layer_recompute_share(m, p, l, i, s, micro_batches));
-      }
-      const std::vector<bool> kept = p.reshard_after_forward
-                                         ? cost_models::zero3_kept_layers(chunk_layer_params, backward_passes, tail, reuse)
-                                         : std::vector<bool>(chunk.size(), true);
-      for (int i = 0; i < int(chunk.size()); ++i) {
-        const int l = chunk[std::size_t(i)];
-        const StageParameters params = cost_models::layer_parameters_on_gpu(m, p, l);
-        chunk_params += params.dense;
-        chunk_experts += params.expert;
-        if (!kept[std::size_t(i)]) {
-          regathered += params.dense;
-          regathered_experts += params.expert;
-        }
-        // What the compute stream does between two units' gathers: the layer with its TP (as
-        // overlapped), CP and EP communication, as cost_layer_chunks charges it.
-        const bool moe = m.is_moe_layer(l);
-        const double redo = layer_recompute_share(m, p, l, i, s, micro_batches);
-        const LayerStep ls = layer_step(in, layer(moe, m.window_of(l)), tokens, tp, moe ? ep_comm_per_layer(in, tokens) : Seconds(0),
-                                        redo, moe);
-        unit(fwd, fwd_copies, params, true, ls.forward_total(), false);
-        // Without prefetch nothing stays gathered (FrameworkTraits::prefetches_zero3): a recomputed
-        // layer is gathered for its recompute, released after it and gathered again for its
-        // backward (in the backward order: the recompute's unit first; `redo` of the micro-batches).
-        if (!prefetch && !kept[std::size_t(i)] && redo > 0) {
-          const Seconds redo_compute = ls.recompute + ls.recompute_comm + ls.recompute_ep;
-          unit(bwd, bwd_copies, params, true, ls.backward_total() - redo_compute, reduces_per_microbatch);
-          bwd.push_back({gather(params, true) * redo, redo_compute, Seconds(0)});
-          regathered += params.dense * redo;
-          regathered_experts += params.expert * redo;
-        } else {
-          unit(bwd, bwd_copies, params, !kept[std::size_t(i)], ls.backward_total(), reduces_per_microbatch);
-        }
-      }
-      if (last_segment) {
-        if (!head_kept) regathered += head_params;
-        edge_unit(head_params, edges.head_forward);
-        unit(bwd, bwd_copies, {head_params, 0.0}, !head_kept, edges.head_backward, reduces_per_microbatch, false);
-      }
-      std::reverse(bwd.begin(), bwd.end());
-      if (first_segment)
-        unit(bwd, bwd_copies, {edge_params, 0.0}, false, edges.embedding_backward, reduces_per_microbatch, false);
-      for (auto& chunk_slices : c.chunk[s][ch]) {
-        chunk_slices.forward_dp_comm =
-            (exposed_under_prefetch(fwd, contention_fwd, prefetch) + fwd_copies) * forward_share;
-        chunk_slices.backward_dp_comm = exposed_under_prefetch(bwd, contention_bwd, prefetch) + bwd_copies;
-      }
-      const double head = last_segment ? head_params : 0.0;
-      const double edge = first_segment ? edge_params : 0.0;
-      // Per micro-batch: the forward's gathers (once per step under step_sync), the backward's
-      // re-gathers (reshard_after_forward) and the reductions (per micro-batch or once).
-      const double gathered_layers = chunk_params * forward_share + regathered - (last_segment && !head_kept ? head : 0.0);
-      const double gathered = (edge + head) * edge_share + chunk_params * forward_share + regathered;
-      const double reduced = edge + chunk_params + head;
-      const double reductions = step_sync ? 1.0 : double(micro_batches);
-      c.zero3_gather_bytes[s] += Bytes(((gathered_layers * lgb + (gathered - gathered_layers) * gb) * sent +
-                                        (chunk_experts * forward_share + regathered_experts) * lgb * sent_e) *
-                                       micro_batches);
-      c.zero3_reduce_bytes[s] += Bytes((reduced * rb * sent + chunk_experts * rb * sent_e) * reductions);
-      if (replicas > 1)  // each GPU's shard through a ring all-reduce over the replicas
-        c.zero3_reduce_bytes[s] +=
-            Bytes(reduced * rb / k * 2.0 * (replicas - 1.0) / replicas * reductions * outer_share);
-      if (step_sync) {
-        stage_reduced.dense += reduced;
-        stage_reduced.expert += chunk_experts;
-      }
+  bool edges_kept_;
+  double edge_share_;
+};
+
+ShardedCoster::ShardedCoster(const CostInputs& in, WorkloadCosts& c)
+    : in_(in),
+      c_(c),
+      p_(in.e.plan),
+      m_(in.e.model),
+      fw_(*in.x.framework),
+      prefetch_(fw_.prefetches_zero3(p_)),
+      groups_(plan_groups(p_, in.e.cluster)),
+      v_(c.shape.virtual_stages),
+      micro_batches_(p_.micro_batches(in.e.training)),
+      k_(p_.shard_ways()),
+      sent_((k_ - 1.0) / k_),
+      ke_(p_.expert_dp()),
+      sent_e_(ke_ > 1 ? (ke_ - 1.0) / ke_ : 0.0),
+      gb_(in.x.bytes.gather),
+      rb_(in.x.bytes.reduce),
+      lgb_(cost_models::layer_gather_bytes(in.x, m_, p_, gb_)),
+      modules_(cost_models::zero3_module_shares(fw_, m_)),
+      replicas_(p_.grad_ranks() / k_),
+      outer_share_(fw_.hsdp_outer_reduce_per_step ? 1.0 / micro_batches_ : 1.0),
+      bucket_(fw_.zero3_reduce_bucket_elements > 0
+                  ? (p_.reduce_bucket > 0 ? double(p_.reduce_bucket) : fw_.zero3_reduce_bucket_elements)
+                  : 0.0),
+      unit_copies_(fw_.fsdp2_unit_copies && bool(in.compute.memory_bound)),
+      grad_copies_((unit_copies_ || (fw_.zero3_grad_copy_unless_fused && !fw_.fuses_gradient_accumulation(p_))) &&
+                   bool(in.compute.memory_bound)),
+      tokens_(p_.local_tokens(m_)),
+      tp_(tp_comm_per_layer(in, tokens_)),
+      edges_(fw_.has_embedding_and_head ? in.compute.edges(tokens_) : EdgeCompute{}),
+      step_sync_(fw_.fsdp_pipeline_step_sync && p_.pp > 1),
+      forward_share_(step_sync_ ? 1.0 / micro_batches_ : 1.0),
+      reduces_per_microbatch_(!step_sync_),
+      edges_kept_(fw_.zero3_edges_gathered_per_step),
+      edge_share_(edges_kept_ ? 1.0 / micro_batches_ : forward_share_) {
+  const LayerCompute first = layer(m_.is_moe_layer(0), m_.window_of(0));
+  contention_fwd_ = overlap_contention(in, gemm_share(first, false));
+  contention_bwd_ = overlap_contention(in, gemm_share(first, true));
+}
+
+Seconds ShardedCoster::gather(const StageParameters& ps, bool layer) const {
+  // With the gathered parameters copied out on the gather stream where the framework does.
+  const double bytes = layer ? lgb_ : gb_;
+  const auto [dense, expert] = sharded_parts(ps);
+  if (!(dense + expert > 0)) return Seconds(0);
+  Seconds t;
+  if (dense > 0)
+    for (double share : layer ? modules_ : std::vector<double>{1.0})
+      t += in_.comm.time(Collective::all_gather, Bytes(dense * share * bytes), groups_.shard);
+  if (expert > 0) t += in_.comm.time(Collective::all_gather, Bytes(expert * bytes), groups_.expert_dp);
+  if (fw_.zero3_gather_copies && in_.compute.memory_bound)
+    t += in_.compute.memory_bound(Bytes(2.0 * (dense + expert) * bytes), 1);
+  return t;
+}
+
+Seconds ShardedCoster::reduce(const StageParameters& ps) const {
+  const auto [params, expert] = sharded_parts(ps);
+  if (!(params + expert > 0)) return Seconds(0);
+  Seconds t;
+  if (params > 0) {
+    t += bucket_ > 0 ? (params / bucket_) * in_.comm.time(Collective::reduce_scatter, Bytes(bucket_ * rb_), groups_.shard)
+                     : in_.comm.time(Collective::reduce_scatter, Bytes(params * rb_), groups_.shard);
+    if (replicas_ > 1)
+      t += outer_share_ * in_.comm.time(Collective::all_reduce, Bytes(params * rb_ / k_), groups_.replicate);
+  }
+  if (expert > 0) t += in_.comm.time(Collective::reduce_scatter, Bytes(expert * rb_), groups_.expert_dp);
+  if (fw_.zero3_reduce_copy_passes > 0 && in_.compute.memory_bound)
+    t += in_.compute.memory_bound(Bytes(2.0 * fw_.zero3_reduce_copy_passes * (params + expert) * rb_),
+                                  fw_.zero3_reduce_copy_passes);
+  return t;
+}
+
+const LayerCompute& ShardedCoster::layer(bool moe, int window) {
+  const auto key = std::make_pair(moe, window);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) it = cache_.emplace(key, in_.compute.layer(tokens_, attention_context(in_.e), moe, window)).first;
+  return it->second;
+}
+
+void ShardedCoster::unit(std::vector<ShardedUnit>& units, Seconds& copies, const StageParameters& params, bool gathers,
+                         Seconds compute, bool reduces, bool layer) const {
+  const Seconds copy =
+      (gathers ? copy_out(sharded(params), layer) : Seconds(0)) + (reduces ? copy_in(sharded(params)) : Seconds(0));
+  copies += copy;
+  units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
+}
+
+void ShardedCoster::edge_unit(ChunkUnits& u, double params, Seconds compute) const {
+  const double share = edges_kept_ ? edge_share_ : 1.0;
+  const Seconds copy = copy_out(k_ > 1 ? params : 0.0, false) * share;
+  u.fwd_copies += copy;
+  u.fwd.push_back({params > 0 ? gather({params, 0.0}, false) * share : Seconds(0), compute + copy, Seconds(0)});
+}
+
+ChunkUnits ShardedCoster::chunk_units(int s, int ch, double edge_params, double head_params) {
+  const PlanSpec& p = p_;
+  const ModelSpec& m = m_;
+  ChunkUnits u;
+  u.first_segment = p.chunk_segment(s, ch) == 0 && fw_.has_embedding_and_head;
+  u.last_segment = p.chunk_segment(s, ch) == p.segments() - 1 && fw_.has_embedding_and_head;
+  if (u.first_segment) edge_unit(u, edge_params, edges_.embedding_forward);
+  const std::vector<int> chunk = cost_models::chunk_layers(m, p, s, ch);
+  // Where the framework keeps parameters used again soon (FrameworkTraits::zero3_reuse_elements:
+  // DeepSpeed's stage3_max_reuse_distance), the units the backward starts with are not gathered
+  // again, on the stage's last chunk. DeepSpeed decides at each module's release
+  // (partitioned_param_coordinator.py __params_to_release): it walks the recorded trace from
+  // there and keeps the module's parameters if they come round again before the walk has passed
+  // that many elements: the rest of the forward (the later layers and the head), then the
+  // backward's units before this one, the head's and each later layer's (a recomputed layer's
+  // twice: its recompute and its backward; cost_models::zero3_kept_layers). Without resharding
+  // after the forward everything stays.
+  const double reuse = ch == v_ - 1 && prefetch_ ? fw_.zero3_reuse_elements : 0.0;
+  // The head's backward comes right after its forward. (On a one-stage pipeline the head is
+  // the tied embedding, which edge_params holds.)
+  const double tail = !u.last_segment ? 0.0 : head_params > 0 ? head_params : p.pp == 1 ? edge_params : 0.0;
+  u.head_kept = u.last_segment && (edges_kept_ || !p.reshard_after_forward || reuse > 0);
+  std::vector<double> chunk_layer_params, backward_passes;
+  for (int i = 0; i < int(chunk.size()); ++i) {
+    const int l = chunk[std::size_t(i)];
+    chunk_layer_params.push_back(cost_models::layer_parameters_on_gpu(m, p, l).total());
+    backward_passes.push_back(1.0 + layer_recompute_share(m, p, l, i, s, micro_batches_));
+  }
+  const std::vector<bool> kept = p.reshard_after_forward
+                                     ? cost_models::zero3_kept_layers(chunk_layer_params, backward_passes, tail, reuse)
+                                     : std::vector<bool>(chunk.size(), true);
+  for (int i = 0; i < int(chunk.size()); ++i) {
+    const int l = chunk[std::size_t(i)];
+    const StageParameters params = cost_models::layer_parameters_on_gpu(m, p, l);
+    u.chunk_params += params.dense;
+    u.chunk_experts += params.expert;
+    if (!kept[std::size_t(i)]) {
+      u.regathered += params.dense;
+      u.regathered_experts += params.expert;
     }
-    if (step_sync && stage_reduced.total() > 0) {
-      // After the stage's last backward: the copies into the reduce-scatter buffers, then one
-      // reduce-scatter per unit back to back on the reduce stream, nothing left to hide under;
-      // the optimizer waits for them (the data-parallel sync of cost_data_parallel).
-      const Seconds sync = reduce(stage_reduced) + copy_in(sharded(stage_reduced));
-      const double host_ranks = std::min(p.tp, in.e.cluster.gpus_per_node);
-      Bytes nic = Bytes((stage_reduced.dense * rb * sent + stage_reduced.expert * rb * sent_e) * host_ranks);
-      if (replicas > 1) nic += Bytes(stage_reduced.dense * rb / k * 2.0 * (replicas - 1.0) / replicas * host_ranks);
-      c.dp_grad_sync[std::size_t(s)] += sync;
-      c.dp_sync_tail[std::size_t(s)] += sync;
-      c.dp_grad_sync_bytes[std::size_t(s)] += nic;
+    // What the compute stream does between two units' gathers: the layer with its TP (as
+    // overlapped), CP and EP communication, as cost_layer_chunks charges it.
+    const bool moe = m.is_moe_layer(l);
+    const double redo = layer_recompute_share(m, p, l, i, s, micro_batches_);
+    const LayerStep ls = layer_step(in_, layer(moe, m.window_of(l)), tokens_, tp_,
+                                    moe ? ep_comm_per_layer(in_, tokens_) : Seconds(0), redo, moe);
+    unit(u.fwd, u.fwd_copies, params, true, ls.forward_total(), false);
+    // Without prefetch nothing stays gathered (FrameworkTraits::prefetches_zero3): a recomputed
+    // layer is gathered for its recompute, released after it and gathered again for its
+    // backward (in the backward order: the recompute's unit first; `redo` of the micro-batches).
+    if (!prefetch_ && !kept[std::size_t(i)] && redo > 0) {
+      const Seconds redo_compute = ls.recompute + ls.recompute_comm + ls.recompute_ep;
+      unit(u.bwd, u.bwd_copies, params, true, ls.backward_total() - redo_compute, reduces_per_microbatch_);
+      u.bwd.push_back({gather(params, true) * redo, redo_compute, Seconds(0)});
+      u.regathered += params.dense * redo;
+      u.regathered_experts += params.expert * redo;
+    } else {
+      unit(u.bwd, u.bwd_copies, params, !kept[std::size_t(i)], ls.backward_total(), reduces_per_microbatch_);
     }
   }
+  if (u.last_segment) {
+    if (!u.head_kept) u.regathered += head_params;
+    edge_unit(u, head_params, edges_.head_forward);
+    unit(u.bwd, u.bwd_copies, {head_params, 0.0}, !u.head_kept, edges_.head_backward, reduces_per_microbatch_, false);
+  }
+  std::reverse(u.bwd.begin(), u.bwd.end());
+  if (u.first_segment)
+    unit(u.bwd, u.bwd_copies, {edge_params, 0.0}, false, edges_.embedding_backward, reduces_per_microbatch_, false);
+  return u;
+}
+
+StageParameters ShardedCoster::charge(int s, int ch, const ChunkUnits& u, double edge_params, double head_params) {
+  for (auto& chunk_slices : c_.chunk[s][ch]) {
+    chunk_slices.forward_dp_comm = (exposed_under_prefetch(u.fwd, contention_fwd_, prefetch_) + u.fwd_copies) * forward_share_;
+    chunk_slices.backward_dp_comm = exposed_under_prefetch(u.bwd, contention_bwd_, prefetch_) + u.bwd_copies;
+  }
+  const double head = u.last_segment ? head_params : 0.0;
+  const double edge = u.first_segment ? edge_params : 0.0;
+  // Per micro-batch: the forward's gathers (once per step under step_sync), the backward's
+  // re-gathers (reshard_after_forward) and the reductions (per micro-batch or once).
+  const double gathered_layers =
+      u.chunk_params * forward_share_ + u.regathered - (u.last_segment && !u.head_kept ? head : 0.0);
+  const double gathered = (edge + head) * edge_share_ + u.chunk_params * forward_share_ + u.regathered;
+  const double reduced = edge + u.chunk_params + head;
+  const double reductions = step_sync_ ? 1.0 : double(micro_batches_);
+  c_.zero3_gather_bytes[s] += Bytes(((gathered_layers * lgb_ + (gathered - gathered_layers) * gb_) * sent_ +
+                                     (u.chunk_experts * forward_share_ + u.regathered_experts) * lgb_ * sent_e_) *
+                                    micro_batches_);
+  c_.zero3_reduce_bytes[s] += Bytes((reduced * rb_ * sent_ + u.chunk_experts * rb_ * sent_e_) * reductions);
+  if (replicas_ > 1)  // each GPU's shard through a ring all-reduce over the replicas
+    c_.zero3_reduce_bytes[s] +=
+        Bytes(reduced * rb_ / k_ * 2.0 * (replicas_ - 1.0) / replicas_ * reductions * outer_share_);
+  return {.dense = reduced, .expert = u.chunk_experts};
+}
+
+void ShardedCoster::step_sync(int s, const StageParameters& reduced) {
+  const Seconds sync = reduce(reduced) + copy_in(sharded(reduced));
+  const double host_ranks = std::min(p_.tp, in_.e.cluster.gpus_per_node);
+  Bytes nic = Bytes((reduced.dense * rb_ * sent_ + reduced.expert * rb_ * sent_e_) * host_ranks);
+  if (replicas_ > 1) nic += Bytes(reduced.dense * rb_ / k_ * 2.0 * (replicas_ - 1.0) / replicas_ * host_ranks);
+  c_.dp_grad_sync[std::size_t(s)] += sync;
+  c_.dp_sync_tail[std::size_t(s)] += sync;
+  c_.dp_grad_sync_bytes[std::size_t(s)] += nic;
+}
+
+void ShardedCoster::stage(int s) {
+  const std::vector<int> layers = cost_models::stage_layers(m_, p_, s);
+  double layer_params = 0;
+  for (int l : layers) layer_params += cost_models::layer_parameters_on_gpu(m_, p_, l).total();
+  // The embedding on the first stage (with the positions and, on a one-stage pipeline, the final
+  // norm); on a later last stage, the LM head (an untied matrix or Megatron's tied copy) and the
+  // final norm: what the stage holds beyond its layers.
+  const double beyond_layers = cost_models::parameters_on_gpu(fw_, m_, p_, s).total() - layer_params;
+  const double edge_params = s == 0 ? beyond_layers : 0.0;
+  const double head_params = s > 0 && s == p_.pp - 1 ? beyond_layers : 0.0;
+  StageParameters stage_reduced;  // parameters whose gradients the stage reduces once (step_sync)
+  for (int ch = 0; ch < v_; ++ch) {
+    const ChunkUnits u = chunk_units(s, ch, edge_params, head_params);
+    const StageParameters reduced = charge(s, ch, u, edge_params, head_params);
+    if (step_sync_) {
+      stage_reduced.dense += reduced.dense;
+      stage_reduced.expert += reduced.expert;
+    }
+  }
+  if (step_sync_ && stage_reduced.total() > 0) step_sync(s, stage_reduced);
+}
+
+}  // namespace
+
+void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
+  const PlanSpec& p = in.e.plan;
+  c.zero3_gather_bytes.assign(p.pp, Bytes(0));
+  c.zero3_reduce_bytes.assign(p.pp, Bytes(0));
+  // Nothing sharded: no dense shard group and no expert-data-parallel group of two or more.
+  if (p.zero < 3 || (p.shard_ways() < 2 && p.expert_dp() < 2)) return;
+  ShardedCoster coster(in, c);
+  for (int s = 0; s < p.pp; ++s) coster.stage(s);
 }
 
 void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
