@@ -201,7 +201,7 @@ constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
     .bias_grad = 0,
     .embedding_forward = 4, .embedding_backward = 6, .embedding_launches = 2,
     .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
-    .weight_cast_forward = 0, .weight_cast_backward = 0};
+    .weight_cast_forward = 0, .weight_cast_backward = 0, .norms_eager_chain = true};
 
 /// torchtitan with --training.compile: each TransformerBlock compiled on its own (torchtitan
 /// apply_compile, fullgraph per block), so fusions stay inside a block. Forward: attention_norm one

@@ -80,6 +80,10 @@ struct ElementwiseTraffic {
   /// backward the softmax's gradient (read y and dy, write dx: 6) and dropout's (read dy and the
   /// mask, write dx: 5).
   double score_forward = 9, score_backward = 11;
+  /// The norms are PyTorch's eager RMSNorm chain (x.float(), pow, mean, rsqrt, multiply, cast
+  /// back, weight scale, and autograd's passes back through them), whose kernels move their bytes
+  /// below the streaming rate (GpuKernelFigures::eager_norm_efficiency, where the GPU has one).
+  bool norms_eager_chain = false;
 };
 
 /// The precision recipe: how many bytes each kind of element takes, for 16-bit (bf16/fp16/fp8)

@@ -38,6 +38,10 @@ struct GpuKernelFigures {
   // Of peak HBM bandwidth, the rate at which unfused attention moves its (b, heads, s, s) score
   // matrices; unset: the streaming figure.
   std::optional<SourcedValue> unfused_score_efficiency;
+  // Of peak HBM bandwidth, the rate at which PyTorch's eager RMSNorm chain (upcast, pow, mean,
+  // rsqrt, multiply, cast back, weight scale; ElementwiseTraffic::norms_eager_chain) moves its
+  // bytes, forward and backward; unset: the streaming figure.
+  std::optional<SourcedValue> eager_norm_efficiency;
   // Coefficient of variation (sigma / median) of sustained throughput across devices of this SKU:
   // a synchronous step runs at its slowest device's pace (cost_models/device_spread.hpp). Unset:
   // no measurement, every device at the median speed.

@@ -21,6 +21,7 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
   if (k.gemm_tile_candidates) p.tile_candidates = int(k.gemm_tile_candidates->value);
   if (k.fp8_split_accumulation_slowdown) p.fp8_split_accumulation_slowdown = k.fp8_split_accumulation_slowdown->value;
   if (k.unfused_score_efficiency) p.score_memory_efficiency = k.unfused_score_efficiency->value;
+  if (k.eager_norm_efficiency) p.eager_norm_memory_efficiency = k.eager_norm_efficiency->value;
   const std::optional<SourcedValue>& fused =
       attention == AttentionImpl::cudnn                                                    ? k.cudnn_attention_efficiency
       : attention == AttentionImpl::flash2 && k.flash2_attention_efficiency             ? k.flash2_attention_efficiency
@@ -118,6 +119,11 @@ Seconds RooflineCompute::gemm_math(const GemmShape& s) const {
 
 Seconds RooflineCompute::score_traffic(Bytes bytes) const {
   return bytes / (gpu_.hbm_bandwidth * p_.score_memory_efficiency.value_or(p_.memory_efficiency));
+}
+
+Seconds RooflineCompute::eager_norm_bound(Bytes bytes, int launches) const {
+  return bytes / (gpu_.hbm_bandwidth * p_.eager_norm_memory_efficiency.value_or(p_.memory_efficiency)) +
+         p_.launch_overhead * double(launches);
 }
 
 double RooflineCompute::math_seconds(const GemmShape& s) const {
@@ -324,9 +330,15 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
 
   // The layer's norms (with the framework's casts around them): the framework's traffic is for
   // two; a parallel block with one shared norm moves half.
+  // An eager RMSNorm chain moves its bytes at its own rate (RooflineCompute::eager_norm_bound).
   const double norms = m.norms_per_layer() / 2.0;
-  F.layernorms = stream(norms * tr.norms_forward, T * h / sp, std::max(1, int(norms * tr.norms_launches_forward)));
-  B.layernorms = stream(norms * tr.norms_backward, T * h / sp, std::max(1, int(norms * tr.norms_launches_backward)));
+  auto norm = [&](double bytes_per_element, double elements, int launches) {
+    return tr.norms_eager_chain && bytes_per_element > 0
+               ? rc.eager_norm_bound(Bytes(scale * bytes_per_element * elements), launches)
+               : stream(bytes_per_element, elements, launches);
+  };
+  F.layernorms = norm(norms * tr.norms_forward, T * h / sp, std::max(1, int(norms * tr.norms_launches_forward)));
+  B.layernorms = norm(norms * tr.norms_backward, T * h / sp, std::max(1, int(norms * tr.norms_launches_backward)));
   // Dense GEMMs; backward = data gradient + weight gradient, each of the forward's FLOPs.
   // Async TP (plan.tp_overlap) decomposes each GEMM a TP collective feeds or drains into tp GEMMs
   // of M / tp rows, one per shard that arrives or leaves (torch's fused_all_gather_matmul and
@@ -691,8 +703,13 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   e.embedding_backward = stream(tr.embedding_backward, T * h, tr.embedding_launches);
   // Final norm (one of the layer's two), the LM head over the local vocabulary shard (with the
   // tied weight's autocast cast), the loss over the logits.
-  const Seconds norm_fwd = stream(tr.norms_forward / 2, T * h, std::max(1, tr.norms_launches_forward / 2));
-  const Seconds norm_bwd = stream(tr.norms_backward / 2, T * h, std::max(1, tr.norms_launches_backward / 2));
+  auto norm = [&](double bytes_per_element, double elements, int launches) {
+    return tr.norms_eager_chain && bytes_per_element > 0
+               ? rc.eager_norm_bound(Bytes(scale * bytes_per_element * elements), launches)
+               : stream(bytes_per_element, elements, launches);
+  };
+  const Seconds norm_fwd = norm(tr.norms_forward / 2, T * h, std::max(1, tr.norms_launches_forward / 2));
+  const Seconds norm_bwd = norm(tr.norms_backward / 2, T * h, std::max(1, tr.norms_launches_backward / 2));
   const Seconds cast_fwd = stream(weight_cast_bytes(x, p, false), V * h / t, 1);
   const Seconds cast_bwd = stream(weight_cast_bytes(x, p, true), V * h / t, 1);
   // The LM head stays in 16 bits under an FP8 recipe (roofline16: the same model otherwise).

@@ -57,6 +57,9 @@ struct RooflineParams {
   /// matrices: the batched GEMMs writing and reading them, the masked softmax and the dropout.
   /// Unset: the streaming figure above (no unfused-attention measurement for that GPU).
   std::optional<double> score_memory_efficiency;
+  /// Fraction of peak HBM bandwidth at which PyTorch's eager RMSNorm chain moves its bytes
+  /// (GpuKernelFigures::eager_norm_efficiency). Unset: the streaming figure.
+  std::optional<double> eager_norm_memory_efficiency;
   /// Device-side cost of one kernel launch, seen when kernels are tiny.
   Seconds launch_overhead = Seconds(2.433e-6);
 };
@@ -118,6 +121,9 @@ class RooflineCompute {
   /// Moving `bytes` of unfused-attention score matrices (RooflineParams::score_memory_efficiency),
   /// launches not included.
   Seconds score_traffic(Bytes bytes) const;
+  /// PyTorch's eager RMSNorm chain moving `bytes` in `launches` kernels
+  /// (RooflineParams::eager_norm_memory_efficiency).
+  Seconds eager_norm_bound(Bytes bytes, int launches) const;
   /// FP8 GEMMs without FP8 measurements: each shape's measured bf16 time from `bf16` (its cuBLAS
   /// kernel choice, waves and tiles as they ran) times the FP8 roofline's speedup over the bf16
   /// roofline at that shape (the peak ratio and the K term), rather than the FP8 roofline alone.

@@ -242,3 +242,26 @@ TEST(Torchtitan, Float8TensorParallelCastsTheGatheredInputsOnTheirShard) {
   EXPECT_NEAR(Lr.forward_ops.fp8_casts.value(), full.forward.value(), 1e-12);
   EXPECT_NEAR(Lr.backward_ops.fp8_casts.value(), full.backward.value(), 1e-12);
 }
+
+// On an A100, whose GPU file measures PyTorch's eager RMSNorm chain (eager_norm_efficiency 0.644
+// of 2039 GB/s, Liger-Kernel's published LlamaRMSNorm timings), the eager norms move their 72 /
+// 152 bytes an element at that rate, launches as before; compiled, Inductor's fused norm kernels
+// stream at the copy rate (memory_efficiency 0.88); on the H100, which has no such figure, the
+// eager norms stream at the copy rate too.
+TEST(Torchtitan, EagerNormsRunAtTheGpusMeasuredNormRate) {
+  Experiment eager = load_experiment(resolve_scenario("experiments", "torchtitan-202404-a100-llama3-8b-64xa100-fsdp-selop"));
+  Experiment fused = eager;
+  fused.plan.compile = true;
+  const ExecutionModel xe = resolve_execution(eager), xc = resolve_execution(fused);
+  const double tokens = 8192, launch = 2.555e-6;
+  const LayerTimes le = layer_times(xe, eager.model, eager.plan, 8192, 8192, false);
+  const LayerTimes lc = layer_times(xc, fused.model, fused.plan, 8192, 8192, false);
+  EXPECT_NEAR(le.forward_ops.layernorms.value(), 72 * tokens * H / (2039e9 * 0.644) + 16 * launch, 1e-9);
+  EXPECT_NEAR(le.backward_ops.layernorms.value(), 152 * tokens * H / (2039e9 * 0.644) + 24 * launch, 1e-9);
+  EXPECT_NEAR(lc.forward_ops.layernorms.value(), 12 * tokens * H / (2039e9 * 0.88) + 2 * launch, 1e-9);
+  // The H100 (t1 above, no eager-norm figure): the eager norms at the streaming rate.
+  const Experiment h100 = t1(false);
+  const ExecutionModel xh = resolve_execution(h100);
+  const LayerTimes lh = layer_times(xh, h100.model, h100.plan, 8192, 8192, false);
+  EXPECT_NEAR(lh.forward_ops.layernorms.value(), xh.roofline().memory_bound(Bytes(72 * T * H), 16).value(), 1e-12);
+}
