@@ -172,8 +172,10 @@ constexpr ElementwiseTraffic kLlmFoundryMptTraffic{
 ///  x * rsqrt (4 + 4), type_as (4 + 2), * weight (2 + 2): 36 per norm, 72 for two in 16 launches.
 ///  Its autograd backward: * weight (dy * w: 2 + 2; the weight gradient's dy * y and its sum:
 ///  2 + 2 + 2, read 2), type_as (2 + 4), x * rsqrt (g * r: 4 + 4; the sum of g * x: 4 + 4 + 4,
-///  read 4), mean's expand-divide (write 4), pow (2 x g: 4 + 4 + 4), the two paths into x.float()
-///  added (4 + 4 + 4), the float() cast back (4 + 2): 76 per norm, 152 in 24 launches.
+///  read 4), mean's expand-divide (write 4), pow (autograd's pow_backward, g * (2 * x.pow(1)), where
+///  pow with exponent 1 is a copy: 4 + 4, 4 + 4, 4 + 4 + 4 in 3 launches), the two paths into
+///  x.float() added (4 + 4 + 4), the float() cast back (4 + 2): 92 per norm, 184 in 28 launches
+///  (76 and 24 until session 50, which counted pow's backward as one multiply).
 ///  RoPE on q and k (apply_rotary_emb): float() (2 + 4), complex multiply (4 + 4), type_as (4 + 2)
 ///  = 20 per element of q and k, and 20 back, 6 launches (Llama 3 8B, 8 KV heads of 32: 25 per
 ///  hidden element); repeat_kv's copies of k and v to every query head when there are fewer KV
@@ -193,7 +195,7 @@ constexpr ElementwiseTraffic kLlmFoundryMptTraffic{
 ///  Embedding: nn.Embedding gather in bf16 (2 + 2); backward the scatter-add (read 2, write 4 in
 ///  fp32 accumulation, 2 launches): 6. Loss: cross_entropy on .float() logits as in eager PyTorch.
 constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
-    .norms_forward = 72, .norms_backward = 152, .norms_launches_forward = 16, .norms_launches_backward = 24,
+    .norms_forward = 72, .norms_backward = 184, .norms_launches_forward = 16, .norms_launches_backward = 28,
     .residual_forward = 12, .residual_backward = 12, .residual_launches_forward = 2, .residual_launches_backward = 2,
     .layout_forward = 4, .layout_backward = 4, .layout_launches_forward = 1, .layout_launches_backward = 1,
     .rope_forward = 20, .rope_backward = 20, .rope_launches = 6, .kv_repeat = 2,
