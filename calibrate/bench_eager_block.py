@@ -20,36 +20,22 @@ in fp32 (use_high_precision_pow) cast back before the weight scale. Shapes: batc
 hidden 4096, 32 heads, FFN 11008 (fms-fsdp's llama2_7b, batch_size 2, seq_length 4096)."""
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cuda_timing import median_seconds
+
 B, L, E, H, FF = 2, 4096, 4096, 32, 11008
 D = E // H
 dev = torch.device("cuda")
 dt = torch.bfloat16
-flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
 
 
 def timeit(fn, reps=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e-3)
-    return statistics.median(times)
+    return median_seconds(fn, reps, warmup)
 
 
 class FmsRMSNorm(nn.Module):

@@ -3,28 +3,13 @@
 torch.matmul for the GEMMs, scaled_dot_product_attention (causal) fwd+bwd, and elementwise ops
 next to a device-to-device copy. CUDA events, L2 flushed before each repetition, median."""
 import json
-import statistics
 import sys
 
 import torch
 
+from cuda_timing import median_seconds as timeit
+
 dev = torch.device("cuda")
-flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-
-
-def timeit(fn, reps=30, warmup=5):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e-3)
-    return statistics.median(times)
 
 
 rows = []
