@@ -300,6 +300,16 @@ namespace {
 /// views' backward, a cat (read and write the 16-bit gradient), and the flat gradient is cast to
 /// the reduce dtype before its reduce-scatter when that is wider (FSDP1 _post_backward_hook with
 /// reduce_dtype fp32, Composer's mixed_precision DEFAULT; not under PURE).
+/// The framework's norms moving `bytes_per_element` (times the recipe's traffic scale) of
+/// `elements` in `launches` kernels: an eager RMSNorm chain at its own rate
+/// (RooflineCompute::eager_norm_bound), any other at the streaming rate.
+Seconds norm_traffic(const RooflineCompute& rc, const ElementwiseTraffic& tr, double scale, double bytes_per_element,
+                     double elements, int launches) {
+  if (!(bytes_per_element > 0)) return Seconds(0);
+  const Bytes bytes(scale * bytes_per_element * elements);
+  return tr.norms_eager_chain ? rc.eager_norm_bound(bytes, launches) : rc.memory_bound(bytes, launches);
+}
+
 double weight_cast_bytes(const ExecutionModel& x, const PlanSpec& p, bool backward) {
   const ElementwiseTraffic& tr = *x.elementwise;
   if (p.zero < 3) return backward ? tr.weight_cast_backward : tr.weight_cast_forward;
@@ -330,15 +340,11 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
 
   // The layer's norms (with the framework's casts around them): the framework's traffic is for
   // two; a parallel block with one shared norm moves half.
-  // An eager RMSNorm chain moves its bytes at its own rate (RooflineCompute::eager_norm_bound).
   const double norms = m.norms_per_layer() / 2.0;
-  auto norm = [&](double bytes_per_element, double elements, int launches) {
-    return tr.norms_eager_chain && bytes_per_element > 0
-               ? rc.eager_norm_bound(Bytes(scale * bytes_per_element * elements), launches)
-               : stream(bytes_per_element, elements, launches);
-  };
-  F.layernorms = norm(norms * tr.norms_forward, T * h / sp, std::max(1, int(norms * tr.norms_launches_forward)));
-  B.layernorms = norm(norms * tr.norms_backward, T * h / sp, std::max(1, int(norms * tr.norms_launches_backward)));
+  F.layernorms = norm_traffic(rc, tr, scale, norms * tr.norms_forward, T * h / sp,
+                              std::max(1, int(norms * tr.norms_launches_forward)));
+  B.layernorms = norm_traffic(rc, tr, scale, norms * tr.norms_backward, T * h / sp,
+                              std::max(1, int(norms * tr.norms_launches_backward)));
   // Dense GEMMs; backward = data gradient + weight gradient, each of the forward's FLOPs.
   // Async TP (plan.tp_overlap) decomposes each GEMM a TP collective feeds or drains into tp GEMMs
   // of M / tp rows, one per shard that arrives or leaves (torch's fused_all_gather_matmul and
@@ -703,13 +709,8 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   e.embedding_backward = stream(tr.embedding_backward, T * h, tr.embedding_launches);
   // Final norm (one of the layer's two), the LM head over the local vocabulary shard (with the
   // tied weight's autocast cast), the loss over the logits.
-  auto norm = [&](double bytes_per_element, double elements, int launches) {
-    return tr.norms_eager_chain && bytes_per_element > 0
-               ? rc.eager_norm_bound(Bytes(scale * bytes_per_element * elements), launches)
-               : stream(bytes_per_element, elements, launches);
-  };
-  const Seconds norm_fwd = norm(tr.norms_forward / 2, T * h, std::max(1, tr.norms_launches_forward / 2));
-  const Seconds norm_bwd = norm(tr.norms_backward / 2, T * h, std::max(1, tr.norms_launches_backward / 2));
+  const Seconds norm_fwd = norm_traffic(rc, tr, scale, tr.norms_forward / 2, T * h, std::max(1, tr.norms_launches_forward / 2));
+  const Seconds norm_bwd = norm_traffic(rc, tr, scale, tr.norms_backward / 2, T * h, std::max(1, tr.norms_launches_backward / 2));
   const Seconds cast_fwd = stream(weight_cast_bytes(x, p, false), V * h / t, 1);
   const Seconds cast_bwd = stream(weight_cast_bytes(x, p, true), V * h / t, 1);
   // The LM head stays in 16 bits under an FP8 recipe (roofline16: the same model otherwise).
