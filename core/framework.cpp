@@ -93,6 +93,10 @@ constexpr ElementwiseTraffic kTerapipe2021Traffic{
 ///  backward nll_loss's dense gradient (write 4), cunn_SoftMaxBackward's sum pass and output pass
 ///  (read 4, then read 4 + 4 and write 4: 16) and the cast back to bf16 for the head (read 4,
 ///  write 2): 26 (aten/src/ATen/native/cuda/SoftMax.cu; notes/research-pytorch.md).
+///  Strided (ElementwiseTraffic::layout_strided_*): the transpose(1, 2).reshape copy reads a
+///  transposed view, and so does its backward (4 each way); the cat of dq, dk, dv reads the
+///  gradients in the layout SDPA's backward gives them, (B, T, H, D), contiguous once transposed
+///  back, so it batches its copies at the streaming rate.
 constexpr ElementwiseTraffic kPytorchAutocastTraffic{
     .norms_forward = 28, .norms_backward = 52, .norms_launches_forward = 4, .norms_launches_backward = 6,
     .residual_forward = 20, .residual_backward = 36, .residual_launches_forward = 2, .residual_launches_backward = 4,
@@ -101,7 +105,8 @@ constexpr ElementwiseTraffic kPytorchAutocastTraffic{
     .bias_grad = 2,
     .embedding_forward = 28, .embedding_backward = 16, .embedding_launches = 3,
     .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
-    .weight_cast_forward = 6, .weight_cast_backward = 6};
+    .weight_cast_forward = 6, .weight_cast_backward = 6,
+    .layout_strided_forward = 4, .layout_strided_backward = 4};
 
 /// The same model under torch.compile (the whole module compiled, Inductor's default fusions;
 /// ../shared/bench/torch_gpt_baseline.py's compile rows). Inductor fuses each residual add with the
@@ -194,6 +199,13 @@ constexpr ElementwiseTraffic kLlmFoundryMptTraffic{
 ///  30 this entry held them as well (4 forward, 10 backward per parameter): a double count.
 ///  Embedding: nn.Embedding gather in bf16 (2 + 2); backward the scatter-add (read 2, write 4 in
 ///  fp32 accumulation, 2 launches): 6. Loss: cross_entropy on .float() logits as in eager PyTorch.
+///  Strided passes (ElementwiseTraffic::rope_strided_*; TensorIterator vectorizes its loads only
+///  when every operand is contiguous, aten/src/ATen/native/cuda/CUDALoops.cuh): the complex
+///  multiply reads freqs_cis broadcast over the heads (8 of the RoPE's 20 each way; its gradient,
+///  g * conj(freqs_cis), the same); the output's transpose copy and its backward (the layout's 4
+///  each way); repeat_kv's copies from an expanded view and the backward's sums over the repeats
+///  (reductions, not elementwise kernels: taking them at the copies' rate is an assumption). The
+///  casts read and write contiguous tensors.
 constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
     .norms_forward = 72, .norms_backward = 184, .norms_launches_forward = 16, .norms_launches_backward = 28,
     .residual_forward = 12, .residual_backward = 12, .residual_launches_forward = 2, .residual_launches_backward = 2,
@@ -203,7 +215,9 @@ constexpr ElementwiseTraffic kTorchtitanEagerTraffic{
     .bias_grad = 0,
     .embedding_forward = 4, .embedding_backward = 6, .embedding_launches = 2,
     .loss_forward = 22, .loss_backward = 26, .loss_launches_forward = 2, .loss_launches_backward = 3,
-    .weight_cast_forward = 0, .weight_cast_backward = 0, .norms_eager_chain = true};
+    .weight_cast_forward = 0, .weight_cast_backward = 0, .norms_eager_chain = true,
+    .rope_strided_forward = 8, .rope_strided_backward = 8, .layout_strided_forward = 4, .layout_strided_backward = 4,
+    .kv_repeat_strided = true};
 
 /// torchtitan with --training.compile: each TransformerBlock compiled on its own (torchtitan
 /// apply_compile, fullgraph per block), so fusions stay inside a block. Forward: attention_norm one
@@ -237,7 +251,9 @@ constexpr ElementwiseTraffic kTorchtitanCompiledTraffic{
 ///  tensor (read 4, write 8), .sum(5) (read 8, write 4), type_as (read 4, write 2) = 36 per element
 ///  of q and k in 4 launches each; its autograd backward mirrors it (the cast's gradient 2 + 4, the
 ///  product's gradient materialised 4 + 8 and summed over the broadcast pair 8 + 4, the cast back
-///  4 + 2) = 36, against the complex multiply's 20 each way.
+///  4 + 2) = 36, against the complex multiply's 20 each way. Strided: the broadcast product and the
+///  sum over a size-2 dimension, 24 of the 36 each way (taking the reduction's rate to be the
+///  broadcast product's is an assumption: no measurement of it was found).
 ///  Loss: train_utils.py calls nn.CrossEntropyLoss on the bf16 logits (no .float()): log_softmax
 ///  reads each 64 KB row three times and writes it once (6 + 2), nll_loss reads one element a row:
 ///  8 in 2 launches; backward nll_loss's dense bf16 gradient (write 2), the log-softmax backward's
@@ -250,6 +266,7 @@ constexpr ElementwiseTraffic kTorchtitanCompiledTraffic{
 constexpr ElementwiseTraffic kFmsEagerTraffic = [] {
   ElementwiseTraffic t = kTorchtitanEagerTraffic;
   t.rope_forward = t.rope_backward = 36;
+  t.rope_strided_forward = t.rope_strided_backward = 24;
   t.rope_launches = 8;
   t.loss_forward = 8;
   t.loss_backward = 10;

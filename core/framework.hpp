@@ -84,6 +84,15 @@ struct ElementwiseTraffic {
   /// back, weight scale, and autograd's passes back through them), whose kernels move their bytes
   /// below the streaming rate (GpuKernelFigures::eager_norm_efficiency, where the GPU has one).
   bool norms_eager_chain = false;
+  /// Of the RoPE, layout and GQA-expansion bytes above, those eager PyTorch moves on
+  /// TensorIterator's non-vectorized path because an operand is broadcast (a stride of 0) or
+  /// strided: the RoPE's product with its broadcast frequencies and its sums over a size-2 pair
+  /// dimension, the transpose copies around attention, the GQA expansion's copies from an
+  /// expanded view and their sums back. Priced at GpuKernelFigures::eager_strided_efficiency where
+  /// the GPU has one; the contiguous rest (upcasts and casts back) at the streaming rate.
+  double rope_strided_forward = 0, rope_strided_backward = 0;
+  double layout_strided_forward = 0, layout_strided_backward = 0;
+  bool kv_repeat_strided = false;
 };
 
 /// The precision recipe: how many bytes each kind of element takes, for 16-bit (bf16/fp16/fp8)

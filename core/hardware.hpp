@@ -42,6 +42,11 @@ struct GpuKernelFigures {
   // rsqrt, multiply, cast back, weight scale; ElementwiseTraffic::norms_eager_chain) moves its
   // bytes, forward and backward; unset: the streaming figure.
   std::optional<SourcedValue> eager_norm_efficiency;
+  // Of peak HBM bandwidth, the rate at which PyTorch's eager elementwise kernels move their bytes
+  // when an operand is broadcast or strided (TensorIterator's non-vectorized path: the RoPE
+  // products with their broadcast frequencies, transpose and GQA-expansion copies;
+  // ElementwiseTraffic's *_strided entries); unset: the streaming figure.
+  std::optional<SourcedValue> eager_strided_efficiency;
   // Coefficient of variation (sigma / median) of sustained throughput across devices of this SKU:
   // a synchronous step runs at its slowest device's pace (cost_models/device_spread.hpp). Unset:
   // no measurement, every device at the median speed.

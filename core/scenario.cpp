@@ -170,6 +170,7 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.flash_triton_attention_efficiency = optional("flash_triton_attention_efficiency");
     g.kernels.unfused_score_efficiency = optional("unfused_score_efficiency");
     g.kernels.eager_norm_efficiency = optional("eager_norm_efficiency");
+    g.kernels.eager_strided_efficiency = optional("eager_strided_efficiency");
     g.kernels.gemm_k_overhead = optional_at_most("gemm_k_overhead", false, 4096,
                                                  "must be at most 4096 (elements of K a tile's prologue and epilogue "
                                                  "cost; more would make every transformer GEMM mostly overhead)");

@@ -31,6 +31,7 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
   put("flash_triton_attention_efficiency", g.kernels.flash_triton_attention_efficiency);
   put("unfused_score_efficiency", g.kernels.unfused_score_efficiency);
   put("eager_norm_efficiency", g.kernels.eager_norm_efficiency);
+  put("eager_strided_efficiency", g.kernels.eager_strided_efficiency);
   put("device_spread_cv", g.kernels.device_spread_cv);
   put("sustained_clock_scale", g.kernels.sustained_clock_scale);
   put("gemm_k_overhead", g.kernels.gemm_k_overhead);

@@ -22,6 +22,7 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
   if (k.fp8_split_accumulation_slowdown) p.fp8_split_accumulation_slowdown = k.fp8_split_accumulation_slowdown->value;
   if (k.unfused_score_efficiency) p.score_memory_efficiency = k.unfused_score_efficiency->value;
   if (k.eager_norm_efficiency) p.eager_norm_memory_efficiency = k.eager_norm_efficiency->value;
+  if (k.eager_strided_efficiency) p.eager_strided_memory_efficiency = k.eager_strided_efficiency->value;
   const std::optional<SourcedValue>& fused =
       attention == AttentionImpl::cudnn                                                    ? k.cudnn_attention_efficiency
       : attention == AttentionImpl::flash2 && k.flash2_attention_efficiency             ? k.flash2_attention_efficiency
@@ -123,6 +124,11 @@ Seconds RooflineCompute::score_traffic(Bytes bytes) const {
 
 Seconds RooflineCompute::eager_norm_bound(Bytes bytes, int launches) const {
   return bytes / (gpu_.hbm_bandwidth * p_.eager_norm_memory_efficiency.value_or(p_.memory_efficiency)) +
+         p_.launch_overhead * double(launches);
+}
+
+Seconds RooflineCompute::eager_strided_bound(Bytes bytes, int launches) const {
+  return bytes / (gpu_.hbm_bandwidth * p_.eager_strided_memory_efficiency.value_or(p_.memory_efficiency)) +
          p_.launch_overhead * double(launches);
 }
 
@@ -334,6 +340,17 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   auto stream = [&](double bytes_per_element, double elements, int launches) {
     return bytes_per_element > 0 ? rc.memory_bound(Bytes(scale * bytes_per_element * elements), launches) : Seconds(0);
   };
+  // Elementwise bytes of which `strided_per_element` eager PyTorch moves on its non-vectorized path
+  // (an operand broadcast or strided: RooflineCompute::eager_strided_bound), the rest streaming;
+  // the launches are counted once.
+  auto eager_stream = [&](double bytes_per_element, double strided_per_element, double elements, int launches) {
+    if (!(bytes_per_element > 0)) return Seconds(0);
+    const double strided = std::clamp(strided_per_element, 0.0, bytes_per_element);
+    if (!(strided > 0)) return stream(bytes_per_element, elements, launches);
+    const double plain = bytes_per_element - strided;
+    return (plain > 0 ? rc.memory_bound(Bytes(scale * plain * elements), launches) : Seconds(0)) +
+           rc.eager_strided_bound(Bytes(scale * strided * elements), plain > 0 ? 0 : launches);
+  };
   LayerTimes L;
   LayerOpTimes& F = L.forward_ops;
   LayerOpTimes& B = L.backward_ops;
@@ -377,18 +394,19 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   fwd_bwd(T, h, v_w / t, F.projection, B.projection);
   // Dropout + residual adds at both sites, and re-layout copies around attention.
   F.dropout_residual = stream(tr.residual_forward, T * h / sp, tr.residual_launches_forward) +
-                       stream(tr.layout_forward, T * h / t, tr.layout_launches_forward);
+                       eager_stream(tr.layout_forward, tr.layout_strided_forward, T * h / t, tr.layout_launches_forward);
   B.dropout_residual = stream(tr.residual_backward, T * h / sp, tr.residual_launches_backward) +
-                       stream(tr.layout_backward, T * h / t, tr.layout_launches_backward);
+                       eager_stream(tr.layout_backward, tr.layout_strided_backward, T * h / t, tr.layout_launches_backward);
   // RoPE as kernels of their own on this GPU's q and k, and grouped K/V repeated for every query
   // head (read kv, write q-wide, for K and V; the backward sums them back).
   if (m.position == PositionEmbedding::rope && !m.mla) {
-    F.dropout_residual += stream(tr.rope_forward, T * (q + kv_dim) / t, tr.rope_launches);
-    B.dropout_residual += stream(tr.rope_backward, T * (q + kv_dim) / t, tr.rope_launches);
+    F.dropout_residual += eager_stream(tr.rope_forward, tr.rope_strided_forward, T * (q + kv_dim) / t, tr.rope_launches);
+    B.dropout_residual += eager_stream(tr.rope_backward, tr.rope_strided_backward, T * (q + kv_dim) / t, tr.rope_launches);
   }
   if (m.kv_heads > 0 && m.kv_heads < m.heads && !m.mla) {
-    F.dropout_residual += stream(tr.kv_repeat, 2.0 * T * (q + kv_dim) / t, 2);
-    B.dropout_residual += stream(tr.kv_repeat, 2.0 * T * (q + kv_dim) / t, 2);
+    const double kv_strided = tr.kv_repeat_strided ? tr.kv_repeat : 0.0;
+    F.dropout_residual += eager_stream(tr.kv_repeat, kv_strided, 2.0 * T * (q + kv_dim) / t, 2);
+    B.dropout_residual += eager_stream(tr.kv_repeat, kv_strided, 2.0 * T * (q + kv_dim) / t, 2);
   }
   // All-to-all context parallelism copies every tensor it exchanges (Q, K, V and the output
   // forward, dO and dQ, dK, dV backward), each copy reading and writing it once

@@ -60,6 +60,10 @@ struct RooflineParams {
   /// Fraction of peak HBM bandwidth at which PyTorch's eager RMSNorm chain moves its bytes
   /// (GpuKernelFigures::eager_norm_efficiency). Unset: the streaming figure.
   std::optional<double> eager_norm_memory_efficiency;
+  /// Fraction of peak HBM bandwidth at which PyTorch's eager elementwise kernels move bytes when
+  /// an operand is broadcast or strided (GpuKernelFigures::eager_strided_efficiency). Unset: the
+  /// streaming figure.
+  std::optional<double> eager_strided_memory_efficiency;
   /// Device-side cost of one kernel launch, seen when kernels are tiny.
   Seconds launch_overhead = Seconds(2.433e-6);
 };
@@ -124,6 +128,9 @@ class RooflineCompute {
   /// PyTorch's eager RMSNorm chain moving `bytes` in `launches` kernels
   /// (RooflineParams::eager_norm_memory_efficiency).
   Seconds eager_norm_bound(Bytes bytes, int launches) const;
+  /// PyTorch's eager elementwise kernels on broadcast or strided operands moving `bytes` in
+  /// `launches` kernels (RooflineParams::eager_strided_memory_efficiency).
+  Seconds eager_strided_bound(Bytes bytes, int launches) const;
   /// FP8 GEMMs without FP8 measurements: each shape's measured bf16 time from `bf16` (its cuBLAS
   /// kernel choice, waves and tiles as they ran) times the FP8 roofline's speedup over the bf16
   /// roofline at that shape (the peak ratio and the K term), rather than the FP8 roofline alone.

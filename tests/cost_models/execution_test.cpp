@@ -227,4 +227,31 @@ TEST(ExecutionModel, GradientAccumulationFusionDropsTheAccumulationPass) {
   EXPECT_EQ(v->field, "plan.gradient_accumulation_fusion");
 }
 
+// Eager PyTorch under autocast (../shared/bench's GPT block on the H100 SXM): the attention
+// output's transpose(1, 2).reshape copy and its backward read a transposed view, 4 bytes per
+// hidden element each way at the GPU file's eager_strided_efficiency (0.54 of 3350 GB/s); the
+// residual adds (20 forward, 36 backward) and the rest of the layout entry (the cat of dq, dk, dv:
+// 12 of the backward's 16) stream. torch.compile keeps the layout copies (extern kernels around
+// SDPA) but Inductor's kernels stream them and fold the residual adds into the norms. The
+// stream rate and the launch cost are the H100 profile's measurements (inputs here).
+TEST(ExecutionModel, EagerPyTorchsTransposeCopiesRunAtTheStridedRate) {
+  Experiment eager = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  eager.plan.compile = false;
+  Experiment fused = eager;
+  fused.plan.compile = true;
+  const ExecutionModel xe = resolve_execution(eager), xc = resolve_execution(fused);
+  const RooflineParams& rp = xe.roofline().params();
+  const double stream = 3350e9 * rp.memory_efficiency, strided = 3350e9 * 0.54, launch = rp.launch_overhead.value();
+  const int seq = eager.model.seq_len;
+  const double n = double(eager.plan.micro_batch) * seq * eager.model.hidden;  // tp 1, no sequence parallelism
+  const LayerTimes le = layer_times(xe, eager.model, eager.plan, seq, seq, false);
+  const LayerTimes lc = layer_times(xc, fused.model, fused.plan, seq, seq, false);
+  EXPECT_NEAR(le.forward_ops.dropout_residual.value(),
+              (20 * n / stream + 2 * launch) + (4 * n / strided + launch), 1e-9);
+  EXPECT_NEAR(le.backward_ops.dropout_residual.value(),
+              (36 * n / stream + 4 * launch) + (12 * n / stream + 2 * launch) + 4 * n / strided, 1e-9);
+  EXPECT_NEAR(lc.forward_ops.dropout_residual.value(), 4 * n / stream + launch, 1e-9);
+  EXPECT_NEAR(lc.backward_ops.dropout_residual.value(), 16 * n / stream + 2 * launch, 1e-9);
+}
+
 }  // namespace foresight::cost_models

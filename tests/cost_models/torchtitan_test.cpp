@@ -278,3 +278,50 @@ TEST(Torchtitan, EagerNormsRunAtTheGpusMeasuredNormRate) {
   const LayerTimes lh = layer_times(xh, h100.model, h100.plan, 8192, 8192, false);
   EXPECT_NEAR(lh.forward_ops.layernorms.value(), 72 * T * H / (2400e9 * 0.88) + 16 * 2.433e-6, 1e-9);
 }
+
+// PyTorch's eager elementwise kernels vectorize their loads only when every operand is
+// contiguous; a broadcast or strided operand sends them down the non-vectorized path, at the
+// GPU file's eager_strided_efficiency (A100 0.43 of 2039 GB/s, from transformers' rotary
+// embedding in Liger-Kernel's published timings; H100 SXM 0.54 of 3350 GB/s, from the Llama 4
+// complex RoPE). By hand, per (tokens, hidden) element or per element of q and k:
+//  torchtitan eager (Llama 3 8B on A100s, 8192 tokens, q 4096 + k 1024): RoPE 20 bytes of which
+//  the complex multiply's 8 strided (its casts, 12, at the stream rate, with the 6 launches);
+//  repeat_kv's 2 x 2 per element of q and k, all strided (2 launches); the output transpose copy
+//  (4, 1 launch) strided; the residual adds (12, 2 launches) streaming.
+//  torch.compile: every byte at the stream rate (Inductor's kernels).
+//  fms-fsdp eager (Llama 2 7B, 2 x 4096 tokens, q + k 8192, no GQA): RoPE 36 bytes of which the
+//  broadcast product and the pair sum, 24, strided; on the H100 SXM at its own figure.
+TEST(Torchtitan, EagerStridedPassesRunAtTheGpusMeasuredStridedRate) {
+  Experiment eager = load_experiment(resolve_scenario("experiments", "torchtitan-202404-a100-llama3-8b-64xa100-fsdp-selop"));
+  Experiment fused = eager;
+  fused.plan.compile = true;
+  const ExecutionModel xe = resolve_execution(eager), xc = resolve_execution(fused);
+  const double tokens = 8192, launch = 2.555e-6, strided = 2039e9 * 0.43, stream = 2039e9 * 0.88;
+  auto s = [&](double bytes, int launches) { return bytes / stream + launches * launch; };
+  auto g = [&](double bytes, int launches) { return bytes / strided + launches * launch; };
+  const LayerTimes le = layer_times(xe, eager.model, eager.plan, 8192, 8192, false);
+  const LayerTimes lc = layer_times(xc, fused.model, fused.plan, 8192, 8192, false);
+  const double qk = tokens * (Q + KV);
+  EXPECT_NEAR(le.forward_ops.dropout_residual.value(),
+              s(12 * tokens * H, 2) + g(4 * tokens * H, 1) + s(12 * qk, 6) + g(8 * qk, 0) + g(2 * 2 * qk, 2), 1e-9);
+  EXPECT_NEAR(le.backward_ops.dropout_residual.value(),
+              s(12 * tokens * H, 2) + g(4 * tokens * H, 1) + s(12 * qk, 6) + g(8 * qk, 0) + g(2 * 2 * qk, 2), 1e-9);
+  EXPECT_NEAR(lc.forward_ops.dropout_residual.value(),
+              s(6 * tokens * H, 1) + s(4 * tokens * H, 1) + s(4 * qk, 2) + s(2 * 2 * qk, 2), 1e-9);
+  // fms-fsdp on the A100 and on the H100 SXM: the RoPE's 24 strided bytes of 36, the layout copy.
+  const Experiment fa = load_experiment(resolve_scenario("experiments", "fms-fsdp-llama2-7b-128xa100-hsdp"));
+  const ExecutionModel xa = resolve_execution(fa);
+  const LayerTimes la = layer_times(xa, fa.model, fa.plan, 4096, 4096, false);
+  const double t7 = 2 * 4096, qk7 = t7 * (4096 + 4096);
+  EXPECT_NEAR(la.forward_ops.dropout_residual.value(),
+              s(12 * t7 * H, 2) + g(4 * t7 * H, 1) + s(12 * qk7, 8) + g(24 * qk7, 0), 1e-9);
+  const Experiment fh = load_experiment(resolve_scenario("experiments", "fms-fsdp-llama2-7b-96xh100-hsdp"));
+  const ExecutionModel xh = resolve_execution(fh);
+  const LayerTimes lh = layer_times(xh, fh.model, fh.plan, 4096, 4096, false);
+  // The H100 SXM's calibration profile replaces the streaming rate and the launch cost with its
+  // own copy and launch measurements (inputs here); the strided rate is the GPU file's.
+  const RooflineParams& hp = xh.roofline().params();
+  const double hl = hp.launch_overhead.value(), hs = 3350e9 * hp.memory_efficiency, hg = 3350e9 * 0.54;
+  EXPECT_NEAR(lh.backward_ops.dropout_residual.value(),
+              (12 * t7 * H / hs + 2 * hl) + (4 * t7 * H / hg + hl) + (12 * qk7 / hs + 8 * hl) + 24 * qk7 / hg, 1e-9);
+}
