@@ -83,6 +83,53 @@ def compare(rows, eager_path, compiled_path):
         print(f"| {name} | {got:.3f} | {want:.3f} | {want / got:.3f} |")
 
 
+def peak_GBps(scenarios, gpu):
+    """The GPU file's hbm_bandwidth_GBps (read by hand: the lent machine may lack PyYAML)."""
+    with open(os.path.join(scenarios, "gpus", f"{gpu}.yaml")) as f:
+        for line in f:
+            if line.strip().startswith("hbm_bandwidth_GBps:"):
+                return float(line.split(":")[1])
+    sys.exit(f"compare_eager_block.py: no hbm_bandwidth_GBps in {gpu}.yaml")
+
+
+def derived_figures(rows, peak):
+    """The GPU-file figures these rows measure, derived as the A100 and H100 SXM files derive theirs
+    (scenarios/gpus/*.yaml): eager_norm_efficiency from the fms RMSNorm chain (36 bytes an element
+    forward, 92 backward: core/framework.cpp), eager_strided_efficiency from the complex RoPE (of
+    its 20 bytes an element each way the casts' 12 stream at the copy row's rate, the multiply's 8
+    read a broadcast operand), and two checks of the assumption that fms's pair sums run at that
+    rate too (its RoPE forward: 12 streaming, 24 strided; the sum alone). Launches are not taken
+    out (a few tens of microseconds against milliseconds here)."""
+    by = {r["name"]: r for r in rows}
+    n_act = None
+    if "fms RoPE fwd (q and k)" in by:
+        n_act = by["fms RoPE fwd (q and k)"]["bytes"] / 72.0
+    copy = by.get("copy bf16 (reference)", {}).get("GBps")
+    if not n_act or not copy:
+        print("\nNo derived figures: the copy or RoPE rows are missing.")
+        return
+    out = [("memory_efficiency (copy, for reference)", copy / peak)]
+    norm = by.get("fms RMSNorm fwd+bwd (one norm)")
+    if norm:
+        out.append(("eager_norm_efficiency (fms chain, 128 B/elem)", 128 * n_act / (norm["median_ms"] * 1e-3) / 1e9 / peak))
+
+    def strided(row, streaming, slow):
+        r = by.get(row)
+        if not r:
+            return float("nan")
+        t = r["median_ms"] * 1e-3 - streaming * n_act / (copy * 1e9)
+        return slow * n_act / t / 1e9 / peak if t > 0 else float("nan")
+    out.append(("eager_strided_efficiency (complex RoPE fwd+bwd)", strided("complex RoPE fwd+bwd (torchtitan 2024, q and k)", 48, 32)))
+    out.append(("  check: fms RoPE fwd, pair sum included", strided("fms RoPE fwd (q and k)", 24, 48)))
+    sum5 = by.get("fms RoPE's sum(5) alone (fp32, inner size 2)")
+    if sum5:
+        out.append(("  check: the size-2 sum alone", sum5["GBps"] / peak))
+    print(f"\nDerived GPU-file figures (of {peak:.0f} GB/s peak):")
+    print("\n| figure | value |\n| --- | --- |")
+    for name, v in out:
+        print(f"| {name} | {v:.3f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bench", help="bench_eager_block.py's OUT.json, or - for none")
@@ -99,6 +146,8 @@ def main():
         sys.exit("compare_eager_block.py: give --foresight BIN or --model-eager OPS.json")
     rows = json.load(open(a.bench))["rows"] if a.bench != "-" else []
     compare(rows, a.model_eager, a.model_compiled)
+    if rows:
+        derived_figures(rows, peak_GBps(a.scenarios, a.gpu))
 
 
 if __name__ == "__main__":
