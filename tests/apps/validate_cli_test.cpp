@@ -63,32 +63,6 @@ TEST(Determinism, PlanJsonIsIndependentOfThreads) {
   EXPECT_EQ(with("1"), with("2"));
 }
 
-TEST(SimulateCli, TeraPipeExperimentGetsTheSlicesValidateUses) {
-  // terapipe-gpt3-13b-s4096-p3-terapipe leaves token_slices empty: simulate must run it with the
-  // planner's slicing, as validate does, not as one whole-sequence slice (the GPipe baseline).
-  const auto sim = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-s4096-p3-terapipe", "--json"}));
-  const auto baseline = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-s4096-p3-gpipe", "--json"}));
-  // What validate predicts for it, from a scenario folder holding that experiment alone (the whole
-  // library's validation takes most of a minute under the sanitizers).
-  namespace fs = std::filesystem;
-  const fs::path src = foresight::scenarios_dir();
-  const fs::path root = fs::path(::testing::TempDir()) / "terapipe-only";
-  for (const char* d : {"experiments", "models", "clusters"}) fs::create_directories(root / d);
-  for (const char* f : {"experiments/terapipe-gpt3-13b-s4096-p3-terapipe.yaml", "models/terapipe-gpt3-13b-s4096.yaml",
-                        "clusters/aws-p3-16xlarge.yaml"})
-    fs::copy_file(src / f, root / f, fs::copy_options::overwrite_existing);
-  const auto report = foresight::planner::validate_all(root.string(), foresight::sim::EngineKind::analytic, {}, nullptr, false);
-  const auto val = foresight::planner::validation_json(report, foresight::sim::EngineKind::analytic);
-  double validated = 0;
-  for (const auto& c : val["cases"])
-    if (c["experiment"] == "terapipe-gpt3-13b-s4096-p3-terapipe" && c["quantity"] == "iteration_s") validated = c["predicted"];
-  ASSERT_GT(validated, 0.0);
-  EXPECT_DOUBLE_EQ(sim["iteration_s"].get<double>(), validated);
-  EXPECT_LT(sim["iteration_s"].get<double>(), baseline["iteration_s"].get<double>());
-  const std::string text = run({"simulate", "terapipe-gpt3-13b-s4096-p3-terapipe"});
-  EXPECT_NE(text.find("token slices:"), std::string::npos) << text;
-}
-
 // The TeraPipe 1B layout on the SimGrid engine: its eight DP rings and eight replicas' pipeline
 // hops contend for each p3.16xlarge's one NIC. The socket transport's rate depends on how many GPUs
 // drive the NIC (0.58 of wire speed for eight, 0.95 for one; comm.cpp), and each traffic class
@@ -112,18 +86,3 @@ TEST(ValidateCli, TeraPipe1bWithinNinePercentOnSimGrid) {
   EXPECT_NEAR(speedup / published_speedup, 1.0, 0.10) << "speedup " << speedup << " vs " << published_speedup;
 }
 
-TEST(CalibrateCli, PublishedFitReproducesTheBundledFileByteForByte) {
-  // scenarios/calibration.yaml is the fit's output: fitting again from its declarations on the
-  // calibration cases writes the same bytes.
-  const std::string tmp = (std::filesystem::temp_directory_path() / ("foresight_calibration_refit_" + std::to_string(::getpid()) + ".yaml")).string();
-  const std::string printed = run({"calibrate", "--published", "--out", tmp});
-  EXPECT_NE(printed.find("deepspeed_v05_slot_overhead"), std::string::npos);
-  auto slurp = [](const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  };
-  EXPECT_EQ(slurp(tmp), slurp(foresight::scenarios_dir() + "/calibration.yaml"));
-  std::filesystem::remove(tmp);
-}

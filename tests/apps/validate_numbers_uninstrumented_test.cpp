@@ -1,7 +1,10 @@
 // foresight validate --json's numbers: the shared PyTorch bench rows within 10%, every source's
-// error within its regression bound, and the same JSON whatever thread runs it. Numbers only: the
-// sanitizer pass leaves this binary out (a validation run takes 50 s instrumented), while
-// validate_cli_test takes the same validate code through the sanitizers.
+// error within its regression bound, and the same JSON whatever thread runs it; calibrate
+// --published reproducing the bundled file, and simulate giving a TeraPipe experiment the slices
+// validate gives it. Numbers only: the sanitizer pass leaves this binary out (a validation run
+// takes about 290 s instrumented on CI's machine, the calibration fit 100 s, TeraPipe's slicing
+// 36 s), while validate_cli_test (the whole library's validation) and calibration_fit_test take
+// the same code through the sanitizers.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +19,7 @@
 
 #include "apps/cli/cli.hpp"
 #include "core/scenario.hpp"
+#include "planner/validation.hpp"
 #include "sim/simgrid_engine.hpp"
 
 namespace {
@@ -444,3 +448,44 @@ TEST(Determinism, ValidateJsonIsByteIdenticalInAnyThread) {
   EXPECT_EQ(fresh, run({"validate", "--json"}));
 }
 
+TEST(SimulateCli, TeraPipeExperimentGetsTheSlicesValidateUses) {
+  // terapipe-gpt3-13b-s4096-p3-terapipe leaves token_slices empty: simulate must run it with the
+  // planner's slicing, as validate does, not as one whole-sequence slice (the GPipe baseline).
+  const auto sim = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-s4096-p3-terapipe", "--json"}));
+  const auto baseline = nlohmann::json::parse(run({"simulate", "terapipe-gpt3-13b-s4096-p3-gpipe", "--json"}));
+  // What validate predicts for it, from a scenario folder holding that experiment alone (the whole
+  // library's validation takes most of a minute under the sanitizers).
+  namespace fs = std::filesystem;
+  const fs::path src = foresight::scenarios_dir();
+  const fs::path root = fs::path(::testing::TempDir()) / "terapipe-only";
+  for (const char* d : {"experiments", "models", "clusters"}) fs::create_directories(root / d);
+  for (const char* f : {"experiments/terapipe-gpt3-13b-s4096-p3-terapipe.yaml", "models/terapipe-gpt3-13b-s4096.yaml",
+                        "clusters/aws-p3-16xlarge.yaml"})
+    fs::copy_file(src / f, root / f, fs::copy_options::overwrite_existing);
+  const auto report = foresight::planner::validate_all(root.string(), foresight::sim::EngineKind::analytic, {}, nullptr, false);
+  const auto val = foresight::planner::validation_json(report, foresight::sim::EngineKind::analytic);
+  double validated = 0;
+  for (const auto& c : val["cases"])
+    if (c["experiment"] == "terapipe-gpt3-13b-s4096-p3-terapipe" && c["quantity"] == "iteration_s") validated = c["predicted"];
+  ASSERT_GT(validated, 0.0);
+  EXPECT_DOUBLE_EQ(sim["iteration_s"].get<double>(), validated);
+  EXPECT_LT(sim["iteration_s"].get<double>(), baseline["iteration_s"].get<double>());
+  const std::string text = run({"simulate", "terapipe-gpt3-13b-s4096-p3-terapipe"});
+  EXPECT_NE(text.find("token slices:"), std::string::npos) << text;
+}
+
+TEST(CalibrateCli, PublishedFitReproducesTheBundledFileByteForByte) {
+  // scenarios/calibration.yaml is the fit's output: fitting again from its declarations on the
+  // calibration cases writes the same bytes.
+  const std::string tmp = (std::filesystem::temp_directory_path() / ("foresight_calibration_refit_" + std::to_string(::getpid()) + ".yaml")).string();
+  const std::string printed = run({"calibrate", "--published", "--out", tmp});
+  EXPECT_NE(printed.find("deepspeed_v05_slot_overhead"), std::string::npos);
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  EXPECT_EQ(slurp(tmp), slurp(foresight::scenarios_dir() + "/calibration.yaml"));
+  std::filesystem::remove(tmp);
+}
