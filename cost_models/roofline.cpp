@@ -122,14 +122,16 @@ Seconds RooflineCompute::score_traffic(Bytes bytes) const {
   return bytes / (gpu_.hbm_bandwidth * p_.score_memory_efficiency.value_or(p_.memory_efficiency));
 }
 
+Seconds RooflineCompute::traffic_at(Bytes bytes, double efficiency, int launches) const {
+  return bytes / (gpu_.hbm_bandwidth * efficiency) + p_.launch_overhead * double(launches);
+}
+
 Seconds RooflineCompute::eager_norm_bound(Bytes bytes, int launches) const {
-  return bytes / (gpu_.hbm_bandwidth * p_.eager_norm_memory_efficiency.value_or(p_.memory_efficiency)) +
-         p_.launch_overhead * double(launches);
+  return traffic_at(bytes, p_.eager_norm_memory_efficiency.value_or(p_.memory_efficiency), launches);
 }
 
 Seconds RooflineCompute::eager_strided_bound(Bytes bytes, int launches) const {
-  return bytes / (gpu_.hbm_bandwidth * p_.eager_strided_memory_efficiency.value_or(p_.memory_efficiency)) +
-         p_.launch_overhead * double(launches);
+  return traffic_at(bytes, p_.eager_strided_memory_efficiency.value_or(p_.memory_efficiency), launches);
 }
 
 double RooflineCompute::math_seconds(const GemmShape& s) const {
@@ -166,7 +168,7 @@ double RooflineCompute::math_seconds(const GemmShape& s) const {
 }
 
 Seconds RooflineCompute::memory_bound(Bytes bytes, int launches) const {
-  return bytes / (gpu_.hbm_bandwidth * p_.memory_efficiency) + p_.launch_overhead * double(launches);
+  return traffic_at(bytes, p_.memory_efficiency, launches);
 }
 
 namespace {

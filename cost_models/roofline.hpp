@@ -166,6 +166,8 @@ class RooflineCompute {
   mutable std::atomic<long> extrapolated_{0};  // shared by the planner's worker threads
   /// FLOPs / (peak * efficiency * wave and tile efficiency), in seconds.
   double math_seconds(const GemmShape& s) const;
+  /// `bytes` moved at `efficiency` of peak HBM bandwidth, plus `launches` kernel launches.
+  Seconds traffic_at(Bytes bytes, double efficiency, int launches) const;
   /// max(math_seconds * math_scale, memory time) + launch: a GEMM priced by the roofline (no
   /// profile), its arithmetic slowed by math_scale.
   Seconds roofline_gemm(const GemmShape& s, double math_scale) const;

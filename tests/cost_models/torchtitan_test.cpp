@@ -23,6 +23,14 @@ Experiment t1(bool compile = false) {
   return e;
 }
 
+// Llama 3 8B, seq 8192, micro-batch 1, FSDP2 over 64 A100 80GB, per-op SAC (torchtitan's April
+// 2024 table), eager unless compiled.
+Experiment a100_8b(bool compile = false) {
+  Experiment e = load_experiment(resolve_scenario("experiments", "torchtitan-202404-a100-llama3-8b-64xa100-fsdp-selop"));
+  e.plan.compile = compile;
+  return e;
+}
+
 constexpr double T = 2.0 * 8192, H = 4096, Q = 4096, KV = 1024, F = 14336;
 
 }  // namespace
@@ -252,9 +260,7 @@ TEST(Torchtitan, Float8TensorParallelCastsTheGatheredInputsOnTheirShard) {
 // from the Grand Teton part's GPU file, which has no calibration profile). fms-fsdp's eager entry
 // inherits torchtitan's norms.
 TEST(Torchtitan, EagerNormsRunAtTheGpusMeasuredNormRate) {
-  Experiment eager = load_experiment(resolve_scenario("experiments", "torchtitan-202404-a100-llama3-8b-64xa100-fsdp-selop"));
-  Experiment fused = eager;
-  fused.plan.compile = true;
+  const Experiment eager = a100_8b(false), fused = a100_8b(true);
   const ExecutionModel xe = resolve_execution(eager), xc = resolve_execution(fused);
   const double tokens = 8192, launch = 2.555e-6, eager_rate = 2039e9 * 0.70, stream_rate = 2039e9 * 0.88;
   const LayerTimes le = layer_times(xe, eager.model, eager.plan, 8192, 8192, false);
@@ -292,9 +298,7 @@ TEST(Torchtitan, EagerNormsRunAtTheGpusMeasuredNormRate) {
 //  fms-fsdp eager (Llama 2 7B, 2 x 4096 tokens, q + k 8192, no GQA): RoPE 36 bytes of which the
 //  broadcast product and the pair sum, 24, strided; on the H100 SXM at its own figure.
 TEST(Torchtitan, EagerStridedPassesRunAtTheGpusMeasuredStridedRate) {
-  Experiment eager = load_experiment(resolve_scenario("experiments", "torchtitan-202404-a100-llama3-8b-64xa100-fsdp-selop"));
-  Experiment fused = eager;
-  fused.plan.compile = true;
+  const Experiment eager = a100_8b(false), fused = a100_8b(true);
   const ExecutionModel xe = resolve_execution(eager), xc = resolve_execution(fused);
   const double tokens = 8192, launch = 2.555e-6, strided = 2039e9 * 0.43, stream = 2039e9 * 0.88;
   auto s = [&](double bytes, int launches) { return bytes / stream + launches * launch; };
