@@ -188,8 +188,33 @@ cost_models::CalibrationSet fit_on(const std::vector<Experiment>& measured, cons
   };
   if (!active.empty() && !reached.empty()) {
     const int n = int(active.size());
-    Eigen::VectorXd r = residuals(set);
+    // Where each reached case's residuals sit in r, and which cases each active parameter's scope
+    // matches: the execution model reads a parameter only where its scope matches
+    // (cost_models/calibrated.cpp), so moving one parameter changes those rows and no other. A
+    // Jacobian column or a scan point re-predicts only them (the other rows are r's own values,
+    // exactly what a re-prediction would give): the same numbers at a fraction of the predictions,
+    // which the leave-one-out refits of every validate repeat 21 times.
+    std::vector<double> start;
+    std::vector<Eigen::Index> offset(reached.size() + 1, 0);
+    for (std::size_t k = 0; k < reached.size(); ++k) {
+      for (double x : log_residuals(predict_experiment(*reached[k], engine, &set))) start.push_back(x);
+      offset[k + 1] = Eigen::Index(start.size());
+    }
+    Eigen::VectorXd r = Eigen::Map<Eigen::VectorXd>(start.data(), Eigen::Index(start.size()));
     double cost = r.squaredNorm();
+    std::vector<std::vector<std::size_t>> in_scope(n);
+    for (int j = 0; j < n; ++j)
+      for (std::size_t k = 0; k < reached.size(); ++k)
+        if (set.parameters[active[j]].scope.matches(reached[k]->cluster, reached[k]->training, reached[k]->plan))
+          in_scope[j].push_back(k);
+    auto residuals_moving = [&](const cost_models::CalibrationSet& s, int j) {
+      Eigen::VectorXd out = r;
+      for (std::size_t k : in_scope[j]) {
+        const std::vector<double> x = log_residuals(predict_experiment(*reached[k], engine, &s));
+        for (std::size_t i = 0; i < x.size(); ++i) out(offset[k] + Eigen::Index(i)) = x[i];
+      }
+      return out;
+    };
     // A parameter that enters as max(0, x - t) (a host time a kernel may hide) has no gradient at
     // its neutral value, so the steps below could never move it: such a parameter is first scanned
     // over its range (nine points, the others held) and starts from the best of them.
@@ -197,13 +222,13 @@ cost_models::CalibrationSet fit_on(const std::vector<Experiment>& measured, cons
       cost_models::CalibratedParameter& p = set.parameters[active[j]];
       const double saved = p.value, h = 1e-3 * (p.hi - p.lo);
       p.value = saved + h <= p.hi ? saved + h : saved - h;
-      const bool flat = (residuals(set) - r).cwiseAbs().maxCoeff() == 0.0;
+      const bool flat = (residuals_moving(set, j) - r).cwiseAbs().maxCoeff() == 0.0;
       p.value = saved;
       if (!flat) continue;
       double best_value = saved, best_cost = cost;
       for (int k = 0; k <= 8; ++k) {
         p.value = p.lo + (p.hi - p.lo) * k / 8.0;
-        const double c = residuals(set).squaredNorm();
+        const double c = residuals_moving(set, j).squaredNorm();
         if (c < best_cost - 1e-15) best_cost = c, best_value = p.value;
       }
       p.value = best_value;
@@ -222,7 +247,7 @@ cost_models::CalibrationSet fit_on(const std::vector<Experiment>& measured, cons
         const double step = p.value + h <= p.hi ? h : -h;
         const double saved = p.value;
         p.value = saved + step;
-        J.col(j) = (residuals(set) - r) / step;
+        J.col(j) = (residuals_moving(set, j) - r) / step;
         p.value = saved;
       }
       const Eigen::MatrixXd A = J.transpose() * J;
