@@ -572,6 +572,13 @@ std::array<FrameworkTraits, 10> make_table() {
   // cpu_offload to the stage 1/2 optimizer and the offload configs to stage 3), under the pipeline
   // engine too (stage 1 there).
   deepspeed.optimizer_offload_min_zero = 1;
+  // ZeRO-Offload's stage 1/2 optimizer copies each reduced IPG bucket's gradients straight into
+  // its pinned fp32 partition on the host (stage_1_and_2.py copy_grads_in_partition under
+  // cpu_offload: async_inplace_copy_grad_to_fp32_buffer_from_gpu, or
+  // async_accumulate_grad_in_cpu_via_gpu between micro-batches) and allocates no device-side
+  // grads_in_partition; the gradients live in the IPG buffer it reuses (Ren et al. 2021, sec. 4.1:
+  // "gradients ... are offloaded to CPU memory" as the backward produces them).
+  deepspeed.offloaded_optimizer_streams_gradients = true;
   // activation_checkpointing.cpu_checkpointing moves the checkpoints of DeepSpeed's checkpointed
   // layers to the host (runtime/activation_checkpointing/checkpointing.py, CheckpointFunction), so
   // only under full recompute.
@@ -946,6 +953,10 @@ bool FrameworkTraits::overlaps_pipeline_sends(const PlanSpec& p) const {
 
 bool FrameworkTraits::prefetches_zero3(const PlanSpec& p) const {
   return zero3_prefetch_choice ? p.zero3_prefetch.value_or(zero3_prefetch) : zero3_prefetch;
+}
+
+bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p) const {
+  return offloaded_optimizer_streams_gradients && p.offload.optimizer && p.zero >= 1 && p.zero <= 2;
 }
 
 PipelineSend FrameworkTraits::backward_send(const PlanSpec& p) const {

@@ -458,6 +458,12 @@ struct FrameworkTraits {
   int optimizer_offload_min_zero = 0;
   int optimizer_offload_max_zero = 3;
   const char* optimizer_offload_refusal = "";
+  /// With the optimizer on the host at ZeRO 1-2, each reduction bucket's gradients go to the
+  /// host's fp32 partition as the bucket completes, so the device keeps no gradient buffer beyond
+  /// its reduction bucket, even on one GPU (DeepSpeed's ZeRO-Offload).
+  bool offloaded_optimizer_streams_gradients = false;
+  /// Whether plan `p` runs that way: an offloaded optimizer at ZeRO 1-2 under such a framework.
+  bool streams_gradients_to_host(const PlanSpec& p) const;
   /// Moves stored activations to host memory between a layer's forward and its backward
   /// (plan.offload.activations). activation_offload_refusal says why not where it cannot.
   bool activation_offload = true;

@@ -132,12 +132,17 @@ struct InterNodeSpec {
 };
 
 struct HostSpec {
-  BytesPerSecond pcie_bandwidth;  // host <-> one GPU, per direction
+  BytesPerSecond pcie_bandwidth;  // host <-> one GPU, per direction, that GPU alone
   Bytes memory;                   // host memory per node
   /// The rate the node's CPUs stream their memory at (STREAM-triad class, all sockets), which an
   /// optimizer stepping on the host is bound by (cost_models::offload_cost). Zero: not stated, and
   /// then a plan cannot offload its optimizer (core/plan.cpp check_plan).
   BytesPerSecond memory_bandwidth;
+  /// Host <-> GPU bandwidth of the whole node while all its GPUs move data at once (the CPUs' root
+  /// complexes and memory, not the GPUs' links, bound it): one GPU's rate is then this over the
+  /// GPUs moving data, at most pcie_bandwidth (cost_models::host_link_bandwidth). Zero: not
+  /// stated, and each GPU keeps pcie_bandwidth.
+  BytesPerSecond pcie_node_bandwidth{};
 };
 
 /// The most GPUs a cluster may have: 2^24, far beyond any machine built, and small enough that GPU

@@ -269,6 +269,7 @@ ClusterSpec read_cluster(const Section& s, Resolver& res) {
     c.host.pcie_bandwidth = gigabytes_per_s(h.get_double("pcie_GBps", std::nullopt, 0.0, true));
     c.host.memory = gigabytes(h.get_double("memory_GB", std::nullopt, 0.0, true));
     c.host.memory_bandwidth = gigabytes_per_s(h.get_double("memory_GBps", 0.0, 0.0));
+    c.host.pcie_node_bandwidth = gigabytes_per_s(h.get_double("pcie_node_GBps", 0.0, 0.0));
     h.finish();
   }
   c.source = r.get_string("source", "");

@@ -60,6 +60,14 @@ nlohmann::ordered_json tiers_json(const std::vector<NetworkTier>& tiers) {
   for (const NetworkTier& t : tiers) out.push_back({{"nodes", t.nodes}, {"oversubscription", t.oversubscription}});
   return out;
 }
+// The node-wide host link rate only where the file states it (most clusters do not).
+nlohmann::ordered_json host_json(const HostSpec& h) {
+  nlohmann::ordered_json j = {{"pcie_GBps", in_GBps(h.pcie_bandwidth)},
+                              {"memory_GB", in_GB(h.memory)},
+                              {"memory_GBps", in_GBps(h.memory_bandwidth)}};
+  if (h.pcie_node_bandwidth.value() > 0) j["pcie_node_GBps"] = in_GBps(h.pcie_node_bandwidth);
+  return j;
+}
 }  // namespace
 
 nlohmann::ordered_json to_json(const ClusterSpec& c) {
@@ -78,10 +86,7 @@ nlohmann::ordered_json to_json(const ClusterSpec& c) {
             {"topology", to_string(c.inter.topology)},
             {"oversubscription", c.inter.oversubscription},
             {"tiers", tiers_json(c.inter.tiers)}}},
-          {"host",
-           {{"pcie_GBps", in_GBps(c.host.pcie_bandwidth)},
-            {"memory_GB", in_GB(c.host.memory)},
-            {"memory_GBps", in_GBps(c.host.memory_bandwidth)}}}};
+          {"host", host_json(c.host)}};
 }
 
 nlohmann::ordered_json to_json(const TrainingSpec& t) { return fields_json(t); }

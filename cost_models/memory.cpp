@@ -514,7 +514,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   const FrameworkTraits& fw = *x.framework;
 
   Bytes bytes;
-  if (plan.grad_ranks() > 1) {
+  if (plan.grad_ranks() > 1 || fw.streams_gradients_to_host(plan)) {
     const StageParameters params = parameters_on_gpu(fw, model, plan, stage);
     const Bytes all_grads(params.total() * x.bytes.grad);
     // The framework's extra gradient bucket (none where it reduces its grad buffer in place).
@@ -633,6 +633,8 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
     mem.weights -= Bytes(layer_params * (x.bytes.weight - stored) / plan.shard_ways());
   }
   mem.grads = Bytes(params.dense * dense.grads + params.expert * expert.grads);
+  // ZeRO-Offload: the gradients stream to the host bucket by bucket (the bucket is a buffer).
+  if (x.framework->streams_gradients_to_host(plan)) mem.grads = Bytes(0);
   mem.optimizer = plan.offload.optimizer
                       ? Bytes(0)
                       : Bytes(params.dense * dense.optimizer + params.expert * expert.optimizer);

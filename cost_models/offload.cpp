@@ -16,6 +16,16 @@ Seconds transfer_time(Bytes bytes, BytesPerSecond bandwidth) {
 }
 }  // namespace
 
+int gpus_sharing_host(const ClusterSpec& cluster, const PlanSpec& plan) {
+  return std::max(1, std::min(cluster.gpus_per_node, plan.gpus()));
+}
+
+BytesPerSecond host_link_bandwidth(const ClusterSpec& cluster, const PlanSpec& plan) {
+  const BytesPerSecond own = cluster.host.pcie_bandwidth;
+  if (!(cluster.host.pcie_node_bandwidth.value() > 0)) return own;
+  return min(own, cluster.host.pcie_node_bandwidth / double(gpus_sharing_host(cluster, plan)));
+}
+
 OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
                          const PlanSpec& plan, const ClusterSpec& cluster, int stage) {
   OffloadCost cost;
@@ -32,7 +42,7 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
     const BytesPerSecond host_bw = cluster.host.memory_bandwidth;
     FORESIGHT_CHECK(host_bw.value() > 0 && cluster.gpus_per_node > 0)
         << "an offloaded optimizer needs the host's memory bandwidth (check_plan refuses plans without it)";
-    const BytesPerSecond share = host_bw / double(cluster.gpus_per_node);
+    const BytesPerSecond share = host_bw / double(gpus_sharing_host(cluster, plan));
     cost.host_optimizer_time = Bytes(owned * x.framework->host_optimizer_bytes_per_param) / share;
   }
   const double fraction = std::clamp(plan.offload.activations, 0.0, 1.0);
@@ -44,9 +54,10 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
     cost.activations_to_device = moved;
     cost.host_memory_per_gpu += stashed_layer_activation_bytes(x, model, training, plan, stage) * fraction;
   }
-  cost.to_host_time = transfer_time(cost.to_host(), cluster.host.pcie_bandwidth);
-  cost.to_device_time = transfer_time(cost.to_device(), cluster.host.pcie_bandwidth);
-  cost.host_memory_per_node = cost.host_memory_per_gpu * double(cluster.gpus_per_node);
+  const BytesPerSecond link = host_link_bandwidth(cluster, plan);
+  cost.to_host_time = transfer_time(cost.to_host(), link);
+  cost.to_device_time = transfer_time(cost.to_device(), link);
+  cost.host_memory_per_node = cost.host_memory_per_gpu * double(gpus_sharing_host(cluster, plan));
   return cost;
 }
 

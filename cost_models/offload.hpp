@@ -21,22 +21,34 @@ struct OffloadCost {
   Bytes optimizer_to_device;    // the updated model-dtype weights coming back
   Bytes activations_to_host;    // offloaded fraction of every micro-batch's stashed activations
   Bytes activations_to_device;  // the same bytes prefetched back for the backward pass
-  Seconds to_host_time;         // to_host() / host.pcie_bandwidth
-  Seconds to_device_time;       // to_device() / host.pcie_bandwidth
+  Seconds to_host_time;         // to_host() / host_link_bandwidth
+  Seconds to_device_time;       // to_device() / host_link_bandwidth
   /// The optimizer step on the host CPUs over this GPU's P parameters: P x the framework's host
   /// optimizer bytes per parameter over this GPU's share of the node's host memory bandwidth
-  /// (every GPU of the node steps at once, after its backward, so the node's CPUs stream all
-  /// their states together). Bound by memory, not arithmetic: a fused Adam does about 15 flops
-  /// per 28 bytes.
+  /// (every GPU of the plan on the node steps at once, after its backward, so the node's CPUs
+  /// stream all their states together; a plan on fewer GPUs than a node has leaves the CPUs to
+  /// the GPUs it uses). Bound by memory, not arithmetic: a fused Adam does about 15 flops per 28
+  /// bytes.
   Seconds host_optimizer_time;
   Bytes host_memory_per_gpu;    // optimizer state + gradient staging + offloaded activations
-  Bytes host_memory_per_node;   // host_memory_per_gpu x gpus_per_node
+  Bytes host_memory_per_node;   // host_memory_per_gpu x gpus_sharing_host
 
   Bytes to_host() const { return optimizer_to_host + activations_to_host; }
   Bytes to_device() const { return optimizer_to_device + activations_to_device; }
   /// PCIe is full duplex: the two directions overlap, so the link is busy for the longer one.
   Seconds time() const { return max(to_host_time, to_device_time); }
 };
+
+/// GPUs of the plan on one node, which share its host (CPUs, memory, PCIe root complexes): the
+/// node's GPUs, or all of the plan's where it runs on fewer.
+int gpus_sharing_host(const ClusterSpec& cluster, const PlanSpec& plan);
+
+/// One GPU's host link rate while the plan's other GPUs on its node move data at once: the GPU's
+/// own link (host.pcie_bandwidth) or its share of the node's (host.pcie_node_bandwidth, where the
+/// cluster states it), whichever is lower. On a DGX-2, 12 GB/s for one GPU alone but 3 GB/s each
+/// when all 16 read host memory (Rajbhandari et al. 2021, ZeRO-Infinity, arXiv:2104.07857,
+/// Fig. 2b).
+BytesPerSecond host_link_bandwidth(const ClusterSpec& cluster, const PlanSpec& plan);
 
 /// Offload cost of one GPU of pipeline stage `stage` (0-based) per iteration.
 /// Optimizer (plan.offload.optimizer): the GPU owns P parameters' updates, its ZeRO shard

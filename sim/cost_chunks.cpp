@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "cost_models/memory.hpp"
+#include "cost_models/offload.hpp"
 #include "sim/costers.hpp"
 
 namespace foresight::sim {
@@ -411,7 +412,7 @@ void cost_activation_offload(const CostInputs& in, WorkloadCosts& c) {
   if (!(p.offload.activations > 0)) return;
   const int v = c.shape.virtual_stages;
   const std::vector<int> slices = token_slices(in.e);
-  const BytesPerSecond pcie = in.e.cluster.host.pcie_bandwidth;
+  const BytesPerSecond pcie = cost_models::host_link_bandwidth(in.e.cluster, p);
   for (int s = 0; s < p.pp; ++s) {
     const int layers_in_chunk = int(cost_models::stage_layers(m, p, s).size()) / v;
     if (in.x.framework->activation_offload_windows) {

@@ -622,7 +622,7 @@ void cost_optimizer(const CostInputs& in, WorkloadCosts& c) {
       // Optimizer state on the host: gradients go down, the host's CPUs step them, and weights
       // come back over PCIe.
       const cost_models::OffloadCost oc = cost_models::offload_cost(in.x, in.e.model, in.e.training, p, in.e.cluster, s);
-      const BytesPerSecond pcie = in.e.cluster.host.pcie_bandwidth;
+      const BytesPerSecond pcie = cost_models::host_link_bandwidth(in.e.cluster, p);
       opt = oc.optimizer_to_host / pcie + oc.host_optimizer_time + oc.optimizer_to_device / pcie;
     } else if (in.x.host) {
       // The trainer on a CPU device: per tensor norms and AdamW, the shard's step under ZeRO-1.

@@ -72,7 +72,8 @@ const std::vector<BadCase> kCases = {
     // Switch tiers (cluster.inter_node.tiers): groups must nest, one form only, ratios >= 1.
     {"tiers_not_nesting", {"cluster.inter_node.tiers[1].nodes = 6", "multiple of the tier below's 4 nodes", ":9:"}},
     {"tiers_and_oversubscription", {"cluster.inter_node.tiers", "not both", ":9:"}},
-    {"tiers_oversubscription_below_one", {"cluster.inter_node.tiers[0].oversubscription = 0.5", "at least 1"}}
+    {"tiers_oversubscription_below_one", {"cluster.inter_node.tiers[0].oversubscription = 0.5", "at least 1"}},
+    {"pcie_node_negative", {"cluster.host.pcie_node_GBps = -48", "at least 0", ":10:"}}
 };
 
 class BadScenario : public ::testing::TestWithParam<BadCase> {};

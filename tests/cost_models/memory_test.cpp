@@ -565,6 +565,49 @@ TEST(MemoryPerGpu, OptimizerOffloadEmptiesTheOptimizerState) {
   EXPECT_EQ(b.optimizer.value(), 0.0);
 }
 
+TEST(MemoryPerGpu, ZeroOffloadStreamsItsGradientsToTheHost) {
+  // DeepSpeed's ZeRO-Offload (ZeRO-2 with offload_optimizer) copies each reduced bucket's
+  // gradients into the host's fp32 partition and keeps no device gradient buffer beyond the
+  // reduction bucket, even on one GPU; ZeRO-2 on the device keeps its partition (all of it at dp 1).
+  // The DeepSpeed tutorial's 10B GPT-2 (docs/_tutorials/zero-offload.md: 50 layers, h 4096, 32
+  // heads, micro-batch 10, activation checkpointing, one V100-SXM3 32GB; sequence 1024 and the
+  // GPT-2 vocabulary padded to 50304 as DeepSpeed's Megatron-LM scripts set them).
+  const ModelSpec m{.name = "gpt2-10b", .layers = 50, .hidden = 4096, .heads = 32, .seq_len = 1024, .vocab = 50304,
+                    .ffn_hidden = 4 * 4096, .kv_heads = 32, .moe = std::nullopt};
+  const ClusterSpec dgx2 = load_cluster(resolve_scenario("clusters", "dgx2-v100"));
+  const TrainingSpec tr{.global_batch = 10, .dtype = Dtype::fp16, .optimizer = Optimizer::adam};
+  PlanSpec p;
+  p.micro_batch = 10;
+  p.zero = 2;
+  p.recompute = Recompute::full;
+  p.framework = Framework::deepspeed;
+  const double params = parameters_on_gpu(framework_traits(p.framework), m, p, 0).total();
+  const MemoryBreakdown on_device = memory_per_gpu(exec(tr, p), m, tr, p, 0);
+  EXPECT_DOUBLE_EQ(on_device.grads.value(), 2.0 * params);  // fp16, unsharded at dp 1
+  p.offload.optimizer = true;
+  const MemoryBreakdown offloaded = memory_per_gpu(exec(tr, p), m, tr, p, 0);
+  EXPECT_EQ(offloaded.grads.value(), 0.0);
+  EXPECT_EQ(offloaded.optimizer.value(), 0.0);
+  // The reduction bucket: reduce_bucket_size's default, 5e8 fp16 elements, a buffer now.
+  EXPECT_DOUBLE_EQ((offloaded.buffers - on_device.buffers).value(), 5e8 * 2.0);
+  // What the tutorial ran fits the V100's 32 GiB, and so does the paper's largest single-GPU
+  // model (Ren et al. 2021, arXiv:2101.06840, Table 3 and Fig. 8: 13B, 65 layers of h 4096,
+  // batch 4 a GPU). Before gradients streamed to the host the 10B needed 53.8 GB here.
+  EXPECT_TRUE(fits(offloaded, dgx2.gpu)) << in_GB(offloaded.total()) << " GB";
+  ModelSpec m13 = m;
+  m13.layers = 65;
+  PlanSpec p13 = p;
+  p13.micro_batch = 4;
+  const TrainingSpec tr13{.global_batch = 4, .dtype = Dtype::fp16, .optimizer = Optimizer::adam};
+  const MemoryBreakdown b13 = memory_per_gpu(exec(tr13, p13), m13, tr13, p13, 0);
+  EXPECT_TRUE(fits(b13, dgx2.gpu)) << in_GB(b13.total()) << " GB";
+  // Megatron-Core's optimizer offload keeps its gradient buffer on the device.
+  PlanSpec mcore = p;
+  mcore.framework = Framework::megatron_core;
+  mcore.zero = 1;
+  EXPECT_GT(memory_per_gpu(exec(tr, mcore), m, tr, mcore, 0).grads.value(), 0.0);
+}
+
 TEST(MemoryPerGpu, MoeExpertsShardOverExpertParallelism) {
   // 2 layers, the second an MoE layer with 8 experts; ep 4 holds 2 experts per GPU.
   ModelSpec m{.name = "moe", .layers = 2, .hidden = 1024, .heads = 16, .seq_len = 1024, .vocab = 50000,
