@@ -576,8 +576,10 @@ std::array<FrameworkTraits, 10> make_table() {
   // its pinned fp32 partition on the host (stage_1_and_2.py copy_grads_in_partition under
   // cpu_offload: async_inplace_copy_grad_to_fp32_buffer_from_gpu, or
   // async_accumulate_grad_in_cpu_via_gpu between micro-batches) and allocates no device-side
-  // grads_in_partition; the gradients live in the IPG buffer it reuses (Ren et al. 2021, sec. 4.1:
-  // "gradients ... are offloaded to CPU memory" as the backward produces them).
+  // grads_in_partition; the gradients live in the IPG buffer it reuses (Ren et al. 2021, sec. 4.1).
+  // Its backward hook reduces at once only with partition_gradients (stage 2) or at the
+  // accumulation boundary (reduce_ready_partitions_and_remove_grads), so stage 1 streams only a
+  // one-micro-batch step (FrameworkTraits::streams_gradients_to_host).
   deepspeed.offloaded_optimizer_streams_gradients = true;
   // activation_checkpointing.cpu_checkpointing moves the checkpoints of DeepSpeed's checkpointed
   // layers to the host (runtime/activation_checkpointing/checkpointing.py, CheckpointFunction), so
@@ -955,8 +957,9 @@ bool FrameworkTraits::prefetches_zero3(const PlanSpec& p) const {
   return zero3_prefetch_choice ? p.zero3_prefetch.value_or(zero3_prefetch) : zero3_prefetch;
 }
 
-bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p) const {
-  return offloaded_optimizer_streams_gradients && p.offload.optimizer && p.zero >= 1 && p.zero <= 2;
+bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p, int micro_batches) const {
+  if (!offloaded_optimizer_streams_gradients || !p.offload.optimizer) return false;
+  return p.zero == 2 || (p.zero == 1 && micro_batches == 1 && p.pp == 1);
 }
 
 PipelineSend FrameworkTraits::backward_send(const PlanSpec& p) const {

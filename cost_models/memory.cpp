@@ -514,7 +514,7 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   const FrameworkTraits& fw = *x.framework;
 
   Bytes bytes;
-  if (plan.grad_ranks() > 1 || fw.streams_gradients_to_host(plan)) {
+  if (plan.grad_ranks() > 1) {
     const StageParameters params = parameters_on_gpu(fw, model, plan, stage);
     const Bytes all_grads(params.total() * x.bytes.grad);
     // The framework's extra gradient bucket (none where it reduces its grad buffer in place).
@@ -633,13 +633,20 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
     mem.weights -= Bytes(layer_params * (x.bytes.weight - stored) / plan.shard_ways());
   }
   mem.grads = Bytes(params.dense * dense.grads + params.expert * expert.grads);
-  // ZeRO-Offload: the gradients stream to the host bucket by bucket (the bucket is a buffer).
-  if (x.framework->streams_gradients_to_host(plan)) mem.grads = Bytes(0);
   mem.optimizer = plan.offload.optimizer
                       ? Bytes(0)
                       : Bytes(params.dense * dense.optimizer + params.expert * expert.optimizer);
   mem.activations = stage_activation_bytes(x, model, training, plan, stage);
   mem.buffers = buffer_bytes(x, model, plan, stage);
+  // ZeRO-Offload: the gradients stream to the host bucket by bucket, through the reduction bucket
+  // (a buffer, which buffer_bytes counts where there is a data-parallel group; alone too here).
+  if (x.framework->streams_gradients_to_host(plan, plan.micro_batches(training))) {
+    mem.grads = Bytes(0);
+    if (plan.grad_ranks() <= 1) {
+      const double elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : x.framework->dp_bucket_elements;
+      mem.buffers += min(Bytes(elements * x.bytes.grad), Bytes(params.total() * x.bytes.grad));
+    }
+  }
   if (x.framework->precision.grads_freed_between_steps && plan.micro_batches(training) == 1) {
     // Gradients are created by the backward (as activations are freed) and freed after the step:
     // the peak is the end of the forward (no gradients) or the step (no activations, no

@@ -601,6 +601,13 @@ TEST(MemoryPerGpu, ZeroOffloadStreamsItsGradientsToTheHost) {
   const TrainingSpec tr13{.global_batch = 4, .dtype = Dtype::fp16, .optimizer = Optimizer::adam};
   const MemoryBreakdown b13 = memory_per_gpu(exec(tr13, p13), m13, tr13, p13, 0);
   EXPECT_TRUE(fits(b13, dgx2.gpu)) << in_GB(b13.total()) << " GB";
+  // ZeRO-1 reduces at the accumulation boundary: it streams a one-micro-batch step, but two
+  // micro-batches accumulate in the device's .grad first (fp16, all of them at dp 1).
+  PlanSpec z1 = p;
+  z1.zero = 1;
+  EXPECT_EQ(memory_per_gpu(exec(tr, z1), m, tr, z1, 0).grads.value(), 0.0);
+  const TrainingSpec two{.global_batch = 20, .dtype = Dtype::fp16, .optimizer = Optimizer::adam};
+  EXPECT_DOUBLE_EQ(memory_per_gpu(exec(two, z1), m, two, z1, 0).grads.value(), 2.0 * params);
   // Megatron-Core's optimizer offload keeps its gradient buffer on the device.
   PlanSpec mcore = p;
   mcore.framework = Framework::megatron_core;
