@@ -577,9 +577,11 @@ std::array<FrameworkTraits, 10> make_table() {
   // cpu_offload: async_inplace_copy_grad_to_fp32_buffer_from_gpu, or
   // async_accumulate_grad_in_cpu_via_gpu between micro-batches) and allocates no device-side
   // grads_in_partition; the gradients live in the IPG buffer it reuses (Ren et al. 2021, sec. 4.1).
-  // Its backward hook reduces at once only with partition_gradients (stage 2) or at the
-  // accumulation boundary (reduce_ready_partitions_and_remove_grads), so stage 1 streams only a
-  // one-micro-batch step (FrameworkTraits::streams_gradients_to_host).
+  // Stage 1 registers no backward hooks (they need partition_gradients or overlap_comm, and the
+  // engine ignores overlap_comm at stage 1), so its .grad fills whole before reduce_gradients
+  // moves it through the bucket: only stage 2 streams (FrameworkTraits::streams_gradients_to_host).
+  // Under cpu_offload stages 1 and 2 also keep temp_grad_buffer_for_gpu_offload, the largest
+  // parameter's size in the 16-bit dtype, on the device for the whole run.
   deepspeed.offloaded_optimizer_streams_gradients = true;
   // activation_checkpointing.cpu_checkpointing moves the checkpoints of DeepSpeed's checkpointed
   // layers to the host (runtime/activation_checkpointing/checkpointing.py, CheckpointFunction), so
@@ -957,9 +959,8 @@ bool FrameworkTraits::prefetches_zero3(const PlanSpec& p) const {
   return zero3_prefetch_choice ? p.zero3_prefetch.value_or(zero3_prefetch) : zero3_prefetch;
 }
 
-bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p, int micro_batches) const {
-  if (!offloaded_optimizer_streams_gradients || !p.offload.optimizer) return false;
-  return p.zero == 2 || (p.zero == 1 && micro_batches == 1 && p.pp == 1);
+bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p) const {
+  return offloaded_optimizer_streams_gradients && p.offload.optimizer && p.zero == 2;
 }
 
 PipelineSend FrameworkTraits::backward_send(const PlanSpec& p) const {

@@ -458,15 +458,14 @@ struct FrameworkTraits {
   int optimizer_offload_min_zero = 0;
   int optimizer_offload_max_zero = 3;
   const char* optimizer_offload_refusal = "";
-  /// With the optimizer on the host, each reduction bucket's gradients go to the host's fp32
-  /// partition as the bucket completes, so the device keeps no gradient buffer beyond its
-  /// reduction bucket, even on one GPU (DeepSpeed's ZeRO-Offload): at ZeRO-2 every micro-batch; at
-  /// ZeRO-1 only where each step is one micro-batch, since stage 1 reduces at the accumulation
-  /// boundary and accumulates in the device's .grad until then (and its pipeline engine reduces
-  /// after the last micro-batch).
+  /// With the optimizer on the host at ZeRO-2, each reduction bucket's gradients go to the host's
+  /// fp32 partition as the backward completes the bucket, so the device keeps no gradient buffer
+  /// beyond its reduction bucket and a staging buffer of its largest parameter, even on one GPU
+  /// (DeepSpeed's ZeRO-Offload). At ZeRO-1 the whole .grad fills first: its backward hooks exist
+  /// only with partition_gradients or overlap_comm, which stage 1 ignores.
   bool offloaded_optimizer_streams_gradients = false;
-  /// Whether plan `p`, taking `micro_batches` per step, runs that way under this framework.
-  bool streams_gradients_to_host(const PlanSpec& p, int micro_batches) const;
+  /// Whether plan `p` runs that way under this framework.
+  bool streams_gradients_to_host(const PlanSpec& p) const;
   /// Moves stored activations to host memory between a layer's forward and its backward
   /// (plan.offload.activations). activation_offload_refusal says why not where it cannot.
   bool activation_offload = true;

@@ -615,6 +615,19 @@ Bytes runtime_bytes(const ExecutionModel& x, const PlanSpec& plan, int stage) {
   return x.memory.cuda_context + x.memory.nccl_per_communicator * double(communicators);
 }
 
+namespace {
+/// Elements of the largest single parameter tensor a GPU of `stage` holds: the word embedding or
+/// untied head (vocab x hidden / tp) where the stage has one, else a layer's fused QKV or FC1
+/// (gate and up fused where gated) weight over tp.
+double largest_parameter_elements(const FrameworkTraits& fw, const ModelSpec& model, const PlanSpec& plan, int stage) {
+  const double h = model.hidden, tp = plan.tp;
+  double largest = std::max((model.q_width() + 2.0 * model.kv_width()) * h, (model.gated() ? 2.0 : 1.0) * model.ffn_hidden * h) / tp;
+  const bool edges = fw.has_embedding_and_head && (stage == 0 || is_last_stage(plan, stage));
+  if (edges) largest = std::max(largest, double(model.vocab) * h / tp);
+  return largest;
+}
+}  // namespace
+
 MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
                                const PlanSpec& plan, int stage) {
   const StageParameters params = parameters_on_gpu(*x.framework, model, plan, stage);
@@ -638,9 +651,13 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
                       : Bytes(params.dense * dense.optimizer + params.expert * expert.optimizer);
   mem.activations = stage_activation_bytes(x, model, training, plan, stage);
   mem.buffers = buffer_bytes(x, model, plan, stage);
+  if (plan.offload.optimizer && x.framework->offloaded_optimizer_streams_gradients && plan.zero <= 2) {
+    // DeepSpeed's stage 1/2 offload keeps a device staging buffer of its largest parameter.
+    mem.buffers += Bytes(largest_parameter_elements(*x.framework, model, plan, stage) * x.bytes.grad);
+  }
   // ZeRO-Offload: the gradients stream to the host bucket by bucket, through the reduction bucket
   // (a buffer, which buffer_bytes counts where there is a data-parallel group; alone too here).
-  if (x.framework->streams_gradients_to_host(plan, plan.micro_batches(training))) {
+  if (x.framework->streams_gradients_to_host(plan)) {
     mem.grads = Bytes(0);
     if (plan.grad_ranks() <= 1) {
       const double elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : x.framework->dp_bucket_elements;

@@ -95,6 +95,16 @@ TEST(OffloadCost, TheHostStepsTorchsAdamWPassByPass) {
   EXPECT_DOUBLE_EQ(c.host_memory_per_node.value(), 16 * c.host_memory_per_gpu.value());
 }
 
+TEST(OffloadCost, OptimizerZeroOffloadMegatronFp32Grads) {
+  // Megatron bf16 keeps fp32 main grads: 4 B down (77,443,072 B), 2 B up (38,721,536 B); the link
+  // is busy for the longer direction, 77,443,072 / 25e9 = 3.09772288 ms. Host 12 + 4 = 16 B/param.
+  const OffloadCost c = offload_cost(exec(kTraining, zero1_dp4(Framework::megatron)), tiny(), kTraining, zero1_dp4(Framework::megatron), node(2000_GB), 0);
+  EXPECT_DOUBLE_EQ(c.optimizer_to_host.value(), 77443072.0);
+  EXPECT_DOUBLE_EQ(c.optimizer_to_device.value(), 38721536.0);
+  EXPECT_NEAR(in_ms(c.time()), 3.09772288, 1e-12);
+  EXPECT_DOUBLE_EQ(c.host_memory_per_gpu.value(), 16.0 * 19360768.0);
+}
+
 TEST(OffloadCost, TheGpusOfADgx2ShareItsHostLinks) {
   // ZeRO-Infinity (Rajbhandari et al. 2021, arXiv:2104.07857) Fig. 2b, CPU memory to GPU on a
   // DGX-2: 12.0 GB/s for one GPU alone, 3.0 GB/s per GPU when all 16 read at once (48 GB/s a
