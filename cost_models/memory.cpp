@@ -505,6 +505,19 @@ Bytes deepep_buffer_bytes(const ModelSpec& model, const PlanSpec& plan) {
   return Bytes(align(nvl) + align(rdma));
 }
 
+namespace {
+/// Elements of the largest single parameter tensor a GPU of `stage` holds: the word embedding or
+/// untied head (vocab x hidden / tp) where the stage has one, else a layer's fused QKV or FC1
+/// (gate and up fused where gated) weight over tp.
+double largest_parameter_elements(const FrameworkTraits& fw, const ModelSpec& model, const PlanSpec& plan, int stage) {
+  const double h = model.hidden, tp = plan.tp;
+  double largest = std::max((model.q_width() + 2.0 * model.kv_width()) * h, (model.gated() ? 2.0 : 1.0) * model.ffn_hidden * h) / tp;
+  const bool edges = fw.has_embedding_and_head && (stage == 0 || is_last_stage(plan, stage));
+  if (edges) largest = std::max(largest, double(model.vocab) * h / tp);
+  return largest;
+}
+}  // namespace
+
 Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
   const double a = x.bytes.activation;
   const double sbh = double(plan.local_tokens(model)) * plan.micro_batch * model.hidden;
@@ -514,7 +527,8 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   const FrameworkTraits& fw = *x.framework;
 
   Bytes bytes;
-  if (plan.grad_ranks() > 1) {
+  // (ZeRO-Offload reduces through its bucket even alone: FrameworkTraits::streams_gradients_to_host.)
+  if (plan.grad_ranks() > 1 || fw.streams_gradients_to_host(plan)) {
     const StageParameters params = parameters_on_gpu(fw, model, plan, stage);
     const Bytes all_grads(params.total() * x.bytes.grad);
     // The framework's extra gradient bucket (none where it reduces its grad buffer in place).
@@ -525,6 +539,9 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
       bytes += min(Bytes(elements * x.bytes.grad), all_grads);
     }
   }
+  // DeepSpeed's stage 1/2 offload keeps a device staging buffer of its largest parameter.
+  if (plan.offload.optimizer && fw.offloaded_optimizer_streams_gradients && plan.zero <= 2)
+    bytes += Bytes(largest_parameter_elements(fw, model, plan, stage) * x.bytes.grad);
   if (plan.pp > 1) bytes += Bytes(2.0 * a * sbh / sp_div);  // activation and gradient receives
   // The dispatched rows in flight: the rank's copies, all-gathered over expert-TP where each rank
   // routes its own (moe_routes_own_tokens); and DeepEP's queues where it dispatches them.
@@ -615,19 +632,6 @@ Bytes runtime_bytes(const ExecutionModel& x, const PlanSpec& plan, int stage) {
   return x.memory.cuda_context + x.memory.nccl_per_communicator * double(communicators);
 }
 
-namespace {
-/// Elements of the largest single parameter tensor a GPU of `stage` holds: the word embedding or
-/// untied head (vocab x hidden / tp) where the stage has one, else a layer's fused QKV or FC1
-/// (gate and up fused where gated) weight over tp.
-double largest_parameter_elements(const FrameworkTraits& fw, const ModelSpec& model, const PlanSpec& plan, int stage) {
-  const double h = model.hidden, tp = plan.tp;
-  double largest = std::max((model.q_width() + 2.0 * model.kv_width()) * h, (model.gated() ? 2.0 : 1.0) * model.ffn_hidden * h) / tp;
-  const bool edges = fw.has_embedding_and_head && (stage == 0 || is_last_stage(plan, stage));
-  if (edges) largest = std::max(largest, double(model.vocab) * h / tp);
-  return largest;
-}
-}  // namespace
-
 MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
                                const PlanSpec& plan, int stage) {
   const StageParameters params = parameters_on_gpu(*x.framework, model, plan, stage);
@@ -651,19 +655,8 @@ MemoryBreakdown memory_per_gpu(const ExecutionModel& x, const ModelSpec& model, 
                       : Bytes(params.dense * dense.optimizer + params.expert * expert.optimizer);
   mem.activations = stage_activation_bytes(x, model, training, plan, stage);
   mem.buffers = buffer_bytes(x, model, plan, stage);
-  if (plan.offload.optimizer && x.framework->offloaded_optimizer_streams_gradients && plan.zero <= 2) {
-    // DeepSpeed's stage 1/2 offload keeps a device staging buffer of its largest parameter.
-    mem.buffers += Bytes(largest_parameter_elements(*x.framework, model, plan, stage) * x.bytes.grad);
-  }
-  // ZeRO-Offload: the gradients stream to the host bucket by bucket, through the reduction bucket
-  // (a buffer, which buffer_bytes counts where there is a data-parallel group; alone too here).
-  if (x.framework->streams_gradients_to_host(plan)) {
-    mem.grads = Bytes(0);
-    if (plan.grad_ranks() <= 1) {
-      const double elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : x.framework->dp_bucket_elements;
-      mem.buffers += min(Bytes(elements * x.bytes.grad), Bytes(params.total() * x.bytes.grad));
-    }
-  }
+  // ZeRO-Offload: the gradients stream to the host through the reduction bucket (a buffer).
+  if (x.framework->streams_gradients_to_host(plan)) mem.grads = Bytes(0);
   if (x.framework->precision.grads_freed_between_steps && plan.micro_batches(training) == 1) {
     // Gradients are created by the backward (as activations are freed) and freed after the step:
     // the peak is the end of the forward (no gradients) or the step (no activations, no

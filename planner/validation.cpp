@@ -180,28 +180,25 @@ cost_models::CalibrationSet fit_on(const std::vector<Experiment>& measured, cons
         reached.push_back(&e);
         break;
       }
+  // offset[k]: where reached case k's residuals start in the vector (the same for every set).
+  std::vector<Eigen::Index> offset(reached.size() + 1, 0);
   auto residuals = [&](const cost_models::CalibrationSet& s) {
     std::vector<double> r;
-    for (const Experiment* e : reached)
-      for (double x : log_residuals(predict_experiment(*e, engine, &s))) r.push_back(x);
+    for (std::size_t k = 0; k < reached.size(); ++k) {
+      for (double x : log_residuals(predict_experiment(*reached[k], engine, &s))) r.push_back(x);
+      offset[k + 1] = Eigen::Index(r.size());
+    }
     return Eigen::VectorXd(Eigen::Map<Eigen::VectorXd>(r.data(), Eigen::Index(r.size())));
   };
   if (!active.empty() && !reached.empty()) {
     const int n = int(active.size());
-    // Where each reached case's residuals sit in r, and which cases each active parameter's scope
-    // matches: the execution model reads a parameter only where its scope matches
-    // (cost_models/calibrated.cpp), so moving one parameter changes those rows and no other. A
-    // Jacobian column or a scan point re-predicts only them (the other rows are r's own values,
-    // exactly what a re-prediction would give): the same numbers at a fraction of the predictions,
-    // which the leave-one-out refits of every validate repeat 21 times.
-    std::vector<double> start;
-    std::vector<Eigen::Index> offset(reached.size() + 1, 0);
-    for (std::size_t k = 0; k < reached.size(); ++k) {
-      for (double x : log_residuals(predict_experiment(*reached[k], engine, &set))) start.push_back(x);
-      offset[k + 1] = Eigen::Index(start.size());
-    }
-    Eigen::VectorXd r = Eigen::Map<Eigen::VectorXd>(start.data(), Eigen::Index(start.size()));
+    Eigen::VectorXd r = residuals(set);
     double cost = r.squaredNorm();
+    // Which cases each active parameter's scope matches: the execution model reads a parameter only
+    // where its scope matches (cost_models/calibrated.cpp), so moving one parameter changes those
+    // rows and no other. A Jacobian column or a scan point re-predicts only them (the other rows are
+    // r's own values, exactly what a re-prediction would give): the same numbers at a fraction of
+    // the predictions, which the leave-one-out refits of every validate repeat 21 times.
     std::vector<std::vector<std::size_t>> in_scope(n);
     for (int j = 0; j < n; ++j)
       for (std::size_t k = 0; k < reached.size(); ++k)
