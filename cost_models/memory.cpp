@@ -257,26 +257,31 @@ double layers_per_in_flight_unit(const ModelSpec& model, const PlanSpec& plan) {
   return per_stage / plan.model_chunks();
 }
 
-std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int stage, int chunk) {
-  const std::vector<int> counts = chunk_layer_counts(model, plan);
+namespace {
+// Appends chunk `chunk` of `stage`'s layers to `layers`, from the plan's chunk_layer_counts.
+void append_chunk_layers(const ModelSpec& model, const PlanSpec& plan, const std::vector<int>& counts, int stage,
+                         int chunk, std::vector<int>& layers) {
   const int segment = plan.chunk_segment(stage, chunk);
   FORESIGHT_CHECK(segment >= 0 && segment < int(counts.size())) << "stage " << stage << " chunk " << chunk;
   const int first = std::accumulate(counts.begin(), counts.begin() + segment, 0);
-  std::vector<int> layers;
   for (int l = first; l < first + counts[std::size_t(segment)]; ++l) layers.push_back(l);
   // The MTP modules' layers follow the head's segment (ModelSpec::mtp_layers).
   if (segment == int(counts.size()) - 1)
     for (int l = model.layers; l < model.transformer_layers(); ++l) layers.push_back(l);
+}
+}  // namespace
+
+std::vector<int> chunk_layers(const ModelSpec& model, const PlanSpec& plan, int stage, int chunk) {
+  std::vector<int> layers;
+  append_chunk_layers(model, plan, chunk_layer_counts(model, plan), stage, chunk, layers);
   return layers;
 }
 
 std::vector<int> stage_layers(const ModelSpec& model, const PlanSpec& plan, int stage) {
-  const int v = plan.model_chunks();
+  // The counts once for all chunks (a DeepSpeed partition_method recomputes its partition per call).
+  const std::vector<int> counts = chunk_layer_counts(model, plan);
   std::vector<int> layers;
-  for (int c = 0; c < v; ++c) {
-    const std::vector<int> chunk = chunk_layers(model, plan, stage, c);
-    layers.insert(layers.end(), chunk.begin(), chunk.end());
-  }
+  for (int c = 0; c < plan.model_chunks(); ++c) append_chunk_layers(model, plan, counts, stage, c, layers);
   return layers;
 }
 

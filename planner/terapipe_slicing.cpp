@@ -52,11 +52,22 @@ Slicing optimal_token_slices(int seq_len, int stages, const SliceTime& time, int
           from[j] = i;
         }
     if (f[n] == inf) continue;
-    // The slicing's real slowest slice may be below tmax; evaluate the true objective.
+    // The slicing's real slowest slice may be below tmax; evaluate the true objective, as
+    // slicing_latency does (first slice to last), from the table rather than by calling time()
+    // again: each call can cost a whole workload costing, and this loop runs per candidate bound.
+    std::vector<int> bounds;  // unit boundaries, first to last
+    for (int j = n; j > 0; j = from[j]) bounds.push_back(j);
+    bounds.push_back(0);
+    std::reverse(bounds.begin(), bounds.end());
     std::vector<int> slices;
-    for (int j = n; j > 0; j = from[j]) slices.push_back((j - from[j]) * granularity);
-    std::reverse(slices.begin(), slices.end());
-    const double lat = slicing_latency(slices, stages, time, microbatches).value();
+    Seconds sum, worst;
+    for (std::size_t b = 0; b + 1 < bounds.size(); ++b) {
+      slices.push_back((bounds[b + 1] - bounds[b]) * granularity);
+      const Seconds ts(t[bounds[b]][bounds[b + 1]]);
+      sum += ts;
+      worst = max(worst, ts);
+    }
+    const double lat = (sum * double(microbatches) + worst * double(stages - 1)).value();
     if (lat < best_latency) {
       best_latency = lat;
       best.slices = slices;

@@ -336,7 +336,11 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
   return exposed;
 }
 
-WorkloadCosts cost_workload(const CostInputs& in) {
+namespace {
+// The chunks' compute and their tensor-, context- and expert-parallel communication, the edges
+// (embedding, head) and the pipeline's transfers: everything but the data-parallel, sharded and
+// optimizer costs, which read the chunks and never change their compute or model-parallel terms.
+WorkloadCosts cost_chunks_and_transfers(const CostInputs& in) {
   const PlanSpec& p = in.e.plan;
   WorkloadCosts c;
   const int v = p.model_chunks();
@@ -347,6 +351,12 @@ WorkloadCosts cost_workload(const CostInputs& in) {
   cost_activation_offload(in, c);
   cost_edges(in, c);
   cost_pipeline_transfers(in, c);
+  return c;
+}
+}  // namespace
+
+WorkloadCosts cost_workload(const CostInputs& in) {
+  WorkloadCosts c = cost_chunks_and_transfers(in);
   cost_data_parallel(in, c);
   cost_sharded_parameters(in, c);
   cost_optimizer(in, c);
@@ -358,7 +368,8 @@ Seconds slice_stage_time(const CostInputs& in, int tokens, int end) {
   x.plan.schedule = Schedule::terapipe;
   x.plan.virtual_stages = 1;
   x.plan.token_slices = end > tokens ? std::vector<int>{end - tokens, tokens} : std::vector<int>{tokens};
-  const WorkloadCosts c = cost_workload({x, in.x, in.compute, in.comm});
+  // A slice's time reads only the chunks' compute and model-parallel terms and the pipeline's hops.
+  const WorkloadCosts c = cost_chunks_and_transfers({x, in.x, in.compute, in.comm});
   const int k = int(x.plan.token_slices.size()) - 1;
   Seconds worst;
   for (const auto& stage : c.chunk) {
