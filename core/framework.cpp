@@ -1,5 +1,6 @@
 #include "core/framework.hpp"
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -583,6 +584,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // Under cpu_offload stages 1 and 2 also keep temp_grad_buffer_for_gpu_offload, the largest
   // parameter's size in the 16-bit dtype, on the device for the whole run.
   deepspeed.offloaded_optimizer_streams_gradients = true;
+  deepspeed.offloaded_gradient_path = OffloadGradientPath::deepspeed;
   // activation_checkpointing.cpu_checkpointing moves the checkpoints of DeepSpeed's checkpointed
   // layers to the host (runtime/activation_checkpointing/checkpointing.py, CheckpointFunction), so
   // only under full recompute.
@@ -961,6 +963,31 @@ bool FrameworkTraits::prefetches_zero3(const PlanSpec& p) const {
 
 bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p) const {
   return offloaded_optimizer_streams_gradients && p.offload.optimizer && p.zero == 2;
+}
+
+OffloadedGradientBytes FrameworkTraits::offloaded_gradient_bytes(const PlanSpec& p, int microbatches,
+                                                                 double grad_bytes) const {
+  const double g = std::max(1, microbatches);
+  if (offloaded_gradient_path == OffloadGradientPath::gradient_dtype) return {grad_bytes, 0.0, grad_bytes};
+  // DeepSpeed @ 38327e07. Both paths finish a step by casting each gradient to fp32 on the device
+  // (.float()) and copying it into the fp32 gradient of the host's optimizer partition: 4 bytes
+  // over PCIe and 4 kept.
+  if (p.zero <= 2) {
+    // stage_1_and_2.py copy_grads_in_partition under cpu_offload: with more than one micro-batch a
+    // step, async_accumulate_grad_in_cpu_via_gpu first passes each parameter through a 16-bit host
+    // copy (accumulated_grads_in_cpu): written down on the step's first micro-batch (micro_step_id
+    // 0), read back onto the device and added on each later one; then
+    // async_inplace_copy_grad_to_fp32_buffer_from_gpu. Stage 2 reduces, and so copies, after every
+    // micro-batch; stage 1 only at the step's last (engine.py allreduce_gradients), one read back.
+    if (g == 1) return {4.0, 0.0, 4.0};
+    if (p.zero <= 1) return {4.0, grad_bytes, 4.0 + grad_bytes};
+    return {4.0 + grad_bytes, grad_bytes * (g - 1), 4.0 + grad_bytes};
+  }
+  // stage3.py partition_grads with offload_optimizer: the gradient partitions live in a host buffer
+  // (grad_partitions_flat_buffer, on the optimizer's device) that every micro-batch reaches over
+  // PCIe: the first copies its partition down and brings it back to the device (grad_buffer.to),
+  // each later one brings the sum up, adds on the device and copies it down again.
+  return {4.0 + grad_bytes * g, grad_bytes * g, 4.0 + grad_bytes};
 }
 
 PipelineSend FrameworkTraits::backward_send(const PlanSpec& p) const {

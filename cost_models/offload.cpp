@@ -36,9 +36,12 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
                                         : params.total();
     // Unsharded bytes per parameter: what one parameter's update moves and keeps.
     const StateBytesPerParam per_param = state_bytes_per_param(x.bytes, 0, 1.0);
-    cost.optimizer_to_host = Bytes(owned * per_param.grads);
-    cost.optimizer_to_device = Bytes(owned * x.bytes.weight);  // the model copy, not autocast's
-    cost.host_memory_per_gpu += Bytes(owned * (per_param.optimizer + per_param.grads));
+    const OffloadedGradientBytes grads =
+        x.framework->offloaded_gradient_bytes(plan, plan.micro_batches(training), per_param.grads);
+    cost.optimizer_to_host = Bytes(owned * grads.to_host);
+    // The model copy (not autocast's) and any gradients brought back between micro-batches.
+    cost.optimizer_to_device = Bytes(owned * (x.bytes.weight + grads.to_device));
+    cost.host_memory_per_gpu += Bytes(owned * (per_param.optimizer + grads.host_kept));
     const BytesPerSecond host_bw = cluster.host.memory_bandwidth;
     FORESIGHT_CHECK(host_bw.value() > 0 && cluster.gpus_per_node > 0)
         << "an offloaded optimizer needs the host's memory bandwidth (check_plan refuses plans without it)";

@@ -18,7 +18,8 @@ namespace foresight::cost_models {
 /// PCIe traffic of one GPU per iteration, the time it takes, and the host memory it needs.
 struct OffloadCost {
   Bytes optimizer_to_host;      // gradients of the parameters this GPU updates on the host
-  Bytes optimizer_to_device;    // the updated model-dtype weights coming back
+  Bytes optimizer_to_device;    // the updated model-dtype weights coming back (and gradients
+                                // brought back between micro-batches)
   Bytes activations_to_host;    // offloaded fraction of every micro-batch's stashed activations
   Bytes activations_to_device;  // the same bytes prefetched back for the backward pass
   Seconds to_host_time;         // to_host() / host_link_bandwidth
@@ -53,9 +54,11 @@ BytesPerSecond host_link_bandwidth(const ClusterSpec& cluster, const PlanSpec& p
 /// Offload cost of one GPU of pipeline stage `stage` (0-based) per iteration.
 /// Optimizer (plan.offload.optimizer): the GPU owns P parameters' updates, its ZeRO shard
 /// (params/dp, experts/(dp/ep)) when zero >= 1, else all it holds (ZeRO-Offload needs each
-/// replica to step its own copy then). It sends P gradients in the gradient dtype and receives P
-/// weights in the model dtype; the host keeps P x the optimizer bytes/param (fp32 master, m, v,
-/// Megatron's fp32 main-grad copy) plus P gradients it received, and its CPUs step them
+/// replica to step its own copy then). It sends P gradients as its framework moves them
+/// (FrameworkTraits::offloaded_gradient_bytes: once in the gradient dtype, or DeepSpeed's fp32
+/// copies and, with several micro-batches a step, its 16-bit round trips) and receives P weights
+/// in the model dtype; the host keeps P x the optimizer bytes/param (fp32 master, m, v,
+/// Megatron's fp32 main-grad copy) plus the gradients it holds for them, and its CPUs step them
 /// (host_optimizer_time; the cluster must state host.memory_GBps).
 /// Activations (plan.offload.activations = f): per iteration every unit (micro-batch, or
 /// micro-batch x model chunk when interleaved) sends f x its stage activations out and back;

@@ -49,27 +49,64 @@ TEST(OffloadCost, ParametersOfTheTinyModel) {
 }
 
 TEST(OffloadCost, OptimizerZeroOffloadDeepSpeed) {
-  // ZeRO-1 over dp 4: this GPU updates 77,443,072 / 4 = 19,360,768 parameters.
-  // Down: bf16 gradients, 2 B each = 38,721,536 B; up: bf16 weights, the same.
-  // Time at 25 GB/s: 38,721,536 / 25e9 = 1.54886144 ms each way, concurrently.
-  // Host: 12 B (fp32 master, m, v) + 2 B received gradient = 14 B x 19,360,768 = 271,050,752 B
-  // per GPU; 4 GPUs a node: 1,084,203,008 B.
+  // ZeRO-1 over dp 4: this GPU updates 77,443,072 / 4 = 19,360,768 parameters, in 32 / 4 = 8
+  // micro-batches a step. DeepSpeed (stage_1_and_2.py under cpu_offload) casts each gradient to
+  // fp32 on the device and copies it down: 4 B each = 77,443,072 B. With more than one micro-batch
+  // a step it first passes every parameter through a 16-bit host copy, which stage 1 (reducing once,
+  // at the step's last micro-batch) reads back onto the device once: 2 B, plus the bf16 weights'
+  // 2 B = 77,443,072 B up. Time at 25 GB/s: 77,443,072 / 25e9 = 3.09772288 ms each way.
+  // Host: 12 B (fp32 master, m, v) + 4 B fp32 gradient + 2 B 16-bit copy = 18 B x 19,360,768 =
+  // 348,493,824 B per GPU; 4 GPUs a node: 1,393,975,296 B.
   const OffloadCost c = offload_cost(exec(kTraining, zero1_dp4(Framework::deepspeed)), tiny(), kTraining, zero1_dp4(Framework::deepspeed), node(2000_GB), 0);
-  EXPECT_DOUBLE_EQ(c.optimizer_to_host.value(), 38721536.0);
-  EXPECT_DOUBLE_EQ(c.optimizer_to_device.value(), 38721536.0);
+  EXPECT_DOUBLE_EQ(c.optimizer_to_host.value(), 77443072.0);
+  EXPECT_DOUBLE_EQ(c.optimizer_to_device.value(), 77443072.0);
   EXPECT_DOUBLE_EQ(c.activations_to_host.value(), 0.0);
-  EXPECT_NEAR(in_ms(c.to_host_time), 1.54886144, 1e-12);
-  EXPECT_NEAR(in_ms(c.time()), 1.54886144, 1e-12);
-  EXPECT_DOUBLE_EQ(c.host_memory_per_gpu.value(), 271050752.0);
-  EXPECT_DOUBLE_EQ(c.host_memory_per_node.value(), 1084203008.0);
+  EXPECT_NEAR(in_ms(c.to_host_time), 3.09772288, 1e-12);
+  EXPECT_NEAR(in_ms(c.time()), 3.09772288, 1e-12);
+  EXPECT_DOUBLE_EQ(c.host_memory_per_gpu.value(), 348493824.0);
+  EXPECT_DOUBLE_EQ(c.host_memory_per_node.value(), 1393975296.0);
   EXPECT_TRUE(host_memory_fits(c, node(2000_GB).host));
-  // With 1 GB of host memory the node is 84,203,008 B short.
+  // With 1 GB of host memory the node is 393,975,296 B short.
   EXPECT_FALSE(host_memory_fits(c, node(1_GB).host));
-  EXPECT_DOUBLE_EQ(host_memory_shortfall(c, node(1_GB).host).value(), 84203008.0);
+  EXPECT_DOUBLE_EQ(host_memory_shortfall(c, node(1_GB).host).value(), 393975296.0);
   // DeepSpeedCPUAdam streams 28 B per parameter (read gradient, weight, m, v; write weight, m, v),
   // every GPU of the node at once on 260 GB/s: 65 GB/s each. 19,360,768 x 28 = 542,101,504 B in
   // 8.340023138461... ms.
   EXPECT_NEAR(in_ms(c.host_optimizer_time), 542101504.0 / 65e9 * 1e3, 1e-9);
+}
+
+TEST(OffloadCost, DeepSpeedsGradientsCrossPcieAsItsStagesMoveThem) {
+  // The same 19,360,768 parameters a GPU (dp 4), bf16 gradients (2 B), DeepSpeed @ 38327e07.
+  const double owned = 19360768.0;
+  PlanSpec p = zero1_dp4(Framework::deepspeed);
+  const auto cost = [&](int zero, int global_batch) {
+    p.zero = zero;
+    const TrainingSpec t{.global_batch = global_batch, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+    return offload_cost(exec(t, p), tiny(), t, p, node(2000_GB), 0);
+  };
+  // One micro-batch a step (global batch 4): stages 1 and 2 copy the fp32 cast down once, 4 B, and
+  // get the bf16 weights back, 2 B; the host keeps 12 + 4 B.
+  for (int zero : {1, 2}) {
+    const OffloadCost c = cost(zero, 4);
+    EXPECT_DOUBLE_EQ(c.optimizer_to_host.value(), 4.0 * owned) << "ZeRO-" << zero;
+    EXPECT_DOUBLE_EQ(c.optimizer_to_device.value(), 2.0 * owned) << "ZeRO-" << zero;
+    EXPECT_DOUBLE_EQ(c.host_memory_per_gpu.value(), 16.0 * owned) << "ZeRO-" << zero;
+  }
+  // ZeRO-2, 8 micro-batches: it reduces after each, so the 16-bit host copy is written on the
+  // first (2 B down) and read back on the other 7 (14 B up), then the fp32 cast goes down (4 B):
+  // 6 B down, 14 + 2 (weights) = 16 B up; host 12 + 4 + 2 = 18 B.
+  const OffloadCost two = cost(2, 32);
+  EXPECT_DOUBLE_EQ(two.optimizer_to_host.value(), 6.0 * owned);
+  EXPECT_DOUBLE_EQ(two.optimizer_to_device.value(), 16.0 * owned);
+  EXPECT_DOUBLE_EQ(two.host_memory_per_gpu.value(), 18.0 * owned);
+  // ZeRO-3 (stage3.py partition_grads): the gradient partitions live in a 16-bit host buffer
+  // every micro-batch goes through (the first: down and back; each later one: up, add, down), and
+  // the fp32 cast goes down at the step's end: 8 x 2 + 4 = 20 B down, 8 x 2 + 2 = 18 B up; the host
+  // keeps 12 + 4 + 2 = 18 B.
+  const OffloadCost three = cost(3, 32);
+  EXPECT_DOUBLE_EQ(three.optimizer_to_host.value(), 20.0 * owned);
+  EXPECT_DOUBLE_EQ(three.optimizer_to_device.value(), 18.0 * owned);
+  EXPECT_DOUBLE_EQ(three.host_memory_per_gpu.value(), 18.0 * owned);
 }
 
 TEST(OffloadCost, TheHostStepsTorchsAdamWPassByPass) {
@@ -118,11 +155,11 @@ TEST(OffloadCost, TheGpusOfADgx2ShareItsHostLinks) {
   // Without a node-wide figure every GPU keeps its own link, whatever the plan.
   EXPECT_DOUBLE_EQ(in_GBps(host_link_bandwidth(node(2000_GB), p)), 25.0);
   // ZeRO-Offload's round trip on all 16: a dp-16 ZeRO-1 plan of the tiny model sends 77,443,072 /
-  // 16 = 4,840,192 bf16 gradients (9,680,384 B) down at 3 GB/s: 3.226794666... ms.
+  // 16 = 4,840,192 gradients down as fp32 (19,360,768 B) at 3 GB/s: 6.453589333... ms.
   PlanSpec z = zero1_dp4(Framework::deepspeed);
   z.dp = 16;
   const OffloadCost c = offload_cost(exec(z), tiny(), kTraining, z, dgx2, 0);
-  EXPECT_NEAR(in_ms(c.to_host_time), 9680384.0 / 3e9 * 1e3, 1e-9);
+  EXPECT_NEAR(in_ms(c.to_host_time), 19360768.0 / 3e9 * 1e3, 1e-9);
 }
 
 TEST(OffloadCost, DeepSpeedsCpuAdamOnADgx2AgainstZeroOffloadsTable4) {
