@@ -13,6 +13,7 @@
 
 #include "core/framework.hpp"
 #include "cost_models/memory.hpp"
+#include "cost_models/offload.hpp"
 #include "planner/terapipe_slicing.hpp"
 #include "sim/costing.hpp"
 #include "sim/limits.hpp"
@@ -32,7 +33,15 @@ bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const Pl
   const auto mem = cost_models::memory_per_stage(x, r.model, r.training, p);
   const Bytes worst = mem[cost_models::most_loaded_stage(mem)].total();
   if (need) *need = worst;
-  return worst <= r.memory_limit();
+  if (worst > r.memory_limit()) return false;
+  // What it offloads must fit in the nodes' host memory too, where the cluster states it (as
+  // sim::Prediction::fits: the most demanding stage's need on every GPU of a node).
+  if ((p.offload.optimizer || p.offload.activations > 0) && r.cluster.host.memory.value() > 0)
+    for (int s = 0; s < p.pp; ++s)
+      if (cost_models::host_memory_shortfall(cost_models::offload_cost(x, r.model, r.training, p, r.cluster, s),
+                                             r.cluster.host) > Bytes(0))
+        return false;
+  return true;
 }
 
 /// The plan with every module recompute the framework and the model allow turned on (the norms;
@@ -434,7 +443,8 @@ EvaluatedShare evaluate_plans(const SearchRequest& r, const std::vector<PlanSpec
             p = std::move(q);
             return true;
           }
-          if (need2 < need) {
+          // (A variant that fits the device but not the hosts is no nearer a device that fits.)
+          if (need2 < need && need2 > r.memory_limit()) {
             need = need2;
             nearest = std::move(q);
           }

@@ -16,18 +16,29 @@ std::string Prediction::range_text() const {
          " s (10th-90th percentile of " + std::to_string(band->cases) + " validation cases, " + band->describe() + ")";
 }
 
-bool Prediction::fits() const { return memory_shortfall() <= Bytes(0); }
+bool Prediction::fits() const { return memory_shortfall() <= Bytes(0) && host_memory_shortfall() <= Bytes(0); }
 
 Bytes Prediction::memory_shortfall() const {
   if (memory_per_stage.empty()) return Bytes(0);
   return max(memory_per_stage[most_loaded_stage].total() - device_memory, Bytes(0));
 }
 
+Bytes Prediction::host_memory_shortfall() const {
+  if (!(host_memory.value() > 0)) return Bytes(0);
+  return max(host_memory_needed - host_memory, Bytes(0));
+}
+
 std::string Prediction::memory_verdict() const {
-  if (fits()) return "";
-  return "stage " + std::to_string(most_loaded_stage) + " needs " +
-         format_number(in_GB(memory_per_stage[most_loaded_stage].total()), 1) + " GB per GPU, the GPU has " +
-         format_number(in_GB(device_memory), 1) + " GB: " + format_number(in_GB(memory_shortfall()), 1) + " GB short";
+  std::string v;
+  if (memory_shortfall() > Bytes(0))
+    v = "stage " + std::to_string(most_loaded_stage) + " needs " +
+        format_number(in_GB(memory_per_stage[most_loaded_stage].total()), 1) + " GB per GPU, the GPU has " +
+        format_number(in_GB(device_memory), 1) + " GB: " + format_number(in_GB(memory_shortfall()), 1) + " GB short";
+  if (host_memory_shortfall() > Bytes(0))
+    v += (v.empty() ? "" : "; ") + std::string("the offload needs ") + format_number(in_GB(host_memory_needed), 1) +
+         " GB of host memory per node, a node has " + format_number(in_GB(host_memory), 1) + " GB: " +
+         format_number(in_GB(host_memory_shortfall()), 1) + " GB short";
+  return v;
 }
 
 std::vector<Section> prediction_sections(const Prediction& p) {
@@ -64,6 +75,12 @@ std::vector<Section> prediction_sections(const Prediction& p) {
                   {"runtime", in_GB(m.runtime), "GB", "CUDA context and NCCL", 2},
                   {"total", in_GB(m.total()), "GB", "Total", 2},
                   {"device", in_GB(p.device_memory), "GB", "Device memory", 2}}});
+  }
+  if (p.host_memory_needed > Bytes(0)) {
+    Section host{"Host memory per node (offload)", "host_memory_GB",
+                 {{"offload", in_GB(p.host_memory_needed), "GB", "Offloaded state of the plan's GPUs on a node", 2}}};
+    if (p.host_memory > Bytes(0)) host.fields.push_back({"host", in_GB(p.host_memory), "GB", "Host memory", 2});
+    s.push_back(std::move(host));
   }
   return s;
 }

@@ -65,10 +65,21 @@ struct Prediction {
   /// "1.70 - 2.10 s (10th-90th percentile of 24 validation cases, pytorch on compute capability 9)".
   std::string range_text() const;
 
-  /// Whether the most loaded GPU's memory fits in the device, and by how much it does not.
+  /// With anything offloaded (plan.offload): the host memory the plan's GPUs on one node need for
+  /// it (cost_models::OffloadCost::host_memory_per_node of the most demanding stage, as if every
+  /// GPU of the node held that stage), and what a node has (host.memory_GB; zero where the cluster
+  /// does not state it, and then nothing is checked). Both zero without offload.
+  Bytes host_memory_needed;
+  Bytes host_memory;
+
+  /// Whether the most loaded GPU's memory fits in the device and the offloaded state in the
+  /// node's host memory; by how much each does not.
   bool fits() const;
   Bytes memory_shortfall() const;
-  /// "stage 0 needs 122.8 GB, the GPU has 85.9 GB: 36.9 GB short" (empty when it fits).
+  Bytes host_memory_shortfall() const;
+  /// "stage 0 needs 122.8 GB per GPU, the GPU has 85.9 GB: 36.9 GB short", and or only "the
+  /// offload needs 2100.0 GB of host memory per node, a node has 2040.0 GB: 60.0 GB short"
+  /// (empty when it fits).
   std::string memory_verdict() const;
 };
 

@@ -140,8 +140,9 @@ Command simulate_command() {
                      "Also print each kind of layer op by op (forward, backward, recompute; one micro-batch on "
                      "one GPU, ms) and the embedding and LM head; with --json, an \"ops\" object");
         sub.footer("Exit codes: 0 the plan runs and fits; 1 a sanity check broke (with --check) or an internal error; "
-                   "2 bad input (file, field, value and rule named); 3 the plan does not fit in device memory "
-                   "(the most loaded stage and the shortfall are printed).");
+                   "2 bad input (file, field, value and rule named); 3 the plan does not fit in device memory, or what "
+                   "it offloads does not fit in its nodes' host memory (host.memory_GB; the most loaded stage or the "
+                   "host's need and the shortfall are printed).");
         return [o](std::ostream& out, std::ostream& err) {
           // TeraPipe experiments that leave token_slices empty get the planner's optimal slicing,
           // exactly as `foresight validate` runs them.
@@ -187,6 +188,7 @@ Command simulate_command() {
             }
             j["fits"] = p.fits();
             j["memory_shortfall_GB"] = in_GB(p.memory_shortfall());
+            if (p.host_memory_needed > Bytes(0)) j["host_memory_shortfall_GB"] = in_GB(p.host_memory_shortfall());
             j["checks_failed"] = broken;
             if (o->ops) j["ops"] = ops_json(sim::ops_breakdown(e, x));
             out << j.dump(2) << "\n";
@@ -214,7 +216,9 @@ Command simulate_command() {
             if (e.measured && e.measured->iteration_s)
               out << "Published: " << *e.measured->iteration_s << " s per iteration (" << e.measured->source << ")\n";
             if (o->ops) print_ops(out, e, sim::ops_breakdown(e, x));
-            if (!p.fits()) out << "DOES NOT FIT in device memory: " << p.memory_verdict() << "\n";
+            if (!p.fits())
+              out << "DOES NOT FIT in " << (p.memory_shortfall() > Bytes(0) ? "device" : "host") << " memory: "
+                  << p.memory_verdict() << "\n";
             for (const auto& b : broken) out << "CHECK FAILED: " << b << "\n";
           }
           // A plan that does not fit cannot run, whatever else holds: exit 3 (documented in --help).

@@ -33,6 +33,30 @@ TEST(SimulateCli, APlanThatDoesNotFitExitsThreeAndSaysWhere) {
   EXPECT_EQ(simulate({kDoesNotFit, "--check"}).rc, 3);
 }
 
+TEST(SimulateCli, OffloadedStateThatDoesNotFitTheHostExitsThreeAndSaysSo) {
+  // ZeRO-Offload of GPT-3 1.3B over one DGX-2's 16 GPUs (ZeRO-2, one micro-batch a step). Its
+  // parameters: 24 x (12h^2 + 13h) = 1,208,598,528 with h 2048, embeddings 51,200 x 2048 =
+  // 104,857,600, positions 2048 x 2048 = 4,194,304, final norm 4,096: 1,317,654,528. Each GPU
+  // updates a sixteenth, 82,353,408, and the host keeps 16 B of each (fp32 master, m, v, and the
+  // fp32 gradient DeepSpeed copies down): 1,317,654,528 B a GPU, 21,082,472,448 B for the node's 16,
+  // 1,082,472,448 B more than the fixture's 20 GB.
+  const std::string fixture = std::string(FORESIGHT_TEST_DATA) + "/good/offload_host_short.yaml";
+  const Outcome r = simulate({fixture});
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_NE(r.out.find("DOES NOT FIT in host memory: the offload needs 21.1 GB of host memory per node, a node "
+                       "has 20.0 GB: 1.1 GB short"),
+            std::string::npos)
+      << r.out;
+  const Outcome j = simulate({fixture, "--json"});
+  EXPECT_EQ(j.rc, 3);
+  const auto js = nlohmann::json::parse(j.out);
+  EXPECT_FALSE(js["fits"].get<bool>());
+  EXPECT_EQ(js["memory_shortfall_GB"].get<double>(), 0.0);  // the device has room
+  EXPECT_NEAR(js["host_memory_shortfall_GB"].get<double>(), 1.082472448, 1e-9);
+  EXPECT_NEAR(js["host_memory_GB"]["offload"].get<double>(), 21.082472448, 1e-9);
+  EXPECT_NEAR(js["host_memory_GB"]["host"].get<double>(), 20.0, 1e-12);
+}
+
 TEST(SimulateCli, TheSameRunAsPyTorchRunsItFits) {
   // The shipped example: the same model and batch under eager PyTorch (SDPA stores no scores).
   const Outcome r = simulate({"gpt3-1.3b-local-h100", "--json", "--check"});

@@ -9,6 +9,7 @@
 
 #include "core/scenario.hpp"
 #include "cost_models/memory.hpp"
+#include "cost_models/offload.hpp"
 #include "core/spec_json.hpp"
 #include "planner/search.hpp"
 #include "sim/costing.hpp"
@@ -160,6 +161,37 @@ TEST(Search, OffloadsTheOptimizerOnlyWhereTheHostsMemoryBandwidthIsKnown) {
   const SearchResult without = search_plans(r);
   EXPECT_FALSE(without.ranked.empty());
   EXPECT_EQ(offloading(without), 0);
+}
+
+TEST(Search, WhatItOffloadsFitsTheHostsMemory) {
+  // As above (DeepSpeed, 16 GiB GPUs): some plans fit only with their optimizer on the host. Every
+  // plan of GPT-3 1.3B (1,317,654,528 parameters) on 16 GPUs updates about a sixteenth of them,
+  // 82 million, and keeps at least 16 B of each on the host (fp32 master, m, v, fp32 gradient):
+  // at least 1.3 GB a GPU, 10.5 GB for a Selene node's 8. With 8 GB of host memory a node no plan
+  // may put its optimizer there; every plan that offloads anything stays within the host's memory
+  // (cost_models::offload_cost, checked by hand in tests/cost_models/offload_test.cpp).
+  SearchRequest r = small_request();
+  r.framework = Framework::deepspeed;
+  r.cluster.gpu.hbm = gibibytes(16);
+  auto count = [&](const SearchResult& res) {
+    int optimizer = 0;
+    for (const auto& c : res.ranked) {
+      const PlanSpec& p = c.plan;
+      optimizer += p.offload.optimizer ? 1 : 0;
+      if (!p.offload.optimizer && !(p.offload.activations > 0)) continue;
+      const cost_models::ExecutionModel x = execution_for(r, p.zero);
+      for (int s = 0; s < p.pp; ++s)
+        EXPECT_LE(cost_models::offload_cost(x, r.model, r.training, p, r.cluster, s).host_memory_per_node.value(),
+                  r.cluster.host.memory.value())
+            << "tp " << p.tp << " pp " << p.pp << " dp " << p.dp << " zero " << p.zero;
+    }
+    return optimizer;
+  };
+  EXPECT_GT(count(search_plans(r)), 0);
+  r.cluster.host.memory = Bytes(8e9);
+  const SearchResult tight = search_plans(r);
+  EXPECT_FALSE(tight.ranked.empty());
+  EXPECT_EQ(count(tight), 0);
 }
 
 TEST(Search, OffloadsOnlyWhatTheFrameworkCanMove) {
