@@ -965,7 +965,7 @@ bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p) const {
   return offloaded_optimizer_streams_gradients && p.offload.optimizer && p.zero == 2;
 }
 
-OffloadedGradientBytes FrameworkTraits::offloaded_gradient_bytes(const PlanSpec& p, int microbatches,
+OffloadedGradientBytes FrameworkTraits::offloaded_gradient_bytes(const PlanSpec& p, int stage, int microbatches,
                                                                  double grad_bytes) const {
   const double g = std::max(1, microbatches);
   if (offloaded_gradient_path == OffloadGradientPath::gradient_dtype) return {grad_bytes, 0.0, grad_bytes};
@@ -980,6 +980,10 @@ OffloadedGradientBytes FrameworkTraits::offloaded_gradient_bytes(const PlanSpec&
     // async_inplace_copy_grad_to_fp32_buffer_from_gpu. Stage 2 reduces, and so copies, after every
     // micro-batch; stage 1 only at the step's last (engine.py allreduce_gradients), one read back.
     if (g == 1) return {4.0, 0.0, 4.0};
+    // Under the pipeline engine only the last stage's backward goes through the optimizer's
+    // backward(), which counts micro-batches (pipe/engine.py _exec_backward_pass); on the others
+    // micro_step_id stays at its initial -1, so stage 1's copy goes down and is never read back.
+    if (p.zero <= 1 && p.pp > 1 && stage < p.pp - 1) return {4.0 + grad_bytes, 0.0, 4.0 + grad_bytes};
     if (p.zero <= 1) return {4.0, grad_bytes, 4.0 + grad_bytes};
     return {4.0 + grad_bytes, grad_bytes * (g - 1), 4.0 + grad_bytes};
   }

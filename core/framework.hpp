@@ -16,9 +16,6 @@ namespace foresight {
 
 struct PlanSpec;
 
-/// How a pipeline stage hands an activation (or its gradient) to the next stage when tensor
-/// parallelism is on and sequence parallelism is off. With sequence parallelism every framework
-/// sends each rank's own sequence shard.
 /// How an offloaded optimizer's gradients reach the host (FrameworkTraits::offloaded_gradient_path).
 enum class OffloadGradientPath { gradient_dtype, deepspeed };
 
@@ -29,6 +26,9 @@ struct OffloadedGradientBytes {
   double host_kept = 0;  // gradient bytes the host holds
 };
 
+/// How a pipeline stage hands an activation (or its gradient) to the next stage when tensor
+/// parallelism is on and sequence parallelism is off. With sequence parallelism every framework
+/// sends each rank's own sequence shard.
 enum class PipelineSend {
   whole,                // every TP rank sends the whole (b, s, h) tensor to its peer
   split_then_gather,    // every TP rank sends 1/t of it; the receiver all-gathers over NVLink
@@ -480,10 +480,11 @@ struct FrameworkTraits {
   /// gradient dtype, into a host buffer of that dtype. deepspeed: DeepSpeed's ZeRO-Offload paths
   /// (offloaded_gradient_bytes says which bytes they move).
   OffloadGradientPath offloaded_gradient_path = OffloadGradientPath::gradient_dtype;
-  /// Per parameter the GPU updates on the host, for a step of `microbatches` micro-batches whose
-  /// gradients are `grad_bytes` wide: the bytes its gradients move to the host and back over PCIe,
-  /// and the gradient bytes the host keeps for them.
-  OffloadedGradientBytes offloaded_gradient_bytes(const PlanSpec& p, int microbatches, double grad_bytes) const;
+  /// Per parameter a GPU of pipeline stage `stage` updates on the host, for a step of
+  /// `microbatches` micro-batches whose gradients are `grad_bytes` wide: the bytes its gradients
+  /// move to the host and back over PCIe, and the gradient bytes the host keeps for them.
+  OffloadedGradientBytes offloaded_gradient_bytes(const PlanSpec& p, int stage, int microbatches,
+                                                  double grad_bytes) const;
   /// Moves stored activations to host memory between a layer's forward and its backward
   /// (plan.offload.activations). activation_offload_refusal says why not where it cannot.
   bool activation_offload = true;

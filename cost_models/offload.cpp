@@ -37,7 +37,7 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
     // Unsharded bytes per parameter: what one parameter's update moves and keeps.
     const StateBytesPerParam per_param = state_bytes_per_param(x.bytes, 0, 1.0);
     const OffloadedGradientBytes grads =
-        x.framework->offloaded_gradient_bytes(plan, plan.micro_batches(training), per_param.grads);
+        x.framework->offloaded_gradient_bytes(plan, stage, plan.micro_batches(training), per_param.grads);
     cost.optimizer_to_host = Bytes(owned * grads.to_host);
     // The model copy (not autocast's) and any gradients brought back between micro-batches.
     cost.optimizer_to_device = Bytes(owned * (x.bytes.weight + grads.to_device));

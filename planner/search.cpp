@@ -36,7 +36,8 @@ bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const Pl
   if (worst > r.memory_limit()) return false;
   // What it offloads must fit in the nodes' host memory too, where the cluster states it (as
   // sim::Prediction::fits: the most demanding stage's need on every GPU of a node).
-  if ((p.offload.optimizer || p.offload.activations > 0) && r.cluster.host.memory.value() > 0)
+  // (Not for the bundled trainer's CPU backend, whose device is the host: as sim's predict.)
+  if (!x.host && (p.offload.optimizer || p.offload.activations > 0) && r.cluster.host.memory.value() > 0)
     for (int s = 0; s < p.pp; ++s)
       if (cost_models::host_memory_shortfall(cost_models::offload_cost(x, r.model, r.training, p, r.cluster, s),
                                              r.cluster.host) > Bytes(0))

@@ -1,5 +1,6 @@
 // The subcommand registry of `foresight`. Exit codes: 0 success, 2 bad input (scenario file, plan,
-// command line), 1 internal error, 3 (simulate) the plan does not fit in device memory. Libraries never print; only these command functions do.
+// command line), 1 internal error, 3 (simulate) the plan does not fit in device memory, or what it
+// offloads in its nodes' host memory. Libraries never print; only these command functions do.
 #pragma once
 
 #include <filesystem>
@@ -21,7 +22,7 @@ namespace foresight::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitUserError = 2;
-inline constexpr int kExitDoesNotFit = 3;  // simulate: the plan's most loaded GPU exceeds device memory
+inline constexpr int kExitDoesNotFit = 3;  // simulate: the most loaded GPU exceeds device memory, or the offload host memory
 
 /// One subcommand: `setup` adds its options to `sub` and returns the action to run after parsing.
 struct Command {

@@ -249,7 +249,8 @@ void print_console(std::ostream& out, const Report& p) {
       << (r.training.dtype == Dtype::fp8 ? std::string(" (") + to_string(r.training.fp8_scaling) + " scaling)" : "")
       << ", as " << framework_traits(r.framework).describe() << " runs them\n  " << res.enumerated << " plans enumerated, " << res.pruned_memory << " do not fit in "
       << format_number(in_GB(r.memory_limit()), 1) << " GB per GPU (" << format_number(in_GB(r.cluster.gpu.hbm), 1)
-      << " GB device less a " << format_number(100 * r.memory_headroom, 0) << "% headroom), " << res.evaluated
+      << " GB device less a " << format_number(100 * r.memory_headroom, 0) << "% headroom"
+      << (r.cluster.host.memory > Bytes(0) ? ", and what they offload in the nodes' host memory" : "") << "), " << res.evaluated
       << " simulated\n  pace: " << cost_models::slowest_device(r.cluster.gpu, r.gpus).describe() << "\n\n"
       << format_console(p.table)
       << "  (TFLOP/s per GPU and MFU count model FLOPs, without recompute; spare: what is left of the "
@@ -269,7 +270,8 @@ void print_console(std::ostream& out, const Report& p) {
     if (p.standing->rank)
       out << "rank " << *p.standing->rank << " of " << p.standing->of << " fitting plans\n";
     else
-      out << "does not fit in the memory limit by the memory model\n";
+      out << "does not fit in the memory limit by the memory model (the device's, or for a plan that offloads, its "
+             "nodes' host memory)\n";
   }
 }
 

@@ -107,6 +107,20 @@ TEST(OffloadCost, DeepSpeedsGradientsCrossPcieAsItsStagesMoveThem) {
   EXPECT_DOUBLE_EQ(three.optimizer_to_host.value(), 20.0 * owned);
   EXPECT_DOUBLE_EQ(three.optimizer_to_device.value(), 18.0 * owned);
   EXPECT_DOUBLE_EQ(three.host_memory_per_gpu.value(), 18.0 * owned);
+  // ZeRO-1 under the pipeline engine, 8 micro-batches: only the last stage's backward passes
+  // through the optimizer and counts micro-batches, so there the 16-bit copy is read back (2 B up);
+  // on the other stages it is written down at the step's end and never read (2 B more down).
+  PlanSpec piped = zero1_dp4(Framework::deepspeed);
+  piped.pp = 2;
+  const FrameworkTraits& ds = framework_traits(Framework::deepspeed);
+  const OffloadedGradientBytes first = ds.offloaded_gradient_bytes(piped, 0, 8, 2.0);
+  const OffloadedGradientBytes last = ds.offloaded_gradient_bytes(piped, 1, 8, 2.0);
+  EXPECT_DOUBLE_EQ(first.to_host, 6.0);
+  EXPECT_DOUBLE_EQ(first.to_device, 0.0);
+  EXPECT_DOUBLE_EQ(last.to_host, 4.0);
+  EXPECT_DOUBLE_EQ(last.to_device, 2.0);
+  EXPECT_DOUBLE_EQ(first.host_kept, 6.0);
+  EXPECT_DOUBLE_EQ(last.host_kept, 6.0);
 }
 
 TEST(OffloadCost, TheHostStepsTorchsAdamWPassByPass) {
