@@ -19,7 +19,8 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_
 # that takes 25x longer instrumented; the Chromium rendering of the report, whose time goes to
 # Python and Chromium, which are not instrumented, while the same report C++ runs here in
 # Report.WritesHtmlMarkdownDataAndEveryFigure; the checks on validate's numbers, each a whole
-# validation of the library, about 130 s instrumented (290 s before the fit's refits were scoped), while
+# validation of the library, about 60 s instrumented (130 s before TeraPipe's slicing search read
+# its table, 290 s before the fit's refits were scoped), while
 # ValidateCli.EveryMeasuredExperimentIsCompared takes the validate code through the sanitizers; the
 # calibration fit's byte-for-byte reproduction and TeraPipe's slicing beside validate, 100 s and
 # 36 s, whose code calibration_fit_test and that validation take through; a 64-GPU plan search,
