@@ -64,6 +64,15 @@ OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const 
   return cost;
 }
 
+Bytes offload_host_memory_per_node(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
+                                   const PlanSpec& plan, const ClusterSpec& cluster) {
+  Bytes need;
+  if (x.host || !(plan.offload.optimizer || plan.offload.activations > 0)) return need;
+  for (int s = 0; s < plan.pp; ++s)
+    need = max(need, offload_cost(x, model, training, plan, cluster, s).host_memory_per_node);
+  return need;
+}
+
 Bytes host_memory_shortfall(const OffloadCost& cost, const HostSpec& host) {
   return max(cost.host_memory_per_node - host.memory, Bytes(0));
 }

@@ -66,6 +66,12 @@ BytesPerSecond host_link_bandwidth(const ClusterSpec& cluster, const PlanSpec& p
 OffloadCost offload_cost(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
                          const PlanSpec& plan, const ClusterSpec& cluster, int stage);
 
+/// The host memory a node needs for what the plan offloads: the most demanding stage's
+/// host_memory_per_node (as if every GPU of the node held that stage). Zero when nothing is
+/// offloaded, and for the bundled trainer's CPU backend (x.host), whose device is the host.
+Bytes offload_host_memory_per_node(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
+                                   const PlanSpec& plan, const ClusterSpec& cluster);
+
 /// By how much the offload's host memory per node exceeds the node's memory; zero when it fits.
 Bytes host_memory_shortfall(const OffloadCost& cost, const HostSpec& host);
 

@@ -35,14 +35,9 @@ bool fits(const cost_models::ExecutionModel& x, const SearchRequest& r, const Pl
   if (need) *need = worst;
   if (worst > r.memory_limit()) return false;
   // What it offloads must fit in the nodes' host memory too, where the cluster states it (as
-  // sim::Prediction::fits: the most demanding stage's need on every GPU of a node).
-  // (Not for the bundled trainer's CPU backend, whose device is the host: as sim's predict.)
-  if (!x.host && (p.offload.optimizer || p.offload.activations > 0) && r.cluster.host.memory.value() > 0)
-    for (int s = 0; s < p.pp; ++s)
-      if (cost_models::host_memory_shortfall(cost_models::offload_cost(x, r.model, r.training, p, r.cluster, s),
-                                             r.cluster.host) > Bytes(0))
-        return false;
-  return true;
+  // sim::Prediction::fits).
+  if (!(r.cluster.host.memory > Bytes(0))) return true;
+  return cost_models::offload_host_memory_per_node(x, r.model, r.training, p, r.cluster) <= r.cluster.host.memory;
 }
 
 /// The plan with every module recompute the framework and the model allow turned on (the norms;

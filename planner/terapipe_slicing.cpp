@@ -39,6 +39,10 @@ Slicing optimal_token_slices(int seq_len, int stages, const SliceTime& time, int
   double best_latency = inf;
   std::vector<double> f(n + 1);
   std::vector<int> from(n + 1);
+  // A slice's time from the table (the slice covering tokens [end - tokens, end)).
+  const SliceTime table = [&](int tokens, int end) {
+    return Seconds(t[std::size_t((end - tokens) / granularity)][std::size_t(end / granularity)]);
+  };
   for (double tmax : candidates) {
     // Bounds are tried in increasing order and the objective is at least (K-1)*tmax, so once that
     // alone reaches the best latency found, no larger bound can win.
@@ -52,22 +56,13 @@ Slicing optimal_token_slices(int seq_len, int stages, const SliceTime& time, int
           from[j] = i;
         }
     if (f[n] == inf) continue;
-    // The slicing's real slowest slice may be below tmax; evaluate the true objective, as
-    // slicing_latency does (first slice to last), from the table rather than by calling time()
-    // again: each call can cost a whole workload costing, and this loop runs per candidate bound.
-    std::vector<int> bounds;  // unit boundaries, first to last
-    for (int j = n; j > 0; j = from[j]) bounds.push_back(j);
-    bounds.push_back(0);
-    std::reverse(bounds.begin(), bounds.end());
+    // The slicing's real slowest slice may be below tmax; evaluate the true objective, with each
+    // slice's time read from the table rather than by calling time() again: each call can cost a
+    // whole workload costing, and this loop runs per candidate bound.
     std::vector<int> slices;
-    Seconds sum, worst;
-    for (std::size_t b = 0; b + 1 < bounds.size(); ++b) {
-      slices.push_back((bounds[b + 1] - bounds[b]) * granularity);
-      const Seconds ts(t[bounds[b]][bounds[b + 1]]);
-      sum += ts;
-      worst = max(worst, ts);
-    }
-    const double lat = (sum * double(microbatches) + worst * double(stages - 1)).value();
+    for (int j = n; j > 0; j = from[j]) slices.push_back((j - from[j]) * granularity);
+    std::reverse(slices.begin(), slices.end());
+    const double lat = slicing_latency(slices, stages, table, microbatches).value();
     if (lat < best_latency) {
       best_latency = lat;
       best.slices = slices;

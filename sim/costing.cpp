@@ -483,13 +483,8 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
                                    : cost_models::memory_per_stage(in.x, e.model, e.training, e.plan);
   out.most_loaded_stage = cost_models::most_loaded_stage(out.memory_per_stage);
   out.device_memory = e.cluster.gpu.hbm;
-  // Offload's host memory (not for the trainer's CPU backend, whose "device" is the host itself).
-  if (!in.x.host && (e.plan.offload.optimizer || e.plan.offload.activations > 0)) {
-    for (int s = 0; s < e.plan.pp; ++s)
-      out.host_memory_needed = max(out.host_memory_needed,
-          cost_models::offload_cost(in.x, e.model, e.training, e.plan, e.cluster, s).host_memory_per_node);
-    out.host_memory = e.cluster.host.memory;
-  }
+  out.host_memory_needed = cost_models::offload_host_memory_per_node(in.x, e.model, e.training, e.plan, e.cluster);
+  if (out.host_memory_needed > Bytes(0)) out.host_memory = e.cluster.host.memory;
   out.framework = in.x.framework->describe();
   out.attention = to_string(in.x.attention);
   out.profile = in.x.profile.describe();

@@ -40,6 +40,22 @@ SearchRequest tight_megatron_core_request() {
   return r;
 }
 
+// small_request under DeepSpeed on 16 GiB GPUs: some plans fit only with their optimizer state on
+// the host (its ZeRO optimizers offload; Megatron-LM 2021-22's cannot).
+SearchRequest tight_deepspeed_request() {
+  SearchRequest r = small_request();
+  r.framework = Framework::deepspeed;
+  r.cluster.gpu.hbm = gibibytes(16);
+  return r;
+}
+
+// How many ranked plans keep their optimizer on the host.
+int optimizer_offloads(const SearchResult& res) {
+  int n = 0;
+  for (const auto& c : res.ranked) n += c.plan.offload.optimizer ? 1 : 0;
+  return n;
+}
+
 // Whether the memory model puts the plan's most loaded stage within the request's limit (the
 // reference the search's pruning is checked against).
 bool fits_by_memory_model(const SearchRequest& r, const cost_models::ExecutionModel& x, const PlanSpec& p) {
@@ -148,19 +164,12 @@ TEST(Search, OffloadsTheOptimizerOnlyWhereTheHostsMemoryBandwidthIsKnown) {
   // 16 GiB GPUs: some plans fit only with their optimizer state on the host. Selene states its
   // hosts' memory bandwidth, so those plans are ranked (with the host's step in their time); a
   // cluster that does not state it gets no such plan, since its step could not be priced.
-  SearchRequest r = small_request();
-  r.framework = Framework::deepspeed;  // its ZeRO optimizers offload (Megatron-LM 2021-22's cannot)
-  r.cluster.gpu.hbm = gibibytes(16);
-  auto offloading = [](const SearchResult& res) {
-    int n = 0;
-    for (const auto& c : res.ranked) n += c.plan.offload.optimizer ? 1 : 0;
-    return n;
-  };
-  EXPECT_GT(offloading(search_plans(r)), 0);
+  SearchRequest r = tight_deepspeed_request();
+  EXPECT_GT(optimizer_offloads(search_plans(r)), 0);
   r.cluster.host.memory_bandwidth = BytesPerSecond(0);
   const SearchResult without = search_plans(r);
   EXPECT_FALSE(without.ranked.empty());
-  EXPECT_EQ(offloading(without), 0);
+  EXPECT_EQ(optimizer_offloads(without), 0);
 }
 
 TEST(Search, WhatItOffloadsFitsTheHostsMemory) {
@@ -170,14 +179,10 @@ TEST(Search, WhatItOffloadsFitsTheHostsMemory) {
   // at least 1.3 GB a GPU, 10.5 GB for a Selene node's 8. With 8 GB of host memory a node no plan
   // may put its optimizer there; every plan that offloads anything stays within the host's memory
   // (cost_models::offload_cost, checked by hand in tests/cost_models/offload_test.cpp).
-  SearchRequest r = small_request();
-  r.framework = Framework::deepspeed;
-  r.cluster.gpu.hbm = gibibytes(16);
-  auto count = [&](const SearchResult& res) {
-    int optimizer = 0;
+  SearchRequest r = tight_deepspeed_request();
+  auto expect_within_host = [&](const SearchResult& res) {
     for (const auto& c : res.ranked) {
       const PlanSpec& p = c.plan;
-      optimizer += p.offload.optimizer ? 1 : 0;
       if (!p.offload.optimizer && !(p.offload.activations > 0)) continue;
       const cost_models::ExecutionModel x = execution_for(r, p.zero);
       for (int s = 0; s < p.pp; ++s)
@@ -185,13 +190,15 @@ TEST(Search, WhatItOffloadsFitsTheHostsMemory) {
                   r.cluster.host.memory.value())
             << "tp " << p.tp << " pp " << p.pp << " dp " << p.dp << " zero " << p.zero;
     }
-    return optimizer;
   };
-  EXPECT_GT(count(search_plans(r)), 0);
+  const SearchResult roomy = search_plans(r);
+  expect_within_host(roomy);
+  EXPECT_GT(optimizer_offloads(roomy), 0);
   r.cluster.host.memory = Bytes(8e9);
   const SearchResult tight = search_plans(r);
   EXPECT_FALSE(tight.ranked.empty());
-  EXPECT_EQ(count(tight), 0);
+  expect_within_host(tight);
+  EXPECT_EQ(optimizer_offloads(tight), 0);
 }
 
 TEST(Search, OffloadsOnlyWhatTheFrameworkCanMove) {
