@@ -7,6 +7,10 @@
 #include <limits>
 #include <vector>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "core/error.hpp"
 #include "trainer/op_profile.hpp"
 
@@ -97,9 +101,31 @@ const float* gemm_operand(const Tensor& t, bool bf16, std::vector<float>& scratc
   return scratch.data();
 }
 
+/// Freed host memory stays with the process for the next tensor, as the CUDA backend's DevicePool
+/// keeps freed device blocks. By default glibc serves a block over 128 KiB with a fresh mmap and
+/// gives the top of the heap back to the kernel once 128 KiB of it are free, so a step that frees
+/// and reallocates its activations page-faults them in again, layer after layer. Under MPI one rank
+/// then stalls in the kernel while its peer waits in the next collective: on the 2-core CI VM a
+/// sequence-parallel tp2 step of the closed loop took 0.085 s with glibc's defaults and 0.059-0.060
+/// s with these settings (five runs each, alternated; session 54, notes/status.md), its
+/// reduce-scatters 55 ms against 15 ms of the run. Blocks up to 32 MiB (glibc's largest mmap
+/// threshold on 64-bit) come from the heap, and the heap is never trimmed. Process-wide and set once;
+/// the calibration (`foresight calibrate --backend cpu`) creates the backend too, so its ops are
+/// timed under the same allocator.
+void keep_freed_host_memory() {
+#if defined(__GLIBC__)
+  static const bool once = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+    return true;
+  }();
+  (void)once;
+#endif
+}
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(bool staged, Precision precision) : staged_(staged), precision_(precision) {}
+  CpuBackend(bool staged, Precision precision) : staged_(staged), precision_(precision) { keep_freed_host_memory(); }
   CpuBackend(const CpuBackend&) = delete;
   CpuBackend& operator=(const CpuBackend&) = delete;
   ~CpuBackend() override {

@@ -7,6 +7,11 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <cstdlib>
 #include <string>
 
@@ -110,6 +115,22 @@ TEST(CpuBackendCode, EveryFunctionStartsOnA64ByteBoundary) {
                                    reinterpret_cast<std::uintptr_t>(&print_op_profile)};
   for (const std::uintptr_t a : starts) EXPECT_EQ(a % 64, 0u) << std::hex << a;
 }
+
+// The CPU backend keeps freed host memory for the next tensor (trainer/cpu_backend.cpp,
+// keep_freed_host_memory): an 8 MiB tensor comes from the heap rather than a fresh mapping (glibc's
+// default above 128 KiB), and the heap keeps its pages once the tensor is gone. (AddressSanitizer
+// brings its own allocator, which mallinfo2 does not describe.)
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+TEST(CpuBackendMemory, FreedTensorsStayWithTheProcess) {
+  const std::unique_ptr<Backend> be = make_cpu_backend();
+  const std::size_t mapped_before = mallinfo2().hblkhd, bytes = std::size_t(8) << 20;
+  {
+    const Tensor t = be->zeros(1024, 2048);
+    EXPECT_EQ(mallinfo2().hblkhd, mapped_before) << "an 8 MiB tensor was given a mapping of its own";
+  }
+  EXPECT_GE(mallinfo2().fordblks, bytes) << "the heap gave the freed tensor's pages back";
+}
+#endif
 
 }  // namespace
 }  // namespace foresight::trainer
