@@ -33,15 +33,24 @@ double median_time(const std::function<void()>& f, int reps);
 
 struct CpuBenchOptions {
   bool quick = false;  // a smaller GEMM grid (smoke tests)
+  /// A short reading of the host's speed, seconds per call of a fixed GEMM (slowdown_probe_seconds);
+  /// none on a GPU backend. When set, measure_backend reads it about every half second of timing
+  /// and states every sample at the host's quickest readings (see measure_backend).
+  std::function<double()> host_probe;
 };
 
 /// The ops of `be` (the trainer's CPU backend, or its CUDA backend in foresight-commbench --ops),
 /// each call timed as a step meets it (calls back to back, `sync` waited for once per group).
+/// With o.host_probe, each sample is scaled by the ratio of the host's reference probe time (the
+/// 10th percentile of all readings) to the probe's time around that sample, and the result carries
+/// "host_probe": {reference_s, readings, largest_scale}: a shared machine's slow spell, which can
+/// outlast a whole pass, then lengthens no op time.
 nlohmann::ordered_json measure_backend(trainer::Backend& be, const std::function<void()>& sync, const CpuBenchOptions& o,
                                        std::ostream& log);
 
 /// The CPU backend's ops on this process's core: {"ops": {matmul_nn|nt|tn: {samples}, <op>: {unit,
-/// fixed_s, per_unit_s, samples}}, "memory": {copy_GBps}}. Progress lines go to `log`.
+/// fixed_s, per_unit_s, samples}}, "memory": {copy_GBps}, "host_probe": {...}}, read against the
+/// host probe (slowdown_probe_seconds) unless o.host_probe says otherwise. Progress lines go to `log`.
 nlohmann::ordered_json measure_cpu_backend(const CpuBenchOptions& o, std::ostream& log);
 
 /// The oversubscription probe: a GEMM of the backend (about 2 ms on one core) called for

@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     // Waiting for the device: a reduction whose result comes back to the host.
     Tensor one = be->zeros(1, 1);
     const nlohmann::ordered_json j =
-        calibrate::measure_backend(*be, [&] { (void)be->sum_squares(one); }, {.quick = quick}, std::cerr);
+        calibrate::measure_backend(*be, [&] { (void)be->sum_squares(one); }, {.quick = quick, .host_probe = {}}, std::cerr);
     std::ofstream f(out_path);
     f << j.dump(1) << "\n";
     return f ? 0 : 1;

@@ -264,10 +264,12 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   err << "calibrate: the trainer's " << backend_name << " backend on " << host << " (" << cores << " cores)\n";
   if (backend_name == "cpu") {
     // The ops are timed between readings of the host probe on 1..cores threads of this process, three
-    // before and three after: their median is the speed the op times describe, which `validate
-    // --local` checks every run against. How far the readings after sit from those before is
-    // recorded (ops_probe_drift): a shared machine's speed drifts over seconds, and the backend's two
-    // passes (each sample the faster) are what keeps a slow spell out of the op times.
+    // before and three after, and with one-thread readings among them (calibrate/cpu_bench.hpp): the
+    // op times are stated at the quickest tenth of those (host_probe.reference_s), the speed
+    // `validate --local` checks every run against; the two-thread reference is the two-thread
+    // readings' median scaled by the same ratio as the one-thread median. How far the readings after
+    // sit from those before is recorded (ops_probe_drift): a shared machine's speed drifts over
+    // seconds to minutes.
     // (1 and 2 threads: the loop's plans have one or two ranks; other counts fall back on the
     // oversubscription runs' readings.)
     const int threads = std::clamp(cores, 1, 2);
@@ -278,21 +280,25 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
       return r;
     };
     const std::vector<std::vector<double>> before = probe_all();
-    const nlohmann::ordered_json backend = calibrate::measure_cpu_backend({.quick = quick}, err);
+    const nlohmann::ordered_json backend = calibrate::measure_cpu_backend({.quick = quick, .host_probe = {}}, err);
     const std::vector<std::vector<double>> after = probe_all();
     j["ops"] = backend["ops"];
     j["memory"] = backend["memory"];
     j["ops_probe"] = nlohmann::ordered_json::array();
-    double drift = 0;
+    double drift = 0, to_reference = 1.0;
     for (std::size_t t = 0; t < before.size(); ++t) {
       std::vector<double> all = before[t], b = before[t], a = after[t];
       all.insert(all.end(), a.begin(), a.end());
       std::sort(all.begin(), all.end());
       std::sort(b.begin(), b.end());
       std::sort(a.begin(), a.end());
-      j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", 0.5 * (all[all.size() / 2 - 1] + all[all.size() / 2])}});
+      const double median = 0.5 * (all[all.size() / 2 - 1] + all[all.size() / 2]);
+      if (t == 0 && backend.contains("host_probe"))
+        to_reference = backend["host_probe"]["reference_s"].get<double>() / median;
+      j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", median * to_reference}});
       drift = std::max(drift, std::abs(a[1] / b[1] - 1.0));
     }
+    j["ops_host_probe"] = backend.value("host_probe", nlohmann::ordered_json::object());
     j["ops_probe_drift"] = drift;
     char line[160];
     std::snprintf(line, sizeof line, "  host probe around the ops: medians after and before %.1f%% apart\n", 100 * drift);

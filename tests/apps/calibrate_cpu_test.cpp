@@ -3,11 +3,16 @@
 // loop run in apps.ClosedLoopCpu (tests/apps/closed_loop.cmake).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <sstream>
 #include <unistd.h>
 
 #include "cli_run.hpp"
 #include "calibrate/cpu_bench.hpp"
+#include "trainer/backend.hpp"
+#include "trainer/cpu_backend.hpp"
 
 namespace {
 
@@ -47,6 +52,37 @@ TEST(CpuCalibration, AFlatOpIsFittedAsAFixedCost) {
   }
   EXPECT_NEAR(f.fixed_s, s1 / s2, 1e-15);
   EXPECT_LT(f.max_rel_residual, 0.02);
+}
+
+// A slow spell the probe saw (its first reading 1000x the others) is taken out of the samples timed
+// around it: they are divided by the probe's time around them over its quickest tenth of readings
+// ((1000 + 1) / 2 = 500.5x here, for the samples of the first half second), the others are left
+// alone. Checked against a second calibration whose probe reads the same throughout: real
+// timings of a sample vary between the two by tens of percent at most, a 500x factor stands out.
+TEST(CpuCalibration, SamplesTimedWhileTheProbeReadSlowAreStatedAtItsQuickestReadings) {
+  const std::unique_ptr<foresight::trainer::Backend> be = foresight::trainer::make_cpu_backend();
+  std::ostringstream log;
+  const nlohmann::ordered_json steady = foresight::calibrate::measure_backend(
+      *be, [] {}, {.quick = true, .host_probe = [] { return 1e-3; }}, log);
+  EXPECT_DOUBLE_EQ(steady["host_probe"]["largest_scale"].get<double>(), 1.0);
+  int readings = 0;
+  const nlohmann::ordered_json spell = foresight::calibrate::measure_backend(
+      *be, [] {}, {.quick = true, .host_probe = [&] { return ++readings == 1 ? 1.0 : 1e-3; }}, log);
+  ASSERT_GE(readings, 3) << "the quick pass took under half a second: too few readings to test with";
+  EXPECT_DOUBLE_EQ(spell["host_probe"]["reference_s"].get<double>(), 1e-3);
+  EXPECT_DOUBLE_EQ(spell["host_probe"]["largest_scale"].get<double>(), 500.5);
+  EXPECT_EQ(spell["host_probe"]["readings"].get<int>(), readings);
+  int scaled = 0, kept = 0;
+  for (const auto& [name, op] : spell["ops"].items()) {
+    const auto& a = op["samples"];
+    const auto& b = steady["ops"][name]["samples"];
+    for (std::size_t i = 0; i < a.size(); ++i)
+      (a[i]["time_s"].get<double>() * 100 < b[i]["time_s"].get<double>() ? scaled : kept)++;
+  }
+  // The first half second's samples (the first GEMMs) against all the others.
+  EXPECT_GT(scaled, 0) << log.str();
+  EXPECT_GT(kept, scaled) << log.str();
+  EXPECT_NE(log.str().find("host probe during the ops"), std::string::npos) << log.str();
 }
 
 TEST(CpuCalibration, RefusesOptionsItDoesNotTake) {
