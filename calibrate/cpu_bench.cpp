@@ -70,7 +70,7 @@ double median_time(const std::function<void()>& f, int reps) {
 
 namespace {
 
-// Repeats: enough to take a median, fewer for long calls (keeps the whole run under a minute).
+// Repeats: enough to take a median, fewer for long calls (a pass stays short).
 int reps_for(double seconds) { return seconds > 0.05 ? 1 : seconds > 0.01 ? 3 : 5; }
 
 /// Seconds per call of `f` as a training step meets it: calls issued back to back and waited for

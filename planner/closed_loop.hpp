@@ -68,7 +68,8 @@ double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int r
 /// and often escape the readings around it (on the 2-core CI VM, bursts of seconds inside runs of
 /// one or two; the readings themselves, 0.15 s probes, flag quick runs as busy as often as slow
 /// ones), so the quickest run is the one the fewest spells touched; the host profile is the faster
-/// of two passes over the ops for the same reason. Peak memory: the largest over the runs. A
+/// of two passes over the ops, each sample stated at the host probe's quickest readings
+/// (calibrate/cpu_bench.hpp), for the same reason. Peak memory: the largest over the runs. A
 /// failed run is skipped and named.
 LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries,
                                            const std::vector<double>& run_slowdown = {}, double tolerance = 0.07);

@@ -12,9 +12,11 @@
 # (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt), never passed.
 # A shared machine's speed also drifts over seconds to minutes with nothing in /proc/stat to show
 # for it (on the CI machine whole rounds ran 15-50% slow while the probes around them read the host
-# as calibrated): when the step-time median misses, the whole loop, calibration included, is made
-# once more in a fresh directory, and the test fails only when the second loop misses too. A
-# broken cost model misses both; memory and failed runs get no second chance.
+# as calibrated; a whole calibration once ran 32% slow). The calibration states its op times at the
+# host probe's quickest readings (calibrate/cpu_bench.hpp); when the step-time median misses all
+# the same, the whole loop, calibration included, is made once more in a fresh directory, and the
+# test fails only when the second loop misses too. A broken cost model misses both; memory and
+# failed runs get no second chance.
 #   cmake -DFORESIGHT=... -DWORK=... -P closed_loop.cmake
 cmake_minimum_required(VERSION 3.20)  # script mode: modern if() and loop rules
 foreach(attempt RANGE 1 2)
