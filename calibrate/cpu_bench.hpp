@@ -33,7 +33,7 @@ double median_time(const std::function<void()>& f, int reps);
 
 struct CpuBenchOptions {
   bool quick = false;  // a smaller GEMM grid (smoke tests)
-  /// A short reading of the host's speed, seconds per call of a fixed GEMM (slowdown_probe_seconds);
+  /// A short reading of the host's speed, seconds per call of a fixed GEMM (probe_median_seconds);
   /// none on a GPU backend. When set, measure_backend reads it about every half second of timing
   /// and states every sample at the host's quickest readings (see measure_backend).
   std::function<double()> host_probe;
@@ -50,11 +50,15 @@ nlohmann::ordered_json measure_backend(trainer::Backend& be, const std::function
 
 /// The CPU backend's ops on this process's core: {"ops": {matmul_nn|nt|tn: {samples}, <op>: {unit,
 /// fixed_s, per_unit_s, samples}}, "memory": {copy_GBps}, "host_probe": {...}}, read against the
-/// host probe (slowdown_probe_seconds) unless o.host_probe says otherwise. Progress lines go to `log`.
+/// host probe (probe_median_seconds) unless o.host_probe says otherwise. Progress lines go to `log`.
 nlohmann::ordered_json measure_cpu_backend(const CpuBenchOptions& o, std::ostream& log);
 
 /// The oversubscription probe: a GEMM of the backend (about 2 ms on one core) called for
 /// `duration_s` of wall time; seconds per call.
 double slowdown_probe_seconds(double duration_s);
+
+/// The same GEMM timed call by call, 15 calls after a warm-up: the median call, seconds (the host
+/// probe measure_cpu_backend reads among its op samples).
+double probe_median_seconds();
 
 }  // namespace foresight::calibrate

@@ -264,19 +264,22 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   err << "calibrate: the trainer's " << backend_name << " backend on " << host << " (" << cores << " cores)\n";
   if (backend_name == "cpu") {
     // The ops are timed between readings of the host probe on 1..cores threads of this process, three
-    // before and three after, and with one-thread readings among them (calibrate/cpu_bench.hpp): the
-    // op times are stated at the quickest tenth of those (host_probe.reference_s), the speed
-    // `validate --local` checks every run against; the two-thread reference is the two-thread
-    // readings' median scaled by the same ratio as the one-thread median. How far the readings after
-    // sit from those before is recorded (ops_probe_drift): a shared machine's speed drifts over
-    // seconds to minutes.
+    // rounds before and three after (one thread, then two, in each round), and with one-thread
+    // readings among them (calibrate/cpu_bench.hpp): the op times are stated at the quickest tenth of
+    // those (host_probe.reference_s), the speed `validate --local` checks every one-rank run against.
+    // The two-thread reference is that times the median ratio of each round's two-thread reading to
+    // its one-thread reading, taken a moment apart: a slow spell during the readings then moves both
+    // alike (session 54: the medians of separate before/after readings put the two-thread reference
+    // 7% under the one-thread one after a 30% drift, and every two-rank run read as busy). How far the
+    // one-thread readings after sit from those before is recorded (ops_probe_drift): a shared
+    // machine's speed drifts over seconds to minutes.
     // (1 and 2 threads: the loop's plans have one or two ranks; other counts fall back on the
     // oversubscription runs' readings.)
     const int threads = std::clamp(cores, 1, 2);
     auto probe_all = [&] {
       std::vector<std::vector<double>> r(static_cast<std::size_t>(threads));
-      for (int t = 1; t <= threads; ++t)
-        for (int i = 0; i < 3; ++i) r[std::size_t(t - 1)].push_back(probe_now(t, 0.15));
+      for (int i = 0; i < 3; ++i)
+        for (int t = 1; t <= threads; ++t) r[std::size_t(t - 1)].push_back(probe_now(t, 0.15));
       return r;
     };
     const std::vector<std::vector<double>> before = probe_all();
@@ -285,19 +288,21 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
     j["ops"] = backend["ops"];
     j["memory"] = backend["memory"];
     j["ops_probe"] = nlohmann::ordered_json::array();
-    double drift = 0, to_reference = 1.0;
+    auto middle = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return 0.5 * (v[(v.size() - 1) / 2] + v[v.size() / 2]);
+    };
+    const double reference = backend["host_probe"]["reference_s"].get<double>();
     for (std::size_t t = 0; t < before.size(); ++t) {
-      std::vector<double> all = before[t], b = before[t], a = after[t];
-      all.insert(all.end(), a.begin(), a.end());
-      std::sort(all.begin(), all.end());
-      std::sort(b.begin(), b.end());
-      std::sort(a.begin(), a.end());
-      const double median = 0.5 * (all[all.size() / 2 - 1] + all[all.size() / 2]);
-      if (t == 0 && backend.contains("host_probe"))
-        to_reference = backend["host_probe"]["reference_s"].get<double>() / median;
-      j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", median * to_reference}});
-      drift = std::max(drift, std::abs(a[1] / b[1] - 1.0));
+      std::vector<double> ratios;
+      for (std::size_t i = 0; i < before[t].size(); ++i) {
+        ratios.push_back(before[t][i] / before[0][i]);
+        ratios.push_back(after[t][i] / after[0][i]);
+      }
+      // (A second thread cannot make the first quicker: a ratio under 1 is the readings' noise.)
+      j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", reference * std::max(1.0, middle(ratios))}});
     }
+    const double drift = std::abs(middle(after[0]) / middle(before[0]) - 1.0);
     j["ops_host_probe"] = backend.value("host_probe", nlohmann::ordered_json::object());
     j["ops_probe_drift"] = drift;
     char line[160];
