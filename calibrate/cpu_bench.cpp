@@ -433,6 +433,7 @@ nlohmann::ordered_json measure_backend(Backend& be, const std::function<void()>&
     all.insert(all.end(), second_track.readings.begin(), second_track.readings.end());
     std::sort(all.begin(), all.end());
     const double reference = all[all.size() / 10];
+    FORESIGHT_CHECK(reference > 0 && std::isfinite(reference)) << "host probe read " << reference << " s";
     double largest = 1.0;
     auto scale = [&](nlohmann::ordered_json& pass, const ProbeTrack& track) {
       const std::vector<nlohmann::ordered_json*> samples = samples_in_order(pass);

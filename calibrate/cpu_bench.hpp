@@ -41,8 +41,8 @@ struct CpuBenchOptions {
 
 /// The ops of `be` (the trainer's CPU backend, or its CUDA backend in foresight-commbench --ops),
 /// each call timed as a step meets it (calls back to back, `sync` waited for once per group).
-/// With o.host_probe, each sample is scaled by the ratio of the host's reference probe time (the
-/// 10th percentile of all readings) to the probe's time around that sample, and the result carries
+/// With o.host_probe, each sample timed while the probe read slower than its reference (the 10th
+/// percentile of all readings) is divided by that ratio (never multiplied), and the result carries
 /// "host_probe": {reference_s, readings, largest_scale}: a shared machine's slow spell, which can
 /// outlast a whole pass, then lengthens no op time.
 nlohmann::ordered_json measure_backend(trainer::Backend& be, const std::function<void()>& sync, const CpuBenchOptions& o,

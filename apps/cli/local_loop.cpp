@@ -263,10 +263,13 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   const std::string tag = std::to_string(::getpid());
   err << "calibrate: the trainer's " << backend_name << " backend on " << host << " (" << cores << " cores)\n";
   if (backend_name == "cpu") {
-    // The ops are timed between readings of the host probe on 1..cores threads of this process, three
-    // rounds before and three after (one thread, then two, in each round), and with one-thread
-    // readings among them (calibrate/cpu_bench.hpp): the op times are stated at the quickest tenth of
-    // those (host_probe.reference_s), the speed `validate --local` checks every one-rank run against.
+    // The ops are timed between readings of the host probe on 1..min(cores, 2) threads of this
+    // process, three rounds before and three after (one thread, then two, in each round), and with
+    // one-thread readings of the probe's median call among them (calibrate/cpu_bench.hpp): the op
+    // times are stated at the quickest tenth of those in-pass readings (host_probe.reference_s), the
+    // speed `validate --local` checks every one-rank run against. (Its checks read the probe's mean
+    // call over 0.15 s, which on a quiet host is the median call within a percent or two; under
+    // another process's time-slicing the mean reads slower, and such a run is meant to read as busy.)
     // The two-thread reference is that times the median ratio of each round's two-thread reading to
     // its one-thread reading, taken a moment apart: a slow spell during the readings then moves both
     // alike (session 54: the medians of separate before/after readings put the two-thread reference

@@ -105,9 +105,10 @@ TEST(OpProfile, NothingIsPrintedUnlessAskedFor) {
 
 // The CPU backend's functions start on 64-byte boundaries (trainer/CMakeLists.txt), so that its hot
 // loops sit at the same offsets in the foresight binary that calibrates them and in foresight-train
-// that runs them. Four of its functions: each would be 64-byte aligned by chance one time in four
-// at the compiler's default 16-byte alignment.
-TEST(CpuBackendCode, EveryFunctionStartsOnA64ByteBoundary) {
+// that runs them. Four of its public functions: each would be 64-byte aligned by chance one time in
+// four at the compiler's default 16-byte alignment. (GCC aligns the functions it optimises for
+// speed; the .cold parts it splits off are not aligned, nor need they be.)
+TEST(CpuBackendCode, PublicFunctionsStartOnA64ByteBoundary) {
   using Make = std::unique_ptr<Backend> (*)(Precision);
   const std::uintptr_t starts[] = {reinterpret_cast<std::uintptr_t>(static_cast<Make>(&make_cpu_backend)),
                                    reinterpret_cast<std::uintptr_t>(static_cast<Make>(&make_cpu_staged_backend)),
@@ -120,7 +121,12 @@ TEST(CpuBackendCode, EveryFunctionStartsOnA64ByteBoundary) {
 // keep_freed_host_memory): an 8 MiB tensor comes from the heap rather than a fresh mapping (glibc's
 // default above 128 KiB), and the heap keeps its pages once the tensor is gone. (AddressSanitizer
 // brings its own allocator, which mallinfo2 does not describe.)
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FORESIGHT_TEST_UNDER_ASAN 1
+#endif
+#endif
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(FORESIGHT_TEST_UNDER_ASAN)
 TEST(CpuBackendMemory, FreedTensorsStayWithTheProcess) {
   const std::unique_ptr<Backend> be = make_cpu_backend();
   const std::size_t mapped_before = mallinfo2().hblkhd, bytes = std::size_t(8) << 20;
