@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -115,17 +116,28 @@ nlohmann::ordered_json linear_op(const char* unit, const std::vector<double>& si
 
 }  // namespace
 
+namespace {
+
+/// The host probe's GEMM: a (128 x 256) x (256 x 256) product of the CPU backend, about 2 ms on one
+/// core.
+struct ProbeGemm {
+  std::unique_ptr<Backend> be = trainer::make_cpu_backend();
+  Tensor a = be->zeros(128, 256), b = be->zeros(256, 256), c = be->zeros(128, 256);
+  void operator()() { be->matmul(c, a, false, b, false, false); }
+};
+
+}  // namespace
+
 double slowdown_probe_seconds(double duration_s) {
   using Clock = std::chrono::steady_clock;
-  auto be = trainer::make_cpu_backend();
-  Tensor a = be->zeros(128, 256), b = be->zeros(256, 256), c = be->zeros(128, 256);
-  be->matmul(c, a, false, b, false, false);  // warm-up
+  ProbeGemm probe;
+  probe();  // warm-up
   // Calls for a fixed wall time, so that ranks started together overlap for all of it.
   const auto start = Clock::now();
   long calls = 0;
   double elapsed = 0;
   do {
-    be->matmul(c, a, false, b, false, false);
+    probe();
     ++calls;
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   } while (elapsed < duration_s);
@@ -133,18 +145,8 @@ double slowdown_probe_seconds(double duration_s) {
 }
 
 double probe_median_seconds() {
-  using Clock = std::chrono::steady_clock;
-  auto be = trainer::make_cpu_backend();
-  Tensor a = be->zeros(128, 256), b = be->zeros(256, 256), c = be->zeros(128, 256);
-  be->matmul(c, a, false, b, false, false);  // warm-up
-  std::vector<double> t;
-  for (int i = 0; i < 15; ++i) {
-    const auto start = Clock::now();
-    be->matmul(c, a, false, b, false, false);
-    t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  ProbeGemm probe;
+  return median_time([&] { probe(); }, 15);
 }
 
 namespace {

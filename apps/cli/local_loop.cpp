@@ -306,7 +306,7 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
       j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", reference * std::max(1.0, middle(ratios))}});
     }
     const double drift = std::abs(middle(after[0]) / middle(before[0]) - 1.0);
-    j["ops_host_probe"] = backend.value("host_probe", nlohmann::ordered_json::object());
+    j["ops_host_probe"] = backend["host_probe"];
     j["ops_probe_drift"] = drift;
     char line[160];
     std::snprintf(line, sizeof line, "  host probe around the ops: medians after and before %.1f%% apart\n", 100 * drift);

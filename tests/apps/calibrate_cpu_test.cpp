@@ -3,7 +3,6 @@
 // loop run in apps.ClosedLoopCpu (tests/apps/closed_loop.cmake).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <sstream>
