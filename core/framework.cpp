@@ -511,6 +511,7 @@ std::array<FrameworkTraits, 10> make_table() {
   deepspeed.fused_softmax = true;  // Megatron-DeepSpeed's model code (megatron/model/fused_softmax.py)
   deepspeed.bf16_optimizer = true;  // deepspeed/runtime/bf16_optimizer.py (v0.6.3+), as BLOOM ran it
   deepspeed.dp_bucket_elements = 5e8;  // reduce_bucket_size default (DeepSpeed config docs, zero_optimization)
+  deepspeed.zero_whole_reduce_buckets = true;
   deepspeed.dp_overlap_with_pipeline = false;
   deepspeed.dp_overlap_refusal =
       "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces overlap_comm off); set it false";
@@ -959,6 +960,21 @@ bool FrameworkTraits::overlaps_pipeline_sends(const PlanSpec& p) const {
 
 bool FrameworkTraits::prefetches_zero3(const PlanSpec& p) const {
   return zero3_prefetch_choice ? p.zero3_prefetch.value_or(zero3_prefetch) : zero3_prefetch;
+}
+
+int FrameworkTraits::whole_reduce_buckets(const PlanSpec& p) const {
+  // DeepSpeed v0.5.8 to v0.12: the engine turns contiguous_gradients (default true) and
+  // overlap_comm off at stage 1 ("meaningless in stage 1", engine.py _configure_zero_optimizer),
+  // but the optimizer turns contiguous gradients back on under cpu_offload ("CPU-Offload requires
+  // contiguous gradients"); with them its backward allocates ipg_buffer, one tensor of
+  // reduce_bucket_size elements in the 16-bit dtype, and a second "to avoid data access conflict"
+  // when overlap_comm is on (which the pipeline engine turns off: reduce_gradients(
+  // pipeline_parallel=True) allocates one). BF16_Optimizer (plan.bf16_optimizer) has no such buffer,
+  // and without contiguous gradients buffered_reduce_fallback flattens at most the gradients there are.
+  if (!zero_whole_reduce_buckets || p.bf16_optimizer) return 0;
+  if (p.zero == 2) return p.dp_overlap && overlaps_dp_reduction(p.pp, p.zero) ? 2 : 1;
+  if (p.zero == 1 && p.offload.optimizer) return 1;
+  return 0;
 }
 
 bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p) const {

@@ -532,17 +532,20 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   const FrameworkTraits& fw = *x.framework;
 
   Bytes bytes;
-  // (ZeRO-Offload reduces through its bucket even alone: FrameworkTraits::streams_gradients_to_host.)
-  if (plan.grad_ranks() > 1 || fw.streams_gradients_to_host(plan)) {
+  const double bucket_elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.dp_bucket_elements;
+  // Reduction buckets allocated whole, on one GPU too (DeepSpeed's ZeRO-1/2 ipg_buffer: its
+  // optimizer's backward allocates them whether or not there is anyone to reduce with).
+  if (const int whole = fw.whole_reduce_buckets(plan); whole > 0) {
+    bytes += Bytes(whole * bucket_elements * x.bytes.grad);
+  } else if (plan.grad_ranks() > 1) {
     const StageParameters params = parameters_on_gpu(fw, model, plan, stage);
     const Bytes all_grads(params.total() * x.bytes.grad);
     // The framework's extra gradient bucket (none where it reduces its grad buffer in place).
     if (fw.dp_bucket_bytes > 0) bytes += min(Bytes(fw.dp_bucket_bytes), all_grads);
-    // (Under ZeRO-3 a framework with reduction buckets holds its bucket with the gathered units below.)
-    if (fw.dp_bucket_elements > 0 && !(plan.zero >= 3 && fw.zero3_reduce_bucket_elements > 0)) {
-      const double elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.dp_bucket_elements;
-      bytes += min(Bytes(elements * x.bytes.grad), all_grads);
-    }
+    // A bucket flattened from the gradients there are (under ZeRO-3 a framework with reduction
+    // buckets holds its bucket with the gathered units below).
+    if (fw.dp_bucket_elements > 0 && !(plan.zero >= 3 && fw.zero3_reduce_bucket_elements > 0))
+      bytes += min(Bytes(bucket_elements * x.bytes.grad), all_grads);
   }
   // DeepSpeed's stage 1/2 offload keeps a device staging buffer of its largest parameter.
   if (plan.offload.optimizer && fw.offloaded_optimizer_streams_gradients && plan.zero <= 2)
