@@ -523,14 +523,10 @@ double largest_parameter_elements(const FrameworkTraits& fw, const ModelSpec& mo
 }
 }  // namespace
 
-Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
-  const double a = x.bytes.activation;
-  const double sbh = double(plan.local_tokens(model)) * plan.micro_batch * model.hidden;
-  const double sp_div = sequence_parallel(plan) ? plan.tp : 1.0;
-  const std::vector<int> layers = stage_layers(model, plan, stage);
-  const bool has_moe = std::any_of(layers.begin(), layers.end(), [&](int l) { return model.is_moe_layer(l); });
+namespace {
+/// The gradient reduction's buckets on a GPU of stage `stage`.
+Bytes reduction_bucket_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
   const FrameworkTraits& fw = *x.framework;
-
   Bytes bytes;
   const double bucket_elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.dp_bucket_elements;
   // Reduction buckets allocated whole, on one GPU too (DeepSpeed's ZeRO-1/2 ipg_buffer: its
@@ -547,6 +543,101 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
     if (fw.dp_bucket_elements > 0 && !(plan.zero >= 3 && fw.zero3_reduce_bucket_elements > 0))
       bytes += min(Bytes(bucket_elements * x.bytes.grad), all_grads);
   }
+  return bytes;
+}
+
+/// Context parallelism's keys and values in flight on a GPU (plan.cp > 1).
+Bytes cp_exchange_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan) {
+  const FrameworkTraits& fw = *x.framework;
+  const double a = x.bytes.activation;
+  Bytes bytes;
+  // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
+  // all-gathered keys and values of the whole sequence for one layer. PyTorch's SDPA context
+  // parallelism sees them after repeat_kv (a head per query head) and, in the backward, also
+  // holds their fp32 gradients: the accumulator and the ring's in-flight copy.
+  const bool torch_sdpa = fw.cp_torch_sdpa && !model.mla;
+  const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) * cp_kv_width(fw, model, plan);
+  if (plan.cp_comm == CpComm::all_to_all || plan.cp_comm == CpComm::all_to_all_ring) {
+    // One layer's Q, K and V twice: the head-grouped copies going out and the whole-sequence
+    // head groups coming back (the output's exchange, smaller, reuses the space); a2a+p2p's
+    // ring then double-buffers its K/V blocks as the plain ring does.
+    const double q = a * plan.micro_batch * plan.local_tokens(model) * model.q_width() / plan.tp;
+    bytes += Bytes(2.0 * (q + kv));
+    if (plan.cp_comm == CpComm::all_to_all_ring) bytes += Bytes(4.0 * kv);
+  } else {
+    bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
+  }
+  if (torch_sdpa) bytes += Bytes(2.0 * kv * (4.0 / a));
+  return bytes;
+}
+
+/// ZeRO-3's gathered parameters and unsharded gradients on a GPU of stage `stage` (sharded plans).
+Bytes zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
+  const FrameworkTraits& fw = *x.framework;
+  const std::vector<int> layers = stage_layers(model, plan, stage);
+  Bytes bytes;
+  // Gathered units in the compute dtype: the one computing and the one prefetched (FSDP's
+  // limit_all_gathers), or with reshard_after_forward off every unit of the stage from its
+  // forward to its backward; the unsharded gradient of the unit being reduce-scattered; on the
+  // first stage the embedding, which the root unit keeps gathered from forward to backward.
+  double largest_layer = 0, stage_layers_params = 0;
+  for (int l : layers) {
+    // Experts are gathered over their expert-data-parallel group; where that is one rank they
+    // stay whole on the GPU (counted with the weights) and nothing of them is gathered.
+    const StageParameters lp = layer_parameters_on_gpu(model, plan, l);
+    const double n = lp.dense + (plan.expert_dp() > 1 ? lp.expert : 0.0);
+    largest_layer = std::max(largest_layer, n);
+    stage_layers_params += n;
+  }
+  // A framework that gathers module by module (DeepSpeed) holds its largest module and the one
+  // prefetched (without prefetch, FrameworkTraits::prefetches_zero3, only the one computing), and
+  // the gradients of one module with its reduction bucket.
+  double largest_unit = largest_layer, bucket_grads = 0;
+  if (fw.zero3_unit == Zero3Unit::module) {
+    const std::vector<double> shares = zero3_module_shares(fw, model);
+    largest_unit = largest_layer * *std::max_element(shares.begin(), shares.end());
+    const double bucket = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.zero3_reduce_bucket_elements;
+    bucket_grads = std::min(bucket, stage_layers_params) * x.bytes.grad;
+  }
+  const double in_flight = fw.prefetches_zero3(plan) ? 2.0 : 1.0;
+  double gathered = plan.reshard_after_forward ? in_flight * largest_unit : stage_layers_params + largest_unit;
+  // Parameters kept gathered for the backward within the framework's reuse distance
+  // (FrameworkTraits::zero3_reuse_elements, read off the prefetch trace; cost_sharded_parameters
+  // skips their re-gather).
+  gathered += zero3_reused_parameters(fw, model, plan, stage);
+  double unsharded_grads = fw.zero3_unsharded_grad_units * largest_unit * x.bytes.grad + bucket_grads;
+  if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {
+    // Reduced once per step (FrameworkTraits::fsdp_pipeline_step_sync): every unit stays
+    // gathered from its first use to the step's end, and every unit's unsharded gradient
+    // accumulates across micro-batches in reduce_dtype (FSDP2's unsharded_accumulated_grad).
+    gathered = stage_layers_params;
+    unsharded_grads = parameters_on_gpu(fw, model, plan, stage).total() * x.bytes.reduce;
+  }
+  // (The gathered layers hold their GEMM weights in FP8 under plan.fp8_param_gather.)
+  bytes += Bytes(gathered * layer_gather_bytes(x, model, plan, x.bytes.gather) + unsharded_grads);
+  // All the stage holds beyond its layers: where the embedding and the head stay gathered for the
+  // whole step (FrameworkTraits::zero3_edges_gathered_per_step), or a later last stage's LM head
+  // unit (untied matrix or tied copy) while it computes.
+  const bool edges_kept = fw.zero3_edges_gathered_per_step;
+  if (fw.has_embedding_and_head && (edges_kept || (stage > 0 && is_last_stage(plan, stage))))
+    bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);
+  if (stage == 0 && fw.has_embedding_and_head && !edges_kept)
+    bytes += Bytes((double(model.vocab) * model.hidden / plan.tp +
+                    (model.position == PositionEmbedding::learned ? double(model.seq_len) * model.hidden : 0.0)) *
+                   x.bytes.gather);
+  return bytes;
+}
+}  // namespace
+
+Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
+  const double a = x.bytes.activation;
+  const double sbh = double(plan.local_tokens(model)) * plan.micro_batch * model.hidden;
+  const double sp_div = sequence_parallel(plan) ? plan.tp : 1.0;
+  const std::vector<int> layers = stage_layers(model, plan, stage);
+  const bool has_moe = std::any_of(layers.begin(), layers.end(), [&](int l) { return model.is_moe_layer(l); });
+  const FrameworkTraits& fw = *x.framework;
+
+  Bytes bytes = reduction_bucket_bytes(x, model, plan, stage);
   // DeepSpeed's stage 1/2 offload keeps a device staging buffer of its largest parameter.
   if (plan.offload.optimizer && fw.offloaded_optimizer_streams_gradients && plan.zero <= 2)
     bytes += Bytes(largest_parameter_elements(fw, model, plan, stage) * x.bytes.grad);
@@ -556,76 +647,8 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   if (has_moe)
     bytes += deepep_buffer_bytes(model, plan) + Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div *
                    (moe_routes_own_tokens(fw, plan) ? double(plan.etp()) : 1.0));
-  if (plan.cp > 1) {
-    // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
-    // all-gathered keys and values of the whole sequence for one layer. PyTorch's SDPA context
-    // parallelism sees them after repeat_kv (a head per query head) and, in the backward, also
-    // holds their fp32 gradients: the accumulator and the ring's in-flight copy.
-    const bool torch_sdpa = fw.cp_torch_sdpa && !model.mla;
-    const double kv = 2.0 * a * plan.micro_batch * plan.local_tokens(model) * cp_kv_width(fw, model, plan);
-    if (plan.cp_comm == CpComm::all_to_all || plan.cp_comm == CpComm::all_to_all_ring) {
-      // One layer's Q, K and V twice: the head-grouped copies going out and the whole-sequence
-      // head groups coming back (the output's exchange, smaller, reuses the space); a2a+p2p's
-      // ring then double-buffers its K/V blocks as the plain ring does.
-      const double q = a * plan.micro_batch * plan.local_tokens(model) * model.q_width() / plan.tp;
-      bytes += Bytes(2.0 * (q + kv));
-      if (plan.cp_comm == CpComm::all_to_all_ring) bytes += Bytes(4.0 * kv);
-    } else {
-      bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
-    }
-    if (torch_sdpa) bytes += Bytes(2.0 * kv * (4.0 / a));
-  }
-  if (plan.zero >= 3 && plan.shard_ways() > 1) {
-    // Gathered units in the compute dtype: the one computing and the one prefetched (FSDP's
-    // limit_all_gathers), or with reshard_after_forward off every unit of the stage from its
-    // forward to its backward; the unsharded gradient of the unit being reduce-scattered; on the
-    // first stage the embedding, which the root unit keeps gathered from forward to backward.
-    double largest_layer = 0, stage_layers_params = 0;
-    for (int l : layers) {
-      // Experts are gathered over their expert-data-parallel group; where that is one rank they
-      // stay whole on the GPU (counted with the weights) and nothing of them is gathered.
-      const StageParameters lp = layer_parameters_on_gpu(model, plan, l);
-      const double n = lp.dense + (plan.expert_dp() > 1 ? lp.expert : 0.0);
-      largest_layer = std::max(largest_layer, n);
-      stage_layers_params += n;
-    }
-    // A framework that gathers module by module (DeepSpeed) holds its largest module and the one
-    // prefetched (without prefetch, FrameworkTraits::prefetches_zero3, only the one computing), and
-    // the gradients of one module with its reduction bucket.
-    double largest_unit = largest_layer, bucket_grads = 0;
-    if (fw.zero3_unit == Zero3Unit::module) {
-      const std::vector<double> shares = zero3_module_shares(fw, model);
-      largest_unit = largest_layer * *std::max_element(shares.begin(), shares.end());
-      const double bucket = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.zero3_reduce_bucket_elements;
-      bucket_grads = std::min(bucket, stage_layers_params) * x.bytes.grad;
-    }
-    const double in_flight = fw.prefetches_zero3(plan) ? 2.0 : 1.0;
-    double gathered = plan.reshard_after_forward ? in_flight * largest_unit : stage_layers_params + largest_unit;
-    // Parameters kept gathered for the backward within the framework's reuse distance
-    // (FrameworkTraits::zero3_reuse_elements, read off the prefetch trace; cost_sharded_parameters
-    // skips their re-gather).
-    gathered += zero3_reused_parameters(fw, model, plan, stage);
-    double unsharded_grads = fw.zero3_unsharded_grad_units * largest_unit * x.bytes.grad + bucket_grads;
-    if (fw.fsdp_pipeline_step_sync && plan.pp > 1) {
-      // Reduced once per step (FrameworkTraits::fsdp_pipeline_step_sync): every unit stays
-      // gathered from its first use to the step's end, and every unit's unsharded gradient
-      // accumulates across micro-batches in reduce_dtype (FSDP2's unsharded_accumulated_grad).
-      gathered = stage_layers_params;
-      unsharded_grads = parameters_on_gpu(fw, model, plan, stage).total() * x.bytes.reduce;
-    }
-    // (The gathered layers hold their GEMM weights in FP8 under plan.fp8_param_gather.)
-    bytes += Bytes(gathered * layer_gather_bytes(x, model, plan, x.bytes.gather) + unsharded_grads);
-    // All the stage holds beyond its layers: where the embedding and the head stay gathered for the
-    // whole step (FrameworkTraits::zero3_edges_gathered_per_step), or a later last stage's LM head
-    // unit (untied matrix or tied copy) while it computes.
-    const bool edges_kept = fw.zero3_edges_gathered_per_step;
-    if (fw.has_embedding_and_head && (edges_kept || (stage > 0 && is_last_stage(plan, stage))))
-      bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);
-    if (stage == 0 && fw.has_embedding_and_head && !edges_kept)
-      bytes += Bytes((double(model.vocab) * model.hidden / plan.tp +
-                      (model.position == PositionEmbedding::learned ? double(model.seq_len) * model.hidden : 0.0)) *
-                     x.bytes.gather);
-  }
+  if (plan.cp > 1) bytes += cp_exchange_bytes(x, model, plan);
+  if (plan.zero >= 3 && plan.shard_ways() > 1) bytes += zero3_gathered_bytes(x, model, plan, stage);
   return bytes;
 }
 

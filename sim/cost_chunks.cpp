@@ -228,6 +228,71 @@ TorchCpMerges torch_cp_merges(const CostInputs& in, int tokens) {
           in.compute.memory_bound(Bytes(bwd_bytes), bwd_launches)};
 }
 
+namespace {
+/// The gradient-accumulation passes of a chunk: the share of a step's micro-batches that pay one
+/// and the share of the chunk's parameters each pass covers.
+struct AccumulationPasses {
+  double paid = 1.0;
+  double share = 1.0;
+};
+
+AccumulationPasses accumulation_passes(const CostInputs& in, int micro_batches) {
+  // Weight gradients of every micro-batch (or slice) are added into the gradient buffer, a pass
+  // over HBM per parameter; one kernel per parameter tensor (12 per transformer layer: 4 weights,
+  // 4 biases, 2 layernorms' two each). Where gradients are freed between steps the first
+  // micro-batch creates them instead: (m - 1) / m of the passes remain.
+  // Under ZeRO-3 the gradients are reduce-scattered every micro-batch and added into the rank's
+  // shard only (FSDP1 _accumulate_sharded_grad, FSDP2's sharded grad, DeepSpeed stage 3's
+  // partition copy_/add_), which the first micro-batch creates: 1/k of the parameters, (m - 1) / m
+  // of the passes. Pipelines that reduce once per step keep the unsharded gradients
+  // (FrameworkTraits::fsdp_pipeline_step_sync) and add into them as without ZeRO-3.
+  const PlanSpec& p = in.e.plan;
+  const bool sharded = p.zero >= 3 && !(in.x.framework->fsdp_pipeline_step_sync && p.pp > 1);
+  AccumulationPasses a;
+  if (in.x.bytes.first_accumulation_free || sharded) a.paid = double(micro_batches - 1) / micro_batches;
+  if (sharded) a.share = 1.0 / std::max(1, p.shard_ways());
+  return a;
+}
+
+/// One layer's step added into its chunk's costs.
+void add_layer_step(const CostInputs& in, ChunkCosts& cc, const LayerCompute& lc, const LayerStep& ls) {
+  cc.forward += ls.forward;
+  cc.backward += ls.backward;
+  for (const Seconds g : lc.gemm_backward) cc.weight_grad += 0.5 * g;
+  cc.recompute += ls.recompute;
+  if (in.e.plan.zero >= 3 && in.x.calibrated.unit_overhead > Seconds(0)) {
+    // Calibrated host time per ZeRO-3 / FSDP unit and pass (hooks, flat-parameter views, the rate
+    // limiter's event waits): the host runs ahead of the GPU, so a unit costs whichever is longer,
+    // its kernels or its host work.
+    cc.forward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.forward);
+    cc.backward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.backward);
+  }
+  cc.forward_cp_comm += ls.forward_cp;
+  cc.backward_cp_comm += ls.backward_cp;
+  cc.forward_tp_comm += ls.forward_tp;
+  cc.backward_tp_comm += ls.backward_tp;
+  cc.recompute_tp_comm += ls.recompute_comm;
+  cc.recompute_ep_comm += ls.recompute_ep;
+  cc.forward_ep_comm += ls.forward_ep;
+  cc.backward_ep_comm += ls.backward_ep;
+}
+
+/// What a chunk pays once per micro-batch (on its first slice): calibrated host time per
+/// micro-batch and stage, split over the stage's v chunks and between forward and backward; and
+/// under Transformer Engine's delayed FP8 scaling, each chunk's amax all-reduce over the stage's
+/// ranks (FrameworkTraits::fp8_amax_reduction).
+void charge_micro_batch(const CostInputs& in, ChunkCosts& cc, int v, int layers, const CommGroup* amax_group) {
+  cc.forward += in.x.calibrated.slot_overhead / (2.0 * v);
+  cc.backward += in.x.calibrated.slot_overhead / (2.0 * v);
+  // A handful of fp32 amaxes per GEMM module (input, weight and output forward, 12 bytes; output
+  // and input gradients backward, 8), four modules a layer; latency-bound.
+  if (amax_group) {
+    cc.forward_amax = in.comm.time(Collective::all_reduce, Bytes(4 * 12.0 * layers), *amax_group);
+    cc.backward_amax = in.comm.time(Collective::all_reduce, Bytes(4 * 8.0 * layers), *amax_group);
+  }
+}
+}  // namespace
+
 void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
   const ModelSpec& m = in.e.model;
   const PlanSpec& p = in.e.plan;
@@ -246,21 +311,8 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
   };
   const int local = p.local_tokens(m);
   const Seconds tp_full = tp_comm_per_layer(in, local);
-  // Weight gradients of every micro-batch (or slice) are added into the gradient buffer, a pass
-  // over HBM per parameter; one kernel per parameter tensor (12 per transformer layer: 4 weights,
-  // 4 biases, 2 layernorms' two each). Where gradients are freed between steps the first
-  // micro-batch creates them instead: (m - 1) / m of the passes remain.
-  // Under ZeRO-3 the gradients are reduce-scattered every micro-batch and added into the rank's
-  // shard only (FSDP1 _accumulate_sharded_grad, FSDP2's sharded grad, DeepSpeed stage 3's
-  // partition copy_/add_), which the first micro-batch creates: 1/k of the parameters, (m - 1) / m
-  // of the passes. Pipelines that reduce once per step keep the unsharded gradients
-  // (FrameworkTraits::fsdp_pipeline_step_sync) and add into them as without ZeRO-3.
   const int micro_batches = p.micro_batches(in.e.training);
-  const bool sharded_accumulation = p.zero >= 3 && !(in.x.framework->fsdp_pipeline_step_sync && p.pp > 1);
-  const double paid = in.x.bytes.first_accumulation_free || sharded_accumulation
-                          ? double(micro_batches - 1) / micro_batches
-                          : 1.0;
-  const double accumulated_share = sharded_accumulation ? 1.0 / std::max(1, p.shard_ways()) : 1.0;
+  const AccumulationPasses passes = accumulation_passes(in, micro_batches);
   const bool ep_paired = p.ep_overlap || p.schedule == Schedule::dualpipe;
   const bool amax_reduced = in.x.framework->fp8_amax_reduction && in.x.dtype == Dtype::fp8 &&
                             in.x.fp8_scaling == Fp8Scaling::delayed;
@@ -276,7 +328,8 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
       const double chunk_params = stage_params * per_chunk / std::max(1, stage_layer_count);
       const Seconds accumulate =
           in.compute.memory_bound
-              ? in.compute.memory_bound(Bytes(chunk_params * accumulated_share * in.x.bytes.accumulate), 12 * per_chunk) * paid
+              ? in.compute.memory_bound(Bytes(chunk_params * passes.share * in.x.bytes.accumulate), 12 * per_chunk) *
+                    passes.paid
               : Seconds(0);
       int context = 0;
       for (int k = 0; k < n_slices; ++k) {
@@ -298,43 +351,11 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
             ls.forward_ep = x.forward;
             ls.backward_ep = x.backward;
           }
-          cc.forward += ls.forward;
-          cc.backward += ls.backward;
-          for (const Seconds g : lc.gemm_backward) cc.weight_grad += 0.5 * g;
-          cc.recompute += ls.recompute;
-          if (p.zero >= 3 && in.x.calibrated.unit_overhead > Seconds(0)) {
-            // Calibrated host time per ZeRO-3 / FSDP unit and pass (hooks, flat-parameter views,
-            // the rate limiter's event waits): the host runs ahead of the GPU, so a unit costs
-            // whichever is longer, its kernels or its host work.
-            cc.forward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.forward);
-            cc.backward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.backward);
-          }
-          cc.forward_cp_comm += ls.forward_cp;
-          cc.backward_cp_comm += ls.backward_cp;
-          cc.forward_tp_comm += ls.forward_tp;
-          cc.backward_tp_comm += ls.backward_tp;
-          cc.recompute_tp_comm += ls.recompute_comm;
-          cc.recompute_ep_comm += ls.recompute_ep;
-          cc.forward_ep_comm += ls.forward_ep;
-          cc.backward_ep_comm += ls.backward_ep;
+          add_layer_step(in, cc, lc, ls);
         }
         cc.backward += accumulate;
         cc.weight_grad += accumulate;
-        if (k == 0) {
-          // Calibrated host time (cost_models/calibrated.hpp) per micro-batch and stage, split over
-          // its chunks and between forward and backward.
-          cc.forward += in.x.calibrated.slot_overhead / (2.0 * v);
-          cc.backward += in.x.calibrated.slot_overhead / (2.0 * v);
-          // Transformer Engine's delayed scaling ends each chunk's FP8 region with an amax
-          // all-reduce over the stage's ranks, forward and backward (FrameworkTraits::
-          // fp8_amax_reduction): a handful of fp32 amaxes per GEMM module (input, weight and output
-          // forward, 12 bytes; output and input gradients backward, 8), four modules a layer;
-          // latency-bound.
-          if (amax_reduced) {
-            cc.forward_amax = in.comm.time(Collective::all_reduce, Bytes(4 * 12.0 * per_chunk), amax_group);
-            cc.backward_amax = in.comm.time(Collective::all_reduce, Bytes(4 * 8.0 * per_chunk), amax_group);
-          }
-        }
+        if (k == 0) charge_micro_batch(in, cc, v, per_chunk, amax_reduced ? &amax_group : nullptr);
       }
     }
   }
