@@ -165,6 +165,13 @@ namespace {
 double median_of(std::vector<double> v);
 }
 
+double concurrent_rank_slowdown(std::vector<double> ratios, int ranks, int cores) {
+  if (ratios.empty()) return 1.0;
+  std::sort(ratios.begin(), ratios.end());
+  if (ranks > cores) return ratios[ratios.size() / 2];
+  return std::max(1.0, ratios.front());
+}
+
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks) {
   if (wall_s <= 0) return 1.0;
   const double others_cores = std::max(0.0, others_cpu_s) / wall_s;

@@ -60,6 +60,14 @@ struct LoopMeasurement {
 /// beyond those the run left idle, shared among its ranks (1: nothing beyond; 1 for a zero wall).
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks);
 
+/// The slowdown of `ranks` ranks run at once on a host of `cores` cores, from the paired ratios of
+/// their probe time to one rank's (each k-rank run timed right after a one-rank run). Beyond the
+/// core count, where ranks time-share cores, the median ratio. Up to it, the lowest ratio, at least
+/// 1: a concurrent rank on its own core cannot speed another up, and a shared host's slow spells
+/// (invisible in /proc/stat on a VM) lengthen the k-rank runs of some pairs, never shorten them;
+/// validate --local takes each plan's quickest run, so the profile takes the quickest pairing.
+double concurrent_rank_slowdown(std::vector<double> ratios, int ranks, int cores);
+
 /// The runs of one plan (one trainer summary per round) and the host slowdown read around each
 /// (`run_slowdown`, same order; an empty list reads every run as quiet; quiet: within 1 +
 /// `tolerance`, counted in quiet_runs and disturbed_runs): each run's median step time over its

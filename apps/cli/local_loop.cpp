@@ -379,10 +379,12 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
       err << line;
     }
   }
-  // Each count k > 1 timed right after a one-rank run, five times, the median of the paired
-  // ratios: a shared machine's slow spell then spoils a pair, not the count, and a slow one-rank
-  // reference cannot make k ranks look faster than one. Below the core count a ratio under 1 is
-  // noise (a concurrent rank cannot speed another up) and is read as 1.
+  // Each count k > 1 timed right after a one-rank run, five times: a shared machine's slow spell
+  // then spoils a pair, not the count, and a slow one-rank reference cannot make k ranks look
+  // faster than one. planner::concurrent_rank_slowdown reads the ratios: their median beyond the
+  // core count, their lowest (at least 1) up to it, where a spell is all a pair can show (on this
+  // project's 2-vCPU VM two probe ranks ran 1.00-1.01x one alone at quiet times and 1.2-1.4x in
+  // spells, and the median had put 1.02-1.23x into the profile's two-rank predictions).
   j["oversubscription"] = nlohmann::ordered_json::array();
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -441,8 +443,7 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
     j["oversubscription"].push_back({{"ranks", 1}, {"slowdown", 1.0}, {"probe_s", median(alone_runs)}});
     for (int ranks = 2; ranks <= 2 * cores; ++ranks) {
       if (ratios[std::size_t(ranks)].empty()) break;
-      double s = median(ratios[std::size_t(ranks)]);
-      if (ranks <= cores) s = std::max(1.0, s);
+      const double s = planner::concurrent_rank_slowdown(ratios[std::size_t(ranks)], ranks, cores);
       j["oversubscription"].push_back(
           {{"ranks", ranks}, {"slowdown", s}, {"probe_s", median(absolute[std::size_t(ranks)])}});
       char line[96];

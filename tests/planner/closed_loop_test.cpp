@@ -166,3 +166,15 @@ TEST(ClosedLoop, OthersLoadCountsOnlyBeyondTheIdleCores) {
   EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(-0.02, 1.0, 2, 2), 1.0);
   EXPECT_DOUBLE_EQ(foresight::planner::others_load_slowdown(5.0, 0.0, 2, 2), 1.0);
 }
+
+// The five pairs of a calibration on this project's 2-vCPU VM (two probe ranks against one, session
+// 55): the first pair at a quiet time, four in a slow spell. Up to the core count the profile takes
+// the quickest pairing; beyond it (ranks time-sharing cores) the middle one of the sorted ratios.
+TEST(ClosedLoop, ConcurrentRanksOnTheirOwnCoresTakeTheQuickestPairing) {
+  const std::vector<double> pairs = {1.003, 1.266, 1.368, 1.235, 1.148};
+  EXPECT_DOUBLE_EQ(foresight::planner::concurrent_rank_slowdown(pairs, 2, 2), 1.003);
+  EXPECT_DOUBLE_EQ(foresight::planner::concurrent_rank_slowdown(pairs, 3, 2), 1.235);
+  // A pair whose one-rank run met the spell reads below 1: up to the core count that is noise.
+  EXPECT_DOUBLE_EQ(foresight::planner::concurrent_rank_slowdown({0.95, 1.10, 1.20}, 2, 2), 1.0);
+  EXPECT_DOUBLE_EQ(foresight::planner::concurrent_rank_slowdown({}, 2, 2), 1.0);
+}
