@@ -962,18 +962,20 @@ bool FrameworkTraits::prefetches_zero3(const PlanSpec& p) const {
   return zero3_prefetch_choice ? p.zero3_prefetch.value_or(zero3_prefetch) : zero3_prefetch;
 }
 
-int FrameworkTraits::whole_reduce_buckets(const PlanSpec& p) const {
+int FrameworkTraits::whole_reduce_buckets(const PlanSpec& p, bool moe) const {
   // DeepSpeed v0.5.8 to v0.12: the engine turns contiguous_gradients (default true) and
-  // overlap_comm off at stage 1 ("meaningless in stage 1", engine.py _configure_zero_optimizer),
-  // but the optimizer turns contiguous gradients back on under cpu_offload ("CPU-Offload requires
-  // contiguous gradients"); with them its backward allocates ipg_buffer, one tensor of
+  // overlap_comm off at stage 1 ("meaningless in stage 1", engine.py _configure_zero_optimizer,
+  // PR #1246), but the optimizer turns contiguous gradients back on under cpu_offload ("CPU-Offload
+  // requires contiguous gradients"), and from v0.8 the engine keeps them for a model with MoE layers
+  // (whose stage-1 optimizer asserts them: _configure_moe_settings; v0.5-v0.6 could not run MoE at
+  // stage 1 without offload at all). With them its backward allocates ipg_buffer, one tensor of
   // reduce_bucket_size elements in the 16-bit dtype, and a second "to avoid data access conflict"
   // when overlap_comm is on (which the pipeline engine turns off: reduce_gradients(
   // pipeline_parallel=True) allocates one). BF16_Optimizer (plan.bf16_optimizer) has no such buffer,
   // and without contiguous gradients buffered_reduce_fallback flattens at most the gradients there are.
   if (!zero_whole_reduce_buckets || p.bf16_optimizer) return 0;
   if (p.zero == 2) return p.dp_overlap && overlaps_dp_reduction(p.pp, p.zero) ? 2 : 1;
-  if (p.zero == 1 && p.offload.optimizer) return 1;
+  if (p.zero == 1 && (p.offload.optimizer || moe)) return 1;
   return 0;
 }
 

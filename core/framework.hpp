@@ -216,8 +216,9 @@ struct FrameworkTraits {
   /// plan.reduce_bucket), whatever the model's size, wherever it runs with contiguous gradients:
   /// DeepSpeed's ipg_buffer (stage_1_and_2.py backward and reduce_gradients, v0.5.8 to v0.12).
   bool zero_whole_reduce_buckets = false;
-  /// How many whole reduction buckets plan `p` keeps on each GPU (zero_whole_reduce_buckets).
-  int whole_reduce_buckets(const PlanSpec& p) const;
+  /// How many whole reduction buckets plan `p` of a model with (`moe`) or without MoE layers
+  /// allocates on each GPU during its backward (zero_whole_reduce_buckets).
+  int whole_reduce_buckets(const PlanSpec& p, bool moe) const;
   /// The granularity at which an overlapped gradient reduction proceeds: the last bucket is what
   /// waits for the backward to finish (PyTorch DDP: bucket_cap_mb).
   double dp_overlap_bucket_bytes = 0;

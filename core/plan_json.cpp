@@ -160,7 +160,10 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   if (hybrid && !optimizer_instances)
     return none("hybrid sharding (plan.shard_group) has no Megatron-LM flag but Megatron-Core's distributed optimizer "
                 "instances (plan.framework megatron-core, plan.zero 1 to 3)");
-  if (q.zero >= 2 && !fsdp)
+  // DeepSpeed's ZeRO is its configuration's (ds_config.json, zero_optimization.stage), which
+  // Megatron-DeepSpeed reads with --deepspeed_config.
+  const bool deepspeed = dialect == Launcher::megatron_deepspeed;
+  if (q.zero >= 2 && !fsdp && !deepspeed)
     return none("ZeRO-" + std::to_string(q.zero) + " as " + to_string(q.framework) +
                 " runs it has no Megatron-LM flags (Megatron-Core's is Megatron-FSDP: plan.framework megatron-core)");
   // Micro-batch-level recompute has no Megatron-LM flag (NeMo's
@@ -194,6 +197,19 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
     << " --max-position-embeddings " << p.model.seq_len << " --micro-batch-size " << q.micro_batch
     << " --global-batch-size " << p.training.global_batch << " --tensor-model-parallel-size " << q.tp
     << " --pipeline-model-parallel-size " << q.pp;
+  // Megatron-DeepSpeed: DeepSpeed's engine with the configuration written beside the plan
+  // (deepspeed_config); --zero-stage builds the model under deepspeed.zero.Init at stage 3. It
+  // builds GPTModelPipe, DeepSpeed's pipeline engine, unless told not to (pretrain_gpt.py
+  // model_provider: `args.deepspeed and not args.no_pipeline_parallel`), even with one stage; that
+  // engine refuses ZeRO-2 and 3 and turns overlap_comm off, and GPTModelPipe has no MoE layers (the
+  // MoE scripts pass the flag), so one-stage ZeRO-2/3 and MoE plans run the plain engine, as the
+  // simulator prices them (the Azure ZeRO-3 runs passed it too: --deepspeed --no-pipeline-parallel
+  // --zero-stage 3). --cpu-optimizer builds DeepSpeedCPUAdam, the host optimizer ZeRO-Offload steps.
+  if (deepspeed) {
+    s << " --deepspeed --deepspeed_config ds_config.json --zero-stage " << q.zero;
+    if (q.pp == 1 && (q.zero >= 2 || p.model.moe)) s << " --no-pipeline-parallel";
+    if (q.offload.optimizer) s << " --cpu-optimizer";
+  }
   // Any other split per stage or model chunk: Megatron-Core's explicit layout (core_r0.13+,
   // --pipeline-model-parallel-layout; E the embedding, t a decoder layer, m an MTP layer, L the
   // loss, chunks in model order split by |; the virtual stages follow from the chunk count).
@@ -257,9 +273,10 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   if (fsdp)
     s << " --use-megatron-fsdp --data-parallel-sharding-strategy " << (q.zero >= 3 ? "optim_grads_params" : "optim_grads")
       << " --ckpt-format fsdp_dtensor";
-  if (q.zero >= 1) s << " --use-distributed-optimizer";
+  // (DeepSpeed's sharding and overlap_comm are its configuration's, not Megatron's optimizer's.)
+  if (q.zero >= 1 && !deepspeed) s << " --use-distributed-optimizer";
   if (optimizer_instances) s << " --num-distributed-optimizer-instances " << q.grad_ranks() / q.shard_group;
-  if (q.dp_overlap || fsdp) s << " --overlap-grad-reduce";
+  if ((q.dp_overlap && !deepspeed) || fsdp) s << " --overlap-grad-reduce";
   // Megatron-LM fuses by default; where the simulator priced the separate pass, say so.
   if (!framework_traits(q.framework).fuses_gradient_accumulation(q)) s << " --no-gradient-accumulation-fusion";
   if (q.param_gather_overlap || (fsdp && q.zero >= 3)) s << " --overlap-param-gather";
@@ -267,7 +284,7 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // The host-side optimizer (core_v0.12+): arguments.py asserts the precision-aware optimizer
   // with it, whose default dtypes (fp32 main parameters, gradients and moments) keep the state
   // the memory model counts.
-  if (q.offload.optimizer) s << " --optimizer-cpu-offload --use-precision-aware-optimizer";
+  if (q.offload.optimizer && !deepspeed) s << " --optimizer-cpu-offload --use-precision-aware-optimizer";
   if (q.offload.activations > 0)
     s << " --cpu-offloading-num-layers " << std::lround(q.offload.activations * p.model.layers);
   if (q.tp_overlap) s << " --tp-comm-overlap";

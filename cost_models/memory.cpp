@@ -530,9 +530,12 @@ Bytes reduction_bucket_bytes(const ExecutionModel& x, const ModelSpec& model, co
   Bytes bytes;
   const double bucket_elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.dp_bucket_elements;
   // Reduction buckets allocated whole, on one GPU too (DeepSpeed's ZeRO-1/2 ipg_buffer: its
-  // optimizer's backward allocates them whether or not there is anyone to reduce with).
-  if (const int whole = fw.whole_reduce_buckets(plan); whole > 0) {
-    bytes += Bytes(whole * bucket_elements * x.bytes.grad);
+  // optimizer's backward allocates them whether or not there is anyone to reduce with). Under a
+  // pipeline only the last stage calls the optimizer's backward; the others allocate theirs in
+  // reduce_gradients after the pipeline's flush, their activations freed by then.
+  const bool moe = model.moe_layers() > 0;
+  if (const int whole = fw.whole_reduce_buckets(plan, moe); whole > 0) {
+    if (plan.pp == 1 || is_last_stage(plan, stage)) bytes += Bytes(whole * bucket_elements * x.bytes.grad);
   } else if (plan.grad_ranks() > 1) {
     const StageParameters params = parameters_on_gpu(fw, model, plan, stage);
     const Bytes all_grads(params.total() * x.bytes.grad);
@@ -546,11 +549,11 @@ Bytes reduction_bucket_bytes(const ExecutionModel& x, const ModelSpec& model, co
   return bytes;
 }
 
-/// Context parallelism's keys and values in flight on a GPU (plan.cp > 1).
-Bytes cp_exchange_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan) {
+/// Context parallelism's keys and values in flight on a GPU (plan.cp > 1), added into `bytes` term
+/// by term (the order buffer_bytes always summed them in).
+void add_cp_exchange_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, Bytes& bytes) {
   const FrameworkTraits& fw = *x.framework;
   const double a = x.bytes.activation;
-  Bytes bytes;
   // Keys and values in flight: the ring's send and receive blocks, double-buffered, or the
   // all-gathered keys and values of the whole sequence for one layer. PyTorch's SDPA context
   // parallelism sees them after repeat_kv (a head per query head) and, in the backward, also
@@ -568,14 +571,14 @@ Bytes cp_exchange_bytes(const ExecutionModel& x, const ModelSpec& model, const P
     bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
   }
   if (torch_sdpa) bytes += Bytes(2.0 * kv * (4.0 / a));
-  return bytes;
 }
 
-/// ZeRO-3's gathered parameters and unsharded gradients on a GPU of stage `stage` (sharded plans).
-Bytes zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
+/// ZeRO-3's gathered parameters and unsharded gradients on a GPU of stage `stage` (sharded plans),
+/// added into `bytes` term by term.
+void add_zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage,
+                              Bytes& bytes) {
   const FrameworkTraits& fw = *x.framework;
   const std::vector<int> layers = stage_layers(model, plan, stage);
-  Bytes bytes;
   // Gathered units in the compute dtype: the one computing and the one prefetched (FSDP's
   // limit_all_gathers), or with reshard_after_forward off every unit of the stage from its
   // forward to its backward; the unsharded gradient of the unit being reduce-scattered; on the
@@ -625,7 +628,6 @@ Bytes zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, cons
     bytes += Bytes((double(model.vocab) * model.hidden / plan.tp +
                     (model.position == PositionEmbedding::learned ? double(model.seq_len) * model.hidden : 0.0)) *
                    x.bytes.gather);
-  return bytes;
 }
 }  // namespace
 
@@ -647,8 +649,8 @@ Bytes buffer_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSp
   if (has_moe)
     bytes += deepep_buffer_bytes(model, plan) + Bytes(2.0 * model.moe->routed_factor() * a * sbh / sp_div *
                    (moe_routes_own_tokens(fw, plan) ? double(plan.etp()) : 1.0));
-  if (plan.cp > 1) bytes += cp_exchange_bytes(x, model, plan);
-  if (plan.zero >= 3 && plan.shard_ways() > 1) bytes += zero3_gathered_bytes(x, model, plan, stage);
+  if (plan.cp > 1) add_cp_exchange_bytes(x, model, plan, bytes);
+  if (plan.zero >= 3 && plan.shard_ways() > 1) add_zero3_gathered_bytes(x, model, plan, stage, bytes);
   return bytes;
 }
 

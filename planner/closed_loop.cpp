@@ -165,11 +165,17 @@ namespace {
 double median_of(std::vector<double> v);
 }
 
-double concurrent_rank_slowdown(std::vector<double> ratios, int ranks, int cores) {
-  if (ratios.empty()) return 1.0;
-  std::sort(ratios.begin(), ratios.end());
-  if (ranks > cores) return ratios[ratios.size() / 2];
-  return std::max(1.0, ratios.front());
+double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::vector<double>& alone_s,
+                                const std::vector<double>& concurrent_s, int ranks, int cores) {
+  if (ranks > cores) {
+    if (paired_ratios.empty()) return 1.0;
+    std::sort(paired_ratios.begin(), paired_ratios.end());
+    return paired_ratios[paired_ratios.size() / 2];
+  }
+  if (alone_s.empty() || concurrent_s.empty()) return 1.0;
+  const double alone = *std::min_element(alone_s.begin(), alone_s.end());
+  const double concurrent = *std::min_element(concurrent_s.begin(), concurrent_s.end());
+  return alone > 0 ? std::max(1.0, concurrent / alone) : 1.0;
 }
 
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks) {

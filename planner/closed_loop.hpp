@@ -60,13 +60,16 @@ struct LoopMeasurement {
 /// beyond those the run left idle, shared among its ranks (1: nothing beyond; 1 for a zero wall).
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks);
 
-/// The slowdown of `ranks` ranks run at once on a host of `cores` cores, from the paired ratios of
-/// their probe time to one rank's (each k-rank run timed right after a one-rank run). Beyond the
-/// core count, where ranks time-share cores, the median ratio. Up to it, the lowest ratio, at least
-/// 1: a concurrent rank on its own core cannot speed another up, and a shared host's slow spells
-/// (invisible in /proc/stat on a VM) lengthen the k-rank runs of some pairs, never shorten them;
-/// validate --local takes each plan's quickest run, so the profile takes the quickest pairing.
-double concurrent_rank_slowdown(std::vector<double> ratios, int ranks, int cores);
+/// The slowdown of `ranks` ranks run at once on a host of `cores` cores, from probe runs of one rank
+/// (`alone_s`) and of `ranks` ranks (`concurrent_s`), each k-rank run timed right after a one-rank
+/// run (`paired_ratios`: their quotients). Beyond the core count, where ranks time-share cores, the
+/// median paired ratio. Up to it, each count at its quickest run, the k-rank run's over the one-rank
+/// run's, at least 1: a shared host's slow spells (invisible in /proc/stat on a VM) lengthen some
+/// runs of either count and shorten none, so a median ratio carries them (and a lowest ratio the
+/// spells that met a one-rank run), while validate --local takes each plan's quickest run; and a
+/// concurrent rank on its own core cannot speed another up.
+double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::vector<double>& alone_s,
+                                const std::vector<double>& concurrent_s, int ranks, int cores);
 
 /// The runs of one plan (one trainer summary per round) and the host slowdown read around each
 /// (`run_slowdown`, same order; an empty list reads every run as quiet; quiet: within 1 +

@@ -297,13 +297,12 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
     };
     const double reference = backend["host_probe"]["reference_s"].get<double>();
     for (std::size_t t = 0; t < before.size(); ++t) {
-      std::vector<double> ratios;
-      for (std::size_t i = 0; i < before[t].size(); ++i) {
-        ratios.push_back(before[t][i] / before[0][i]);
-        ratios.push_back(after[t][i] / after[0][i]);
-      }
-      // (A second thread cannot make the first quicker: a ratio under 1 is the readings' noise.)
-      j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", reference * std::max(1.0, middle(ratios))}});
+      // t + 1 threads against one, each at its quickest reading (planner::concurrent_rank_slowdown).
+      std::vector<double> one = before[0], many = before[t];
+      one.insert(one.end(), after[0].begin(), after[0].end());
+      many.insert(many.end(), after[t].begin(), after[t].end());
+      const double s = planner::concurrent_rank_slowdown({}, one, many, int(t) + 1, int(before.size()));
+      j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", reference * s}});
     }
     const double drift = std::abs(middle(after[0]) / middle(before[0]) - 1.0);
     j["ops_host_probe"] = backend["host_probe"];
@@ -381,10 +380,10 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   }
   // Each count k > 1 timed right after a one-rank run, five times: a shared machine's slow spell
   // then spoils a pair, not the count, and a slow one-rank reference cannot make k ranks look
-  // faster than one. planner::concurrent_rank_slowdown reads the ratios: their median beyond the
-  // core count, their lowest (at least 1) up to it, where a spell is all a pair can show (on this
-  // project's 2-vCPU VM two probe ranks ran 1.00-1.01x one alone at quiet times and 1.2-1.4x in
-  // spells, and the median had put 1.02-1.23x into the profile's two-rank predictions).
+  // faster than one. planner::concurrent_rank_slowdown reads them: the median paired ratio beyond
+  // the core count, each count's quickest run up to it (on this project's 2-vCPU VM two probe ranks
+  // ran 1.00-1.01x one alone at quiet times and 1.2-1.4x in spells only two busy vCPUs meet, and the
+  // median had put 1.02-1.23x into the profile's two-rank predictions).
   j["oversubscription"] = nlohmann::ordered_json::array();
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -443,7 +442,8 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
     j["oversubscription"].push_back({{"ranks", 1}, {"slowdown", 1.0}, {"probe_s", median(alone_runs)}});
     for (int ranks = 2; ranks <= 2 * cores; ++ranks) {
       if (ratios[std::size_t(ranks)].empty()) break;
-      const double s = planner::concurrent_rank_slowdown(ratios[std::size_t(ranks)], ranks, cores);
+      const double s = planner::concurrent_rank_slowdown(ratios[std::size_t(ranks)], alone_runs,
+                                                         absolute[std::size_t(ranks)], ranks, cores);
       j["oversubscription"].push_back(
           {{"ranks", ranks}, {"slowdown", s}, {"probe_s", median(absolute[std::size_t(ranks)])}});
       char line[96];

@@ -130,10 +130,10 @@ TEST(PlanJson, NoMegatronArgumentsSaysWhy) {
   t.plan.schedule = Schedule::terapipe;
   expect_no_megatron_arguments(t, "TeraPipe");
   ExecutablePlan z = sample();
-  z.plan.framework = Framework::deepspeed;
+  z.plan.framework = Framework::pytorch;
   z.plan.pp = 1;
   z.plan.zero = 3;
-  expect_no_megatron_arguments(z, "ZeRO-3 as deepspeed runs it");
+  expect_no_megatron_arguments(z, "ZeRO-3 as pytorch runs it");
   ExecutablePlan relu = sample();
   relu.model.activation = Activation::relu;
   expect_no_megatron_arguments(relu, "relu");
@@ -201,6 +201,37 @@ TEST(PlanJson, SoftmaxFallbackTravelsAndReachesTheLaunchLine) {
   ASSERT_TRUE(q.plan.fused_softmax.has_value());
   EXPECT_FALSE(*q.plan.fused_softmax);
   EXPECT_NE(megatron_arguments(q).find("--no-masked-softmax-fusion"), std::string::npos) << megatron_arguments(q);
+}
+
+TEST(PlanJson, DeepSpeedPlansLaunchMegatronDeepSpeedWithTheirConfig) {
+  // Megatron-DeepSpeed reads the ZeRO stage and overlap_comm from ds_config.json, not from
+  // Megatron's distributed optimizer. DeepSpeed's pipeline engine asserts ZeRO stage < 2 and forces
+  // overlap_comm off, and Megatron-DeepSpeed builds it unless --no-pipeline-parallel is passed, so a
+  // one-stage ZeRO-2/3 plan passes it (as the Azure ZeRO-3 runs did); a one-stage ZeRO-1 plan keeps
+  // GPTModelPipe (the DeepSpeed-MoE dense scripts ran it with one stage).
+  ExecutablePlan p = sample();
+  p.plan.framework = Framework::deepspeed;
+  p.training.dtype = Dtype::fp16;
+  p.plan.tp = 2;
+  p.plan.pp = 1;
+  p.plan.dp = 4;
+  p.plan.zero = 2;
+  p.plan.dp_overlap = true;
+  p.plan.offload.optimizer = true;
+  std::string a = megatron_arguments(p);
+  EXPECT_NE(a.find("--deepspeed --deepspeed_config ds_config.json --zero-stage 2 --no-pipeline-parallel --cpu-optimizer"),
+            std::string::npos)
+      << a;
+  for (const char* megatron_own : {"--use-distributed-optimizer", "--overlap-grad-reduce", "--optimizer-cpu-offload"})
+    EXPECT_EQ(a.find(megatron_own), std::string::npos) << megatron_own << " in " << a;
+  p.plan.zero = 3;
+  p.plan.dp_overlap = false;
+  EXPECT_NE(megatron_arguments(p).find("--zero-stage 3 --no-pipeline-parallel"), std::string::npos);
+  p.plan.zero = 1;
+  p.plan.offload.optimizer = false;
+  a = megatron_arguments(p);
+  EXPECT_NE(a.find("--zero-stage 1"), std::string::npos) << a;
+  EXPECT_EQ(a.find("--no-pipeline-parallel"), std::string::npos) << a;
 }
 
 TEST(PlanJson, Zero3PrefetchChoiceTravels) {

@@ -617,6 +617,51 @@ TEST(MemoryPerGpu, ZeroOffloadStreamsItsGradientsToTheHost) {
   EXPECT_GT(memory_per_gpu(exec(tr, mcore), m, tr, mcore, 0).grads.value(), 0.0);
 }
 
+TEST(MemoryPerGpu, DeepSpeedsWholeReductionBucketsWhereItsOptimizerAllocatesThem) {
+  // DeepSpeed's stage-1/2 optimizer allocates ipg_buffer (reduce_bucket_size 16-bit elements) in
+  // its backward wherever contiguous gradients are on: at stage 1 only under cpu_offload or, from
+  // v0.8, with MoE layers; under a pipeline only the last stage calls that backward (the others
+  // allocate theirs after the flush). Bucket 1e9 elements of fp16: 2 GB by hand.
+  const ModelSpec dense{.name = "gpt", .layers = 8, .hidden = 2048, .heads = 16, .seq_len = 1024, .vocab = 50304,
+                        .ffn_hidden = 8192, .kv_heads = 16, .moe = std::nullopt};
+  const TrainingSpec tr{.global_batch = 64, .dtype = Dtype::fp16, .optimizer = Optimizer::adam};
+  PlanSpec p;
+  p.framework = Framework::deepspeed;
+  p.dp = 4;
+  p.micro_batch = 2;
+  p.zero = 1;
+  p.reduce_bucket = 1000000000;
+  const double grads = parameters_on_gpu(framework_traits(p.framework), dense, p, 0).total() * 2.0;
+  // ZeRO-1 without offload flattens at most the gradients there are (here fewer than the bucket).
+  ASSERT_LT(grads, 1e9 * 2.0);
+  const Bytes flat = memory_per_gpu(exec(tr, p), dense, tr, p, 0).buffers;
+  PlanSpec offloaded = p;
+  offloaded.offload.optimizer = true;
+  const Bytes whole = memory_per_gpu(exec(tr, offloaded), dense, tr, offloaded, 0).buffers;
+  const double staging = 50304.0 * 2048 * 2.0;  // the largest parameter (word embedding), fp16
+  EXPECT_DOUBLE_EQ((whole - flat).value(), 1e9 * 2.0 - grads + staging);
+  // With a pipeline of two: the last stage holds the bucket, the first does not.
+  PlanSpec piped = offloaded;
+  piped.pp = 2;
+  piped.dp = 2;
+  const double stage_grads = parameters_on_gpu(framework_traits(p.framework), dense, piped, 0).total() * 2.0;
+  PlanSpec piped_flat = piped;
+  piped_flat.offload.optimizer = false;
+  const double recv = 2.0 * 2.0 * 1024 * 2 * 2048;  // activation and gradient receives, fp16
+  EXPECT_DOUBLE_EQ(memory_per_gpu(exec(tr, piped_flat), dense, tr, piped_flat, 0).buffers.value(), stage_grads + recv);
+  EXPECT_DOUBLE_EQ(memory_per_gpu(exec(tr, piped), dense, tr, piped, 0).buffers.value(), recv + staging);
+  EXPECT_GE(memory_per_gpu(exec(tr, piped), dense, tr, piped, 1).buffers.value(), 1e9 * 2.0 + recv);
+  // A model with MoE layers keeps contiguous gradients at stage 1 (v0.8+): the bucket whole, no offload.
+  ModelSpec moe = dense;
+  moe.moe = MoeSpec{.experts = 4, .top_k = 1, .capacity_factor = 1.0, .every = 2};
+  PlanSpec expert = p;
+  expert.ep = 2;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(exec(tr, expert), moe, tr, expert, 0).buffers.value() -
+                       deepep_buffer_bytes(moe, expert).value() -
+                       2.0 * moe.moe->routed_factor() * 2.0 * 2 * 1024 * 2048,
+                   1e9 * 2.0);
+}
+
 TEST(MemoryPerGpu, MoeExpertsShardOverExpertParallelism) {
   // 2 layers, the second an MoE layer with 8 experts; ep 4 holds 2 experts per GPU.
   ModelSpec m{.name = "moe", .layers = 2, .hidden = 1024, .heads = 16, .seq_len = 1024, .vocab = 50000,
