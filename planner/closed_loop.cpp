@@ -166,16 +166,19 @@ double median_of(std::vector<double> v);
 }
 
 double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::vector<double>& alone_s,
-                                const std::vector<double>& concurrent_s, int ranks, int cores) {
+                                const std::vector<double>& concurrent_s, int ranks, int cores, double other_reading) {
   if (ranks > cores) {
     if (paired_ratios.empty()) return 1.0;
     std::sort(paired_ratios.begin(), paired_ratios.end());
     return paired_ratios[paired_ratios.size() / 2];
   }
-  if (alone_s.empty() || concurrent_s.empty()) return 1.0;
-  const double alone = *std::min_element(alone_s.begin(), alone_s.end());
-  const double concurrent = *std::min_element(concurrent_s.begin(), concurrent_s.end());
-  return alone > 0 ? std::max(1.0, concurrent / alone) : 1.0;
+  double s = other_reading > 0 ? other_reading : 1e300;
+  if (!alone_s.empty() && !concurrent_s.empty()) {
+    const double alone = *std::min_element(alone_s.begin(), alone_s.end());
+    const double concurrent = *std::min_element(concurrent_s.begin(), concurrent_s.end());
+    if (alone > 0) s = std::min(s, concurrent / alone);
+  }
+  return s < 1e300 ? std::max(1.0, s) : 1.0;
 }
 
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks) {

@@ -67,9 +67,12 @@ double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int r
 /// run's, at least 1: a shared host's slow spells (invisible in /proc/stat on a VM) lengthen some
 /// runs of either count and shorten none, so a median ratio carries them (and a lowest ratio the
 /// spells that met a one-rank run), while validate --local takes each plan's quickest run; and a
-/// concurrent rank on its own core cannot speed another up.
+/// concurrent rank on its own core cannot speed another up. `other_reading` (0: none) is the same
+/// slowdown read at another time (the calibration's threads around its op timing); up to the core
+/// count the quieter of the two stands, since a spell can outlast every pair.
 double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::vector<double>& alone_s,
-                                const std::vector<double>& concurrent_s, int ranks, int cores);
+                                const std::vector<double>& concurrent_s, int ranks, int cores,
+                                double other_reading = 0);
 
 /// The runs of one plan (one trainer summary per round) and the host slowdown read around each
 /// (`run_slowdown`, same order; an empty list reads every run as quiet; quiet: within 1 +

@@ -442,8 +442,17 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
     j["oversubscription"].push_back({{"ranks", 1}, {"slowdown", 1.0}, {"probe_s", median(alone_runs)}});
     for (int ranks = 2; ranks <= 2 * cores; ++ranks) {
       if (ratios[std::size_t(ranks)].empty()) break;
+      // Up to the core count the same contention was read a minute or more earlier, in this process,
+      // as threads around the op timing (ops_probe): a spell can outlast all five pairs (a CI
+      // pre-check's calibration, session 55, put its 2-rank predictions 20-28% slow while the
+      // trainer's 2-rank steps minutes later ran at 1.0x), so the quieter reading stands.
+      double threads_reading = 0;
+      if (j.contains("ops_probe") && !j["ops_probe"].empty())
+        for (const auto& o : j["ops_probe"])
+          if (o["threads"].get<int>() == ranks)
+            threads_reading = o["probe_s"].get<double>() / j["ops_probe"][0]["probe_s"].get<double>();
       const double s = planner::concurrent_rank_slowdown(ratios[std::size_t(ranks)], alone_runs,
-                                                         absolute[std::size_t(ranks)], ranks, cores);
+                                                         absolute[std::size_t(ranks)], ranks, cores, threads_reading);
       j["oversubscription"].push_back(
           {{"ranks", ranks}, {"slowdown", s}, {"probe_s", median(absolute[std::size_t(ranks)])}});
       char line[96];

@@ -183,6 +183,12 @@ TEST(ClosedLoop, ConcurrentRanksOnTheirOwnCoresAreTakenAtTheirQuickestRuns) {
   // would be clamped to 1.
   const std::vector<double> alone = {1.00, 1.01, 1.30}, both = {1.10, 1.30, 1.12};
   EXPECT_DOUBLE_EQ(concurrent_rank_slowdown({1.10 / 1.00, 1.30 / 1.01, 1.12 / 1.30}, alone, both, 2, 2), 1.10 / 1.00);
+  // A spell through all five pairs (every two-rank run 1.3x): the same contention read earlier as
+  // threads (1.01) stands up to the core count, not beyond it.
+  const std::vector<double> spell = {1.30, 1.31, 1.30, 1.32, 1.30};
+  EXPECT_DOUBLE_EQ(concurrent_rank_slowdown(spell, one, {2.03, 2.06, 2.04, 2.21, 2.19}, 2, 2, 1.01), 1.01);
+  EXPECT_DOUBLE_EQ(concurrent_rank_slowdown(spell, one, {2.03, 2.06, 2.04, 2.21, 2.19}, 3, 2, 1.01), 1.30);
+  EXPECT_DOUBLE_EQ(concurrent_rank_slowdown({}, {}, {}, 2, 2, 1.04), 1.04);
   // Up to the core count a second rank cannot speed the first: at least 1. Nothing measured: 1.
   EXPECT_DOUBLE_EQ(concurrent_rank_slowdown({0.95}, {1.00}, {0.95}, 2, 2), 1.0);
   EXPECT_DOUBLE_EQ(concurrent_rank_slowdown({}, {}, {}, 2, 2), 1.0);
