@@ -521,9 +521,7 @@ double largest_parameter_elements(const FrameworkTraits& fw, const ModelSpec& mo
   if (edges) largest = std::max(largest, double(model.vocab) * h / tp);
   return largest;
 }
-}  // namespace
 
-namespace {
 /// The gradient reduction's buckets on a GPU of stage `stage`.
 Bytes reduction_bucket_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
   const FrameworkTraits& fw = *x.framework;

@@ -172,13 +172,14 @@ double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::ve
     std::sort(paired_ratios.begin(), paired_ratios.end());
     return paired_ratios[paired_ratios.size() / 2];
   }
-  double s = other_reading > 0 ? other_reading : 1e300;
+  // The quieter of the readings there are (none: 1).
+  double s = other_reading > 0 ? other_reading : 0;
   if (!alone_s.empty() && !concurrent_s.empty()) {
     const double alone = *std::min_element(alone_s.begin(), alone_s.end());
     const double concurrent = *std::min_element(concurrent_s.begin(), concurrent_s.end());
-    if (alone > 0) s = std::min(s, concurrent / alone);
+    if (alone > 0) s = s > 0 ? std::min(s, concurrent / alone) : concurrent / alone;
   }
-  return s < 1e300 ? std::max(1.0, s) : 1.0;
+  return std::max(1.0, s);
 }
 
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks) {
