@@ -979,6 +979,11 @@ int FrameworkTraits::whole_reduce_buckets(const PlanSpec& p, bool moe) const {
   return 0;
 }
 
+double FrameworkTraits::reduce_bucket_elements(const PlanSpec& p) const {
+  if (p.reduce_bucket > 0) return double(p.reduce_bucket);
+  return p.zero >= 3 && zero3_reduce_bucket_elements > 0 ? zero3_reduce_bucket_elements : dp_bucket_elements;
+}
+
 bool FrameworkTraits::streams_gradients_to_host(const PlanSpec& p) const {
   return offloaded_optimizer_streams_gradients && p.offload.optimizer && p.zero == 2;
 }

@@ -219,6 +219,11 @@ struct FrameworkTraits {
   /// How many whole reduction buckets plan `p` of a model with (`moe`) or without MoE layers
   /// allocates on each GPU during its backward (zero_whole_reduce_buckets).
   int whole_reduce_buckets(const PlanSpec& p, bool moe) const;
+  /// Elements per gradient-reduction bucket under plan `p`: plan.reduce_bucket where it sets one,
+  /// else the framework's default for the plan's ZeRO stage (zero3_reduce_bucket_elements at stage
+  /// 3 where the framework has one, else dp_bucket_elements); 0 for a framework without buckets of
+  /// elements.
+  double reduce_bucket_elements(const PlanSpec& p) const;
   /// The granularity at which an overlapped gradient reduction proceeds: the last bucket is what
   /// waits for the backward to finish (PyTorch DDP: bucket_cap_mb).
   double dp_overlap_bucket_bytes = 0;

@@ -526,7 +526,7 @@ double largest_parameter_elements(const FrameworkTraits& fw, const ModelSpec& mo
 Bytes reduction_bucket_bytes(const ExecutionModel& x, const ModelSpec& model, const PlanSpec& plan, int stage) {
   const FrameworkTraits& fw = *x.framework;
   Bytes bytes;
-  const double bucket_elements = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.dp_bucket_elements;
+  const double bucket_elements = fw.reduce_bucket_elements(plan);
   // Reduction buckets allocated whole, on one GPU too (DeepSpeed's ZeRO-1/2 ipg_buffer: its
   // optimizer's backward allocates them whether or not there is anyone to reduce with). Under a
   // pipeline only the last stage calls the optimizer's backward; the others allocate theirs in
@@ -597,8 +597,7 @@ void add_zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, c
   if (fw.zero3_unit == Zero3Unit::module) {
     const std::vector<double> shares = zero3_module_shares(fw, model);
     largest_unit = largest_layer * *std::max_element(shares.begin(), shares.end());
-    const double bucket = plan.reduce_bucket > 0 ? double(plan.reduce_bucket) : fw.zero3_reduce_bucket_elements;
-    bucket_grads = std::min(bucket, stage_layers_params) * x.bytes.grad;
+    bucket_grads = std::min(fw.reduce_bucket_elements(plan), stage_layers_params) * x.bytes.grad;
   }
   const double in_flight = fw.prefetches_zero3(plan) ? 2.0 : 1.0;
   double gathered = plan.reshard_after_forward ? in_flight * largest_unit : stage_layers_params + largest_unit;

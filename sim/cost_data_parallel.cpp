@@ -401,9 +401,7 @@ ShardedCoster::ShardedCoster(const CostInputs& in, WorkloadCosts& c)
       modules_(cost_models::zero3_module_shares(fw_, m_)),
       replicas_(p_.grad_ranks() / k_),
       outer_share_(fw_.hsdp_outer_reduce_per_step ? 1.0 / micro_batches_ : 1.0),
-      bucket_(fw_.zero3_reduce_bucket_elements > 0
-                  ? (p_.reduce_bucket > 0 ? double(p_.reduce_bucket) : fw_.zero3_reduce_bucket_elements)
-                  : 0.0),
+      bucket_(fw_.zero3_reduce_bucket_elements > 0 ? fw_.reduce_bucket_elements(p_) : 0.0),
       unit_copies_(fw_.fsdp2_unit_copies && bool(in.compute.memory_bound)),
       grad_copies_((unit_copies_ || (fw_.zero3_grad_copy_unless_fused && !fw_.fuses_gradient_accumulation(p_))) &&
                    bool(in.compute.memory_bound)),
