@@ -151,6 +151,7 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // ZeRO-2/3 in Megatron-Core is Megatron-FSDP (--use-megatron-fsdp, written below); no other
   // framework's sharding (DeepSpeed's, PyTorch FSDP's, HSDP groups) has Megatron-LM flags.
   const Launcher dialect = framework_traits(q.framework).launcher;
+  const bool deepspeed = dialect == Launcher::megatron_deepspeed;
   const bool fsdp = q.zero >= 2 && dialect == Launcher::megatron_core;
   // Megatron-Core shards its distributed optimizer (or Megatron-FSDP) within groups and replicates
   // it across them (--num-distributed-optimizer-instances, core_v0.10+); nothing else of
@@ -162,7 +163,6 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
                 "instances (plan.framework megatron-core, plan.zero 1 to 3)");
   // DeepSpeed's ZeRO is its configuration's (ds_config.json, zero_optimization.stage), which
   // Megatron-DeepSpeed reads with --deepspeed_config.
-  const bool deepspeed = dialect == Launcher::megatron_deepspeed;
   if (q.zero >= 2 && !fsdp && !deepspeed)
     return none("ZeRO-" + std::to_string(q.zero) + " as " + to_string(q.framework) +
                 " runs it has no Megatron-LM flags (Megatron-Core's is Megatron-FSDP: plan.framework megatron-core)");
@@ -177,9 +177,10 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // megatron/training/arguments.py exposes from core_v0.16.0 on (--cpu-offloading-num-layers N,
   // one of the TransformerConfig fields ArgumentGroupFactory turns into flags; N > 0 turns
   // cpu_offloading on). Megatron-LM 2021-22 has none.
-  if (q.offload.activations > 0 && dialect != Launcher::megatron_core)
+  // Megatron-DeepSpeed offloads through DeepSpeed's activation checkpointing (below).
+  if (q.offload.activations > 0 && dialect != Launcher::megatron_core && !deepspeed)
     return none("activation offload has no Megatron-LM flag but Megatron-Core's --cpu-offloading-num-layers "
-                "(plan.framework megatron-core)");
+                "(plan.framework megatron-core) or Megatron-DeepSpeed's --checkpoint-in-cpu (plan.framework deepspeed)");
   // torchao's dynamically scaled float8 is not Transformer Engine's recipe that --fp8-format runs;
   // tensorwise scaling is, where the framework's FP8 is Transformer Engine's (--fp8-recipe tensorwise).
   const bool te_recipe = p.training.fp8_scaling == Fp8Scaling::tensorwise || p.training.fp8_scaling == Fp8Scaling::mxfp8 ||
@@ -206,9 +207,22 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // simulator prices them (the Azure ZeRO-3 runs passed it too: --deepspeed --no-pipeline-parallel
   // --zero-stage 3). --cpu-optimizer builds DeepSpeedCPUAdam, the host optimizer ZeRO-Offload steps.
   if (deepspeed) {
+    const bool pipeline_engine = !(q.pp == 1 && (q.zero >= 2 || p.model.moe));
+    // GPTModelPipe checkpoints every recompute_num_layers layers (PipelineModule's
+    // activation_checkpoint_interval) and has no block method (megatron/model/gpt_model.py @ f4157bea:
+    // "deepspeed's pipeline doesn't support the block recompute method").
+    if (pipeline_engine && q.recompute == Recompute::full && q.recompute_layers > 0)
+      return none("DeepSpeed's pipeline engine recomputes every layer or none (plan.recompute_layers " +
+                  std::to_string(q.recompute_layers) + " has no Megatron-DeepSpeed flag there)");
     s << " --deepspeed --deepspeed_config ds_config.json --zero-stage " << q.zero;
-    if (q.pp == 1 && (q.zero >= 2 || p.model.moe)) s << " --no-pipeline-parallel";
+    if (!pipeline_engine) s << " --no-pipeline-parallel";
     if (q.offload.optimizer) s << " --cpu-optimizer";
+    // Activation offload is DeepSpeed's checkpointing with its checkpoints on the host: Megatron-
+    // DeepSpeed configures that checkpointing only under --deepspeed-activation-checkpointing, and
+    // then with its own flags over the configuration file's (initialize.py @ f4157bea passes
+    // checkpoint_in_cpu=args.checkpoint_in_cpu, a store_true, which DeepSpeed's configure() lets
+    // override ds_config.json's cpu_checkpointing), so the flag carries it.
+    if (q.offload.activations > 0) s << " --deepspeed-activation-checkpointing --checkpoint-in-cpu";
   }
   // Any other split per stage or model chunk: Megatron-Core's explicit layout (core_r0.13+,
   // --pipeline-model-parallel-layout; E the embedding, t a decoder layer, m an MTP layer, L the
@@ -285,7 +299,7 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   // with it, whose default dtypes (fp32 main parameters, gradients and moments) keep the state
   // the memory model counts.
   if (q.offload.optimizer && !deepspeed) s << " --optimizer-cpu-offload --use-precision-aware-optimizer";
-  if (q.offload.activations > 0)
+  if (q.offload.activations > 0 && !deepspeed)
     s << " --cpu-offloading-num-layers " << std::lround(q.offload.activations * p.model.layers);
   if (q.tp_overlap) s << " --tp-comm-overlap";
   // Megatron-DeepSpeed's Ulysses has a flag of its own and one exchange.
@@ -493,10 +507,7 @@ nlohmann::ordered_json deepspeed_config(const ExecutablePlan& p, std::string* wh
   z["stage"] = stage;
   if (stage > 0) {
     // The bucket the simulator priced: the plan's, else the framework's default (5e8 elements).
-    const double bucket = q.reduce_bucket > 0 ? double(q.reduce_bucket)
-                          : q.zero >= 3    ? fw.zero3_reduce_bucket_elements
-                                           : fw.dp_bucket_elements;
-    z["reduce_bucket_size"] = static_cast<long long>(bucket);
+    z["reduce_bucket_size"] = static_cast<long long>(fw.reduce_bucket_elements(q));
     // ZeRO-1/2: the plan's overlap (the pipeline engine turns overlap_comm off whatever the config
     // says, pipe/engine.py, and so does the plan: FrameworkTraits::overlaps_dp_reduction). Stage 3
     // keeps DeepSpeed's own default, the setting of the runs its entry was read from.

@@ -232,6 +232,28 @@ TEST(PlanJson, DeepSpeedPlansLaunchMegatronDeepSpeedWithTheirConfig) {
   a = megatron_arguments(p);
   EXPECT_NE(a.find("--zero-stage 1"), std::string::npos) << a;
   EXPECT_EQ(a.find("--no-pipeline-parallel"), std::string::npos) << a;
+  // Activation offload: DeepSpeed's checkpointing with host checkpoints, which Megatron-DeepSpeed
+  // configures from its own flags (its --checkpoint-in-cpu overrides the file's cpu_checkpointing).
+  p.plan.recompute = Recompute::full;
+  p.plan.offload.activations = 1.0;
+  a = megatron_arguments(p);
+  EXPECT_NE(a.find("--deepspeed-activation-checkpointing --checkpoint-in-cpu"), std::string::npos) << a;
+  EXPECT_NE(a.find("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"),
+            std::string::npos)
+      << a;
+  EXPECT_EQ(a.find("--cpu-offloading-num-layers"), std::string::npos) << a;
+  EXPECT_TRUE(deepspeed_config(p)["activation_checkpointing"]["cpu_checkpointing"].get<bool>());
+  // GPTModelPipe has no block recompute: a partial recompute under the pipeline engine has no flag;
+  // the plain engine (one stage, ZeRO-2) takes Megatron's block method.
+  p.plan.offload.activations = 0;
+  p.plan.recompute_layers = 2;
+  std::string why;
+  EXPECT_EQ(megatron_arguments(p, &why), "");
+  EXPECT_NE(why.find("pipeline engine"), std::string::npos) << why;
+  p.plan.zero = 2;
+  a = megatron_arguments(p);
+  EXPECT_NE(a.find("--no-pipeline-parallel"), std::string::npos) << a;
+  EXPECT_NE(a.find("--recompute-method block --recompute-num-layers 2"), std::string::npos) << a;
 }
 
 TEST(PlanJson, Zero3PrefetchChoiceTravels) {
