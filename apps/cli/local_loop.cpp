@@ -115,8 +115,9 @@ std::string tail_of(const fs::path& log, std::size_t chars = 400) {
   return s.size() > chars ? s.substr(s.size() - chars) : s;
 }
 
-/// A profile of this host and these kernels, written less than a day ago.
-bool fresh_profile(const fs::path& path, const std::string& backend, std::string& why) {
+/// A profile of this host and these kernels, written less than a day ago, with the slowdown of up
+/// to `ranks` concurrent ranks measured (the CPU backend; a GPU profile has none).
+bool fresh_profile(const fs::path& path, const std::string& backend, int ranks, std::string& why) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     why = "no profile yet";
@@ -137,6 +138,10 @@ bool fresh_profile(const fs::path& path, const std::string& backend, std::string
     }
     if (std::time(nullptr) - p.created_unix > 24 * 3600) {
       why = "profile older than a day";
+      return false;
+    }
+    if (backend == "cpu" && ranks > 1 && (p.slowdown.empty() || p.slowdown.back().first < ranks)) {
+      why = "profile without the slowdown of " + std::to_string(ranks) + " concurrent ranks";
       return false;
     }
   } catch (const std::exception& e) {
@@ -238,7 +243,7 @@ int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::o
 }
 
 int calibrate_trainer_backend(const std::string& path, const std::string& backend_name, bool quick, std::ostream& out,
-                              std::ostream& err) {
+                              std::ostream& err, int max_concurrent_ranks) {
   const auto t0 = std::chrono::steady_clock::now();
   nlohmann::ordered_json j;
   j["format"] = "foresight-cpu-profile/1";
@@ -394,7 +399,9 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   // it is timed again, three tries in all, and kept (and counted) only when no try was quiet.
   const double quiet_tolerance = LocalLoopOptions{}.quiet_tolerance;
   std::vector<double> alone_runs;
-  std::vector<std::vector<double>> ratios(std::size_t(2 * cores + 1)), absolute(std::size_t(2 * cores + 1));
+  // Counts 2 .. 2 x cores, or up to the most the caller will run (validate --local: its plans' ranks).
+  const int most_ranks = max_concurrent_ranks > 0 ? std::max(2, max_concurrent_ranks) : 2 * cores;
+  std::vector<std::vector<double>> ratios(std::size_t(most_ranks + 1)), absolute(std::size_t(most_ranks + 1));
   int disturbed_pairs = 0;
   // One probe run of `ranks` ranks and the slowdown other processes' CPU time implies for it.
   auto probe_run = [&](int ranks, double& others) {
@@ -406,7 +413,7 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   // spell: the remaining pairs are timed once (retrying would only lengthen the calibration).
   int busy_in_a_row = 0;
   for (int round = 0; round < 5; ++round)
-    for (int ranks = 2; ranks <= 2 * cores; ++ranks) {
+    for (int ranks = 2; ranks <= most_ranks; ++ranks) {
       nlohmann::json one, many;
       double worst = 1e30;
       const int tries = busy_in_a_row >= 3 ? 1 : 3;
@@ -440,7 +447,7 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
         << " oversubscription pair(s) kept although other processes were busy on these cores in every try\n";
   if (!alone_runs.empty()) {
     j["oversubscription"].push_back({{"ranks", 1}, {"slowdown", 1.0}, {"probe_s", median(alone_runs)}});
-    for (int ranks = 2; ranks <= 2 * cores; ++ranks) {
+    for (int ranks = 2; ranks <= most_ranks; ++ranks) {
       if (ratios[std::size_t(ranks)].empty()) break;
       // Up to the core count the same contention was read a minute or more earlier, in this process,
       // as threads around the op timing (ops_probe): a spell can outlast all five pairs (a CI
@@ -484,13 +491,20 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
     throw SpecError(SourceLocation{o.profile, 0, 0}, "--profile", o.profile, "does not exist");
   fs::create_directories(dir);
 
-  // 1. Calibrate, unless a fresh profile of this host and these kernels is at hand.
+  // 1. Calibrate, unless a fresh profile of this host and these kernels is at hand. The slowdown of
+  // concurrent ranks is timed up to the most this loop runs (the CPU backend: as many as cores, at
+  // least 2), not up to twice the cores as `foresight calibrate` times it: on CI's two cores that
+  // leaves out the 3- and 4-rank pairs, two thirds of that part (~30 s of an 80 s calibration).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int local_cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int loop_ranks = o.max_ranks > 0 ? o.max_ranks : o.backend == "cpu" ? std::max(2, local_cores) : 1;
   std::string why;
-  if (o.profile.empty() && !fresh_profile(profile, o.backend, why)) {
+  if (o.profile.empty() && !fresh_profile(profile, o.backend, loop_ranks, why)) {
     err << "validate --local: calibrating the trainer's " << o.backend << " backend (" << why << ") ...\n";
     const auto t0 = std::chrono::steady_clock::now();
     std::ostringstream cal_out;
-    const int rc = calibrate_trainer_backend(profile.string(), o.backend, false, cal_out, err);
+    const int rc = calibrate_trainer_backend(profile.string(), o.backend, false, cal_out, err, loop_ranks);
     if (rc != 0) return rc;
     err << "validate --local: calibrated in "
         << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s -> " << profile.string()

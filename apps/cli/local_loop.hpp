@@ -30,8 +30,10 @@ struct LocalLoopOptions {
 int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::ostream& err);
 /// The same for another backend of the trainer ("cuda": its ops timed by foresight-commbench --ops,
 /// which links the CUDA backend; no collectives or oversubscription for one GPU).
+/// `max_concurrent_ranks` > 0 times the slowdown of concurrent ranks up to that count (at least 2)
+/// instead of 2 x cores.
 int calibrate_trainer_backend(const std::string& path, const std::string& backend, bool quick, std::ostream& out,
-                              std::ostream& err);
+                              std::ostream& err, int max_concurrent_ranks = 0);
 
 /// Exit 0 when every run succeeded (the comparison is the output, not the exit code), 1 when a
 /// run failed (its row says why), 2 on bad options.
