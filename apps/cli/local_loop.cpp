@@ -115,6 +115,13 @@ std::string tail_of(const fs::path& log, std::size_t chars = 400) {
   return s.size() > chars ? s.substr(s.size() - chars) : s;
 }
 
+/// The cores this process may run on (its affinity mask: a container's cpuset, not the whole host).
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
 /// A profile of this host and these kernels, written less than a day ago, with the slowdown of up
 /// to `ranks` concurrent ranks measured (the CPU backend; a GPU profile has none).
 bool fresh_profile(const fs::path& path, const std::string& backend, int ranks, std::string& why) {
@@ -258,9 +265,7 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
         break;
       }
   }
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int cores = usable_cores();
   j["host"] = {{"hostname", host}, {"cpu_model", cpu}, {"cores", cores}, {"backend", backend_name},
                {"kernels", "foresight-train " + backend_name + " backend @ " + config::kGitSha}};
   j["created_unix"] = (long long)std::time(nullptr);
@@ -495,10 +500,7 @@ int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& e
   // concurrent ranks is timed up to the most this loop runs (the CPU backend: as many as cores, at
   // least 2), not up to twice the cores as `foresight calibrate` times it: on CI's two cores that
   // leaves out the 3- and 4-rank pairs, two thirds of that part (~30 s of an 80 s calibration).
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int local_cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  const int loop_ranks = o.max_ranks > 0 ? o.max_ranks : o.backend == "cpu" ? std::max(2, local_cores) : 1;
+  const int loop_ranks = o.max_ranks > 0 ? o.max_ranks : o.backend == "cpu" ? std::max(2, usable_cores()) : 1;
   std::string why;
   if (o.profile.empty() && !fresh_profile(profile, o.backend, loop_ranks, why)) {
     err << "validate --local: calibrating the trainer's " << o.backend << " backend (" << why << ") ...\n";
