@@ -104,7 +104,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # ---- phases
 phase probe 20 "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -60; nvcc --version; \
   python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'; \
-  ls /usr/local/cuda/lib64 | grep -E 'cudnn|nccl|cublas' | head -20"
+  ls /usr/local/cuda/lib64 | grep -E 'cudnn|nccl|cublas' | head -20; \
+  echo 'cuBLAS as the binaries open it on first use (soname via the loader cache; kernels/cublas_loader.cpp):'; \
+  ldconfig -p | grep -E 'libcublas(Lt)?\.so\.' || echo 'no libcublas in the loader cache: LD_LIBRARY_PATH or the build-time path must serve it'"
 
 SANITIZER_S=${SANITIZER_S:-40}
 phase correctness 140 "rc=0; for t in $BIN/gpu_*_test; do n=\$(basename \$t); \
