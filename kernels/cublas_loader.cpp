@@ -50,33 +50,30 @@ Library open_library(const char* soname, const char* configured_path) {
   return lib;
 }
 
+#ifdef FORESIGHT_CUBLASLT_PATH
+constexpr const char* kCublasLtPath = FORESIGHT_CUBLASLT_PATH;
+#else
+constexpr const char* kCublasLtPath = nullptr;
+#endif
+#ifdef FORESIGHT_CUBLAS_PATH
+constexpr const char* kCublasPath = FORESIGHT_CUBLAS_PATH;
+#else
+constexpr const char* kCublasPath = nullptr;
+#endif
+
+Library load(const char* soname, const char* configured_path, const char* what) {
+  Library l = open_library(soname, configured_path);
+  if (!l.handle) std::fprintf(stderr, "foresight: cannot load %s (%s)\n", what, l.error.c_str());
+  return l;
+}
+
 // Opened once per process; function-local statics make the first call thread-safe.
 const Library& library(Lib which) {
   if (which == Lib::lt) {
-    static const Library lt = [] {
-      Library l = open_library("libcublasLt.so." FORESIGHT_STR(CUBLAS_VER_MAJOR),
-#ifdef FORESIGHT_CUBLASLT_PATH
-                               FORESIGHT_CUBLASLT_PATH
-#else
-                               nullptr
-#endif
-      );
-      if (!l.handle) std::fprintf(stderr, "foresight: cannot load cuBLASLt (%s)\n", l.error.c_str());
-      return l;
-    }();
+    static const Library lt = load("libcublasLt.so." FORESIGHT_STR(CUBLAS_VER_MAJOR), kCublasLtPath, "cuBLASLt");
     return lt;
   }
-  static const Library blas = [] {
-    Library l = open_library("libcublas.so." FORESIGHT_STR(CUBLAS_VER_MAJOR),
-#ifdef FORESIGHT_CUBLAS_PATH
-                             FORESIGHT_CUBLAS_PATH
-#else
-                             nullptr
-#endif
-    );
-    if (!l.handle) std::fprintf(stderr, "foresight: cannot load cuBLAS (%s)\n", l.error.c_str());
-    return l;
-  }();
+  static const Library blas = load("libcublas.so." FORESIGHT_STR(CUBLAS_VER_MAJOR), kCublasPath, "cuBLAS");
   return blas;
 }
 
@@ -94,7 +91,9 @@ auto forward(Lib which, const char* name, Args... args) {
   static const Fn real = reinterpret_cast<Fn>(symbol(which, name));
   if (!real) {
     if constexpr (std::is_same_v<Ret, const char*>) {
-      static const std::string message = "cuBLASLt not loaded: " + library(which).error;
+      const Library& lib = library(which);
+      static const std::string message =
+          lib.handle ? std::string(name) + " not found in the loaded library" : "library not loaded: " + lib.error;
       return message.c_str();
     } else {
       return CUBLAS_STATUS_NOT_INITIALIZED;
