@@ -102,6 +102,10 @@ auto forward(Lib which, const char* name, Args... args) {
   return real(args...);
 }
 
+// The forwarder's body: the function's address picks its resolved pointer, its name (the symbol
+// looked up in the library) is spelled from the same token, so the two cannot disagree.
+#define FORESIGHT_FORWARD(lib, fn, ...) forward<&fn>(lib, #fn, __VA_ARGS__)
+
 // Every forwarded name, for cublas_available().
 struct Name {
   Lib lib;
@@ -138,15 +142,15 @@ constexpr Name kForwarded[] = {
 extern "C" {
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* light_handle) {
-  return forward<&cublasLtCreate>(Lib::lt, "cublasLtCreate", light_handle);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtCreate, light_handle);
 }
 
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t light_handle) {
-  return forward<&cublasLtDestroy>(Lib::lt, "cublasLtDestroy", light_handle);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtDestroy, light_handle);
 }
 
 const char* cublasLtGetStatusName(cublasStatus_t status) {
-  return forward<&cublasLtGetStatusName>(Lib::lt, "cublasLtGetStatusName", status);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtGetStatusName, status);
 }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t light_handle, cublasLtMatmulDesc_t compute_desc, const void* alpha,
@@ -155,8 +159,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t light_handle, cublasLtMatmulDesc_
                               cublasLtMatrixLayout_t c_desc, void* d, cublasLtMatrixLayout_t d_desc,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream) {
-  return forward<&cublasLtMatmul>(Lib::lt, "cublasLtMatmul", light_handle, compute_desc, alpha, a, a_desc, b, b_desc,
-                                  beta, c, c_desc, d, d_desc, algo, workspace, workspace_bytes, stream);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatmul, light_handle, compute_desc, alpha, a, a_desc, b, b_desc, beta, c,
+                           c_desc, d, d_desc, algo, workspace, workspace_bytes, stream);
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t light_handle, cublasLtMatmulDesc_t operation_desc,
@@ -165,80 +169,73 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t light_handle, cub
                                               cublasLtMatmulPreference_t preference, int requested_algo_count,
                                               cublasLtMatmulHeuristicResult_t heuristic_results_array[],
                                               int* return_algo_count) {
-  return forward<&cublasLtMatmulAlgoGetHeuristic>(Lib::lt, "cublasLtMatmulAlgoGetHeuristic", light_handle,
-                                                  operation_desc, a_desc, b_desc, c_desc, d_desc, preference,
-                                                  requested_algo_count, heuristic_results_array, return_algo_count);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatmulAlgoGetHeuristic, light_handle, operation_desc, a_desc, b_desc,
+                           c_desc, d_desc, preference, requested_algo_count, heuristic_results_array,
+                           return_algo_count);
 }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmul_desc, cublasComputeType_t compute_type,
                                         cudaDataType_t scale_type) {
-  return forward<&cublasLtMatmulDescCreate>(Lib::lt, "cublasLtMatmulDescCreate", matmul_desc, compute_type,
-                                            scale_type);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatmulDescCreate, matmul_desc, compute_type, scale_type);
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmul_desc) {
-  return forward<&cublasLtMatmulDescDestroy>(Lib::lt, "cublasLtMatmulDescDestroy", matmul_desc);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatmulDescDestroy, matmul_desc);
 }
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmul_desc, cublasLtMatmulDescAttributes_t attr,
                                               const void* buf, size_t size_in_bytes) {
-  return forward<&cublasLtMatmulDescSetAttribute>(Lib::lt, "cublasLtMatmulDescSetAttribute", matmul_desc, attr, buf,
-                                                  size_in_bytes);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatmulDescSetAttribute, matmul_desc, attr, buf, size_in_bytes);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
-  return forward<&cublasLtMatmulPreferenceCreate>(Lib::lt, "cublasLtMatmulPreferenceCreate", pref);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatmulPreferenceCreate, pref);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  return forward<&cublasLtMatmulPreferenceDestroy>(Lib::lt, "cublasLtMatmulPreferenceDestroy", pref);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatmulPreferenceDestroy, pref);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
                                                     size_t size_in_bytes) {
-  return forward<&cublasLtMatmulPreferenceSetAttribute>(Lib::lt, "cublasLtMatmulPreferenceSetAttribute", pref, attr,
-                                                        buf, size_in_bytes);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatmulPreferenceSetAttribute, pref, attr, buf, size_in_bytes);
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* mat_layout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
-  return forward<&cublasLtMatrixLayoutCreate>(Lib::lt, "cublasLtMatrixLayoutCreate", mat_layout, type, rows, cols,
-                                              ld);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatrixLayoutCreate, mat_layout, type, rows, cols, ld);
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t mat_layout) {
-  return forward<&cublasLtMatrixLayoutDestroy>(Lib::lt, "cublasLtMatrixLayoutDestroy", mat_layout);
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatrixLayoutDestroy, mat_layout);
 }
 
-cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t mat_layout,
-                                                cublasLtMatrixLayoutAttribute_t attr, const void* buf,
-                                                size_t size_in_bytes) {
-  return forward<&cublasLtMatrixLayoutSetAttribute>(Lib::lt, "cublasLtMatrixLayoutSetAttribute", mat_layout, attr,
-                                                    buf, size_in_bytes);
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t mat_layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t size_in_bytes) {
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatrixLayoutSetAttribute, mat_layout, attr, buf, size_in_bytes);
 }
 
-cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t mat_layout,
-                                                cublasLtMatrixLayoutAttribute_t attr, void* buf, size_t size_in_bytes,
-                                                size_t* size_written) {
-  return forward<&cublasLtMatrixLayoutGetAttribute>(Lib::lt, "cublasLtMatrixLayoutGetAttribute", mat_layout, attr,
-                                                    buf, size_in_bytes, size_written);
+cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t mat_layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                void* buf, size_t size_in_bytes, size_t* size_written) {
+  return FORESIGHT_FORWARD(Lib::lt, cublasLtMatrixLayoutGetAttribute, mat_layout, attr, buf, size_in_bytes,
+                           size_written);
 }
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
-  return forward<&cublasCreate_v2>(Lib::blas, "cublasCreate_v2", handle);
+  return FORESIGHT_FORWARD(Lib::blas, cublasCreate_v2, handle);
 }
 
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
-  return forward<&cublasDestroy_v2>(Lib::blas, "cublasDestroy_v2", handle);
+  return FORESIGHT_FORWARD(Lib::blas, cublasDestroy_v2, handle);
 }
 
 cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
-  return forward<&cublasSetStream_v2>(Lib::blas, "cublasSetStream_v2", handle, stream);
+  return FORESIGHT_FORWARD(Lib::blas, cublasSetStream_v2, handle, stream);
 }
 
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
-  return forward<&cublasSetMathMode>(Lib::blas, "cublasSetMathMode", handle, mode);
+  return FORESIGHT_FORWARD(Lib::blas, cublasSetMathMode, handle, mode);
 }
 
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
@@ -246,9 +243,8 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int stride_a, const float* b, int ldb, long long int stride_b,
                                          const float* beta, float* c, int ldc, long long int stride_c,
                                          int batch_count) {
-  return forward<&cublasSgemmStridedBatched>(Lib::blas, "cublasSgemmStridedBatched", handle, transa, transb, m, n, k,
-                                             alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
-                                             batch_count);
+  return FORESIGHT_FORWARD(Lib::blas, cublasSgemmStridedBatched, handle, transa, transb, m, n, k, alpha, a, lda,
+                           stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch_count);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
@@ -259,13 +255,13 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           cublasComputeType_t compute_type, cublasGemmAlgo_t algo) {
   // cublas_api.h adds a C++ overload (cudaDataType compute type) that forwards here; the cast picks
   // the library's own.
-  using Fn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
-                                const void*, cudaDataType, int, long long int, const void*, cudaDataType, int,
-                                long long int, const void*, void*, cudaDataType, int, long long int, int,
-                                cublasComputeType_t, cublasGemmAlgo_t);
-  return forward<static_cast<Fn>(&cublasGemmStridedBatchedEx)>(Lib::blas, "cublasGemmStridedBatchedEx", handle, transa, transb, m, n,
-                                              k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b, beta, c,
-                                              c_type, ldc, stride_c, batch_count, compute_type, algo);
+  using Fn =
+      cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                         cudaDataType, int, long long int, const void*, cudaDataType, int, long long int, const void*,
+                         void*, cudaDataType, int, long long int, int, cublasComputeType_t, cublasGemmAlgo_t);
+  return forward<static_cast<Fn>(&cublasGemmStridedBatchedEx)>(
+      Lib::blas, "cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b,
+      b_type, ldb, stride_b, beta, c, c_type, ldc, stride_c, batch_count, compute_type, algo);
 }
 
 }  // extern "C"
