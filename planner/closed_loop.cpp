@@ -182,6 +182,21 @@ double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::ve
   return std::max(1.0, s);
 }
 
+int steadiest_pass(const std::function<double(int)>& pass, double most_drift, int most_passes) {
+  FORESIGHT_CHECK(most_passes >= 1) << most_passes << " passes";
+  int best = 0;
+  double least = 0;
+  for (int k = 0; k < most_passes; ++k) {
+    const double d = pass(k);
+    if (k == 0 || d < least) {
+      best = k;
+      least = d;
+    }
+    if (least <= most_drift) break;
+  }
+  return best;
+}
+
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks) {
   if (wall_s <= 0) return 1.0;
   const double others_cores = std::max(0.0, others_cpu_s) / wall_s;

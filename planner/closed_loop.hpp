@@ -7,6 +7,7 @@
 // predictions depend on nothing measured.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,6 +74,12 @@ double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int r
 double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::vector<double>& alone_s,
                                 const std::vector<double>& concurrent_s, int ranks, int cores,
                                 double other_reading = 0);
+
+/// The calibration's op timing, repeated while it ran across a change of the host's speed: `pass(k)`
+/// times pass k (0, 1, ...) and returns how far the host probe's readings after it sit from those
+/// before it (|after / before - 1|). Passes run until one drifts at most `most_drift`, `most_passes`
+/// at most; returns the index of the steadiest pass (the first of the least drift).
+int steadiest_pass(const std::function<double(int)>& pass, double most_drift, int most_passes);
 
 /// The runs of one plan (one trainer summary per round) and the host slowdown read around each
 /// (`run_slowdown`, same order; an empty list reads every run as quiet; quiet: within 1 +

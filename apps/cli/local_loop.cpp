@@ -295,16 +295,44 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
         for (int t = 1; t <= threads; ++t) r[std::size_t(t - 1)].push_back(probe_now(t, 0.15));
       return r;
     };
-    const std::vector<std::vector<double>> before = probe_all();
-    const nlohmann::ordered_json backend = calibrate::measure_cpu_backend({.quick = quick, .host_probe = {}}, err);
-    const std::vector<std::vector<double>> after = probe_all();
-    j["ops"] = backend["ops"];
-    j["memory"] = backend["memory"];
-    j["ops_probe"] = nlohmann::ordered_json::array();
     auto middle = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return 0.5 * (v[(v.size() - 1) / 2] + v[v.size() / 2]);
     };
+    // A pass whose one-thread readings after sit more than kMostDrift from those before ran across
+    // a change of the host's speed, which the in-pass scaling corrects only in part (on the CI VM a
+    // calibration 33% apart predicted every one-rank plan 21-25% slow, its runs as fast as ever):
+    // the ops are timed again, three passes at most, and the steadiest is kept.
+    constexpr double kMostDrift = 0.10;
+    struct Pass {
+      std::vector<std::vector<double>> before, after;
+      nlohmann::ordered_json backend;
+      double drift = 0;
+    };
+    std::vector<Pass> passes;
+    const int kept = planner::steadiest_pass(
+        [&](int k) {
+          if (k > 0) {
+            char line[200];
+            std::snprintf(line, sizeof line,
+                          "  host probe around the ops: medians after and before %.1f%% apart (more than %.0f%%: the "
+                          "host changed speed during them); timing the ops again\n",
+                          100 * passes.back().drift, 100 * kMostDrift);
+            err << line;
+          }
+          Pass p;
+          p.before = probe_all();
+          p.backend = calibrate::measure_cpu_backend({.quick = quick, .host_probe = {}}, err);
+          p.after = probe_all();
+          p.drift = std::abs(middle(p.after[0]) / middle(p.before[0]) - 1.0);
+          passes.push_back(std::move(p));
+          return passes.back().drift;
+        },
+        kMostDrift, 3);
+    const auto& [before, after, backend, drift] = passes[std::size_t(kept)];
+    j["ops"] = backend["ops"];
+    j["memory"] = backend["memory"];
+    j["ops_probe"] = nlohmann::ordered_json::array();
     const double reference = backend["host_probe"]["reference_s"].get<double>();
     for (std::size_t t = 0; t < before.size(); ++t) {
       // t + 1 threads against one, each at its quickest reading (planner::concurrent_rank_slowdown).
@@ -314,8 +342,8 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
       const double s = planner::concurrent_rank_slowdown({}, one, many, int(t) + 1, int(before.size()));
       j["ops_probe"].push_back({{"threads", t + 1}, {"probe_s", reference * s}});
     }
-    const double drift = std::abs(middle(after[0]) / middle(before[0]) - 1.0);
     j["ops_host_probe"] = backend["host_probe"];
+    j["ops_passes"] = passes.size();
     j["ops_probe_drift"] = drift;
     char line[160];
     std::snprintf(line, sizeof line, "  host probe around the ops: medians after and before %.1f%% apart\n", 100 * drift);
