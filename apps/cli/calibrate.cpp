@@ -152,7 +152,8 @@ Command calibrate_command() {
             sub.add_option("--backend", a->backend,
                            "What to measure: cuda (the GPUs' kernels and NCCL, the default) or cpu (the bundled "
                            "trainer's CPU backend op by op, its MPI collectives and the slowdown of concurrent ranks "
-                           "on this host, about 80 s on two cores; --out default cpu-profile.json)")
+                           "on this host, about 80 s on two cores; the ops are timed again, three passes at most, "
+                           "when the host changed speed during them; --out default cpu-profile.json)")
                 ->check(CLI::IsMember({"cuda", "cpu"}));
             return [a, out_opt](std::ostream& out, std::ostream& err) -> int {
               if (a->backend == "cpu") {
