@@ -4,12 +4,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
 
+#include "calibrate/cpu_bench.hpp"
 #include "core/error.hpp"
 #include "core/plan_json.hpp"
 #include "foresight/config.hpp"
@@ -64,6 +66,34 @@ void inject(const Fault& f) {
   std::_Exit(1);
 }
 
+// --time-ops: the CPU backend's ops timed in this process (calibrate/cpu_bench.hpp), the JSON
+// written whole or not at all. Session 59 timed one GEMM shape at 0.43 ms in the foresight binary
+// and 0.47-0.48 ms here, the same object code linked at other offsets (notes/status.md).
+int time_ops(const std::string& path, bool quick, const std::string& backend) {
+  if (backend != "cpu") {
+    std::fprintf(stderr, "error: --time-ops times the cpu backend (--backend %s: its ops are timed by "
+                 "foresight-commbench --ops)\n", backend.c_str());
+    return 2;
+  }
+  try {
+    const nlohmann::ordered_json j = calibrate::measure_cpu_backend({.quick = quick, .host_probe = {}}, std::cerr);
+    const std::string tmp = path + ".partial";
+    {
+      std::ofstream f(tmp);
+      f << j.dump(1) << "\n";
+      if (!f) {
+        std::fprintf(stderr, "error: --time-ops %s: cannot be written\n", path.c_str());
+        return 2;
+      }
+    }
+    std::filesystem::rename(tmp, path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: --time-ops %s: %s\n", path.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_trainer_cli(int argc, char** argv) {
@@ -78,7 +108,9 @@ int run_trainer_cli(int argc, char** argv) {
   double timeout_s = 600;
   std::string fault_text;
   std::string precision_text = to_string(opt.precision);
-  app.add_option("--plan", plan_path, "plan.json written by `foresight plan`")->required();
+  std::string time_ops_path;
+  bool time_ops_quick = false;
+  app.add_option("--plan", plan_path, "plan.json written by `foresight plan` (required unless --time-ops)");
   app.add_option("--summary", summary_path, "write the JSON summary (per-step losses, measured vs predicted) here");
   app.add_option("--backend", opt.backend,
                  "compute backend: cpu (the reference, in the --precision recipe), cuda (one GPU per rank, fp32 GEMMs) or cuda-tf32 "
@@ -123,6 +155,12 @@ int run_trainer_cli(int argc, char** argv) {
   app.add_option("--inject-fault", fault_text,
                  "testing aid: KIND@RANK:STEP makes RANK fail after STEP; KIND = hang (SIGSTOP, a frozen node), "
                  "exit (_Exit(1), a crash), kill (SIGKILL)");
+  app.add_option("--time-ops", time_ops_path,
+                 "calibration mode, what `foresight calibrate --backend cpu` runs: time every op of the CPU backend "
+                 "in this binary, the one that runs them in training, write them to this file as JSON and exit "
+                 "(no plan; the speed of the backend's loops depends on where they land in a binary, so they are "
+                 "timed where they run)");
+  app.add_flag("--time-ops-quick", time_ops_quick, "with --time-ops: a small grid of shapes (smoke tests)");
   app.add_flag("--one-message-at-a-time", opt.one_message_at_a_time,
                "testing aid: issue each pipeline send and receive alone instead of in batches (the old executor; "
                "1F1B then deadlocks under NCCL, whose sends wait for their receives)");
@@ -142,6 +180,11 @@ int run_trainer_cli(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!time_ops_path.empty()) return time_ops(time_ops_path, time_ops_quick, opt.backend);
+  if (plan_path.empty()) {
+    std::fprintf(stderr, "error: --plan is required (the plan.json to run), or --time-ops FILE\n");
+    return 2;
   }
   opt.data = data;
   opt.checkpoint_dir = checkpoint_dir;

@@ -273,13 +273,16 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   const std::string tag = std::to_string(::getpid());
   err << "calibrate: the trainer's " << backend_name << " backend on " << host << " (" << cores << " cores)\n";
   if (backend_name == "cpu") {
-    // The ops are timed between readings of the host probe on 1..min(cores, 2) threads of this
-    // process, three rounds before and three after (one thread, then two, in each round), and with
-    // one-thread readings of the probe's median call among them (calibrate/cpu_bench.hpp): the op
-    // times are stated at the quickest tenth of those in-pass readings (host_probe.reference_s), the
-    // speed `validate --local` checks every one-rank run against. (Its checks read the probe's mean
-    // call over 0.15 s, which on a quiet host is the median call within a percent or two; under
-    // another process's time-slicing the mean reads slower, and such a run is meant to read as busy.)
+    // The ops are timed by foresight-train itself (--time-ops): the CPU backend's strided GEMM loops
+    // run at a speed that depends on where they land in a binary (session 59: one shape 0.43 ms in
+    // this binary, 0.47-0.48 ms in foresight-train, 0.63 ms in a third one, all the same object
+    // code), so they are timed in the binary that runs them; there, with one-thread readings of the
+    // probe's median call among them (calibrate/cpu_bench.hpp), each stated at the quickest tenth of
+    // those in-pass readings. Around that run, this process reads the host probe on 1..min(cores, 2)
+    // threads, three rounds before and three after (one thread, then two, in each round); the
+    // quickest one-thread reading is the speed `validate --local` checks every one-rank run against,
+    // with the same probe in the same binary (its checks read the probe's mean call over 0.15 s; under
+    // another process's time-slicing the mean reads slower, and such a run is meant to read as busy).
     // The two-thread reference is that times the median ratio of each round's two-thread reading to
     // its one-thread reading, taken a moment apart: a slow spell during the readings then moves both
     // alike (session 54: the medians of separate before/after readings put the two-thread reference
@@ -310,6 +313,7 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
       double drift = 0;
     };
     std::vector<Pass> passes;
+    std::string failure;
     const int kept = planner::steadiest_pass(
         [&](int k) {
           if (k > 0) {
@@ -322,18 +326,40 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
           }
           Pass p;
           p.before = probe_all();
-          p.backend = calibrate::measure_cpu_backend({.quick = quick, .host_probe = {}}, err);
+          const fs::path result = tmp / ("ops-" + tag + ".json"), log = tmp / ("ops-" + tag + ".log");
+          std::vector<std::string> argv = {trainer_path().string(), "--time-ops", result.string()};
+          if (quick) argv.push_back("--time-ops-quick");
+          const int rc = run_logged(argv, log, 600);
           p.after = probe_all();
-          p.drift = std::abs(middle(p.after[0]) / middle(p.before[0]) - 1.0);
+          std::ifstream f(result);
+          const nlohmann::ordered_json r =
+              rc == 0 && f ? nlohmann::ordered_json::parse(f, nullptr, false) : nlohmann::ordered_json();
+          err << tail_of(log, 4000);
+          std::error_code ec;
+          fs::remove(result, ec);
+          fs::remove(log, ec);
+          if (r.is_null() || r.is_discarded() || !r.contains("ops") || !r.contains("host_probe")) {
+            failure = "calibrate --backend cpu: foresight-train --time-ops failed (exit " + std::to_string(rc) + ")\n";
+            p.drift = 0;  // stop here
+          } else {
+            p.backend = r;
+            p.drift = std::abs(middle(p.after[0]) / middle(p.before[0]) - 1.0);
+          }
           passes.push_back(std::move(p));
           return passes.back().drift;
         },
         kMostDrift, 3);
+    if (!failure.empty()) {
+      err << failure;
+      return 1;
+    }
     const auto& [before, after, backend, drift] = passes[std::size_t(kept)];
     j["ops"] = backend["ops"];
     j["memory"] = backend["memory"];
     j["ops_probe"] = nlohmann::ordered_json::array();
-    const double reference = backend["host_probe"]["reference_s"].get<double>();
+    std::vector<double> one_thread = before[0];
+    one_thread.insert(one_thread.end(), after[0].begin(), after[0].end());
+    const double reference = *std::min_element(one_thread.begin(), one_thread.end());
     for (std::size_t t = 0; t < before.size(); ++t) {
       // t + 1 threads against one, each at its quickest reading (planner::concurrent_rank_slowdown).
       std::vector<double> one = before[0], many = before[t];
