@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "calibrate/cpu_bench.hpp"
+#include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/plan_json.hpp"
 #include "foresight/config.hpp"
@@ -75,18 +76,18 @@ int time_ops(const std::string& path, bool quick, const std::string& backend) {
                  "foresight-commbench --ops)\n", backend.c_str());
     return 2;
   }
+  // The folder is checked before a minute of timing, not after it.
+  const std::filesystem::path parent = std::filesystem::absolute(path).parent_path();
+  if (!std::filesystem::is_directory(parent)) {
+    std::fprintf(stderr, "error: --time-ops %s: folder %s does not exist\n", path.c_str(), parent.string().c_str());
+    return 2;
+  }
   try {
     const nlohmann::ordered_json j = calibrate::measure_cpu_backend({.quick = quick, .host_probe = {}}, std::cerr);
-    const std::string tmp = path + ".partial";
-    {
-      std::ofstream f(tmp);
-      f << j.dump(1) << "\n";
-      if (!f) {
-        std::fprintf(stderr, "error: --time-ops %s: cannot be written\n", path.c_str());
-        return 2;
-      }
-    }
-    std::filesystem::rename(tmp, path);
+    write_file_atomically(path, j.dump(1) + "\n", "--time-ops");
+  } catch (const SpecError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: --time-ops %s: %s\n", path.c_str(), e.what());
     return 1;

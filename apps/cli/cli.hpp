@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.hpp"  // write_file_atomically, which the commands use
+
 namespace CLI {
 class App;
 }
@@ -46,10 +48,6 @@ std::string describe_plan(const PlanSpec& p);
 /// The plan's recompute as its flags set it, in words: the mode, the first N layers of a stage where
 /// only those are recomputed, and the modules recomputed on top (Megatron-Core's --recompute-modules).
 std::string recompute_text(const PlanSpec& p);
-
-/// Writes `text` to `path` whole or not at all (a temporary file beside it, then a rename);
-/// SpecError naming `option` when the file cannot be written.
-void write_file_atomically(const std::filesystem::path& path, const std::string& text, const std::string& option = "--out");
 
 // Subcommand definitions, one file each in apps/cli/.
 Command describe_command();
