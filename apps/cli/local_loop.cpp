@@ -115,6 +115,22 @@ std::string tail_of(const fs::path& log, std::size_t chars = 400) {
   return s.size() > chars ? s.substr(s.size() - chars) : s;
 }
 
+/// Runs a tool that writes its result as JSON to `result` (foresight-train --time-ops,
+/// foresight-commbench --ops), passes the last 4000 characters of its log on to `err`, removes both
+/// files and returns the parsed result, null when the tool failed or wrote no JSON; `rc` gets its
+/// exit status.
+nlohmann::ordered_json run_for_json(const std::vector<std::string>& argv, const fs::path& result,
+                                    const fs::path& log, std::ostream& err, int& rc) {
+  rc = run_logged(argv, log, 600);
+  nlohmann::ordered_json r;
+  if (std::ifstream f(result); rc == 0 && f) r = nlohmann::ordered_json::parse(f, nullptr, false);
+  err << tail_of(log, 4000);
+  std::error_code ec;
+  fs::remove(result, ec);
+  fs::remove(log, ec);
+  return r.is_discarded() ? nlohmann::ordered_json() : r;
+}
+
 /// The cores this process may run on (its affinity mask: a container's cpuset, not the whole host).
 int usable_cores() {
   cpu_set_t set;
@@ -329,16 +345,10 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
           const fs::path result = tmp / ("ops-" + tag + ".json"), log = tmp / ("ops-" + tag + ".log");
           std::vector<std::string> argv = {trainer_path().string(), "--time-ops", result.string()};
           if (quick) argv.push_back("--time-ops-quick");
-          const int rc = run_logged(argv, log, 600);
+          int rc = 0;
+          const nlohmann::ordered_json r = run_for_json(argv, result, log, err, rc);
           p.after = probe_all();
-          std::ifstream f(result);
-          const nlohmann::ordered_json r =
-              rc == 0 && f ? nlohmann::ordered_json::parse(f, nullptr, false) : nlohmann::ordered_json();
-          err << tail_of(log, 4000);
-          std::error_code ec;
-          fs::remove(result, ec);
-          fs::remove(log, ec);
-          if (r.is_null() || r.is_discarded() || !r.contains("ops") || !r.contains("host_probe")) {
+          if (!r.is_object() || !r.contains("ops") || !r.contains("host_probe")) {
             failure = "calibrate --backend cpu: foresight-train --time-ops failed (exit " + std::to_string(rc) + ")\n";
             p.drift = 0;  // stop here
           } else {
@@ -381,14 +391,9 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
     std::vector<std::string> argv = {tool_path("foresight-commbench").string(), "--ops", "--backend", backend_name,
                                      "--out", result.string()};
     if (quick) argv.push_back("--quick");
-    const int rc = run_logged(argv, log, 600);
-    std::ifstream f(result);
-    const nlohmann::json r = rc == 0 && f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
-    err << tail_of(log, 4000);
-    std::error_code ec;
-    fs::remove(result, ec);
-    fs::remove(log, ec);
-    if (r.is_null() || r.is_discarded()) {
+    int rc = 0;
+    const nlohmann::ordered_json r = run_for_json(argv, result, log, err, rc);
+    if (!r.is_object() || !r.contains("ops") || !r.contains("memory")) {
       err << "calibrate: foresight-commbench --ops --backend " << backend_name << " failed (exit " << rc << ")\n";
       return rc == 2 ? kExitUserError : 1;
     }
