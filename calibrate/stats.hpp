@@ -37,4 +37,21 @@ inline Summary summarize(const std::vector<double>& times_s) {
   return s;
 }
 
+/// A timing taken in rounds: the mean within each round, the median across rounds. Within a round
+/// the repeats run back to back and their mean keeps what accumulates over a step (two ranks'
+/// mismatch, the odd slow repeat); a shared host's slow spell lasts milliseconds to seconds and
+/// lands on whole rounds, which the median across rounds sets aside. Rounds without repeats are
+/// skipped; std::invalid_argument when none has any.
+inline double median_of_round_means(const std::vector<std::vector<double>>& rounds) {
+  std::vector<double> means;
+  for (const auto& r : rounds) {
+    if (r.empty()) continue;
+    double sum = 0;
+    for (double t : r) sum += t;
+    means.push_back(sum / double(r.size()));
+  }
+  if (means.empty()) throw std::invalid_argument("median of round means: no round has a repeat");
+  return quantile(means, 0.5);
+}
+
 }  // namespace foresight::calibrate

@@ -1,6 +1,6 @@
 // foresight-commbench: what `foresight calibrate --backend cpu` launches under mpirun.
 //   mpirun -np N foresight-commbench --collectives --out F   the trainer's MPI communicator: every
-//       collective at message sizes 1 KiB .. 4 MiB (the slowest rank's time, median of repeats),
+//       collective at message sizes 1 KiB .. 4 MiB (the ranks' mean time, in interleaved rounds),
 //       fitted as fixed + per-byte; bytes as the communication model counts them (all-gather its
 //       output, reduce-scatter its input, all-to-all what each rank sends, send-recv one way).
 //   mpirun -np N foresight-commbench --slowdown --out F      the GEMM probe on every rank at once:
@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calibrate/cpu_bench.hpp"
+#include "calibrate/stats.hpp"
 #include "trainer/backend.hpp"
 #include "trainer/bootstrap.hpp"
 #include "trainer/cpu_backend.hpp"
@@ -35,66 +37,75 @@ using Clock = std::chrono::steady_clock;
 /// the length of the work between two tensor-parallel collectives of a small GPT). Each rank times
 /// the collective from its call to its return, so the rank that arrives first also waits for the
 /// other: the mean over ranks is the transfer plus half the ranks' mismatch, which is what each
-/// synchronisation adds to the slowest rank's path. The mean over the middle 80% of the repeats
-/// after a warm-up (the mismatch is noise: its mean, not its median, accumulates over a step).
-double collective_time(Communicator& world, Backend& be, const std::function<void()>& f, int reps) {
+/// synchronisation adds to the slowest rank's path.
+struct CollectiveCase {
+  std::string name;
+  double bytes = 0;                        // as the communication model counts them
+  int reps_per_round = 0;
+  std::function<void()> run;
+  std::vector<std::vector<double>> rounds;  // the repeats' times, round by round
+};
+
+/// Every collective at every size, timed in interleaved rounds: each round runs a few repeats of
+/// every case in turn, and a case's time is the median over rounds of each round's mean
+/// (calibrate::median_of_round_means). Timed case after case instead, a slow spell of the shared
+/// host landed on one case whole: a CI-like VM measured a 1 KiB reduce-scatter at 1.37 ms beside a
+/// 50 us all-gather and 1 MiB at 3.1 ms beside 4 MiB at 1.5 ms, and the fitted 0.37 ms fixed cost
+/// predicted the sequence-parallel plan 29% slow (session 60).
+void time_in_rounds(Communicator& world, Backend& be, std::vector<CollectiveCase>& cases, int rounds) {
   Tensor a = be.zeros(64, 128), b = be.zeros(128, 128), c = be.zeros(64, 128);
-  std::vector<double> t;
-  world.barrier();
-  for (int i = 0; i <= reps; ++i) {
+  auto once = [&](CollectiveCase& k) {
     be.matmul(c, a, false, b, false, false);
     const auto start = Clock::now();
-    f();
+    k.run();
     double d[1] = {std::chrono::duration<double>(Clock::now() - start).count()};
     world.all_reduce(d, ReduceOp::sum);
-    if (i > 0) t.push_back(d[0] / world.size());
-  }
-  std::sort(t.begin(), t.end());
-  const std::size_t cut = t.size() / 10;
-  double sum = 0;
-  for (std::size_t i = cut; i < t.size() - cut; ++i) sum += t[i];
-  return sum / double(t.size() - 2 * cut);
+    return d[0] / world.size();
+  };
+  world.barrier();
+  for (auto& k : cases) (void)once(k);  // warm-up: buffers touched, connections made
+  for (int r = 0; r < rounds; ++r)
+    for (auto& k : cases) {
+      std::vector<double> t;
+      for (int i = 0; i < k.reps_per_round; ++i) t.push_back(once(k));
+      k.rounds.push_back(std::move(t));
+    }
 }
 
 nlohmann::ordered_json collectives(Communicator& world, Backend& be) {
   const int n = world.size(), me = world.rank();
-  nlohmann::ordered_json out;
   std::vector<double> sizes;
   for (double b = 1024; b <= 4.0 * 1048576; b *= 4) sizes.push_back(b);
   auto elems = [&](double bytes) { return std::max<std::int64_t>(n, std::int64_t(bytes / 4) / n * n); };
-  auto fit = [&](const char* name, const std::function<double(double)>& run) {
-    std::vector<double> xs, ts;
-    nlohmann::ordered_json samples = nlohmann::ordered_json::array();
-    for (double b : sizes) {
-      const double t = run(b);
-      xs.push_back(double(elems(b)) * 4);
-      ts.push_back(t);
-      samples.push_back({{"bytes", xs.back()}, {"time_s", t}});
-    }
-    const calibrate::LinearFitResult f = calibrate::fit_linear(xs, ts);
-    out[name] = {{"fixed_s", f.fixed_s}, {"per_byte_s", f.per_unit_s}, {"samples", samples}};
+  // Seven rounds of 8 repeats (40 in one run before session 60), 3 from 1 MiB up: about a second
+  // on two ranks.
+  constexpr int kRounds = 7;
+  auto reps = [](double bytes) { return bytes >= 1048576 ? 3 : 8; };
+  // Each case holds its buffers (Tensor shares its storage), alive across the rounds.
+  std::vector<CollectiveCase> cases;
+  auto add = [&](const char* name, double b, std::function<void()> run) {
+    cases.push_back({name, double(elems(b)) * 4, reps(b), std::move(run), {}});
   };
-  auto reps = [](double bytes) { return bytes >= 1048576 ? 10 : 40; };
-  fit("all_reduce", [&](double b) {
+  for (double b : sizes) {
     Tensor t = be.zeros(elems(b), 1);
-    return collective_time(world, be, [&] { world.all_reduce(t, ReduceOp::sum); }, reps(b));
-  });
-  fit("all_gather", [&](double b) {
+    add("all_reduce", b, [&world, t]() mutable { world.all_reduce(t, ReduceOp::sum); });
+  }
+  for (double b : sizes) {
     Tensor o = be.zeros(elems(b), 1), i = be.zeros(elems(b) / n, 1);
-    return collective_time(world, be, [&] { world.all_gather(o, i); }, reps(b));
-  });
-  fit("reduce_scatter", [&](double b) {
+    add("all_gather", b, [&world, o, i]() mutable { world.all_gather(o, i); });
+  }
+  for (double b : sizes) {
     Tensor i = be.zeros(elems(b), 1), o = be.zeros(elems(b) / n, 1);
-    return collective_time(world, be, [&] { world.reduce_scatter(o, i, ReduceOp::sum); }, reps(b));
-  });
-  fit("all_to_all", [&](double b) {
+    add("reduce_scatter", b, [&world, o, i]() mutable { world.reduce_scatter(o, i, ReduceOp::sum); });
+  }
+  for (double b : sizes) {
     Tensor i = be.zeros(elems(b), 1), o = be.zeros(elems(b), 1);
-    return collective_time(world, be, [&] { world.all_to_all(o, i); }, reps(b));
-  });
-  // One way between ranks 0 and 1: half a ping-pong (the others wait at the barrier).
-  fit("send_recv", [&](double b) {
+    add("all_to_all", b, [&world, o, i]() mutable { world.all_to_all(o, i); });
+  }
+  // One way between ranks 0 and 1: a ping-pong, halved below (the others wait for it to finish).
+  for (double b : sizes) {
     Tensor t = be.zeros(elems(b), 1);
-    return 0.5 * collective_time(world, be, [&] {
+    add("send_recv", b, [&world, t, me]() mutable {
       if (me == 0) {
         world.send(t, 1, 7)->wait();
         world.recv(t, 1, 8);
@@ -102,8 +113,24 @@ nlohmann::ordered_json collectives(Communicator& world, Backend& be) {
         world.recv(t, 0, 7);
         world.send(t, 0, 8)->wait();
       }
-    }, reps(b));
-  });
+    });
+  }
+  time_in_rounds(world, be, cases, kRounds);
+
+  nlohmann::ordered_json out;
+  for (std::size_t first = 0; first < cases.size(); first += sizes.size()) {
+    const std::string& name = cases[first].name;
+    std::vector<double> xs, ts;
+    nlohmann::ordered_json samples = nlohmann::ordered_json::array();
+    for (std::size_t k = first; k < first + sizes.size(); ++k) {
+      const double t = (name == "send_recv" ? 0.5 : 1.0) * calibrate::median_of_round_means(cases[k].rounds);
+      xs.push_back(cases[k].bytes);
+      ts.push_back(t);
+      samples.push_back({{"bytes", cases[k].bytes}, {"time_s", t}, {"rounds", kRounds}});
+    }
+    const calibrate::LinearFitResult f = calibrate::fit_linear(xs, ts);
+    out[name] = {{"fixed_s", f.fixed_s}, {"per_byte_s", f.per_unit_s}, {"samples", samples}};
+  }
   return out;
 }
 

@@ -77,6 +77,18 @@ TEST(CalibrateStats, QuantilesByHand) {
   EXPECT_EQ(s.max_s, 10);
 }
 
+TEST(CalibrateStats, RoundsInASlowSpellAreSetAsideButASlowRepeatCounts) {
+  // Five rounds of three repeats; two whole rounds in a slow spell (9 each): the median of the
+  // round means is 1, where the mean of all fifteen repeats is 4.2 and their median 1 as well.
+  EXPECT_DOUBLE_EQ(cal::median_of_round_means({{1, 1, 1}, {9, 9, 9}, {1, 1, 1}, {9, 9, 9}, {1, 1, 1}}), 1.0);
+  // One slow repeat in every round (a rank's mismatch that recurs each step) is kept: mean 2, where
+  // a median of the repeats would drop it (1).
+  EXPECT_DOUBLE_EQ(cal::median_of_round_means({{1, 1, 4}, {1, 4, 1}, {4, 1, 1}}), 2.0);
+  // Even count: the two middle round means averaged, (2 + 3) / 2; a round without repeats skipped.
+  EXPECT_DOUBLE_EQ(cal::median_of_round_means({{1}, {}, {2}, {3, 3}, {8}}), 2.5);
+  EXPECT_THROW(cal::median_of_round_means({{}, {}}), std::invalid_argument);
+}
+
 TEST(CalibrateFit, RecoversKnownParametersExactly) {
   const auto t = truth();
   const auto r = cal::fit_roofline(h100(), Dtype::bf16, synthetic(t, 0.0, 1));  // start from the defaults
