@@ -360,6 +360,13 @@ std::string closed_loop_markdown(const nlohmann::ordered_json& r, const std::str
        fmt(r["max_abs_pct"], "%.1f%%") + " over " + std::to_string(r["measured_cases"].get<int>()) +
        " plans. Peak memory per rank: median |error| " + fmt(r["mem_median_abs_pct"], "%.1f%%") + ", largest " +
        fmt(r["mem_max_abs_pct"], "%.1f%%") + ".\n";
+  if (r.contains("host_probe_vs_calibration")) {
+    const double v = r["host_probe_vs_calibration"].get<double>();
+    s += "\nHost speed: around the kept runs the probe took " + fmt(v, "%.2f") +
+         "x its time at calibration (median over runs; under 1: the host was quicker than when the ops were "
+         "timed, and the predictions read slow by about as much" +
+         std::string(v < 0.9 ? ": this calibration was made in a slow spell" : "") + ").\n";
+  }
   return s;
 }
 

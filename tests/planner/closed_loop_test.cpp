@@ -109,6 +109,20 @@ TEST(ClosedLoop, ErrorsAreMeasuredOverPredictedAndSummarised) {
   EXPECT_NEAR(j["median_abs_pct"].get<double>(), 5.0, 1e-9);  // median of 10, 5, 2
   EXPECT_NEAR(j["max_abs_pct"].get<double>(), 10.0, 1e-9);
   EXPECT_NEAR(j["mem_max_abs_pct"].get<double>(), 0.0, 1e-9);
+
+  // The host's speed during the runs against calibration, when validate --local read it: stated,
+  // and below 0.9 named as a calibration made in a slow spell; absent, no line.
+  auto md = closed_loop_markdown(j, "test");
+  EXPECT_EQ(md.find("around the kept runs"), std::string::npos);
+  auto k = j;
+  k["host_probe_vs_calibration"] = 0.95;
+  md = closed_loop_markdown(k, "test");
+  EXPECT_NE(md.find("the probe took 0.95x its time at calibration"), std::string::npos) << md;
+  EXPECT_EQ(md.find("calibration was made in a slow spell"), std::string::npos) << md;
+  k["host_probe_vs_calibration"] = 0.78;
+  md = closed_loop_markdown(k, "test");
+  EXPECT_NE(md.find("0.78x"), std::string::npos) << md;
+  EXPECT_NE(md.find("this calibration was made in a slow spell"), std::string::npos) << md;
 }
 
 // A trainer summary of the given step times (the first is the warm-up) and peak memory.
