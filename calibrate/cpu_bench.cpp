@@ -56,6 +56,32 @@ LinearFitResult fit_linear(const std::vector<double>& units, const std::vector<d
   return r;
 }
 
+nlohmann::ordered_json quickest_collectives(const std::vector<nlohmann::ordered_json>& launches) {
+  FORESIGHT_CHECK(!launches.empty()) << "no launch to merge";
+  nlohmann::ordered_json out;
+  for (const auto& [name, first] : launches.front().items()) {
+    const auto& samples = first.at("samples");
+    std::vector<double> bytes, times;
+    nlohmann::ordered_json merged = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      const double b = samples[i].at("bytes").get<double>();
+      double t = samples[i].at("time_s").get<double>();
+      for (std::size_t k = 1; k < launches.size(); ++k) {
+        const auto& other = launches[k].at(name).at("samples");
+        FORESIGHT_CHECK(other.size() == samples.size() && other[i].at("bytes").get<double>() == b)
+            << name << ": launch " << k << " timed other sizes than launch 0";
+        t = std::min(t, other[i].at("time_s").get<double>());
+      }
+      bytes.push_back(b);
+      times.push_back(t);
+      merged.push_back({{"bytes", b}, {"time_s", t}});
+    }
+    const LinearFitResult f = fit_linear(bytes, times);
+    out[name] = {{"fixed_s", f.fixed_s}, {"per_byte_s", f.per_unit_s}, {"launches", launches.size()}, {"samples", merged}};
+  }
+  return out;
+}
+
 double median_time(const std::function<void()>& f, int reps) {
   using Clock = std::chrono::steady_clock;
   f();  // warm-up: page faults, caches

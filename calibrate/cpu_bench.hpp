@@ -28,6 +28,14 @@ struct LinearFitResult {
 };
 LinearFitResult fit_linear(const std::vector<double>& units, const std::vector<double>& times);
 
+/// The collectives of several foresight-commbench launches (each its "collectives" object:
+/// {name: {fixed_s, per_byte_s, samples: [{bytes, time_s}]}}) as one: each size at its quickest
+/// launch, refitted. A launch's state on a shared VM holds for the whole run (two ranks landing
+/// where they slow each other: every collective's fixed cost ~50 us instead of ~5 us, in about
+/// half of the launches one afternoon), and validate --local keeps each plan's quickest run: the
+/// calibration reads the same state. FORESIGHT_CHECK on launches that timed different sizes.
+nlohmann::ordered_json quickest_collectives(const std::vector<nlohmann::ordered_json>& launches);
+
 /// Median of `reps` timed calls of `f` after one warm-up call, seconds (steady_clock).
 double median_time(const std::function<void()>& f, int reps);
 

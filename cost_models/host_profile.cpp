@@ -153,6 +153,12 @@ HostProfile parse_host_profile(const std::string& text, const std::string& sourc
       p.ops_probe_s.emplace_back(int(number(o[i], "threads", where, true)), number(o[i], "probe_s", where, true));
     }
   }
+  if (j.contains("step_context")) {
+    p.step_context = number(j["step_context"], "factor", "step_context", true);
+    if (p.step_context < 0.5 || p.step_context > 2.0)
+      fail("step_context.factor", brief(j["step_context"]["factor"]),
+           "must be within [0.5, 2] (the ops' time in a step over their time alone)");
+  }
   if (j.contains("launch") && j["launch"].contains("mpirun") && j["launch"]["mpirun"].is_array())
     for (const auto& a : j["launch"]["mpirun"])
       if (a.is_string()) p.mpirun.push_back(a.get<std::string>());
@@ -180,7 +186,7 @@ std::shared_ptr<const HostProfile> cached_host_profile(const std::string& path) 
 
 HostOps::HostOps(std::shared_ptr<const HostProfile> profile, int ranks) : profile_(std::move(profile)) {
   FORESIGHT_CHECK(profile_) << "HostOps without a profile";
-  slowdown_ = profile_->slowdown_for(ranks);
+  slowdown_ = profile_->slowdown_for(ranks) * profile_->step_context;
 }
 
 Seconds HostOps::matmul(MatmulVariant v, double m, double n, double k) const {

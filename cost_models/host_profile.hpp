@@ -69,6 +69,12 @@ struct HostProfile {
   /// speed the op times describe.
   std::vector<std::pair<int, double>> ops_probe_s;
   std::vector<std::string> mpirun;               // launch template; "{ranks}" stands for the count
+  /// The ops' time inside a training step over their time called alone, as `foresight calibrate
+  /// --backend cpu` measures it on a declared calibration plan (planner::context_calibration_case:
+  /// its step measured over its prediction from the ops alone); 1 when not measured. Session 59
+  /// timed one GEMM shape 10-30% slower between a step's other calls than in a loop of its own,
+  /// with caches ruled out (the code in between: branch predictors, op cache, prefetchers).
+  double step_context = 1.0;
 
   /// Per-process slowdown of `ranks` busy processes on this host: the measured value, linear
   /// between measured counts, ranks / cores beyond the last (time-sharing).
@@ -89,7 +95,7 @@ std::shared_ptr<const HostProfile> cached_host_profile(const std::string& path);
 const std::vector<std::string>& host_profile_ops();
 
 /// Op times of the CPU backend on this host for a plan of `ranks` ranks: each measured time times
-/// the slowdown of that many processes sharing the host's cores.
+/// the slowdown of that many processes sharing the host's cores and the profile's step context.
 class HostOps {
  public:
   HostOps(std::shared_ptr<const HostProfile> profile, int ranks);

@@ -140,6 +140,13 @@ std::vector<LoopCase> closed_loop_plans(int max_ranks, int steps) {
   return out;
 }
 
+LoopCase context_calibration_case(int steps) {
+  LoopCase c = closed_loop_plans(1, steps).front();  // the baseline
+  c.name = "context-calibration";
+  c.plan.plan.micro_batch = 1;
+  return c;
+}
+
 sim::Prediction predict_local(LoopCase& c, const std::string& profile_path) {
   Experiment e;
   e.name = "local-" + c.name;
@@ -360,6 +367,10 @@ std::string closed_loop_markdown(const nlohmann::ordered_json& r, const std::str
        fmt(r["max_abs_pct"], "%.1f%%") + " over " + std::to_string(r["measured_cases"].get<int>()) +
        " plans. Peak memory per rank: median |error| " + fmt(r["mem_median_abs_pct"], "%.1f%%") + ", largest " +
        fmt(r["mem_max_abs_pct"], "%.1f%%") + ".\n";
+  if (r.contains("step_context"))
+    s += "\nStep context: the predictions take the ops at " + fmt(r["step_context"], "%.3f") +
+         "x their isolated timings, as a calibration plan none of these plans is (context-calibration: one rank, "
+         "micro-batch 1) ran them inside its steps (`foresight calibrate --backend cpu`).\n";
   if (r.contains("host_probe_vs_calibration")) {
     const double v = r["host_probe_vs_calibration"].get<double>();
     s += "\nHost speed: around the kept runs the probe took " + fmt(v, "%.2f") +

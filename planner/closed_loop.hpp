@@ -40,6 +40,12 @@ ModelSpec closed_loop_model(bool moe);
 /// tp x pp, pp x dp and tp x dp. Each runs `steps` steps (the first is warm-up).
 std::vector<LoopCase> closed_loop_plans(int max_ranks, int steps);
 
+/// The plan `foresight calibrate --backend cpu` runs to measure the ops' step context
+/// (HostProfile::step_context): the loop's dense model on one rank at micro-batch 1 (eight
+/// micro-batches a step), a plan none of closed_loop_plans runs (they all take micro-batch 2), so
+/// every plan the loop checks stays a prediction.
+LoopCase context_calibration_case(int steps);
+
 /// The simulator's prediction (analytic engine) of one case on the host profile; also stored as
 /// the plan's `prediction`. Made before anything runs and from the profile alone.
 sim::Prediction predict_local(LoopCase& c, const std::string& profile_path);

@@ -25,6 +25,33 @@ TEST(CpuCalibration, LinearFitRecoversAnExactLine) {
   EXPECT_NEAR(f.max_rel_residual, 0.0, 1e-9);
 }
 
+TEST(CpuCalibration, CollectivesOfSeveralLaunchesAreTakenAtEachSizesQuickest) {
+  // Three launches of one collective on the line 5 us + 0.1 ns/byte, each slow somewhere else: the
+  // first 10x at 1 KiB, the second 3x at 4 MiB, the third 1.5x everywhere. Merged: the line itself.
+  const std::vector<double> bytes = {1024, 16384, 262144, 4194304};
+  auto line = [](double b) { return 5e-6 + 1e-10 * b; };
+  std::vector<nlohmann::ordered_json> launches;
+  for (int k = 0; k < 3; ++k) {
+    nlohmann::ordered_json samples = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      double t = line(bytes[i]);
+      if (k == 0 && i == 0) t *= 10;
+      if (k == 1 && i + 1 == bytes.size()) t *= 3;
+      if (k == 2) t *= 1.5;
+      samples.push_back({{"bytes", bytes[i]}, {"time_s", t}});
+    }
+    launches.push_back({{"all_reduce", {{"fixed_s", 0.0}, {"per_byte_s", 0.0}, {"samples", samples}}}});
+  }
+  const auto m = foresight::calibrate::quickest_collectives(launches);
+  EXPECT_NEAR(m["all_reduce"]["fixed_s"].get<double>(), 5e-6, 1e-12);
+  EXPECT_NEAR(m["all_reduce"]["per_byte_s"].get<double>(), 1e-10, 1e-16);
+  EXPECT_EQ(m["all_reduce"]["launches"].get<int>(), 3);
+  EXPECT_NEAR(m["all_reduce"]["samples"][0]["time_s"].get<double>(), line(1024), 1e-15);
+  // Launches that timed different sizes are not merged.
+  launches[1]["all_reduce"]["samples"][2]["bytes"] = 300000.0;
+  EXPECT_ANY_THROW(foresight::calibrate::quickest_collectives(launches));
+}
+
 TEST(CpuCalibration, ANegativeInterceptIsRefittedThroughTheOrigin) {
   // 1 ns per unit less 2 us: the unconstrained fit's intercept is -2 us, a negative time.
   const std::vector<double> units = {4e3, 8e3, 16e3};

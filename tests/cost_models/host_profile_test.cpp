@@ -108,6 +108,29 @@ TEST(HostProfile, SlowdownInterpolatesAndTimeSharesBeyondTheMeasuredCounts) {
   EXPECT_NEAR(four.op("add", 1000).value(), 2.2 * 1000e-9, 1e-15);
 }
 
+TEST(HostProfile, StepContextScalesEveryOpAndStacksOnTheSlowdown) {
+  nlohmann::json j = synthetic(1e-9, 0, 1e-9);
+  j["step_context"] = {{"plan", "context-calibration"}, {"factor", 1.25}};
+  const auto p = profile_of(j);
+  EXPECT_DOUBLE_EQ(p->step_context, 1.25);
+  // One rank: 1.25 x the measured times; four ranks: 1.25 x 2.2 (the slowdown of four).
+  const HostOps one(p, 1), four(p, 4);
+  EXPECT_NEAR(one.matmul(MatmulVariant::nn, 64, 256, 8).value(), 1.25e-9 * 64 * 256 * 8, 1e-15);
+  EXPECT_NEAR(one.op("add", 1000).value(), 1.25 * 1000e-9, 1e-15);
+  EXPECT_NEAR(four.op("add", 1000).value(), 1.25 * 2.2 * 1000e-9, 1e-15);
+  // Without it, 1; out of range or not a number, refused naming the field.
+  EXPECT_DOUBLE_EQ(profile_of(synthetic(1e-9, 0, 1e-9))->step_context, 1.0);
+  for (const nlohmann::json& bad : {nlohmann::json(3.0), nlohmann::json(0.2), nlohmann::json("fast")}) {
+    j["step_context"]["factor"] = bad;
+    try {
+      parse_host_profile(j.dump(), "p.json");
+      FAIL() << "accepted step_context.factor " << bad.dump();
+    } catch (const SpecError& e) {
+      EXPECT_EQ(e.field(), "step_context.factor");
+    }
+  }
+}
+
 TEST(HostProfile, MissingOpsAndBadValuesNameTheField) {
   nlohmann::json j = synthetic(1e-9, 0, 1e-9);
   j["ops"].erase("gelu_backward");

@@ -62,6 +62,19 @@ TEST(ClosedLoop, PlanSetCoversTheIssuesLayoutsOnTwoRanks) {
   EXPECT_GT(closed_loop_plans(4, 8).size(), cases.size());  // four-rank layouts join on 4 cores
 }
 
+TEST(ClosedLoop, TheStepContextPlanIsNoneOfTheCheckedPlans) {
+  // The calibration plan runs at micro-batch 1 on one rank; every checked plan at micro-batch 2, so
+  // none is the calibration case under another name.
+  const LoopCase c = context_calibration_case(6);
+  EXPECT_EQ(c.plan.gpus, 1);
+  EXPECT_EQ(c.plan.plan.micro_batch, 1);
+  EXPECT_FALSE(c.plan.model.moe.has_value());
+  for (const LoopCase& k : closed_loop_plans(4, 6)) {
+    EXPECT_NE(k.name, c.name);
+    EXPECT_NE(k.plan.plan.micro_batch, c.plan.plan.micro_batch) << k.name;
+  }
+}
+
 TEST(ClosedLoop, PredictionsDoNotDependOnWhatWasMeasured) {
   const std::string profile = write_profile();
   std::vector<LoopCase> cases = closed_loop_plans(2, 8);
