@@ -153,7 +153,9 @@ Command calibrate_command() {
                            "What to measure: cuda (the GPUs' kernels and NCCL, the default) or cpu (the bundled "
                            "trainer's CPU backend op by op, its MPI collectives and the slowdown of concurrent ranks "
                            "on this host, about 80 s on two cores; the ops are timed again, three passes at most, "
-                           "when the host changed speed during them; --out default cpu-profile.json)")
+                           "when the host changed speed during them; then a calibration plan, one rank at "
+                           "micro-batch 1, is run three times for the ops' step context: its step over its "
+                           "prediction from the ops alone; --out default cpu-profile.json)")
                 ->check(CLI::IsMember({"cuda", "cpu"}));
             return [a, out_opt](std::ostream& out, std::ostream& err) -> int {
               if (a->backend == "cpu") {
