@@ -266,8 +266,11 @@ int calibrate_cpu(const std::string& path, bool quick, std::ostream& out, std::o
   return calibrate_trainer_backend(path, "cpu", quick, out, err);
 }
 
-int calibrate_trainer_backend(const std::string& path, const std::string& backend_name, bool quick, std::ostream& out,
-                              std::ostream& err, int max_concurrent_ranks) {
+namespace {
+
+// One calibration; `attempt` counts those made in a row (see the step context below).
+int calibrate_attempt(const std::string& path, const std::string& backend_name, bool quick, std::ostream& out,
+                      std::ostream& err, int max_concurrent_ranks, int attempt) {
   const auto t0 = std::chrono::steady_clock::now();
   nlohmann::ordered_json j;
   j["format"] = "foresight-cpu-profile/1";
@@ -550,13 +553,15 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
   // (session 59: one GEMM shape; caches ruled out); the plans validate --local checks are then
   // predicted with it, none of them run here.
   {
-    const fs::path cdir = tmp / ("context-" + tag);
+    // (A path of its own per attempt: profiles are cached by path within a process.)
+    const fs::path cdir = tmp / ("context-" + tag + "-" + std::to_string(attempt));
     std::error_code ec;
     fs::remove_all(cdir, ec);
     fs::create_directories(cdir);
     const fs::path draft = cdir / "profile.json", plan_file = cdir / "plan.json";
     write_file_atomically(draft, j.dump(1) + "\n", "--out");
     planner::LoopCase c = planner::context_calibration_case(6);
+    c.plan.checkpoint_dir = (cdir / "checkpoints").string();
     const double predicted = in_s(planner::predict_local(c, draft.string()).iteration);
     write_file_atomically(plan_file, to_json(c.plan).dump(2) + "\n", "--out");
     std::vector<nlohmann::json> summaries;
@@ -581,19 +586,45 @@ int calibrate_trainer_backend(const std::string& path, const std::string& backen
     std::snprintf(line, sizeof line, "  step context: %s ran %.4f s a step against %.4f s from the ops alone: %.3fx\n",
                   c.name.c_str(), *m.step_s, predicted, factor);
     err << line;
-    if (factor < 0.5 || factor > 2.0) {
-      err << "calibrate --backend cpu: the step context " << factor
-          << "x is outside [0.5, 2]: the op timings or the runs met a disturbance; calibrate again\n";
-      return 1;
+    // An op cannot run faster between a step's other calls than in a loop of its own, and session
+    // 59 measured 1.10-1.30x: a factor well outside that says the host changed speed between the op
+    // timing and these runs (a slow spell through the ops put one at 0.76x, every later run at the
+    // quick speed, and the concurrent-rank slowdown and MPI times read in the same spell predicted
+    // every 2-rank plan 17-23% slow). Everything is then measured again, once.
+    constexpr double kLeast = 0.9, kMost = 1.4;
+    if ((factor < kLeast || factor > kMost) && attempt < 2) {
+      std::snprintf(line, sizeof line,
+                    "calibrate --backend cpu: step context %.3fx, outside [%.1f, %.1f]: the host changed speed "
+                    "between the op timing and these runs; calibrating again\n",
+                    factor, kLeast, kMost);
+      err << line;
+      return calibrate_attempt(path, backend_name, quick, out, err, max_concurrent_ranks, attempt + 1);
     }
-    j["step_context"] = {{"plan", c.name}, {"micro_batch", c.plan.plan.micro_batch}, {"predicted_s", predicted},
-                         {"measured_s", *m.step_s}, {"runs_s", m.run_steps_s}, {"factor", factor}};
+    // Outside it twice, the reading is not the ops' context but the host's unsteadiness (its
+    // speed in blocks of shapes timed back to back moved by up to +-30% from one calibration to the
+    // next, session 60, and a ratio on one plan's shapes then misstates the others'): the ops are
+    // taken as timed (factor 1) and the reading is kept beside it.
+    const bool plausible = factor >= kLeast && factor <= kMost;
+    if (!plausible)
+      err << "calibrate --backend cpu: step context outside [" << kLeast << ", " << kMost
+          << "] in a second calibration too: not used (factor 1; this host's speed is unsteady)\n";
+    j["step_context"] = {{"plan", c.name},          {"micro_batch", c.plan.plan.micro_batch},
+                         {"predicted_s", predicted}, {"measured_s", *m.step_s},
+                         {"runs_s", m.run_steps_s},  {"measured_factor", factor},
+                         {"factor", plausible ? factor : 1.0}};
   }
   j["duration_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomically(path, j.dump(1) + "\n", "--out");
   out << "Wrote " << path << " (" << j["duration_s"].get<double>() << " s)\n";
   if (j["mpi"].empty()) err << "calibrate --backend cpu: no MPI measurements (no mpirun or foresight-commbench): plans of more than one rank cannot be predicted from this profile\n";
   return kExitOk;
+}
+
+}  // namespace
+
+int calibrate_trainer_backend(const std::string& path, const std::string& backend_name, bool quick, std::ostream& out,
+                              std::ostream& err, int max_concurrent_ranks) {
+  return calibrate_attempt(path, backend_name, quick, out, err, max_concurrent_ranks, 1);
 }
 
 int run_local_loop(const LocalLoopOptions& o, std::ostream& out, std::ostream& err) {
