@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "calibrate/stats.hpp"
 #include "core/error.hpp"
 #include "trainer/cpu_backend.hpp"
 
@@ -95,6 +96,24 @@ double median_time(const std::function<void()>& f, int reps) {
   return t[t.size() / 2];
 }
 
+double settled_time(const std::vector<ProbedTiming>& timings, const std::vector<double>& readings, double reference_s,
+                    double* largest_scale) {
+  FORESIGHT_CHECK(!timings.empty()) << "a sample without a timing";
+  std::vector<double> t;
+  for (const ProbedTiming& x : timings) {
+    double slowness = 1;
+    if (x.reading >= 0 && reference_s > 0) {
+      FORESIGHT_CHECK(std::size_t(x.reading) + 1 < readings.size())
+          << "timing stated against reading " << x.reading << " of " << readings.size();
+      // The probe's time around the timing: the mean of the readings before and after it.
+      slowness = 0.5 * (readings[std::size_t(x.reading)] + readings[std::size_t(x.reading) + 1]) / reference_s;
+    }
+    if (largest_scale) *largest_scale = std::max(*largest_scale, slowness);
+    t.push_back(x.time_s / std::max(1.0, slowness));
+  }
+  return quantile(t, 0.5);
+}
+
 namespace {
 
 // Repeats: enough to take a median, fewer for long calls (a pass stays short).
@@ -177,68 +196,115 @@ double probe_median_seconds() {
 
 namespace {
 
-/// The host probe's readings during a pass and, for each sample in the order it was timed, the
-/// reading taken before it: a reading at the first sample and then whenever half a second has gone
-/// by, one more at the end of the pass.
+/// The host probe's readings during a pass: one at the first timing and then whenever half a
+/// second has gone by, one more at the end of the pass.
 struct ProbeTrack {
   std::function<double()> probe;
   std::vector<double> readings;
-  std::vector<std::size_t> segment;
   std::chrono::steady_clock::time_point last{};
-  void before_sample() {
-    if (!probe) return;
+  /// The index of the reading a timing made now is stated against (-1 without a probe).
+  long before_timing() {
+    if (!probe) return -1;
     if (readings.empty() || std::chrono::steady_clock::now() - last > std::chrono::milliseconds(500)) {
       readings.push_back(probe());
       last = std::chrono::steady_clock::now();
     }
-    segment.push_back(readings.size() - 1);
+    return long(readings.size()) - 1;
   }
   void finish() {
     if (probe) readings.push_back(probe());
   }
-  /// The probe's time around sample i: the mean of the readings before and after it.
-  double around(std::size_t i) const { return 0.5 * (readings[segment[i]] + readings[segment[i] + 1]); }
 };
 
-nlohmann::ordered_json measure_pass(Backend& backend, const std::function<void()>& sync, const CpuBenchOptions& o,
-                                    std::ostream& log, ProbeTrack& track) {
-  Backend* be = &backend;
-  auto timed = [&sync, &track](const std::function<void()>& f) {
-    track.before_sample();
-    return timed_with(f, sync);
-  };
+/// A pass's samples and, for each in samples_in_order's order, its timings (one per round).
+struct Pass {
   nlohmann::ordered_json j;
+  std::vector<std::vector<ProbedTiming>> timings;
+};
+
+Pass measure_pass(Backend& backend, const std::function<void()>& sync, const CpuBenchOptions& o, std::ostream& log,
+                  ProbeTrack& track) {
+  Backend* be = &backend;
+  Pass pass;
+  nlohmann::ordered_json& j = pass.j;
   // ---- GEMMs: a log2 grid; the largest products left out (they take seconds and no small GPT has them).
+  // Timed in rounds, each round one short timing of every shape, the rounds starting at different
+  // shapes: on a shared VM the host's speed moves over seconds, and shapes timed back to back had
+  // moved together by up to +-30% from one calibration to the next (notes/status.md, session 60).
+  // A slow spell now lands on one round of many shapes, which each shape's median over its rounds
+  // sets aside, instead of on every timing of a block of neighbouring shapes.
   const std::vector<int> ms = o.quick ? std::vector<int>{32, 128, 512} : std::vector<int>{32, 64, 128, 256, 512};
   const std::vector<int> nks =
       o.quick ? std::vector<int>{32, 128, 512} : std::vector<int>{32, 64, 128, 256, 512, 1024};
   const double max_macs = o.quick ? double(1 << 22) : double(1 << 25);
   const char* names[3] = {"matmul_nn", "matmul_nt", "matmul_tn"};
-  for (int v = 0; v < 3; ++v) {
-    const bool ta = v == 2, tb = v == 1;
-    nlohmann::ordered_json samples = nlohmann::ordered_json::array();
-    double lo = 1e30, hi = 0;
+  struct Shape {
+    int v, m, n, k;
+  };
+  std::vector<Shape> shapes;
+  for (int v = 0; v < 3; ++v)
     for (int m : ms)
       for (int n : nks)
-        for (int k : nks) {
-          const double macs = double(m) * n * k;
-          if (macs > max_macs) continue;
-          Tensor a = ta ? be->zeros(k, m) : be->zeros(m, k);
-          Tensor b = tb ? be->zeros(n, k) : be->zeros(k, n);
-          Tensor c = be->zeros(m, n);
-          be->fill(a, 0.5f);
-          be->fill(b, 0.25f);
-          const double t = timed([&] { be->matmul(c, a, ta, b, tb, ta); });  // tn accumulates, as weight gradients do
-          samples.push_back({{"m", m}, {"n", n}, {"k", k}, {"time_s", t}});
-          lo = std::min(lo, 2 * macs / t);
-          hi = std::max(hi, 2 * macs / t);
-        }
+        for (int k : nks)
+          if (double(m) * n * k <= max_macs) shapes.push_back({v, m, n, k});
+  pass.timings.resize(shapes.size());
+  // A round times one group of calls lasting about 2 ms (one call for the largest shapes), the
+  // group's size set by a first, untimed call in round 0; later rounds call on operands just
+  // filled, so no warm-up call (it had made the rounds cost 3x the calls of one back-to-back timing
+  // for the largest shapes).
+  std::vector<int> calls(shapes.size(), 0);
+  const int rounds = o.quick ? 3 : 5;
+  for (int r = 0; r < rounds; ++r) {
+    const std::size_t start = std::size_t(r) * shapes.size() / std::size_t(rounds);
+    for (std::size_t q = 0; q < shapes.size(); ++q) {
+      const std::size_t i = (start + q) % shapes.size();
+      const auto [v, m, n, k] = shapes[i];
+      const bool ta = v == 2, tb = v == 1;
+      Tensor a = ta ? be->zeros(k, m) : be->zeros(m, k);
+      Tensor b = tb ? be->zeros(n, k) : be->zeros(k, n);
+      Tensor c = be->zeros(m, n);
+      be->fill(a, 0.5f);
+      be->fill(b, 0.25f);
+      auto call = [&] { be->matmul(c, a, ta, b, tb, ta); };  // tn accumulates, as weight gradients do
+      if (calls[i] == 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        call();
+        sync();
+        const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        calls[i] = std::clamp(int(2e-3 / std::max(first, 1e-9)), 1, 200);
+      }
+      const long reading = track.before_timing();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int c_ = 0; c_ < calls[i]; ++c_) call();
+      sync();
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls[i];
+      pass.timings[i].push_back({.time_s = t, .reading = reading});
+    }
+  }
+  for (int v = 0; v < 3; ++v) {
+    nlohmann::ordered_json samples = nlohmann::ordered_json::array();
+    double lo = 1e30, hi = 0;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      if (shapes[i].v != v) continue;
+      const double macs = double(shapes[i].m) * shapes[i].n * shapes[i].k;
+      const double t = settled_time(pass.timings[i], {}, 0, nullptr);
+      samples.push_back({{"m", shapes[i].m}, {"n", shapes[i].n}, {"k", shapes[i].k}, {"time_s", t}});
+      lo = std::min(lo, 2 * macs / t);
+      hi = std::max(hi, 2 * macs / t);
+    }
     char line[160];
     std::snprintf(line, sizeof line, "  %-26s %3zu shapes, %.2f - %.2f GFLOP/s\n", names[v], samples.size(), lo / 1e9,
                   hi / 1e9);
     log << line;
     j["ops"][names[v]] = {{"samples", samples}};
   }
+  // Every other op's samples one after another, each one timing.
+  auto timed = [&sync, &track, &pass](const std::function<void()>& f) {
+    const long reading = track.before_timing();
+    const double t = timed_with(f, sync);
+    pass.timings.push_back({{.time_s = t, .reading = reading}});
+    return t;
+  };
 
   // ---- Everything else, fixed + per unit.
   const double C = 64;  // row width of the (rows, C) tensors
@@ -400,7 +466,7 @@ nlohmann::ordered_json measure_pass(Backend& backend, const std::function<void()
   std::snprintf(line, sizeof line, "  memcpy                     %8.2f GB/s (read + write)\n", 2.0 * double(bytes) / t / 1e9);
   log << line;
   track.finish();
-  return j;
+  return pass;
 }
 
 /// Every sample of `j`, in the order measure_pass timed them.
@@ -453,9 +519,10 @@ nlohmann::ordered_json measure_backend(Backend& be, const std::function<void()>&
   std::ostringstream pass_log;
   ProbeTrack first_track, second_track;
   first_track.probe = second_track.probe = o.host_probe;
-  nlohmann::ordered_json j = measure_pass(be, sync, o, pass_log, first_track);
-  nlohmann::ordered_json second;
+  Pass first = measure_pass(be, sync, o, pass_log, first_track);
+  Pass second;
   if (!o.quick) second = measure_pass(be, sync, o, pass_log, second_track);
+  nlohmann::ordered_json& j = first.j;
   if (o.host_probe) {
     std::vector<double> all = first_track.readings;
     all.insert(all.end(), second_track.readings.begin(), second_track.readings.end());
@@ -463,16 +530,13 @@ nlohmann::ordered_json measure_backend(Backend& be, const std::function<void()>&
     const double reference = all[all.size() / 10];
     FORESIGHT_CHECK(reference > 0 && std::isfinite(reference)) << "host probe read " << reference << " s";
     double largest = 1.0;
-    auto scale = [&](nlohmann::ordered_json& pass, const ProbeTrack& track) {
-      const std::vector<nlohmann::ordered_json*> samples = samples_in_order(pass);
-      FORESIGHT_CHECK(samples.size() == track.segment.size()) << samples.size() << " samples, " << track.segment.size() << " timed";
-      for (std::size_t i = 0; i < samples.size(); ++i) {
-        const double slowness = track.around(i) / reference;  // the probe around the sample vs the reference
-        largest = std::max(largest, slowness);
-        (*samples[i])["time_s"] = (*samples[i])["time_s"].get<double>() / std::max(1.0, slowness);
-      }
+    auto scale = [&](Pass& pass, const ProbeTrack& track) {
+      const std::vector<nlohmann::ordered_json*> samples = samples_in_order(pass.j);
+      FORESIGHT_CHECK(samples.size() == pass.timings.size()) << samples.size() << " samples, " << pass.timings.size() << " timed";
+      for (std::size_t i = 0; i < samples.size(); ++i)
+        (*samples[i])["time_s"] = settled_time(pass.timings[i], track.readings, reference, &largest);
     };
-    scale(j, first_track);
+    scale(first, first_track);
     if (!o.quick) scale(second, second_track);
     j["host_probe"] = {{"reference_s", reference}, {"readings", all.size()}, {"largest_scale", largest}};
     char line[200];
@@ -484,10 +548,10 @@ nlohmann::ordered_json measure_backend(Backend& be, const std::function<void()>&
   }
   if (!o.quick) {
     log << "  (second pass; each sample the faster of the two)\n";
-    const std::vector<nlohmann::ordered_json*> a = samples_in_order(j), b = samples_in_order(second);
+    const std::vector<nlohmann::ordered_json*> a = samples_in_order(j), b = samples_in_order(second.j);
     for (std::size_t i = 0; i < a.size(); ++i)
       (*a[i])["time_s"] = std::min((*a[i])["time_s"].get<double>(), (*b[i])["time_s"].get<double>());
-    j["memory"]["copy_GBps"] = std::max(j["memory"]["copy_GBps"].get<double>(), second["memory"]["copy_GBps"].get<double>());
+    j["memory"]["copy_GBps"] = std::max(j["memory"]["copy_GBps"].get<double>(), second.j["memory"]["copy_GBps"].get<double>());
   }
   refit_and_log(j, log);
   char line[96];

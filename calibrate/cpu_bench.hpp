@@ -39,6 +39,21 @@ nlohmann::ordered_json quickest_collectives(const std::vector<nlohmann::ordered_
 /// Median of `reps` timed calls of `f` after one warm-up call, seconds (steady_clock).
 double median_time(const std::function<void()>& f, int reps);
 
+/// One timing of a sample, seconds per call, and the index of the host probe's reading taken
+/// before it (-1: no probe).
+struct ProbedTiming {
+  double time_s = 0;
+  long reading = -1;
+};
+
+/// A sample's time from its timings (one per round; every op but the GEMMs has one): each timing
+/// divided by the probe's time around it (the mean of its reading and the next) over `reference_s`
+/// where that ratio is above 1 (never multiplied; none without a reading or a reference), then the
+/// median (the mean of the middle two for an even count). The largest ratio seen is kept in
+/// *largest_scale when given. FORESIGHT_CHECK on no timing or a reading with no next one.
+double settled_time(const std::vector<ProbedTiming>& timings, const std::vector<double>& readings, double reference_s,
+                    double* largest_scale);
+
 struct CpuBenchOptions {
   bool quick = false;  // a smaller GEMM grid (smoke tests)
   /// A short reading of the host's speed, seconds per call of a fixed GEMM (probe_median_seconds);
@@ -48,7 +63,8 @@ struct CpuBenchOptions {
 };
 
 /// The ops of `be` (the trainer's CPU backend, or its CUDA backend in foresight-commbench --ops),
-/// each call timed as a step meets it (calls back to back, `sync` waited for once per group).
+/// each call timed as a step meets it (calls back to back, `sync` waited for once per group); the
+/// GEMM grid in rounds (five, three with o.quick), each shape the median of its rounds.
 /// With o.host_probe, each sample timed while the probe read slower than its reference (the 10th
 /// percentile of all readings) is divided by that ratio (never multiplied), and the result carries
 /// "host_probe": {reference_s, readings, largest_scale}: a shared machine's slow spell, which can
