@@ -204,6 +204,22 @@ int steadiest_pass(const std::function<double(int)>& pass, double most_drift, in
   return best;
 }
 
+OpTimingDrift op_timing_drift(const std::vector<double>& before_s, const std::vector<double>& after_s,
+                              double inside_reference_s) {
+  FORESIGHT_CHECK(!before_s.empty() && !after_s.empty()) << before_s.size() << " readings before, " << after_s.size()
+                                                         << " after";
+  auto middle = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return 0.5 * (v[(v.size() - 1) / 2] + v[v.size() / 2]);
+  };
+  const double quickest = std::min(*std::min_element(before_s.begin(), before_s.end()),
+                                   *std::min_element(after_s.begin(), after_s.end()));
+  FORESIGHT_CHECK(quickest > 0 && inside_reference_s > 0) << "probe readings " << quickest << " s around, "
+                                                          << inside_reference_s << " s inside";
+  return {.apart = std::abs(middle(after_s) / middle(before_s) - 1.0),
+          .inside = std::max(0.0, inside_reference_s / quickest - 1.0)};
+}
+
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks) {
   if (wall_s <= 0) return 1.0;
   const double others_cores = std::max(0.0, others_cpu_s) / wall_s;

@@ -87,6 +87,19 @@ double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::ve
 /// at most; returns the index of the steadiest pass (the first of the least drift).
 int steadiest_pass(const std::function<double(int)>& pass, double most_drift, int most_passes);
 
+/// How far a calibration's op timing is from a steady host, for steadiest_pass: the larger of
+/// |after / before - 1| over the medians of the one-thread probe readings made by the calibrating
+/// process just before and just after it, and how much slower the timing process's own probe
+/// reference (`inside_reference_s`, the quickest tenth of its in-pass readings) is than the quickest
+/// of those readings (0 when not slower). The second catches a timing process that ran slow
+/// throughout while the host around it did not. FORESIGHT_CHECK on an empty side or a reading <= 0.
+struct OpTimingDrift {
+  double apart = 0, inside = 0;
+  double drift() const { return std::max(apart, inside); }
+};
+OpTimingDrift op_timing_drift(const std::vector<double>& before_s, const std::vector<double>& after_s,
+                              double inside_reference_s);
+
 /// The runs of one plan (one trainer summary per round) and the host slowdown read around each
 /// (`run_slowdown`, same order; an empty list reads every run as quiet; quiet: within 1 +
 /// `tolerance`, counted in quiet_runs and disturbed_runs): each run's median step time over its

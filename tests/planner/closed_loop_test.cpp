@@ -224,6 +224,26 @@ TEST(ClosedLoop, ConcurrentRanksOnTheirOwnCoresAreTakenAtTheirQuickestRuns) {
 // The calibration's op timing is repeated while the host probe drifted across it (on the CI VM a
 // pass 33% apart predicted the one-rank plans 21-25% slow): it stops at the first pass within the
 // limit, else after the most passes, and keeps the steadiest.
+// The two ways an op timing misses a steady host, by hand: readings before 1.50, 1.52, 1.60 ms
+// (median 1.52), after 1.51, 1.55, 1.70 (median 1.55): 1.55 / 1.52 - 1 = 1.97% apart. The timing
+// process's reference at 2.15 ms against the quickest reading around it, 1.50: 43.3% slower (the
+// session-61 runs whose GEMMs all ran 1.43x slow); at 1.49 (quicker than around it) 0.
+TEST(ClosedLoop, AnOpTimingThatRanSlowerThanTheHostAroundItCountsAsDrift) {
+  using foresight::planner::op_timing_drift;
+  const std::vector<double> before = {1.52e-3, 1.50e-3, 1.60e-3}, after = {1.70e-3, 1.51e-3, 1.55e-3};
+  const auto slow = op_timing_drift(before, after, 2.15e-3);
+  EXPECT_NEAR(slow.apart, 1.55 / 1.52 - 1, 1e-12);
+  EXPECT_NEAR(slow.inside, 2.15 / 1.50 - 1, 1e-12);
+  EXPECT_DOUBLE_EQ(slow.drift(), slow.inside);
+  const auto quiet = op_timing_drift(before, after, 1.49e-3);
+  EXPECT_EQ(quiet.inside, 0.0);
+  EXPECT_DOUBLE_EQ(quiet.drift(), quiet.apart);
+  // Even counts: the mean of the middle two (1, 1.5, 2, 3 -> 1.75; 3, 4 -> 3.5: 100% apart).
+  EXPECT_NEAR(op_timing_drift({1, 2, 3, 1.5}, {3, 4}, 1).apart, 1.0, 1e-12);
+  EXPECT_THROW(op_timing_drift({}, after, 1e-3), std::exception);
+  EXPECT_THROW(op_timing_drift(before, after, 0), std::exception);
+}
+
 TEST(ClosedLoop, OpTimingIsRepeatedWhileTheHostDriftedAcrossIt) {
   using foresight::planner::steadiest_pass;
   auto run = [](std::vector<double> drifts, int most, int& ran) {
