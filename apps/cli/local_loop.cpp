@@ -400,7 +400,7 @@ int calibrate_attempt(const std::string& path, const std::string& backend_name, 
     j["ops_probe_inside"] = inside;
     char line[200];
     std::snprintf(line, sizeof line,
-                  "  host probe around the ops: medians after and before %.1f%% apart; during them %.1f%% slower than "
+                  "  host probe around the ops: medians after and before %.1f%% apart, during them %.1f%% slower than "
                   "around them\n",
                   100 * apart, 100 * inside);
     err << line;
