@@ -119,6 +119,9 @@ namespace {
 // Repeats: enough to take a median, fewer for long calls (a pass stays short).
 int reps_for(double seconds) { return seconds > 0.05 ? 1 : seconds > 0.01 ? 3 : 5; }
 
+// Calls in a group that lasts about 2 ms, from one call's time (200 at most, 1 at least).
+int calls_for(double first_s) { return std::clamp(int(2e-3 / std::max(first_s, 1e-9)), 1, 200); }
+
 /// Seconds per call of `f` as a training step meets it: calls issued back to back and waited for
 /// once (`sync`; nothing on the CPU backend, a device round trip on a GPU backend, whose calls
 /// are asynchronous), in groups of enough calls to last about 2 ms; the median group.
@@ -130,7 +133,7 @@ double timed_with(const std::function<void()>& f, const std::function<void()>& s
   f();
   sync();
   const double first = std::chrono::duration<double>(Clock::now() - a).count();
-  const int calls = std::clamp(int(2e-3 / std::max(first, 1e-9)), 1, 200);
+  const int calls = calls_for(first);
   std::vector<double> t;
   for (int g = 0; g < reps_for(first); ++g) {
     a = Clock::now();
@@ -271,7 +274,7 @@ Pass measure_pass(Backend& backend, const std::function<void()>& sync, const Cpu
         call();
         sync();
         const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        calls[i] = std::clamp(int(2e-3 / std::max(first, 1e-9)), 1, 200);
+        calls[i] = calls_for(first);
       }
       const long reading = track.before_timing();
       const auto t0 = std::chrono::steady_clock::now();

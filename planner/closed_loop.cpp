@@ -208,15 +208,11 @@ OpTimingDrift op_timing_drift(const std::vector<double>& before_s, const std::ve
                               double inside_reference_s) {
   FORESIGHT_CHECK(!before_s.empty() && !after_s.empty()) << before_s.size() << " readings before, " << after_s.size()
                                                          << " after";
-  auto middle = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return 0.5 * (v[(v.size() - 1) / 2] + v[v.size() / 2]);
-  };
   const double quickest = std::min(*std::min_element(before_s.begin(), before_s.end()),
                                    *std::min_element(after_s.begin(), after_s.end()));
   FORESIGHT_CHECK(quickest > 0 && inside_reference_s > 0) << "probe readings " << quickest << " s around, "
                                                           << inside_reference_s << " s inside";
-  return {.apart = std::abs(middle(after_s) / middle(before_s) - 1.0),
+  return {.apart = std::abs(median_of(after_s) / median_of(before_s) - 1.0),
           .inside = std::max(0.0, inside_reference_s / quickest - 1.0)};
 }
 

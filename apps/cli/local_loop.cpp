@@ -331,7 +331,7 @@ int calibrate_attempt(const std::string& path, const std::string& backend_name, 
     struct Pass {
       std::vector<std::vector<double>> before, after;
       nlohmann::ordered_json backend;
-      double drift = 0, apart = 0, inside = 0;  // drift = max(apart, inside)
+      planner::OpTimingDrift drift;  // none when the timing failed: stop there
     };
     std::vector<Pass> passes;
     std::string failure;
@@ -339,7 +339,7 @@ int calibrate_attempt(const std::string& path, const std::string& backend_name, 
         [&](int k) {
           if (k > 0) {
             char line[200];
-            const Pass& last = passes.back();
+            const planner::OpTimingDrift& last = passes.back().drift;
             if (last.apart >= last.inside)
               std::snprintf(line, sizeof line,
                             "  host probe around the ops: medians after and before %.1f%% apart (more than %.0f%%: the "
@@ -362,24 +362,19 @@ int calibrate_attempt(const std::string& path, const std::string& backend_name, 
           p.after = probe_all();
           if (!r.is_object() || !r.contains("ops") || !r.contains("host_probe")) {
             failure = "calibrate --backend cpu: foresight-train --time-ops failed (exit " + std::to_string(rc) + ")\n";
-            p.drift = 0;  // stop here
           } else {
             p.backend = r;
-            const planner::OpTimingDrift d =
-                planner::op_timing_drift(p.before[0], p.after[0], r["host_probe"]["reference_s"].get<double>());
-            p.apart = d.apart;
-            p.inside = d.inside;
-            p.drift = d.drift();
+            p.drift = planner::op_timing_drift(p.before[0], p.after[0], r["host_probe"]["reference_s"].get<double>());
           }
           passes.push_back(std::move(p));
-          return passes.back().drift;
+          return passes.back().drift.drift();
         },
         kMostDrift, 3);
     if (!failure.empty()) {
       err << failure;
       return 1;
     }
-    const auto& [before, after, backend, drift, apart, inside] = passes[std::size_t(kept)];
+    const auto& [before, after, backend, drift] = passes[std::size_t(kept)];
     j["ops"] = backend["ops"];
     j["memory"] = backend["memory"];
     j["ops_probe"] = nlohmann::ordered_json::array();
@@ -396,13 +391,13 @@ int calibrate_attempt(const std::string& path, const std::string& backend_name, 
     }
     j["ops_host_probe"] = backend["host_probe"];
     j["ops_passes"] = passes.size();
-    j["ops_probe_drift"] = apart;
-    j["ops_probe_inside"] = inside;
+    j["ops_probe_drift"] = drift.apart;
+    j["ops_probe_inside"] = drift.inside;
     char line[200];
     std::snprintf(line, sizeof line,
                   "  host probe around the ops: medians after and before %.1f%% apart, during them %.1f%% slower than "
                   "around them\n",
-                  100 * apart, 100 * inside);
+                  100 * drift.apart, 100 * drift.inside);
     err << line;
   } else {
     // A GPU backend: foresight-commbench links it (this binary does not) and times its ops, each

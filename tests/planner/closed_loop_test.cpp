@@ -221,9 +221,6 @@ TEST(ClosedLoop, ConcurrentRanksOnTheirOwnCoresAreTakenAtTheirQuickestRuns) {
   EXPECT_DOUBLE_EQ(concurrent_rank_slowdown({}, {}, {}, 2, 2), 1.0);
 }
 
-// The calibration's op timing is repeated while the host probe drifted across it (on the CI VM a
-// pass 33% apart predicted the one-rank plans 21-25% slow): it stops at the first pass within the
-// limit, else after the most passes, and keeps the steadiest.
 // The two ways an op timing misses a steady host, by hand: readings before 1.50, 1.52, 1.60 ms
 // (median 1.52), after 1.51, 1.55, 1.70 (median 1.55): 1.55 / 1.52 - 1 = 1.97% apart. The timing
 // process's reference at 2.15 ms against the quickest reading around it, 1.50: 43.3% slower (the
@@ -244,6 +241,9 @@ TEST(ClosedLoop, AnOpTimingThatRanSlowerThanTheHostAroundItCountsAsDrift) {
   EXPECT_THROW(op_timing_drift(before, after, 0), std::exception);
 }
 
+// The calibration's op timing is repeated while the host probe drifted across it (on the CI VM a
+// pass 33% apart predicted the one-rank plans 21-25% slow): it stops at the first pass within the
+// limit, else after the most passes, and keeps the steadiest.
 TEST(ClosedLoop, OpTimingIsRepeatedWhileTheHostDriftedAcrossIt) {
   using foresight::planner::steadiest_pass;
   auto run = [](std::vector<double> drifts, int most, int& ran) {
