@@ -46,6 +46,10 @@ void check_row_dots(const Tensor& a, std::span<const std::int32_t> a_rows, const
 
 namespace {
 
+/// Columns of B a GEMM copies to double at a time: with K up to 256 the panel (K x 128 doubles,
+/// 256 KiB) stays in a core's L2 while every row of A runs over it.
+constexpr std::int64_t kGemmPanelColumns = 128;
+
 /// Allocation counters shared by the backend and its buffers (a buffer may outlive a call).
 struct Usage {
   std::atomic<std::int64_t> in_use{0};
@@ -232,21 +236,57 @@ class CpuBackend final : public Backend {
     const float* pb = gemm_operand(b, bf16(), scratch_b);
     float* pc = c.data();
     const std::int64_t lda = a.cols(), ldb = b.cols();
-    // One row of C at a time, summing over k in increasing order for every element.
-    std::vector<double> acc(static_cast<std::size_t>(N));
-    for (std::int64_t i = 0; i < M; ++i) {
-      std::fill(acc.begin(), acc.end(), 0.0);
+    // Every element of C sums a(i,k) b(k,j) over k in increasing order, in double. B is copied a
+    // panel of columns at a time into a k-major double buffer, so that the inner loop over j is a
+    // contiguous multiply-add of doubles whatever B's layout; float products are exact in double, so
+    // the result has the same bits as a plain triple loop. Two measured reasons (notes/status.md,
+    // session 62): the transposed-B (nt) loop had walked B's columns with stride ldb (1.5 GFLOP/s
+    // against nn's 11 on the calibration's larger shapes), and converting floats inside the inner
+    // loop made GCC's baseline x86-64 code store half of each vector to a stack slot and reload it
+    // every iteration, a loop whose speed then depended on the stack's address: 1.40x slower at 14
+    // of 64 stack offsets (environment padding under `setarch -R`), so ASLR drew a slow or fast
+    // process. Without the stack round trip every offset runs alike, and the GEMMs 1.6x faster.
+    const std::int64_t panel = std::min<std::int64_t>(N, kGemmPanelColumns);
+    std::vector<double> bd(static_cast<std::size_t>(K * panel));
+    std::vector<double> acc(static_cast<std::size_t>(panel));
+    for (std::int64_t j0 = 0; j0 < N; j0 += panel) {
+      const std::int64_t J = std::min(panel, N - j0);
       for (std::int64_t k = 0; k < K; ++k) {
-        const double aik = ta ? pa[k * lda + i] : pa[i * lda + k];
+        double* dst = bd.data() + k * J;
         if (tb)
-          for (std::int64_t j = 0; j < N; ++j) acc[j] += aik * pb[j * ldb + k];
+          for (std::int64_t j = 0; j < J; ++j) dst[j] = pb[(j0 + j) * ldb + k];
         else
-          for (std::int64_t j = 0; j < N; ++j) acc[j] += aik * pb[k * ldb + j];
+          for (std::int64_t j = 0; j < J; ++j) dst[j] = pb[k * ldb + j0 + j];
       }
-      float* row = pc + i * N;
-      for (std::int64_t j = 0; j < N; ++j) row[j] = accumulate ? float(row[j] + acc[j]) : float(acc[j]);
-      if (bias)
-        for (std::int64_t j = 0; j < N; ++j) row[j] += bias->data()[j];
+      for (std::int64_t i = 0; i < M; ++i) {
+        std::fill(acc.begin(), acc.begin() + J, 0.0);
+        const auto a_at = [&](std::int64_t k) -> double { return ta ? pa[k * lda + i] : pa[i * lda + k]; };
+        std::int64_t k = 0;
+        // Four k at a time, each element's running sum kept in a register across them (the same
+        // additions in the same order as one k at a time: a quarter of the loads and stores of acc).
+        for (; k + 4 <= K; k += 4) {
+          const double a0 = a_at(k), a1 = a_at(k + 1), a2 = a_at(k + 2), a3 = a_at(k + 3);
+          const double* b0 = bd.data() + k * J;
+          const double *b1 = b0 + J, *b2 = b1 + J, *b3 = b2 + J;
+          for (std::int64_t j = 0; j < J; ++j) {
+            double s = acc[j];
+            s += a0 * b0[j];
+            s += a1 * b1[j];
+            s += a2 * b2[j];
+            s += a3 * b3[j];
+            acc[j] = s;
+          }
+        }
+        for (; k < K; ++k) {
+          const double aik = a_at(k);
+          const double* src = bd.data() + k * J;
+          for (std::int64_t j = 0; j < J; ++j) acc[j] += aik * src[j];
+        }
+        float* row = pc + i * N + j0;
+        for (std::int64_t j = 0; j < J; ++j) row[j] = accumulate ? float(row[j] + acc[j]) : float(acc[j]);
+        if (bias)
+          for (std::int64_t j = 0; j < J; ++j) row[j] += bias->data()[j0 + j];
+      }
     }
     if (round) round_if_bf16(c);
   }

@@ -1,0 +1,85 @@
+// The CPU backend's GEMM (trainer/cpu_backend.cpp) against a plain float64 triple loop: every
+// element is the sum over k, in increasing k, of exact float products in double, rounded once to
+// float. That contract is what keeps every tensor-parallel layout within rounding of the
+// single-rank run, so the backend must meet it bit for bit in every layout, whatever its blocking:
+// shapes here span several column panels (with a partial last one) and a k count that leaves a
+// remainder after the backend's unrolling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "trainer/cpu_backend.hpp"
+
+namespace foresight::trainer {
+namespace {
+
+/// Fills t with floats of mixed sign and magnitude, so that the order of the additions shows in
+/// the rounded sums.
+void fill(Tensor t, std::mt19937& rng) {
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data()[i] = std::ldexp(mantissa(rng), exponent(rng));
+}
+
+/// c = op(a) op(b) (+ c when accumulate) (+ bias), as the contract states it.
+std::vector<float> reference(const Tensor& a, bool ta, const Tensor& b, bool tb, const std::vector<float>& c0,
+                             bool accumulate, const Tensor* bias) {
+  const std::int64_t M = ta ? a.cols() : a.rows(), K = ta ? a.rows() : a.cols();
+  const std::int64_t N = tb ? b.rows() : b.cols();
+  std::vector<float> c(static_cast<std::size_t>(M * N));
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      double sum = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double x = ta ? a.data()[k * a.cols() + i] : a.data()[i * a.cols() + k];
+        const double y = tb ? b.data()[j * b.cols() + k] : b.data()[k * b.cols() + j];
+        sum += x * y;
+      }
+      float v = accumulate ? float(double(c0[i * N + j]) + sum) : float(sum);
+      if (bias) v += bias->data()[j];
+      c[i * N + j] = v;
+    }
+  return c;
+}
+
+TEST(CpuGemm, EveryLayoutSumsExactProductsInIncreasingKAsAFloat64Loop) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(7);
+  const std::int64_t M = 5, K = 71, N = 300;  // 300 columns: two full panels of 128 and a partial one
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true})
+      for (const bool accumulate : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "ta " << ta << " tb " << tb << " accumulate " << accumulate);
+        Tensor a = ta ? be->zeros(K, M) : be->zeros(M, K);
+        Tensor b = tb ? be->zeros(N, K) : be->zeros(K, N);
+        Tensor c = be->zeros(M, N);
+        fill(a, rng);
+        fill(b, rng);
+        fill(c, rng);
+        const std::vector<float> c0(c.data(), c.data() + c.numel());
+        const std::vector<float> want = reference(a, ta, b, tb, c0, accumulate, nullptr);
+        be->matmul(c, a, ta, b, tb, accumulate);
+        for (std::int64_t e = 0; e < c.numel(); ++e)
+          ASSERT_EQ(c.data()[e], want[e]) << "element (" << e / N << ", " << e % N << ")";
+      }
+}
+
+TEST(CpuGemm, ALinearLayersBiasJoinsAfterTheRoundedSumUnderFp32) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(11);
+  const std::int64_t M = 3, K = 6, N = 130;  // K under the unrolling's four plus two; a partial panel
+  Tensor a = be->zeros(M, K), b = be->zeros(N, K), bias = be->zeros(1, N), c = be->zeros(M, N);
+  fill(a, rng);
+  fill(b, rng);
+  fill(bias, rng);
+  const std::vector<float> want = reference(a, false, b, true, {}, false, &bias);
+  be->matmul_bias(c, a, false, b, true, bias);
+  for (std::int64_t e = 0; e < c.numel(); ++e) ASSERT_EQ(c.data()[e], want[e]) << "element " << e;
+}
+
+}  // namespace
+}  // namespace foresight::trainer
