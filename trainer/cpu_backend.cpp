@@ -231,6 +231,12 @@ class CpuBackend final : public Backend {
     const std::int64_t Kb = tb ? b.cols() : b.rows(), N = tb ? b.rows() : b.cols();
     FORESIGHT_CHECK(K == Kb && c.rows() == M && c.cols() == N)
         << "matmul (" << M << "," << K << ")x(" << Kb << "," << N << ") into (" << c.rows() << "," << c.cols() << ")";
+    // C is written panel by panel while A and B are still being read: an output overlapping an
+    // input would read values already overwritten.
+    const auto overlaps = [](const Tensor& x, const Tensor& y) {
+      return x.numel() > 0 && y.numel() > 0 && x.data() < y.data() + y.numel() && y.data() < x.data() + x.numel();
+    };
+    FORESIGHT_CHECK(!overlaps(c, a) && !overlaps(c, b)) << "matmul: the output overlaps an input";
     std::vector<float> scratch_a, scratch_b;
     const float* pa = gemm_operand(a, bf16(), scratch_a);
     const float* pb = gemm_operand(b, bf16(), scratch_b);
@@ -241,13 +247,17 @@ class CpuBackend final : public Backend {
     // contiguous multiply-add of doubles whatever B's layout; float products are exact in double, so
     // the result has the same bits as a plain triple loop. Two measured reasons (notes/status.md,
     // session 62): the transposed-B (nt) loop had walked B's columns with stride ldb (1.5 GFLOP/s
-    // against nn's 11 on the calibration's larger shapes), and converting floats inside the inner
+    // against nn's 11 on the calibration's larger-B shapes), and converting floats inside the inner
     // loop made GCC's baseline x86-64 code store half of each vector to a stack slot and reload it
     // every iteration, a loop whose speed then depended on the stack's address: 1.40x slower at 14
     // of 64 stack offsets (environment padding under `setarch -R`), so ASLR drew a slow or fast
-    // process. Without the stack round trip every offset runs alike, and the GEMMs 1.6x faster.
+    // process. Without the stack round trip every offset runs alike; nn and tn run 1.6x faster, nt 5x.
     const std::int64_t panel = std::min<std::int64_t>(N, kGemmPanelColumns);
-    std::vector<double> bd(static_cast<std::size_t>(K * panel));
+    // The panel buffer is kept between calls (K x 128 doubles: 51 MB for a K of 50k vocabulary rows,
+    // which glibc would otherwise map afresh and fault in on every call); every element read is
+    // written first, so it needs no clearing. One per thread, should ops ever run concurrently.
+    thread_local std::vector<double> bd;
+    if (bd.size() < static_cast<std::size_t>(K * panel)) bd.resize(static_cast<std::size_t>(K * panel));
     std::vector<double> acc(static_cast<std::size_t>(panel));
     for (std::int64_t j0 = 0; j0 < N; j0 += panel) {
       const std::int64_t J = std::min(panel, N - j0);

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.hpp"
 #include "trainer/cpu_backend.hpp"
 
 namespace foresight::trainer {
@@ -66,6 +67,40 @@ TEST(CpuGemm, EveryLayoutSumsExactProductsInIncreasingKAsAFloat64Loop) {
         for (std::int64_t e = 0; e < c.numel(); ++e)
           ASSERT_EQ(c.data()[e], want[e]) << "element (" << e / N << ", " << e % N << ")";
       }
+}
+
+TEST(CpuGemm, AdditionsRunInIncreasingKAcrossTheUnrollingAndThePanels) {
+  // Each column's products are 1, +2^60 and -2^60 (A all ones) at k positions p < q < r, in one of
+  // two arrangements: (1, +L, -L) or (+L, 1, -L). Summed in increasing k the 1 is absorbed by 2^60
+  // and the element is 0; any order that adds the two large terms before the 1 (k descending,
+  // groups of k summed apart and then added, pairwise sums) gives 1. The positions straddle the
+  // backend's four-k groups and its remainder (K = 11: two groups and three), in every column panel.
+  auto be = make_cpu_backend();
+  const std::int64_t M = 2, K = 11, N = 300;
+  const int positions[][3] = {{0, 4, 5}, {1, 5, 7}, {3, 4, 6}, {2, 8, 9}, {0, 1, 2}, {6, 9, 10}, {3, 7, 8}};
+  const float L = std::ldexp(1.0f, 60);
+  for (const bool tb : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "tb " << tb);
+    Tensor a = be->zeros(M, K), c = be->zeros(M, N);
+    Tensor b = tb ? be->zeros(N, K) : be->zeros(K, N);
+    for (std::int64_t e = 0; e < a.numel(); ++e) a.data()[e] = 1.0f;
+    for (std::int64_t j = 0; j < N; ++j) {
+      const int* pqr = positions[j % 7];
+      const bool one_first = (j / 7) % 2 == 0;
+      const float v[3] = {one_first ? 1.0f : L, one_first ? L : 1.0f, -L};
+      for (int t = 0; t < 3; ++t) (tb ? b.data()[j * K + pqr[t]] : b.data()[pqr[t] * N + j]) = v[t];
+    }
+    be->matmul(c, a, false, b, tb, false);
+    for (std::int64_t e = 0; e < c.numel(); ++e)
+      ASSERT_EQ(c.data()[e], 0.0f) << "element (" << e / N << ", " << e % N << ")";
+  }
+}
+
+TEST(CpuGemm, AnOutputOverlappingAnInputIsRefused) {
+  auto be = make_cpu_backend();
+  Tensor a = be->zeros(4, 4), b = be->zeros(4, 4);
+  EXPECT_THROW(be->matmul(a, a, false, b, false, false), InternalError);
+  EXPECT_THROW(be->matmul(b, a, false, b, true, true), InternalError);
 }
 
 TEST(CpuGemm, ALinearLayersBiasJoinsAfterTheRoundedSumUnderFp32) {
