@@ -223,6 +223,15 @@ double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int r
   return 1.0 + std::max(0.0, others_cores - spare) / double(std::max(1, ranks));
 }
 
+bool quickest_run_corroborated(const std::vector<double>& run_steps_s, double tolerance) {
+  std::vector<double> ran;
+  for (double s : run_steps_s)
+    if (s > 0) ran.push_back(s);
+  if (ran.size() < 2) return false;
+  std::partial_sort(ran.begin(), ran.begin() + 2, ran.end());
+  return ran[1] <= ran[0] * (1 + tolerance);
+}
+
 LoopMeasurement measurement_from_summaries(const std::vector<nlohmann::json>& summaries,
                                            const std::vector<double>& run_slowdown, double tolerance) {
   FORESIGHT_CHECK(run_slowdown.empty() || run_slowdown.size() == summaries.size())

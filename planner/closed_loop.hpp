@@ -100,6 +100,14 @@ struct OpTimingDrift {
 OpTimingDrift op_timing_drift(const std::vector<double>& before_s, const std::vector<double>& after_s,
                               double inside_reference_s);
 
+/// Whether the quickest of a plan's runs (median steps, seconds; 0: a failed run, ignored) is
+/// corroborated by a second run within `tolerance` of it (relative). The step-context calibration
+/// runs its plan until it is (calibrate --backend cpu): a slow spell can cover every run but one,
+/// and then that one is slowed too, often by less than it shows (session 62: runs of 0.0636,
+/// 0.0871 and 0.0830 s a step where a quiet host runs 0.0601, and a context of 1.098x instead of
+/// 1.036x that predicted every 1-rank plan 3-6% slow).
+bool quickest_run_corroborated(const std::vector<double>& run_steps_s, double tolerance);
+
 /// The runs of one plan (one trainer summary per round) and the host slowdown read around each
 /// (`run_slowdown`, same order; an empty list reads every run as quiet; quiet: within 1 +
 /// `tolerance`, counted in quiet_runs and disturbed_runs): each run's median step time over its

@@ -221,6 +221,20 @@ TEST(ClosedLoop, ConcurrentRanksOnTheirOwnCoresAreTakenAtTheirQuickestRuns) {
   EXPECT_DOUBLE_EQ(concurrent_rank_slowdown({}, {}, {}, 2, 2), 1.0);
 }
 
+// The step-context runs of session 62's calibration in a slow spell: 0.0636, 0.0871, 0.0830 s a step
+// (a quiet host: 0.0601). No second run near the quickest, so more are run; once the spell is over
+// two agree. Failed runs (0) do not count, and one run corroborates nothing.
+TEST(ClosedLoop, TheQuickestRunCountsOnlyWhenASecondRunComesWithinTolerance) {
+  using foresight::planner::quickest_run_corroborated;
+  EXPECT_FALSE(quickest_run_corroborated({0.0636, 0.0871, 0.0830}, 0.03));
+  EXPECT_TRUE(quickest_run_corroborated({0.0636, 0.0871, 0.0830, 0.0601, 0.0603}, 0.03));
+  EXPECT_TRUE(quickest_run_corroborated({0.060145, 0.060560, 0.060128}, 0.03));
+  EXPECT_TRUE(quickest_run_corroborated({1.029, 1.0}, 0.03));   // 2.9% apart: within
+  EXPECT_FALSE(quickest_run_corroborated({1.0, 1.031}, 0.03));  // 3.1% apart: not
+  EXPECT_FALSE(quickest_run_corroborated({0.06, 0.0, 0.0}, 0.03));
+  EXPECT_FALSE(quickest_run_corroborated({}, 0.03));
+}
+
 // The two ways an op timing misses a steady host, by hand: readings before 1.50, 1.52, 1.60 ms
 // (median 1.52), after 1.51, 1.55, 1.70 (median 1.55): 1.55 / 1.52 - 1 = 1.97% apart. The timing
 // process's reference at 2.15 ms against the quickest reading around it, 1.50: 43.3% slower (the
