@@ -158,6 +158,8 @@ HostProfile parse_host_profile(const std::string& text, const std::string& sourc
     if (p.step_context < 0.5 || p.step_context > 2.0)
       fail("step_context.factor", brief(j["step_context"]["factor"]),
            "must be within [0.5, 2] (the ops' time in a step over their time alone)");
+    if (j["step_context"].contains("measured_factor"))
+      p.step_context_measured = number(j["step_context"], "measured_factor", "step_context", true);
   }
   if (j.contains("launch") && j["launch"].contains("mpirun") && j["launch"]["mpirun"].is_array())
     for (const auto& a : j["launch"]["mpirun"])

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <optional>
@@ -75,6 +76,15 @@ struct HostProfile {
   /// timed one GEMM shape 10-30% slower between a step's other calls than in a loop of its own,
   /// with caches ruled out (the code in between: branch predictors, op cache, prefetchers).
   double step_context = 1.0;
+  /// The step context as the calibration read it (step_context.measured_factor), when recorded. A
+  /// reading outside the plausible range in two calibrations is kept here and not used (factor 1):
+  /// the host's speed was unsteady while the profile was made.
+  std::optional<double> step_context_measured;
+  /// True when the calibration's step-context reading was not used (see above): `validate --local`
+  /// then calibrates again rather than reuse the profile.
+  bool step_context_fell_back() const {
+    return step_context_measured && std::abs(*step_context_measured - step_context) > 1e-9;
+  }
 
   /// Per-process slowdown of `ranks` busy processes on this host: the measured value, linear
   /// between measured counts, ranks / cores beyond the last (time-sharing).

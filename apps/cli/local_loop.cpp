@@ -164,6 +164,15 @@ bool fresh_profile(const fs::path& path, const std::string& backend, int ranks, 
       why = "profile older than a day";
       return false;
     }
+    if (p.step_context_fell_back()) {
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    "profile made while the host's speed was unsteady (its step context read %.3fx twice outside the "
+                    "plausible range)",
+                    *p.step_context_measured);
+      why = line;
+      return false;
+    }
     if (backend == "cpu" && ranks > 1 && (p.slowdown.empty() || p.slowdown.back().first < ranks)) {
       why = "profile without the slowdown of " + std::to_string(ranks) + " concurrent ranks";
       return false;

@@ -131,6 +131,22 @@ TEST(HostProfile, StepContextScalesEveryOpAndStacksOnTheSlowdown) {
   }
 }
 
+// A calibration whose step context read outside the plausible range twice records the reading and
+// uses 1 (apps/cli/local_loop.cpp): such a profile says it fell back, and validate --local makes a
+// new one rather than reuse it. A reading that was used (measured = factor) did not fall back.
+TEST(HostProfile, AStepContextReadingNotUsedMarksTheProfileAsFallenBack) {
+  nlohmann::json j = synthetic(1e-9, 0, 1e-9);
+  j["step_context"] = {{"plan", "context-calibration"}, {"measured_factor", 1.447}, {"factor", 1.0}};
+  const auto fell = profile_of(j);
+  EXPECT_DOUBLE_EQ(fell->step_context, 1.0);
+  ASSERT_TRUE(fell->step_context_measured.has_value());
+  EXPECT_DOUBLE_EQ(*fell->step_context_measured, 1.447);
+  EXPECT_TRUE(fell->step_context_fell_back());
+  j["step_context"] = {{"plan", "context-calibration"}, {"measured_factor", 1.036}, {"factor", 1.036}};
+  EXPECT_FALSE(profile_of(j)->step_context_fell_back());
+  EXPECT_FALSE(profile_of(synthetic(1e-9, 0, 1e-9))->step_context_fell_back());  // none recorded
+}
+
 TEST(HostProfile, MissingOpsAndBadValuesNameTheField) {
   nlohmann::json j = synthetic(1e-9, 0, 1e-9);
   j["ops"].erase("gelu_backward");
