@@ -172,6 +172,15 @@ namespace {
 double median_of(std::vector<double> v);
 }
 
+double concurrent_probe_reading(const std::vector<double>& per_rank_s, int cores, double tolerance) {
+  if (per_rank_s.empty()) return 0;
+  const auto [lo, hi] = std::minmax_element(per_rank_s.begin(), per_rank_s.end());
+  if (int(per_rank_s.size()) <= cores && *lo > 0 && *hi > *lo * (1 + tolerance)) return *lo;
+  double sum = 0;
+  for (double s : per_rank_s) sum += s;
+  return sum / double(per_rank_s.size());
+}
+
 double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::vector<double>& alone_s,
                                 const std::vector<double>& concurrent_s, int ranks, int cores, double other_reading) {
   if (ranks > cores) {

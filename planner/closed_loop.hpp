@@ -67,6 +67,19 @@ struct LoopMeasurement {
 /// beyond those the run left idle, shared among its ranks (1: nothing beyond; 1 for a zero wall).
 double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int ranks);
 
+/// One reading of the host probe run on several ranks (or threads) at once, from each one's time
+/// (seconds), on a host of `cores` cores: the mean, unless the ranks, each on a core of its own,
+/// ran more than `tolerance` (relative, slowest over quickest) apart; then the quickest one's.
+/// Ranks on cores of their own slow each other only through what they share (memory bandwidth,
+/// caches), and alike: at quiet times two probe processes here ran within 0.1-4% of each other
+/// (session 63). A VM's vCPU can lose part of its physical core to another tenant for a minute or
+/// so, with nothing in /proc/stat (steal reads 0): then its rank runs 1.3-1.6x and the other as at
+/// quiet times (session 63: the probe's mean 1.24-1.37x one rank alone for a minute while two
+/// trainer processes ran at 1.4-1.7x and 1.0x), a spell of the host, not the ranks' contention.
+/// Beyond the core count ranks time-share cores, and the mean is the slowdown. Fewer than two
+/// times: the one there is (0 for none).
+double concurrent_probe_reading(const std::vector<double>& per_rank_s, int cores, double tolerance);
+
 /// The slowdown of `ranks` ranks run at once on a host of `cores` cores, from probe runs of one rank
 /// (`alone_s`) and of `ranks` ranks (`concurrent_s`), each k-rank run timed right after a one-rank
 /// run (`paired_ratios`: their quotients). Beyond the core count, where ranks time-share cores, the

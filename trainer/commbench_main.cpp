@@ -4,7 +4,7 @@
 //       fitted as fixed + per-byte; bytes as the communication model counts them (all-gather its
 //       output, reduce-scatter its input, all-to-all what each rank sends, send-recv one way).
 //   mpirun -np N foresight-commbench --slowdown --out F      the GEMM probe on every rank at once:
-//       the mean per-rank time (the caller divides by the one-rank time).
+//       the mean per-rank time (the caller divides by the one-rank time) and each rank's.
 //   foresight-commbench --ops --backend cuda [--quick] --out F   every op of a trainer backend
 //       (calibrate/cpu_bench.hpp measure_backend), for `foresight validate --local --backend cuda`:
 //       the foresight binary itself does not link the CUDA backend.
@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -188,9 +189,15 @@ int main(int argc, char** argv) {
     j["collectives"] = collectives(*world, *be);
   } else {
     world->barrier();
-    double t[1] = {calibrate::slowdown_probe_seconds(0.25)};
-    world->all_reduce(t, ReduceOp::sum);
-    j["seconds"] = t[0] / world->size();
+    // Each rank's time in its own slot (the others 0), summed: every rank's time on rank 0. The
+    // caller reads the mean, and the spread: ranks on cores of their own slow each other alike.
+    std::vector<double> t(std::size_t(world->size()), 0.0);
+    t[std::size_t(world->rank())] = calibrate::slowdown_probe_seconds(0.25);
+    world->all_reduce(std::span<double>(t), ReduceOp::sum);
+    double sum = 0;
+    for (double x : t) sum += x;
+    j["seconds"] = sum / world->size();
+    j["per_rank_s"] = t;
   }
   if (world->rank() == 0) {
     std::ofstream f(out_path);

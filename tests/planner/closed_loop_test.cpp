@@ -221,6 +221,20 @@ TEST(ClosedLoop, ConcurrentRanksOnTheirOwnCoresAreTakenAtTheirQuickestRuns) {
   EXPECT_DOUBLE_EQ(concurrent_rank_slowdown({}, {}, {}, 2, 2), 1.0);
 }
 
+// One probe reading on several ranks, by hand (tolerance 7%, 2 cores): 0.84 and 0.86 ms (2.4% apart)
+// read as their mean, 0.85; 0.84 and 1.26 ms (one vCPU lent elsewhere, 50% apart) as the quickest,
+// 0.84; 0.84 and 0.8988 (exactly 7% apart) still as the mean; beyond the core count (3 ranks on 2
+// cores, time-shared) the mean whatever the spread; one rank its own time; none 0.
+TEST(ClosedLoop, AProbeReadingOnSeveralRanksIsTheirMeanUnlessOneRankLostItsCore) {
+  using foresight::planner::concurrent_probe_reading;
+  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.84e-3, 0.86e-3}, 2, 0.07), 0.85e-3);
+  EXPECT_DOUBLE_EQ(concurrent_probe_reading({1.26e-3, 0.84e-3}, 2, 0.07), 0.84e-3);
+  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.84e-3, 0.84e-3 * 1.07}, 2, 0.07), 0.84e-3 * 2.07 / 2);
+  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.84e-3, 1.26e-3, 1.26e-3}, 2, 0.07), 3.36e-3 / 3);
+  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.9e-3}, 2, 0.07), 0.9e-3);
+  EXPECT_DOUBLE_EQ(concurrent_probe_reading({}, 2, 0.07), 0.0);
+}
+
 // The step-context runs of session 62's calibration in a slow spell: 0.0636, 0.0871, 0.0830 s a step
 // (a quiet host: 0.0601). No second run near the quickest, so more are run; once the spell is over
 // two agree. Failed runs (0) do not count, and one run corroborates nothing.
