@@ -32,6 +32,17 @@ const std::vector<std::string>& host_profile_ops() {
   return ops;
 }
 
+std::optional<double> MeasuredCollectives::time(int c, double bytes) const {
+  const auto& f = fits[std::size_t(c)];
+  const auto& s = samples[std::size_t(c)];
+  if (s.empty()) return f ? std::optional<double>(f->time(bytes)) : std::nullopt;
+  if (bytes <= s.front().first) return s.front().second;
+  if (bytes >= s.back().first) return s.back().second + (f ? f->per_unit_s : 0.0) * (bytes - s.back().first);
+  const auto hi = std::lower_bound(s.begin(), s.end(), bytes, [](const auto& p, double b) { return p.first < b; });
+  const auto lo = hi - 1;
+  return lo->second + (hi->second - lo->second) * (bytes - lo->first) / (hi->first - lo->first);
+}
+
 double HostProfile::slowdown_for(int ranks) const {
   if (slowdown.empty()) return ranks > cores && cores > 0 ? double(ranks) / cores : 1.0;
   if (ranks <= slowdown.front().first) return slowdown.front().second;
@@ -129,6 +140,16 @@ HostProfile parse_host_profile(const std::string& text, const std::string& sourc
         const std::string w = where + ".collectives." + kCollectives[c];
         m.fits[std::size_t(c)] = LinearFit{.fixed_s = number(cs[kCollectives[c]], "fixed_s", w, false),
                                            .per_unit_s = number(cs[kCollectives[c]], "per_byte_s", w, false)};
+        if (!cs[kCollectives[c]].contains("samples")) continue;
+        const nlohmann::json& ss = cs[kCollectives[c]]["samples"];
+        if (!ss.is_array()) fail(w + ".samples", brief(ss), "must be a list of {bytes, time_s}");
+        auto& out = m.samples[std::size_t(c)];
+        for (std::size_t k = 0; k < ss.size(); ++k) {
+          const std::string ws = w + ".samples[" + std::to_string(k) + "]";
+          out.emplace_back(number(ss[k], "bytes", ws, true), number(ss[k], "time_s", ws, true));
+          if (k > 0 && out[k].first <= out[k - 1].first)
+            fail(ws + ".bytes", brief(ss[k]["bytes"]), "must increase along the list");
+        }
       }
       p.mpi.push_back(m);
     }

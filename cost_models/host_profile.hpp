@@ -48,6 +48,17 @@ struct MeasuredCollectives {
   /// Indexed by foresight::Collective (all_reduce, all_gather, reduce_scatter, all_to_all,
   /// broadcast, send_recv).
   std::array<std::optional<LinearFit>, 6> fits{};
+  /// The measured (bytes, seconds) the fits were made from, by bytes ascending; empty in a profile
+  /// without them. Read between them rather than along the line: MPI over shared memory changes
+  /// protocol with the message size (eager copies, then fragments, then a single copy), so time is
+  /// not one line in bytes (session 63: an all-reduce measured 10.2 us at 16 KiB where the line
+  /// through 1 KiB-4 MiB gives 4.2).
+  std::array<std::vector<std::pair<double, double>>, 6> samples{};
+  /// Seconds for `bytes` of collective `c` (its index) between `ranks` ranks as measured: between
+  /// two samples, along the straight line joining them; below the smallest, the smallest's time
+  /// (a message cannot cost less than a smaller one did); above the largest, the largest's time
+  /// plus the fit's per-byte time for the rest. Without samples, the fit. Unset without either.
+  std::optional<double> time(int c, double bytes) const;
 };
 
 struct HostProfile {

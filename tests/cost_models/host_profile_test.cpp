@@ -215,5 +215,45 @@ TEST(HostProfile, CollectivesInTheHostUseTheMeasuredFits) {
   EXPECT_THROW(comm.time(Collective::all_gather, Bytes(1e6), two), SpecError);
 }
 
+// With samples, the measured group size reads them, by hand: all-reduce on 2 ranks measured at
+// 1 KiB 2 us, 16 KiB 10 us, 64 KiB 16 us (the fit, 10 us + 1 ns/byte, says otherwise). At 16 KiB its
+// sample, 10 us; at 40 KiB (24 KiB of the 48 between 16 and 64) halfway, 13 us; under 1 KiB, 2 us;
+// at 1 MiB, the largest sample plus the fit's per-byte time for the rest: 16 us + (1048576 - 65536)
+// ns. Four ranks (not measured) scale the fit as before; a sample list out of order is refused.
+TEST(HostProfile, CollectivesOfTheMeasuredGroupSizeReadBetweenTheirSamples) {
+  nlohmann::json j = synthetic(1e-9, 0, 1e-9);
+  j["mpi"][0]["collectives"]["all_reduce"]["samples"] = {{{"bytes", 1024}, {"time_s", 2e-6}},
+                                                        {{"bytes", 16384}, {"time_s", 10e-6}},
+                                                        {{"bytes", 65536}, {"time_s", 16e-6}}};
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("foresight-host-profile-samples_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << j.dump();
+  ClusterSpec c;
+  c.name = "host";
+  c.nodes = 1;
+  c.gpus_per_node = 4;
+  c.gpu.name = "cpu";
+  c.gpu.host_profile = path.string();
+  const CommModel comm(c);
+  CommGroup two, four;
+  two.ranks = two.ranks_per_node = 2;
+  four.ranks = four.ranks_per_node = 4;
+  EXPECT_NEAR(comm.time(Collective::all_reduce, Bytes(16384), two).value(), 10e-6, 1e-15);
+  EXPECT_NEAR(comm.time(Collective::all_reduce, Bytes(40960), two).value(), 13e-6, 1e-15);
+  EXPECT_NEAR(comm.time(Collective::all_reduce, Bytes(512), two).value(), 2e-6, 1e-15);
+  EXPECT_NEAR(comm.time(Collective::all_reduce, Bytes(1048576), two).value(), 16e-6 + (1048576 - 65536) * 1e-9, 1e-15);
+  EXPECT_NEAR(comm.time(Collective::all_reduce, Bytes(1e6), four).value(), 3 * 10e-6 + 1.5e-3, 1e-12);
+  // send_recv has no samples: its fit.
+  EXPECT_NEAR(comm.time(Collective::send_recv, Bytes(1e6), two).value(), 2e-6 + 0.5e-3, 1e-12);
+  std::filesystem::remove(path);
+  j["mpi"][0]["collectives"]["all_reduce"]["samples"][2]["bytes"] = 8192;
+  try {
+    parse_host_profile(j.dump(), "p.json");
+    FAIL() << "accepted samples out of order";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.field(), "mpi[0].collectives.all_reduce.samples[2].bytes");
+  }
+}
+
 }  // namespace
 }  // namespace foresight::cost_models
