@@ -202,9 +202,11 @@ CommEstimate CommModel::measured(Collective c, Bytes message, const CommGroup& g
   e.latency = Seconds(hops * f.fixed_s * steps);
   e.transfer = Seconds(hops * f.per_unit_s * per_byte * message.value());
   e.time = e.latency + e.transfer;
-  // The measured group size itself: its samples as measured (MeasuredCollectives::time), the
-  // fixed term still the latency and the rest the transfer.
-  if (g.ranks == best_group->ranks && !best_group->samples[std::size_t(asked)].empty()) {
+  // The measured group size itself, or a send (one pair whatever the group, as the line above
+  // prices it too): its samples as measured (MeasuredCollectives::time), the fixed term still the
+  // latency and the rest the transfer.
+  if ((asked == Collective::send_recv || g.ranks == best_group->ranks) &&
+      !best_group->samples[std::size_t(asked)].empty()) {
     const double t = hops * *best_group->time(int(asked), message.value());
     e.latency = Seconds(std::min(t, e.latency.value()));
     e.transfer = Seconds(t - e.latency.value());

@@ -56,7 +56,7 @@ struct MeasuredCollectives {
   std::array<std::vector<std::pair<double, double>>, 6> samples{};
   /// Seconds for `bytes` of collective `c` (its index) between `ranks` ranks as measured: between
   /// two samples, along the straight line joining them; below the smallest, the smallest's time
-  /// (a message cannot cost less than a smaller one did); above the largest, the largest's time
+  /// (its fixed cost taken as the floor); above the largest, the largest's time
   /// plus the fit's per-byte time for the rest. Without samples, the fit. Unset without either.
   std::optional<double> time(int c, double bytes) const;
 };

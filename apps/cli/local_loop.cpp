@@ -556,7 +556,9 @@ int calibrate_attempt(const std::string& path, const std::string& backend_name, 
       // vCPU can lose its core for a minute (the CI pre-check of session 62 read 1.18x at
       // calibration and its 2-rank plans ran at 1.0x a minute later).
       double concurrent = many["seconds"].get<double>();
-      if (many.contains("per_rank_s") && many["per_rank_s"].is_array()) {
+      if (many.contains("per_rank_s") && many["per_rank_s"].is_array() && !many["per_rank_s"].empty() &&
+          std::all_of(many["per_rank_s"].begin(), many["per_rank_s"].end(),
+                      [](const nlohmann::json& x) { return x.is_number() && x.get<double>() > 0; })) {
         concurrent = planner::concurrent_probe_reading(many["per_rank_s"].get<std::vector<double>>(), cores,
                                                        quiet_tolerance);
         lopsided_pairs += concurrent < many["seconds"].get<double>() * (1 - 1e-12);

@@ -246,6 +246,28 @@ TEST(HostProfile, CollectivesOfTheMeasuredGroupSizeReadBetweenTheirSamples) {
   // send_recv has no samples: its fit.
   EXPECT_NEAR(comm.time(Collective::send_recv, Bytes(1e6), two).value(), 2e-6 + 0.5e-3, 1e-12);
   std::filesystem::remove(path);
+  // With samples (4 KiB 5 us, 32 KiB 12 us), a send reads them whatever its group's size (one pair;
+  // a pipeline of four stages sends as one of two does): at 18 KiB halfway, 8.5 us. One sample
+  // alone: its time below and at it, plus the fit's per-byte time above.
+  j["mpi"][0]["collectives"]["send_recv"]["samples"] = {{{"bytes", 4096}, {"time_s", 5e-6}},
+                                                       {{"bytes", 32768}, {"time_s", 12e-6}}};
+  std::ofstream(path) << j.dump();
+  {
+    ClusterSpec c2 = c;
+    c2.gpu.host_profile = path.string() + ".2";
+    std::filesystem::rename(path, c2.gpu.host_profile);
+    const CommModel comm2(c2);
+    EXPECT_NEAR(comm2.time(Collective::send_recv, Bytes(18432), two).value(), 8.5e-6, 1e-15);
+    EXPECT_NEAR(comm2.time(Collective::send_recv, Bytes(18432), four).value(), 8.5e-6, 1e-15);
+    std::filesystem::remove(c2.gpu.host_profile);
+  }
+  MeasuredCollectives one;
+  one.fits[0] = LinearFit{.fixed_s = 1e-6, .per_unit_s = 1e-9};
+  one.samples[0] = {{1000.0, 4e-6}};
+  EXPECT_DOUBLE_EQ(*one.time(0, 10.0), 4e-6);
+  EXPECT_DOUBLE_EQ(*one.time(0, 1000.0), 4e-6);
+  EXPECT_DOUBLE_EQ(*one.time(0, 3000.0), 4e-6 + 2000 * 1e-9);
+  EXPECT_FALSE(one.time(1, 10.0).has_value());  // all_gather: neither a fit nor samples
   j["mpi"][0]["collectives"]["all_reduce"]["samples"][2]["bytes"] = 8192;
   try {
     parse_host_profile(j.dump(), "p.json");
