@@ -172,13 +172,13 @@ namespace {
 double median_of(std::vector<double> v);
 }
 
-double concurrent_probe_reading(const std::vector<double>& per_rank_s, int cores, double tolerance) {
-  if (per_rank_s.empty()) return 0;
+ProbeReading concurrent_probe_reading(const std::vector<double>& per_rank_s, int cores, double tolerance) {
+  if (per_rank_s.empty()) return {};
   const auto [lo, hi] = std::minmax_element(per_rank_s.begin(), per_rank_s.end());
-  if (int(per_rank_s.size()) <= cores && *lo > 0 && *hi > *lo * (1 + tolerance)) return *lo;
+  if (int(per_rank_s.size()) <= cores && *lo > 0 && *hi > *lo * (1 + tolerance)) return {*lo, true};
   double sum = 0;
   for (double s : per_rank_s) sum += s;
-  return sum / double(per_rank_s.size());
+  return {sum / double(per_rank_s.size()), false};
 }
 
 double concurrent_rank_slowdown(std::vector<double> paired_ratios, const std::vector<double>& alone_s,

@@ -77,8 +77,13 @@ double others_load_slowdown(double others_cpu_s, double wall_s, int cores, int r
 /// quiet times (session 63: the probe's mean 1.24-1.37x one rank alone for a minute while two
 /// trainer processes ran at 1.4-1.7x and 1.0x), a spell of the host, not the ranks' contention.
 /// Beyond the core count ranks time-share cores, and the mean is the slowdown. Fewer than two
-/// times: the one there is (0 for none).
-double concurrent_probe_reading(const std::vector<double>& per_rank_s, int cores, double tolerance);
+/// times: the one there is (0 for none). `at_quickest` says which was taken (the calibration counts
+/// such readings).
+struct ProbeReading {
+  double seconds = 0;
+  bool at_quickest = false;
+};
+ProbeReading concurrent_probe_reading(const std::vector<double>& per_rank_s, int cores, double tolerance);
 
 /// The slowdown of `ranks` ranks run at once on a host of `cores` cores, from probe runs of one rank
 /// (`alone_s`) and of `ranks` ranks (`concurrent_s`), each k-rank run timed right after a one-rank

@@ -335,12 +335,10 @@ int calibrate_attempt(const std::string& path, const std::string& backend_name, 
       std::vector<std::vector<double>> r(static_cast<std::size_t>(threads));
       for (int i = 0; i < 3; ++i)
         for (int t = 1; t <= threads; ++t) {
-          const std::vector<double> each = probe_threads_now(t, 0.15);
-          const double reading = planner::concurrent_probe_reading(each, cores, even);
-          double sum = 0;
-          for (double x : each) sum += x;
-          lopsided += reading < sum / double(each.size()) * (1 - 1e-12);
-          r[std::size_t(t - 1)].push_back(reading);
+          const planner::ProbeReading reading =
+              planner::concurrent_probe_reading(probe_threads_now(t, 0.15), cores, even);
+          lopsided += reading.at_quickest;
+          r[std::size_t(t - 1)].push_back(reading.seconds);
         }
       return r;
     };
@@ -559,9 +557,10 @@ int calibrate_attempt(const std::string& path, const std::string& backend_name, 
       if (many.contains("per_rank_s") && many["per_rank_s"].is_array() && !many["per_rank_s"].empty() &&
           std::all_of(many["per_rank_s"].begin(), many["per_rank_s"].end(),
                       [](const nlohmann::json& x) { return x.is_number() && x.get<double>() > 0; })) {
-        concurrent = planner::concurrent_probe_reading(many["per_rank_s"].get<std::vector<double>>(), cores,
-                                                       quiet_tolerance);
-        lopsided_pairs += concurrent < many["seconds"].get<double>() * (1 - 1e-12);
+        const planner::ProbeReading reading =
+            planner::concurrent_probe_reading(many["per_rank_s"].get<std::vector<double>>(), cores, quiet_tolerance);
+        concurrent = reading.seconds;
+        lopsided_pairs += reading.at_quickest;
       }
       alone_runs.push_back(one["seconds"].get<double>());
       ratios[std::size_t(ranks)].push_back(concurrent / one["seconds"].get<double>());

@@ -48,6 +48,21 @@ std::shared_ptr<const HostProfile> profile_of(const nlohmann::json& j) {
   return std::make_shared<const HostProfile>(parse_host_profile(j.dump(), "test.json"));
 }
 
+/// A one-node cluster of 4 ranks priced by the profile `j`, written to a file of this process named
+/// by `tag` (profiles are cached by path, so each profile a test prices needs a name of its own).
+ClusterSpec host_cluster(const nlohmann::json& j, const std::string& tag) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("foresight-host-profile-" + tag + "_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << j.dump();
+  ClusterSpec c;
+  c.name = "host";
+  c.nodes = 1;
+  c.gpus_per_node = 4;
+  c.gpu.name = "cpu";
+  c.gpu.host_profile = path.string();
+  return c;
+}
+
 // A 1-rank layer of hidden 8, 2 heads (head dim 4), FFN 32, one sequence of 4 tokens.
 ModelSpec small_model() {
   return ModelSpec{.name = "t", .layers = 2, .hidden = 8, .heads = 2, .seq_len = 4, .vocab = 16, .ffn_hidden = 32,
@@ -190,14 +205,7 @@ TEST(HostProfile, OpsProbeIsReadByThreadCountAndABadValueNamesItsEntry) {
 }
 
 TEST(HostProfile, CollectivesInTheHostUseTheMeasuredFits) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("foresight-host-profile-comm_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(path) << synthetic(1e-9, 0, 1e-9).dump();
-  ClusterSpec c;
-  c.name = "host";
-  c.nodes = 1;
-  c.gpus_per_node = 4;
-  c.gpu.name = "cpu";
-  c.gpu.host_profile = path.string();
+  ClusterSpec c = host_cluster(synthetic(1e-9, 0, 1e-9), "comm");
   c.intra.bandwidth = BytesPerSecond(1e12);  // what NCCL's model would use: far faster than measured
   const CommModel comm(c);
   auto group = [](int n) {
@@ -225,15 +233,7 @@ TEST(HostProfile, CollectivesOfTheMeasuredGroupSizeReadBetweenTheirSamples) {
   j["mpi"][0]["collectives"]["all_reduce"]["samples"] = {{{"bytes", 1024}, {"time_s", 2e-6}},
                                                         {{"bytes", 16384}, {"time_s", 10e-6}},
                                                         {{"bytes", 65536}, {"time_s", 16e-6}}};
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("foresight-host-profile-samples_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(path) << j.dump();
-  ClusterSpec c;
-  c.name = "host";
-  c.nodes = 1;
-  c.gpus_per_node = 4;
-  c.gpu.name = "cpu";
-  c.gpu.host_profile = path.string();
+  const ClusterSpec c = host_cluster(j, "samples");
   const CommModel comm(c);
   CommGroup two, four;
   two.ranks = two.ranks_per_node = 2;
@@ -245,17 +245,14 @@ TEST(HostProfile, CollectivesOfTheMeasuredGroupSizeReadBetweenTheirSamples) {
   EXPECT_NEAR(comm.time(Collective::all_reduce, Bytes(1e6), four).value(), 3 * 10e-6 + 1.5e-3, 1e-12);
   // send_recv has no samples: its fit.
   EXPECT_NEAR(comm.time(Collective::send_recv, Bytes(1e6), two).value(), 2e-6 + 0.5e-3, 1e-12);
-  std::filesystem::remove(path);
+  std::filesystem::remove(c.gpu.host_profile);
   // With samples (4 KiB 5 us, 32 KiB 12 us), a send reads them whatever its group's size (one pair;
   // a pipeline of four stages sends as one of two does): at 18 KiB halfway, 8.5 us. One sample
   // alone: its time below and at it, plus the fit's per-byte time above.
   j["mpi"][0]["collectives"]["send_recv"]["samples"] = {{{"bytes", 4096}, {"time_s", 5e-6}},
                                                        {{"bytes", 32768}, {"time_s", 12e-6}}};
-  std::ofstream(path) << j.dump();
   {
-    ClusterSpec c2 = c;
-    c2.gpu.host_profile = path.string() + ".2";
-    std::filesystem::rename(path, c2.gpu.host_profile);
+    const ClusterSpec c2 = host_cluster(j, "send-samples");
     const CommModel comm2(c2);
     EXPECT_NEAR(comm2.time(Collective::send_recv, Bytes(18432), two).value(), 8.5e-6, 1e-15);
     EXPECT_NEAR(comm2.time(Collective::send_recv, Bytes(18432), four).value(), 8.5e-6, 1e-15);

@@ -227,13 +227,20 @@ TEST(ClosedLoop, ConcurrentRanksOnTheirOwnCoresAreTakenAtTheirQuickestRuns) {
 // cores, time-shared) the mean whatever the spread; one rank its own time; none 0.
 TEST(ClosedLoop, AProbeReadingOnSeveralRanksIsTheirMeanUnlessOneRankLostItsCore) {
   using foresight::planner::concurrent_probe_reading;
-  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.84e-3, 0.86e-3}, 2, 0.07), 0.85e-3);
-  EXPECT_DOUBLE_EQ(concurrent_probe_reading({1.26e-3, 0.84e-3}, 2, 0.07), 0.84e-3);
-  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.84e-3, 0.84e-3 * 1.069}, 2, 0.07), 0.84e-3 * 2.069 / 2);
-  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.84e-3, 0.84e-3 * 1.071}, 2, 0.07), 0.84e-3);
-  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.84e-3, 1.26e-3, 1.26e-3}, 2, 0.07), 3.36e-3 / 3);
-  EXPECT_DOUBLE_EQ(concurrent_probe_reading({0.9e-3}, 2, 0.07), 0.9e-3);
-  EXPECT_DOUBLE_EQ(concurrent_probe_reading({}, 2, 0.07), 0.0);
+  auto seconds = [](const std::vector<double>& t, int cores) { return concurrent_probe_reading(t, cores, 0.07).seconds; };
+  auto quickest = [](const std::vector<double>& t, int cores) { return concurrent_probe_reading(t, cores, 0.07).at_quickest; };
+  EXPECT_DOUBLE_EQ(seconds({0.84e-3, 0.86e-3}, 2), 0.85e-3);
+  EXPECT_FALSE(quickest({0.84e-3, 0.86e-3}, 2));
+  EXPECT_DOUBLE_EQ(seconds({1.26e-3, 0.84e-3}, 2), 0.84e-3);
+  EXPECT_TRUE(quickest({1.26e-3, 0.84e-3}, 2));
+  EXPECT_DOUBLE_EQ(seconds({0.84e-3, 0.84e-3 * 1.069}, 2), 0.84e-3 * 2.069 / 2);
+  EXPECT_FALSE(quickest({0.84e-3, 0.84e-3 * 1.069}, 2));
+  EXPECT_DOUBLE_EQ(seconds({0.84e-3, 0.84e-3 * 1.071}, 2), 0.84e-3);
+  EXPECT_TRUE(quickest({0.84e-3, 0.84e-3 * 1.071}, 2));
+  EXPECT_DOUBLE_EQ(seconds({0.84e-3, 1.26e-3, 1.26e-3}, 2), 3.36e-3 / 3);
+  EXPECT_FALSE(quickest({0.84e-3, 1.26e-3, 1.26e-3}, 2));
+  EXPECT_DOUBLE_EQ(seconds({0.9e-3}, 2), 0.9e-3);
+  EXPECT_DOUBLE_EQ(seconds({}, 2), 0.0);
 }
 
 // The step-context runs of session 62's calibration in a slow spell: 0.0636, 0.0871, 0.0830 s a step
