@@ -209,12 +209,17 @@ Bytes recompute_working_bytes(const ExecutionModel& x, const ModelSpec& model, c
       return Bytes(unfused_core_bytes(x, model) * model.heads * double(seq) * seq * micro_batch / plan.tp);
     case Recompute::full:
     case Recompute::selective_op: {
-      // The block's forward re-runs before its backward: one layer's whole activations at once.
-      PlanSpec stored = plan;
-      stored.recompute = Recompute::none;
+      // The block's forward re-runs before its backward: one layer's whole activations come back at
+      // once, less what the stash already holds for that layer (the checkpointed input; under the
+      // per-op policy also the outputs it saved), which the re-run reads instead of rebuilding.
+      PlanSpec whole = plan;
+      whole.recompute = Recompute::none;
+      auto rebuilt = [&](bool moe_layer) {
+        return activation_bytes_per_layer(x, model, whole, micro_batch, seq, moe_layer) -
+               activation_bytes_per_layer(x, model, plan, micro_batch, seq, moe_layer);
+      };
       const bool has_moe = model.moe_layers() > 0;
-      return max(activation_bytes_per_layer(x, model, stored, micro_batch, seq, false),
-                 activation_bytes_per_layer(x, model, stored, micro_batch, seq, has_moe));
+      return max(rebuilt(false), rebuilt(has_moe));
     }
   }
   return Bytes(0);
@@ -581,15 +586,19 @@ void add_zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, c
   // limit_all_gathers), or with reshard_after_forward off every unit of the stage from its
   // forward to its backward; the unsharded gradient of the unit being reduce-scattered; on the
   // first stage the embedding, which the root unit keeps gathered from forward to backward.
-  double largest_layer = 0, stage_layers_params = 0;
+  double largest_layer = 0, stage_layers_params = 0, all_layer_params = 0;
   for (int l : layers) {
     // Experts are gathered over their expert-data-parallel group; where that is one rank they
-    // stay whole on the GPU (counted with the weights) and nothing of them is gathered.
+    // stay whole on the GPU (their weights and gradients counted with the stage's state) and
+    // nothing of them is gathered or unsharded here.
     const StageParameters lp = layer_parameters_on_gpu(model, plan, l);
     const double n = lp.dense + (plan.expert_dp() > 1 ? lp.expert : 0.0);
     largest_layer = std::max(largest_layer, n);
     stage_layers_params += n;
+    all_layer_params += lp.dense + lp.expert;
   }
+  const StageParameters on_gpu = parameters_on_gpu(fw, model, plan, stage);
+  const double whole_experts = plan.expert_dp() > 1 ? 0.0 : on_gpu.expert;
   // A framework that gathers module by module (DeepSpeed) holds its largest module and the one
   // prefetched (without prefetch, FrameworkTraits::prefetches_zero3, only the one computing), and
   // the gradients of one module with its reduction bucket.
@@ -600,7 +609,9 @@ void add_zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, c
     bucket_grads = std::min(fw.reduce_bucket_elements(plan), stage_layers_params) * x.bytes.grad;
   }
   const double in_flight = fw.prefetches_zero3(plan) ? 2.0 : 1.0;
-  double gathered = plan.reshard_after_forward ? in_flight * largest_unit : stage_layers_params + largest_unit;
+  // (Kept gathered, every unit of the stage is there by the end of its forward: none is left to
+  // prefetch.)
+  double gathered = plan.reshard_after_forward ? in_flight * largest_unit : stage_layers_params;
   // Parameters kept gathered for the backward within the framework's reuse distance
   // (FrameworkTraits::zero3_reuse_elements, read off the prefetch trace; cost_sharded_parameters
   // skips their re-gather).
@@ -611,20 +622,19 @@ void add_zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, c
     // gathered from its first use to the step's end, and every unit's unsharded gradient
     // accumulates across micro-batches in reduce_dtype (FSDP2's unsharded_accumulated_grad).
     gathered = stage_layers_params;
-    unsharded_grads = parameters_on_gpu(fw, model, plan, stage).total() * x.bytes.reduce;
+    unsharded_grads = (on_gpu.total() - whole_experts) * x.bytes.reduce;
   }
   // (The gathered layers hold their GEMM weights in FP8 under plan.fp8_param_gather.)
   bytes += Bytes(gathered * layer_gather_bytes(x, model, plan, x.bytes.gather) + unsharded_grads);
-  // All the stage holds beyond its layers: where the embedding and the head stay gathered for the
-  // whole step (FrameworkTraits::zero3_edges_gathered_per_step), or a later last stage's LM head
-  // unit (untied matrix or tied copy) while it computes.
+  // All the stage holds beyond its layers (the embedding, the LM head and final norm, the MTP
+  // modules' extras): gathered for the whole step where the framework keeps them so
+  // (FrameworkTraits::zero3_edges_gathered_per_step); otherwise on the stages holding them, the
+  // embedding kept gathered by the root unit from forward to backward and the last stage's head
+  // unit (untied matrix or tied copy) while it computes. With one stage both are there at the
+  // logits' peak (FSDP's root unit holds the embedding, the norm and the head together).
   const bool edges_kept = fw.zero3_edges_gathered_per_step;
-  if (fw.has_embedding_and_head && (edges_kept || (stage > 0 && is_last_stage(plan, stage))))
-    bytes += Bytes((parameters_on_gpu(fw, model, plan, stage).total() - stage_layers_params) * x.bytes.gather);
-  if (stage == 0 && fw.has_embedding_and_head && !edges_kept)
-    bytes += Bytes((double(model.vocab) * model.hidden / plan.tp +
-                    (model.position == PositionEmbedding::learned ? double(model.seq_len) * model.hidden : 0.0)) *
-                   x.bytes.gather);
+  if (fw.has_embedding_and_head && (edges_kept || plan.holds_first_segment(stage) || is_last_stage(plan, stage)))
+    bytes += Bytes((on_gpu.total() - all_layer_params) * x.bytes.gather);
 }
 }  // namespace
 

@@ -201,8 +201,9 @@ TEST(ActivationBytesPerLayer, TerapipeSlices) {
 TEST(RecomputeWorkingBytes, OneLayerRematerialised) {
   const ModelSpec m = gpt3_175b();
   EXPECT_DOUBLE_EQ(recompute_working_bytes(exec(plan_with(8, false, Recompute::none)), m, plan_with(8, false, Recompute::none), 1, 2048).value(), 0.0);
-  // Full: the TP row of Table 2 for one layer.
-  EXPECT_DOUBLE_EQ(recompute_working_bytes(exec(plan_with(8, false, Recompute::full)), m, plan_with(8, false, Recompute::full), 1, 2048).value(), 578813952.0);
+  // Full: the TP row of Table 2 for one layer, 578,813,952, less the layer input the stash holds
+  // (2sbh = 2 x 2048 x 12288 = 50,331,648), which the re-run reads rather than rebuilds.
+  EXPECT_DOUBLE_EQ(recompute_working_bytes(exec(plan_with(8, false, Recompute::full)), m, plan_with(8, false, Recompute::full), 1, 2048).value(), 528482304.0);
   // Selective: the attention core 5as^2b/t = 5*96*2048^2/8 = 251,658,240.
   EXPECT_DOUBLE_EQ(recompute_working_bytes(exec(plan_with(8, true, Recompute::selective)), m, plan_with(8, true, Recompute::selective), 1, 2048).value(), 251658240.0);
 }
@@ -280,14 +281,15 @@ TEST(StageActivations, MtNlgFirstStageByHand) {
   // sbh = 2048 * 20480 = 41,943,040.
   // stash: 35 micro-batches x 3 layers x 2sbh = 105 * 83,886,080 = 8,808,038,400
   // embedding dropout masks: 35 * sbh = 1,468,006,400
-  // recompute working set: sbh (10 + 24/8 + 5*128*2048/(20480*8)) = 21 sbh = 880,803,840
-  // total 11,156,848,640
+  // recompute working set: sbh (10 + 24/8 + 5*128*2048/(20480*8)) = 21 sbh, less the stashed
+  // input 2 sbh: 19 sbh = 796,917,760
+  // total 11,072,962,560
   const ModelSpec m = mt_nlg_530b();
   PlanSpec p = plan_with(8, false, Recompute::full);
   p.pp = 35;
   p.dp = 8;
   const TrainingSpec tr{.global_batch = 1920, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
-  EXPECT_DOUBLE_EQ(stage_activation_bytes(exec(tr, p), m, tr, p, 0).value(), 11156848640.0);
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(exec(tr, p), m, tr, p, 0).value(), 11072962560.0);
 }
 
 // ---- Parameters and bytes per parameter ---------------------------------------------------------
@@ -1168,7 +1170,7 @@ TEST(MemoryPerGpu, MegatronFsdpHoldsTwoUnitsEachWayTheEdgesAndFp8Shards) {
   // Llama 3 70B's layers on 64 GPUs, Megatron-Core ZeRO-3 (Megatron-FSDP) in FP8 with FP8
   // parameter gather, bf16 gradient reduction. Per layer 12h^2-style counting does not apply
   // (GQA, SwiGLU): QKV 8192 x (8192 + 2 x 1024), projection 8192^2, FC1 8192 x 2 x 28672, FC2
-  // 28672 x 8192, two RMSNorms of 8192: 855,654,400 linear + 16,384 norm parameters.
+  // 28672 x 8192, two RMSNorms of 8192: 855,638,016 linear + 16,384 norm parameters.
   ModelSpec m = llama3_70b();
   PlanSpec p = plan_with(1, false, Recompute::none);
   p.dp = 64;
@@ -1189,6 +1191,82 @@ TEST(MemoryPerGpu, MegatronFsdpHoldsTwoUnitsEachWayTheEdgesAndFp8Shards) {
   // Weights: each rank's 1/64 shard, the layers' GEMM weights in FP8 (Megatron-FSDP's uint8
   // model-weight buffer), the norms and edges in 2 bytes.
   EXPECT_NEAR(mem.weights.value(), (80 * (linear + 2 * norms) + 2 * edges) / 64, 1.0);
+}
+
+// One pipeline stage of 8 GPUs sharded ZeRO-3 by `framework`, one micro-batch of one sequence.
+PlanSpec one_stage_of_8(Framework framework) {
+  PlanSpec p = plan_with(1, false, Recompute::none);
+  p.dp = 8;
+  p.zero = 3;
+  p.framework = framework;
+  return p;
+}
+const TrainingSpec kBatch8{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+
+TEST(MemoryPerGpu, OneStageFsdpHoldsItsUntiedHeadGatheredBesideTheEmbedding) {
+  // Llama 3 70B on one stage of 8 GPUs under torchtitan's FSDP2 (zero 3): the root unit holds the
+  // embedding, the final norm and the untied output layer; at the logits' peak all three are
+  // gathered in bf16. The same model with tied embeddings has no head matrix of its own, so the
+  // difference in buffers is the head alone: 128256 x 8192 parameters x 2 bytes.
+  ModelSpec m = llama3_70b();
+  const PlanSpec p = one_stage_of_8(Framework::torchtitan);
+  const double untied = buffer_bytes(exec(kBatch8, p), m, p, 0).value();
+  m.tie_embeddings = true;
+  const double tied = buffer_bytes(exec(kBatch8, p), m, p, 0).value();
+  EXPECT_DOUBLE_EQ(untied - tied, 128256.0 * 8192 * 2);
+}
+
+TEST(MemoryPerGpu, UnitsKeptGatheredAfterTheForwardLeaveNoneToPrefetch) {
+  // Llama 3 70B's 80 layers on one stage of 8 GPUs under FSDP2. Resharding after the forward, two
+  // units are gathered at a time (the one computing and the one prefetched); kept gathered
+  // (reshard_after_forward false) all 80 are there at the end of the forward and none is left to
+  // prefetch: 78 more layers of 855,654,400 parameters in bf16 (QKV 8192 x 10240, projection
+  // 8192^2, FC1 8192 x 2 x 28672, FC2 28672 x 8192: 855,638,016; two RMSNorms: 16,384).
+  const ModelSpec m = llama3_70b();
+  PlanSpec p = one_stage_of_8(Framework::torchtitan);
+  const double resharded = buffer_bytes(exec(kBatch8, p), m, p, 0).value();
+  p.reshard_after_forward = false;
+  const double kept = buffer_bytes(exec(kBatch8, p), m, p, 0).value();
+  EXPECT_DOUBLE_EQ(kept - resharded, 78 * 855654400.0 * 2);
+}
+
+TEST(MemoryPerGpu, ExpertsKeptWholeAreNotGatheredAgain) {
+  // A Llama-3-70B-shaped MoE (8 experts of the dense FFN's width, top 2, every layer) under
+  // Megatron-FSDP (zero 3) on 8 GPUs with ep 8: the experts' data-parallel group is one rank, so
+  // each GPU holds its expert whole (weights and gradients with the stage's state) and gathers only
+  // the dense part of a layer. Buffers by hand, bf16 throughout (reduce_dtype bf16): two gathered
+  // units and two unsharded gradient units of the dense part (attention, the router, two norms),
+  // the embedding, untied head and final norm for the whole step, and the dispatched rows
+  // 2 x top_k x 2 bytes x sbh.
+  ModelSpec m = llama3_70b();
+  m.moe = MoeSpec{.experts = 8, .top_k = 2, .capacity_factor = 1.0};
+  m.moe->dropless = true;
+  PlanSpec p = one_stage_of_8(Framework::megatron_core);
+  p.ep = 8;
+  p.reduce_dtype = Dtype::bf16;
+  ASSERT_EQ(p.expert_dp(), 1);
+  const double h = 8192;
+  const double attention = 8192.0 * (8192 + 2048) + 8192.0 * 8192;
+  const double dense = attention + h * 8 + 2 * h;  // attention, router, two RMSNorms
+  const double edges = 2 * 128256.0 * h + h;
+  const double sbh = 8192.0 * h;
+  EXPECT_NEAR(buffer_bytes(exec(kBatch8, p), m, p, 0).value(), 2 * 2 * dense + 2 * 2 * dense + 2 * edges + 2 * 2 * 2 * sbh,
+              1.0);
+}
+
+TEST(RecomputeWorkingBytes, PerOpPolicyRebuildsOnlyWhatItDidNotSave) {
+  // torchtitan's per-op selective recompute saves some of a block's outputs; the re-run before
+  // the backward rebuilds the rest: the layer stored whole less what the policy stored.
+  const ModelSpec m = llama3_70b();
+  PlanSpec none = plan_with(1, false, Recompute::none);
+  none.framework = Framework::torchtitan;
+  PlanSpec op = none;
+  op.recompute = Recompute::selective_op;
+  const ExecutionModel x = exec(op);
+  const double whole = activation_bytes_per_layer(x, m, none, 1, 8192).value();
+  const double saved = activation_bytes_per_layer(x, m, op, 1, 8192).value();
+  ASSERT_GT(saved, 0.0);
+  EXPECT_DOUBLE_EQ(recompute_working_bytes(x, m, op, 1, 8192).value(), whole - saved);
 }
 
 TEST(ActivationBytesPerLayer, CheckpointedSubmodulesKeepOnlyTheirInputs) {
