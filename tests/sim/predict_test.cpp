@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -153,6 +154,36 @@ TEST(Trace, ChromeTraceSchema) {
   }
   EXPECT_GT(complete, 4 * 2 * 16);  // 4 stages x (16 forwards + 16 backwards) at least
   EXPECT_GE(names, 4);
+}
+
+TEST(Trace, WrapAroundSendsGetARowOfTheirOwn) {
+  // An interleaved schedule under Megatron-Core (sends that do not block the compute stream): the
+  // wrap-around sends from the last stage to the first and back join no neighbour link. Every span
+  // must sit on a row its stage names, and no transfer on a compute stream's row.
+  Experiment e = single_node();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.schedule = Schedule::interleaved;
+  e.plan.virtual_stages = 2;
+  e.plan.tp = 1;
+  e.plan.dp = 2;
+  e.plan.micro_batch = 1;
+  validate_experiment(e);
+  nlohmann::json trace;
+  predict_with(e, EngineKind::analytic, fixed_compute(), &trace);
+  std::map<std::pair<int, int>, std::string> rows;
+  for (const auto& ev : trace["traceEvents"])
+    if (ev["ph"] == "M" && ev["name"] == "thread_name")
+      rows[{ev["pid"].get<int>(), ev["tid"].get<int>()}] = ev["args"]["name"].get<std::string>();
+  int wrap_sends = 0;
+  for (const auto& ev : trace["traceEvents"]) {
+    if (ev["ph"] != "X") continue;
+    const auto row = rows.find({ev["pid"].get<int>(), ev["tid"].get<int>()});
+    ASSERT_NE(row, rows.end()) << ev["name"] << " on an unnamed row";
+    if (ev["cat"] != "pp_comm") continue;
+    EXPECT_EQ(row->second.find(".compute"), std::string::npos) << ev["name"] << " on " << row->second;
+    wrap_sends += row->second.find(".wrap_transfers") != std::string::npos;
+  }
+  EXPECT_GT(wrap_sends, 0);
 }
 
 TEST(PipelineTransfers, BytesAsEachFrameworkSendsThem) {
