@@ -36,15 +36,6 @@ double mla_up_projection_weights(const ModelSpec& m) {
   return q_up + double(a.kv_lora_rank) * m.heads * (a.qk_nope_head_dim + a.v_head_dim);
 }
 
-double mla_up_projection_share(const ModelSpec& m) {
-  if (!m.mla) return 0.0;
-  const MlaSpec& a = *m.mla;
-  const double h = m.hidden;
-  const double up = mla_up_projection_weights(m);
-  const double down = (a.q_lora_rank > 0 ? h * a.q_lora_rank : h * m.q_width()) + h * (a.kv_lora_rank + a.qk_rope_head_dim);
-  return up / (up + down);
-}
-
 double ffn_weight_matrices(const ModelSpec& m) { return m.gated() ? 3.0 : 2.0; }
 
 double ffn_parameters(const ModelSpec& m) { return ffn_parameters_of_width(m, m.ffn_hidden); }
@@ -221,7 +212,7 @@ Flops hardware_flops_per_iteration(const ModelSpec& m, double batch, const PlanS
       const int stage = int(std::upper_bound(first.begin(), first.end(), l) - first.begin()) - 1;
       share = whole_recompute_microbatch_share(plan, stage, micro_batches);
     }
-    again += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l)) * share;
+    again += layer_forward_flops(m, tokens, m.seq_len, m.is_moe_layer(l), m.window_of(l)) * share;
   }
   return model_flops_per_iteration(m, batch) + again;
 }

@@ -19,11 +19,6 @@ double dense_layer_parameters(const ModelSpec& m);
 /// MLA: the up-projections' weights (query latent to queries, key/value latent to keys and values)
 /// per layer; 0 without MLA.
 double mla_up_projection_weights(const ModelSpec& m);
-/// MLA: the up-projections' share (query latent to queries, key/value latent to keys and values)
-/// of the weights that project the hidden state to queries, keys and values (the output
-/// projection excluded): the share of that GEMM time plan.recompute_modules.mla_up_proj re-runs.
-/// 0 without MLA.
-double mla_up_projection_share(const ModelSpec& m);
 
 /// One FFN (or one expert): its weight matrices (2, or 3 for a gated activation) of h x ffn, and
 /// biases where the model has them.

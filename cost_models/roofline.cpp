@@ -381,15 +381,18 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
   };
   const double q = m.q_width(), v_w = m.v_width();
   if (m.mla) {
-    // MLA (Megatron-Core's MLASelfAttention): the latent down-projections on every TP rank, the
+    // MLA (Megatron-Core's MLASelfAttention): the latent down-projections whole on every TP rank
+    // but on its own tokens (under sequence parallelism the rank's 1/tp of them, whose latents are
+    // gathered after: multi_latent_attention.py, "q_compressed: [s / TP, b, q_lora_rank]"), the
     // per-head up-projections split over tp.
     const MlaSpec& a = *m.mla;
     Seconds f1, b1, f2, b2, f3, b3;
-    fwd_bwd(T, double(a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim), h, f1, b1);
+    fwd_bwd(T / sp, double(a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim), h, f1, b1);
     fwd_bwd(T, q / t, a.q_lora_rank > 0 ? double(a.q_lora_rank) : h, f2, b2);
     fwd_bwd(T, double(m.heads) * (a.qk_nope_head_dim + a.v_head_dim) / t, double(a.kv_lora_rank), f3, b3);
     F.qkv = f1 + f2 + f3;
     B.qkv = b1 + b2 + b3;
+    L.mla_up_projections = f2 + f3;
   } else {
     fwd_bwd(T, (q + 2 * kv_dim) / t, h, F.qkv, B.qkv);
   }

@@ -191,6 +191,9 @@ struct LayerTimes {
   /// Of forward_ops, an MoE layer's shared experts: their FC1 and FC2 GEMMs (in fc1, fc2) and their
   /// activation (in gelu), which plan.recompute_modules.shared_experts re-runs and moe_act does not.
   Seconds shared_experts_gemms, shared_experts_activation;
+  /// Of forward_ops.qkv, MLA's up-projections (queries from their latent, keys and values from
+  /// theirs), which plan.recompute_modules.mla_up_proj re-runs; 0 without MLA.
+  Seconds mla_up_projections;
   /// Of forward_ops.dropout_residual, all-to-all context parallelism's copies around its
   /// exchanges, which run inside the attention core that selective recompute re-runs.
   Seconds cp_exchange_copies;

@@ -22,8 +22,7 @@ Seconds recompute_mode(const cost_models::LayerTimes& t, Recompute mode) {
 }
 
 /// What the backward re-runs: the plan's recompute mode and, beside it, its recompute modules
-/// (plan.recompute_modules): the norms, MLA's up-projections (their share of the attention
-/// projections' FLOPs, mla_up_projection_share), the routed experts' activation, and whole
+/// (plan.recompute_modules): the norms, MLA's up-projections, the routed experts' activation, and whole
 /// checkpointed submodules: a dense layer's MLP (Transformer Engine's LayerNormMLP path: its norm,
 /// FC1, activation, FC2), an MoE layer's MoE block (router, permutes, experts, shared experts) or
 /// its shared experts alone. A checkpointed submodule's FP8 casts run again too: priced as the
@@ -37,7 +36,7 @@ Seconds recompute_of(const cost_models::LayerTimes& t, const ModelSpec& m, const
   const Seconds gemms = f.qkv + f.projection + f.fc1 + f.fc2;
   auto casts_of = [&](Seconds part) { return gemms > Seconds(0) ? f.fp8_casts * (part / gemms) : Seconds(0); };
   if (mods.layernorm) r += f.layernorms;
-  if (mods.mla_up_proj && m.mla) r += f.qkv * mla_up_projection_share(m);
+  if (mods.mla_up_proj && m.mla) r += t.mla_up_projections;
   // Nested checkpoints add up: an output-discarding one inside a recomputed submodule discards
   // again what the submodule's recompute made, and re-runs it once more before its backward.
   if (mods.moe_act && moe) r += f.gelu - t.shared_experts_activation;

@@ -299,6 +299,14 @@ TEST(Flops, SlidingWindowLayersAttendToTheWindowOnly) {
   // Selective recompute re-runs each layer's attention core at its own window.
   EXPECT_DOUBLE_EQ((hardware_flops_per_iteration(m, 1, Recompute::selective) - model_flops_per_iteration(m, 1)).value(),
                    2 * 4.0 * 4096 * 512 * 1024 + 2 * 4.0 * 4096 * 4096 * 1024);
+  // Block recompute of every layer (pp 2, two layers a stage, both recomputed) re-runs each
+  // layer's forward at its own window: one more forward of the layers, 2 windowed + 2 full.
+  PlanSpec p;
+  p.pp = 2;
+  p.recompute = Recompute::full;
+  p.recompute_layers = 2;
+  EXPECT_DOUBLE_EQ((hardware_flops_per_iteration(m, 1, p) - model_flops_per_iteration(m, 1)).value(),
+                   2 * windowed + 2 * full);
 }
 
 TEST(Flops, BlockRecomputeAddsTheForwardOfTheRecomputedLayersOnly) {
@@ -334,18 +342,15 @@ TEST(Flops, MicrobatchLevelRecomputeAddsTheWholeMicrobatchesShare) {
   EXPECT_DOUBLE_EQ(extra.value(), 24653249717993472.0);
 }
 
-TEST(MlaUpProjections, DeepSeekV3ShareOfItsQkvWeights) {
+TEST(MlaUpProjections, DeepSeekV3UpProjectionWeights) {
   // DeepSeek-V3 (arXiv:2412.19437 sec. 4.2): h 7168, 128 heads, query latent 1536, key/value latent
   // 512, per-head query/key 128 + 64 (RoPE), value 128. Up: 1536 x 128 x 192 = 37,748,736 and
-  // 512 x 128 x (128 + 128) = 16,777,216; down: 7168 x 1536 = 11,010,048 and 7168 x (512 + 64) =
-  // 4,128,768. Share 54,525,952 / 69,664,768 = 0.782691...
+  // 512 x 128 x (128 + 128) = 16,777,216: 54,525,952.
   ModelSpec m{.name = "dsv3", .layers = 61, .hidden = 7168, .heads = 128, .seq_len = 4096, .vocab = 129280,
               .ffn_hidden = 18432, .kv_heads = 128, .moe = std::nullopt};
   m.mla = MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
                   .v_head_dim = 128};
-  EXPECT_NEAR(mla_up_projection_share(m), 54525952.0 / 69664768.0, 1e-12);
-  m.mla.reset();
-  EXPECT_EQ(mla_up_projection_share(m), 0.0);
+  EXPECT_DOUBLE_EQ(mla_up_projection_weights(m), 54525952.0);
 }
 
 TEST(RecomputeModules, CheckpointedSubmodulesCountTheirGemmsAsHardwareFlops) {

@@ -523,3 +523,22 @@ TEST(Roofline, MegatronCoreAppliesRopeAsOneKernelPerQAndK) {
   EXPECT_NEAR((r.forward_ops.dropout_residual - l.forward_ops.dropout_residual).value(), rope.value(), 1e-12);
   EXPECT_NEAR((r.backward_ops.dropout_residual - l.backward_ops.dropout_residual).value(), rope.value(), 1e-12);
 }
+
+TEST(Roofline, MlaDownProjectionsRunOnTheRanksOwnTokensUnderSequenceParallelism) {
+  // DeepSeek-V3 (h 7168, 128 heads of 128 + 64, query latent 1536, KV latent 512) at tp 2 with
+  // sequence parallelism, one sequence of 4096: Megatron-Core's MLA runs the latent
+  // down-projections (7168 -> 1536 + 512 + 64, weights whole on every rank) on the rank's 2048
+  // tokens and gathers the latents after; the up-projections (1536 -> 128 x 192 and
+  // 512 -> 128 x (128 + 128), split over tp) on all 4096.
+  Experiment e = load_experiment(resolve_scenario("experiments", "dgxc2505-deepseek-v3-512xh100-bf16"));
+  ASSERT_TRUE(e.plan.sequence_parallel && e.plan.tp == 2 && !e.plan.tp_overlap);
+  const ExecutionModel x = resolve_execution(e);
+  const RooflineCompute& rc = x.roofline();
+  const double T = 4096;
+  const double up = rc.gemm({T, 128 * 192 / 2, 1536, 1}).value() + rc.gemm({T, 128 * (128 + 128) / 2, 512, 1}).value();
+  const double down = rc.gemm({T / 2, 1536 + 512 + 64, 7168, 1}).value();
+  const LayerTimes t = layer_times(x, e.model, e.plan, 4096, 4096, true);
+  EXPECT_NEAR(t.forward_ops.qkv.value(), down + up, 1e-12);
+  // What recompute_modules.mla_up_proj re-runs: the up-projections alone.
+  EXPECT_NEAR(t.mla_up_projections.value(), up, 1e-12);
+}

@@ -387,6 +387,19 @@ TEST(DeepEp, ATokenCrossesTheNetworkOncePerRemoteNodeThenNvlink) {
   EXPECT_GT(ep_comm_per_layer(kn.in(), 4096).value(), ep_comm_per_layer(k1.in(), 4096).value());
 }
 
+TEST(RecomputeModules, MlaUpProjectionsRerunTheirOwnGemms) {
+  // DeepSeek-V3 at tp 2 with sequence parallelism and recompute_modules mla_up_proj (DGX Cloud's
+  // 25.04 recipe): the backward re-runs the up-projections from the saved latents, the query's
+  // 1536 -> 128 x 192 and the keys' and values' 512 -> 128 x (128 + 128), each split over tp, on
+  // all 4096 tokens of the sequence; not the down-projections, which run on the rank's 2048.
+  Experiment e = load_experiment(resolve_scenario("experiments", "dgxc2505-deepseek-v3-512xh100-bf16"));
+  ASSERT_TRUE(e.plan.recompute == Recompute::none && e.plan.recompute_modules.mla_up_proj);
+  const auto x = cost_models::resolve_execution(e);
+  const cost_models::RooflineCompute& rc = x.roofline();
+  const double up = rc.gemm({4096, 128 * 192 / 2, 1536, 1}).value() + rc.gemm({4096, 128 * 256 / 2, 512, 1}).value();
+  EXPECT_NEAR(compute_costs(e, x).layer(4096, 4096, true, 0).recompute.value(), up, 1e-15);
+}
+
 TEST(RecomputeModules, CheckpointedSubmodulesRerunTheirWholeForward) {
   // Megatron-Core's checkpointed submodules re-run their forward before their backward
   // (moe/moe_layer.py, transformer_layer.py): an MoE block its router, permutes, experts and
