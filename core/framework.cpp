@@ -403,8 +403,12 @@ std::array<FrameworkTraits, 10> make_table() {
   // Every TP rank sends the whole boundary tensor (scatter/gather was removed in 2023, commit
   // 39b83c7953; p2p_communication.py at core_r0.8.0); with sequence parallelism its own shard.
   megatron_core.send_forward = megatron_core.send_backward = PipelineSend::whole;
-  // DistributedDataParallelConfig.bucket_size: max(40M, 1M x dp) parameters of fp32 gradients.
-  megatron_core.dp_overlap_bucket_bytes = 40e6 * 4.0;
+  // DistributedDataParallelConfig.bucket_size, in parameters: max(40M, 1M x the data-parallel size
+  // with context parallelism) where --ddp-bucket-size leaves it unset (core_r0.8.0
+  // megatron/core/distributed/distributed_data_parallel.py).
+  megatron_core.dp_overlap_bucket_bytes = 0;
+  megatron_core.dp_overlap_bucket_elements = 40e6;
+  megatron_core.dp_overlap_bucket_elements_per_rank = 1e6;
   // --overlap-param-gather (core_r0.8.0 megatron/core/distributed/param_and_grad_buffer.py: each
   // bucket's all-gather dispatched before the forward reaches it).
   megatron_core.param_gather_overlap = true;
@@ -693,14 +697,16 @@ std::array<FrameworkTraits, 10> make_table() {
   // Composer trains with DDP or FSDP only (mosaicml/llm-foundry issue #1743, 2025-03: "only
   // Zero3/DP (i.e. FSDP, or HSDP) are supported"): no pipeline stages and, in this entry's releases,
   // no tensor parallelism (its tp_config arrived with PR #1521, 2024-09, and stayed experimental);
-  // FSDP's strategies shard gradients and optimizer state (SHARD_GRAD_OP, zero 2) or everything
-  // (FULL_SHARD, zero 3), never the optimizer state alone.
+  // FSDP's strategies shard everything between steps, either releasing the gathered parameters
+  // after each unit's forward (FULL_SHARD, zero 3) or keeping them to its backward (SHARD_GRAD_OP,
+  // zero 3 with reshard_after_forward false), never the optimizer state alone.
   llm_foundry.pipeline_parallel = false;
   llm_foundry.tensor_parallel = false;
   // Its benchmarks run eager (no compile_config in scripts/train/benchmarking); Inductor's fusions
   // of the MPT block are not described, so no compiled mode (pytorch's entry describes its own block).
   llm_foundry.compiled_elementwise.reset();
   llm_foundry.zero1 = false;
+  llm_foundry.zero2_is_shard_grad_op = true;
   // Composer's FSDP cpu_offload is FSDP1's CPUOffload(offload_params=True): the sharded parameters
   // and their gradients live on the host and the optimizer steps there. plan.offload.optimizer
   // moves only the optimizer state, so it does not describe that run.
@@ -979,6 +985,13 @@ int FrameworkTraits::whole_reduce_buckets(const PlanSpec& p, bool moe) const {
   return 0;
 }
 
+double FrameworkTraits::overlap_bucket_elements(const PlanSpec& p, double reduce_bytes) const {
+  if (dp_overlap_bucket_elements > 0)
+    return std::max(dp_overlap_bucket_elements, dp_overlap_bucket_elements_per_rank * p.dp * p.cp);
+  if (dp_overlap_bucket_bytes > 0) return dp_overlap_bucket_bytes / reduce_bytes;
+  return reduce_bucket_elements(p);
+}
+
 double FrameworkTraits::reduce_bucket_elements(const PlanSpec& p) const {
   if (p.reduce_bucket > 0) return double(p.reduce_bucket);
   return p.zero >= 3 && zero3_reduce_bucket_elements > 0 ? zero3_reduce_bucket_elements : dp_bucket_elements;
@@ -1043,7 +1056,15 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
                   those_that_do([](const FrameworkTraits& t) { return t.tensor_parallel; }) + ")");
   if (p.zero == 1 && !zero1)
     return violation("plan.zero", "1",
-              me + " does not shard the optimizer state alone (zero 2 shards gradients too, zero 3 everything)");
+                     me + " does not shard the optimizer state alone (" +
+                         (zero2_is_shard_grad_op ? std::string("zero 3 shards everything")
+                                                 : std::string("zero 2 shards gradients too, zero 3 everything")) +
+                         ")");
+  if (p.zero == 2 && zero2_is_shard_grad_op)
+    return violation("plan.zero", "2",
+                     me + " runs ZeRO-2 as FSDP's SHARD_GRAD_OP, which gathers the sharded parameters for every "
+                          "micro-batch and reduce-scatters its gradients: write it as zero 3 with "
+                          "reshard_after_forward false");
   if (p.sequence_parallel && !sequence_parallel)
     return violation("plan.sequence_parallel", "true",
               me + " has no sequence parallelism (" +

@@ -225,8 +225,15 @@ struct FrameworkTraits {
   /// elements.
   double reduce_bucket_elements(const PlanSpec& p) const;
   /// The granularity at which an overlapped gradient reduction proceeds: the last bucket is what
-  /// waits for the backward to finish (PyTorch DDP: bucket_cap_mb).
+  /// waits for the backward to finish. In bytes of gradients (PyTorch DDP: bucket_cap_mb), or in
+  /// parameters, at least dp_overlap_bucket_elements and dp_overlap_bucket_elements_per_rank for
+  /// each of the dp x cp ranks (Megatron-Core's bucket_size); with neither, the reduction bucket
+  /// (reduce_bucket_elements: DeepSpeed's reduce_bucket_size under overlap_comm).
   double dp_overlap_bucket_bytes = 0;
+  double dp_overlap_bucket_elements = 0, dp_overlap_bucket_elements_per_rank = 0;
+  /// Parameters per overlapped-reduction bucket of plan `p` whose gradients reduce in
+  /// `reduce_bytes` bytes each (as above).
+  double overlap_bucket_elements(const PlanSpec& p, double reduce_bytes) const;
   /// Can reduce gradients while the backward runs (plan.dp_overlap), with and without pipelines,
   /// at ZeRO stages dp_overlap_min_zero..dp_overlap_max_zero.
   bool dp_overlap = true;
@@ -265,6 +272,11 @@ struct FrameworkTraits {
   bool tensor_parallel = true;
   /// Shards the optimizer state alone (ZeRO-1: a distributed optimizer, DeepSpeed stage 1).
   bool zero1 = true;
+  /// Its ZeRO-2 is FSDP's SHARD_GRAD_OP: parameters sharded between steps, gathered for every
+  /// micro-batch's forward and kept to its backward, gradients reduce-scattered every micro-batch.
+  /// That is ZeRO-3 with reshard_after_forward false in this vocabulary, which prices it so; plan.zero
+  /// 2 (a distributed optimizer's one reduction and one gather a step) is refused with that advice.
+  bool zero2_is_shard_grad_op = false;
   int max_zero = 3;
   int max_zero_with_pipeline = 3;
   /// The lowest ZeRO stage it runs with its precision recipe (torchtitan: FSDP2, zero 3; its DDP

@@ -88,10 +88,11 @@ StageSync reduce_and_gather(const DpContext& d, int s) {
     // Under a reduce-scattering distributed optimizer each expert-data-parallel rank steps a shard
     // of the experts too (Megatron-Core's expert buffers, the trainer's one reduce-scatter at
     // ep = 1) and gathers the updated experts after the step.
+    const double edp = p.expert_dp();
     r.sync += in.comm.time(d.sharded_reduction ? Collective::reduce_scatter : Collective::all_reduce, expert_grads,
                            d.groups.expert_dp);
+    r.sync_bytes += expert_grads * ((d.sharded_reduction ? 1.0 : 2.0) * (edp - 1.0) / edp) * host_ranks;
     if (p.zero >= 1) {
-      const double edp = p.expert_dp();
       r.gather += in.comm.time(Collective::all_gather, expert_weights, d.groups.expert_dp);
       r.gather_bytes += expert_weights * ((edp - 1.0) / edp) * host_ranks;
     }
@@ -111,7 +112,7 @@ StageSync reduce_and_gather(const DpContext& d, int s) {
 void overlap_param_gather(const DpContext& d, int s, StageSync& r) {
   const PlanSpec& p = d.p;
   if (!(p.param_gather_overlap && r.gather > Seconds(0) && (p.zero == 1 || p.zero == 2))) return;
-  const double bucket_params = d.fw.dp_overlap_bucket_bytes / d.in.x.bytes.reduce;
+  const double bucket_params = d.fw.overlap_bucket_elements(p, d.in.x.bytes.reduce);
   const Bytes bucket = min(Bytes(bucket_params * d.in.x.bytes.weight), r.weights);
   const Seconds first = r.weights > Bytes(0) && d.k > 1
                             ? min(r.gather, d.in.comm.time(Collective::all_gather, bucket, d.groups.shard))
@@ -143,9 +144,18 @@ std::vector<double> overlapped_reduction(const DpContext& d, int s, StageSync& r
   const WorkloadCosts& c = d.c;
   r.tail = r.sync;
   if (c.dp_overlap && r.sync > Seconds(0)) {
-    const Bytes bucket = min(Bytes(d.fw.dp_overlap_bucket_bytes), r.grads);
-    r.tail = min(r.sync, in.comm.time(p.zero >= 1 ? Collective::reduce_scatter : Collective::all_reduce, bucket,
-                                      p.zero >= 1 ? d.groups.shard : d.groups.dp));
+    // The last bucket goes as the whole reduction goes (reduce_and_gather): reduce-scattered over
+    // the shard group by a reduce-scattering optimizer, then with HSDP its shard all-reduced
+    // across the replicas; otherwise all-reduced over the data-parallel group.
+    const Bytes bucket = min(Bytes(d.fw.overlap_bucket_elements(p, in.x.bytes.reduce) * in.x.bytes.reduce), r.grads);
+    Seconds tail;
+    if (d.sharded_reduction && d.k > 1) {
+      tail = in.comm.time(Collective::reduce_scatter, bucket, d.groups.shard);
+      if (d.replicas > 1) tail += in.comm.time(Collective::all_reduce, bucket / double(d.k), d.groups.replicate);
+    } else {
+      tail = in.comm.time(Collective::all_reduce, bucket, d.groups.dp);
+    }
+    r.tail = min(r.sync, tail);
   }
   const int v = c.shape.virtual_stages;
   std::vector<double> shares;

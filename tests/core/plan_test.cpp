@@ -460,16 +460,24 @@ TEST(CheckPlan, MegatronCoreShardsAsMegatronFsdpCan) {
 
 TEST(CheckPlan, LlmFoundryRunsDataParallelFsdpOnly) {
   // Composer's DDP or FSDP (llm-foundry issue #1743): no pipeline, no tensor parallelism, and
-  // FSDP's stages shard gradients with the optimizer state (zero 2) or everything (zero 3).
+  // FSDP shards everything between steps: FULL_SHARD (zero 3) or SHARD_GRAD_OP (zero 3 keeping the
+  // gathered parameters to the backward). Its ZeRO-2 is the latter, so zero 2 is refused, naming it.
   Fixture f;
   f.p.framework = Framework::llm_foundry;
   f.p.tp = 1;
   f.p.pp = 1;
   f.p.dp = 32;
-  for (int zero : {0, 2, 3}) {
+  for (int zero : {0, 3}) {
     f.p.zero = zero;
     EXPECT_FALSE(f.check().has_value()) << "zero " << zero << ": " << f.check()->rule;
   }
+  f.p.reshard_after_forward = false;
+  EXPECT_FALSE(f.check().has_value()) << f.check()->rule;
+  f.p.reshard_after_forward = true;
+  f.p.zero = 2;
+  ASSERT_TRUE(f.check().has_value());
+  EXPECT_EQ(f.check()->field, "plan.zero");
+  EXPECT_NE(f.check()->rule.find("reshard_after_forward false"), std::string::npos) << f.check()->rule;
   f.p.zero = 1;
   ASSERT_TRUE(f.check().has_value());
   EXPECT_EQ(f.check()->field, "plan.zero");
