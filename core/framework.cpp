@@ -516,6 +516,10 @@ std::array<FrameworkTraits, 10> make_table() {
   deepspeed.bf16_optimizer = true;  // deepspeed/runtime/bf16_optimizer.py (v0.6.3+), as BLOOM ran it
   deepspeed.dp_bucket_elements = 5e8;  // reduce_bucket_size default (DeepSpeed config docs, zero_optimization)
   deepspeed.zero_whole_reduce_buckets = true;
+  // Under overlap_comm the backward reduces its gradient bucket each time reduce_bucket_size
+  // elements have filled it (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads):
+  // the overlapped reduction's bucket is that one, not DDP's (overlap_bucket_elements).
+  deepspeed.dp_overlap_bucket_bytes = 0;
   deepspeed.dp_overlap_with_pipeline = false;
   deepspeed.dp_overlap_refusal =
       "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces overlap_comm off); set it false";

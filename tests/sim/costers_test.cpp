@@ -292,6 +292,45 @@ TEST(CostPipelineTransfers, BytesAsEachFrameworkSendsThem) {
   EXPECT_GT(d.c.p2p_backward_tail[0].value(), 0.0);
 }
 
+TEST(CostDataParallel, OverlappedReductionsLastBucketIsTheFrameworksAndGoesAsItsReduction) {
+  // With the reduction overlapped (plan.dp_overlap), what waits for the last backward is the
+  // framework's last bucket, reduced as its whole reduction is. Megatron-Core's bucket_size is
+  // max(40M, 1M x dp x cp) parameters (distributed_data_parallel.py), whatever the reduce dtype;
+  // PyTorch DDP's bucket_cap_mb 25 MiB of gradients; DeepSpeed's overlap_comm its
+  // reduce_bucket_size (5e8 elements by default, plan.reduce_bucket when set).
+  PlanSpec p;
+  p.dp = 8;
+  const FrameworkTraits& mcore = framework_traits(Framework::megatron_core);
+  EXPECT_DOUBLE_EQ(mcore.overlap_bucket_elements(p, 2.0), 40e6);
+  EXPECT_DOUBLE_EQ(mcore.overlap_bucket_elements(p, 4.0), 40e6);
+  p.dp = 64;
+  p.cp = 2;
+  EXPECT_DOUBLE_EQ(mcore.overlap_bucket_elements(p, 4.0), 128e6);
+  EXPECT_DOUBLE_EQ(framework_traits(Framework::generic).overlap_bucket_elements(p, 4.0), 25.0 * 1048576 / 4);
+  const FrameworkTraits& ds = framework_traits(Framework::deepspeed);
+  EXPECT_DOUBLE_EQ(ds.overlap_bucket_elements(p, 2.0), 5e8);
+  p.reduce_bucket = 20000000;
+  EXPECT_DOUBLE_EQ(ds.overlap_bucket_elements(p, 2.0), 2e7);
+  // DeepSpeed's ZeRO-2 at pp 1 (small() on one stage, dp 4, fp16 gradients): its reduction is an
+  // all-reduce over dp, and so is its last bucket: 2e7 elements of 2 bytes.
+  Experiment e = small();
+  e.model.tie_embeddings = false;
+  e.plan.framework = Framework::deepspeed;
+  e.plan.pp = 1;
+  e.plan.dp = 4;
+  e.plan.zero = 2;
+  e.plan.dp_overlap = true;
+  e.plan.reduce_bucket = 20000000;
+  e.training.global_batch = 4;
+  e.training.dtype = Dtype::fp16;
+  validate_experiment(e);
+  Costed c(e);
+  cost_data_parallel(c.in(), c.c);
+  const CommGroup dp = plan_groups(e.plan, e.cluster).dp;
+  ASSERT_GT(c.params(0), 2e7);
+  EXPECT_NEAR(c.c.dp_sync_tail[0].value(), c.comm.time(Collective::all_reduce, Bytes(2e7 * 2), dp).value(), 1e-15);
+}
+
 TEST(CostDataParallel, AllReduceOrReduceScatterAsTheFrameworkRunsZero) {
   // dp 2: a ring all-reduce sends 2 (n-1)/n = 1 gradient's worth per rank, a reduce-scatter half
   // of it; Megatron's fp32 main grads are 4 bytes per parameter, DeepSpeed's fp16 grads 2. Bytes
