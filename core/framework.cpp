@@ -652,8 +652,12 @@ std::array<FrameworkTraits, 10> make_table() {
   pytorch.compiled_elementwise = kPytorchAutocastCompiledTraffic;
   pytorch.activations = {.dropout = false, .attention_output_copy = true, .logits_bytes = 12};
   pytorch.dp_bucket_bytes = kDdpBucketBytes;
-  // torch.distributed.tensor.experimental.context_parallel over SDPA (torchtitan, PyTorch 2.5+).
+  // torch.distributed.tensor.experimental.context_parallel over SDPA (torchtitan, PyTorch 2.5+):
+  // PyTorch's rotaters, fp32 dK/dV ring and eager merges, whatever the model (cp_torch_sdpa); its
+  // K/V as SDPA receives them, taken as after a repeat_kv (torchtitan's and Hugging Face's Llama
+  // attention both repeat before calling SDPA).
   pytorch.context_parallel = true;
+  pytorch.cp_torch_sdpa = true;
   // Async TP (torch._inductor micro-pipeline TP, torchtitan enable_async_tensor_parallel): an
   // Inductor pass, so only under torch.compile (torchtitan's parallelize_llama.py raises "Async TP
   // requires --training.compile" otherwise).

@@ -570,8 +570,12 @@ void add_cp_exchange_bytes(const ExecutionModel& x, const ModelSpec& model, cons
     const double q = a * plan.micro_batch * plan.local_tokens(model) * model.q_width() / plan.tp;
     bytes += Bytes(2.0 * (q + kv));
     if (plan.cp_comm == CpComm::all_to_all_ring) bytes += Bytes(4.0 * kv);
+  } else if (plan.cp_comm == CpComm::all_gather) {
+    // The whole sequence's keys and values for one layer; Transformer Engine's backward holds
+    // them (gathered again) beside whole-sequence dK and dV (AttnFuncWithCPAndKVAllGather).
+    bytes += Bytes(kv * plan.cp * (torch_sdpa ? 1.0 : 2.0));
   } else {
-    bytes += Bytes(plan.cp_comm == CpComm::all_gather ? kv * plan.cp : 4.0 * kv);
+    bytes += Bytes(4.0 * kv);
   }
   if (torch_sdpa) bytes += Bytes(2.0 * kv * (4.0 / a));
 }

@@ -156,10 +156,11 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
     s.forward_cp = cpc.forward;
     s.backward_cp = cpc.backward;
     if (redo > 0) s.backward_cp += cpc.forward * redo;  // the recomputed forward
-    // Selective recompute re-runs the core attention, inside which the all-to-all exchange runs
-    // (Megatron-Core checkpoints TE's DotProductAttention whole; Megatron-DeepSpeed its
-    // DistributedAttention): its exchanges again, none of them hidden.
-    else if (p.recompute == Recompute::selective && p.cp_heads() > 1) s.backward_cp += cpc.forward;
+    // Selective recompute re-runs the core attention, inside which every context-parallel
+    // exchange runs (Megatron-Core checkpoints TE's DotProductAttention whole, its ring's or
+    // all-gather's transfers included; Megatron-DeepSpeed its DistributedAttention): what of the
+    // forward's exchange was exposed is exposed again.
+    else if (p.recompute == Recompute::selective) s.backward_cp += cpc.forward;
   }
   if (redo > 0) {
     s.recompute_comm = s.forward_tp * redo;

@@ -200,8 +200,11 @@ CpLayerComm cp_comm_per_layer(const CostInputs& in, Seconds attention_forward, S
     return c;
   }
   if (p.cp_comm == CpComm::all_gather) {
-    return {in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp),
-            in.comm.time(Collective::reduce_scatter, kv_local * double(p.cp), g.cp)};
+    // Transformer Engine's AttnFuncWithCPAndKVAllGather (the Llama 3 paper's sec. 3.3.2 scheme):
+    // exposed, the forward's all-gather of K and V; the backward, which saved only the rank's own
+    // K and V, gathers them again, then reduce-scatters the whole sequence's dK and dV.
+    const Seconds gather = in.comm.time(Collective::all_gather, kv_local * double(p.cp), g.cp);
+    return {gather, gather + in.comm.time(Collective::reduce_scatter, kv_local * double(p.cp), g.cp)};
   }
   return ring_exposed(in, pair, kv_local, p.cp, attention_forward, attention_backward);
 }

@@ -122,6 +122,9 @@ TEST(ContextParallel, RingExposesOnlyTheStepsTheAttentionBlockCannotHide) {
 }
 
 TEST(ContextParallel, AllGatherVariantGathersTheWholeSequencesKeysAndValues) {
+  // Transformer Engine's AttnFuncWithCPAndKVAllGather: the forward all-gathers K and V; the
+  // backward, which saved only the rank's own K and V, gathers them again, then reduce-scatters
+  // the whole sequence's dK and dV.
   Experiment e = cp_plan(4);
   e.plan.cp_comm = CpComm::all_gather;
   Inputs k(e);
@@ -129,7 +132,9 @@ TEST(ContextParallel, AllGatherVariantGathersTheWholeSequencesKeysAndValues) {
   const Bytes kv_all(2.0 * 2 * 32768 * 4 * 128);  // K and V of the whole sequence, bf16, 4 kv heads
   const CpLayerComm c = cp_comm_per_layer(k.in(), Seconds(1), Seconds(1));
   EXPECT_NEAR(c.forward.value(), k.comm.time(Collective::all_gather, kv_all, cp).value(), 1e-15);
-  EXPECT_NEAR(c.backward.value(), k.comm.time(Collective::reduce_scatter, kv_all, cp).value(), 1e-15);
+  EXPECT_NEAR(c.backward.value(),
+              (k.comm.time(Collective::all_gather, kv_all, cp) + k.comm.time(Collective::reduce_scatter, kv_all, cp)).value(),
+              1e-15);
 }
 
 TEST(ContextParallel, ActivationsPerRankShrinkWithCp) {
@@ -327,8 +332,9 @@ TEST(ContextParallel, PyTorchSdpaContextParallelMergesInEagerFp32) {
 }
 
 TEST(ContextParallel, PyTorchSdpaContextParallelHoldsRepeatedKeysAndFp32Gradients) {
-  // Buffers beyond the framework's own, by hand: Megatron-Core's all-gather holds the whole
-  // sequence's K and V at the 4 kv heads of a rank (2 x 2 bytes x 32768 x 4 x 128 = 64 MiB);
+  // Buffers beyond the framework's own, by hand: Megatron-Core's all-gather (Transformer Engine's)
+  // holds the whole sequence's K and V at the 4 kv heads of a rank (2 x 2 bytes x 32768 x 4 x 128
+  // = 64 MiB), in the backward gathered again beside the whole sequence's dK and dV (64 MiB more);
   // torchtitan's (PyTorch's SDPA context parallelism) holds them at 16 heads (256 MiB) and the
   // backward's fp32 dK, dV of the rank's own 8192 tokens, accumulator and ring copy
   // (2 x 2 x 4 bytes x 8192 x 16 x 128 = 256 MiB).
@@ -343,8 +349,13 @@ TEST(ContextParallel, PyTorchSdpaContextParallelHoldsRepeatedKeysAndFp32Gradient
     return cost_models::buffer_bytes(x, e.model, e.plan, 0) - cost_models::buffer_bytes(x, no_cp.model, no_cp.plan, 0);
   };
   const double mib = 1048576.0;
-  EXPECT_NEAR(cp_buffer(te).value(), 64 * mib, 1.0);
+  EXPECT_NEAR(cp_buffer(te).value(), 2 * 64 * mib, 1.0);
   EXPECT_NEAR(cp_buffer(tt).value(), (256 + 256) * mib, 1.0);
+  // Eager PyTorch (framework pytorch) runs the same context_parallel around its SDPA: the same.
+  Experiment eager = tt;
+  eager.plan.framework = Framework::pytorch;
+  validate_experiment(eager);
+  EXPECT_NEAR(cp_buffer(eager).value(), (256 + 256) * mib, 1.0);
 }
 
 // All-to-all context parallelism (DeepSpeed-Ulysses; Transformer Engine's cp_comm_type "a2a"):
@@ -485,9 +496,10 @@ TEST(ContextParallel, DeepSpeedUlyssesIsTheAllToAllExchangeAtTp1) {
   EXPECT_EQ(args.find("--context-parallel-size"), std::string::npos) << args;
 }
 
-// Selective recompute re-runs the core attention, and with it the all-to-all exchange inside it
-// (Megatron-Core checkpoints TE's DotProductAttention whole) and its copies; the ring's exchange
-// hides under its blocks and is not charged again.
+// Selective recompute re-runs the core attention, and with it the exchange inside it (Megatron-Core
+// checkpoints TE's DotProductAttention whole) and an all-to-all's copies: what of the forward's
+// exchange was exposed is exposed again (a ring's, hidden under its blocks, costs nothing more;
+// an all-gather's is all exposed).
 TEST(ContextParallel, SelectiveRecomputeRerunsTheAllToAllExchange) {
   Experiment e = cp_plan(4);
   e.plan.cp_comm = CpComm::all_to_all;
@@ -506,15 +518,26 @@ TEST(ContextParallel, SelectiveRecomputeRerunsTheAllToAllExchange) {
   const auto t = cost_models::layer_times(x, e.model, e.plan, 8192, 32768, false, 0);
   EXPECT_GT(t.cp_exchange_copies.value(), 0.0);
   EXPECT_NEAR(lc.recompute.value(), (t.forward_ops.attention_core + t.cp_exchange_copies).value(), 1e-15);
+  // A variant's layer: its exchange as costed alone, and the backward's exchange its step charges.
+  auto variant = [&](const Experiment& v) {
+    const cost_models::ExecutionModel xv = cost_models::resolve_execution(v);
+    const ComputeCosts cv = compute_costs(v, xv);
+    const CostInputs iv{v, xv, cv, comm};
+    const LayerCompute lv = cv.layer(8192, 32768, false, 0);
+    return std::make_pair(cp_comm_per_layer(iv, lv.attention_forward, lv.attention_backward),
+                          layer_step(iv, lv, 8192, tp_comm_per_layer(iv, 8192), Seconds(0), 0.0).backward_cp);
+  };
   // Without recompute only the backward's own exchange.
   Experiment none = e;
   none.plan.recompute = Recompute::none;
-  const cost_models::ExecutionModel xn = cost_models::resolve_execution(none);
-  const ComputeCosts cn = compute_costs(none, xn);
-  const CostInputs inn{none, xn, cn, comm};
-  const LayerCompute ln = cn.layer(8192, 32768, false, 0);
-  EXPECT_NEAR(layer_step(inn, ln, 8192, tp_comm_per_layer(inn, 8192), Seconds(0), 0.0).backward_cp.value(),
-              cp_comm_per_layer(inn, ln.attention_forward, ln.attention_backward).backward.value(), 1e-15);
+  const auto [cn, bn] = variant(none);
+  EXPECT_NEAR(bn.value(), cn.backward.value(), 1e-15);
+  // The all-gather variant: its gather runs again in the recompute, beside the backward's own.
+  Experiment ag = e;
+  ag.plan.cp_comm = CpComm::all_gather;
+  const auto [ca, ba] = variant(ag);
+  ASSERT_GT(ca.forward.value(), 0.0);
+  EXPECT_NEAR(ba.value(), (ca.backward + ca.forward).value(), 1e-15);
 }
 
 // Megatron-Core's hierarchical a2a+p2p (--hierarchical-context-parallel-sizes 2 2): cp 4 as
