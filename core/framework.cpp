@@ -511,6 +511,14 @@ std::array<FrameworkTraits, 10> make_table() {
   deepspeed.pipe_grads_partitioning = true;  // plan.partitioned_pipe_grads false: the whole gradient
   deepspeed.regathers_output_for_backward = true;
   deepspeed.zero_reduction = ZeroReduction::all_reduce;
+  // Its stage 2 (non-pipeline engine: the pipeline engine runs stage 1 at most) reduces each bucket
+  // to the ranks owning its partitions: with contiguous_gradients and reduce_scatter (both on by
+  // default) average_tensor sends every owner's slice with dist.reduce(grad_slice, dst=owner)
+  // (stage2.py v0.5.8, stage_1_and_2.py to v0.12.3), a reduce-scatter's traffic; stage 1 all-reduces
+  // (the engine turns contiguous_gradients off for it: buffered_reduce_fallback). From v0.12.4
+  // (use_multi_rank_bucket_allreduce, default on) stage 2 all-reduces whole buckets too, later than
+  // this entry's releases.
+  deepspeed.zero2_reduction = ZeroReduction::reduce_scatter;
   deepspeed.sums_tied_embedding_copies = true;
   deepspeed.fused_softmax = true;  // Megatron-DeepSpeed's model code (megatron/model/fused_softmax.py)
   deepspeed.bf16_optimizer = true;  // deepspeed/runtime/bf16_optimizer.py (v0.6.3+), as BLOOM ran it

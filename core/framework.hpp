@@ -207,6 +207,11 @@ struct FrameworkTraits {
 
   // ---- data parallelism
   ZeroReduction zero_reduction = ZeroReduction::reduce_scatter;
+  /// How its ZeRO-2 reduces, where that differs from stage 1's zero_reduction.
+  std::optional<ZeroReduction> zero2_reduction;
+  ZeroReduction reduction_at(int zero) const {
+    return zero == 2 && zero2_reduction ? *zero2_reduction : zero_reduction;
+  }
   /// Extra gradient bucket, in bytes of gradient elements (PyTorch DDP's bucket_cap_mb 25 MiB) or
   /// in elements (DeepSpeed's reduce_bucket_size); none when the framework reduces its contiguous
   /// gradient buffer in place (Megatron-LM).

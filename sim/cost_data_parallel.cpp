@@ -62,7 +62,7 @@ StageSync reduce_and_gather(const DpContext& d, int s) {
                     layer_dense * cost_models::layer_gather_bytes(in.x, in.e.model, p, in.x.bytes.weight));
   const Bytes expert_weights(sp.expert * in.x.bytes.weight);
   if (n > 1) {
-    if (p.zero == 0 || (p.zero <= 2 && d.fw.zero_reduction == ZeroReduction::all_reduce)) {
+    if (p.zero == 0 || (p.zero <= 2 && d.fw.reduction_at(p.zero) == ZeroReduction::all_reduce)) {
       r.sync = in.comm.time(Collective::all_reduce, r.grads, d.groups.dp);
       r.sync_bytes = r.grads * (2.0 * (n - 1.0) / n) * host_ranks;
     } else if (p.zero <= 2 && k > 1) {
@@ -215,7 +215,7 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
               .n = n,
               .k = k,
               .replicas = n / k,
-              .sharded_reduction = (p.zero == 1 || p.zero == 2) && fw.zero_reduction != ZeroReduction::all_reduce};
+              .sharded_reduction = (p.zero == 1 || p.zero == 2) && fw.reduction_at(p.zero) != ZeroReduction::all_reduce};
   c.dp_latency = n > 1 ? in.comm.estimate(Collective::all_reduce, Bytes(8), d.groups.dp).latency : Seconds(0);
   // ZeRO-3 reduces every unit's gradients inside the backward (cost_sharded_parameters).
   c.dp_overlap = p.dp_overlap && n > 1 && p.zero < 3;

@@ -311,8 +311,10 @@ TEST(CostDataParallel, OverlappedReductionsLastBucketIsTheFrameworksAndGoesAsIts
   EXPECT_DOUBLE_EQ(ds.overlap_bucket_elements(p, 2.0), 5e8);
   p.reduce_bucket = 20000000;
   EXPECT_DOUBLE_EQ(ds.overlap_bucket_elements(p, 2.0), 2e7);
-  // DeepSpeed's ZeRO-2 at pp 1 (small() on one stage, dp 4, fp16 gradients): its reduction is an
-  // all-reduce over dp, and so is its last bucket: 2e7 elements of 2 bytes.
+  // DeepSpeed's ZeRO-2 at pp 1 (small() on one stage, dp 4, fp16 gradients): its reduction sends
+  // every partition's slice to its owner (average_tensor's dist.reduce, v0.5.8-v0.12.3), a
+  // reduce-scatter over the shard group, and so does its last bucket: 2e7 elements of 2 bytes.
+  // Its ZeRO-1 all-reduces over dp (buffered_reduce_fallback).
   Experiment e = small();
   e.model.tie_embeddings = false;
   e.plan.framework = Framework::deepspeed;
@@ -326,9 +328,18 @@ TEST(CostDataParallel, OverlappedReductionsLastBucketIsTheFrameworksAndGoesAsIts
   validate_experiment(e);
   Costed c(e);
   cost_data_parallel(c.in(), c.c);
-  const CommGroup dp = plan_groups(e.plan, e.cluster).dp;
+  const PlanGroups groups = plan_groups(e.plan, e.cluster);
   ASSERT_GT(c.params(0), 2e7);
-  EXPECT_NEAR(c.c.dp_sync_tail[0].value(), c.comm.time(Collective::all_reduce, Bytes(2e7 * 2), dp).value(), 1e-15);
+  EXPECT_NEAR(c.c.dp_sync_tail[0].value(), c.comm.time(Collective::reduce_scatter, Bytes(2e7 * 2), groups.shard).value(),
+              1e-15);
+  EXPECT_NEAR(c.c.dp_grad_sync[0].value(),
+              c.comm.time(Collective::reduce_scatter, Bytes(c.params(0) * 2), groups.shard).value(), 1e-15);
+  e.plan.zero = 1;
+  e.plan.dp_overlap = false;
+  Costed one(e);
+  cost_data_parallel(one.in(), one.c);
+  EXPECT_NEAR(one.c.dp_grad_sync[0].value(),
+              one.comm.time(Collective::all_reduce, Bytes(one.params(0) * 2), groups.dp).value(), 1e-15);
 }
 
 TEST(CostDataParallel, AllReduceOrReduceScatterAsTheFrameworkRunsZero) {
