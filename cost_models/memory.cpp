@@ -590,7 +590,7 @@ void add_zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, c
   // limit_all_gathers), or with reshard_after_forward off every unit of the stage from its
   // forward to its backward; the unsharded gradient of the unit being reduce-scattered; on the
   // first stage the embedding, which the root unit keeps gathered from forward to backward.
-  double largest_layer = 0, stage_layers_params = 0, all_layer_params = 0;
+  double largest_layer = 0, stage_layers_params = 0;
   for (int l : layers) {
     // Experts are gathered over their expert-data-parallel group; where that is one rank they
     // stay whole on the GPU (their weights and gradients counted with the stage's state) and
@@ -599,7 +599,6 @@ void add_zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, c
     const double n = lp.dense + (plan.expert_dp() > 1 ? lp.expert : 0.0);
     largest_layer = std::max(largest_layer, n);
     stage_layers_params += n;
-    all_layer_params += lp.dense + lp.expert;
   }
   const StageParameters on_gpu = parameters_on_gpu(fw, model, plan, stage);
   const double whole_experts = plan.expert_dp() > 1 ? 0.0 : on_gpu.expert;
@@ -638,7 +637,7 @@ void add_zero3_gathered_bytes(const ExecutionModel& x, const ModelSpec& model, c
   // logits' peak (FSDP's root unit holds the embedding, the norm and the head together).
   const bool edges_kept = fw.zero3_edges_gathered_per_step;
   if (fw.has_embedding_and_head && (edges_kept || plan.holds_first_segment(stage) || is_last_stage(plan, stage)))
-    bytes += Bytes((on_gpu.total() - all_layer_params) * x.bytes.gather);
+    bytes += Bytes((on_gpu.total() - stage_layer_parameters(model, plan, stage).total()) * x.bytes.gather);
 }
 }  // namespace
 

@@ -43,12 +43,39 @@ struct StageSync {
   Bytes grads, weights;  // the stage's dense gradients (reduce dtype) and model copy (gathered)
 };
 
+/// Reducing `grads` of dense gradients at ZeRO 0-2 as the plan's framework reduces them (n > 1):
+/// all-reduced over dp, or by a reduce-scattering optimizer reduce-scattered over the shard group
+/// and, with HSDP, each shard then all-reduced across the replicas (ZeRO-3: unit by unit inside
+/// the backward, cost_sharded_parameters). Seconds, and the bytes each SimGrid host sends.
+struct Reduction {
+  Seconds time;
+  Bytes bytes;
+};
+Reduction dense_reduction(const DpContext& d, Bytes grads) {
+  const auto& comm = d.in.comm;
+  Reduction r;
+  if (!d.sharded_reduction) {
+    r.time = comm.time(Collective::all_reduce, grads, d.groups.dp);
+    r.bytes = grads * (2.0 * (d.n - 1.0) / d.n) * d.host_ranks;
+    return r;
+  }
+  if (d.k > 1) {
+    r.time = comm.time(Collective::reduce_scatter, grads, d.groups.shard);
+    r.bytes = grads * ((d.k - 1.0) / d.k) * d.host_ranks;
+  }
+  if (d.replicas > 1) {
+    r.time += comm.time(Collective::all_reduce, grads / double(d.k), d.groups.replicate);
+    r.bytes += grads / double(d.k) * (2.0 * (d.replicas - 1.0) / d.replicas) * d.host_ranks;
+  }
+  return r;
+}
+
 /// The gradient reduction and the model copy's gather after the step: dense over dp (or the shard
 /// group, with HSDP's all-reduce across the replicas), experts over their expert-data-parallel group.
 StageSync reduce_and_gather(const DpContext& d, int s) {
   const CostInputs& in = d.in;
   const PlanSpec& p = d.p;
-  const int n = d.n, k = d.k, replicas = d.replicas;
+  const int n = d.n, k = d.k;
   const double host_ranks = d.host_ranks;
   const cost_models::StageParameters sp = cost_models::parameters_on_gpu(d.fw, in.e.model, p, s);
   StageSync r;
@@ -62,18 +89,10 @@ StageSync reduce_and_gather(const DpContext& d, int s) {
                     layer_dense * cost_models::layer_gather_bytes(in.x, in.e.model, p, in.x.bytes.weight));
   const Bytes expert_weights(sp.expert * in.x.bytes.weight);
   if (n > 1) {
-    if (p.zero == 0 || (p.zero <= 2 && d.fw.reduction_at(p.zero) == ZeroReduction::all_reduce)) {
-      r.sync = in.comm.time(Collective::all_reduce, r.grads, d.groups.dp);
-      r.sync_bytes = r.grads * (2.0 * (n - 1.0) / n) * host_ranks;
-    } else if (p.zero <= 2 && k > 1) {
-      r.sync = in.comm.time(Collective::reduce_scatter, r.grads, d.groups.shard);
-      r.sync_bytes = r.grads * ((k - 1.0) / k) * host_ranks;
-    }
-    // HSDP: each shard, reduced inside its group, is all-reduced across the replicas (ZeRO-3:
-    // unit by unit inside the backward, cost_sharded_parameters).
-    if (d.sharded_reduction && replicas > 1) {
-      r.sync += in.comm.time(Collective::all_reduce, r.grads / double(k), d.groups.replicate);
-      r.sync_bytes += r.grads / double(k) * (2.0 * (replicas - 1.0) / replicas) * host_ranks;
+    if (p.zero < 3) {
+      const Reduction dense = dense_reduction(d, r.grads);
+      r.sync = dense.time;
+      r.sync_bytes = dense.bytes;
     }
     if ((p.zero == 1 || p.zero == 2) && k > 1) {
       // Each rank stepped its shard: the updated weights are all-gathered.
@@ -144,18 +163,9 @@ std::vector<double> overlapped_reduction(const DpContext& d, int s, StageSync& r
   const WorkloadCosts& c = d.c;
   r.tail = r.sync;
   if (c.dp_overlap && r.sync > Seconds(0)) {
-    // The last bucket goes as the whole reduction goes (reduce_and_gather): reduce-scattered over
-    // the shard group by a reduce-scattering optimizer, then with HSDP its shard all-reduced
-    // across the replicas; otherwise all-reduced over the data-parallel group.
+    // The last bucket goes as the whole reduction goes.
     const Bytes bucket = min(Bytes(d.fw.overlap_bucket_elements(p, in.x.bytes.reduce) * in.x.bytes.reduce), r.grads);
-    Seconds tail;
-    if (d.sharded_reduction && d.k > 1) {
-      tail = in.comm.time(Collective::reduce_scatter, bucket, d.groups.shard);
-      if (d.replicas > 1) tail += in.comm.time(Collective::all_reduce, bucket / double(d.k), d.groups.replicate);
-    } else {
-      tail = in.comm.time(Collective::all_reduce, bucket, d.groups.dp);
-    }
-    r.tail = min(r.sync, tail);
+    r.tail = min(r.sync, dense_reduction(d, bucket).time);
   }
   const int v = c.shape.virtual_stages;
   std::vector<double> shares;
