@@ -51,8 +51,8 @@ constexpr ElementwiseTraffic kMegatron2021Traffic{
 ///   chunk's gradient, a cat of dq, dk and dv (read 6, write 6), the scaling's (2 + 2), and the
 ///   cache slice's gradient: a zero-filled K and V buffer (2 x 2) with the slice copied in (2 x
 ///   4): 28 in 5 launches. (For a token slice that buffer spans the whole sequence, and the slice's
-///   cache gradient is added into the prefix's: O(sequence) per slice, about 0.1 ms per 16-token
-///   slice of a GPT3-175B layer at op 4; left out.)
+///   cache gradient is added into the prefix's: O(sequence) per slice, kv_cache_slice_gradient;
+///   transformer_models.py backward_step.)
 ///  activation, per (tokens, ffn / t) element: fc1's bias add and relu_, both in place (2 + 2
 ///   each): 8; backward relu's threshold_backward (read dy and y, write dx): 6.
 ///  bias gradients: each Linear's, a reduction reading its output gradient (2 per element).
@@ -67,6 +67,7 @@ constexpr ElementwiseTraffic kTerapipe2021Traffic{
     .norms_forward = 8, .norms_backward = 20, .norms_launches_forward = 2, .norms_launches_backward = 4,
     .residual_forward = 20, .residual_backward = 12, .residual_launches_forward = 4, .residual_launches_backward = 2,
     .layout_forward = 28, .layout_backward = 28, .layout_launches_forward = 5, .layout_launches_backward = 5,
+    .kv_cache_slice_gradient = true,
     .activation_forward = 8, .activation_backward = 6,
     .bias_grad = 2,
     .score_forward = 18, .score_backward = 16};

@@ -65,6 +65,15 @@ struct ElementwiseTraffic {
   int residual_launches_forward = 0, residual_launches_backward = 0;
   double layout_forward = 0, layout_backward = 0;      // re-layout copies around attention (q/k/v, output)
   int layout_launches_forward = 0, layout_launches_backward = 0;
+  /// TeraPipe's K/V cache under token slicing: the backward of a slice's `cache[:, :context]`
+  /// read zero-fills a K and a V gradient buffer as long as the whole sequence and copies the
+  /// slice's context into it, and the gradient of the cached prefix is then added into the earlier
+  /// slices' (backward_step's `grad[:, :cache_len] += ...`). layout_backward already counts a
+  /// zero-filled buffer and the copy over the slice's own tokens (what an unsliced sequence moves);
+  /// this adds the rest, per (token, hidden / t) element: zero-fill of the other sequence - tokens
+  /// positions (write 2, K and V), the copy over the prefix (read and write 2, K and V) and the
+  /// prefix's add (read 2 + 2, write 2, K and V). O(sequence) per slice, so fine slices pay it most.
+  bool kv_cache_slice_gradient = false;
   /// Rotary embeddings applied as separate kernels, per element of q and k (RoPE models only).
   double rope_forward = 0, rope_backward = 0;
   int rope_launches = 0;

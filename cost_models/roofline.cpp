@@ -402,6 +402,15 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
                        eager_stream(tr.layout_forward, tr.layout_strided_forward, T * h / t, tr.layout_launches_forward);
   B.dropout_residual = stream(tr.residual_backward, T * h / sp, tr.residual_launches_backward) +
                        eager_stream(tr.layout_backward, tr.layout_strided_backward, T * h / t, tr.layout_launches_backward);
+  // TeraPipe's cache gradient beyond the slice's own tokens (ElementwiseTraffic::
+  // kv_cache_slice_gradient): zero-fill over the rest of the sequence, the copy and the add over
+  // the cached prefix, for K and V.
+  // Per sequence of the micro-batch (its b sequences each have the buffers).
+  if (tr.kv_cache_slice_gradient && m.seq_len > tokens) {
+    const double prefix = std::max(0, context - tokens), rest = double(m.seq_len - tokens);
+    const double bytes = 2.0 * (2.0 * rest + 4.0 * prefix + 6.0 * prefix);  // K and V
+    B.dropout_residual += stream(bytes, b * h / t, prefix > 0 ? 2 : 0);  // the two adds
+  }
   // RoPE as kernels of their own on this GPU's q and k, and grouped K/V repeated for every query
   // head (read kv, write q-wide, for K and V; the backward sums them back).
   if (m.position == PositionEmbedding::rope && !m.mla) {

@@ -236,6 +236,38 @@ TEST(Roofline, TeraPipesLayerIsPricedAsItsCodeRunsIt) {
               (28.0 * tokens_h_t + 6.0 * tokens_h) / stream_GBps + 7 * kLaunch, 1e-6 * mg.forward_ops.dropout_residual.value());
 }
 
+TEST(Roofline, TeraPipesSliceBackwardCarriesTheWholeSequencesCacheGradient) {
+  // TeraPipe's slice of 512 tokens at positions 1025..1536 of a 2048-token sequence (micro-batch
+  // 4, hidden 6144, tp 8). The backward of its `cache[:, :1536]` read zero-fills a K and a V
+  // gradient buffer of all 2048 positions and copies the 1536 in; the cached prefix's 1024
+  // positions are then added into the earlier slices' gradient (transformer_models.py
+  // backward_step). An unsliced sequence's buffer (already in layout_backward) is the slice's own
+  // 512: per (position, hidden / t) element of K and V the rest is zero-fill 2 x (2048 - 512),
+  // copy 4 x 1024, add 6 x 1024 = 13312 bytes, in two more launches (the adds), at the streaming
+  // bandwidth; the forward does not move.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "korthikanti-table4-no-recompute"));
+  Experiment tp = e;
+  tp.plan.framework = Framework::terapipe;
+  tp.plan.schedule = Schedule::gpipe;
+  ASSERT_EQ(tp.model.seq_len, 2048);
+  const ExecutionModel with = resolve_execution(tp);
+  ASSERT_TRUE(with.elementwise->kv_cache_slice_gradient);
+  ElementwiseTraffic off = *with.elementwise;
+  off.kv_cache_slice_gradient = false;
+  ExecutionModel without = with;
+  without.elementwise = &off;
+  const LayerTimes a = layer_times(with, tp.model, tp.plan, 512, 1536, false);
+  const LayerTimes b = layer_times(without, tp.model, tp.plan, 512, 1536, false);
+  const double stream_GBps = 0.88 * 2039e9, elements = 4 * 6144.0 / 8;
+  const double bytes = 2.0 * (2.0 * (2048 - 512) + 4.0 * 1024 + 6.0 * 1024);
+  EXPECT_NEAR((a.backward_ops.dropout_residual - b.backward_ops.dropout_residual).value(),
+              bytes * elements / stream_GBps + 2 * kLaunch, 1e-9);
+  EXPECT_EQ(a.forward_ops.dropout_residual.value(), b.forward_ops.dropout_residual.value());
+  // The whole sequence in one slice has nothing more to move.
+  EXPECT_EQ(layer_times(with, tp.model, tp.plan, 2048, 2048, false).backward_ops.dropout_residual.value(),
+            layer_times(without, tp.model, tp.plan, 2048, 2048, false).backward_ops.dropout_residual.value());
+}
+
 TEST(Roofline, SlidingWindowFlashAttentionCountsTheBandOnly) {
   // Causal attention of 8 queries over 8 positions with a window of 3: query j (1-based) sees
   // min(j, 3) keys, 1 + 2 + 3 x 6 = 21 of the 36 a full causal mask allows. Shape scaling off, so
