@@ -567,6 +567,8 @@ std::array<FrameworkTraits, 10> make_table() {
   deepspeed.zero3_reduce_bucket_elements = 5e8;
   deepspeed.zero3_gather_copies = true;
   deepspeed.zero3_reduce_copy_passes = 3;
+  deepspeed.zero3_large_gradients_alone = true;
+  deepspeed.zero3_lone_gathers_in_place = true;
   deepspeed.zero3_persistence_elements = 1e5;
   // Communication not overlapped with compute: gathers on demand, nothing kept for reuse. The
   // Azure + DeepSpeed runs (v0.6.2, docs/_posts/2022-07-26-deepspeed-azure.md) show it: their
@@ -718,6 +720,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // after each unit's forward (FULL_SHARD, zero 3) or keeping them to its backward (SHARD_GRAD_OP,
   // zero 3 with reshard_after_forward false), never the optimizer state alone.
   llm_foundry.pipeline_parallel = false;
+  llm_foundry.fsdp1_reduce_passes = true;
   llm_foundry.tensor_parallel = false;
   // Its benchmarks run eager (no compile_config in scripts/train/benchmarking); Inductor's fusions
   // of the MPT block are not described, so no compiled mode (pytorch's entry describes its own block).
@@ -828,6 +831,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // 3b1ce15, 2024); fms-fsdp#152 (2025-07) deletes `output` before the backward, 6 from then on.
   fms_fsdp.activations.logits_bytes = 8;
   fms_fsdp.fsdp2_unit_copies = false;
+  fms_fsdp.fsdp1_reduce_passes = true;
   fms_fsdp.partial_recompute = true;
   fms_fsdp.op_selective_recompute = false;
   fms_fsdp.tensor_parallel = fms_fsdp.pipeline_parallel = fms_fsdp.context_parallel = false;

@@ -349,6 +349,26 @@ struct FrameworkTraits {
   /// read and a write in the reduce dtype (DeepSpeed: the copy into the IPG bucket, the
   /// interleaving cat of reduce_scatter_coalesced, the div_ by the world size).
   int zero3_reduce_copy_passes = 0;
+  /// A gradient at least a bucket's size (zero3_reduce_bucket_elements) is reduce-scattered alone
+  /// and whole, in one collective, with one pass over it (the div_): DeepSpeed's stage 3 flushes
+  /// the bucket when a gradient would overflow it and appends the big gradient without copying it
+  /// into the contiguous buffer; the next gradient then flushes it alone, and
+  /// reduce_scatter_coalesced of one tensor skips its interleaving copy (stage3.py
+  /// reduce_independent_p_g_buckets_and_remove_grads and __add_grad_to_ipg_bucket, v0.6.2 and
+  /// v0.10.0). The biases and norms that arrive between two such gradients are one small flush each.
+  bool zero3_large_gradients_alone = false;
+  /// With a complete prefetch trace a module's fetch that gathers one parameter gathers it in place,
+  /// without the copy-out of zero3_gather_copies (all_gather_coalesced of a single parameter,
+  /// partition_parameters.py v0.6.2 and v0.10.0): the small parameters below
+  /// zero3_persistence_elements are never released, so a weight is fetched alone unless its bias
+  /// is above the threshold.
+  bool zero3_lone_gathers_in_place = false;
+  /// Before each unit's reduce-scatter, on the stream that runs it, FSDP1's post-backward hook casts
+  /// the unsharded gradient to the reduce dtype where it differs (read the gradient's, write the
+  /// reduce dtype) and divides it in place by the predivide factor (read and write; every shard
+  /// group of 2 or more ranks has a factor above 1): torch/distributed/fsdp/_runtime_utils.py
+  /// _post_backward_hook and _reduce_grad (_div_if_needed), PyTorch 2.0-2.3.
+  bool fsdp1_reduce_passes = false;
   /// ZeRO-3's next unit is gathered while this one computes (FSDP's prefetch; DeepSpeed's
   /// trace-driven prefetch once its module trace is complete). false: each unit is gathered when it
   /// starts and waited for, behind the reduce-scatter before it on the same NCCL stream, and

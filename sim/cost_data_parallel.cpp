@@ -310,7 +310,7 @@ class ShardedCoster {
   }
   double sharded(const StageParameters& ps) const { return sharded_parts(ps).total(); }
   Seconds gather(const StageParameters& ps, bool layer) const;
-  Seconds reduce(const StageParameters& ps) const;
+  Seconds reduce(const StageParameters& ps, bool layer) const;
   /// FSDP2's copies on the compute stream (FrameworkTraits::fsdp2_unit_copies): out of each
   /// gathered buffer into the unit's parameters, and each unit's gradients into the reduce-scatter
   /// buffer in reduce_dtype. They lengthen the unit's compute (under which the next gather hides)
@@ -448,25 +448,67 @@ Seconds ShardedCoster::gather(const StageParameters& ps, bool layer) const {
     for (double share : layer ? modules_ : std::vector<double>{1.0})
       t += in_.comm.time(Collective::all_gather, Bytes(dense * share * bytes), groups_.shard);
   if (expert > 0) t += in_.comm.time(Collective::all_gather, Bytes(expert * bytes), groups_.expert_dp);
-  if (fw_.zero3_gather_copies && in_.compute.memory_bound)
-    t += in_.compute.memory_bound(Bytes(2.0 * (dense + expert) * bytes), 1);
+  if (fw_.zero3_gather_copies && in_.compute.memory_bound) {
+    double copied = dense + expert;
+    if (layer && prefetch_ && fw_.zero3_lone_gathers_in_place && modules_.size() == 4) {
+      // A module's fetch of its weight alone gathers in place; a bias above the persistence
+      // threshold joins its weight's fetch, and that batch is copied out.
+      const double h = m_.hidden, up = m_.gated() ? 2.0 : 1.0;
+      const double bias[4] = {m_.q_width() + 2.0 * m_.kv_width(), h, up * m_.ffn_hidden, h};
+      copied = expert;
+      for (std::size_t i = 0; i < 4; ++i)
+        if (m_.bias && bias[i] / p_.tp > fw_.zero3_persistence_elements) copied += dense * modules_[i];
+    }
+    if (copied > 0) t += in_.compute.memory_bound(Bytes(2.0 * copied * bytes), 1);
+  }
   return t;
 }
 
-Seconds ShardedCoster::reduce(const StageParameters& ps) const {
+Seconds ShardedCoster::reduce(const StageParameters& ps, bool layer) const {
   const auto [params, expert] = sharded_parts(ps);
   if (!(params + expert > 0)) return Seconds(0);
   Seconds t;
+  // Elements reduced in buckets (with the framework's passes over each) and reduced alone.
+  double bucketed = params, alone = 0;
   if (params > 0) {
-    t += bucket_ > 0 ? (params / bucket_) * in_.comm.time(Collective::reduce_scatter, Bytes(bucket_ * rb_), groups_.shard)
-                     : in_.comm.time(Collective::reduce_scatter, Bytes(params * rb_), groups_.shard);
+    if (bucket_ > 0 && fw_.zero3_large_gradients_alone) {
+      // Each module's weight gradient at least a bucket's size goes alone, whole, and flushes the
+      // small gradients (biases, norms) that came before it (FrameworkTraits::
+      // zero3_large_gradients_alone).
+      const std::vector<double> shares = layer ? modules_ : std::vector<double>{1.0};
+      int large = 0;
+      for (double share : shares)
+        if (const double n = params * share; n >= bucket_) {
+          t += in_.comm.time(Collective::reduce_scatter, Bytes(n * rb_), groups_.shard);
+          alone += n;
+          ++large;
+        }
+      bucketed = params - alone;
+      if (layer && large > 0) {
+        const double h = m_.hidden, up = m_.gated() ? 2.0 : 1.0;
+        const double vectors = 2.0 * m_.norms_per_layer() * h +
+                               (m_.bias ? (m_.q_width() + 2.0 * m_.kv_width() + up * m_.ffn_hidden) / p_.tp + 2.0 * h : 0.0);
+        t += double(large) * in_.comm.time(Collective::reduce_scatter, Bytes(vectors / large * rb_), groups_.shard);
+      }
+    }
+    if (bucketed > 0)
+      t += bucket_ > 0 ? (bucketed / bucket_) * in_.comm.time(Collective::reduce_scatter, Bytes(bucket_ * rb_), groups_.shard)
+                       : in_.comm.time(Collective::reduce_scatter, Bytes(bucketed * rb_), groups_.shard);
     if (replicas_ > 1)
       t += outer_share_ * in_.comm.time(Collective::all_reduce, Bytes(params * rb_ / k_), groups_.replicate);
   }
   if (expert > 0) t += in_.comm.time(Collective::reduce_scatter, Bytes(expert * rb_), groups_.expert_dp);
-  if (fw_.zero3_reduce_copy_passes > 0 && in_.compute.memory_bound)
-    t += in_.compute.memory_bound(Bytes(2.0 * fw_.zero3_reduce_copy_passes * (params + expert) * rb_),
-                                  fw_.zero3_reduce_copy_passes);
+  if (in_.compute.memory_bound) {
+    if (fw_.zero3_reduce_copy_passes > 0)
+      t += in_.compute.memory_bound(Bytes(2.0 * fw_.zero3_reduce_copy_passes * (bucketed + expert) * rb_),
+                                    fw_.zero3_reduce_copy_passes);
+    if (alone > 0) t += in_.compute.memory_bound(Bytes(2.0 * alone * rb_), 1);  // the div_
+    if (fw_.fsdp1_reduce_passes && params > 0) {
+      // FSDP1's cast to the reduce dtype (where it differs) and predivide, before the reduce-scatter.
+      const bool cast = rb_ != gb_;
+      t += in_.compute.memory_bound(Bytes(params * (2.0 * rb_ + (cast ? gb_ + rb_ : 0.0))), cast ? 2 : 1);
+    }
+  }
   return t;
 }
 
@@ -482,7 +524,7 @@ void ShardedCoster::unit(std::vector<ShardedUnit>& units, Seconds& copies, const
   const Seconds copy =
       (gathers ? copy_out(sharded(params), layer) : Seconds(0)) + (reduces ? copy_in(sharded(params)) : Seconds(0));
   copies += copy;
-  units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params) : Seconds(0)});
+  units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params, layer) : Seconds(0)});
 }
 
 void ShardedCoster::edge_unit(ChunkUnits& u, double params, Seconds compute) const {
@@ -588,7 +630,7 @@ StageParameters ShardedCoster::charge(int s, int ch, const ChunkUnits& u, double
 }
 
 void ShardedCoster::step_sync(int s, const StageParameters& reduced) {
-  const Seconds sync = reduce(reduced) + copy_in(sharded(reduced));
+  const Seconds sync = reduce(reduced, false) + copy_in(sharded(reduced));
   const double host_ranks = std::min(p_.tp, in_.e.cluster.gpus_per_node);
   Bytes nic = Bytes((reduced.dense * rb_ * sent_ + reduced.expert * rb_ * sent_e_) * host_ranks);
   if (replicas_ > 1) nic += Bytes(reduced.dense * rb_ / k_ * 2.0 * (replicas_ - 1.0) / replicas_ * host_ranks);

@@ -157,7 +157,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // and pair sum, the transpose and GQA copies) at the GPU file's eager_strided_efficiency
       // (A100 0.43, H100 SXM 0.54, Liger-Kernel's RoPE timings): 7B +7.3/+7.8 -> +4.0/+5.4%, 13B
       // +3.4/+0.9 -> +0.5/-1.1%, 34B and 70B 0.9-1.6 points slower: 4.07% / 9.0% (70B H100).
-      {"IBM fms-fsdp Llama 2 benchmarks (FSDP1, 2024)", {4.1, 9.1}},
+      // Session 65: FSDP1's predivide pass over each unsharded gradient before its reduce-scatter
+      // (FrameworkTraits::fsdp1_reduce_passes): the rows 0.2-0.5 points slower, 4.14% / 9.35%.
+      {"IBM fms-fsdp Llama 2 benchmarks (FSDP1, 2024)", {4.2, 9.4}},
       // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
       // largest after session 18: the 128k/256k context-parallel rows (+30, +36%), the 8B TP8
       // rowwise FP8 rows (+15, +26%), the 70B TP8 tensorwise rows (-8, -10%) and the H200 rows
@@ -336,7 +338,12 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // fitted GEMM rate at 1, so these fp16 DeepSpeed runs keep their 9.0%.
       // Session 30: ZeRO-3 adds micro-batch gradients into the rank's partition only (DeepSpeed
       // stage3 __partition_grads), none at one micro-batch: the five rows 0.6-0.9 points faster.
-      {"DeepSpeed ZeRO-3 on Azure A100 (2022)", {9.7, 16.1}},
+      // Session 65: a weight gradient bigger than reduce_bucket_size (9e7 here) reduce-scattered
+      // alone and whole, as stage3.py does, not in bucket-sized pieces each paying 1024 ranks' ring
+      // latency (FrameworkTraits::zero3_large_gradients_alone): 1.3-6.8 points faster, 14.7% /
+      // 22.7%. The agreement had rested on that over-charge; what the runs spend beyond the model
+      // is unexplained (notes/status.md, session 65).
+      {"DeepSpeed ZeRO-3 on Azure A100 (2022)", {14.8, 22.8}},
       // Session 48: the ZeRO++ blog's ZeRO-3 baselines (microsoft/DeepSpeed blogs/zeropp, 2023; 18B
       // on 384 V100s of 24 DGX-2 nodes at 1, 2, 4 and 8 x 100 Gb/s a node, 1K and 2K tokens a GPU)
       // and the ZeRO++ tutorial's 64-GPU log, with DeepSpeed 2023's complete prefetch trace
@@ -345,7 +352,12 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // reuse distance walked as DeepSpeed walks it (the rest of the forward, then the backward up
       // to the layer, a recomputed layer twice): the 18B keeps one layer gathered, not two; the
       // tutorial row +5.2%, 12.2% / 18.5%.
-      {"DeepSpeed ZeRO-3 on DGX-2 V100 (ZeRO++ baselines, 2023)", {12.3, 18.6}},
+      // Session 65: whole weight gradients reduced alone (FrameworkTraits::zero3_large_gradients_
+      // alone) and a lone weight gathered in place under the complete trace (zero3_lone_gathers_
+      // in_place): the one-link rows +16.8/+14.6 -> +0.5/-0.6%, the tutorial +5.2 -> -2.7% (its
+      // logged backward, 6.46 s, is now met), the 2-8 link rows -14..-34% (a cost of about 2 s a
+      // step that the communication-bound rows hide is missing): 16.6% / 34.4%.
+      {"DeepSpeed ZeRO-3 on DGX-2 V100 (ZeRO++ baselines, 2023)", {16.7, 34.5}},
       // Session 26: GPT-NeoX-20B (Black et al. 2022; outside ../shared/published), 96 A100-40GB,
       // DeepSpeed's pipeline engine at TP 2 x PP 4 x DP 12, fp16, ZeRO-1: predicted as it was added
       // at -9.4% (its 117 TFLOP/s restated as 43.84 s with GPT-NeoX's own FLOP count). Session 41:

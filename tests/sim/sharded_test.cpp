@@ -619,12 +619,21 @@ TEST(DeepSpeedZero3, GathersModuleByModuleOnDemandInBucketsAndCopies) {
   for (double s : shares) on_demand += 24 * ag(layer * s);
   EXPECT_NEAR(k3.c.chunk[0][0][0].forward_dp_comm.value(), on_demand, 1e-9 * on_demand);
   EXPECT_GT(on_demand, 24 * ag(layer * shares[0]));
-  // plan.reduce_bucket sets the bucket.
+  // plan.reduce_bucket sets the bucket. At 1e6 elements every weight is bigger than a bucket
+  // (QKV 3h^2 = 3.1M, the projection h^2 = 1.05M, FC1 and FC2 4h^2): DeepSpeed reduce-scatters
+  // each alone and whole, with one read + write pass (the div_: 4 bytes per parameter), and each
+  // flushes the vectors that came before it (stage3.py reduce_independent_p_g_buckets_and_
+  // remove_grads): the layer's two LayerNorms' weight and bias and its four biases, 4h + 3h + h +
+  // 4h + h = 13h, a quarter a flush. The embedding's one gradient (vocab x h) goes alone too.
   Experiment small = e;
   small.plan.reduce_bucket = 1000000;
   Costed k2(small, instant_compute());
-  const double bucket2 = k2.comm.time(Collective::reduce_scatter, Bytes(2.0 * 1e6), shard).value();
-  EXPECT_NEAR(k2.c.chunk[0][0][0].backward_dp_comm.value(), 2 * 24 * layer_gather + all * (bucket2 / 1e6 + 12e-9), 1e-9 * bwd);
+  auto rs = [&](double params) { return k2.comm.time(Collective::reduce_scatter, Bytes(2.0 * params), shard).value(); };
+  double layer_reduce = 4e-9 * layer + 4 * rs(13.0 * 1024 / 4);
+  for (double s : shares) layer_reduce += rs(layer * s);
+  const double bwd2 = 2 * 24 * layer_gather + 24 * layer_reduce + rs(edges) + 4e-9 * edges;
+  EXPECT_NEAR(k2.c.chunk[0][0][0].backward_dp_comm.value(), bwd2, 1e-9 * bwd2);
+  EXPECT_GT(bwd2 - 2 * 24 * layer_gather, 0.0);
 }
 
 TEST(DeepSpeedZero3, WithACompleteTraceKeepsWhatIsUsedAgainWithinTheReuseDistance) {
@@ -655,10 +664,13 @@ TEST(DeepSpeedZero3, WithACompleteTraceKeepsWhatIsUsedAgainWithinTheReuseDistanc
   Costed kn(n, instant_compute());
   EXPECT_NEAR(kn.c.zero3_gather_bytes[0].value(), (all + 16 * layer) * 2.0 * 15.0 / 16, 1e-6 * all);
   // With nothing gathered in its backward but the 18 layers, the backward's link time is their
-  // gathers (each in its four modules, copied out: 4 bytes a parameter at 1 ns a byte) and the
-  // bucketed reduce-scatters with their three read + write passes (12 bytes a parameter).
+  // gathers (each in its four modules) and the bucketed reduce-scatters with their three read +
+  // write passes (12 bytes a parameter). With a complete trace the layer's biases and norms (all
+  // under the 1e5-element persistence threshold at h 2048: 3h, h, 4h, h) are never released, so
+  // each module's fetch gathers its weight alone, in place: no copy out of a gather buffer
+  // (all_gather_coalesced of one parameter).
   const std::vector<double> shares = cost_models::zero3_module_shares(framework_traits(Framework::deepspeed), e.model);
-  double layer_gather = 4e-9 * layer;
+  double layer_gather = 0;
   for (double sh : shares) layer_gather += k.comm.time(Collective::all_gather, Bytes(2.0 * layer * sh), shard).value();
   const double bucket = k.comm.time(Collective::reduce_scatter, Bytes(2.0 * 5e8), shard).value();
   const double bwd = 18 * layer_gather + all * (bucket / 5e8 + 12e-9);
@@ -669,6 +681,36 @@ TEST(DeepSpeedZero3, WithACompleteTraceKeepsWhatIsUsedAgainWithinTheReuseDistanc
   d.plan.zero3_prefetch.reset();
   Costed kd(d, instant_compute());
   EXPECT_NEAR(kd.c.zero3_gather_bytes[0].value(), (all + 2 * 24 * layer) * 2.0 * 15.0 / 16, 1e-6 * all);
+}
+
+TEST(Fsdp1, CastsAndPredividesEachGradientBeforeItsReduceScatter) {
+  // FSDP1's post-backward hook, on the stream its reduce-scatter follows: the unsharded gradient
+  // cast to the reduce dtype where it differs (read the gathered dtype, write the reduce dtype)
+  // and divided in place by the predivide factor (read and write the reduce dtype); 16 ranks have
+  // a factor of 4 (_get_gradient_predivide_factor). llm-foundry's Composer FSDP gathers bf16 and
+  // reduces fp32 (mixed_precision DEFAULT): 2 + 4 + 4 + 4 = 14 bytes per parameter, every
+  // parameter once per micro-batch's backward, all exposed here (no compute, 1 ns a byte).
+  Experiment e = fsdp();
+  e.plan.framework = Framework::llm_foundry;
+  validate_experiment(e);
+  auto backward = [&](bool passes) {
+    fixtures::Costed k(e, instant_compute());
+    FrameworkTraits fw = *k.x.framework;
+    EXPECT_TRUE(fw.fsdp1_reduce_passes);
+    fw.fsdp1_reduce_passes = passes;
+    k.x.framework = &fw;
+    cost_layer_chunks(k.in(), k.c);
+    cost_data_parallel(k.in(), k.c);
+    cost_sharded_parameters(k.in(), k.c);
+    return std::make_pair(k.c.chunk[0][0][0].backward_dp_comm.value(), k.params(0));
+  };
+  const auto [with, all] = backward(true);
+  const double without = backward(false).first;
+  const cost_models::ExecutionModel x = cost_models::execution_model(e.training, e.plan);
+  ASSERT_EQ(x.bytes.gather, 2.0);
+  ASSERT_EQ(x.bytes.reduce, 4.0);
+  EXPECT_NEAR(with - without, 14e-9 * all, 1e-6 * with);
+  EXPECT_FALSE(framework_traits(Framework::torchtitan).fsdp1_reduce_passes);
 }
 
 TEST(DeepSpeedZero3, PersistentVectorsAreGatheredOneByOneAfterTheStep) {
