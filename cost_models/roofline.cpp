@@ -465,6 +465,14 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       const Seconds one = rc.gemm({ffn_tokens, h, T, 1});
       F.moe_permute = 2.0 * one;
       B.moe_permute = 3.0 * one;
+      // The gate's (S, E, C) tensors around them (DeepSpeed v0.5.8 sharded_moe.py top1gating and
+      // MOELayer.forward), per element: combine_weights built in fp32 by einsum("se,sc->sec")
+      // (write 4), dispatch_mask = combine_weights.bool() (read 4, write 1), and each cast to the
+      // input's 16-bit dtype for its einsum (read 1, write 2; read 4, write 2): 18 bytes in 4
+      // kernels; backward the casts' gradients back to fp32 and the einsum's to the gates (10).
+      const double sec = T * ffn_tokens;
+      F.moe_permute += rc.memory_bound(Bytes(18.0 * sec), 4);
+      B.moe_permute += rc.memory_bound(Bytes(10.0 * sec), 2);
     } else if (x.moe_dispatch == MoeDispatch::alltoall) {
       // Megatron-Core's dispatcher: the rank permutes the copies it routes before the all-to-all
       // and unpermutes them after (read and write each row), and where it holds more than one
@@ -501,8 +509,9 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     // Transformer Engine's grouped linear on sm90 is one cuBLAS GEMM per local expert, round robin
     // over four streams (TE v2.7-2.14 nvte_multi_stream_cublas_gemm; the CUTLASS grouped kernel is
     // opt-in, bf16 only): a launch per expert and GEMM, forward FC1 and FC2, backward each one's
-    // data and weight gradients, where the model above prices one batched launch.
-    const Seconds extra = rc.params().launch_overhead * (groups - 1.0);
+    // data and weight gradients, where the roofline above prices one batched launch. (Measured
+    // GEMM times already carry a launch per expert: profile_gemm times each GEMM of the batch.)
+    const Seconds extra = rc.gemm_times_measured() ? Seconds(0) : rc.params().launch_overhead * (groups - 1.0);
     F.fc1 += extra;
     F.fc2 += extra;
     B.fc1 += 2.0 * extra;

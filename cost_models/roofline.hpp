@@ -137,6 +137,9 @@ class RooflineCompute {
   void anchor_to_bf16_profile(const CalibrationProfile& bf16);
   /// True when GEMM times come from a measured profile.
   bool has_gemm_profile() const { return profile_.has_value(); }
+  /// True when GEMM times are measured ones (a profile, or FP8 anchored to a bf16 profile): each GEMM
+  /// of a batch then carries its own launch, where the roofline charges one launch per batch.
+  bool gemm_times_measured() const { return profile_.has_value() || bf16_anchor_.has_value(); }
   /// A fused attention forward (causal when context == tokens and the slice is the whole
   /// sequence: half the score matrix; a later TeraPipe slice attends to its whole prefix), at the
   /// execution's fused-attention efficiency scaled by fused_attention_shape_factor.

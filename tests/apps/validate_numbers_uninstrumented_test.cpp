@@ -240,7 +240,11 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // Session 64: MLA's latent down-projections on the rank's own tokens under sequence
       // parallelism (they had been priced on every token of the micro-batch, a bug): DeepSeek-V3
       // FP8 +18.9 -> +20.0%: 13.0% (13.0006) / 38.9%.
-      {"Megatron-Bridge on DGX H100 (Megatron-Core)", {13.1, 39.0}},
+      // Session 65: the GEMM launch per expert of TE's grouped linear no longer added on top of the
+      // H100 profile's times, which carry it (a double count; on the roofline it stays), and the
+      // all-to-all efficiency refit 0.723 -> 0.707: GPT-OSS +38.9 -> +43.0%, DeepSeek-V3 FP8
+      // +20.0 -> +20.5%: 13.9% / 43.0%.
+      {"Megatron-Bridge on DGX H100 (Megatron-Core)", {14.0, 43.1}},
       // Session 37: the same tables' Blackwell rows (25.09, 25.11; FP8 current scaling). The two
       // DGX B200 Llama 3 8B rows pin blackwell_tensor_core_scale (0.707: the GPU files' burst,
       // best-shape figures were 32-35% fast); the Llama 3.1 405B rows (TP 4, PP 8, CP 2, VP 8 on
