@@ -748,10 +748,14 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   // Embedding: gather rows and add positions; backward scatter-adds into the embedding grads.
   e.embedding_forward = stream(tr.embedding_forward, T * h, tr.embedding_launches);
   e.embedding_backward = stream(tr.embedding_backward, T * h, tr.embedding_launches);
-  // Final norm (one of the layer's two), the LM head over the local vocabulary shard (with the
-  // tied weight's autocast cast), the loss over the logits.
-  const Seconds norm_fwd = norm_traffic(rc, tr, scale, tr.norms_forward / 2, T * h, std::max(1, tr.norms_launches_forward / 2));
-  const Seconds norm_bwd = norm_traffic(rc, tr, scale, tr.norms_backward / 2, T * h, std::max(1, tr.norms_launches_backward / 2));
+  // Final norm (one of the layer's two; under sequence parallelism on the rank's T / tp rows, before
+  // the head's all-gather, as the layers' norms), the LM head over the local vocabulary shard (with
+  // the tied weight's autocast cast), the loss over the logits.
+  const double norm_rows = p.sequence_parallel ? T / t : T;
+  const Seconds norm_fwd =
+      norm_traffic(rc, tr, scale, tr.norms_forward / 2, norm_rows * h, std::max(1, tr.norms_launches_forward / 2));
+  const Seconds norm_bwd =
+      norm_traffic(rc, tr, scale, tr.norms_backward / 2, norm_rows * h, std::max(1, tr.norms_launches_backward / 2));
   const Seconds cast_fwd = stream(weight_cast_bytes(x, p, false), V * h / t, 1);
   const Seconds cast_bwd = stream(weight_cast_bytes(x, p, true), V * h / t, 1);
   // The LM head stays in 16 bits under an FP8 recipe (roofline16: the same model otherwise).

@@ -268,6 +268,31 @@ TEST(Roofline, TeraPipesSliceBackwardCarriesTheWholeSequencesCacheGradient) {
             layer_times(without, tp.model, tp.plan, 2048, 2048, false).backward_ops.dropout_residual.value());
 }
 
+TEST(Roofline, FinalNormRunsOnTheRanksSequenceShardUnderSequenceParallelism) {
+  // Korthikanti's 175B (h 12288, tp 8, micro-batch 1 x 2048 tokens) with sequence parallelism: the
+  // final LayerNorm sees the rank's 2048 / 8 rows (Megatron's final_layernorm runs before the
+  // head's all-gather), the head GEMM and the loss do not move. Megatron's norm traffic is 8 bytes
+  // forward in 1 launch, 16 backward in 1 (half the layer's two norms), at the streaming bandwidth.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "korthikanti-table5-175b-selective-sp"));
+  ASSERT_TRUE(e.plan.sequence_parallel);
+  ASSERT_EQ(e.plan.tp, 8);
+  const ExecutionModel x = resolve_execution(e);
+  ASSERT_FALSE(x.elementwise->norms_eager_chain);
+  Experiment off = e;
+  off.plan.sequence_parallel = false;
+  const EdgeTimes a = edge_times(x, e.model, e.plan, 2048), b = edge_times(resolve_execution(off), off.model, off.plan, 2048);
+  const RooflineCompute& rc = x.roofline();
+  const double scale = x.bytes.traffic_scale, rows = e.plan.micro_batch * 2048.0, h = 12288;
+  const ElementwiseTraffic& tr = *x.elementwise;
+  auto norm = [&](double bytes, double r, int launches) { return rc.memory_bound(Bytes(scale * bytes * r * h), launches); };
+  const int lf = std::max(1, tr.norms_launches_forward / 2), lb = std::max(1, tr.norms_launches_backward / 2);
+  EXPECT_NEAR((b.head_forward - a.head_forward).value(),
+              (norm(tr.norms_forward / 2, rows, lf) - norm(tr.norms_forward / 2, rows / 8, lf)).value(), 1e-12);
+  EXPECT_NEAR((b.head_backward - a.head_backward).value(),
+              (norm(tr.norms_backward / 2, rows, lb) - norm(tr.norms_backward / 2, rows / 8, lb)).value(), 1e-12);
+  EXPECT_GT((b.head_forward - a.head_forward).value(), 0.0);
+}
+
 TEST(Roofline, SlidingWindowFlashAttentionCountsTheBandOnly) {
   // Causal attention of 8 queries over 8 positions with a window of 3: query j (1-based) sees
   // min(j, 3) keys, 1 + 2 + 3 x 6 = 21 of the 36 a full causal mask allows. Shape scaling off, so
