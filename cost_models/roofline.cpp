@@ -456,7 +456,8 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     ffn_width = m.expert_ffn();
     groups = std::max(1.0, double(m.moe->experts) / p.ep);
     shared_width = double(m.moe->shared_experts) * m.expert_ffn();
-    F.moe_router = rc.gemm({routed_tokens, double(m.moe->experts), h, 1}) +
+    // (The router's GEMM never runs in FP8: Megatron-Core's TopKRouter is a 16-bit or fp32 GEMM.)
+    F.moe_router = x.roofline16().gemm({routed_tokens, double(m.moe->experts), h, 1}) +
                    rc.memory_bound(Bytes(4.0 * routed_tokens * m.moe->experts * 3), 2);
     B.moe_router = 2.0 * F.moe_router;
     if (x.moe_dispatch == MoeDispatch::einsum) {
@@ -576,9 +577,18 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
     // under current scaling the norm records the amax and the shard is cast (3 bytes per element).
     const double norm_fed = x.framework->fp8_transformer_engine ? T * h + (moe_layer && m.moe ? 0.0 : T * h) : 0.0;
     const double norm_shard = p.sequence_parallel && p.tp > 1 ? 1.0 / t : 1.0;
+    // Under sequence parallelism TE quantizes a row-parallel layer's output gradient (the
+    // projection's and a dense FC2's, T h each) on the rank's T / tp shard before gathering it in
+    // FP8, then transposes the gathered tensor for the weight gradient (read 1, write 1): the cast
+    // (and current scaling's amax) on 1 / tp of it, where a gradient computed whole is cast and
+    // transposed in one pass (TE 1.8 module/base.py grad_output_preprocess; TE 2.14 base.py and
+    // linear.py).
+    const double row_parallel_grads =
+        x.framework->fp8_transformer_engine && norm_shard < 1.0 ? T * h + (moe_layer && m.moe ? 0.0 : T * h) : 0.0;
     if (x.fp8_scaling == Fp8Scaling::delayed) {
       F.fp8_casts = rc.memory_bound(Bytes(3.0 * (inputs - norm_fed)), 4);
-      B.fp8_casts = rc.memory_bound(Bytes(4.0 * grads + 2.0 * inputs), 8);
+      B.fp8_casts = rc.memory_bound(
+          Bytes(4.0 * (grads - row_parallel_grads) + (3.0 / t + 2.0) * row_parallel_grads + 2.0 * inputs), 8);
     } else if (x.fp8_scaling == Fp8Scaling::mxfp8) {
       // Transformer Engine's MXFP8 recipe (MXFP8Quantizer, TE v2.7-2.9): one kernel per GEMM input
       // computes each 32-element block's amax as it goes (no separate amax pass) and writes both
@@ -650,7 +660,9 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       const double expert_launches = moe_layer && m.moe ? 6.0 * groups : 0.0;
       F.fp8_casts = rc.memory_bound(Bytes(3.0 * (inputs - norm_fed * (1.0 - norm_shard)) + 2.0 * unfused),
                                     int(10 + expert_launches));
-      B.fp8_casts = rc.memory_bound(Bytes(6.0 * grads + 2.0 * inputs), int(16 + expert_launches));
+      B.fp8_casts = rc.memory_bound(
+          Bytes(6.0 * (grads - row_parallel_grads) + (5.0 / t + 2.0) * row_parallel_grads + 2.0 * inputs),
+          int(16 + expert_launches));
     } else {
       // torchao's dynamic scaling (torchao_fp8_casts).
       // Under torchtitan's float8 TP plan QKV's input and a dense layer's FC1 input arrive gathered

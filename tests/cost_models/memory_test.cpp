@@ -909,6 +909,43 @@ TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
 }
 
 
+TEST(Fp8Recipe, RowParallelGradientsAreCastOnTheSequenceShardThenGatheredAndTransposed) {
+  // Llama 3.1 8B at tp 2 (Megatron-Core, TE delayed scaling), 8 x 4096 tokens a micro-batch. Under
+  // sequence parallelism the projection's and FC2's output gradients (T h each) arrive on the
+  // rank's T / 2 rows: TE casts that shard (read 2, write 1) before gathering it in FP8, then
+  // transposes the gathered tensor (read 1, write 1): 3 / 2 + 2 = 3.5 bytes an element where the
+  // whole gradient's cast-transpose moves 4. Nothing else in the backward's casts moves, and
+  // the router of an MoE layer stays a 16-bit GEMM.
+  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  e.model = load_model(resolve_scenario("models", "llama3.1-8b"));
+  e.training.dtype = Dtype::fp8;
+  e.plan.framework = Framework::megatron_core;
+  e.plan.tp = 2;
+  e.plan.sequence_parallel = true;
+  const ExecutionModel x = resolve_execution(e);
+  ASSERT_EQ(x.fp8_scaling, Fp8Scaling::delayed);
+  Experiment off = e;
+  off.plan.sequence_parallel = false;
+  const LayerTimes on_sp = layer_times(x, e.model, e.plan, 4096, 4096, false);
+  const LayerTimes no_sp = layer_times(resolve_execution(off), off.model, off.plan, 4096, 4096, false);
+  const RooflineCompute& rc = x.roofline();
+  const double per_byte = (rc.memory_bound(Bytes(2e9), 8) - rc.memory_bound(Bytes(1e9), 8)).value() / 1e9;
+  const double T = 8.0 * 4096, h = 4096;
+  EXPECT_NEAR((no_sp.backward_ops.fp8_casts - on_sp.backward_ops.fp8_casts).value(), (4.0 - 3.5) * 2 * T * h * per_byte,
+              1e-12);
+  // Qwen3-30B-A3B's router (128 experts, h 2048) at tp 1: a 16-bit GEMM of T x 128 x 2048 and its
+  // three fp32 passes over the T x 128 scores, not the FP8 GEMM rate.
+  Experiment moe = e;
+  moe.model = load_model(resolve_scenario("models", "qwen3-30b-a3b"));
+  moe.plan.tp = 1;
+  moe.plan.sequence_parallel = false;
+  const ExecutionModel xm = resolve_execution(moe);
+  const LayerTimes lm = layer_times(xm, moe.model, moe.plan, 4096, 4096, true);
+  EXPECT_DOUBLE_EQ(lm.forward_ops.moe_router.value(),
+                   (xm.roofline16().gemm({T, 128, 2048, 1}) + xm.roofline().memory_bound(Bytes(4.0 * T * 128 * 3), 2)).value());
+  EXPECT_NE(xm.roofline16().gemm({T, 128, 2048, 1}).value(), xm.roofline().gemm({T, 128, 2048, 1}).value());
+}
+
 TEST(Fp8Recipe, Mxfp8QuantizesBothUsagesOnceAndSwizzlesScalesPerGemm) {
   // Llama 3 8B on DGX B200 under Transformer Engine's MXFP8 recipe, tp 1, micro-batch 2 of 8192
   // tokens (T = 16384). Forward: every GEMM input is quantized once, row-wise and column-wise
