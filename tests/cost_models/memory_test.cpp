@@ -880,6 +880,17 @@ TEST(MoeCompute, DeepSpeedGatingMovesItsTokenExpertCapacityTensors) {
   EXPECT_NEAR(t.backward_ops.moe_permute.value(), (3.0 * one + rc.memory_bound(Bytes(10.0 * sec), 2)).value(), 1e-12);
 }
 
+namespace {
+// The local H100 experiment with `model` under Megatron-Core's FP8 recipe (TE, delayed scaling).
+Experiment fp8_megatron_core_on_h100(const char* model) {
+  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
+  e.model = load_model(resolve_scenario("models", model));
+  e.training.dtype = Dtype::fp8;
+  e.plan.framework = Framework::megatron_core;
+  return e;
+}
+}  // namespace
+
 TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
   // Llama 3.1 8B on one H100, tp 1, 4096 tokens, FP8 linears (Megatron-Core, TE delayed scaling):
   // the forward quantizes the inputs of projection (T q) and FC2 (T f), 3 bytes per element (read
@@ -887,10 +898,7 @@ TEST(Fp8Recipe, CastsByHandAndTheHeadInBf16) {
   // the backward casts and transposes the output gradients of QKV (T (q + 2 kv)), projection
   // (T h), FC1 (T 2f: gate and up) and FC2 (T h), 4 bytes each, and transposes the saved inputs
   // (2 bytes each).
-  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
-  e.model = load_model(resolve_scenario("models", "llama3.1-8b"));
-  e.training.dtype = Dtype::fp8;
-  e.plan.framework = Framework::megatron_core;
+  Experiment e = fp8_megatron_core_on_h100("llama3.1-8b");
   const ExecutionModel x = resolve_execution(e);
   const double T = 8.0 * 4096, h = 4096, q = 4096, kv = 1024, f = 14336;
   const LayerTimes lt = layer_times(x, e.model, e.plan, 4096, 4096, false);
@@ -916,10 +924,7 @@ TEST(Fp8Recipe, RowParallelGradientsAreCastOnTheSequenceShardThenGatheredAndTran
   // transposes the gathered tensor (read 1, write 1): 3 / 2 + 2 = 3.5 bytes an element where the
   // whole gradient's cast-transpose moves 4. Nothing else in the backward's casts moves, and
   // the router of an MoE layer stays a 16-bit GEMM.
-  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
-  e.model = load_model(resolve_scenario("models", "llama3.1-8b"));
-  e.training.dtype = Dtype::fp8;
-  e.plan.framework = Framework::megatron_core;
+  Experiment e = fp8_megatron_core_on_h100("llama3.1-8b");
   e.plan.tp = 2;
   e.plan.sequence_parallel = true;
   const ExecutionModel x = resolve_execution(e);
@@ -1059,10 +1064,7 @@ TEST(Fp8Recipe, RoutedExpertsQuantizeTheirRoutedRows) {
   // TE's LayerNormLinear in FP8 (delayed scaling), the experts' is not a norm's output.
   // Backward: output gradients of QKV T (q + 2 kv), projection T h, FC1 2T x 2f (gate and up),
   // FC2 2T h; plus the transposes of the saved inputs.
-  Experiment e = load_experiment(resolve_scenario("experiments", "gpt3-1.3b-local-h100"));
-  e.model = load_model(resolve_scenario("models", "mixtral-8x7b"));
-  e.training.dtype = Dtype::fp8;
-  e.plan.framework = Framework::megatron_core;
+  Experiment e = fp8_megatron_core_on_h100("mixtral-8x7b");
   e.plan.micro_batch = 1;
   const ExecutionModel x = resolve_execution(e);
   const double T = 4096, h = 4096, q = 4096, kv = 1024, f = 14336;
