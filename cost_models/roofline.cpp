@@ -760,6 +760,16 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   // Embedding: gather rows and add positions; backward scatter-adds into the embedding grads.
   e.embedding_forward = stream(tr.embedding_forward, T * h, tr.embedding_launches);
   e.embedding_backward = stream(tr.embedding_backward, T * h, tr.embedding_launches);
+  // PyTorch's embedding backward (embedding_dense_backward) zero-fills a gradient the size of the
+  // rank's table, its vocabulary shard (and learned positions), every micro-batch before scattering
+  // the tokens' rows into it (write, in the parameter's dtype). Where the framework fuses gradient
+  // accumulation into its GEMMs' epilogues, the embedding, no GEMM, is added into the fp32 main
+  // gradient by the data-parallel hook (Megatron-Core distributed_data_parallel.py
+  // main_grad.add_(grad): read both, write the main gradient).
+  const double table = V / t * h + (m.position == PositionEmbedding::learned ? double(m.seq_len) * h : 0.0);
+  e.embedding_backward += rc.memory_bound(Bytes(x.bytes.weight * table), 1);
+  if (x.framework->precision.fp32_main_grads && x.framework->fuses_gradient_accumulation(p))
+    e.embedding_backward += rc.memory_bound(Bytes((2.0 * x.bytes.grad + x.bytes.weight) * table), 1);
   // Final norm (one of the layer's two; under sequence parallelism on the rank's T / tp rows, before
   // the head's all-gather, as the layers' norms), the LM head over the local vocabulary shard (with
   // the tied weight's autocast cast), the loss over the logits.

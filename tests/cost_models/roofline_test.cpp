@@ -293,6 +293,27 @@ TEST(Roofline, FinalNormRunsOnTheRanksSequenceShardUnderSequenceParallelism) {
   EXPECT_GT((b.head_forward - a.head_forward).value(), 0.0);
 }
 
+TEST(Roofline, EmbeddingBackwardZeroFillsItsTableAndAddsItIntoTheMainGradient) {
+  // Llama 3.1 8B under Megatron-Core (tp 1, RoPE: no position table; 8192 tokens a micro-batch,
+  // bf16 parameters, main gradients in bf16 here: reduce_dtype bf16). Beyond the rows it scatters,
+  // the embedding's backward zero-fills its gradient, the whole 128256 x 4096 table (write 2
+  // bytes an element; PyTorch's embedding_dense_backward), and, the linear layers' accumulation
+  // being fused into their GEMMs, the data-parallel hook adds it into the main gradient (read 2
+  // + 2, write 2): 8 bytes an element of the table, in two launches, every micro-batch.
+  const Experiment e = load_experiment(resolve_scenario("experiments", "dgxc2411-llama3.1-8b-8xh100-bf16"));
+  const ExecutionModel x = resolve_execution(e);
+  ASSERT_EQ(e.plan.tp, 1);
+  ASSERT_EQ(x.bytes.weight, 2.0);
+  ASSERT_EQ(x.bytes.grad, 2.0);
+  ASSERT_TRUE(x.framework->fuses_gradient_accumulation(e.plan));
+  const ElementwiseTraffic& tr = *x.elementwise;
+  const RooflineCompute& rc = x.roofline();
+  const double T = e.plan.micro_batch * 8192.0, h = 4096, table = 128256.0 * h;
+  const Seconds rows = rc.memory_bound(Bytes(x.bytes.traffic_scale * tr.embedding_backward * T * h), tr.embedding_launches);
+  const Seconds expected = rows + rc.memory_bound(Bytes(2.0 * table), 1) + rc.memory_bound(Bytes(6.0 * table), 1);
+  EXPECT_NEAR(edge_times(x, e.model, e.plan, 8192).embedding_backward.value(), expected.value(), 1e-12);
+}
+
 TEST(Roofline, SlidingWindowFlashAttentionCountsTheBandOnly) {
   // Causal attention of 8 queries over 8 positions with a window of 3: query j (1-based) sees
   // min(j, 3) keys, 1 + 2 + 3 x 6 = 21 of the 36 a full causal mask allows. Shape scaling off, so
