@@ -878,6 +878,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // fork and DeepSeek's in-house HAI-LLM do); the idealised framework does.
   generic.schedules[int(Schedule::zb_h1)] = generic.schedules[int(Schedule::dualpipe)] = true;
   generic.deepep = true;
+  generic.deepep_fp8_dispatch = true;
   generic.recompute_modules = true;
   generic.mtp = true;
   generic.activations.fp8_linear_inputs = true;

@@ -590,6 +590,12 @@ struct FrameworkTraits {
   /// Can dispatch through DeepEP (plan.ep_dispatcher = deepep): Megatron-Core's flex dispatcher
   /// (--moe-token-dispatcher-type flex --moe-enable-deepep, core_r0.13+).
   bool deepep = false;
+  /// Its DeepEP dispatch sends FP8 tokens under FP8 training (one fp32 scale per 128 elements), as
+  /// DeepSeek-V3's own system does (report sec. 3.3); false: the 16-bit hidden states, as
+  /// Megatron-Core's flex dispatcher passes them to buffer.dispatch in every release through
+  /// core_v0.17 (fused_a2a.py FusedDispatch; its FP8 dispatch, moe_dispatch_fwd_dtype mxfp8 on the
+  /// ncclep backend, is on main only, 2026-08).
+  bool deepep_fp8_dispatch = false;
   /// Re-runs cheap modules in the backward instead of storing their outputs
   /// (plan.recompute_modules): Megatron-Core's --recompute-modules layernorm mla_up_proj moe_act.
   bool recompute_modules = false;

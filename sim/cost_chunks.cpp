@@ -55,9 +55,10 @@ Seconds ep_comm_per_layer(const CostInputs& in, int tokens) {
                                    : Seconds(0);
       return max(network, nvlink);
     };
-    // Dispatched in FP8 under FP8 training (one fp32 scale per 128 elements), combined in 16 bits;
-    // the backward moves 16-bit gradients both ways. Per direction: the mean of the two.
-    const double dispatch = in.x.dtype == Dtype::fp8 ? 1.0 + 4.0 / 128.0 : 2.0;
+    // Dispatched in FP8 under FP8 training where the framework does (one fp32 scale per 128
+    // elements; FrameworkTraits::deepep_fp8_dispatch), combined in 16 bits; the backward moves
+    // 16-bit gradients both ways. Per direction: the mean of the two.
+    const double dispatch = in.x.dtype == Dtype::fp8 && in.x.framework->deepep_fp8_dispatch ? 1.0 + 4.0 / 128.0 : 2.0;
     t += 0.5 * (exchange(dispatch) + 3.0 * exchange(2.0));
   } else if (p.ep > 1) {
     t += 2.0 * all_to_all(dispatched);

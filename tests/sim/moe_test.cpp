@@ -396,6 +396,21 @@ TEST(DeepEp, ATokenCrossesTheNetworkOncePerRemoteNodeThenNvlink) {
   e.plan.ep_dispatcher = EpDispatcher::nccl;
   fixtures::Costed kn(e, ComputeCosts{});
   EXPECT_GT(ep_comm_per_layer(kn.in(), 4096).value(), ep_comm_per_layer(k1.in(), 4096).value());
+  // Under FP8 training Megatron-Core's flex dispatcher still hands DeepEP the bf16 hidden states
+  // (fused_a2a.py through core_v0.17): the same legs. DeepSeek-V3's own system (the generic
+  // entry) dispatches FP8 with a scale per 128 (1 + 4/128 bytes an element): per direction the mean
+  // of its FP8 dispatch and three 16-bit moves (the combine and the backward's two).
+  e.plan.ep_dispatcher = EpDispatcher::deepep;
+  e.model.moe->max_nodes = 0;
+  e.training.dtype = Dtype::fp8;
+  fixtures::Costed k8(e, ComputeCosts{});
+  EXPECT_NEAR(ep_comm_per_layer(k8.in(), 4096).value(), 2 * leg(0.99609375), 1e-12);
+  e.plan.framework = Framework::generic;
+  fixtures::Costed kg(e, ComputeCosts{});
+  const double row8 = 2048 * (1.0 + 4.0 / 128);
+  const double leg8 = std::max(k.comm.time(Collective::send_recv, Bytes(rows * 0.99609375 * row8), ep).value(),
+                               k.comm.time(Collective::send_recv, Bytes(rows * 8 * row8 * 7.0 / 8.0), pair).value());
+  EXPECT_NEAR(ep_comm_per_layer(kg.in(), 4096).value(), 0.5 * (leg8 + 3 * leg(0.99609375)), 1e-12);
 }
 
 TEST(RecomputeModules, MlaUpProjectionsRerunTheirOwnGemms) {
