@@ -365,6 +365,11 @@ class ShardedCoster {
   // A unit's gather: one all-gather, or one per module where the framework fetches module by
   // module (FrameworkTraits::zero3_unit), the unit's parameters split as its modules' weights.
   std::vector<double> modules_;
+  // The layer's share of parameters a complete-trace gather copies out (the modules whose bias
+  // joins the weight's fetch: zero3_lone_gathers_in_place), and its vector parameters on this GPU
+  // (norms and biases: the small flushes of zero3_large_gradients_alone). Set once, in the
+  // constructor, from the per-module biases in modules_' order.
+  double lone_copied_share_ = 1.0, layer_vectors_ = 0;
   // HSDP: the reduce-scattered shard of each unit is then all-reduced across the replicas, on the
   // same stream before the next unit's reduction (PyTorch FSDP HYBRID_SHARD's post-backward
   // reduce: reduce_scatter in the shard group, all_reduce in the replicate group; FSDP2's
@@ -433,6 +438,16 @@ ShardedCoster::ShardedCoster(const CostInputs& in, WorkloadCosts& c)
       reduces_per_microbatch_(!step_sync_),
       edges_kept_(fw_.zero3_edges_gathered_per_step),
       edge_share_(edges_kept_ ? 1.0 / micro_batches_ : forward_share_) {
+  // QKV's, the projection's, FC1's and FC2's biases (0 without biases).
+  const double h = m_.hidden, up = m_.gated() ? 2.0 : 1.0, bias_on = m_.bias ? 1.0 : 0.0;
+  const double bias[4] = {bias_on * (m_.q_width() + 2.0 * m_.kv_width()) / p_.tp, bias_on * h,
+                          bias_on * up * m_.ffn_hidden / p_.tp, bias_on * h};
+  layer_vectors_ = 2.0 * m_.norms_per_layer() * h + bias[0] + bias[1] + bias[2] + bias[3];
+  if (modules_.size() == 4) {
+    lone_copied_share_ = 0;
+    for (std::size_t i = 0; i < 4; ++i)
+      if (bias[i] > fw_.zero3_persistence_elements) lone_copied_share_ += modules_[i];
+  }
   const LayerCompute first = layer(m_.is_moe_layer(0), m_.window_of(0));
   contention_fwd_ = overlap_contention(in, gemm_share(first, false));
   contention_bwd_ = overlap_contention(in, gemm_share(first, true));
@@ -450,15 +465,9 @@ Seconds ShardedCoster::gather(const StageParameters& ps, bool layer) const {
   if (expert > 0) t += in_.comm.time(Collective::all_gather, Bytes(expert * bytes), groups_.expert_dp);
   if (fw_.zero3_gather_copies && in_.compute.memory_bound) {
     double copied = dense + expert;
-    if (layer && prefetch_ && fw_.zero3_lone_gathers_in_place && modules_.size() == 4) {
-      // A module's fetch of its weight alone gathers in place; a bias above the persistence
-      // threshold joins its weight's fetch, and that batch is copied out.
-      const double h = m_.hidden, up = m_.gated() ? 2.0 : 1.0;
-      const double bias[4] = {m_.q_width() + 2.0 * m_.kv_width(), h, up * m_.ffn_hidden, h};
-      copied = expert;
-      for (std::size_t i = 0; i < 4; ++i)
-        if (m_.bias && bias[i] / p_.tp > fw_.zero3_persistence_elements) copied += dense * modules_[i];
-    }
+    // A module's fetch of its weight alone gathers in place; a bias above the persistence
+    // threshold joins its weight's fetch, and that batch is copied out.
+    if (layer && prefetch_ && fw_.zero3_lone_gathers_in_place) copied = expert + dense * lone_copied_share_;
     if (copied > 0) t += in_.compute.memory_bound(Bytes(2.0 * copied * bytes), 1);
   }
   return t;
@@ -484,12 +493,8 @@ Seconds ShardedCoster::reduce(const StageParameters& ps, bool layer) const {
           ++large;
         }
       bucketed = params - alone;
-      if (layer && large > 0) {
-        const double h = m_.hidden, up = m_.gated() ? 2.0 : 1.0;
-        const double vectors = 2.0 * m_.norms_per_layer() * h +
-                               (m_.bias ? (m_.q_width() + 2.0 * m_.kv_width() + up * m_.ffn_hidden) / p_.tp + 2.0 * h : 0.0);
-        t += double(large) * in_.comm.time(Collective::reduce_scatter, Bytes(vectors / large * rb_), groups_.shard);
-      }
+      if (layer && large > 0)
+        t += double(large) * in_.comm.time(Collective::reduce_scatter, Bytes(layer_vectors_ / large * rb_), groups_.shard);
     }
     if (bucketed > 0)
       t += bucket_ > 0 ? (bucketed / bucket_) * in_.comm.time(Collective::reduce_scatter, Bytes(bucket_ * rb_), groups_.shard)
