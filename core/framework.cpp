@@ -444,6 +444,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // tokens per expert, t + b * p per expert, torch.cat.
   megatron_core.moe_fc2_bias_per_expert = true;
   megatron_core.ep_overlap = true;
+  megatron_core.moe_te_fusions = true;
   megatron_core.deepep = true;
   megatron_core.recompute_modules = true;
   megatron_core.mtp = true;
@@ -878,6 +879,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // fork and DeepSeek's in-house HAI-LLM do); the idealised framework does.
   generic.schedules[int(Schedule::zb_h1)] = generic.schedules[int(Schedule::dualpipe)] = true;
   generic.deepep = true;
+  generic.moe_te_fusions = true;
   generic.deepep_fp8_dispatch = true;
   generic.recompute_modules = true;
   generic.mtp = true;
@@ -1186,6 +1188,10 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation("plan.ep_overlap", "true",
               me + " does not overlap MoE all-to-alls with compute (" +
                   those_that_do([](const FrameworkTraits& t) { return t.ep_overlap; }) + ")");
+  if ((p.moe_permute_fusion || p.moe_shared_expert_overlap) && !moe_te_fusions)
+    return violation(p.moe_permute_fusion ? "plan.moe_permute_fusion" : "plan.moe_shared_expert_overlap", "true",
+              me + " has no Transformer Engine MoE fusions (" +
+                  those_that_do([](const FrameworkTraits& t) { return t.moe_te_fusions; }) + ")");
   if (p.recompute_modules.any() && !recompute_modules)
     return violation("plan.recompute_modules", "(set)",
               me + " has no per-module recompute (" +

@@ -587,6 +587,11 @@ struct FrameworkTraits {
   /// the backward of another, their all-to-alls on a communication stream under each other's
   /// attention and expert compute; PP 1 or the interleaved schedule only.
   bool ep_overlap = false;
+  /// Runs Transformer Engine's fused MoE permute and unpermute (plan.moe_permute_fusion) and
+  /// overlaps shared experts with the dispatcher (plan.moe_shared_expert_overlap): Megatron-Core's
+  /// --moe-permute-fusion (TE pytorch/triton/permutation.py, core_r0.12+) and
+  /// --moe-shared-expert-overlap (transformer/moe/shared_experts.py).
+  bool moe_te_fusions = false;
   /// Can dispatch through DeepEP (plan.ep_dispatcher = deepep): Megatron-Core's flex dispatcher
   /// (--moe-token-dispatcher-type flex --moe-enable-deepep, core_r0.13+).
   bool deepep = false;

@@ -545,6 +545,21 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                 "spans nodes of " + str((long long)c.gpus_per_node) +
                     " GPUs; DeepEP's internode kernels forward over NVLink between exactly 8 GPUs per node "
                     "(NUM_MAX_NVL_PEERS)");
+  if (p.moe_permute_fusion && !m.moe)
+    return fail("plan.moe_permute_fusion", "true", "needs a model with moe (it fuses the routed tokens' permute)");
+  if (p.moe_shared_expert_overlap) {
+    if (!m.moe || m.moe->shared_experts == 0)
+      return fail("plan.moe_shared_expert_overlap", "true", "needs a model with moe.shared_experts > 0");
+    // Megatron-Core's transformer_config.py asserts both (the alltoall or allgather dispatcher only;
+    // not with the combined 1F1B overlap).
+    if (p.ep_dispatcher == EpDispatcher::deepep)
+      return fail("plan.moe_shared_expert_overlap", "true",
+                  "cannot be combined with plan.ep_dispatcher = deepep (Megatron-Core overlaps shared experts with "
+                  "its alltoall dispatcher only)");
+    if (p.ep_overlap)
+      return fail("plan.moe_shared_expert_overlap", "true",
+                  "cannot be combined with plan.ep_overlap (Megatron-Core refuses both)");
+  }
   if (p.ep_overlap) {
     if (!m.moe || p.ep < 2)
       return fail("plan.ep_overlap", "true", "needs a model with moe and plan.ep > 1 (the overlapped collectives are its all-to-alls)");

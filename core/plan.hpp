@@ -148,6 +148,15 @@ struct PlanSpec {
   /// MoE: how dispatch and combine cross nodes (EpDispatcher): NCCL's all-to-all, or DeepEP's
   /// node-deduplicated, NVLink-forwarded kernels (Megatron-Core --moe-enable-deepep; DeepSeek-V3).
   EpDispatcher ep_dispatcher = EpDispatcher::nccl;
+  /// MoE: Transformer Engine's fused permute and unpermute (Megatron-Core --moe-permute-fusion, off
+  /// by default; FrameworkTraits::moe_permute_fusion): each routed token row is read once and written
+  /// to each of its copies (the unpermute the reverse), where the unfused index_select and
+  /// scatter-add read and write every copy.
+  bool moe_permute_fusion = false;
+  /// MoE: the shared experts' tensor-parallel all-gather and reduce-scatter on a stream of their own,
+  /// overlapped with the all-to-all dispatcher (Megatron-Core --moe-shared-expert-overlap, off by
+  /// default); off, they block the layer as a dense MLP's do under sequence parallelism.
+  bool moe_shared_expert_overlap = false;
   std::vector<int> token_slices;  // TeraPipe slice lengths, summing to seq_len
   /// Transformer layers per pipeline stage, first to last, summing to model.layers (empty: an even
   /// split). Llama 3 405B's 126 layers on 16 stages, DeepSpeed's partition_method results. With

@@ -155,6 +155,8 @@ void visit_fields(V& v, S& p) {
   v.integer("expert_tp", p.expert_tp, 0, 0);
   v.boolean("ep_overlap", p.ep_overlap, false);
   v.enumeration("ep_dispatcher", p.ep_dispatcher, EpDispatcher::nccl);
+  v.boolean("moe_permute_fusion", p.moe_permute_fusion, false);
+  v.boolean("moe_shared_expert_overlap", p.moe_shared_expert_overlap, false);
   v.int_list("token_slices", p.token_slices, 1);
   v.int_list("stage_layers", p.stage_layers, 0);
   v.integer("first_stage_layers", p.first_stage_layers, 0, 0);

@@ -478,10 +478,16 @@ LayerTimes layer_times(const ExecutionModel& x, const ModelSpec& m, const PlanSp
       // Megatron-Core's dispatcher: the rank permutes the copies it routes before the all-to-all
       // and unpermutes them after (read and write each row), and where it holds more than one
       // expert sorts the rows it received by local expert and sorts them back (sort_chunks_by_idxs);
-      // backward the same passes in reverse.
+      // backward the same passes in reverse. Transformer Engine's fused permute (plan.
+      // moe_permute_fusion; TE v2.x pytorch/triton/permutation.py) loads each of the rank's token
+      // rows once and stores it to each of its copies, and the fused unpermute reads the copies and
+      // writes each token row once (with its routing probabilities): the rank's tokens plus its
+      // copies each way, not twice the copies; the sort by local expert is a permutation either way.
       const double sent = routed_tokens * m.moe->routed_factor();
       const double received = groups > 1 ? ffn_tokens : 0.0;  // after the expert-TP all-gather
-      F.moe_permute = rc.memory_bound(Bytes(2 * 2.0 * x.bytes.activation * (sent + received) * h), groups > 1 ? 4 : 2);
+      const double permuted_rows = p.moe_permute_fusion ? routed_tokens + sent : 2.0 * sent;
+      F.moe_permute =
+          rc.memory_bound(Bytes(2.0 * x.bytes.activation * (permuted_rows + 2.0 * received) * h), groups > 1 ? 4 : 2);
       B.moe_permute = F.moe_permute;
     } else {
       // Permute before and unpermute after the experts: read and write the routed (tokens, h).

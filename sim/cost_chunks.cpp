@@ -130,9 +130,15 @@ LayerStep layer_step(const CostInputs& in, const LayerCompute& lc, int tokens, S
   s.forward = lc.forward;
   s.backward = lc.backward;
   // An MoE layer under sequence parallelism runs the tensor-parallel collectives around its
-  // attention only: the experts' tokens travel in ep_comm_per_layer's collectives.
+  // attention only: the experts' tokens travel in ep_comm_per_layer's collectives. Its shared
+  // experts are tensor-parallel linears of their own (Megatron-Core SharedExpertMLP: TE column- and
+  // row-parallel layers), whose all-gather and reduce-scatter block the layer as a dense MLP's do,
+  // unless plan.moe_shared_expert_overlap puts them on their own stream beside the dispatcher's
+  // all-to-alls (shared_experts.py pre_forward_comm / post_forward_comm).
+  const bool shared_collectives =
+      in.e.model.moe && in.e.model.moe->shared_experts > 0 && !p.moe_shared_expert_overlap;
   const bool attention_only = moe_layer && p.sequence_parallel && p.tp > 1 && !in.e.model.parallel_block &&
-                              cost_models::moe_routes_own_tokens(*in.x.framework, p);
+                              cost_models::moe_routes_own_tokens(*in.x.framework, p) && !shared_collectives;
   if (attention_only) tp_blocking = 0.5 * tp_blocking;
   // Full recompute re-runs the forward of the layers it recomputes (block: the first
   // plan.recompute_layers of a chunk; micro-batch level: the others for some micro-batches), with

@@ -73,6 +73,8 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.etp() != p.tp) s += " etp" + std::to_string(p.etp());
   if (p.ep_overlap) s += " ep-overlap";
   if (p.ep_dispatcher == EpDispatcher::deepep) s += " deepep";
+  if (p.moe_permute_fusion) s += " permute-fusion";
+  if (p.moe_shared_expert_overlap) s += " shared-overlap";
   if (p.cross_entropy_fusion != CrossEntropyFusion::none) s += std::string(" ce:") + to_string(p.cross_entropy_fusion);
   if (p.offload.optimizer) s += " off:opt";
   if (p.offload.activations > 0) {

@@ -678,6 +678,24 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
        "plan.recompute_modules.shared_experts", "shared_experts > 0"},
       {[](Fixture& f) { f.p.framework = Framework::generic; f.p.ep_dispatcher = EpDispatcher::deepep; },
        "plan.ep_dispatcher", "moe"},
+      // Transformer Engine's MoE fusions: an MoE model, a framework that has them; the shared
+      // experts' overlap needs shared experts and, as Megatron-Core asserts, the alltoall
+      // dispatcher without the combined 1F1B overlap.
+      {[](Fixture& f) { f.p.framework = Framework::generic; f.p.moe_permute_fusion = true; },
+       "plan.moe_permute_fusion", "moe"},
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 8, .top_k = 2}; f.p.moe_permute_fusion = true; },
+       "plan.moe_permute_fusion", "no Transformer Engine MoE fusions"},
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 8, .top_k = 2}; f.p.framework = Framework::generic;
+                        f.p.moe_shared_expert_overlap = true; },
+       "plan.moe_shared_expert_overlap", "shared_experts > 0"},
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 8, .top_k = 2, .shared_experts = 1};
+                        f.p.framework = Framework::generic; f.p.tp = 1; f.p.pp = 1; f.p.dp = 32; f.p.ep = 8;
+                        f.p.ep_dispatcher = EpDispatcher::deepep; f.p.moe_shared_expert_overlap = true; },
+       "plan.moe_shared_expert_overlap", "deepep"},
+      {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 8, .top_k = 2, .shared_experts = 1};
+                        f.p.framework = Framework::megatron_core; f.p.ep = 4; f.p.ep_overlap = true;
+                        f.p.moe_shared_expert_overlap = true; },
+       "plan.moe_shared_expert_overlap", "ep_overlap"},
       // DeepEP has kernel configurations for some expert-parallel sizes only, and its internode
       // kernels assume 8-GPU nodes (the fixture's 32 GPUs as 8 nodes of 4 here).
       {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 24, .top_k = 2}; f.p.framework = Framework::generic;

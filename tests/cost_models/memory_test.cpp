@@ -863,6 +863,30 @@ TEST(MoeCompute, ExpertBiasesAddedExpertByExpertOutsideTheGemm) {
                    layer_times(xm, e.model, e.plan, 4096, 4096, true).forward_ops.moe_permute.value());
 }
 
+TEST(MoeCompute, FusedPermuteReadsEachTokenOnceAndWritesEachCopy) {
+  // Megatron-Core's alltoall dispatcher on Mixtral 8x7B (top-2, dropless at 1.3), T = 4096 tokens
+  // of width 4096 in bf16, ep 2 (4 experts a GPU). It routes 4096 x 2.6 = 10,649.6 copies and,
+  // holding 4 experts, sorts the 10,649.6 rows it receives by expert and back. Unfused, permute and
+  // unpermute read and write every copy (4 row passes of the copies) and the sorts are 4 more of
+  // the received rows; Transformer Engine's fused permute reads each token row once and writes its
+  // copies, and its unpermute the reverse: 2 x (4096 + 10,649.6) rows for the copies, the sorts
+  // unchanged. Forward and backward alike, in 4 launches.
+  Experiment e = mixtral_dropless_on_one_dgx_h100();
+  e.plan.ep = 2;
+  const double T = 4096, copies = T * 2 * 1.3, h = 4096;
+  const ExecutionModel x = resolve_execution(e);
+  const RooflineCompute& rc = x.roofline();
+  const LayerTimes unfused = layer_times(x, e.model, e.plan, 4096, 4096, true);
+  EXPECT_NEAR(unfused.forward_ops.moe_permute.value(),
+              rc.memory_bound(Bytes(2.0 * (4 * copies + 4 * copies) * h), 4).value(), 1e-12);
+  e.plan.moe_permute_fusion = true;
+  const LayerTimes fused = layer_times(x, e.model, e.plan, 4096, 4096, true);
+  EXPECT_NEAR(fused.forward_ops.moe_permute.value(),
+              rc.memory_bound(Bytes(2.0 * (2 * (T + copies) + 4 * copies) * h), 4).value(), 1e-12);
+  EXPECT_DOUBLE_EQ(fused.backward_ops.moe_permute.value(), fused.forward_ops.moe_permute.value());
+  EXPECT_DOUBLE_EQ(fused.forward_ops.fc1.value(), unfused.forward_ops.fc1.value());
+}
+
 TEST(MoeCompute, DeepSpeedGatingMovesItsTokenExpertCapacityTensors) {
   // DeepSpeed-MoE 1.3B+MoE-128 (v0.5.8 sharded_moe.py): micro-batch 4 x 2048 tokens, top-1 at
   // capacity factor 1, so E x C = 8192 slots and the gate's (S, E, C) tensors hold 8192 x 8192

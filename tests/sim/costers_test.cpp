@@ -963,6 +963,36 @@ TEST(CostLayerChunks, CheckpointedSubmodulesRerunTheirOwnCollectives) {
   }
 }
 
+TEST(CostLayerChunks, SharedExpertsBlockOnTheirCollectivesUnlessOverlapped) {
+  // tp 2 with sequence parallelism, an MoE layer every other layer (6 of a stage's 12), one shared
+  // expert. A dense layer all-gathers and reduce-scatters twice a pass (attention, MLP); an MoE
+  // layer's routed tokens travel in the all-to-alls, so without shared experts it pays the
+  // attention's pair only. Megatron-Core's shared expert is a column- and row-parallel MLP of its
+  // own: with moe_shared_expert_overlap off (the default) its pair blocks the layer as a dense
+  // MLP's does (12 layers' worth); on, it runs beside the dispatcher (6 + 6 halves).
+  Experiment e = small_moe();
+  e.model.moe->shared_experts = 1;
+  e.plan.framework = Framework::megatron_core;
+  e.plan.tp = 2;
+  e.plan.dp = 2;
+  e.plan.ep = 2;
+  e.plan.sequence_parallel = true;
+  validate_experiment(e);
+  Costed off(e);
+  cost_layer_chunks(off.in(), off.c);
+  const double dense = tp_gathers_scatters(off.in(), 2048, true).total().value();
+  ASSERT_GT(dense, 0.0);
+  e.plan.moe_shared_expert_overlap = true;
+  validate_experiment(e);
+  Costed on(e);
+  cost_layer_chunks(on.in(), on.c);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_NEAR(off.c.chunk[s][0][0].forward_tp_comm.value(), 12 * dense, 1e-12) << s;
+    EXPECT_NEAR(off.c.chunk[s][0][0].backward_tp_comm.value(), 12 * dense, 1e-12) << s;
+    EXPECT_NEAR(on.c.chunk[s][0][0].forward_tp_comm.value(), 6 * dense + 6 * dense / 2, 1e-12) << s;
+  }
+}
+
 TEST(CostLayerChunks, RowwiseFp8AsyncTpHidesOnlyItsReduceScatters) {
   // torchao's rowwise FP8 under torch's async TP: the matmul-reduce-scatters are fused, the
   // all-gather-matmuls are not (pytorch/pytorch#149990). Forward, the all-gathers before QKV and
