@@ -167,6 +167,12 @@ FORESIGHT_ENUM_NAMES(Placement, {Placement::tp_dp_pp, "tp-dp-pp"}, {Placement::t
 /// fused_cross_entropy.py); te, Transformer Engine's Triton online-softmax kernels on the 16-bit
 /// logits (--cross-entropy-fusion-impl te, core_v0.12+, TE 2.1+ transformer_engine/pytorch/triton/
 /// cross_entropy.py).
+/// How the optimizer steps its tensors (torch.optim's implementations): one fused kernel pass
+/// (fused=True, apex's and Transformer Engine's fused Adam), or PyTorch's foreach ops, one
+/// multi-tensor kernel per elementwise step (foreach=True, torch.optim's default on CUDA).
+enum class OptimizerImpl { fused, foreach };
+FORESIGHT_ENUM_NAMES(OptimizerImpl, {OptimizerImpl::fused, "fused"}, {OptimizerImpl::foreach, "foreach"});
+
 enum class CrossEntropyFusion { none, native, te };
 FORESIGHT_ENUM_NAMES(CrossEntropyFusion, {CrossEntropyFusion::none, "none"}, {CrossEntropyFusion::native, "native"},
                      {CrossEntropyFusion::te, "te"});

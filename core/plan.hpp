@@ -192,6 +192,10 @@ struct PlanSpec {
   /// only before the chunk that needs it, so the sender's compute goes on. Unset: the framework's
   /// default (FrameworkTraits::p2p_overlap); only the interleaved schedule has it.
   std::optional<bool> p2p_overlap;
+  /// The optimizer's implementation (OptimizerImpl): fused where unset; foreach where the run's
+  /// code stepped Adam with torch.optim's foreach ops (torchtitan before 2025: foreach=not fused,
+  /// --optimizer.fused off by default).
+  std::optional<OptimizerImpl> optimizer_impl;
   /// Megatron's fused scale-mask-softmax kernel on the unfused attention's scores
   /// (FrameworkTraits::fused_softmax; megatron/model/fused_softmax.py). false: the PyTorch path it
   /// falls back to when the kernel's size conditions fail or --no-masked-softmax-fusion is given

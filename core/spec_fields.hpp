@@ -167,6 +167,7 @@ void visit_fields(V& v, S& p) {
   v.optional_enumeration("reduce_dtype", p.reduce_dtype);
   v.optional_boolean("gradient_accumulation_fusion", p.gradient_accumulation_fusion);
   v.optional_boolean("p2p_overlap", p.p2p_overlap);
+  v.optional_enumeration("optimizer_impl", p.optimizer_impl);
   v.optional_boolean("fused_softmax", p.fused_softmax);
   v.boolean("bf16_optimizer", p.bf16_optimizer, false);
   v.optional_boolean("partitioned_pipe_grads", p.partitioned_pipe_grads);

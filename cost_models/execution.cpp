@@ -54,7 +54,8 @@ ExecutionModel execution_model(const TrainingSpec& training, const PlanSpec& pla
   x.attention_dtype = training.dtype == Dtype::fp8 ? Dtype::bf16 : training.dtype;
   x.fp8_scaling = training.fp8_scaling;
   x.bytes = element_sizes(training.dtype, training.optimizer, fw, training.optimizer_state_dtype,
-                          training.dtype == Dtype::fp8 && plan.fp8_param_gather, plan.bf16_optimizer);
+                          training.dtype == Dtype::fp8 && plan.fp8_param_gather, plan.bf16_optimizer,
+                          plan.optimizer_impl.value_or(OptimizerImpl::fused));
   if (plan.reduce_dtype) x.bytes.reduce = *plan.reduce_dtype == Dtype::fp32 ? 4.0 : 2.0;  // fp32 | bf16 | fp16
   if (plan.reduce_dtype && fw.precision.fp32_main_grads && x.bytes.weight < 4.0) {
     // Megatron's main-gradient buffer is what data parallelism reduces, in place: its dtype is the

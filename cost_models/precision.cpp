@@ -3,7 +3,7 @@
 namespace foresight::cost_models {
 
 ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTraits& framework, Dtype optimizer_state,
-                           bool fp8_params, bool bf16_optimizer) {
+                           bool fp8_params, bool bf16_optimizer, OptimizerImpl impl) {
   const PrecisionRecipe& r = framework.precision;
   const bool fp32_training = dtype == Dtype::fp32 || dtype == Dtype::tf32;
   ElementSizes s;
@@ -34,6 +34,19 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   // Read the gradient (4), read and write the master (or the parameter itself) and the moments,
   // write the 16-bit model copy where a separate master exists.
   s.optimizer_step = 4.0 + 2.0 * ((s.master > 0 ? s.master : s.weight) + s.moments) + (s.master > 0 ? s.weight : 0.0);
+  if (impl == OptimizerImpl::foreach && optimizer == Optimizer::adam) {
+    // torch.optim.AdamW's foreach path (_multi_tensor_adamw, torch 2.3-2.6), with P the stepped
+    // parameter (the master where one exists), M a moment, T the sqrt's temporary (the state's
+    // dtype) and G the fp32 gradient, per element: _foreach_mul_ of P by 1 - lr wd (2P),
+    // _foreach_lerp_ of the first moment toward G (2M + G), _foreach_mul_ of the second moment by
+    // beta2 (2M), _foreach_addcmul_ of G x G into it (2M + G), _foreach_sqrt into T (M + T),
+    // _foreach_div_ and _foreach_add_ on T (2T each) and _foreach_addcdiv_ of the first moment
+    // over T into P (2P + M + T): 4P + 8M + 6T + 2G, 80 bytes with fp32 parameters and state (the
+    // fused kernel's 28), in 8 multi-tensor launches; plus the 16-bit copy where a master exists.
+    const double P = s.master > 0 ? s.master : s.weight, M = state;
+    s.optimizer_step = 4.0 * P + 8.0 * M + 6.0 * M + 2.0 * 4.0 + (s.master > 0 ? s.weight : 0.0);
+    s.optimizer_launches = 8;
+  }
   if (optimizer == Optimizer::lamb) {
     // LAMB (You et al. 2020, arXiv:1904.00962, Algorithm 2) scales each tensor's Adam-style update
     // by ||w|| / ||update||, so the fused kernel splits in two around the norms (NVIDIA apex

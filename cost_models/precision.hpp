@@ -62,7 +62,9 @@ struct ElementSizes {
 ///    copy of 16-bit weights (a 2-byte one with FP8 parameters, `fp8_params`);
 ///  - DeepSpeed's BF16_Optimizer (`bf16_optimizer`, plan.bf16_optimizer): an unsharded fp32
 ///    gradient buffer beside the bf16 gradients and 18 bytes per parameter per micro-batch to fill it.
+///  - PyTorch's foreach Adam(W) (`impl` foreach): each elementwise step a pass of its own (below).
 ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTraits& framework,
-                           Dtype optimizer_state = Dtype::fp32, bool fp8_params = false, bool bf16_optimizer = false);
+                           Dtype optimizer_state = Dtype::fp32, bool fp8_params = false, bool bf16_optimizer = false,
+                           OptimizerImpl impl = OptimizerImpl::fused);
 
 }  // namespace foresight::cost_models

@@ -88,6 +88,23 @@ def loss_compiled(rid):
     raise SystemExit(f"{rid}: torchtitan version unknown: add its prefix to LOSS_COMPILED")
 
 
+# Whether the table's torchtitan stepped AdamW with torch.optim's foreach ops (plan.optimizer_impl):
+# 157a12c56228's train.py passes foreach=True; 9dec370ad26b's build_optimizers passes
+# foreach = not --optimizer.fused, which is off by default (config_manager.py, store_true) and set
+# in none of train_configs/*.toml; June 2025's OptimizerConfig.implementation defaults to "fused".
+FOREACH_OPTIMIZER = {"torchtitan_202404_": True,
+                     "torchtitan_202408_": True,
+                     "torchtitan_202412_": True,
+                     "torchtitan_202506_": False}
+
+
+def foreach_optimizer(rid):
+    for prefix, v in FOREACH_OPTIMIZER.items():
+        if rid.startswith(prefix):
+            return v
+    raise SystemExit(f"{rid}: torchtitan version unknown: add its prefix to FOREACH_OPTIMIZER")
+
+
 # torchtitan versions whose pipeline defaults were read (row prefix -> commit): with no
 # pipeline_parallel_microbatches, as many micro-batches as pipeline ranks (build_pipeline_schedule);
 # with no pipeline_parallel_split_points, generate_split_points (torchtitan/parallelisms/
@@ -201,6 +218,8 @@ def main(path):
             plan.append("compile: true")
             if loss_compiled(rid):
                 plan.append("compile_loss: true")
+        if foreach_optimizer(rid):
+            plan.append("optimizer_impl: foreach")
         plan.append("framework: torchtitan")
         lines = ["experiment:",
                  f"  model: ../models/{model_file}.yaml",

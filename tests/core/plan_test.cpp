@@ -681,6 +681,9 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
       // Transformer Engine's MoE fusions: an MoE model, a framework that has them; the shared
       // experts' overlap needs shared experts and, as Megatron-Core asserts, the alltoall
       // dispatcher without the combined 1F1B overlap.
+      // torch.optim's foreach path is priced for Adam(W) on the GPU.
+      {[](Fixture& f) { f.t.optimizer = Optimizer::lamb; f.p.optimizer_impl = OptimizerImpl::foreach; },
+       "plan.optimizer_impl", "Adam(W)"},
       {[](Fixture& f) { f.p.framework = Framework::generic; f.p.moe_permute_fusion = true; },
        "plan.moe_permute_fusion", "moe"},
       {[](Fixture& f) { f.m.moe = MoeSpec{.experts = 8, .top_k = 2}; f.p.moe_permute_fusion = true; },

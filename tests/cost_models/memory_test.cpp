@@ -415,6 +415,28 @@ TEST(StateBytesPerParam, Bf16OptimizerStateAsNemoDistributedAdamKeepsIt) {
   EXPECT_DOUBLE_EQ(element_sizes(Dtype::bf16, Optimizer::sgd, f, Dtype::bf16).moments, 2.0);
 }
 
+TEST(StateBytesPerParam, ForeachAdamWPassesOverTheState) {
+  // torch.optim.AdamW's foreach path under torchtitan (FSDP2: fp32 parameters, fp32 gradients and
+  // moments; _multi_tensor_adamw): weight decay p *= (2 x 4), lerp of m toward g (4 + 4 + 4), v *=
+  // beta2 (4 + 4), v += g x g (4 + 4 + 4), t = sqrt(v) (4 + 4), t /= c and t += eps (8 + 8), p +=
+  // s m / t (4 + 4 + 4 + 4): 80 bytes in 8 launches, where the fused kernel reads g, p, m, v and
+  // writes p, m, v (28, one launch). With 16-bit weights and an fp32 master (Megatron's layout) the
+  // 16-bit copy is written too: 82.
+  const FrameworkTraits& tt = framework_traits(Framework::torchtitan);
+  const ElementSizes fused = element_sizes(Dtype::bf16, Optimizer::adam, tt);
+  const ElementSizes foreach = element_sizes(Dtype::bf16, Optimizer::adam, tt, Dtype::fp32, false, false, OptimizerImpl::foreach);
+  EXPECT_DOUBLE_EQ(fused.optimizer_step, 28.0);
+  EXPECT_EQ(fused.optimizer_launches, 1);
+  EXPECT_DOUBLE_EQ(foreach.optimizer_step, 80.0);
+  EXPECT_EQ(foreach.optimizer_launches, 8);
+  const ElementSizes master = element_sizes(Dtype::bf16, Optimizer::adam, framework_traits(Framework::megatron_core),
+                                            Dtype::fp32, false, false, OptimizerImpl::foreach);
+  EXPECT_DOUBLE_EQ(master.optimizer_step, 82.0);
+  // SGD keeps its own step: the foreach Adam passes do not apply.
+  EXPECT_DOUBLE_EQ(element_sizes(Dtype::bf16, Optimizer::sgd, tt, Dtype::fp32, false, false, OptimizerImpl::foreach).optimizer_step,
+                   element_sizes(Dtype::bf16, Optimizer::sgd, tt).optimizer_step);
+}
+
 TEST(StateBytesPerParam, ZeroPaperFigure1) {
   // Rajbhandari et al. 2020 Fig. 1: Psi = 7.5B, N_d = 64, K = 12: baseline (2+2+K)Psi = 120 GB,
   // P_os (4 + K/N_d)Psi = 31.4 GB, P_os+g (2 + 14/N_d)Psi = 16.6 GB, P_os+g+p 16Psi/N_d = 1.9 GB.
