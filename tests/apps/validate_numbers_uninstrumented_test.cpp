@@ -159,7 +159,9 @@ TEST(ValidateCli, ErrorsDoNotRegressPastTheirBounds) {
       // +3.4/+0.9 -> +0.5/-1.1%, 34B and 70B 0.9-1.6 points slower: 4.07% / 9.0% (70B H100).
       // Session 65: FSDP1's predivide pass over each unsharded gradient before its reduce-scatter
       // (FrameworkTraits::fsdp1_reduce_passes): the rows 0.2-0.5 points slower, 4.14% / 9.35%.
-      {"IBM fms-fsdp Llama 2 benchmarks (FSDP1, 2024)", {4.2, 9.4}},
+      // Session 66: its torch.optim.AdamW with neither fused nor foreach set runs the foreach path
+      // (80 bytes a parameter, not 28): the 7B HSDP rows 1-1.6 points slower, the 70B 0.1: 4.0% / 9.5%.
+      {"IBM fms-fsdp Llama 2 benchmarks (FSDP1, 2024)", {4.1, 9.6}},
       // 27 prediction rows (four rows pin the Grand Teton clock and the rowwise FP8 GEMM speed); the
       // largest after session 18: the 128k/256k context-parallel rows (+30, +36%), the 8B TP8
       // rowwise FP8 rows (+15, +26%), the 70B TP8 tensorwise rows (-8, -10%) and the H200 rows
