@@ -168,10 +168,12 @@ FORESIGHT_ENUM_NAMES(Placement, {Placement::tp_dp_pp, "tp-dp-pp"}, {Placement::t
 /// logits (--cross-entropy-fusion-impl te, core_v0.12+, TE 2.1+ transformer_engine/pytorch/triton/
 /// cross_entropy.py).
 /// How the optimizer steps its tensors (torch.optim's implementations): one fused kernel pass
-/// (fused=True, apex's and Transformer Engine's fused Adam), or PyTorch's foreach ops, one
-/// multi-tensor kernel per elementwise step (foreach=True, torch.optim's default on CUDA).
-enum class OptimizerImpl { fused, foreach };
-FORESIGHT_ENUM_NAMES(OptimizerImpl, {OptimizerImpl::fused, "fused"}, {OptimizerImpl::foreach, "foreach"});
+/// (fused=True, apex's and Transformer Engine's fused Adam); PyTorch's foreach ops, one
+/// multi-tensor kernel per elementwise step (foreach=True, torch.optim's default on CUDA); or a
+/// Python loop over the parameters, each step a kernel per tensor (Composer's DecoupledAdamW).
+enum class OptimizerImpl { fused, foreach, for_loop };
+FORESIGHT_ENUM_NAMES(OptimizerImpl, {OptimizerImpl::fused, "fused"}, {OptimizerImpl::foreach, "foreach"},
+                     {OptimizerImpl::for_loop, "for-loop"});
 
 enum class CrossEntropyFusion { none, native, te };
 FORESIGHT_ENUM_NAMES(CrossEntropyFusion, {CrossEntropyFusion::none, "none"}, {CrossEntropyFusion::native, "native"},

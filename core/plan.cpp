@@ -238,8 +238,9 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
   if (p.bf16_optimizer && t.dtype != Dtype::bf16)
     return fail("plan.bf16_optimizer", "true", "needs training.dtype bf16 (it is " + std::string(to_string(t.dtype)) + ")");
   // torch.optim's foreach path is priced for Adam(W) stepped on the GPU.
-  if (p.optimizer_impl == OptimizerImpl::foreach && (t.optimizer != Optimizer::adam || p.offload.optimizer))
-    return fail("plan.optimizer_impl", "foreach",
+  if (p.optimizer_impl.value_or(OptimizerImpl::fused) != OptimizerImpl::fused &&
+      (t.optimizer != Optimizer::adam || p.offload.optimizer))
+    return fail("plan.optimizer_impl", to_string(*p.optimizer_impl),
                 "is priced for Adam(W) stepped on the GPU (training.optimizer " + std::string(to_string(t.optimizer)) +
                     (p.offload.optimizer ? ", plan.offload.optimizer true" : "") + ")");
   if (t.fp8_scaling != Fp8Scaling::delayed && t.dtype != Dtype::fp8)

@@ -194,7 +194,7 @@ struct PlanSpec {
   std::optional<bool> p2p_overlap;
   /// The optimizer's implementation (OptimizerImpl): fused where unset; foreach where the run's
   /// code stepped Adam with torch.optim's foreach ops (torchtitan before 2025: foreach=not fused,
-  /// --optimizer.fused off by default).
+  /// --optimizer.fused off by default); for-loop with Composer's DecoupledAdamW (llm-foundry).
   std::optional<OptimizerImpl> optimizer_impl;
   /// Megatron's fused scale-mask-softmax kernel on the unfused attention's scores
   /// (FrameworkTraits::fused_softmax; megatron/model/fused_softmax.py). false: the PyTorch path it

@@ -47,6 +47,16 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
     s.optimizer_step = 4.0 * P + 8.0 * M + 6.0 * M + 2.0 * 4.0 + (s.master > 0 ? s.weight : 0.0);
     s.optimizer_launches = 8;
   }
+  if (impl == OptimizerImpl::for_loop && optimizer == Optimizer::adam) {
+    // Composer's DecoupledAdamW (composer/optim/decoupled_weight_decay.py adamw, 2023-24), per
+    // parameter tensor: p.mul_ (2P), m.mul_(beta1).add_(g) (2M, 2M + G), v.mul_(beta2).addcmul_(g, g)
+    // (2M, 2M + G), (v.sqrt() / c).add_(eps) into T (M + T, 2T, 2T), p.addcdiv_(m, T) (2P + M + T):
+    // 4P + 10M + 6T + 2G, 88 bytes with fp32 state, in 9 kernels a tensor (FSDP1's flat parameters:
+    // one per wrapped block, counted as one group here).
+    const double P = s.master > 0 ? s.master : s.weight, M = state;
+    s.optimizer_step = 4.0 * P + 10.0 * M + 6.0 * M + 2.0 * 4.0 + (s.master > 0 ? s.weight : 0.0);
+    s.optimizer_launches = 9;
+  }
   if (optimizer == Optimizer::lamb) {
     // LAMB (You et al. 2020, arXiv:1904.00962, Algorithm 2) scales each tensor's Adam-style update
     // by ||w|| / ||update||, so the fused kernel splits in two around the norms (NVIDIA apex

@@ -65,7 +65,7 @@ def main(path):
             f.write(f"  training: {{global_batch: {int(p['global_batch'])}, dtype: {dtype}, optimizer: adam}}\n")
             f.write("  plan:\n")
             f.write(f"    tp: 1\n    pp: 1\n    dp: {gpus}\n    micro_batch: {int(p['micro_batch'])}\n")
-            f.write(f"    schedule: 1f1b\n    recompute: {recompute}\n    zero: 3\n    framework: llm-foundry\n")
+            f.write(f"    schedule: 1f1b\n    recompute: {recompute}\n    zero: 3\n    optimizer_impl: for-loop\n    framework: llm-foundry\n")
             if pure:
                 f.write("    reduce_dtype: bf16\n")
             f.write("  measured:\n")
@@ -79,7 +79,7 @@ def main(path):
                     "framework llm-foundry with zero 3 (each MPT block an FSDP unit, gathered in bf16, gradients "
                     "reduced in fp32). The H100 rows do not state the network; the DGX H100 SuperPOD's 8 x 400 Gb/s "
                     "per node is assumed. The A100 80GB rows (1,600 Gb/s per node) run on Selene's nodes. "
-                    "Optimizer: Adam state and traffic (llm-foundry uses decoupled AdamW, the same state). "
+                    "Optimizer: Composer's DecoupledAdamW (scripts/train/yamls/pretrain/mpt-*.yaml, decoupled_adamw), Adam's state stepped tensor by tensor in a Python loop of torch ops (composer/optim/decoupled_weight_decay.py adamw, 2023-24): optimizer_impl for-loop, 88 bytes a parameter. "
                     "Attention: MPT's triton flash kernel, priced as the GPU's flash figure. FP8 rows (amp_fp8): "
                     "Transformer Engine FP8 linears, attention and the LM head in bf16." +
                     (" Pure bf16 (Composer FSDP mixed_precision PURE): parameters gathered and gradients reduced in "

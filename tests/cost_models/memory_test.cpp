@@ -432,6 +432,13 @@ TEST(StateBytesPerParam, ForeachAdamWPassesOverTheState) {
   const ElementSizes master = element_sizes(Dtype::bf16, Optimizer::adam, framework_traits(Framework::megatron_core),
                                             Dtype::fp32, false, false, OptimizerImpl::foreach);
   EXPECT_DOUBLE_EQ(master.optimizer_step, 82.0);
+  // Composer's DecoupledAdamW (llm-foundry) loops over the tensors: p.mul_ (2 x 4), m.mul_ then
+  // .add_(g) (8 + 12), v.mul_ then .addcmul_(g, g) (8 + 12), (v.sqrt() / c).add_(eps) (8 + 8 + 8),
+  // p.addcdiv_(m, denom) (16): 88 bytes in 9 kernels.
+  const ElementSizes loop = element_sizes(Dtype::bf16, Optimizer::adam, framework_traits(Framework::llm_foundry),
+                                          Dtype::fp32, false, false, OptimizerImpl::for_loop);
+  EXPECT_DOUBLE_EQ(loop.optimizer_step, 88.0);
+  EXPECT_EQ(loop.optimizer_launches, 9);
   // SGD keeps its own step: the foreach Adam passes do not apply.
   EXPECT_DOUBLE_EQ(element_sizes(Dtype::bf16, Optimizer::sgd, tt, Dtype::fp32, false, false, OptimizerImpl::foreach).optimizer_step,
                    element_sizes(Dtype::bf16, Optimizer::sgd, tt).optimizer_step);
