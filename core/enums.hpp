@@ -161,12 +161,6 @@ FORESIGHT_ENUM_NAMES(EpDispatcher, {EpDispatcher::nccl, "nccl"}, {EpDispatcher::
 enum class Placement { tp_dp_pp, tp_pp_dp };
 FORESIGHT_ENUM_NAMES(Placement, {Placement::tp_dp_pp, "tp-dp-pp"}, {Placement::tp_pp_dp, "tp-pp-dp"});
 
-/// Megatron-Core's vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): none, the
-/// unfused path on the fp32 logits (--cross-entropy-loss-fusion off); native, Megatron-Core's own
-/// fused kernels (--cross-entropy-loss-fusion, core_r0.8+, megatron/core/fusions/
-/// fused_cross_entropy.py); te, Transformer Engine's Triton online-softmax kernels on the 16-bit
-/// logits (--cross-entropy-fusion-impl te, core_v0.12+, TE 2.1+ transformer_engine/pytorch/triton/
-/// cross_entropy.py).
 /// How the optimizer steps its tensors (torch.optim's implementations): one fused kernel pass
 /// (fused=True, apex's and Transformer Engine's fused Adam); PyTorch's foreach ops, one
 /// multi-tensor kernel per elementwise step (foreach=True, torch.optim's default on CUDA); or a
@@ -175,6 +169,12 @@ enum class OptimizerImpl { fused, foreach, for_loop };
 FORESIGHT_ENUM_NAMES(OptimizerImpl, {OptimizerImpl::fused, "fused"}, {OptimizerImpl::foreach, "foreach"},
                      {OptimizerImpl::for_loop, "for-loop"});
 
+/// Megatron-Core's vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): none, the
+/// unfused path on the fp32 logits (--cross-entropy-loss-fusion off); native, Megatron-Core's own
+/// fused kernels (--cross-entropy-loss-fusion, core_r0.8+, megatron/core/fusions/
+/// fused_cross_entropy.py); te, Transformer Engine's Triton online-softmax kernels on the 16-bit
+/// logits (--cross-entropy-fusion-impl te, core_v0.12+, TE 2.1+ transformer_engine/pytorch/triton/
+/// cross_entropy.py).
 enum class CrossEntropyFusion { none, native, te };
 FORESIGHT_ENUM_NAMES(CrossEntropyFusion, {CrossEntropyFusion::none, "none"}, {CrossEntropyFusion::native, "native"},
                      {CrossEntropyFusion::te, "te"});

@@ -237,7 +237,7 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                     "): a bf16 state updates the bf16 weights in place");
   if (p.bf16_optimizer && t.dtype != Dtype::bf16)
     return fail("plan.bf16_optimizer", "true", "needs training.dtype bf16 (it is " + std::string(to_string(t.dtype)) + ")");
-  // torch.optim's foreach path is priced for Adam(W) stepped on the GPU.
+  // The unfused implementations (foreach, for-loop) are priced for Adam(W) stepped on the GPU.
   if (p.optimizer_impl.value_or(OptimizerImpl::fused) != OptimizerImpl::fused &&
       (t.optimizer != Optimizer::adam || p.offload.optimizer))
     return fail("plan.optimizer_impl", to_string(*p.optimizer_impl),

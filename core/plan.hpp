@@ -149,7 +149,7 @@ struct PlanSpec {
   /// node-deduplicated, NVLink-forwarded kernels (Megatron-Core --moe-enable-deepep; DeepSeek-V3).
   EpDispatcher ep_dispatcher = EpDispatcher::nccl;
   /// MoE: Transformer Engine's fused permute and unpermute (Megatron-Core --moe-permute-fusion, off
-  /// by default; FrameworkTraits::moe_permute_fusion): each routed token row is read once and written
+  /// by default; FrameworkTraits::moe_te_fusions): each routed token row is read once and written
   /// to each of its copies (the unpermute the reverse), where the unfused index_select and
   /// scatter-add read and write every copy.
   bool moe_permute_fusion = false;

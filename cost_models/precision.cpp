@@ -34,28 +34,25 @@ ElementSizes element_sizes(Dtype dtype, Optimizer optimizer, const FrameworkTrai
   // Read the gradient (4), read and write the master (or the parameter itself) and the moments,
   // write the 16-bit model copy where a separate master exists.
   s.optimizer_step = 4.0 + 2.0 * ((s.master > 0 ? s.master : s.weight) + s.moments) + (s.master > 0 ? s.weight : 0.0);
-  if (impl == OptimizerImpl::foreach && optimizer == Optimizer::adam) {
-    // torch.optim.AdamW's foreach path (_multi_tensor_adamw, torch 2.3-2.6), with P the stepped
-    // parameter (the master where one exists), M a moment, T the sqrt's temporary (the state's
-    // dtype) and G the fp32 gradient, per element: _foreach_mul_ of P by 1 - lr wd (2P),
-    // _foreach_lerp_ of the first moment toward G (2M + G), _foreach_mul_ of the second moment by
-    // beta2 (2M), _foreach_addcmul_ of G x G into it (2M + G), _foreach_sqrt into T (M + T),
-    // _foreach_div_ and _foreach_add_ on T (2T each) and _foreach_addcdiv_ of the first moment
-    // over T into P (2P + M + T): 4P + 8M + 6T + 2G, 80 bytes with fp32 parameters and state (the
-    // fused kernel's 28), in 8 multi-tensor launches; plus the 16-bit copy where a master exists.
-    const double P = s.master > 0 ? s.master : s.weight, M = state;
-    s.optimizer_step = 4.0 * P + 8.0 * M + 6.0 * M + 2.0 * 4.0 + (s.master > 0 ? s.weight : 0.0);
-    s.optimizer_launches = 8;
-  }
-  if (impl == OptimizerImpl::for_loop && optimizer == Optimizer::adam) {
-    // Composer's DecoupledAdamW (composer/optim/decoupled_weight_decay.py adamw, 2023-24), per
-    // parameter tensor: p.mul_ (2P), m.mul_(beta1).add_(g) (2M, 2M + G), v.mul_(beta2).addcmul_(g, g)
-    // (2M, 2M + G), (v.sqrt() / c).add_(eps) into T (M + T, 2T, 2T), p.addcdiv_(m, T) (2P + M + T):
-    // 4P + 10M + 6T + 2G, 88 bytes with fp32 state, in 9 kernels a tensor (FSDP1's flat parameters:
-    // one per wrapped block, counted as one group here).
-    const double P = s.master > 0 ? s.master : s.weight, M = state;
-    s.optimizer_step = 4.0 * P + 10.0 * M + 6.0 * M + 2.0 * 4.0 + (s.master > 0 ? s.weight : 0.0);
-    s.optimizer_launches = 9;
+  if (impl != OptimizerImpl::fused && optimizer == Optimizer::adam) {
+    // Adam(W) as elementwise passes, with P the stepped parameter (the master where one exists), M
+    // a moment and T the sqrt's temporary (both the state's dtype) and G the fp32 gradient, per
+    // element:
+    //  foreach (torch.optim.AdamW's _multi_tensor_adamw, torch 2.3-2.6): _foreach_mul_ of P by
+    //   1 - lr wd (2P), _foreach_lerp_ of the first moment toward G (2M + G), _foreach_mul_ of the
+    //   second moment by beta2 (2M), _foreach_addcmul_ of G x G into it (2M + G), _foreach_sqrt
+    //   into T (M + T), _foreach_div_ and _foreach_add_ on T (2T each), _foreach_addcdiv_ of the
+    //   first moment over T into P (2P + M + T): 4P + 8M + 6T + 2G, in 8 multi-tensor launches;
+    //  for-loop (Composer's DecoupledAdamW, composer/optim/decoupled_weight_decay.py adamw,
+    //   2023-24), per parameter tensor: the same but m.mul_(beta1).add_(g) (2M, 2M + G) where
+    //   foreach lerps: 4P + 10M + 6T + 2G, in 9 kernels a tensor (FSDP1's flat parameters: one per
+    //   wrapped block, counted as one group here).
+    // 80 and 88 bytes with fp32 parameters and state (the fused kernel's 28); plus the 16-bit copy
+    // where a master exists.
+    const bool loop = impl == OptimizerImpl::for_loop;
+    const double P = s.master > 0 ? s.master : s.weight, M = state, T = state, G = 4.0;
+    s.optimizer_step = 4.0 * P + (loop ? 10.0 : 8.0) * M + 6.0 * T + 2.0 * G + (s.master > 0 ? s.weight : 0.0);
+    s.optimizer_launches = loop ? 9 : 8;
   }
   if (optimizer == Optimizer::lamb) {
     // LAMB (You et al. 2020, arXiv:1904.00962, Algorithm 2) scales each tensor's Adam-style update
