@@ -792,6 +792,14 @@ std::array<FrameworkTraits, 10> make_table() {
   // (pipelining_utils.py generate_split_points, the default, gives the first and last stage one
   // layer less when the layers do not divide).
   torchtitan.uneven_interleaved = true;
+  // train.py's loss_fn, cross_entropy on pred.float(), runs under utils.get_train_context(
+  // loss_parallel_enabled) with the output layer's logits left sharded on the vocabulary
+  // (parallelize_llama.py apply_tp: ColwiseParallel, output_layouts Shard(-1)) whenever TP is on and
+  // --training.disable_loss_parallel is not given (9dec370); the loss is not compiled there
+  // ("compiling loss function causes CUDA errors"). With PP the stages are torch.distributed.
+  // pipelining's, which keep each micro-batch's output for the schedule's merge.
+  torchtitan.dtensor_loss_parallel = true;
+  torchtitan.pp_keeps_stage_outputs = true;
   // training.enable_cpu_offload is FSDP2's CPUOffloadPolicy: the sharded fp32 parameters and
   // gradients live on the host and the optimizer steps there (parallelize_llama.py apply_fsdp
   // offload_policy), more than plan.offload.optimizer describes; no activation offload.

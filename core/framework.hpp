@@ -620,6 +620,15 @@ struct FrameworkTraits {
   /// Fuses the vocabulary-parallel cross-entropy (plan.cross_entropy_fusion): Megatron-Core's
   /// --cross-entropy-loss-fusion [--cross-entropy-fusion-impl native|te].
   bool cross_entropy_fusion = false;
+  /// With tp > 1 its eager loss runs on the vocabulary-sharded logits through PyTorch's
+  /// loss_parallel (torch/distributed/tensor/parallel/loss.py): log-softmax and NLL decomposed into
+  /// separate fp32 passes, the row max, sum and target logit all-reduced over TP. torchtitan turns
+  /// it on whenever TP is (ParallelDims.loss_parallel_enabled, 9dec370).
+  bool dtensor_loss_parallel = false;
+  /// Pipelines keep every micro-batch's last-stage output (the 16-bit logits) until the step
+  /// ends: torch.distributed.pipelining's stage appends each to output_chunks for the schedule's
+  /// final merge.
+  bool pp_keeps_stage_outputs = false;
 
   // ---- precision
   /// Its FP8 linears are Transformer Engine's: with training.fp8_scaling tensorwise, TE's

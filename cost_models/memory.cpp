@@ -308,9 +308,14 @@ Bytes output_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& mo
   // saves the 16-bit input rather than the fp32 intermediates (min-cut recomputation).
   // Transformer Engine's fused loss (plan.cross_entropy_fusion te) writes the gradient over the
   // 16-bit logits in place and keeps nothing else; Megatron-Core's native fusion saves the fp32
-  // softmax, as the unfused path does (logits_bytes).
+  // softmax, as the unfused path does (logits_bytes). PyTorch's loss_parallel (FrameworkTraits::
+  // dtensor_loss_parallel, tp > 1) peaks in its backward with four fp32 tensors of the logits'
+  // shape: the saved log-softmax, the one-hot grad_input, exp of the first and their sum (then
+  // the sum and its product with the loss gradient: _nll_loss_and_log_softmax_backward).
+  const bool loss_parallel = x.framework->dtensor_loss_parallel && plan.tp > 1;
   const double per_logit = plan.compile_loss                                        ? 2.0 * x.bytes.activation
                            : plan.cross_entropy_fusion == CrossEntropyFusion::te ? x.bytes.activation
+                           : loss_parallel                                        ? 16.0
                                                                                   : x.framework->activations.logits_bytes;
   const double logits = per_logit * sb * model.vocab / plan.tp;
   return Bytes(norm_and_projection_inputs + logits);
@@ -481,7 +486,14 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
     const Bytes mtp_inputs(4.0 * x.bytes.activation * double(s) * b * model.hidden / div);
     const Bytes per_micro_batch = output_layer_activation_bytes(x, model, plan, b, s) * double(1 + model.mtp_layers) +
                                   mtp_inputs * double(model.mtp_layers);
-    const Bytes loss_buffers = per_micro_batch * double(all_forwards_first ? m : 1);
+    Bytes loss_buffers = per_micro_batch * double(all_forwards_first ? m : 1);
+    // torch.distributed.pipelining's last stage keeps every micro-batch's output, the 16-bit
+    // logits (vocabulary-sharded under TP's loss parallelism), until the step's merge
+    // (FrameworkTraits::pp_keeps_stage_outputs): at the last backward all m of them.
+    if (x.framework->pp_keeps_stage_outputs && plan.pp > 1) {
+      const double vocab_shard = x.framework->dtensor_loss_parallel ? double(plan.tp) : 1.0;
+      loss_buffers += Bytes(x.bytes.activation * double(m) * b * double(s) * model.vocab / vocab_shard);
+    }
     bytes += loss_buffers;
     reload = max(Bytes(0), reload - loss_buffers);
   }

@@ -804,9 +804,22 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
   //   scales that gradient in place (2 + 2): 4 in 1 launch.
   Seconds loss_fwd = stream(tr.loss_forward, T * V / t, tr.loss_launches_forward);
   Seconds loss_bwd = stream(tr.loss_backward, T * V / t, tr.loss_launches_backward);
+  //  PyTorch's loss_parallel (FrameworkTraits::dtensor_loss_parallel, tp > 1; torch/distributed/
+  //   tensor/parallel/loss.py _log_softmax and _nll_loss_and_log_softmax_backward, which follow
+  //   torch._decomp's decompositions), on the .float() copy of the logits: forward the copy (read 2,
+  //   write 4), the row max (4), x - max (4 + 4), exp (4 + 4), the row sum (4) and x - max - log of
+  //   the sum, the saved output (4 + 4): 38 in 6 launches, where the fused log_softmax kernel of the
+  //   unsharded path reads three times and writes once; backward zeros_like (4), exp of the saved
+  //   output (4 + 4), its sum with the one-hot (4 + 4 + 4), the product with the loss gradient
+  //   (4 + 4) and .float()'s cast back to 16 bits (4 + 2): 38 in 6 launches (with the one-hot's
+  //   index_put). The row max, sum and target logit's all-reduces over TP (4 bytes a row) are
+  //   latency-bound and left out, as Megatron's vocab-parallel cross-entropy's are.
   if (p.compile_loss) {
     loss_fwd = stream(2.0, T * V / t, 1);
     loss_bwd = stream(4.0, T * V / t, 1);
+  } else if (x.framework->dtensor_loss_parallel && t > 1 && p.cross_entropy_fusion == CrossEntropyFusion::none) {
+    loss_fwd = stream(38.0, T * V / t, 6);
+    loss_bwd = stream(38.0, T * V / t, 6);
   } else if (p.cross_entropy_fusion == CrossEntropyFusion::native) {
     loss_fwd = stream(22.0, T * V / t, 3);
     loss_bwd = stream(10.0, T * V / t, 2);

@@ -1204,6 +1204,58 @@ TEST(FusedCrossEntropy, TransformerEngineKeepsOnlyTheSixteenBitLogits) {
   EXPECT_DOUBLE_EQ(output_layer_activation_bytes(exec(p), m, p, 1, 8192).value(), inputs + 2.0 * logits);
 }
 
+TEST(LossParallel, DecomposedBackwardHoldsFourFp32CopiesOfTheLocalLogits) {
+  // torchtitan at TP 8 (sequence parallel), vocabulary 128,256, micro-batch 2 x 8192 tokens, the
+  // loss eager. PyTorch's loss_parallel backward, (grad_input + exp(x)) * grad_output, holds the
+  // saved fp32 log-softmax x, the fp32 one-hot grad_input, exp(x) and the sum at once: 16 bytes per
+  // local logit, where the unsharded eager path's fused kernels hold 12. The final norm's and the
+  // head's inputs sit on the sequence shard: (2 + 2) x s x b x h / 8.
+  ModelSpec m{.name = "llama-like", .layers = 2, .hidden = 4096, .heads = 32, .seq_len = 8192, .vocab = 128256,
+              .ffn_hidden = 14336, .kv_heads = 8, .moe = std::nullopt};
+  PlanSpec p = plan_with(8, true, Recompute::full);
+  p.framework = Framework::torchtitan;
+  p.zero = 3;
+  p.compile = true;
+  const double sb = 2.0 * 8192, inputs = (2.0 + 2.0) * sb * 4096 / 8, local_logits = sb * 128256 / 8;
+  EXPECT_DOUBLE_EQ(output_layer_activation_bytes(exec(p), m, p, 2, 8192).value(), inputs + 16.0 * local_logits);
+  // Without TP there is nothing to shard: the eager 12 bytes per logit.
+  p.tp = 1;
+  p.sequence_parallel = false;
+  EXPECT_DOUBLE_EQ(output_layer_activation_bytes(exec(p), m, p, 2, 8192).value(),
+                   (2.0 + 2.0) * sb * 4096 + 12.0 * sb * 128256);
+  // A compiled loss keeps the 16-bit logits and gradient whatever the sharding (4 bytes).
+  p.tp = 8;
+  p.sequence_parallel = true;
+  p.compile_loss = true;
+  EXPECT_DOUBLE_EQ(output_layer_activation_bytes(exec(p), m, p, 2, 8192).value(), inputs + 4.0 * local_logits);
+}
+
+TEST(PipelineStageOutputs, LastStageKeepsEveryMicroBatchsLogitsUntilTheStepEnds) {
+  // torchtitan 405B-like at TP 8 x PP 8, micro-batch 4 x 8192 tokens, 8 micro-batches a step.
+  // torch.distributed.pipelining's last stage appends each micro-batch's output (bf16 logits,
+  // vocabulary-sharded: 128,256 / 8 a token) to output_chunks: at the last backward all eight,
+  // 8 x 4 x 8192 x 16,032 x 2 bytes = 8,405,385,216 more than a stage that frees them. The first
+  // stage holds no logits.
+  ModelSpec m{.name = "llama-like", .layers = 16, .hidden = 16384, .heads = 128, .seq_len = 8192, .vocab = 128256,
+              .ffn_hidden = 53248, .kv_heads = 8, .moe = std::nullopt};
+  PlanSpec p = plan_with(8, true, Recompute::full);
+  p.framework = Framework::torchtitan;
+  p.zero = 3;
+  p.pp = 8;
+  p.dp = 1;
+  p.micro_batch = 4;
+  p.compile = true;
+  const TrainingSpec tr{.global_batch = 32, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  ExecutionModel x = exec(tr, p);
+  const Bytes keeps = stage_activation_bytes(x, m, tr, p, 7);
+  const Bytes first = stage_activation_bytes(x, m, tr, p, 0);
+  FrameworkTraits frees = *x.framework;
+  frees.pp_keeps_stage_outputs = false;
+  x.framework = &frees;
+  EXPECT_DOUBLE_EQ(keeps.value() - stage_activation_bytes(x, m, tr, p, 7).value(), 8.0 * 4 * 8192 * 16032 * 2);
+  EXPECT_DOUBLE_EQ(first.value(), stage_activation_bytes(x, m, tr, p, 0).value());
+}
+
 }  // namespace
 }  // namespace foresight::cost_models
 

@@ -329,3 +329,24 @@ TEST(Torchtitan, EagerStridedPassesRunAtTheGpusMeasuredStridedRate) {
   EXPECT_NEAR(lh.backward_ops.dropout_residual.value(),
               (12 * t7 * H / hs + 2 * hl) + (4 * t7 * H / hg + hl) + (12 * qk7 / hs + 8 * hl) + 24 * qk7 / hg, 1e-9);
 }
+
+// PyTorch's loss_parallel (torchtitan with TP, the loss eager at 9dec370): the decomposed log-softmax
+// and its backward move 38 bytes per fp32 local logit each way in 6 launches, where the unsharded
+// eager path moves 22 in 2 forward and 26 in 3 backward (ElementwiseTraffic). Table 4's 2D row
+// (Llama 3.1 70B, TP 8, micro-batch 16 x 8192 tokens, vocabulary 128,256) on the Grand Teton H100
+// (2400 GB/s x 0.88 streaming, 2.433 us a launch, as above): the head differs by the loss alone.
+TEST(Torchtitan, LossParallelDecomposesTheCrossEntropyIntoSeparatePasses) {
+  const Experiment e = load_experiment(resolve_scenario("experiments", "torchtitan-202412-t4-llama3.1-70b-256xh100-2d"));
+  ExecutionModel x = resolve_execution(e);
+  const EdgeTimes sharded = edge_times(x, e.model, e.plan, 8192);
+  FrameworkTraits unsharded = *x.framework;
+  unsharded.dtensor_loss_parallel = false;
+  x.framework = &unsharded;
+  const EdgeTimes plain = edge_times(x, e.model, e.plan, 8192);
+  const double N = 16.0 * 8192 * 128256 / 8, rate = 2400e9 * 0.88, launch = 2.433e-6;
+  EXPECT_NEAR(sharded.head_forward.value() - plain.head_forward.value(),
+              (38 * N / rate + 6 * launch) - (22 * N / rate + 2 * launch), 1e-9);
+  EXPECT_NEAR(sharded.head_backward.value() - plain.head_backward.value(),
+              (38 * N / rate + 6 * launch) - (26 * N / rate + 3 * launch), 1e-9);
+}
+
