@@ -445,6 +445,7 @@ std::array<FrameworkTraits, 10> make_table() {
   megatron_core.moe_fc2_bias_per_expert = true;
   megatron_core.ep_overlap = true;
   megatron_core.moe_te_fusions = true;
+  megatron_core.defers_embedding_wgrad = true;
   megatron_core.deepep = true;
   megatron_core.recompute_modules = true;
   megatron_core.mtp = true;
@@ -1200,6 +1201,17 @@ std::optional<PlanViolation> FrameworkTraits::refusal(const PlanSpec& p) const {
     return violation(p.moe_permute_fusion ? "plan.moe_permute_fusion" : "plan.moe_shared_expert_overlap", "true",
               me + " has no Transformer Engine MoE fusions (" +
                   those_that_do([](const FrameworkTraits& t) { return t.moe_te_fusions; }) + ")");
+  if (p.defer_embedding_wgrad && !defers_embedding_wgrad)
+    return violation("plan.defer_embedding_wgrad", "true",
+              me + " does not defer the LM head's weight gradients (" +
+                  those_that_do([](const FrameworkTraits& t) { return t.defers_embedding_wgrad; }) + ")");
+  // Megatron-Core's TransformerConfig raises without the fused accumulation: the drain adds the
+  // deferred GEMMs straight into main_grad (core_r0.8.0 model_parallel_config.py, utils.py
+  // drain_embedding_wgrad_compute).
+  if (p.defer_embedding_wgrad && defers_embedding_wgrad && !fuses_gradient_accumulation(p))
+    return violation("plan.defer_embedding_wgrad", "true",
+                     "needs gradient accumulation fusion (plan.gradient_accumulation_fusion): " + me +
+                         " adds the deferred GEMMs into the fp32 main gradients");
   if (p.recompute_modules.any() && !recompute_modules)
     return violation("plan.recompute_modules", "(set)",
               me + " has no per-module recompute (" +

@@ -629,6 +629,9 @@ struct FrameworkTraits {
   /// ends: torch.distributed.pipelining's stage appends each to output_chunks for the schedule's
   /// final merge.
   bool pp_keeps_stage_outputs = false;
+  /// Defers the last stage's LM-head weight-gradient GEMMs to the pipeline flush
+  /// (plan.defer_embedding_wgrad): Megatron-Core's --defer-embedding-wgrad-compute.
+  bool defers_embedding_wgrad = false;
 
   // ---- precision
   /// Its FP8 linears are Transformer Engine's: with training.fp8_scaling tensorwise, TE's

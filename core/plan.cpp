@@ -551,6 +551,14 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
                 "spans nodes of " + str((long long)c.gpus_per_node) +
                     " GPUs; DeepEP's internode kernels forward over NVLink between exactly 8 GPUs per node "
                     "(NUM_MAX_NVL_PEERS)");
+  if (p.wgrad_deferral_limit > 0 && !p.defer_embedding_wgrad)
+    return fail("plan.wgrad_deferral_limit", str((long long)p.wgrad_deferral_limit),
+                "needs plan.defer_embedding_wgrad (it counts the micro-batches whose head weight gradients are deferred)");
+  // Megatron-Core's TransformerConfig refuses the deferral without a pipeline: it moves the GEMMs
+  // into the flush, which a single stage does not have.
+  if (p.defer_embedding_wgrad && p.pp == 1)
+    return fail("plan.defer_embedding_wgrad", "true",
+                "needs plan.pp > 1 (the deferred GEMMs run in the pipeline flush)");
   if (p.moe_permute_fusion && !m.moe)
     return fail("plan.moe_permute_fusion", "true", "needs a model with moe (it fuses the routed tokens' permute)");
   if (p.moe_shared_expert_overlap) {

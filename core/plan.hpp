@@ -157,6 +157,12 @@ struct PlanSpec {
   /// overlapped with the all-to-all dispatcher (Megatron-Core --moe-shared-expert-overlap, off by
   /// default); off, they block the layer as a dense MLP's do under sequence parallelism.
   bool moe_shared_expert_overlap = false;
+  /// The last pipeline stage defers its LM head's weight-gradient GEMMs to the pipeline flush
+  /// (Megatron-Core --defer-embedding-wgrad-compute): the first wgrad_deferral_limit micro-batches
+  /// (0: all of them) keep their logits' gradient and the head's input until then, and the GEMMs
+  /// run after the stage's last backward, while the earlier stages finish theirs.
+  bool defer_embedding_wgrad = false;
+  int wgrad_deferral_limit = 0;
   std::vector<int> token_slices;  // TeraPipe slice lengths, summing to seq_len
   /// Transformer layers per pipeline stage, first to last, summing to model.layers (empty: an even
   /// split). Llama 3 405B's 126 layers on 16 stages, DeepSpeed's partition_method results. With

@@ -327,6 +327,8 @@ std::string megatron_arguments(const ExecutablePlan& p, std::string* why_not) {
   if (q.ep_overlap) s << " --overlap-moe-expert-parallel-comm --delay-wgrad-compute";
   if (q.moe_permute_fusion) s << " --moe-permute-fusion";
   if (q.moe_shared_expert_overlap) s << " --moe-shared-expert-overlap";
+  if (q.defer_embedding_wgrad)
+    s << " --defer-embedding-wgrad-compute --wgrad-deferral-limit " << q.wgrad_deferral_limit;
   if (!q.fused_softmax.value_or(true)) s << " --no-masked-softmax-fusion";
   if (q.cross_entropy_fusion != CrossEntropyFusion::none)
     s << " --cross-entropy-loss-fusion --cross-entropy-fusion-impl " << to_string(q.cross_entropy_fusion);

@@ -157,6 +157,8 @@ void visit_fields(V& v, S& p) {
   v.enumeration("ep_dispatcher", p.ep_dispatcher, EpDispatcher::nccl);
   v.boolean("moe_permute_fusion", p.moe_permute_fusion, false);
   v.boolean("moe_shared_expert_overlap", p.moe_shared_expert_overlap, false);
+  v.boolean("defer_embedding_wgrad", p.defer_embedding_wgrad, false);
+  v.integer("wgrad_deferral_limit", p.wgrad_deferral_limit, 0, 0);
   v.int_list("token_slices", p.token_slices, 1);
   v.int_list("stage_layers", p.stage_layers, 0);
   v.integer("first_stage_layers", p.first_stage_layers, 0, 0);

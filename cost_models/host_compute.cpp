@@ -129,7 +129,8 @@ EdgeTimes host_edge_times(const HostOps& ops, const ModelSpec& m, const PlanSpec
                    (sp ? P.zeros(N, H) : Seconds(0)) + P.zeros(N, V) + P.mm(MatmulVariant::nt, N, V, H) +
                    P.zeros(N, 1) + P.op("logits_row_max", N * V) + P.zeros(N, 2) +
                    P.op("logits_sum_exp_and_target", N * V);
-  e.head_backward = P.zeros(N, V) + P.op("cross_entropy_backward", N * V) + P.mm(MatmulVariant::tn, V, H, N) +
+  e.head_weight_grad = P.mm(MatmulVariant::tn, V, H, N);
+  e.head_backward = P.zeros(N, V) + P.op("cross_entropy_backward", N * V) + e.head_weight_grad +
                     P.zeros(N, H) + P.mm(MatmulVariant::nn, N, H, V) + (sp ? P.zeros(n, H) : Seconds(0)) +
                     P.zeros(n, H) + P.op("layernorm_backward", n * H) +
                     (sp ? P.zeros(2, H) + 2.0 * P.op("add", H) : Seconds(0));

@@ -494,6 +494,13 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
       const double vocab_shard = x.framework->dtensor_loss_parallel ? double(plan.tp) : 1.0;
       loss_buffers += Bytes(x.bytes.activation * double(m) * b * double(s) * model.vocab / vocab_shard);
     }
+    // Megatron-Core's deferred head weight gradients (plan.defer_embedding_wgrad): each deferred
+    // micro-batch keeps the logits' 16-bit gradient and the head's input until the flush.
+    if (plan.defer_embedding_wgrad) {
+      const int deferred = plan.wgrad_deferral_limit > 0 ? std::min(plan.wgrad_deferral_limit, m) : m;
+      loss_buffers += Bytes(x.bytes.activation * double(deferred) * b * double(s) *
+                            (double(model.vocab) / plan.tp + double(model.hidden) / div));
+    }
     bytes += loss_buffers;
     reload = max(Bytes(0), reload - loss_buffers);
   }

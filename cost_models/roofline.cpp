@@ -828,8 +828,8 @@ EdgeTimes edge_times(const ExecutionModel& x, const ModelSpec& m, const PlanSpec
     loss_bwd = stream(4.0, T * V / t, 1);
   }
   e.head_forward = norm_fwd + cast_fwd + head + loss_fwd;
-  e.head_backward = norm_bwd + cast_bwd + x.roofline16().gemm({T, h, V / t, 1}) + x.roofline16().gemm({h, V / t, T, 1}) +
-                    loss_bwd;
+  e.head_weight_grad = x.roofline16().gemm({h, V / t, T, 1});
+  e.head_backward = norm_bwd + cast_bwd + x.roofline16().gemm({T, h, V / t, 1}) + e.head_weight_grad + loss_bwd;
   if (m.mtp_layers > 0) {
     // An MTP module (Megatron-Core MultiTokenPredictionLayer): the shifted tokens' embedding,
     // enorm and hnorm, torch.cat of the two into 2h (16-bit: read and write 2 bytes per element

@@ -247,6 +247,9 @@ struct EdgeTimes {
   /// embedding, the two norms, the concatenation, the 2h -> h projection, then its final norm and
   /// another pass through the head and loss (last stage). Zero without MTP.
   Seconds mtp_forward, mtp_backward;
+  /// The LM head's weight-gradient GEMM, part of head_backward (what plan.defer_embedding_wgrad
+  /// moves to the pipeline flush).
+  Seconds head_weight_grad;
 };
 
 /// Embedding lookup (first stage) and final layernorm + vocab-parallel LM head + fused softmax

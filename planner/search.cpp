@@ -279,6 +279,10 @@ std::vector<PlanSpec> enumerate_plans(const SearchRequest& r) {
                     p.compile = r.compile;
                     p.compile_loss = r.compile_loss;
                     p.cross_entropy_fusion = r.cross_entropy_fusion;
+                    if (pp > 1 && r.defer_embedding_wgrad && fw.defers_embedding_wgrad) {
+                      p.defer_embedding_wgrad = true;
+                      p.wgrad_deferral_limit = r.wgrad_deferral_limit;
+                    }
                     if (zero == 3 && fw.zero3_prefetch_choice) p.zero3_prefetch = r.zero3_prefetch;
                     if (pp > 1 && fw.pipe_grads_partitioning) p.partitioned_pipe_grads = r.partitioned_pipe_grads;
                     // FP8 training gathers its sharded GEMM weights in FP8 where the framework and

@@ -30,6 +30,10 @@ struct SearchRequest {
   bool compile_loss = false;                 // and the loss with it (plan.compile_loss)
   /// Megatron-Core's fused loss on every plan (plan.cross_entropy_fusion), where the framework runs it.
   CrossEntropyFusion cross_entropy_fusion = CrossEntropyFusion::none;
+  /// Megatron-Core's deferred LM-head weight gradients on every pipelined plan
+  /// (plan.defer_embedding_wgrad, wgrad_deferral_limit), where the framework defers them.
+  bool defer_embedding_wgrad = false;
+  int wgrad_deferral_limit = 0;
   /// Which release of the framework is priced where it has two (DeepSpeed): its ZeRO-3 with or
   /// without a complete prefetch trace on every ZeRO-3 candidate (plan.zero3_prefetch), its
   /// pipeline engine before or after v0.5.4 on every pipelined one (plan.partitioned_pipe_grads).

@@ -74,7 +74,8 @@ ComputeCosts compute_costs(const Experiment& e, const cost_models::ExecutionMode
   c.edges = [x, model, plan](int tokens) {
     const EdgeTimes t = edge_times(x, model, plan, tokens);
     return EdgeCompute{t.embedding_forward, t.embedding_backward, t.head_forward,
-                       t.head_backward,     t.mtp_forward,        t.mtp_backward};
+                       t.head_backward,     t.mtp_forward,        t.mtp_backward,
+                       t.head_weight_grad};
   };
   c.optimizer = [x](double params) { return optimizer_time(x, params); };
   const std::shared_ptr<const RooflineCompute> rc = x.compute;

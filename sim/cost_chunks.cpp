@@ -395,6 +395,21 @@ void cost_edges(const CostInputs& in, WorkloadCosts& c) {
         if (last_segment) {
           cc.forward += ec.head_forward;
           cc.backward += ec.head_backward;
+          if (p.defer_embedding_wgrad) {
+            // Megatron-Core's deferral (core_r0.8.0 tensor_parallel/layers.py, schedules.py
+            // finish_embedding_wgrad_compute): the first wgrad_deferral_limit micro-batches (0: all)
+            // skip the head's weight-gradient GEMM in their backward; the last rank runs them after
+            // its cooldown, before the gradients are finalized. Per micro-batch the chunk's backward
+            // loses the deferred share. Under sequence parallelism the drain gathers each kept input
+            // again over TP, the next one's gather beside the current GEMM: the first is exposed.
+            const int m = p.micro_batches(in.e.training);
+            const int deferred = p.wgrad_deferral_limit > 0 ? std::min(p.wgrad_deferral_limit, m) : m;
+            cc.backward -= ec.head_weight_grad * (double(deferred) / m);
+            if (int(c.deferred_wgrad.size()) < p.pp) c.deferred_wgrad.resize(std::size_t(p.pp));
+            Seconds drain = ec.head_weight_grad * double(deferred);
+            if (p.sequence_parallel && p.tp > 1 && k == 0) drain += tp_collective(in, Collective::all_gather, act, tp);
+            c.deferred_wgrad[std::size_t(s)] += drain;
+          }
           // Column-parallel LM head: its input gradient is all-reduced in the backward.
           if (p.tp > 1) cc.backward_tp_comm += tp_collective(in, Collective::all_reduce, act, tp);
           // The MTP modules beside their layers (cost_layer_chunks prices those): under TP each

@@ -40,6 +40,7 @@ struct EdgeCompute {
   Seconds embedding_forward, embedding_backward;  // first stage
   Seconds head_forward, head_backward;            // last stage: final norm, logits, loss
   Seconds mtp_forward, mtp_backward;              // last stage: one MTP module beside its layer
+  Seconds head_weight_grad;                       // the head's weight-gradient GEMM (in head_backward)
 };
 
 /// One kind of transformer layer of an experiment, priced op by op for one micro-batch of the

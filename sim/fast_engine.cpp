@@ -191,7 +191,10 @@ SimResult run_fast(const WorkloadCosts& c) {
 
   // Data-parallel sync, optimizer, parameter gather (as build_workload's pass 3).
   for (int s = 0; s < p; ++s) {
-    const double last = stream[s];
+    // Deferred weight-gradient GEMMs (the last stage's LM head) after the stage's last backward.
+    const double deferred = c.deferred_wgrad_of(s).value();
+    add(s, Category::backward, deferred);
+    const double last = stream[s] + deferred;
     const double sync = s < int(c.dp_grad_sync.size()) ? c.dp_grad_sync[s].value() : 0.0;
     const double opt = s < int(c.optimizer.size()) ? c.optimizer[s].value() : 0.0;
     const double gather = s < int(c.dp_param_gather.size()) ? c.dp_param_gather[s].value() : 0.0;

@@ -91,6 +91,15 @@ class Builder {
     for (int s = 0; s < p; ++s) {
       const Seconds sync = at(c_.dp_grad_sync, s);
       TaskId after_backward = last_on_compute_[s];
+      if (c_.deferred_wgrad_of(s) > Seconds(0)) {
+        // Deferred weight-gradient GEMMs (the last stage's LM head) after the stage's last backward.
+        Task t = base(Category::backward, s, "deferred_embedding_wgrad");
+        t.duration = c_.deferred_wgrad_of(s);
+        t.resources = {s};
+        const TaskId d = add(t);
+        edge(after_backward, d);
+        after_backward = d;
+      }
       TaskId sync_task = after_backward;
       const Bytes sync_bytes = s < int(c_.dp_grad_sync_bytes.size()) ? c_.dp_grad_sync_bytes[s] : Bytes(0);
       Seconds tail = sync;

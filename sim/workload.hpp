@@ -133,6 +133,11 @@ struct WorkloadCosts {
     static const std::vector<double> none;
     return dp_overlap && s < int(dp_sync_chunk_share.size()) ? dp_sync_chunk_share[s] : none;
   }
+  /// Per stage: weight-gradient GEMMs deferred to the pipeline flush (plan.defer_embedding_wgrad:
+  /// the last stage's LM head), run on the compute stream after the stage's last backward and
+  /// before its gradients are synchronised. Both engines use this.
+  std::vector<Seconds> deferred_wgrad;
+  Seconds deferred_wgrad_of(int s) const { return s < int(deferred_wgrad.size()) ? deferred_wgrad[s] : Seconds(0); }
   std::vector<Bytes> dp_grad_sync_bytes;  // per stage: bytes each DP rank sends in it (coarse ring)
   std::vector<Bytes> dp_param_gather_bytes;
   Seconds dp_latency;                     // latency term of one DP collective

@@ -75,6 +75,10 @@ std::string describe_plan(const PlanSpec& p) {
   if (p.ep_dispatcher == EpDispatcher::deepep) s += " deepep";
   if (p.moe_permute_fusion) s += " permute-fusion";
   if (p.moe_shared_expert_overlap) s += " shared-overlap";
+  if (p.defer_embedding_wgrad) {
+    s += " defer-head-wgrad";
+    if (p.wgrad_deferral_limit > 0) s += ":" + std::to_string(p.wgrad_deferral_limit);
+  }
   if (p.cross_entropy_fusion != CrossEntropyFusion::none) s += std::string(" ce:") + to_string(p.cross_entropy_fusion);
   if (p.offload.optimizer) s += " off:opt";
   if (p.offload.activations > 0) {

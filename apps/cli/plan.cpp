@@ -94,6 +94,10 @@ planner::SearchRequest request_from(const Opts& o, const Experiment& base) {
   // So does the recipe's fused cross-entropy, to a framework that runs it (Megatron-Core).
   r.cross_entropy_fusion =
       fw.cross_entropy_fusion ? base.plan.cross_entropy_fusion : CrossEntropyFusion::none;
+  // And its deferred head weight gradients, on the pipelined candidates of a framework that defers
+  // them (Megatron-Core).
+  r.defer_embedding_wgrad = fw.defers_embedding_wgrad && base.plan.defer_embedding_wgrad;
+  r.wgrad_deferral_limit = r.defer_embedding_wgrad ? base.plan.wgrad_deferral_limit : 0;
   // And the framework release the experiment names (DeepSpeed's ZeRO-3 with or without a complete
   // prefetch trace, its pipeline engine before or after v0.5.4): the search sets it on the
   // candidates of a framework that has the choice.

@@ -106,6 +106,22 @@ TEST(PlanCli, TheRecipesFusedLossCarriesOverToMegatronCorePlansOnly) {
   for (const auto& f : lm) EXPECT_EQ(f, "none");
 }
 
+TEST(PlanCli, TheRecipesDeferredHeadWeightGradientsCarryOverToPipelinedPlans) {
+  // dgxc-benchmarking's Nemotron-4 340B recipe defers the LM head's weight gradients (limit 22):
+  // every pipelined Megatron-Core plan for it keeps the deferral and its limit, an unpipelined one
+  // cannot have it (Megatron-Core refuses it without a pipeline).
+  const Outcome o = plan({"--experiment", "dgxc2411-nemotron4-340b-128xh100-bf16", "--no-simgrid", "--json", "--top", "8"});
+  ASSERT_EQ(o.rc, 0) << o.err;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  ASSERT_FALSE(j["ranked"].empty());
+  for (const auto& row : j["ranked"]) {
+    const nlohmann::json& p = row["plan"];
+    const bool pipelined = p["pp"].get<int>() > 1;
+    EXPECT_EQ(p.value("defer_embedding_wgrad", false), pipelined) << p.dump();
+    EXPECT_EQ(p.value("wgrad_deferral_limit", 0), pipelined ? 22 : 0) << p.dump();
+  }
+}
+
 TEST(PlanCli, ProgressGoesToStderrAndNeverIntoJson) {
   // A bar (forced: the test has no terminal) redrawn in place with count, rate and time left.
   ::setenv("FORESIGHT_PROGRESS", "bar", 1);

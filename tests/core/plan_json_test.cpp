@@ -636,3 +636,19 @@ TEST(PlanJson, FmsFsdpPlansGetItsOwnLaunchLine) {
   l3.model.seq_len = 8192;
   EXPECT_NE(fms_fsdp_arguments(l3).find("--model_variant=llama3_8b "), std::string::npos);
 }
+
+TEST(PlanJson, DeferredHeadWeightGradientsTravelAndReachTheLaunchLine) {
+  // plan.defer_embedding_wgrad and its limit survive plan.json and become Megatron-Core's
+  // --defer-embedding-wgrad-compute --wgrad-deferral-limit N; off, neither flag appears.
+  ExecutablePlan p = megatron_core_flat(2, 1);
+  p.plan.pp = 2;
+  p.plan.dp = p.gpus / 4;
+  EXPECT_EQ(megatron_arguments(p).find("defer-embedding"), std::string::npos) << megatron_arguments(p);
+  p.plan.defer_embedding_wgrad = true;
+  p.plan.wgrad_deferral_limit = 22;
+  const ExecutablePlan q = parse_plan_json(to_json(p).dump(), "plan.json");
+  EXPECT_TRUE(q.plan.defer_embedding_wgrad);
+  EXPECT_EQ(q.plan.wgrad_deferral_limit, 22);
+  EXPECT_NE(megatron_arguments(q).find("--defer-embedding-wgrad-compute --wgrad-deferral-limit 22"), std::string::npos)
+      << megatron_arguments(q);
+}

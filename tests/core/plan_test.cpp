@@ -715,6 +715,17 @@ TEST(CheckPlan, ZeroBubbleAndDualPipeRules) {
                         f.p.tp = 2; f.p.pp = 1; f.p.dp = 16; f.p.ep = 8; f.p.sequence_parallel = true;
                         f.p.ep_dispatcher = EpDispatcher::deepep; },
        "plan.ep_dispatcher", "8 GPUs per node"},
+      // Megatron-Core's deferred head weight gradients: a pipeline to hide them in, a limit only
+      // with the deferral, a framework that defers them.
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.defer_embedding_wgrad = true; f.p.pp = 1;
+                        f.p.dp = 16; },
+       "plan.defer_embedding_wgrad", "plan.pp > 1"},
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.wgrad_deferral_limit = 4; },
+       "plan.wgrad_deferral_limit", "needs plan.defer_embedding_wgrad"},
+      {[](Fixture& f) { f.p.defer_embedding_wgrad = true; }, "plan.defer_embedding_wgrad", "does not defer"},
+      {[](Fixture& f) { f.p.framework = Framework::megatron_core; f.p.defer_embedding_wgrad = true;
+                        f.p.gradient_accumulation_fusion = false; },
+       "plan.defer_embedding_wgrad", "gradient accumulation fusion"},
       // MTP is not priced on a CPU device (the bundled trainer's host profile).
       {[](Fixture& f) { f.p.framework = Framework::generic; f.m.mtp_layers = 1; f.c.gpu.host_profile = "cpu.json"; },
        "model.mtp_layers", "CPU device"},
@@ -941,4 +952,13 @@ TEST(CheckPlan, DeepSpeedOverlapsOnlyAtZero2AndBuildsMoeWithoutPipelineOrZero3) 
   core.m.moe = MoeSpec{.experts = 8, .top_k = 1};
   core.p.framework = Framework::megatron_core;
   EXPECT_FALSE(core.check().has_value()) << core.check()->rule;
+}
+
+TEST(CheckPlan, DeferredHeadWeightGradientsRunOnMegatronCorePipelines) {
+  Fixture f;
+  f.p.framework = Framework::megatron_core;
+  f.p.defer_embedding_wgrad = true;
+  EXPECT_FALSE(f.check().has_value());
+  f.p.wgrad_deferral_limit = 22;  // the NeMo recipes' figure; more than the step's micro-batches is allowed
+  EXPECT_FALSE(f.check().has_value());
 }

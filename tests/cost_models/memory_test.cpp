@@ -1256,6 +1256,28 @@ TEST(PipelineStageOutputs, LastStageKeepsEveryMicroBatchsLogitsUntilTheStepEnds)
   EXPECT_DOUBLE_EQ(first.value(), stage_activation_bytes(x, m, tr, p, 0).value());
 }
 
+TEST(DeferredHeadWeightGradients, LastStageKeepsEachDeferredMicroBatchsLogitGradientAndInput) {
+  // Megatron-Core at TP 4 (sequence parallel) x PP 4, micro-batch 1 x 8192 tokens, 16 micro-batches
+  // a step, vocabulary 128,256, hidden 8192. Each deferred micro-batch keeps the logits' bf16
+  // gradient (8192 x 128,256 / 4 x 2 bytes) and the head's sequence-parallel input (8192 / 4 x
+  // 8192 x 2) until the flush: 525,336,576 + 33,554,432 = 558,891,008 bytes each; all 16 by
+  // default, 10 with wgrad_deferral_limit 10. Other stages keep nothing more.
+  ModelSpec m{.name = "llama-like", .layers = 16, .hidden = 8192, .heads = 64, .seq_len = 8192, .vocab = 128256,
+              .ffn_hidden = 28672, .kv_heads = 8, .moe = std::nullopt};
+  PlanSpec p = plan_with(4, true, Recompute::none);
+  p.framework = Framework::megatron_core;
+  p.pp = 4;
+  p.dp = 1;
+  const TrainingSpec tr{.global_batch = 16, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  const Bytes plain = stage_activation_bytes(exec(tr, p), m, tr, p, 3);
+  const Bytes first = stage_activation_bytes(exec(tr, p), m, tr, p, 0);
+  p.defer_embedding_wgrad = true;
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(exec(tr, p), m, tr, p, 3).value() - plain.value(), 16 * 558891008.0);
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(exec(tr, p), m, tr, p, 0).value(), first.value());
+  p.wgrad_deferral_limit = 10;
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(exec(tr, p), m, tr, p, 3).value() - plain.value(), 10 * 558891008.0);
+}
+
 }  // namespace
 }  // namespace foresight::cost_models
 

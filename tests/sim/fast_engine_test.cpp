@@ -37,6 +37,20 @@ WorkloadCosts random_costs(std::mt19937& rng, Schedule sched, int p, int m, int 
   }
   return c;
 }
+
+// 1F1B on 2 stages, 2 micro-batches: forward 1, backward 2, every send `send` s, nothing else.
+WorkloadCosts two_stage_1f1b(double send) {
+  WorkloadCosts c;
+  c.shape = ScheduleShape{Schedule::one_f_one_b, 2, 2, 1, 1};
+  c.chunk.assign(2, std::vector<std::vector<ChunkCosts>>(1, std::vector<ChunkCosts>(1)));
+  for (auto& st : c.chunk) {
+    st[0][0].forward = Seconds(1);
+    st[0][0].backward = Seconds(2);
+  }
+  c.p2p_forward = {Seconds(send)};
+  c.p2p_backward = {Seconds(send)};
+  return c;
+}
 }  // namespace
 
 TEST(FastEngine, EqualsGraphEngineWithOverlappedDataParallelSync) {
@@ -58,6 +72,8 @@ TEST(FastEngine, EqualsGraphEngineWithOverlappedDataParallelSync) {
       for (int s = 0; s < k.p; ++s) {
         c.dp_sync_tail.push_back(c.dp_grad_sync[s] * u(rng));
         c.dp_overlap_slowdown.push_back(c.dp_grad_sync[s] * (0.5 * u(rng)));
+        // Deferred weight-gradient GEMMs (the last stage's LM head) before the last bucket.
+        c.deferred_wgrad.push_back(s + 1 == k.p ? Seconds(u(rng)) : Seconds(0));
       }
       for (const bool per_chunk : {false, true}) {
         // With model chunks, each chunk's share of the sync may start with its own last backward.
@@ -130,19 +146,29 @@ TEST(FastEngine, NonBlockingSendsLetTheSenderGoOnByHand) {
   // Non-blocking (Megatron-Core's overlapped sends): stage 0's F1 starts at 1 and its send waits
   // for the link, [2, 2.5]; stage 1's F1 runs [4.5, 5.5] right after B0, B1 [5.5, 7.5] and its send
   // [7.5, 8]; stage 0 B0 [5, 7], B1 [8, 10]: 10.
-  WorkloadCosts c;
-  c.shape = ScheduleShape{Schedule::one_f_one_b, 2, 2, 1, 1};
-  c.chunk.assign(2, std::vector<std::vector<ChunkCosts>>(1, std::vector<ChunkCosts>(1)));
-  for (auto& st : c.chunk) {
-    st[0][0].forward = Seconds(1);
-    st[0][0].backward = Seconds(2);
-  }
-  c.p2p_forward = {Seconds(0.5)};
-  c.p2p_backward = {Seconds(0.5)};
+  WorkloadCosts c = two_stage_1f1b(0.5);
   for (const bool blocking : {true, false}) {
     c.p2p_blocks_sender = blocking;
     const double expected = blocking ? 10.5 : 10.0;
     EXPECT_NEAR(run_fast(c).iteration.value(), expected, 1e-12) << blocking;
     EXPECT_NEAR(run_analytic(build_workload(c)).iteration.value(), expected, 1e-12) << blocking;
+  }
+}
+
+TEST(FastEngine, DeferredWeightGradientsFillTheLastStagesFlushByHand) {
+  // 1F1B on 2 stages, 2 micro-batches; forward 1, backward 2, nothing else. Stage 0: F0 [0, 1], F1
+  // [1, 2], B0 [4, 6], B1 [7, 9]; stage 1: F0 [1, 2], B0 [2, 4], F1 [4, 5], B1 [5, 7]. The last
+  // stage is idle from 7 while stage 0 runs its last backward: deferred GEMMs (Megatron-Core's
+  // deferred head weight gradients) of 1.5 end at 8.5 and leave the step at 9; 3 end at 10.
+  WorkloadCosts c = two_stage_1f1b(0.0);
+  for (const double deferred : {0.0, 1.5, 3.0}) {
+    c.deferred_wgrad = {Seconds(0), Seconds(deferred)};
+    const double expected = deferred > 2.0 ? 7.0 + deferred : 9.0;
+    const SimResult f = run_fast(c), g = run_analytic(build_workload(c));
+    EXPECT_NEAR(f.iteration.value(), expected, 1e-12) << deferred;
+    EXPECT_NEAR(g.iteration.value(), expected, 1e-12) << deferred;
+    // The GEMMs are backward compute of the last stage in both engines.
+    EXPECT_NEAR(f.stages[1].busy[int(Category::backward)].value(), 4.0 + deferred, 1e-12);
+    EXPECT_NEAR(g.stages[1].busy[int(Category::backward)].value(), 4.0 + deferred, 1e-12);
   }
 }
