@@ -201,7 +201,8 @@ Command simulate_command() {
                 << ", micro-batch " << e.plan.micro_batch << ", " << to_string(e.plan.schedule)
                 << (e.plan.virtual_stages > 1 ? " v" + std::to_string(e.plan.virtual_stages) : "")
                 << token_slices_text(e.plan) << ", recompute "
-                << recompute_text(e.plan) << ", zero " << e.plan.zero << "\n  executed as " << p.framework
+                << recompute_text(e.plan) << ", zero " << e.plan.zero << "\n  in full: " << describe_plan(e.plan)
+                << "\n  executed as " << p.framework
                 << ", " << p.attention << " attention\n  calibration: " << p.profile
                 << "\n  collectives in a node: " << p.collectives << "\n  calibrated: "
                 << calibrated_text(p.calibrated_parameters) << "\n  pace: "
