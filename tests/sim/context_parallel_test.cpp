@@ -219,7 +219,7 @@ TEST(ContextParallel, ZeroThreeUnitsHideGathersBehindTheRingExchangeToo) {
   k.compute.layer = [](int, int, bool, int) {
     return LayerCompute{Seconds(2e-4), Seconds(4e-4), Seconds(0), Seconds(1e-4), Seconds(2e-4), {}, {}, Seconds(0), Seconds(0)};
   };
-  k.compute.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0)}; };
+  k.compute.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0), Seconds(0)}; };
   WorkloadCosts c;
   c.shape = ScheduleShape{e.plan.schedule, e.plan.pp, e.plan.micro_batches(e.training), 1, 1};
   cost_layer_chunks(k.in(), c);

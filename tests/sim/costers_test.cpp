@@ -21,7 +21,7 @@ namespace {
 ComputeCosts round_compute() {
   ComputeCosts c;
   c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(1e-3), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)}; };
-  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0)}; };
+  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0), Seconds(0)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   c.memory_bound = [](Bytes b, int) { return Seconds(b.value() * 1e-9); };
   return c;
@@ -146,7 +146,7 @@ TEST(CostEdges, MtpModulesRunWithTheHeadOnTheLastStageOnly) {
   Experiment with = e;
   with.model.mtp_layers = 2;
   ComputeCosts cc = round_compute();
-  cc.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(3e-4), Seconds(6e-4)}; };
+  cc.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(3e-4), Seconds(6e-4), Seconds(0)}; };
   fixtures::Costed a(e, cc), b(with, cc);
   for (auto* k : {&a, &b}) {
     cost_layer_chunks(k->in(), k->c);
@@ -206,9 +206,7 @@ TEST(CostEdges, DeferredHeadWeightGradientsLeaveTheBackwardForTheFlush) {
   validate_experiment(e);
   ComputeCosts cc = round_compute();
   cc.edges = [](int) {
-    EdgeCompute ec{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0)};
-    ec.head_weight_grad = Seconds(4e-4);
-    return ec;
+    return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0), Seconds(4e-4)};
   };
   Experiment all = e, three = e;
   all.plan.defer_embedding_wgrad = three.plan.defer_embedding_wgrad = true;

@@ -23,7 +23,7 @@ ComputeCosts fixed_compute() {
     const double scale = tokens / 2048.0;
     return LayerCompute{Seconds(50e-3 * scale), Seconds(100e-3 * scale), Seconds(50e-3 * scale), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)};
   };
-  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0)}; };
+  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0), Seconds(0)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-11); };
   return c;
 }

@@ -25,7 +25,7 @@ ShardedUnit unit(double gather_ms, double compute_ms, double reduce_ms = 0) {
 ComputeCosts round_compute() {
   ComputeCosts c;
   c.layer = [](int, int, bool, int) { return LayerCompute{Seconds(1e-3), Seconds(2e-3), Seconds(0), Seconds(0), Seconds(0), {}, {}, Seconds(0), Seconds(0)}; };
-  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0)}; };
+  c.edges = [](int) { return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(1e-3), Seconds(0), Seconds(0), Seconds(0)}; };
   c.optimizer = [](double params) { return Seconds(params * 1e-9); };
   return c;
 }
