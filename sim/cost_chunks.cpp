@@ -104,20 +104,29 @@ EpExposure ep_overlap_exposure(const CostInputs& in, const LayerCompute& lc, Sec
   const double wgrad = 0.5 * (lc.gemm_backward[2] + lc.gemm_backward[3]).value();
   const double dgrad = std::max(0.0, lc.mlp_backward.value() - wgrad);
   const double attn_b = (lc.backward - lc.mlp_backward + lc.recompute).value();
-  // The pair, stream by stream (compute C, communication M), each step after what it needs.
-  const double combine_b = x;                                  // M: under the forward's attention
-  const double dgrad_end = std::max(attn_f, combine_b) + dgrad;  // C: needs the combined gradient
-  const double dispatch_f = std::max(attn_f, combine_b) + x;   // M: the forward's permuted rows
-  const double wgrad_end = dgrad_end + wgrad;                  // C
+  // The pair, stream by stream (compute C, communication M), each step after what it needs. While
+  // an exchange runs beside a compute step, the step advances at 1 - c of its speed (the SMs the
+  // exchange's kernels hold, overlap_contention: c lost per second of overlap); each compute step
+  // here starts beside the exchange it overlaps, which runs until `busy_until`. A slowed step costs
+  // the pair time only where the compute stream is the longer one: when the pair waits on its
+  // exchanges, its GEMMs' slowdown fills the waits.
+  const double c = std::clamp(overlap_contention(in, 0.5 * (gemm_share(lc, false) + gemm_share(lc, true))), 0.0, 0.9);
+  auto run = [c](double start, double work, double busy_until) {
+    const double window = std::max(0.0, busy_until - start), rate = 1.0 - c;
+    return work <= window * rate ? start + work / rate : start + window + (work - window * rate);
+  };
+  const double combine_b = x;                                    // M: under the forward's attention
+  const double attn_f_end = run(0.0, attn_f, combine_b);         // C
+  const double dispatch_f = std::max(attn_f_end, combine_b) + x;  // M: the forward's permuted rows
+  const double dgrad_end = run(std::max(attn_f_end, combine_b), dgrad, dispatch_f);  // C: needs the combined gradient
   const double dispatch_b = std::max(dispatch_f, dgrad_end) + x;  // M: the data gradient's rows
-  const double mlp_f_end = std::max(wgrad_end, dispatch_f) + mlp_f;  // C: needs the dispatched rows
-  const double combine_f = std::max(dispatch_b, mlp_f_end) + x;      // M
-  const double attn_b_end = std::max(mlp_f_end, dispatch_b) + attn_b;  // C
+  const double wgrad_end = run(dgrad_end, wgrad, dispatch_b);      // C: beside the dispatches' tail
+  const double mlp_f_start = std::max(wgrad_end, dispatch_f);      // C: needs the dispatched rows
+  const double mlp_f_end = run(mlp_f_start, mlp_f, dispatch_b);
+  const double combine_f = std::max(dispatch_b, mlp_f_end) + x;    // M
+  const double attn_b_end = run(std::max(mlp_f_end, dispatch_b), attn_b, combine_f);  // C
   const double compute = attn_f + dgrad + wgrad + mlp_f + attn_b;
-  const double exposed = std::max(attn_b_end, combine_f) - compute;
-  const double hidden = std::max(0.0, 4 * x - exposed);
-  const double contention = overlap_contention(in, 0.5 * (gemm_share(lc, false) + gemm_share(lc, true)));
-  const double paired = 0.5 * (exposed + contention * hidden);
+  const double paired = 0.5 * (std::max(attn_b_end, combine_f) - compute);
   const double s = std::clamp(paired_share, 0.0, 1.0);
   const Seconds each((1.0 - s) * ep.value() + s * paired);
   return {each, each};

@@ -187,7 +187,9 @@ TEST(EpOverlap, PairedPassesExposeWhatTheirComputeCannotHide) {
   // gradients and 2 ms delayed weight gradients (half of FC1's and FC2's 2 ms each). One
   // direction's exchange of 2 ms (dispatch 1 + combine 1): the pair runs combine_b under the
   // forward's attention, dispatch_f and dispatch_b under the expert backward, combine_f under the
-  // backward's attention: nothing exposed, all 4 ms hidden at the SM-share contention c.
+  // backward's attention; each 1 ms exchange slows the compute step beside it by c (overlap_
+  // contention, per second of overlap) and the compute stream is the longer one: the pair takes
+  // 9 + 4c ms for 9 ms of compute, 4c exposed, half of it a direction.
   Experiment e = folded();
   e.plan.ep_overlap = true;
   e.plan.pp = 1;
@@ -202,14 +204,17 @@ TEST(EpOverlap, PairedPassesExposeWhatTheirComputeCannotHide) {
   EpExposure x = ep_overlap_exposure(k.in(), lc, Seconds(2e-3), 1.0);
   EXPECT_NEAR(x.forward.value(), 0.5 * c * 4e-3, 1e-15);
   EXPECT_EQ(x.forward, x.backward);
-  // A 10 ms direction (5 + 5): combine_b ends at 5, dispatch_f at 10, dispatch_b at 15, the
-  // forward's experts run 10-12, combine_f 15-20, the backward's attention 15-17: the pair takes
-  // 20 ms for 9 ms of compute, 11 ms exposed, 20 - 11 = 9 ms hidden.
-  x = ep_overlap_exposure(k.in(), lc, Seconds(10e-3), 1.0);
-  EXPECT_NEAR(x.forward.value(), 0.5 * (11e-3 + c * 9e-3), 1e-15);
+  // A 50 ms direction (25 + 25): combine_b runs 0-25, dispatch_f 25-50, dispatch_b 50-75,
+  // combine_f 75-100; every compute step runs beside one of them, slowed to 1 - c of its speed but
+  // done before the exchange it waits for (the forward's attention by 1 / (1 - c) < 25, the
+  // expert backward's 4 ms by 25 + 4 / (1 - c) < 50, the forward's experts from 50, the backward's
+  // attention from 75): the pair takes the exchanges' 100 ms for 9 ms of compute, 91 ms exposed and
+  // nothing more, the slowdown inside the compute stream's waits.
+  x = ep_overlap_exposure(k.in(), lc, Seconds(50e-3), 1.0);
+  EXPECT_NEAR(x.forward.value(), 0.5 * 91e-3, 1e-15);
   // Unpaired passes expose the whole exchange.
-  x = ep_overlap_exposure(k.in(), lc, Seconds(10e-3), 0.25);
-  EXPECT_NEAR(x.forward.value(), 0.75 * 10e-3 + 0.25 * 0.5 * (11e-3 + c * 9e-3), 1e-15);
+  x = ep_overlap_exposure(k.in(), lc, Seconds(50e-3), 0.25);
+  EXPECT_NEAR(x.forward.value(), 0.75 * 50e-3 + 0.25 * 0.5 * 91e-3, 1e-15);
 }
 
 TEST(EpOverlap, WarmUpAndCoolDownPassesRunAlone) {
