@@ -446,6 +446,11 @@ Bytes stashed_layer_activation_bytes(const ExecutionModel& x, const ModelSpec& m
   return layer_activation_bytes_per_unit(x, model, plan, stage) * double(in_flight);
 }
 
+int deferred_head_wgrad_micro_batches(const PlanSpec& plan, int micro_batches) {
+  if (!plan.defer_embedding_wgrad) return 0;
+  return plan.wgrad_deferral_limit > 0 ? std::min(plan.wgrad_deferral_limit, micro_batches) : micro_batches;
+}
+
 Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, const TrainingSpec& training,
                              const PlanSpec& plan, int stage) {
   const int m = plan.micro_batches(training), b = plan.micro_batch, s = plan.local_tokens(model);
@@ -496,11 +501,8 @@ Bytes stage_activation_bytes(const ExecutionModel& x, const ModelSpec& model, co
     }
     // Megatron-Core's deferred head weight gradients (plan.defer_embedding_wgrad): each deferred
     // micro-batch keeps the logits' 16-bit gradient and the head's input until the flush.
-    if (plan.defer_embedding_wgrad) {
-      const int deferred = plan.wgrad_deferral_limit > 0 ? std::min(plan.wgrad_deferral_limit, m) : m;
-      loss_buffers += Bytes(x.bytes.activation * double(deferred) * b * double(s) *
-                            (double(model.vocab) / plan.tp + double(model.hidden) / div));
-    }
+    loss_buffers += Bytes(x.bytes.activation * double(deferred_head_wgrad_micro_batches(plan, m)) * b * double(s) *
+                          (double(model.vocab) / plan.tp + double(model.hidden) / div));
     bytes += loss_buffers;
     reload = max(Bytes(0), reload - loss_buffers);
   }

@@ -118,6 +118,10 @@ Bytes recompute_working_bytes(const ExecutionModel& x, const ModelSpec& model, c
 /// terapipe: m, GPipe-style over micro-batches with every token slice of each in flight.
 /// plan.ep_overlap (Megatron-Core's combined 1F1B) keeps one micro-batch more.
 int microbatches_in_flight(const PlanSpec& plan, int micro_batches, int stage);
+/// Micro-batches of a step whose LM-head weight gradients the last stage defers to the flush
+/// (plan.defer_embedding_wgrad): the first wgrad_deferral_limit of them, all where the limit is 0;
+/// none without the deferral.
+int deferred_head_wgrad_micro_batches(const PlanSpec& plan, int micro_batches);
 
 /// Transformer layers' worth of activations one in-flight unit holds on the stage with the most
 /// layers: layers/pp for an even split, or for the interleaved schedule that stage's layers / v,

@@ -412,7 +412,7 @@ void cost_edges(const CostInputs& in, WorkloadCosts& c) {
             // loses the deferred share. Under sequence parallelism the drain gathers each kept input
             // again over TP, the next one's gather beside the current GEMM: the first is exposed.
             const int m = p.micro_batches(in.e.training);
-            const int deferred = p.wgrad_deferral_limit > 0 ? std::min(p.wgrad_deferral_limit, m) : m;
+            const int deferred = cost_models::deferred_head_wgrad_micro_batches(p, m);
             cc.backward -= ec.head_weight_grad * (double(deferred) / m);
             if (int(c.deferred_wgrad.size()) < p.pp) c.deferred_wgrad.resize(std::size_t(p.pp));
             Seconds drain = ec.head_weight_grad * double(deferred);
