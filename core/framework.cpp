@@ -570,6 +570,7 @@ std::array<FrameworkTraits, 10> make_table() {
   deepspeed.zero3_gather_copies = true;
   deepspeed.zero3_reduce_copy_passes = 3;
   deepspeed.zero3_large_gradients_alone = true;
+  deepspeed.zero3_backward_host_serial = true;
   deepspeed.zero3_lone_gathers_in_place = true;
   deepspeed.zero3_persistence_elements = 1e5;
   // Communication not overlapped with compute: gathers on demand, nothing kept for reuse. The

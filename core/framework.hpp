@@ -357,6 +357,16 @@ struct FrameworkTraits {
   /// reduce_independent_p_g_buckets_and_remove_grads and __add_grad_to_ipg_bucket, v0.6.2 and
   /// v0.10.0). The biases and norms that arrive between two such gradients are one small flush each.
   bool zero3_large_gradients_alone = false;
+  /// The backward's host work per ZeRO-3 unit (its hooks, the calibrated unit_overhead) runs while
+  /// the GPU has little queued, so the GPU waits for it unless it is waiting for the unit's gather
+  /// anyway: DeepSpeed's stage 3 gradient hooks run on the autograd thread, queue each reduction
+  /// behind the compute stream (reduce_and_partition_stream.wait_stream(default_stream)) and block
+  /// the thread on the reduction two flushes back (param_reduce_events beyond
+  /// max_param_reduce_events = 2, .synchronize(); stage3.py v0.6.2 l.1494-1531, v0.9.2
+  /// l.1065-1097), so the backward's kernels are launched no further ahead than that. Unset
+  /// (FSDP): the host runs ahead in the backward too and a unit costs the longer of its GPU time
+  /// and its host work (sim/cost_data_parallel.cpp sharded_exposure).
+  bool zero3_backward_host_serial = false;
   /// With a complete prefetch trace a module's fetch that gathers one parameter gathers it in place,
   /// without the copy-out of zero3_gather_copies (all_gather_coalesced of a single parameter,
   /// partition_parameters.py v0.6.2 and v0.10.0): the small parameters below

@@ -342,6 +342,7 @@ nlohmann::ordered_json closed_loop_json(const std::vector<LoopCase>& cases, cons
     if (!m.error.empty()) r["run_error"] = m.error;
     const sim::TimeBreakdown& b = p.breakdown;
     r["breakdown_s"] = {{"compute", in_s(b.compute)},         {"recompute", in_s(b.recompute)},
+                        {"host_wait", in_s(b.host)},
                         {"tp_comm", in_s(b.tp_comm)},         {"ep_comm", in_s(b.ep_comm)},
                         {"pp_comm_exposed", in_s(b.pp_comm_exposed)}, {"dp_comm_exposed", in_s(b.dp_comm_exposed)},
                         {"optimizer", in_s(b.optimizer)},     {"offload_stall", in_s(b.offload_stall)},

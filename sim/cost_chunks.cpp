@@ -272,18 +272,11 @@ AccumulationPasses accumulation_passes(const CostInputs& in, int micro_batches) 
 }
 
 /// One layer's step added into its chunk's costs.
-void add_layer_step(const CostInputs& in, ChunkCosts& cc, const LayerCompute& lc, const LayerStep& ls) {
+void add_layer_step(ChunkCosts& cc, const LayerCompute& lc, const LayerStep& ls) {
   cc.forward += ls.forward;
   cc.backward += ls.backward;
   for (const Seconds g : lc.gemm_backward) cc.weight_grad += 0.5 * g;
   cc.recompute += ls.recompute;
-  if (in.e.plan.zero >= 3 && in.x.calibrated.unit_overhead > Seconds(0)) {
-    // Calibrated host time per ZeRO-3 / FSDP unit and pass (hooks, flat-parameter views, the rate
-    // limiter's event waits): the host runs ahead of the GPU, so a unit costs whichever is longer,
-    // its kernels or its host work.
-    cc.forward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.forward);
-    cc.backward += max(Seconds(0), in.x.calibrated.unit_overhead - lc.backward);
-  }
   cc.forward_cp_comm += ls.forward_cp;
   cc.backward_cp_comm += ls.backward_cp;
   cc.forward_tp_comm += ls.forward_tp;
@@ -299,8 +292,8 @@ void add_layer_step(const CostInputs& in, ChunkCosts& cc, const LayerCompute& lc
 /// under Transformer Engine's delayed FP8 scaling, each chunk's amax all-reduce over the stage's
 /// ranks (FrameworkTraits::fp8_amax_reduction).
 void charge_micro_batch(const CostInputs& in, ChunkCosts& cc, int v, int layers, const CommGroup* amax_group) {
-  cc.forward += in.x.calibrated.slot_overhead / (2.0 * v);
-  cc.backward += in.x.calibrated.slot_overhead / (2.0 * v);
+  cc.forward_host += in.x.calibrated.slot_overhead / (2.0 * v);
+  cc.backward_host += in.x.calibrated.slot_overhead / (2.0 * v);
   // A handful of fp32 amaxes per GEMM module (input, weight and output forward, 12 bytes; output
   // and input gradients backward, 8), four modules a layer; latency-bound.
   if (amax_group) {
@@ -368,7 +361,7 @@ void cost_layer_chunks(const CostInputs& in, WorkloadCosts& c) {
             ls.forward_ep = x.forward;
             ls.backward_ep = x.backward;
           }
-          add_layer_step(in, cc, lc, ls);
+          add_layer_step(cc, lc, ls);
         }
         cc.backward += accumulate;
         cc.weight_grad += accumulate;
@@ -476,8 +469,10 @@ void cost_activation_offload(const CostInputs& in, WorkloadCosts& c) {
       const int offloaded = int(std::lround(p.offload.activations * layers_in_chunk));
       for (int ch = 0; ch < v; ++ch)
         for (ChunkCosts& cc : c.chunk[s][ch]) {
-          const Seconds fwd = (cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.forward_cp_comm) / n;
-          const Seconds bwd = (cc.backward + cc.backward_tp_comm + cc.backward_ep_comm + cc.backward_cp_comm) / n;
+          const Seconds fwd =
+              (cc.forward_host + cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.forward_cp_comm) / n;
+          const Seconds bwd =
+              (cc.backward_host + cc.backward + cc.backward_tp_comm + cc.backward_ep_comm + cc.backward_cp_comm) / n;
           cc.forward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, copy, fwd);
           cc.backward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, copy, bwd);
         }

@@ -140,7 +140,7 @@ void overlap_param_gather(const DpContext& d, int s, StageSync& r) {
   Seconds own;
   if (s < int(d.c.chunk.size()) && !d.c.chunk[std::size_t(s)].empty())
     for (const ChunkCosts& sl : d.c.chunk[std::size_t(s)][0])
-      own += sl.forward + sl.forward_tp_comm + sl.forward_ep_comm + sl.forward_cp_comm;
+      own += sl.forward_host + sl.forward + sl.forward_tp_comm + sl.forward_ep_comm + sl.forward_cp_comm;
   const Seconds exposed = max(first, first_chunk - own);
   r.gather_bytes = r.gather_bytes * (exposed / r.gather);
   r.gather = exposed + d.forward_contention * (r.gather - exposed);
@@ -249,11 +249,21 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c) {
   }
 }
 
-Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention, bool prefetch) {
+namespace {
+
+/// The chain of exposed_under_prefetch: returns the end of the last compute or reduce-scatter
+/// minus the compute, and (meaningful without host work only) the communication hidden under
+/// compute. With `with_host` the units' host work gates their compute: `serial`, it runs after
+/// the previous unit's compute (the GPU waits for it unless a gather keeps it waiting longer);
+/// otherwise the host runs ahead, its work back to back (the first unit's done before the pass,
+/// while the GPU finished the work before it), but it starts unit i's work only once unit i - 2
+/// has started on the GPU (the frameworks' back-pressure: DeepSpeed's fetch events beyond two,
+/// FSDP's all-gather rate limiter).
+std::pair<double, double> prefetch_chain(const std::vector<ShardedUnit>& units, bool prefetch, bool with_host,
+                                         bool serial) {
   const int n = int(units.size());
-  if (n == 0) return Seconds(0);
-  std::vector<double> compute_end(n, 0.0), gather_end(n, 0.0);
-  double link = 0, compute = 0, busy = 0, comm = 0;
+  std::vector<double> compute_end(n, 0.0), gather_end(n, 0.0), start(n, 0.0);
+  double link = 0, compute = 0, busy = 0, comm = 0, host = 0;
   for (const auto& u : units) comm += u.gather.value() + u.reduce.value();
   auto issue = [&](double ready, Seconds d) {
     if (d <= Seconds(0)) return std::max(link, ready);
@@ -265,7 +275,15 @@ Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double con
     // The next unit's gather is issued before this unit computes; its buffer is the one unit i - 1
     // frees when done.
     if (prefetch && i + 1 < n) gather_end[i + 1] = issue(i >= 1 ? compute_end[i - 1] : 0.0, units[i + 1].gather);
-    compute = std::max(compute, gather_end[i]) + units[i].compute.value();
+    const double own = with_host ? units[i].host.value() : 0.0;
+    if (serial) {
+      start[i] = std::max(compute + own, gather_end[i]);
+    } else {
+      // Unit 0's work was done while the GPU finished what came before the pass.
+      host = std::max(host, i >= 2 ? start[i - 2] : 0.0) + (i >= 1 ? own : 0.0);
+      start[i] = std::max({compute, gather_end[i], host});
+    }
+    compute = start[i] + units[i].compute.value();
     compute_end[i] = compute;
     busy += units[i].compute.value();
     if (units[i].reduce > Seconds(0)) issue(compute_end[i], units[i].reduce);
@@ -275,8 +293,26 @@ Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double con
       gather_end[i + 1] = units[i + 1].gather > Seconds(0) ? issue(compute_end[i], units[i + 1].gather) : compute_end[i];
   }
   const double exposed = std::max(compute, link) - busy;
-  const double hidden = std::min(std::max(0.0, comm - exposed), busy);
-  return Seconds(exposed + contention * hidden);
+  return {exposed, std::min(std::max(0.0, comm - exposed), busy)};
+}
+
+}  // namespace
+
+ShardedExposure sharded_exposure(const std::vector<ShardedUnit>& units, double contention, bool prefetch, bool serial) {
+  if (units.empty()) return {};
+  // The communication's share as without host work (its contention on what it hides under), the
+  // host's as what the host work adds to the chain.
+  const auto [exposed, hidden] = prefetch_chain(units, prefetch, false, serial);
+  // Without host work (no unit_overhead calibrated for the run, the common case) the second chain
+  // would be the first again.
+  const bool hosted = std::any_of(units.begin(), units.end(), [](const ShardedUnit& u) { return u.host > Seconds(0); });
+  const double with_host = hosted ? prefetch_chain(units, prefetch, true, serial).first : exposed;
+  return {Seconds(exposed + contention * hidden), Seconds(std::max(0.0, with_host - exposed))};
+}
+
+Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention, bool prefetch) {
+  const ShardedExposure e = sharded_exposure(units, contention, prefetch);
+  return e.comm + e.host;
 }
 
 namespace {
@@ -329,8 +365,10 @@ class ShardedCoster {
   const LayerCompute& layer(bool moe, int window);
   /// One unit: its gather, its compute with the copies added, its reduction. (`layer`: a
   /// transformer layer's unit, which a module-by-module framework gathers in pieces.)
+  /// `passes`: how many times the host runs the unit's hooks in it (a recomputed layer's backward
+  /// runs its forward hooks again: 1 + the recomputed share).
   void unit(std::vector<ShardedUnit>& units, Seconds& copies, const StageParameters& params, bool gathers,
-            Seconds compute, bool reduces, bool layer = true) const;
+            Seconds compute, bool reduces, bool layer = true, double passes = 1.0) const;
   /// The embedding or the head in the forward (a unit kept for the step gathers in the first
   /// micro-batch only: its share of the gather here, as the step's forwards share it).
   void edge_unit(ChunkUnits& u, double params, Seconds compute) const;
@@ -525,18 +563,20 @@ const LayerCompute& ShardedCoster::layer(bool moe, int window) {
 }
 
 void ShardedCoster::unit(std::vector<ShardedUnit>& units, Seconds& copies, const StageParameters& params, bool gathers,
-                         Seconds compute, bool reduces, bool layer) const {
+                         Seconds compute, bool reduces, bool layer, double passes) const {
   const Seconds copy =
       (gathers ? copy_out(sharded(params), layer) : Seconds(0)) + (reduces ? copy_in(sharded(params)) : Seconds(0));
   copies += copy;
-  units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params, layer) : Seconds(0)});
+  units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params, layer) : Seconds(0),
+                   in_.x.calibrated.unit_overhead * passes});
 }
 
 void ShardedCoster::edge_unit(ChunkUnits& u, double params, Seconds compute) const {
   const double share = edges_kept_ ? edge_share_ : 1.0;
   const Seconds copy = copy_out(k_ > 1 ? params : 0.0, false) * share;
   u.fwd_copies += copy;
-  u.fwd.push_back({params > 0 ? gather({params, 0.0}, false) * share : Seconds(0), compute + copy, Seconds(0)});
+  u.fwd.push_back({params > 0 ? gather({params, 0.0}, false) * share : Seconds(0), compute + copy, Seconds(0),
+                   in_.x.calibrated.unit_overhead});
 }
 
 ChunkUnits ShardedCoster::chunk_units(int s, int ch, double edge_params, double head_params) {
@@ -592,11 +632,12 @@ ChunkUnits ShardedCoster::chunk_units(int s, int ch, double edge_params, double 
     if (!prefetch_ && !kept[std::size_t(i)] && redo > 0) {
       const Seconds redo_compute = ls.recompute + ls.recompute_comm + ls.recompute_ep;
       unit(u.bwd, u.bwd_copies, params, true, ls.backward_total() - redo_compute, reduces_per_microbatch_);
-      u.bwd.push_back({gather(params, true) * redo, redo_compute, Seconds(0)});
+      u.bwd.push_back({gather(params, true) * redo, redo_compute, Seconds(0), in_.x.calibrated.unit_overhead * redo});
       u.regathered += params.dense * redo;
       u.regathered_experts += params.expert * redo;
     } else {
-      unit(u.bwd, u.bwd_copies, params, !kept[std::size_t(i)], ls.backward_total(), reduces_per_microbatch_);
+      unit(u.bwd, u.bwd_copies, params, !kept[std::size_t(i)], ls.backward_total(), reduces_per_microbatch_, true,
+           1.0 + redo);
     }
   }
   if (u.last_segment) {
@@ -611,9 +652,14 @@ ChunkUnits ShardedCoster::chunk_units(int s, int ch, double edge_params, double 
 }
 
 StageParameters ShardedCoster::charge(int s, int ch, const ChunkUnits& u, double edge_params, double head_params) {
+  const ShardedExposure fwd = sharded_exposure(u.fwd, contention_fwd_, prefetch_),
+                        bwd = sharded_exposure(u.bwd, contention_bwd_, prefetch_, fw_.zero3_backward_host_serial);
   for (auto& chunk_slices : c_.chunk[s][ch]) {
-    chunk_slices.forward_dp_comm = (exposed_under_prefetch(u.fwd, contention_fwd_, prefetch_) + u.fwd_copies) * forward_share_;
-    chunk_slices.backward_dp_comm = exposed_under_prefetch(u.bwd, contention_bwd_, prefetch_) + u.bwd_copies;
+    chunk_slices.forward_dp_comm = (fwd.comm + u.fwd_copies) * forward_share_;
+    chunk_slices.backward_dp_comm = bwd.comm + u.bwd_copies;
+    // The GPU waiting on the host's hooks (calibrated unit_overhead).
+    chunk_slices.forward_host += fwd.host;
+    chunk_slices.backward_host += bwd.host;
   }
   const double head = u.last_segment ? head_params : 0.0;
   const double edge = u.first_segment ? edge_params : 0.0;
@@ -672,8 +718,10 @@ void cost_sharded_parameters(const CostInputs& in, WorkloadCosts& c) {
   const PlanSpec& p = in.e.plan;
   c.zero3_gather_bytes.assign(p.pp, Bytes(0));
   c.zero3_reduce_bytes.assign(p.pp, Bytes(0));
-  // Nothing sharded: no dense shard group and no expert-data-parallel group of two or more.
-  if (p.zero < 3 || (p.shard_ways() < 2 && p.expert_dp() < 2)) return;
+  // Nothing sharded (no dense shard group and no expert-data-parallel group of two or more):
+  // nothing to gather or reduce, but the units' host work (the calibrated unit_overhead) is
+  // still priced in their chain.
+  if (p.zero < 3 || (p.shard_ways() < 2 && p.expert_dp() < 2 && !(in.x.calibrated.unit_overhead > Seconds(0)))) return;
   ShardedCoster coster(in, c);
   for (int s = 0; s < p.pp; ++s) coster.stage(s);
 }

@@ -107,6 +107,19 @@ void cost_data_parallel(const CostInputs& in, WorkloadCosts& c);
 /// reduce-scatter of its gradients after it (backward only).
 struct ShardedUnit {
   Seconds gather, compute, reduce;
+  /// The host's work for the unit in this pass (its hooks: the calibrated unit_overhead, once per
+  /// forward and once per backward or recompute): the unit's kernels start only once the host has
+  /// done it. Where the host runs ahead of the GPU this costs time only where it is longer than
+  /// what the GPU does meanwhile; where it works after each unit's compute (serial), whenever the
+  /// GPU is not waiting for the unit's gather longer (sharded_exposure).
+  Seconds host = Seconds(0);
+};
+
+/// What a chunk's compute stream waits for under ZeRO-3 (exposed_under_prefetch): the exposed
+/// gathers and reduce-scatters with the SMs the hidden ones hold, and apart from them the time the
+/// GPU waits on the host's per-unit work (ShardedUnit::host).
+struct ShardedExposure {
+  Seconds comm, host;
 };
 
 /// The time a chunk's compute stream waits on ZeRO-3 communication when each unit's gather is
@@ -122,7 +135,18 @@ struct ShardedUnit {
 /// (what is not exposed, at most the compute) costs that much more. `prefetch` false
 /// (FrameworkTraits::prefetches_zero3): gather i + 1 is issued when unit i is done, after its
 /// reduce-scatter: everything is exposed, the sum of the gathers and reduce-scatters.
+/// `host` in the units (ShardedUnit::host): unit i computes only once the host has done its work
+/// for it. The host runs ahead of the GPU, the units' work back to back (the first unit's done
+/// while the GPU finished what came before the pass) but at most two units ahead of it; a unit
+/// then costs the longest of its compute, its gather and its host work. `serial`
+/// (FrameworkTraits::zero3_backward_host_serial): the host does a unit's work after the previous
+/// unit's compute has ended, the first unit's too, and the GPU waits for it unless the unit's
+/// gather arrives later still. exposed_under_prefetch returns the communication
+/// and the host parts summed; sharded_exposure apart, the host's part being what its work adds to
+/// the chain without it.
 Seconds exposed_under_prefetch(const std::vector<ShardedUnit>& units, double contention = 0.0, bool prefetch = true);
+ShardedExposure sharded_exposure(const std::vector<ShardedUnit>& units, double contention = 0.0, bool prefetch = true,
+                                 bool serial = false);
 
 
 /// ZeRO-3 over plan.shard_ways() ranks: every (stage, chunk, slice)'s exposed gathers in its

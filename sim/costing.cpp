@@ -343,7 +343,8 @@ Seconds tp_comm_overlapped(const CostInputs& in, int tokens, const std::array<Se
 namespace {
 // The chunks' compute and their tensor-, context- and expert-parallel communication, the edges
 // (embedding, head) and the pipeline's transfers: everything but the data-parallel, sharded and
-// optimizer costs, which read the chunks and never change their compute or model-parallel terms.
+// optimizer costs, which read the chunks and never change their compute or model-parallel terms
+// (the sharded costs add the host's per-unit work, ChunkCosts::forward_host / backward_host).
 WorkloadCosts cost_chunks_and_transfers(const CostInputs& in) {
   const PlanSpec& p = in.e.plan;
   WorkloadCosts c;
@@ -378,8 +379,9 @@ Seconds slice_stage_time(const CostInputs& in, int tokens, int end) {
   Seconds worst;
   for (const auto& stage : c.chunk) {
     const ChunkCosts& cc = stage[0][k];
-    const Seconds t = cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.recompute + cc.recompute_tp_comm +
-                      cc.recompute_ep_comm + cc.backward + cc.backward_tp_comm + cc.backward_ep_comm;
+    const Seconds t = cc.forward_host + cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.recompute +
+                      cc.recompute_tp_comm + cc.recompute_ep_comm + cc.backward_host + cc.backward + cc.backward_tp_comm +
+                      cc.backward_ep_comm;
     worst = max(worst, t);
   }
   // The slowest hop bounds a slice's pipeline step: a transfer between nodes when any exists.
@@ -469,6 +471,7 @@ Prediction predict(const CostInputs& in, EngineKind engine, nlohmann::json* trac
   auto busy = [&](Category c) { return sb.busy[int(c)]; };
   TimeBreakdown& b = out.breakdown;
   b.compute = busy(Category::forward) + busy(Category::backward);
+  b.host = busy(Category::host);
   b.recompute = busy(Category::recompute);
   b.tp_comm = busy(Category::tp_comm);
   b.ep_comm = busy(Category::ep_comm);

@@ -126,8 +126,9 @@ SimResult run_fast(const WorkloadCosts& c) {
         }
         double t = start;
         if (o.pass == Pass::forward) {
-          t += cc.forward_dp_comm.value() + cc.forward.value() + cc.forward_tp_comm.value() + cc.forward_ep_comm.value() +
-               cc.forward_amax.value();
+          t += cc.forward_host.value() + cc.forward_dp_comm.value() + cc.forward.value() + cc.forward_tp_comm.value() +
+               cc.forward_ep_comm.value() + cc.forward_amax.value();
+          add(s, Category::host, cc.forward_host.value());
           add(s, Category::dp_comm, cc.forward_dp_comm.value() + cc.forward_amax.value());
           add(s, Category::forward, cc.forward.value());
           add(s, Category::tp_comm, cc.forward_tp_comm.value());
@@ -141,9 +142,10 @@ SimResult run_fast(const WorkloadCosts& c) {
         } else {
           // A split backward leaves its weight gradients to a later weight pass.
           const double own = (o.split ? cc.backward - cc.weight_grad : cc.backward).value();
-          t += cc.backward_dp_comm.value() + cc.recompute.value() + cc.recompute_tp_comm.value() +
+          t += cc.backward_host.value() + cc.backward_dp_comm.value() + cc.recompute.value() + cc.recompute_tp_comm.value() +
                cc.recompute_ep_comm.value() + own + cc.backward_tp_comm.value() + cc.backward_ep_comm.value() +
                cc.backward_amax.value();
+          add(s, Category::host, cc.backward_host.value());
           add(s, Category::dp_comm, cc.backward_dp_comm.value() + cc.backward_amax.value());
           add(s, Category::recompute, cc.recompute.value());
           add(s, Category::tp_comm, cc.recompute_tp_comm.value() + cc.backward_tp_comm.value());

@@ -6,8 +6,8 @@
 namespace foresight::sim {
 
 Seconds TimeBreakdown::total() const {
-  return compute + recompute + tp_comm + ep_comm + cp_comm + pp_comm_exposed + dp_comm_exposed + optimizer + offload_stall +
-         bubble;
+  return compute + recompute + host + tp_comm + ep_comm + cp_comm + pp_comm_exposed + dp_comm_exposed + optimizer +
+         offload_stall + bubble;
 }
 
 std::string Prediction::range_text() const {
@@ -54,6 +54,7 @@ std::vector<Section> prediction_sections(const Prediction& p) {
   s.push_back({"Breakdown of the critical stage (stage " + std::to_string(p.critical_stage) + ")", "breakdown_s",
                {{"compute", in_s(b.compute), "s", "Compute (forward + backward)", 3},
                 {"recompute", in_s(b.recompute), "s", "Recompute", 3},
+                {"host_wait", in_s(b.host), "s", "Framework host work, waited for", 3},
                 {"tp_comm", in_s(b.tp_comm), "s", "Tensor-parallel communication", 3},
                 {"ep_comm", in_s(b.ep_comm), "s", "Expert-parallel all-to-all", 3},
                 {"cp_comm", in_s(b.cp_comm), "s", "Context-parallel K/V exchange, exposed", 3},
@@ -98,7 +99,7 @@ std::vector<std::string> check_prediction(const Prediction& p) {
   const double it = in_s(p.iteration);
   if (!(it > 0) || !std::isfinite(it)) fail("iteration time must be positive and finite");
   const std::pair<const char*, Seconds> parts[] = {
-      {"compute", b.compute},     {"recompute", b.recompute},   {"tp_comm", b.tp_comm},
+      {"compute", b.compute},     {"recompute", b.recompute},   {"host_wait", b.host},       {"tp_comm", b.tp_comm},
       {"ep_comm", b.ep_comm},     {"cp_comm", b.cp_comm},     {"pp_comm_exposed", b.pp_comm_exposed}, {"dp_comm_exposed", b.dp_comm_exposed},
       {"optimizer", b.optimizer}, {"offload_stall", b.offload_stall},     {"bubble", b.bubble}};
   for (const auto& [name, v] : parts) {

@@ -22,6 +22,7 @@ using foresight::EngineKind;  // core/enums.hpp
 struct TimeBreakdown {
   Seconds compute;           // forward and backward passes (model FLOPs)
   Seconds recompute;         // activation recomputation
+  Seconds host;              // the GPU waiting for the framework's host work (calibrated overheads)
   Seconds tp_comm;           // tensor/sequence-parallel collectives (blocking)
   Seconds ep_comm;           // MoE all-to-all
   Seconds cp_comm;           // context parallelism's K/V exchange, the part attention does not hide

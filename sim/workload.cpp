@@ -22,6 +22,7 @@ const char* to_string(Category c) {
     case Category::dp_comm: return "dp_comm";
     case Category::optimizer: return "optimizer";
     case Category::offload: return "offload";
+    case Category::host: return "host";
   }
   return "?";
 }
@@ -242,6 +243,7 @@ class Builder {
     };
     std::vector<std::optional<TaskId>> ids;
     if (op.pass == Pass::forward) {
+      ids.push_back(piece(Category::host, cc.forward_host, "fwd_host"));
       ids.push_back(piece(Category::dp_comm, cc.forward_dp_comm, "fwd_zero3_gather"));
       ids.push_back(piece(Category::forward, cc.forward, "fwd"));
       ids.push_back(piece(Category::tp_comm, cc.forward_tp_comm, "fwd_tp"));
@@ -252,6 +254,7 @@ class Builder {
     } else if (op.pass == Pass::weight) {
       ids.push_back(piece(Category::backward, cc.weight_grad, "wgrad"));
     } else {
+      ids.push_back(piece(Category::host, cc.backward_host, "bwd_host"));
       ids.push_back(piece(Category::dp_comm, cc.backward_dp_comm, "bwd_zero3_gather_reduce"));
       ids.push_back(piece(Category::recompute, cc.recompute, "recompute"));
       ids.push_back(piece(Category::tp_comm, cc.recompute_tp_comm, "recompute_tp"));

@@ -16,8 +16,8 @@
 namespace foresight::sim {
 
 /// What a task's time counts as in the breakdown.
-enum class Category { forward, backward, recompute, tp_comm, ep_comm, cp_comm, pp_comm, dp_comm, optimizer, offload };
-inline constexpr int kCategories = 10;
+enum class Category { forward, backward, recompute, tp_comm, ep_comm, cp_comm, pp_comm, dp_comm, optimizer, offload, host };
+inline constexpr int kCategories = 11;
 const char* to_string(Category c);
 
 enum class ResourceKind { compute, dp_comm, link_forward, link_backward, offload };
@@ -73,6 +73,10 @@ struct ChunkCosts {
   /// chunk's forward and of its backward (FrameworkTraits::fp8_amax_reduction); counted as
   /// data-parallel communication.
   Seconds forward_amax, backward_amax;
+  /// The compute stream idle while the framework's host work runs (the calibrated per-micro-batch
+  /// slot overhead, ZeRO-3's per-unit host time where the GPU cannot hide it: sharded_exposure),
+  /// before the chunk's forward and its backward.
+  Seconds forward_host, backward_host;
 };
 
 /// Everything the graph builder needs, already costed by the cost models.

@@ -24,6 +24,7 @@ import validation_plot  # noqa: E402
 
 BREAKDOWN = [  # key in breakdown_s, label, colour (the Gantt tool's palette where they overlap)
     ("compute", "compute", "#4C72B0"), ("recompute", "recompute", "#8172B2"),
+    ("host_wait", "host wait", "#B07AA1"),
     ("tp_comm", "TP comm", "#C44E52"), ("ep_comm", "EP all-to-all", "#DD8452"),
     ("cp_comm", "CP K/V exchange", "#937860"),
     ("pp_comm_exposed", "PP exposed", "#CCB974"), ("dp_comm_exposed", "DP exposed", "#64B5CD"),

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 COLOURS = {
     "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B2", "tp_comm": "#C44E52",
     "ep_comm": "#DD8452", "cp_comm": "#937860", "pp_comm": "#CCB974", "dp_comm": "#64B5CD", "optimizer": "#222222",
-    "offload": "#A0A0A0",
+    "offload": "#A0A0A0", "host": "#B07AA1",
 }
 
 

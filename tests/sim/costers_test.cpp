@@ -666,23 +666,135 @@ TEST(CostLayerChunks, CalibratedHostTimesByHand) {
   k.x.calibrated.step_overhead = Seconds(0.5);
   cost_layer_chunks(k.in(), k.c);
   cost_optimizer(k.in(), k.c);
-  EXPECT_NEAR(k.c.chunk[0][0][0].forward.value(), 12e-3 + 5e-3, 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward.value(), 12e-3, 1e-12);
+  EXPECT_NEAR(k.c.chunk[0][0][0].forward_host.value(), 5e-3, 1e-12);  // a host wait, apart from the compute
   EXPECT_NEAR(k.c.optimizer[1].value(), k.params(1) * 1e-9 + 0.5, 1e-12);
-  // Per ZeRO-3 unit: the longer of its kernels (1 ms forward, 2 ms backward per layer here) and
-  // a 1.5 ms host time: +0.5 ms per layer forward, nothing backward.
+}
+
+namespace {
+
+// GPT-3 1.3B under ZeRO-3 over dp 4 on one Selene node (pp 1, one micro-batch), with a host time
+// per unit and pass, its chunks and sharded parameters costed; beside `plain`, the same without it.
+// No SMs are left to contend (sms = overlap CTAs) and no copies are priced (no memory-bound
+// model), so the chain's waits are the gathers' and the host's alone.
+struct HostCosted {
+  Costed z, plain;
+  HostCosted(Framework fw, double host_s) : z(experiment(fw)), plain(experiment(fw)) {
+    z.x.calibrated.unit_overhead = Seconds(host_s);
+    for (Costed* k : {&z, &plain}) {
+      k->compute.memory_bound = nullptr;
+      // The head's backward (first in the backward) takes 3 ms, longer than the first layer's
+      // gather prefetched beside it.
+      k->compute.edges = [](int) {
+        return EdgeCompute{Seconds(1e-4), Seconds(2e-4), Seconds(5e-4), Seconds(3e-3), Seconds(0), Seconds(0), Seconds(0)};
+      };
+      cost_layer_chunks(k->in(), k->c);
+      cost_sharded_parameters(k->in(), k->c);
+    }
+  }
+  static Experiment experiment(Framework fw) {
+    Experiment e = small();
+    e.plan.zero = 3;
+    e.plan.framework = fw;
+    if (fw == Framework::deepspeed) e.plan.zero3_prefetch = true;  // the complete-trace coordinator (2023)
+    e.plan.tp = e.plan.pp = 1;
+    e.plan.dp = 4;
+    e.gpus = 4;
+    e.training.global_batch = 4;
+    e.cluster.gpu.sms = 24;
+    validate_experiment(e);
+    return e;
+  }
+  const ChunkCosts& with() const { return z.c.chunk[0][0][0]; }
+  const ChunkCosts& without() const { return plain.c.chunk[0][0][0]; }
+};
+
+}  // namespace
+
+TEST(CostShardedParameters, HostTimePerUnitCostsWhatTheGpuCannotHideItUnder) {
+  // 26 units a pass: the embedding (0.1 ms forward, 0.2 backward), 24 layers (1 / 2 ms), the tied
+  // head (0.5 / 3 ms, nothing to gather). Host 1.5 ms a unit and pass.
+  const HostCosted k(Framework::pytorch, 1.5e-3);
+  // Forward, host-bound: unit i starts when the host is done with units 1..i (unit 0's work was
+  // done before the pass), at 1.5 i ms (each gather and the previous unit are done by then); the
+  // head, last, starts at 37.5 ms and ends at 38. Of that 24.6 ms compute: 13.4 ms waited, the
+  // gathers' exposure included.
+  EXPECT_NEAR((k.with().forward_host + k.with().forward_dp_comm).value(), 13.4e-3, 1e-9);
+  EXPECT_EQ(k.with().forward.value(), k.without().forward.value());  // the host's share apart from the compute
+  // The communication's own share is priced as without host work.
+  EXPECT_NEAR(k.with().forward_dp_comm.value(), k.without().forward_dp_comm.value(), 1e-12);
+  // Backward (head, layers, embedding; the host runs ahead): the 3 ms head and the 2 ms layers keep
+  // ahead of a 1.5 ms host: nothing waited.
+  EXPECT_NEAR(k.with().backward_host.value(), 0.0, 1e-12);
+  EXPECT_NEAR(k.with().backward_dp_comm.value(), k.without().backward_dp_comm.value(), 1e-12);
+}
+
+TEST(CostShardedParameters, DeepSpeedBackwardWaitsForTheHostAfterEveryUnit) {
+  // DeepSpeed's gradient hooks block the autograd thread (FrameworkTraits::
+  // zero3_backward_host_serial): each of the 26 backward units starts 1.5 ms after the previous
+  // one ends, its prefetched gather long done: 26 x 1.5 = 39 ms more, less what of the
+  // reduce-scatters' backlog the GPU had waited for at the end without host work (the host's
+  // gaps drain it now), at most all the communication it had waited for. (Ahead of the GPU, as
+  // FSDP's host runs, it would have cost nothing.) The forward runs ahead as above: 13.4 ms waited
+  // in all.
+  ASSERT_TRUE(cost_models::execution_model(TrainingSpec{}, HostCosted::experiment(Framework::deepspeed).plan)
+                  .framework->zero3_backward_host_serial);
+  const HostCosted k(Framework::deepspeed, 1.5e-3);
+  const double added = k.with().backward_host.value();
+  EXPECT_LE(added, 39e-3 + 1e-12);
+  EXPECT_GE(added, 39e-3 - k.without().backward_dp_comm.value());
+  EXPECT_LT(k.without().backward_dp_comm.value(), 5e-3);
+  EXPECT_NEAR((k.with().forward_host + k.with().forward_dp_comm).value(), 13.4e-3, 1e-9);
+}
+
+TEST(CostShardedParameters, UnitHostTimeWithNothingShardedGoesThroughTheSameChain) {
+  // ZeRO-3 with one rank per shard group: nothing to gather or reduce, the host work per unit
+  // priced as with gathers. Forward, 26 units (embedding 0.1 ms, 24 layers of 1 ms, head 0.5 ms)
+  // behind a 1.5 ms host, the first unit's work done before the pass: unit i starts at 1.5 i ms,
+  // the head at 37.5, ending at 38: 13.4 ms beyond the 24.6 ms compute. Backward (head 1 ms,
+  // layers 2 ms, embedding 0.2 ms): the first layer waits for the host until 1.5 ms, 0.5 ms after
+  // the head; the layers then keep ahead of it.
+  Experiment e = small();
   e.plan.zero = 3;
-  e.plan.framework = Framework::pytorch;  // (Megatron-LM of 2021-22 has no ZeRO-3)
-  e.plan.pp = 1;
-  e.plan.dp = 4;
-  e.training.global_batch = 4;
+  e.plan.framework = Framework::pytorch;
+  e.plan.tp = e.plan.pp = e.plan.dp = 1;
+  e.gpus = 1;
+  e.training.global_batch = 1;
   validate_experiment(e);
   Costed z(e);
   z.x.calibrated.unit_overhead = Seconds(1.5e-3);
-  cost_layer_chunks(z.in(), z.c);
   Costed plain(e);
-  cost_layer_chunks(plain.in(), plain.c);
-  EXPECT_NEAR((z.c.chunk[0][0][0].forward - plain.c.chunk[0][0][0].forward).value(), 24 * 0.5e-3, 1e-12);
-  EXPECT_NEAR((z.c.chunk[0][0][0].backward - plain.c.chunk[0][0][0].backward).value(), 0.0, 1e-12);
+  for (Costed* k : {&z, &plain}) {
+    cost_layer_chunks(k->in(), k->c);
+    cost_sharded_parameters(k->in(), k->c);
+  }
+  const ChunkCosts &with = z.c.chunk[0][0][0], &without = plain.c.chunk[0][0][0];
+  EXPECT_NEAR(with.forward_host.value(), 13.4e-3, 1e-9);
+  EXPECT_NEAR(with.backward_host.value(), 0.5e-3, 1e-9);
+  EXPECT_EQ(with.forward.value(), without.forward.value());
+  EXPECT_EQ(with.forward_dp_comm.value(), 0.0);
+  EXPECT_EQ(with.backward_dp_comm.value(), 0.0);
+}
+
+TEST(CostShardedParameters, DeepSpeedRecomputedLayersPayTheHostTwiceInTheBackward) {
+  // Full recompute: each layer's backward unit runs its forward hooks again (2 passes of host
+  // work); DeepSpeed's serial backward then waits 2 x 1.5 ms after each of the 24 layers, 1.5 ms
+  // after the head and the embedding: 75 ms, less at most what the GPU had waited for on
+  // communication without host work.
+  Experiment e = HostCosted::experiment(Framework::deepspeed);
+  e.plan.recompute = Recompute::full;
+  validate_experiment(e);
+  Costed z(e), plain(e);
+  z.x.calibrated.unit_overhead = Seconds(1.5e-3);
+  for (Costed* k : {&z, &plain}) {
+    k->compute.memory_bound = nullptr;
+    cost_layer_chunks(k->in(), k->c);
+    cost_sharded_parameters(k->in(), k->c);
+  }
+  const double added = z.c.chunk[0][0][0].backward_host.value();
+  EXPECT_LE(added, 75e-3 + 1e-12);
+  EXPECT_GE(added, 75e-3 - plain.c.chunk[0][0][0].backward_dp_comm.value());
+  EXPECT_LT(plain.c.chunk[0][0][0].backward_dp_comm.value(), 5e-3);
 }
 
 TEST(CostLayerChunks, BlockRecomputeRerunsOnlyTheFirstLayersOfEachStage) {

@@ -88,6 +88,60 @@ TEST(ExposedUnderPrefetch, ComputeBoundHidesAllButTheFirstGather) {
   EXPECT_EQ(exposed_under_prefetch({}).value(), 0.0);
 }
 
+ShardedUnit hosted(double gather_ms, double compute_ms, double host_ms) {
+  ShardedUnit u = unit(gather_ms, compute_ms);
+  u.host = Seconds(host_ms * 1e-3);
+  return u;
+}
+
+TEST(ShardedExposure, HostAheadOfTheGpuCostsTheLongerOfTheTwo) {
+  // Nothing to gather, 3 units. Host 3 ms, compute 1 ms: the first unit's host work was done
+  // before the pass, so unit i starts at 3 i ms and the last ends at 7; 3 ms compute, 4 waited.
+  ShardedExposure e = sharded_exposure({hosted(0, 1, 3), hosted(0, 1, 3), hosted(0, 1, 3)});
+  EXPECT_NEAR(e.host.value(), 4e-3, 1e-12);
+  EXPECT_NEAR(e.comm.value(), 0.0, 1e-12);
+  EXPECT_NEAR(exposed_under_prefetch({hosted(0, 1, 3), hosted(0, 1, 3), hosted(0, 1, 3)}).value(), 4e-3, 1e-12);
+  // Host 1 ms, compute 3 ms: the host stays ahead, nothing waited.
+  e = sharded_exposure({hosted(0, 3, 1), hosted(0, 3, 1), hosted(0, 3, 1)});
+  EXPECT_NEAR(e.host.value(), 0.0, 1e-12);
+}
+
+TEST(ShardedExposure, TheHostStartsAUnitOnlyOnceTheOneTwoBackHasStarted) {
+  // 8 units of 1 ms compute and 3 ms host work; only unit 2 gathers, 20 ms, issued when unit 0 is
+  // done (at 1 ms): it arrives at 21. Without host work: units 0-1 run at 0-2, unit 2 at 21-22,
+  // the rest back to back to 27: 19 ms exposed. With it: unit 1 starts at 3 (unit 0's host work
+  // was done before the pass), unit 2 at 21 (its gather), and unit 3 at 22. The host starts unit
+  // 4's work only when unit 2 has started (21), so unit 4 starts at 24, unit 5 at 27, 6 at 30
+  // and 7 at 33: the chain ends at 34, 26 ms exposed, 7 of them the host's. (A host that could
+  // bank the wait would have had units 4-7's work done by then: 4 ms.)
+  std::vector<ShardedUnit> u(8, hosted(0, 1, 3));
+  u[2].gather = Seconds(20e-3);
+  const ShardedExposure e = sharded_exposure(u);
+  EXPECT_NEAR(e.comm.value(), 19e-3, 1e-12);
+  EXPECT_NEAR(e.host.value(), 7e-3, 1e-12);
+}
+
+TEST(ShardedExposure, SerialHostWorkFollowsEachCompute) {
+  // The host works only after the previous unit's compute (the first unit's at the pass's start,
+  // the GPU idle after the framework's synchronisation): n x host whichever is longer.
+  EXPECT_NEAR(sharded_exposure({hosted(0, 1, 3), hosted(0, 1, 3), hosted(0, 1, 3)}, 0.0, true, true).host.value(), 9e-3,
+              1e-12);
+  EXPECT_NEAR(sharded_exposure({hosted(0, 3, 1), hosted(0, 3, 1), hosted(0, 3, 1)}, 0.0, true, true).host.value(), 3e-3,
+              1e-12);
+}
+
+TEST(ShardedExposure, HostWorkHidesUnderAGatherTheGpuWaitsFor) {
+  // Gather 5 ms, compute 1, host 2, 3 units: the gathers run back to back (5, 10, 15 ms) and each
+  // unit starts when its gather is done, the host (ahead or serial) long done: 16 ms, 3 compute,
+  // 13 exposed communication, nothing for the host.
+  const std::vector<ShardedUnit> u(3, hosted(5, 1, 2));
+  for (bool serial : {false, true}) {
+    const ShardedExposure e = sharded_exposure(u, 0.0, true, serial);
+    EXPECT_NEAR(e.comm.value(), 13e-3, 1e-12) << serial;
+    EXPECT_NEAR(e.host.value(), 0.0, 1e-12) << serial;
+  }
+}
+
 TEST(ExposedUnderPrefetch, CommunicationBoundExposesTheDifference) {
   // Gather 3 ms, compute 1 ms, n = 5: c + (n - 1)(c - t) = 3 + 4 x 2 = 11 ms (the gathers run back
   // to back, 15 ms, and the last compute follows: 16 ms, of which 5 compute).

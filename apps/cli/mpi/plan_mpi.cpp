@@ -42,7 +42,7 @@ nlohmann::ordered_json prediction_json(const sim::Prediction& p) {
   nlohmann::ordered_json j = {{"iteration", p.iteration.value()}, {"tokens", p.tokens_per_s},   {"tflops", p.tflops_per_gpu},
           {"hw_tflops", p.hw_tflops_per_gpu}, {"mfu", p.mfu},              {"hfu", p.hfu},
           {"engine", to_string(p.engine)},     {"critical", p.critical_stage},
-          {"breakdown", {b.compute.value(), b.recompute.value(), b.tp_comm.value(), b.ep_comm.value(), b.cp_comm.value(),
+          {"breakdown", {b.compute.value(), b.recompute.value(), b.host.value(), b.tp_comm.value(), b.ep_comm.value(), b.cp_comm.value(),
                          b.pp_comm_exposed.value(), b.dp_comm_exposed.value(), b.optimizer.value(),
                          b.offload_stall.value(), b.bubble.value()}}};
   j["band"] = band;
@@ -60,7 +60,7 @@ sim::Prediction prediction_from(const nlohmann::json& j) {
   p.engine = *parse_enum<sim::EngineKind>(j.at("engine").get<std::string>());
   p.critical_stage = j.at("critical");
   const auto& b = j.at("breakdown");
-  Seconds* parts[] = {&p.breakdown.compute, &p.breakdown.recompute, &p.breakdown.tp_comm,
+  Seconds* parts[] = {&p.breakdown.compute, &p.breakdown.recompute, &p.breakdown.host, &p.breakdown.tp_comm,
                       &p.breakdown.ep_comm, &p.breakdown.cp_comm, &p.breakdown.pp_comm_exposed, &p.breakdown.dp_comm_exposed,
                       &p.breakdown.optimizer, &p.breakdown.offload_stall, &p.breakdown.bubble};
   for (std::size_t i = 0; i < std::size(parts); ++i) *parts[i] = Seconds(b.at(i).get<double>());
