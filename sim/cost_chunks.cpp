@@ -469,10 +469,7 @@ void cost_activation_offload(const CostInputs& in, WorkloadCosts& c) {
       const int offloaded = int(std::lround(p.offload.activations * layers_in_chunk));
       for (int ch = 0; ch < v; ++ch)
         for (ChunkCosts& cc : c.chunk[s][ch]) {
-          const Seconds fwd =
-              (cc.forward_host + cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.forward_cp_comm) / n;
-          const Seconds bwd =
-              (cc.backward_host + cc.backward + cc.backward_tp_comm + cc.backward_ep_comm + cc.backward_cp_comm) / n;
+          const Seconds fwd = cc.forward_stream() / n, bwd = cc.backward_stream() / n;
           cc.forward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, copy, fwd);
           cc.backward_offload_wait = windowed_offload_wait(layers_in_chunk, offloaded, copy, bwd);
         }

@@ -140,7 +140,7 @@ void overlap_param_gather(const DpContext& d, int s, StageSync& r) {
   Seconds own;
   if (s < int(d.c.chunk.size()) && !d.c.chunk[std::size_t(s)].empty())
     for (const ChunkCosts& sl : d.c.chunk[std::size_t(s)][0])
-      own += sl.forward_host + sl.forward + sl.forward_tp_comm + sl.forward_ep_comm + sl.forward_cp_comm;
+      own += sl.forward_stream();
   const Seconds exposed = max(first, first_chunk - own);
   r.gather_bytes = r.gather_bytes * (exposed / r.gather);
   r.gather = exposed + d.forward_contention * (r.gather - exposed);
@@ -654,11 +654,19 @@ ChunkUnits ShardedCoster::chunk_units(int s, int ch, double edge_params, double 
 StageParameters ShardedCoster::charge(int s, int ch, const ChunkUnits& u, double edge_params, double head_params) {
   const ShardedExposure fwd = sharded_exposure(u.fwd, contention_fwd_, prefetch_),
                         bwd = sharded_exposure(u.bwd, contention_bwd_, prefetch_, fw_.zero3_backward_host_serial);
+  // Under a once-per-step gather (step_sync_) only the first of the m forwards gathers: the others'
+  // host work meets the compute alone, with no gather wait to hide under.
+  Seconds forward_host = fwd.host;
+  if (forward_share_ < 1.0 && fwd.host > Seconds(0)) {
+    std::vector<ShardedUnit> ungathered = u.fwd;
+    for (ShardedUnit& unit : ungathered) unit.gather = Seconds(0);
+    forward_host = fwd.host * forward_share_ + sharded_exposure(ungathered, contention_fwd_, prefetch_).host * (1.0 - forward_share_);
+  }
   for (auto& chunk_slices : c_.chunk[s][ch]) {
     chunk_slices.forward_dp_comm = (fwd.comm + u.fwd_copies) * forward_share_;
     chunk_slices.backward_dp_comm = bwd.comm + u.bwd_copies;
     // The GPU waiting on the host's hooks (calibrated unit_overhead).
-    chunk_slices.forward_host += fwd.host;
+    chunk_slices.forward_host += forward_host;
     chunk_slices.backward_host += bwd.host;
   }
   const double head = u.last_segment ? head_params : 0.0;

@@ -379,10 +379,7 @@ Seconds slice_stage_time(const CostInputs& in, int tokens, int end) {
   Seconds worst;
   for (const auto& stage : c.chunk) {
     const ChunkCosts& cc = stage[0][k];
-    const Seconds t = cc.forward_host + cc.forward + cc.forward_tp_comm + cc.forward_ep_comm + cc.recompute +
-                      cc.recompute_tp_comm + cc.recompute_ep_comm + cc.backward_host + cc.backward + cc.backward_tp_comm +
-                      cc.backward_ep_comm;
-    worst = max(worst, t);
+    worst = max(worst, cc.forward_stream() + cc.recompute_stream() + cc.backward_stream());
   }
   // The slowest hop bounds a slice's pipeline step: a transfer between nodes when any exists.
   Seconds hop;

@@ -77,6 +77,18 @@ struct ChunkCosts {
   /// slot overhead, ZeRO-3's per-unit host time where the GPU cannot hide it: sharded_exposure),
   /// before the chunk's forward and its backward.
   Seconds forward_host, backward_host;
+
+  /// The compute stream's own work in the chunk's forward: the host's gaps, the layers and their
+  /// blocking model-parallel communication (TP, EP, CP), without what data parallelism, offload
+  /// or FP8 scaling add around it. What ZeRO-3's first gather, the offload windows and a TeraPipe
+  /// slice's step hide under or are built from.
+  Seconds forward_stream() const { return forward_host + forward + forward_tp_comm + forward_ep_comm + forward_cp_comm; }
+  /// The recomputed forward before the backward (its model-parallel communication with it).
+  Seconds recompute_stream() const { return recompute + recompute_tp_comm + recompute_ep_comm; }
+  /// The same for the backward, its recompute not included.
+  Seconds backward_stream() const {
+    return backward_host + backward + backward_tp_comm + backward_ep_comm + backward_cp_comm;
+  }
 };
 
 /// Everything the graph builder needs, already costed by the cost models.
