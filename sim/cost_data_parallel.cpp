@@ -119,6 +119,22 @@ StageSync reduce_and_gather(const DpContext& d, int s) {
   return r;
 }
 
+/// The elements of the bucket holding stage s's word embedding (and learned positions), where the
+/// stage holds them: the buckets are filled in the reverse order of the model's parameters, so
+/// the embedding, registered first and whose gradient the backward produces last, lands in the
+/// last bucket reduced and the first gathered, and a bucket closes only once it has reached its
+/// size with the parameter that crosses it (Megatron-Core's _ParamAndGradBuffer, core_r0.8.0 on:
+/// `for param in params[::-1]`, a new bucket when the current one has bucket_size elements or the
+/// parameter is a shared embedding; PyTorch DDP's bucket assignment in reverse parameter order, a
+/// tensor larger than the cap alone in its bucket). So that bucket holds at least the embedding:
+/// `bucket` elements or the embedding's, whichever is larger.
+double embedding_bucket_elements(const DpContext& d, int s, double bucket) {
+  const ModelSpec& m = d.in.e.model;
+  if (!d.fw.has_embedding_and_head || !d.p.holds_first_segment(s)) return bucket;
+  const double positions = m.position == PositionEmbedding::learned ? double(m.seq_len) * m.hidden : 0.0;
+  return std::max(bucket, double(m.vocab) * m.hidden / d.p.tp + positions);
+}
+
 /// plan.param_gather_overlap: the gather bucket by bucket under the next iteration's first
 /// forward (Megatron-Core's --overlap-param-gather: the optimizer step dispatches the first
 /// bucket's all-gather, and each bucket's forward pre-hook, on the first micro-batch only, waits
@@ -131,7 +147,7 @@ StageSync reduce_and_gather(const DpContext& d, int s) {
 void overlap_param_gather(const DpContext& d, int s, StageSync& r) {
   const PlanSpec& p = d.p;
   if (!(p.param_gather_overlap && r.gather > Seconds(0) && (p.zero == 1 || p.zero == 2))) return;
-  const double bucket_params = d.fw.overlap_bucket_elements(p, d.in.x.bytes.reduce);
+  const double bucket_params = embedding_bucket_elements(d, s, d.fw.overlap_bucket_elements(p, d.in.x.bytes.reduce));
   const Bytes bucket = min(Bytes(bucket_params * d.in.x.bytes.weight), r.weights);
   const Seconds first = r.weights > Bytes(0) && d.k > 1
                             ? min(r.gather, d.in.comm.time(Collective::all_gather, bucket, d.groups.shard))
@@ -163,8 +179,10 @@ std::vector<double> overlapped_reduction(const DpContext& d, int s, StageSync& r
   const WorkloadCosts& c = d.c;
   r.tail = r.sync;
   if (c.dp_overlap && r.sync > Seconds(0)) {
-    // The last bucket goes as the whole reduction goes.
-    const Bytes bucket = min(Bytes(d.fw.overlap_bucket_elements(p, in.x.bytes.reduce) * in.x.bytes.reduce), r.grads);
+    // The last bucket (the embedding's, on the stage holding it) goes as the whole reduction goes.
+    const Bytes bucket =
+        min(Bytes(embedding_bucket_elements(d, s, d.fw.overlap_bucket_elements(p, in.x.bytes.reduce)) * in.x.bytes.reduce),
+            r.grads);
     r.tail = min(r.sync, dense_reduction(d, bucket).time);
   }
   const int v = c.shape.virtual_stages;

@@ -347,8 +347,9 @@ TEST(CostDataParallel, OverlappedReductionsLastBucketIsTheFrameworksAndGoesAsIts
   EXPECT_DOUBLE_EQ(ds.overlap_bucket_elements(p, 2.0), 2e7);
   // DeepSpeed's ZeRO-2 at pp 1 (small() on one stage, dp 4, fp16 gradients): its reduction sends
   // every partition's slice to its owner (average_tensor's dist.reduce, v0.5.8-v0.12.3), a
-  // reduce-scatter over the shard group, and so does its last bucket: 2e7 elements of 2 bytes.
-  // Its ZeRO-1 all-reduces over dp (buffered_reduce_fallback).
+  // reduce-scatter over the shard group, and so does its last bucket, the one holding the word
+  // embedding (51200 x 2048 / tp 2) and the positions (2048 x 2048): 56.6M elements of 2 bytes,
+  // more than the 2e7 bucket. Its ZeRO-1 all-reduces over dp (buffered_reduce_fallback).
   Experiment e = small();
   e.model.tie_embeddings = false;
   e.plan.framework = Framework::deepspeed;
@@ -364,7 +365,8 @@ TEST(CostDataParallel, OverlappedReductionsLastBucketIsTheFrameworksAndGoesAsIts
   cost_data_parallel(c.in(), c.c);
   const PlanGroups groups = plan_groups(e.plan, e.cluster);
   ASSERT_GT(c.params(0), 2e7);
-  EXPECT_NEAR(c.c.dp_sync_tail[0].value(), c.comm.time(Collective::reduce_scatter, Bytes(2e7 * 2), groups.shard).value(),
+  EXPECT_NEAR(c.c.dp_sync_tail[0].value(),
+              c.comm.time(Collective::reduce_scatter, Bytes((51200.0 * 2048 / 2 + 2048.0 * 2048) * 2), groups.shard).value(),
               1e-15);
   EXPECT_NEAR(c.c.dp_grad_sync[0].value(),
               c.comm.time(Collective::reduce_scatter, Bytes(c.params(0) * 2), groups.shard).value(), 1e-15);
@@ -399,15 +401,20 @@ TEST(CostDataParallel, AllReduceOrReduceScatterAsTheFrameworkRunsZero) {
 
 TEST(CostDataParallel, OverlapLeavesTheLastBucket) {
   // With the reduction overlapped, what waits for the backward is the framework's last bucket:
-  // torch DDP's 25 MiB for Megatron-LM (SC21 ran --DDP-impl torch). (Untied: no embedding sum.)
+  // torch DDP's 25 MiB for Megatron-LM (SC21 ran --DDP-impl torch) on the last stage; on the
+  // first, the bucket holding the word embedding (51200 x 2048 / tp 2) and the positions
+  // (2048 x 2048), whose gradients the backward produces last: 56.6M fp32 gradients, more than
+  // 25 MiB (a tensor beyond the cap is a bucket of its own). (Untied: no embedding sum.)
   Experiment e = small();
   e.model.tie_embeddings = false;
   e.plan.dp_overlap = true;
   Costed k(e);
   cost_data_parallel(k.in(), k.c);
   const CommGroup dp = plan_groups(e.plan, e.cluster).dp;
-  EXPECT_NEAR(k.c.dp_sync_tail[0].value(), k.comm.time(Collective::all_reduce, Bytes(25.0 * 1048576), dp).value(), 1e-15);
-  EXPECT_LT(k.c.dp_sync_tail[0], k.c.dp_grad_sync[0]);
+  EXPECT_NEAR(k.c.dp_sync_tail[1].value(), k.comm.time(Collective::all_reduce, Bytes(25.0 * 1048576), dp).value(), 1e-15);
+  EXPECT_NEAR(k.c.dp_sync_tail[0].value(),
+              k.comm.time(Collective::all_reduce, Bytes((51200.0 * 2048 / 2 + 2048.0 * 2048) * 4), dp).value(), 1e-15);
+  for (int s = 0; s < 2; ++s) EXPECT_LT(k.c.dp_sync_tail[s], k.c.dp_grad_sync[s]) << s;
 }
 
 TEST(CostDataParallel, OverlappedBucketsSlowTheLastBackward) {

@@ -361,7 +361,10 @@ TEST(CostDataParallel, OverlappedParameterGatherHidesUnderTheFirstForwardOnly) {
   const CommGroup shard = plan_groups(e.plan, e.cluster).shard;
   auto hand = [&](const Costed& k, double forward_s) {
     const double all = k.comm.time(Collective::all_gather, Bytes(k.params(0) * 2), shard).value();
-    const double first = k.comm.time(Collective::all_gather, Bytes(40e6 * 2), shard).value();
+    // The first bucket is the one holding the word embedding and the positions (the buckets
+    // follow the parameters in reverse; a bucket closes once it has reached 40M with the parameter
+    // that crosses it): 51200 x 2048 + 2048 x 2048 = 109M parameters.
+    const double first = k.comm.time(Collective::all_gather, Bytes((51200.0 + 2048.0) * 2048 * 2), shard).value();
     const double window = 24 * forward_s;  // the first micro-batch's forward: 24 layers, pp 1
     const double exposed = std::max(first, all - window);
     const LayerCompute lc = k.compute.layer(0, 0, false, 0);
@@ -390,7 +393,8 @@ TEST(CostDataParallel, OverlappedParameterGatherHidesUnderTheFirstForwardOnly) {
   EXPECT_LT(covered.c.dp_param_gather[0].value(), 0.5 * all);
   EXPECT_LT(covered.c.dp_param_gather[0], brief.c.dp_param_gather[0]);
   // Two stages (pp 2, dp 8 in one node each): stage 1's chain starts with its own forward, 12
-  // layers of 0.2 ms; the 2.4 ms stage 0 spends on its forward first hides only the first bucket.
+  // layers of 0.2 ms; the 2.4 ms stage 0 spends on its forward first hides only the first bucket,
+  // a 40M one (the embedding is stage 0's).
   e.plan.pp = 2;
   e.plan.dp = 8;
   validate_experiment(e);
