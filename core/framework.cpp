@@ -410,6 +410,8 @@ std::array<FrameworkTraits, 10> make_table() {
   megatron_core.dp_overlap_bucket_bytes = 0;
   megatron_core.dp_overlap_bucket_elements = 40e6;
   megatron_core.dp_overlap_bucket_elements_per_rank = 1e6;
+  megatron_core.dp_shared_embedding_own_bucket = true;
+  megatron_core.dp_buckets_first_stage_only = true;
   // --overlap-param-gather (core_r0.8.0 megatron/core/distributed/param_and_grad_buffer.py: each
   // bucket's all-gather dispatched before the forward reaches it).
   megatron_core.param_gather_overlap = true;
@@ -531,6 +533,7 @@ std::array<FrameworkTraits, 10> make_table() {
   // elements have filled it (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads):
   // the overlapped reduction's bucket is that one, not DDP's (overlap_bucket_elements).
   deepspeed.dp_overlap_bucket_bytes = 0;
+  deepspeed.dp_bucket_flushes_before_overflow = true;
   deepspeed.dp_overlap_with_pipeline = false;
   deepspeed.dp_overlap_refusal =
       "DeepSpeed's pipeline engine reduces gradients after the pipeline flush (it forces overlap_comm off); set it false";

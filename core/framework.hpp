@@ -245,6 +245,26 @@ struct FrameworkTraits {
   /// (reduce_bucket_elements: DeepSpeed's reduce_bucket_size under overlap_comm).
   double dp_overlap_bucket_bytes = 0;
   double dp_overlap_bucket_elements = 0, dp_overlap_bucket_elements_per_rank = 0;
+  /// How the overlapped reduction's buckets take the word embedding, the parameter the backward
+  /// finishes last (so it is in the last bucket reduced and the first gathered). Unset: a bucket
+  /// closes once it has reached its size with the parameter that crosses it, so the embedding's
+  /// holds the embedding, its positions and what came before them (Megatron-Core's
+  /// _ParamAndGradBuffer, `for param in params[::-1]`; PyTorch DDP's bucket assignment in reverse
+  /// parameter order). Set: a bucket is flushed before a parameter that would overflow it, so an
+  /// embedding larger than the bucket goes alone (DeepSpeed's IPG bucket,
+  /// reduce_independent_p_g_buckets_and_remove_grads: elements_in_ipg_bucket + numel >
+  /// reduce_bucket_size flushes first).
+  bool dp_bucket_flushes_before_overflow = false;
+  /// A tied word embedding shared with a later pipeline stage is a bucket of its own under the
+  /// distributed optimizer (Megatron-Core's _does_param_require_new_bucket: `shared_embedding` and
+  /// use_distributed_optimizer), the positions going with the bucket before it.
+  bool dp_shared_embedding_own_bucket = false;
+  /// Only the first pipeline stage's first model chunk is split into buckets; every other stage
+  /// and chunk reduces, and gathers, its parameters as one bucket (Megatron-Core's
+  /// DistributedDataParallel: bucket_size = None where get_pipeline_model_parallel_rank() > 0, "not
+  /// on the critical path", and for disable_bucketing, which get_model passes for model chunks
+  /// after the first; core_r0.8.0 on).
+  bool dp_buckets_first_stage_only = false;
   /// Parameters per overlapped-reduction bucket of plan `p` whose gradients reduce in
   /// `reduce_bytes` bytes each (as above).
   double overlap_bucket_elements(const PlanSpec& p, double reduce_bytes) const;

@@ -361,7 +361,7 @@ std::optional<PlanViolation> check_plan(const ModelSpec& m, const ClusterSpec& c
       return fail("plan.cp", str((long long)p.cp),
                   "2 * plan.cp must divide model.seq_len = " + str((long long)m.seq_len) +
                       " (each rank holds two of 2 cp chunks for causal load balancing)");
-    if (!p.token_slices.empty())
+    if (!p.token_slices.empty() || p.schedule == Schedule::terapipe)
       return fail("plan.cp", str((long long)p.cp), "cannot be combined with TeraPipe token slices");
     if (m.moe && !fw.expert_folding)
       return fail("plan.cp", str((long long)p.cp),

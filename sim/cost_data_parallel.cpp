@@ -119,20 +119,32 @@ StageSync reduce_and_gather(const DpContext& d, int s) {
   return r;
 }
 
-/// The elements of the bucket holding stage s's word embedding (and learned positions), where the
-/// stage holds them: the buckets are filled in the reverse order of the model's parameters, so
-/// the embedding, registered first and whose gradient the backward produces last, lands in the
-/// last bucket reduced and the first gathered, and a bucket closes only once it has reached its
-/// size with the parameter that crosses it (Megatron-Core's _ParamAndGradBuffer, core_r0.8.0 on:
-/// `for param in params[::-1]`, a new bucket when the current one has bucket_size elements or the
-/// parameter is a shared embedding; PyTorch DDP's bucket assignment in reverse parameter order, a
-/// tensor larger than the cap alone in its bucket). So that bucket holds at least the embedding:
-/// `bucket` elements or the embedding's, whichever is larger.
-double embedding_bucket_elements(const DpContext& d, int s, double bucket) {
+/// The elements of stage s's bucket that an overlapped reduction reduces last and an overlapped
+/// gather gathers first, given the framework's bucket size. Where the framework splits only the
+/// first stage's first chunk (FrameworkTraits::dp_buckets_first_stage_only), any other stage's
+/// is its first chunk whole (that chunk, holding the stage's first layers, finishes its backward
+/// last). On the stage holding the word embedding, whose gradient the backward produces last, it
+/// is the bucket holding the embedding: at least the embedding and its positions where a bucket
+/// closes only once the parameter crossing its size is in, the embedding alone where it is
+/// larger than the bucket and the bucket is flushed before it (DeepSpeed), exactly the embedding
+/// where a tied copy shared with the last stage is a bucket of its own (the FrameworkTraits
+/// fields cite the frameworks' code).
+double last_bucket_elements(const DpContext& d, int s, double bucket) {
   const ModelSpec& m = d.in.e.model;
-  if (!d.fw.has_embedding_and_head || !d.p.holds_first_segment(s)) return bucket;
+  const PlanSpec& p = d.p;
+  if (d.fw.dp_buckets_first_stage_only && s > 0) {
+    const cost_models::StageParameters sp = cost_models::parameters_on_gpu(d.fw, m, p, s);
+    const double stage_layers = double(cost_models::stage_layers(m, p, s).size());
+    const double share =
+        stage_layers > 0 ? double(cost_models::chunk_layers(m, p, s, 0).size()) / stage_layers : 1.0;
+    return sp.dense * share;
+  }
+  if (!d.fw.has_embedding_and_head || !p.holds_first_segment(s)) return bucket;
+  const double word = double(m.vocab) * m.hidden / p.tp;
   const double positions = m.position == PositionEmbedding::learned ? double(m.seq_len) * m.hidden : 0.0;
-  return std::max(bucket, double(m.vocab) * m.hidden / d.p.tp + positions);
+  if (d.fw.dp_shared_embedding_own_bucket && m.tie_embeddings && p.pp > 1 && d.sharded_reduction) return word;
+  if (d.fw.dp_bucket_flushes_before_overflow) return std::max(bucket, word);
+  return std::max(bucket, word + positions);
 }
 
 /// plan.param_gather_overlap: the gather bucket by bucket under the next iteration's first
@@ -147,7 +159,7 @@ double embedding_bucket_elements(const DpContext& d, int s, double bucket) {
 void overlap_param_gather(const DpContext& d, int s, StageSync& r) {
   const PlanSpec& p = d.p;
   if (!(p.param_gather_overlap && r.gather > Seconds(0) && (p.zero == 1 || p.zero == 2))) return;
-  const double bucket_params = embedding_bucket_elements(d, s, d.fw.overlap_bucket_elements(p, d.in.x.bytes.reduce));
+  const double bucket_params = last_bucket_elements(d, s, d.fw.overlap_bucket_elements(p, d.in.x.bytes.reduce));
   const Bytes bucket = min(Bytes(bucket_params * d.in.x.bytes.weight), r.weights);
   const Seconds first = r.weights > Bytes(0) && d.k > 1
                             ? min(r.gather, d.in.comm.time(Collective::all_gather, bucket, d.groups.shard))
@@ -179,9 +191,9 @@ std::vector<double> overlapped_reduction(const DpContext& d, int s, StageSync& r
   const WorkloadCosts& c = d.c;
   r.tail = r.sync;
   if (c.dp_overlap && r.sync > Seconds(0)) {
-    // The last bucket (the embedding's, on the stage holding it) goes as the whole reduction goes.
+    // The last bucket (last_bucket_elements) goes as the whole reduction goes.
     const Bytes bucket =
-        min(Bytes(embedding_bucket_elements(d, s, d.fw.overlap_bucket_elements(p, in.x.bytes.reduce)) * in.x.bytes.reduce),
+        min(Bytes(last_bucket_elements(d, s, d.fw.overlap_bucket_elements(p, in.x.bytes.reduce)) * in.x.bytes.reduce),
             r.grads);
     r.tail = min(r.sync, dense_reduction(d, bucket).time);
   }
@@ -582,11 +594,11 @@ const LayerCompute& ShardedCoster::layer(bool moe, int window) {
 
 void ShardedCoster::unit(std::vector<ShardedUnit>& units, Seconds& copies, const StageParameters& params, bool gathers,
                          Seconds compute, bool reduces, bool layer, double passes) const {
-  const Seconds copy =
-      (gathers ? copy_out(sharded(params), layer) : Seconds(0)) + (reduces ? copy_in(sharded(params)) : Seconds(0));
+  const Seconds out = gathers ? copy_out(sharded(params), layer) : Seconds(0);
+  const Seconds copy = out + (reduces ? copy_in(sharded(params)) : Seconds(0));
   copies += copy;
   units.push_back({gathers ? gather(params, layer) : Seconds(0), compute + copy, reduces ? reduce(params, layer) : Seconds(0),
-                   in_.x.calibrated.unit_overhead * passes});
+                   in_.x.calibrated.unit_overhead * passes, out});
 }
 
 void ShardedCoster::edge_unit(ChunkUnits& u, double params, Seconds compute) const {
@@ -594,7 +606,7 @@ void ShardedCoster::edge_unit(ChunkUnits& u, double params, Seconds compute) con
   const Seconds copy = copy_out(k_ > 1 ? params : 0.0, false) * share;
   u.fwd_copies += copy;
   u.fwd.push_back({params > 0 ? gather({params, 0.0}, false) * share : Seconds(0), compute + copy, Seconds(0),
-                   in_.x.calibrated.unit_overhead});
+                   in_.x.calibrated.unit_overhead, copy});
 }
 
 ChunkUnits ShardedCoster::chunk_units(int s, int ch, double edge_params, double head_params) {
@@ -673,11 +685,16 @@ StageParameters ShardedCoster::charge(int s, int ch, const ChunkUnits& u, double
   const ShardedExposure fwd = sharded_exposure(u.fwd, contention_fwd_, prefetch_),
                         bwd = sharded_exposure(u.bwd, contention_bwd_, prefetch_, fw_.zero3_backward_host_serial);
   // Under a once-per-step gather (step_sync_) only the first of the m forwards gathers: the others'
-  // host work meets the compute alone, with no gather wait to hide under.
+  // host work meets the compute alone (without the gathers' copy-out), with no gather wait to hide
+  // under, even where the gathering forward's waits hid all of it.
   Seconds forward_host = fwd.host;
-  if (forward_share_ < 1.0 && fwd.host > Seconds(0)) {
+  if (forward_share_ < 1.0 && in_.x.calibrated.unit_overhead > Seconds(0)) {
     std::vector<ShardedUnit> ungathered = u.fwd;
-    for (ShardedUnit& unit : ungathered) unit.gather = Seconds(0);
+    for (ShardedUnit& unit : ungathered) {
+      unit.gather = Seconds(0);
+      unit.compute -= unit.gather_copy;
+      unit.gather_copy = Seconds(0);
+    }
     forward_host = fwd.host * forward_share_ + sharded_exposure(ungathered, contention_fwd_, prefetch_).host * (1.0 - forward_share_);
   }
   for (auto& chunk_slices : c_.chunk[s][ch]) {

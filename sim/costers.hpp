@@ -113,6 +113,9 @@ struct ShardedUnit {
   /// what the GPU does meanwhile; where it works after each unit's compute (serial), whenever the
   /// GPU is not waiting for the unit's gather longer (sharded_exposure).
   Seconds host = Seconds(0);
+  /// The part of `compute` that copies the gathered parameters out of the gather buffer (FSDP2's
+  /// copy-out, FrameworkTraits::fsdp2_unit_copies): a pass that does not gather does not do it.
+  Seconds gather_copy = Seconds(0);
 };
 
 /// What a chunk's compute stream waits for under ZeRO-3 (exposed_under_prefetch): the exposed

@@ -85,7 +85,8 @@ struct ChunkCosts {
   Seconds forward_stream() const { return forward_host + forward + forward_tp_comm + forward_ep_comm + forward_cp_comm; }
   /// The recomputed forward before the backward (its model-parallel communication with it).
   Seconds recompute_stream() const { return recompute + recompute_tp_comm + recompute_ep_comm; }
-  /// The same for the backward, its recompute not included.
+  /// The same for the backward, the recomputed forward's own compute and TP/EP collectives not
+  /// included (recompute_stream; its CP exchange is in backward_cp_comm).
   Seconds backward_stream() const {
     return backward_host + backward + backward_tp_comm + backward_ep_comm + backward_cp_comm;
   }

@@ -43,6 +43,8 @@ const std::vector<BadCase> kCases = {
     {"interleaved_layers", {"plan.virtual_stages = 2", "must divide model.layers = 105"}},
     {"interleaved_chunk_counts_megatron", {"plan.stage_layers = [70 entries]", "megatron splits layers evenly over stages"}},
     {"token_slices_without_terapipe", {"plan.token_slices", "needs plan.schedule = terapipe"}},
+    // TeraPipe with context parallelism, slices left to the planner: refused as with explicit ones.
+    {"terapipe_with_cp", {"plan.cp = 2", "cannot be combined with TeraPipe token slices"}},
     {"token_slices_bad_sum", {"plan.token_slices = sum 2024", "must sum to model.seq_len = 2048"}},
     {"offload_fraction_range", {"plan.offload.activations = 1.5", "must lie in [0, 1]"}},
     {"offload_optimizer_without_host_bandwidth",

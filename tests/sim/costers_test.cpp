@@ -348,8 +348,8 @@ TEST(CostDataParallel, OverlappedReductionsLastBucketIsTheFrameworksAndGoesAsIts
   // DeepSpeed's ZeRO-2 at pp 1 (small() on one stage, dp 4, fp16 gradients): its reduction sends
   // every partition's slice to its owner (average_tensor's dist.reduce, v0.5.8-v0.12.3), a
   // reduce-scatter over the shard group, and so does its last bucket, the one holding the word
-  // embedding (51200 x 2048 / tp 2) and the positions (2048 x 2048): 56.6M elements of 2 bytes,
-  // more than the 2e7 bucket. Its ZeRO-1 all-reduces over dp (buffered_reduce_fallback).
+  // embedding (51200 x 2048 / tp 2 = 52.4M elements of 2 bytes): larger than the 2e7 bucket, which
+  // is flushed before it, it goes alone. Its ZeRO-1 all-reduces over dp (buffered_reduce_fallback).
   Experiment e = small();
   e.model.tie_embeddings = false;
   e.plan.framework = Framework::deepspeed;
@@ -366,7 +366,7 @@ TEST(CostDataParallel, OverlappedReductionsLastBucketIsTheFrameworksAndGoesAsIts
   const PlanGroups groups = plan_groups(e.plan, e.cluster);
   ASSERT_GT(c.params(0), 2e7);
   EXPECT_NEAR(c.c.dp_sync_tail[0].value(),
-              c.comm.time(Collective::reduce_scatter, Bytes((51200.0 * 2048 / 2 + 2048.0 * 2048) * 2), groups.shard).value(),
+              c.comm.time(Collective::reduce_scatter, Bytes(51200.0 * 2048 / 2 * 2), groups.shard).value(),
               1e-15);
   EXPECT_NEAR(c.c.dp_grad_sync[0].value(),
               c.comm.time(Collective::reduce_scatter, Bytes(c.params(0) * 2), groups.shard).value(), 1e-15);
@@ -415,6 +415,30 @@ TEST(CostDataParallel, OverlapLeavesTheLastBucket) {
   EXPECT_NEAR(k.c.dp_sync_tail[0].value(),
               k.comm.time(Collective::all_reduce, Bytes((51200.0 * 2048 / 2 + 2048.0 * 2048) * 4), dp).value(), 1e-15);
   for (int s = 0; s < 2; ++s) EXPECT_LT(k.c.dp_sync_tail[s], k.c.dp_grad_sync[s]) << s;
+}
+
+TEST(CostDataParallel, MegatronCoreBucketsOnlyTheFirstStageAndGivesTheSharedEmbeddingItsOwn) {
+  // Megatron-Core, distributed optimizer, reduction overlapped, GPT-3 1.3B (tied) on tp 2 x pp 2 x
+  // dp 2, fp32 gradients. Stage 0's last bucket is the shared word embedding alone (51200 x 2048 /
+  // 2 = 52.4M; the positions go with the bucket before it); stage 1 is one bucket, its whole
+  // gradient reduced after its backward. Both stages also sum the tied embedding's copies after
+  // their reduction.
+  Experiment e = small();
+  e.plan.framework = Framework::megatron_core;
+  e.plan.zero = 1;
+  e.plan.dp_overlap = true;
+  validate_experiment(e);
+  Costed k(e);
+  ASSERT_EQ(k.x.bytes.reduce, 4.0);
+  cost_data_parallel(k.in(), k.c);
+  const PlanGroups g = plan_groups(e.plan, e.cluster);
+  const double word = 51200.0 * 2048 / 2;
+  const double tied = k.comm.time(Collective::all_reduce, Bytes(word * 4), g.embedding).value();
+  EXPECT_NEAR(k.c.dp_sync_tail[0].value(), k.comm.time(Collective::reduce_scatter, Bytes(word * 4), g.shard).value() + tied,
+              1e-12);
+  EXPECT_NEAR(k.c.dp_sync_tail[1].value(), k.c.dp_grad_sync[1].value(), 1e-15);
+  EXPECT_NEAR(k.c.dp_grad_sync[1].value(),
+              k.comm.time(Collective::reduce_scatter, Bytes(k.params(1) * 4), g.shard).value() + tied, 1e-12);
 }
 
 TEST(CostDataParallel, OverlappedBucketsSlowTheLastBackward) {
@@ -790,11 +814,12 @@ TEST(CostShardedParameters, StepSyncPipelinesPayTheHostAloneInTheForwardsThatDoN
   // first gathers. The other three meet the host alone: unit i starts at 1.5 i ms, the last ends
   // at 19, 12.1 ms computed, 6.9 ms waited. The gathering forward's host share is what its chain
   // adds beyond the gathers' own exposure (the same plan with one micro-batch, m = 1).
-  auto costed = [](int global_batch) {
+  auto costed = [](int global_batch, double fabric_Bps = 0) {
     Experiment e = HostCosted::experiment(Framework::torchtitan);
     e.plan.pp = 2;
     e.plan.dp = 2;
     e.training.global_batch = global_batch;
+    if (fabric_Bps > 0) e.cluster.intra.bandwidth = BytesPerSecond(fabric_Bps);
     validate_experiment(e);
     auto k = std::make_unique<Costed>(e);
     k->x.calibrated.unit_overhead = Seconds(1.5e-3);
@@ -814,6 +839,12 @@ TEST(CostShardedParameters, StepSyncPipelinesPayTheHostAloneInTheForwardsThatDoN
   EXPECT_NEAR(four->c.chunk[0][0][0].forward_host.value(), 0.25 * first + 0.75 * 6.9e-3, 1e-9);
   // The gathers hide some of the host's work in the first forward (else the case proves nothing).
   EXPECT_LT(first, 6.9e-3 - 1e-4);
+  // On a 2 GB/s fabric each layer's gather (51M bf16 parameters, half of them received) takes
+  // longer than the host's 1.5 ms: the gathering forward waits for the gathers alone, and the
+  // other three forwards still wait 6.9 ms each for the host.
+  const auto slow1 = costed(2, 2e9), slow4 = costed(8, 2e9);
+  ASSERT_EQ(slow1->c.chunk[0][0][0].forward_host.value(), 0.0);
+  EXPECT_NEAR(slow4->c.chunk[0][0][0].forward_host.value(), 0.75 * 6.9e-3, 1e-9);
 }
 
 TEST(CostShardedParameters, DeepSpeedRecomputedLayersPayTheHostTwiceInTheBackward) {

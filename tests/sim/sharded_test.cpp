@@ -392,21 +392,16 @@ TEST(CostDataParallel, OverlappedParameterGatherHidesUnderTheFirstForwardOnly) {
   EXPECT_NEAR(covered.c.dp_param_gather[0].value(), hand(covered, 5e-3).first, 1e-12);
   EXPECT_LT(covered.c.dp_param_gather[0].value(), 0.5 * all);
   EXPECT_LT(covered.c.dp_param_gather[0], brief.c.dp_param_gather[0]);
-  // Two stages (pp 2, dp 8 in one node each): stage 1's chain starts with its own forward, 12
-  // layers of 0.2 ms; the 2.4 ms stage 0 spends on its forward first hides only the first bucket,
-  // a 40M one (the embedding is stage 0's).
+  // Two stages (pp 2, dp 8 in one node each): Megatron-Core buckets only the first stage
+  // (bucket_size None on later pipeline ranks), so stage 1 gathers its parameters as one bucket
+  // that its first forward waits for whole: nothing of it hides.
   e.plan.pp = 2;
   e.plan.dp = 8;
   validate_experiment(e);
   Costed piped(e, quick);
   const CommGroup shard8 = plan_groups(e.plan, e.cluster).shard;
   const double all1 = piped.comm.time(Collective::all_gather, Bytes(piped.params(1) * 2), shard8).value();
-  const double first1 = piped.comm.time(Collective::all_gather, Bytes(40e6 * 2), shard8).value();
-  const double own1 = 12 * 0.2e-3;
-  ASSERT_GT(all1 - own1, first1) << "stage 1's gather must outlast its own forward for this case";
-  const double f1 = overlap_contention(piped.in(), gemm_share(piped.compute.layer(0, 0, false, 0), false));
-  const double exposed1 = all1 - own1;
-  EXPECT_NEAR(piped.c.dp_param_gather[1].value(), exposed1 + f1 * own1, 1e-12);
+  EXPECT_NEAR(piped.c.dp_param_gather[1].value(), all1, 1e-12);
 }
 
 TEST(ZeroThree, WeakScalingFallsOnceGathersNoLongerHide) {
