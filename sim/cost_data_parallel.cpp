@@ -119,6 +119,14 @@ StageSync reduce_and_gather(const DpContext& d, int s) {
   return r;
 }
 
+/// Model chunk ch's share of stage s's layers (of its v chunks; an equal share where the stage
+/// has no layers): the share of the stage's gradient buffer the chunk reduces, as
+/// cost_layer_chunks splits it.
+double chunk_share(const ModelSpec& m, const PlanSpec& p, int s, int ch, int v) {
+  const double stage_layers = double(cost_models::stage_layers(m, p, s).size());
+  return stage_layers > 0 ? double(cost_models::chunk_layers(m, p, s, ch).size()) / stage_layers : 1.0 / v;
+}
+
 /// The elements of stage s's bucket that an overlapped reduction reduces last and an overlapped
 /// gather gathers first, given the framework's bucket size. Where the framework splits only the
 /// first stage's first chunk (FrameworkTraits::dp_buckets_first_stage_only), any other stage's
@@ -133,11 +141,7 @@ double last_bucket_elements(const DpContext& d, int s, double bucket) {
   const ModelSpec& m = d.in.e.model;
   const PlanSpec& p = d.p;
   if (d.fw.dp_buckets_first_stage_only && s > 0) {
-    const cost_models::StageParameters sp = cost_models::parameters_on_gpu(d.fw, m, p, s);
-    const double stage_layers = double(cost_models::stage_layers(m, p, s).size());
-    const double share =
-        stage_layers > 0 ? double(cost_models::chunk_layers(m, p, s, 0).size()) / stage_layers : 1.0;
-    return sp.dense * share;
+    return cost_models::parameters_on_gpu(d.fw, m, p, s).dense * chunk_share(m, p, s, 0, d.c.shape.virtual_stages);
   }
   if (!d.fw.has_embedding_and_head || !p.holds_first_segment(s)) return bucket;
   const double word = double(m.vocab) * m.hidden / p.tp;
@@ -199,12 +203,8 @@ std::vector<double> overlapped_reduction(const DpContext& d, int s, StageSync& r
   }
   const int v = c.shape.virtual_stages;
   std::vector<double> shares;
-  if (c.dp_overlap && v > 1) {
-    const double stage_layers = double(cost_models::stage_layers(in.e.model, p, s).size());
-    for (int ch = 0; ch < v; ++ch)
-      shares.push_back(stage_layers > 0 ? double(cost_models::chunk_layers(in.e.model, p, s, ch).size()) / stage_layers
-                                        : 1.0 / v);
-  }
+  if (c.dp_overlap && v > 1)
+    for (int ch = 0; ch < v; ++ch) shares.push_back(chunk_share(in.e.model, p, s, ch, v));
   if (c.dp_overlap && r.sync > r.tail && !c.chunk.empty() && !c.chunk[std::size_t(s)].empty() &&
       !c.chunk[std::size_t(s)][0].empty()) {
     const ChunkCosts& last = c.chunk[std::size_t(s)][0].front();
