@@ -113,6 +113,11 @@ GpuSpec read_gpu(const Section& s) {
   GpuSpec g;
   g.name = r.get_string("name", std::nullopt);
   g.compute_capability = r.get_double("compute_capability", std::nullopt, 0.0, true);
+  // The scopes of calibrated parameters and the FP8 formats a GPU runs key on it.
+  if (g.compute_capability < 3.0 || g.compute_capability >= 20.0)
+    throw SpecError(r.where("compute_capability"), "gpu.compute_capability", r.node()["compute_capability"].Scalar(),
+                    "must be a CUDA compute capability, major.minor from 3.0 to below 20 (7.0 V100, 8.0 A100, "
+                    "9.0 H100, 10.0 B200)");
   g.sms = r.get_int("sms", std::nullopt, 1);
   g.clock_MHz = r.get_double("clock_MHz", 0.0, 0.0);
   g.hbm = gibibytes(r.get_double("hbm_GiB", std::nullopt, 0.0, true));
@@ -255,6 +260,11 @@ ClusterSpec read_cluster(const Section& s, Resolver& res) {
     MapReader out(r.child("inter_node", true), s.file, "cluster.inter_node");
     c.inter.nics_per_node = out.get_int("nics_per_node", std::nullopt, 0);
     c.inter.nic_bandwidth = gigabits_per_s(out.get_double("nic_Gbps", std::nullopt, 0.0));
+    // A NIC that moves nothing would leave every cross-node collective without a rate.
+    if (c.inter.nics_per_node > 0 && c.inter.nic_bandwidth.value() <= 0)
+      throw SpecError(out.where("nic_Gbps"), "cluster.inter_node.nic_Gbps", out.node()["nic_Gbps"].Scalar(),
+                      "must be greater than 0 when cluster.inter_node.nics_per_node is " +
+                          std::to_string(c.inter.nics_per_node) + " (give nics_per_node 0 for a node without NICs)");
     c.inter.latency = microseconds(out.get_double("latency_us", std::nullopt, 0.0));
     c.inter.topology = out.get_enum<NetworkTopology>("topology", NetworkTopology::fat_tree);
     if (out.has("oversubscription") && out.has("tiers"))

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "calibrate/cpu_bench.hpp"
+#include "core/cli_validators.hpp"
 #include "core/atomic_file.hpp"
 #include "core/error.hpp"
 #include "core/plan_json.hpp"
@@ -132,22 +133,40 @@ int run_trainer_cli(int argc, char** argv) {
                  "what carries collectives and pipeline messages: mpi, or nccl (bootstrapped over MPI; on the cpu "
                  "backend the NCCL code runs over its MPI stand-in, a test). Default: nccl for the cuda backends in "
                  "builds with NCCL, else mpi");
-  app.add_option("--seed", opt.seed, "seed of the initial weights and of the data order")->capture_default_str();
+  app.add_option("--seed", opt.seed, "seed of the initial weights and of the data order")
+      ->check(cli::unsigned_whole())
+      ->capture_default_str();
   app.add_option("--data", data,
                  std::string("override plan.data: synthetic | text (the default corpus, ") + kDefaultTextPath +
                      ") | a file path");
-  app.add_option("--steps", steps, "override plan.steps (the learning-rate schedule spans them)");
-  app.add_option("--stop-after", opt.stop_after, "stop and checkpoint after this step, as if interrupted (0: never)");
+  app.add_option("--steps", steps, "override plan.steps (the learning-rate schedule spans them)")
+      ->check(cli::whole_at_least(1));
+  app.add_option("--stop-after", opt.stop_after, "stop and checkpoint after this step, as if interrupted (0: never)")
+      ->check(cli::whole_at_least(0));
   app.add_flag("--resume", opt.resume, "continue from the newest checkpoint in the checkpoint directory");
   app.add_option("--checkpoint-dir", checkpoint_dir, "override plan.checkpoint_dir");
-  app.add_option("--checkpoint-every", opt.checkpoint_every, "checkpoint every N steps besides the last (0: only the last)");
-  app.add_option("--lr", opt.optimizer.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--min-lr", opt.optimizer.min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
-  app.add_option("--warmup-steps", opt.optimizer.warmup_steps, "linear warm-up steps")->capture_default_str();
-  app.add_option("--weight-decay", opt.optimizer.weight_decay, "AdamW decoupled weight decay (matrices only)")->capture_default_str();
-  app.add_option("--clip-grad", opt.optimizer.clip_norm, "global gradient-norm clip (0: off)")->capture_default_str();
-  app.add_option("--dp-bucket-kB", bucket_kB, "gradient all-reduce bucket size, kB (1024 bytes)")->capture_default_str();
-  app.add_option("--peak-tflops", peak_tflops, "peak TFLOP/s of one rank's device, for MFU (none: MFU not reported)");
+  app.add_option("--checkpoint-every", opt.checkpoint_every, "checkpoint every N steps besides the last (0: only the last)")
+      ->check(cli::whole_at_least(0));
+  app.add_option("--lr", opt.optimizer.lr, "peak learning rate")
+      ->check(cli::number_at_least(0, true, "a learning rate"))
+      ->capture_default_str();
+  app.add_option("--min-lr", opt.optimizer.min_lr, "learning rate at the end of the cosine decay (at most --lr)")
+      ->check(cli::number_at_least(0, false, "a learning rate"))
+      ->capture_default_str();
+  app.add_option("--warmup-steps", opt.optimizer.warmup_steps, "linear warm-up steps")
+      ->check(cli::whole_at_least(0))
+      ->capture_default_str();
+  app.add_option("--weight-decay", opt.optimizer.weight_decay, "AdamW decoupled weight decay (matrices only)")
+      ->check(cli::number_at_least(0, false, "a decay factor per step, times the learning rate"))
+      ->capture_default_str();
+  app.add_option("--clip-grad", opt.optimizer.clip_norm, "global gradient-norm clip (0: off)")
+      ->check(cli::number_at_least(0, false, "a gradient norm; 0 turns clipping off"))
+      ->capture_default_str();
+  app.add_option("--dp-bucket-kB", bucket_kB, "gradient all-reduce bucket size, kB (1024 bytes)")
+      ->check(cli::number_at_least(0, true, "a bucket size in kB"))
+      ->capture_default_str();
+  app.add_option("--peak-tflops", peak_tflops, "peak TFLOP/s of one rank's device, for MFU (none: MFU not reported)")
+      ->check(cli::number_at_least(0, true, "TFLOP/s"));
   app.add_flag("--quiet", quiet, "no per-step log lines");
   app.add_option("--timeout-s", timeout_s,
                  "a rank that finishes no step for this long exits with code 4, and the launcher ends the job "
@@ -191,12 +210,19 @@ int run_trainer_cli(int argc, char** argv) {
   opt.checkpoint_dir = checkpoint_dir;
   opt.steps = steps;
   opt.peak_tflops = peak_tflops;
-  opt.dp_bucket_bytes = std::int64_t(bucket_kB * 1024.0);
   std::optional<Fault> fault;
   try {
     if (!std::isfinite(timeout_s) || timeout_s < 0)
       throw SpecError(SourceLocation{"command line", 0, 0}, "--timeout-s", std::to_string(timeout_s),
                       "must be a number of seconds >= 0");
+    if (opt.optimizer.min_lr > opt.optimizer.lr)
+      throw SpecError(SourceLocation{"command line", 0, 0}, "--min-lr", std::to_string(opt.optimizer.min_lr),
+                      "must be at most the peak learning rate --lr (" + std::to_string(opt.optimizer.lr) +
+                          "): the cosine decay falls from --lr to --min-lr (give --min-lr with a low --lr)");
+    if (bucket_kB > 1e12)
+      throw SpecError(SourceLocation{"command line", 0, 0}, "--dp-bucket-kB", std::to_string(bucket_kB),
+                      "must be at most 1e12 kB (a petabyte; one bucket then holds any model's gradients)");
+    opt.dp_bucket_bytes = std::int64_t(bucket_kB * 1024.0);
     if (!fault_text.empty()) fault = parse_fault(fault_text);
     const std::optional<Precision> precision = parse_enum<Precision>(precision_text);
     if (!precision)

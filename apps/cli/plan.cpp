@@ -13,6 +13,7 @@
 #include "apps/cli/cli.hpp"
 #include "apps/cli/plan_mpi.hpp"
 #include "apps/cli/progress.hpp"
+#include "core/cli_validators.hpp"
 #include "core/framework.hpp"
 #include "core/plan_json.hpp"
 #include "core/scenario.hpp"
@@ -314,8 +315,8 @@ Command plan_command() {
             ->capture_default_str();
         sub.add_option("--model", o->model, "Model file or bundled name (overrides the experiment's)");
         sub.add_option("--cluster", o->cluster, "Cluster file or bundled name (overrides the experiment's)");
-        sub.add_option("--gpus", o->gpus, "GPUs to use (default: the experiment's)")->check(CLI::PositiveNumber);
-        sub.add_option("--global-batch", o->global_batch, "Sequences per iteration")->check(CLI::PositiveNumber);
+        sub.add_option("--gpus", o->gpus, "GPUs to use (default: the experiment's)")->check(whole_at_least(1));
+        sub.add_option("--global-batch", o->global_batch, "Sequences per iteration")->check(whole_at_least(1));
         sub.add_option("--dtype", o->dtype,
                        "Training precision: bf16 | fp16 | fp8 | fp32 (default: the experiment's); it must be one the "
                        "cluster's GPU has a peak for");
@@ -339,14 +340,14 @@ Command plan_command() {
         sub.add_option("--top", o->top, "Ranked plans to print (and re-simulate with SimGrid)")
             ->check(CLI::Range(1, 1000))
             ->capture_default_str();
-        sub.add_option("--threads", o->threads, "Worker threads (default: the cores this process may use; under mpirun, shared among the ranks of a node)")->check(CLI::NonNegativeNumber);
+        sub.add_option("--threads", o->threads, "Worker threads (default: the cores this process may use; under mpirun, shared among the ranks of a node)")->check(whole_at_least(0));
         sub.add_flag("--no-simgrid", o->no_simgrid, "Rank with the analytic engine only");
         sub.add_flag("--terapipe", o->terapipe,
                      "Also search TeraPipe token-level pipelining (slices from TeraPipe's dynamic program) and "
                      "report its speedup over the best plan without it");
         sub.add_flag("--json", o->json, "Print machine-readable JSON");
         sub.add_option("--out", o->out, "Directory to write plan.json, launch.sh and megatron_args.txt into (and ds_config.json for a DeepSpeed plan, fms_fsdp_launch.txt for an fms-fsdp one)");
-        sub.add_option("--pick", o->pick, "Which ranked plan to write with --out (1 = best)")->check(CLI::PositiveNumber);
+        sub.add_option("--pick", o->pick, "Which ranked plan to write with --out (1 = best)")->check(whole_at_least(1));
         return [o](std::ostream& out, std::ostream& err) {
           const Experiment base = load_experiment(resolve_scenario("experiments", o->experiment));
           planner::SearchRequest r = request_from(*o, base);

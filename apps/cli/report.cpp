@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "apps/cli/cli.hpp"
+#include "core/cli_validators.hpp"
 #include "core/plan_json.hpp"
 #include "core/spec_json.hpp"
 #include "core/scenario.hpp"
@@ -130,7 +131,7 @@ Command report_command() {
                        "Closed-loop results (from validate --local; default OUT/closed-loop.json when it exists)");
         sub.add_option("--top", o->top, "Plans in the breakdown bars")->check(CLI::Range(1, 50))->capture_default_str();
         sub.add_option("--threads", o->threads, "Worker threads for the search (default: all cores)")
-            ->check(CLI::NonNegativeNumber);
+            ->check(whole_at_least(0));
         sub.add_flag("--json", o->json, "Print the paths written as JSON");
         return [o](std::ostream& out, std::ostream& err) {
           const auto engine = *parse_enum<sim::EngineKind>(o->engine);

@@ -6,6 +6,7 @@
 #include "apps/cli/cli.hpp"
 #include "apps/cli/local_loop.hpp"
 #include "apps/cli/progress.hpp"
+#include "core/cli_validators.hpp"
 #include "core/scenario.hpp"
 #include "planner/validation.hpp"
 
@@ -42,7 +43,8 @@ Command validate_command() {
             ->capture_default_str();
         sub.add_option("--plans", o->loop.plans, "--local: run only these plans of the set (names as in the table)")
             ->delimiter(',');
-        sub.add_option("--max-ranks", o->loop.max_ranks, "--local: most ranks per plan (default: the host's cores, at least 2)");
+        sub.add_option("--max-ranks", o->loop.max_ranks, "--local: most ranks per plan (default: the host's cores, at least 2)")
+            ->check(whole_at_least(1));
         return [o](std::ostream& out, std::ostream& err) {
           if (o->local) {
             LocalLoopOptions l = o->loop;

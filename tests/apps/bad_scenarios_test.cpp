@@ -75,7 +75,10 @@ const std::vector<BadCase> kCases = {
     {"tiers_not_nesting", {"cluster.inter_node.tiers[1].nodes = 6", "multiple of the tier below's 4 nodes", ":9:"}},
     {"tiers_and_oversubscription", {"cluster.inter_node.tiers", "not both", ":9:"}},
     {"tiers_oversubscription_below_one", {"cluster.inter_node.tiers[0].oversubscription = 0.5", "at least 1"}},
-    {"pcie_node_negative", {"cluster.host.pcie_node_GBps = -48", "at least 0", ":10:"}}
+    {"pcie_node_negative", {"cluster.host.pcie_node_GBps = -48", "at least 0", ":10:"}},
+    // Found by fuzzing the bundled files (session 70): both reached the simulation before.
+    {"nic_without_rate", {"cluster.inter_node.nic_Gbps = 0", "must be greater than 0 when", ":9:"}},
+    {"gpu_capability_range", {"gpu.compute_capability = 80", "must be a CUDA compute capability", ":9:"}}
 };
 
 class BadScenario : public ::testing::TestWithParam<BadCase> {};

@@ -314,3 +314,20 @@ TEST(PlanCli, CompileOnPlansUnderTorchCompileWhereTheFrameworkHasIt) {
   }
 }
 
+
+// A count that is not a positive whole number is refused with the rule and the value, not with
+// CLI11's "not in range 0.000000 to 1797..." (the largest double) or a bare "Could not convert".
+TEST(PlanCli, CountsOutOfRangeNameTheRuleAndTheValue) {
+  for (const auto& [option, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--gpus", "-8"}, {"--gpus", "0"}, {"--gpus", "99999999999"}, {"--global-batch", "1.5"}, {"--pick", "0"}}) {
+    const Outcome o = plan({"--experiment", "sc21-table1-1.7b", "--no-simgrid", option, value});
+    EXPECT_EQ(o.rc, 2) << option << " " << value;
+    EXPECT_NE(o.err.find(option + ": must be a whole number from 1 to 2147483647 (got '" + value + "')"),
+              std::string::npos)
+        << o.err;
+    EXPECT_EQ(o.err.find("1797"), std::string::npos) << o.err;
+  }
+  const Outcome threads = plan({"--experiment", "sc21-table1-1.7b", "--no-simgrid", "--threads", "-1"});
+  EXPECT_EQ(threads.rc, 2);
+  EXPECT_NE(threads.err.find("--threads: must be a whole number from 0"), std::string::npos) << threads.err;
+}

@@ -86,3 +86,17 @@ TEST(ValidateCli, TeraPipe1bWithinNinePercentOnSimGrid) {
   EXPECT_NEAR(speedup / published_speedup, 1.0, 0.10) << "speedup " << speedup << " vs " << published_speedup;
 }
 
+
+// --local --max-ranks below 1 is refused before anything runs; it used to fall back to the host's
+// core count without a word (session 70's fuzzing of the command lines).
+TEST(ValidateCli, LocalMaxRanksBelowOneIsRefused) {
+  for (const char* value : {"0", "-2"}) {
+    std::ostringstream out, err;
+    EXPECT_EQ(foresight::cli::run_cli({"validate", "--local", "--max-ranks", value, "--work-dir",
+                                       (std::filesystem::temp_directory_path() / "foresight-never-made").string()},
+                                      out, err),
+              2);
+    EXPECT_NE(err.str().find("--max-ranks: must be a whole number from 1"), std::string::npos) << err.str();
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::temp_directory_path() / "foresight-never-made"));
+  }
+}
