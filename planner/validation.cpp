@@ -46,6 +46,7 @@ std::string group_of(const Experiment& e) {
   if (n.starts_with("dgxc2411")) return "DGX Cloud benchmarking recipes on H100 (NeMo 24.05 and 24.09, 2024)";
   if (n.starts_with("dgxc")) return "DGX Cloud benchmarking recipes on H100 (NeMo 2.0)";
   if (n.starts_with("deepseek-v3")) return "DeepSeek-V3 report (H800, DualPipe, FP8)";
+  if (n.starts_with("megascale")) return "MegaScale's Megatron-LM baseline (Jiang et al. 2024, A100)";
   return "other";
 }
 
