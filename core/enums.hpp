@@ -112,12 +112,13 @@ FORESIGHT_ENUM_NAMES(MemoryKind, {MemoryKind::allocated, "allocated"}, {MemoryKi
 /// The software that runs a plan; it decides implementation details the simulator must model
 /// (how pipeline activations cross nodes, what overlaps with what, which attention kernel runs).
 /// What each one does is one entry of core/framework.hpp's table, read by every cost model.
-enum class Framework { megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, foresight_train, llm_foundry, fms_fsdp };
+enum class Framework { megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, foresight_train, llm_foundry, fms_fsdp, flash_attn };
 FORESIGHT_ENUM_NAMES(Framework, {Framework::megatron, "megatron"}, {Framework::megatron_core, "megatron-core"},
                      {Framework::deepspeed, "deepspeed"}, {Framework::terapipe, "terapipe"},
                      {Framework::pytorch, "pytorch"}, {Framework::torchtitan, "torchtitan"},
                      {Framework::generic, "generic"}, {Framework::foresight_train, "foresight-train"},
-                     {Framework::llm_foundry, "llm-foundry"}, {Framework::fms_fsdp, "fms-fsdp"});
+                     {Framework::llm_foundry, "llm-foundry"}, {Framework::fms_fsdp, "fms-fsdp"},
+                     {Framework::flash_attn, "flash-attn"});
 
 /// How attention is computed: Megatron-LM 2021-22's unfused path (two batched GEMMs around a
 /// fused scale-mask-softmax and a dropout over the (b, a/t, s, s) scores, all stored for the
@@ -126,11 +127,13 @@ FORESIGHT_ENUM_NAMES(Framework, {Framework::megatron, "megatron"}, {Framework::m
 /// flash: a FlashAttention-class fused kernel as the GPU file measures it (on the GH100 files,
 /// PyTorch 2.11's SDPA); flash2: FlashAttention-2 itself (flash-attn 2.x, and PyTorch SDPA's flash
 /// backend through 2.8, which vendors it), where a GPU file tells it apart; cudnn: cuDNN's fused
-/// attention (Transformer Engine on Hopper).
-enum class AttentionImpl { unfused, flash, cudnn, flash2, flash_triton };
+/// attention (Transformer Engine on Hopper); flash1: the original FlashAttention CUDA kernel
+/// (flash-attn 0.x-1.x, 2022), about half FlashAttention-2's speed on an A100, where a GPU file
+/// tells it apart; flash-triton: FlashAttention's Triton kernel.
+enum class AttentionImpl { unfused, flash, cudnn, flash2, flash_triton, flash1 };
 FORESIGHT_ENUM_NAMES(AttentionImpl, {AttentionImpl::unfused, "unfused"}, {AttentionImpl::flash, "flash"},
                      {AttentionImpl::cudnn, "cudnn"}, {AttentionImpl::flash2, "flash2"},
-                     {AttentionImpl::flash_triton, "flash-triton"});
+                     {AttentionImpl::flash_triton, "flash-triton"}, {AttentionImpl::flash1, "flash1"});
 
 /// How MoE tokens reach their experts: a gather/scatter permute (our kernels: one permute before
 /// the experts, one unpermute after), DeepSpeed-MoE 2021's dense one-hot einsums, `sec,sm->ecm` to

@@ -290,6 +290,48 @@ constexpr ElementwiseTraffic kFmsCompiledTraffic = [] {
   return t;
 }();
 
+/// The GPT of Dao-AILab/flash-attention's training code (flash_attn/models/gpt.py with the
+/// training/configs/experiment/pile/*-flash.yaml switches: fused_dropout_add_ln, fused_mlp,
+/// fused_bias_fc, residual_in_fp32, use_flash_attn; flash_attn/ops/layer_norm.py, fused_dense.py,
+/// losses/cross_entropy.py), under Lightning's bf16 autocast; per (tokens, hidden) element unless
+/// stated:
+///  Dropout + residual add + LayerNorm are one kernel per site (dropout_add_ln_fwd): read the branch
+///  output (bf16, 2) and the fp32 residual stream (4), write the new fp32 stream (4), the bf16
+///  normed output (2) and the 1-byte dropout mask: 13 a site, 26 for the two sites in 2 launches,
+///  with nothing left for a separate residual kernel. Backward (dropout_add_ln_bwd): read the normed
+///  output's gradient (2), the saved fp32 stream (4), the stream's gradient from above (fp32, 4)
+///  and the mask (1), write the branch's gradient (2) and the stream's (4): 17 a site, 34, in 4
+///  launches (each with the small reduction of its gamma/beta partial sums).
+///  No re-layout copies: the packed qkv GEMM output goes to flash_attn_qkvpacked_func as a view and
+///  its (b, s, heads, d) output is the projection's input as a view; the backward writes dqkv packed.
+///  GeLU: fc1's cuBLASLt epilogue adds the bias and applies GeLU, writing both the pre-activation
+///  and the output (2 bytes per ffn element beyond a plain GEMM's output); the backward's dGeLU is
+///  fc2's data-gradient epilogue reading the saved pre-activation (2); bias gradients come from the
+///  weight-gradient GEMMs' epilogues (linear_bias_wgrad): none priced apart.
+///  Weights: FusedDense and FusedMLP cast the fp32 weights to bf16 every forward (read 4, write 2)
+///  and autograd casts the bf16 weight gradient back into the fp32 .grad (read 2, write 4), as
+///  eager autocast does. Embedding: GPT2Embeddings' word and position lookups and their sum in fp32,
+///  as eager PyTorch (28, backward 16). Loss: flash-attn's CrossEntropyLoss(inplace_backward=True)
+///  reads the bf16 logits once for the log-sum-exp and, in the backward, reads them and writes the
+///  gradient over them (2 and 4, one launch each).
+constexpr ElementwiseTraffic kFlashAttnGptTraffic = [] {
+  ElementwiseTraffic t = kPytorchAutocastTraffic;  // embedding and weight casts as eager autocast
+  t.norms_forward = 26;
+  t.norms_backward = 34;
+  t.norms_launches_forward = 2;
+  t.norms_launches_backward = 4;
+  t.residual_forward = t.residual_backward = 0;
+  t.residual_launches_forward = t.residual_launches_backward = 0;
+  t.layout_forward = t.layout_backward = t.layout_strided_forward = t.layout_strided_backward = 0;
+  t.layout_launches_forward = t.layout_launches_backward = 0;
+  t.activation_forward = t.activation_backward = 2;
+  t.bias_grad = 0;
+  t.loss_forward = 2;
+  t.loss_backward = 4;
+  t.loss_launches_forward = t.loss_launches_backward = 1;
+  return t;
+}();
+
 constexpr double kDdpBucketBytes = 25.0 * 1048576.0;  // torch DDP bucket_cap_mb default 25 (MiB)
 
 /// An entry with what most of the frameworks of the table share, so that each entry below states
@@ -310,7 +352,19 @@ FrameworkTraits entry(Framework id, const char* name, const char* version, const
   return t;
 }
 
-std::array<FrameworkTraits, 10> make_table() {
+/// An entry that starts as a copy of `base` (a framework built on another's execution), under its
+/// own identity.
+FrameworkTraits derived(const FrameworkTraits& base, Framework id, const char* name, const char* version,
+                        const char* source) {
+  FrameworkTraits t = base;
+  t.id = id;
+  t.name = name;
+  t.version = version;
+  t.source = source;
+  return t;
+}
+
+std::array<FrameworkTraits, 11> make_table() {
   FrameworkTraits megatron = entry(Framework::megatron, "megatron", "Megatron-LM v2.x-v3.0 (2021-22)",
                                    "Narayanan et al. 2021 (SC21); Korthikanti et al. 2022; NVIDIA/Megatron-LM v2.5-v3.0 "
                                    "(megatron/p2p_communication.py, megatron/model/distributed.py, docs/distrib_optimizer.md)");
@@ -702,13 +756,10 @@ std::array<FrameworkTraits, 10> make_table() {
   // cross-entropy, reads the bf16 logits and writes a bf16 gradient, 4 bytes per logit at the
   // backward's peak instead of eager F.cross_entropy's 12 (llmfoundry/models/mpt/modeling_mpt.py).
   // No tensor or context parallelism in its benchmarks.
-  FrameworkTraits llm_foundry = pytorch;
-  llm_foundry.id = Framework::llm_foundry;
-  llm_foundry.name = "llm-foundry";
-  llm_foundry.version = "llm-foundry with Composer FSDP1, MPT models, PyTorch 2.0-2.3 (2023-24)";
-  llm_foundry.source =
+  FrameworkTraits llm_foundry = derived(
+      pytorch, Framework::llm_foundry, "llm-foundry", "llm-foundry with Composer FSDP1, MPT models, PyTorch 2.0-2.3 (2023-24)",
       "mosaicml/llm-foundry (llmfoundry/models/mpt/modeling_mpt.py loss_fn, attn_config; scripts/train/benchmarking); "
-      "Composer FSDP docs (sharding_strategy, mixed_precision DEFAULT / PURE)";
+      "Composer FSDP docs (sharding_strategy, mixed_precision DEFAULT / PURE)");
   llm_foundry.activations.logits_bytes = 4;
   llm_foundry.elementwise = kLlmFoundryMptTraffic;
   llm_foundry.attention = AttentionImpl::flash_triton;
@@ -826,15 +877,12 @@ std::array<FrameworkTraits, 10> make_table() {
   // reduced in bf16 (bfSixteen), the block's RoPE and loss (kFmsEagerTraffic), the logits kept by
   // the training loop through the backward, and no tensor, pipeline or context parallelism (its
   // trainer has none) and no Float8.
-  FrameworkTraits fms_fsdp = torchtitan;
-  fms_fsdp.id = Framework::fms_fsdp;
-  fms_fsdp.launcher = Launcher::fms_fsdp;
-  fms_fsdp.name = "fms-fsdp";
-  fms_fsdp.version = "IBM fms-fsdp with PyTorch FSDP1 and the ibm-fms LLaMA (2024)";
-  fms_fsdp.source =
+  FrameworkTraits fms_fsdp = derived(
+      torchtitan, Framework::fms_fsdp, "fms-fsdp", "IBM fms-fsdp with PyTorch FSDP1 and the ibm-fms LLaMA (2024)",
       "foundation-model-stack/fms-fsdp (main_training.py, fms_fsdp/utils/train_utils.py get_policies and train, "
       "fms_fsdp/policies/mixed_precision.py bfSixteen, ac_handler.py; README benchmarks, 2024-02 to 2024-05); "
-      "foundation-model-stack/foundation-model-stack fms/models/llama.py and fms/modules (2024-02)";
+      "foundation-model-stack/foundation-model-stack fms/models/llama.py and fms/modules (2024-02)");
+  fms_fsdp.launcher = Launcher::fms_fsdp;
   fms_fsdp.elementwise = kFmsEagerTraffic;
   fms_fsdp.compiled_elementwise = kFmsCompiledTraffic;
   fms_fsdp.precision.reduce_bytes = 2;
@@ -871,6 +919,49 @@ std::array<FrameworkTraits, 10> make_table() {
       "which plan.offload does not describe)";
   fms_fsdp.activation_offload_refusal =
       "fms-fsdp keeps activations on the GPU (deepspeed, megatron-core or foresight-train offload them)";
+
+  // Dao-AILab/flash-attention's training code (training/, 2022-23; Dao et al. 2022, arXiv:2205.14135,
+  // and Dao 2023, arXiv:2307.08691 sec. 4.2, whose end-to-end GPT runs it made): PyTorch Lightning
+  // on one node, DDP (gradient_as_bucket_view, 25 MiB buckets, no_sync on all but the last
+  // micro-batch) under bf16 autocast over fp32 parameters, flash_attn's GPT with the fused kernels
+  // above (kFlashAttnGptTraffic) and FlashAttention (v2 from flash-attn 2.0, the default here;
+  // plan.attention flash1 for the 2022 v1 kernel, where the GPU file has its figure). Its ZeRO-1 is
+  // torch.distributed.optim.ZeroRedundancyOptimizer (training/src/utils/ddp_zero1.py,
+  // configs/optimizer/adamw-zero.yaml): DDP's all-reduce of every gradient, the rank's step over
+  // its parameters, then each rank's updated parameters broadcast to the others. What it saves for
+  // the backward: the fp32 residual stream (residual_in_fp32) and the 1-byte dropout mask at both
+  // norm sites (GPT2Config's resid_pdrop 0.1; attention dropout runs inside the kernel, no mask),
+  // each norm's bf16 output, the packed qkv, the attention output (no copy before the projection),
+  // fc1's pre-activation and GeLU output (FusedMLP checkpoint_lvl 0), and the bf16 logits, over
+  // which the loss's backward writes their gradient (2 bytes a logit).
+  FrameworkTraits flash_attn = derived(
+      pytorch, Framework::flash_attn, "flash-attn",
+      "Dao-AILab/flash-attention training/ (PyTorch Lightning DDP, flash_attn GPT, 2022-23)",
+      "Dao-AILab/flash-attention training/ (README.md, configs/experiment/pile, src/utils/ddp_zero1.py), "
+      "flash_attn/models/gpt.py, flash_attn/ops/layer_norm.py, fused_dense.py, losses/cross_entropy.py; "
+      "notes/research-flashattention-training.md");
+  flash_attn.attention = AttentionImpl::flash2;
+  flash_attn.elementwise = kFlashAttnGptTraffic;
+  flash_attn.compiled_elementwise.reset();
+  flash_attn.activations = {.dropout = true, .attention_output_copy = false, .logits_bytes = 2};
+  flash_attn.zero_reduction = ZeroReduction::all_reduce;
+  flash_attn.max_zero = flash_attn.max_zero_with_pipeline = 1;
+  // Its configs train on one node without model parallelism (gpt.py takes a tensor-parallel
+  // process group, which no training config passes).
+  flash_attn.tensor_parallel = flash_attn.pipeline_parallel = false;
+  flash_attn.sequence_parallel = false;
+  flash_attn.context_parallel = flash_attn.cp_torch_sdpa = false;
+  flash_attn.tp_overlap = flash_attn.tp_overlap_needs_compile = false;
+  flash_attn.tp_batch_first_relayout = false;
+  // Nothing is checkpointed by its training loop or its GPT's blocks: the only recompute it has is
+  // inside FusedMLP (mlp_checkpoint_lvl 1 and 2: the GeLU, or fc1 and the GeLU), which the
+  // plan's recompute modes do not describe, and its configs keep it at 0.
+  flash_attn.selective_recompute = flash_attn.full_recompute = flash_attn.partial_recompute = false;
+  flash_attn.optimizer_offload_refusal =
+      "flash-attn's training code keeps the optimizer on the GPU (deepspeed or megatron-core offload it)";
+  flash_attn.activation_offload_refusal =
+      "flash-attn's training code keeps activations on the GPU (deepspeed, megatron-core or foresight-train "
+      "offload them)";
 
   // An idealised implementation for plans no particular framework constrains: fused attention,
   // 16-bit weights with an fp32 master copy (ZeRO paper sec. 3.1), whole-tensor pipeline sends,
@@ -940,13 +1031,13 @@ std::array<FrameworkTraits, 10> make_table() {
   trainer.zero1_expert_parallel = false;
   trainer.gpt_blocks_only = true;
   trainer.in_development = true;
-  return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer, llm_foundry, fms_fsdp};
+  return {megatron, megatron_core, deepspeed, terapipe, pytorch, torchtitan, generic, trainer, llm_foundry, fms_fsdp, flash_attn};
 }
 
 }  // namespace
 
 const FrameworkTraits& framework_traits(Framework f) {
-  static const std::array<FrameworkTraits, 10> table = make_table();
+  static const std::array<FrameworkTraits, 11> table = make_table();
   for (const auto& t : table)
     if (t.id == f) return t;
   FORESIGHT_CHECK(false) << "no traits for framework " << int(f);

@@ -34,6 +34,10 @@ struct GpuKernelFigures {
   std::optional<SourcedValue> flash2_attention_efficiency;
   // FlashAttention's Triton kernel (flash_attn/flash_attn_triton.py, MPT's attn_impl triton);
   // unset: the flash figure stands in for it, scaled where a calibrated parameter says so.
+  /// The original FlashAttention CUDA kernel (flash-attn 1.x), forward + backward, causal, head dim
+  /// 128, sequence 2k, as flash2_attention_efficiency; its shape curve is
+  /// cost_models/roofline.cpp flash1_attention_shape_factor.
+  std::optional<SourcedValue> flash1_attention_efficiency;
   std::optional<SourcedValue> flash_triton_attention_efficiency;
   // Of peak HBM bandwidth, the rate at which unfused attention moves its (b, heads, s, s) score
   // matrices; unset: the streaming figure.

@@ -173,6 +173,7 @@ GpuSpec read_gpu(const Section& s) {
     g.kernels.cudnn_attention_efficiency = optional("cudnn_attention_efficiency");
     g.kernels.flash2_attention_efficiency = optional("flash2_attention_efficiency");
     g.kernels.flash_triton_attention_efficiency = optional("flash_triton_attention_efficiency");
+    g.kernels.flash1_attention_efficiency = optional("flash1_attention_efficiency");
     g.kernels.unfused_score_efficiency = optional("unfused_score_efficiency");
     g.kernels.eager_norm_efficiency = optional("eager_norm_efficiency");
     g.kernels.eager_strided_efficiency = optional("eager_strided_efficiency");

@@ -29,6 +29,7 @@ nlohmann::ordered_json to_json(const GpuSpec& g) {
   put("cudnn_attention_efficiency", g.kernels.cudnn_attention_efficiency);
   put("flash2_attention_efficiency", g.kernels.flash2_attention_efficiency);
   put("flash_triton_attention_efficiency", g.kernels.flash_triton_attention_efficiency);
+  put("flash1_attention_efficiency", g.kernels.flash1_attention_efficiency);
   put("unfused_score_efficiency", g.kernels.unfused_score_efficiency);
   put("eager_norm_efficiency", g.kernels.eager_norm_efficiency);
   put("eager_strided_efficiency", g.kernels.eager_strided_efficiency);

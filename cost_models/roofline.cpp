@@ -27,8 +27,10 @@ RooflineParams roofline_params_for(const GpuSpec& gpu, AttentionImpl attention, 
       attention == AttentionImpl::cudnn                                                    ? k.cudnn_attention_efficiency
       : attention == AttentionImpl::flash2 && k.flash2_attention_efficiency             ? k.flash2_attention_efficiency
       : attention == AttentionImpl::flash_triton && k.flash_triton_attention_efficiency ? k.flash_triton_attention_efficiency
+      : attention == AttentionImpl::flash1 && k.flash1_attention_efficiency             ? k.flash1_attention_efficiency
                                                                                           : k.flash_attention_efficiency;
   p.triton_attention_shape = attention == AttentionImpl::flash_triton;
+  p.flash1_attention_shape = attention == AttentionImpl::flash1;
   if (attention != AttentionImpl::unfused && fused) p.flash_efficiency = fused->value;
   if (has_attention_figure) *has_attention_figure = attention == AttentionImpl::unfused || fused.has_value();
   return p;
@@ -224,6 +226,17 @@ double triton_attention_shape_factor(double head_dim, double context) {
   return attention_grid_factor(kD64, kD128, head_dim, context);
 }
 
+double flash1_attention_shape_factor(double head_dim, double context) {
+  // The original FlashAttention CUDA kernel (flash-attn 1.x) forward + backward, causal, on an A100
+  // 80GB SXM4 (the "FlashAttention" bars of Dao-AILab/flash-attention assets/
+  // flash2_a100_fwd_bwd_benchmark.png @ 4f285b35, the sweep the FlashAttention-2 and Triton figures
+  // come from; notes/research-flash1-a100.md), TFLOP/s by sequence length 512 .. 16k: head dim 128:
+  // 55, 62, 69, 76, 80, 83; head dim 64: 58, 70, 77, 87, 92, 97.
+  static constexpr double kD128[] = {55, 62, 69, 76, 80, 83};
+  static constexpr double kD64[] = {58, 70, 77, 87, 92, 97};
+  return attention_grid_factor(kD64, kD128, head_dim, context);
+}
+
 Seconds RooflineCompute::flash_forward(double bh, double tokens, double context, double d, bool causal,
                                        int window) const {
   // QK^T and AV over the visible part of the (tokens x context) score matrix.
@@ -238,9 +251,14 @@ Seconds RooflineCompute::flash_forward(double bh, double tokens, double context,
     visible = seen(context) - seen(context - tokens);
     band = w;
   }
+  // The original FlashAttention kernel has instances for head dims 32, 64 and 128 only and runs any
+  // other head dim (a multiple of 8 up to 128) on the next larger one (flash-attn 0.2,
+  // csrc/flash_attn/fmha_api.cpp run_fmha_fwd / run_fmha_bwd_hdim*): a head of 96 costs one of 128.
+  if (p_.flash1_attention_shape && d <= 128) d = d <= 32 ? 32.0 : d <= 64 ? 64.0 : 128.0;
   const double flops = 4.0 * bh * visible * d;
   const double shape = !p_.fused_attention_shape    ? 1.0
                        : p_.triton_attention_shape ? triton_attention_shape_factor(d, band)
+                       : p_.flash1_attention_shape ? flash1_attention_shape_factor(d, band)
                                                    : fused_attention_shape_factor(d, band);
   const double efficiency = p_.flash_efficiency * shape;
   return Seconds(flops / (attention_peak_.value() * efficiency)) + p_.launch_overhead;

@@ -53,6 +53,9 @@ struct RooflineParams {
   /// The fused kernel is FlashAttention's Triton kernel, whose shape dependence is its own
   /// (triton_attention_shape_factor) rather than FlashAttention-2's.
   bool triton_attention_shape = false;
+  /// The fused kernel is the original FlashAttention (v1) CUDA kernel: its own shape dependence
+  /// (flash1_attention_shape_factor).
+  bool flash1_attention_shape = false;
   /// Fraction of peak HBM bandwidth at which unfused attention moves its (b, heads, s, s) score
   /// matrices: the batched GEMMs writing and reading them, the masked softmax and the dropout.
   /// Unset: the streaming figure above (no unfused-attention measurement for that GPU).
@@ -88,6 +91,8 @@ double cudnn_mla_attention_factor(double compute_capability, double context);
 /// The same for FlashAttention's Triton kernel, from its own column of FlashAttention-2's A100 sweep
 /// (roofline.cpp): flatter in the sequence, and faster at head dim 64 than at 128.
 double triton_attention_shape_factor(double head_dim, double context);
+/// The same for the original FlashAttention CUDA kernel (v1) on an A100.
+double flash1_attention_shape_factor(double head_dim, double context);
 
 /// A GEMM C(m x n) = A(m x k) B(k x n), `batch` times, 2-byte inputs and outputs.
 struct GemmShape {

@@ -47,6 +47,7 @@ std::string group_of(const Experiment& e) {
   if (n.starts_with("dgxc")) return "DGX Cloud benchmarking recipes on H100 (NeMo 2.0)";
   if (n.starts_with("deepseek-v3")) return "DeepSeek-V3 report (H800, DualPipe, FP8)";
   if (n.starts_with("megascale")) return "MegaScale's Megatron-LM baseline (Jiang et al. 2024, A100)";
+  if (n.starts_with("flashattn")) return "FlashAttention's GPT training code (Dao et al. 2022-23, 8 A100 80GB)";
   return "other";
 }
 

@@ -724,6 +724,19 @@ TEST(GradAccumulation, BytesPerParameterByFramework) {
   EXPECT_EQ(accumulate(Dtype::bf16, Framework::pytorch), 12.0);
 }
 
+// GPT-3 XL's shape as ../shared/bench and FlashAttention's training code run it: 24 x 2048, 16
+// heads of 128, sequence 2048, GeLU MLP 4x, the given (padded) GPT-2 vocabulary.
+ModelSpec gpt_1p3b(int vocab) {
+  return ModelSpec{.name = "gpt-1.3b", .layers = 24, .hidden = 2048, .heads = 16, .seq_len = 2048,
+                   .vocab = vocab, .ffn_hidden = 8192, .kv_heads = 16, .moe = std::nullopt};
+}
+PlanSpec one_gpu_micro_batch_8(Framework f) {
+  PlanSpec p;
+  p.micro_batch = 8;
+  p.framework = f;
+  return p;
+}
+
 TEST(MemoryPerGpu, PyTorchAutocastOneH100ByHand) {
   // ../shared/bench/torch_gpt_baseline.py's 1.3B run (24 x 2048, 16 heads, seq 2048, vocab 50304,
   // micro-batch 8, one GPU) as eager PyTorch runs it, by hand. sbh = 2048 * 8 * 2048 = 33,554,432.
@@ -731,11 +744,8 @@ TEST(MemoryPerGpu, PyTorchAutocastOneH100ByHand) {
   // SDPA keeps q, k, v in 6, SDPA's output 2 and its reshaped copy (the projection's input) 2,
   // ln2 input fp32 4, fc input 2, GeLU input 8, fc2 input 8: 38 sbh = 1,275,068,416; plus fp32
   // logsumexp per head and query, 4 * 16 * 16,384 = 1,048,576: 1,276,116,992 bytes.
-  const ModelSpec m{.name = "torch-1.3b", .layers = 24, .hidden = 2048, .heads = 16, .seq_len = 2048,
-                    .vocab = 50304, .ffn_hidden = 8192, .kv_heads = 16, .moe = std::nullopt};
-  PlanSpec p;
-  p.micro_batch = 8;
-  p.framework = Framework::pytorch;
+  const ModelSpec m = gpt_1p3b(50304);
+  const PlanSpec p = one_gpu_micro_batch_8(Framework::pytorch);
   const TrainingSpec tr{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
   const ExecutionModel x = exec(tr, p);
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(x, m, p, 8, 2048).value(), 1276116992.0);
@@ -754,6 +764,35 @@ TEST(MemoryPerGpu, PyTorchAutocastOneH100ByHand) {
   // With two micro-batches the gradients of the first are alive during the second: 4P more.
   const TrainingSpec two{.global_batch = 16, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
   EXPECT_DOUBLE_EQ(memory_per_gpu(exec(two, p), m, two, p, 0).grads.value(), 4 * P);
+}
+
+TEST(MemoryPerGpu, FlashAttnTrainingCodeOneLayerByHand) {
+  // Dao-AILab/flash-attention's training code (framework flash-attn) on the same 1.3B shape with
+  // GPT2Config's dropout, by hand from what its kernels save (flash_attn/ops/layer_norm.py,
+  // fused_dense.py FusedMLPFunc at checkpoint_lvl 0, flash_attn_qkvpacked_func, mha.py). sbh =
+  // 33,554,432. Per layer: at each of the two dropout-add-LayerNorm sites the fp32 residual stream 4
+  // (residual_in_fp32) and the 1-byte dropout mask, and the bf16 normed output 2 (the next linear's
+  // input); the packed qkv 6 and the attention output 2, which the projection reads as a view (no
+  // copy); fc1's pre-activation 8 and GeLU output 8: 2 x (4 + 1 + 2) + 6 + 2 + 16 = 38 sbh =
+  // 1,275,068,416 bytes, plus the fp32 log-sum-exp per head and query, 4 x 16 x 16,384 = 1,048,576.
+  const ModelSpec m = gpt_1p3b(50264);
+  const PlanSpec p = one_gpu_micro_batch_8(Framework::flash_attn);
+  const TrainingSpec tr{.global_batch = 8, .dtype = Dtype::bf16, .optimizer = Optimizer::adam};
+  const ExecutionModel x = exec(tr, p);
+  EXPECT_EQ(x.attention, AttentionImpl::flash2);
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(x, m, p, 8, 2048).value(), 1276116992.0);
+  // The loss: flash-attn's CrossEntropyLoss(inplace_backward=True) keeps the bf16 logits and writes
+  // their gradient over them, 2 x 16,384 x 50,264 = 1,647,050,752 bytes, where eager
+  // F.cross_entropy on fp32 logits holds 12 a logit (the test above).
+  PlanSpec eager = p;
+  eager.framework = Framework::pytorch;
+  const MemoryBreakdown fa = memory_per_gpu(x, m, tr, p, 0);
+  const MemoryBreakdown pt = memory_per_gpu(exec(tr, eager), m, tr, eager, 0);
+  // The layers store the same 38 sbh either way (eager PyTorch's attention-output copy where
+  // flash-attn has its dropout masks), so the difference is the loss's, 10 bytes a logit, less
+  // the embedding's 1-byte dropout mask (Korthikanti 2022 sec. 4.3's sbhp/t), 1 sbh, which only
+  // the run with dropout stores.
+  EXPECT_DOUBLE_EQ(pt.activations.value() - fa.activations.value(), 10.0 * 16384 * 50264 - 33554432.0);
 }
 
 TEST(ParametersOnGpu, TeraPipeStagesHoldLayersOnly) {

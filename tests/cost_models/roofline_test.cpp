@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -514,16 +515,12 @@ TEST(Roofline, FsdpOneCastsOnlyTheGradientsToAWiderReduceDtype) {
   EXPECT_NEAR(fsdp.backward_ops.layernorms.value() - pure.backward_ops.layernorms.value(), bytes(6.0 * P), 1e-12);
 }
 
-TEST(Roofline, A100FlashTritonReplaysItsBarsOfTheFlashAttention2Sweep) {
-  // The "FlashAttention Triton" bars of FlashAttention-2's A100 80GB SXM4 sweep (Dao-AILab/
-  // flash-attention assets/flash2_a100_fwd_bwd_benchmark.png), causal, TFLOP/s forward + backward
-  // by sequence 512 .. 16k (16384 tokens per batch, hidden 2048): the GPU file's
-  // flash_triton_attention_efficiency (the 2k bar at head dim 128) and its shape curve must give
-  // every bar back, the backward at 2.5 forwards as the sweep counts it.
-  const GpuSpec gpu = a100();
-  const RooflineCompute rc(gpu, Dtype::bf16, roofline_params_for(gpu, AttentionImpl::flash_triton));
+/// FlashAttention-2's A100 sweep (Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png):
+/// causal, 16384 tokens per batch at hidden 2048, sequence 512 .. 16k, TFLOP/s forward + backward
+/// with the backward counted as 2.5 forwards. `rc`'s fused attention must give each bar of one
+/// kernel back within 2%.
+void expect_sweep_bars(const RooflineCompute& rc, const std::array<double, 6>& d128, const std::array<double, 6>& d64) {
   const double seqs[] = {512, 1024, 2048, 4096, 8192, 16384};
-  const double d128[] = {50, 61, 68, 74, 78, 80}, d64[] = {59, 75, 79, 76, 79, 80};
   for (int d : {64, 128}) {
     for (int i = 0; i < 6; ++i) {
       const double s = seqs[i], bh = (16384 / s) * (2048.0 / d);
@@ -533,11 +530,46 @@ TEST(Roofline, A100FlashTritonReplaysItsBarsOfTheFlashAttention2Sweep) {
       EXPECT_NEAR(tflops / (d == 128 ? d128[i] : d64[i]), 1.0, 0.02) << "d " << d << " seq " << s;
     }
   }
+}
+
+TEST(Roofline, A100FlashTritonReplaysItsBarsOfTheFlashAttention2Sweep) {
+  // The "FlashAttention Triton" bars of FlashAttention-2's A100 80GB SXM4 sweep (Dao-AILab/
+  // flash-attention assets/flash2_a100_fwd_bwd_benchmark.png), causal, TFLOP/s forward + backward
+  // by sequence 512 .. 16k (16384 tokens per batch, hidden 2048): the GPU file's
+  // flash_triton_attention_efficiency (the 2k bar at head dim 128) and its shape curve must give
+  // every bar back, the backward at 2.5 forwards as the sweep counts it.
+  const GpuSpec gpu = a100();
+  const RooflineCompute rc(gpu, Dtype::bf16, roofline_params_for(gpu, AttentionImpl::flash_triton));
+  expect_sweep_bars(rc, {50, 61, 68, 74, 78, 80}, {59, 75, 79, 76, 79, 80});
   // Where a GPU file has no Triton figure (GH100) the flash figure stands in, on the Triton curve.
   const GpuSpec h100 = load_gpu(resolve_scenario("gpus", "h100-sxm"));
   EXPECT_EQ(roofline_params_for(h100, AttentionImpl::flash_triton).flash_efficiency,
             roofline_params_for(h100, AttentionImpl::flash).flash_efficiency);
   EXPECT_TRUE(roofline_params_for(h100, AttentionImpl::flash_triton).triton_attention_shape);
+}
+
+TEST(Roofline, A100Flash1ReplaysItsBarsOfTheFlashAttention2Sweep) {
+  // The "FlashAttention" (v1, the original CUDA kernel) bars of the same A100 80GB SXM4 sweep,
+  // causal, TFLOP/s forward + backward by sequence 512 .. 16k (notes/research-flash1-a100.md): the
+  // GPU file's flash1_attention_efficiency (69 of 312, the 2k bar at head dim 128) and its shape
+  // curve give every bar back.
+  const GpuSpec gpu = a100();
+  const RooflineCompute rc(gpu, Dtype::bf16, roofline_params_for(gpu, AttentionImpl::flash1));
+  expect_sweep_bars(rc, {55, 62, 69, 76, 80, 83}, {58, 70, 77, 87, 92, 97});
+  // FlashAttention-2 on the same part is 155 / 69 = 2.25x faster at head dim 128, sequence 2k.
+  const RooflineCompute v2(gpu, Dtype::bf16, roofline_params_for(gpu, AttentionImpl::flash2));
+  EXPECT_NEAR(rc.flash_forward(128, 2048, 2048, 128, true, 0).value() / v2.flash_forward(128, 2048, 2048, 128, true, 0).value(),
+              155.0 / 69.0, 0.03);
+  // Its kernels come in head dims 32, 64 and 128; a head of 96 (GPT-3 760M) runs the 128 one, so it
+  // takes as long as a head of 128 (flash-attn 0.2 fmha_api.cpp run_fmha_fwd), where
+  // FlashAttention-2's own head-96 instances take about 96 / 128 of it.
+  EXPECT_DOUBLE_EQ(rc.flash_forward(256, 2048, 2048, 96, true, 0).value(), rc.flash_forward(256, 2048, 2048, 128, true, 0).value());
+  EXPECT_LT(v2.flash_forward(256, 2048, 2048, 96, true, 0).value(), 0.85 * v2.flash_forward(256, 2048, 2048, 128, true, 0).value());
+  // Where a GPU file has no v1 figure (GH100) the flash figure stands in, on the v1 curve.
+  const GpuSpec h100 = load_gpu(resolve_scenario("gpus", "h100-sxm"));
+  EXPECT_EQ(roofline_params_for(h100, AttentionImpl::flash1).flash_efficiency,
+            roofline_params_for(h100, AttentionImpl::flash).flash_efficiency);
+  EXPECT_TRUE(roofline_params_for(h100, AttentionImpl::flash1).flash1_attention_shape);
 }
 
 TEST(Roofline, TransformerEngineNormLinearsQuantizeTheirOwnOutputUnderDelayedScaling) {
